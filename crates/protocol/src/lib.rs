@@ -1,0 +1,150 @@
+//! The rgpu wire protocol: message definitions shared by client and server, framing, the
+//! connection preamble and the authentication math. No I/O lives here.
+//!
+//! A connection starts with a fixed [`Preamble`] each way, so that a version mismatch is found
+//! before any message is decoded. Then the server sends a [`ServerMsg::Challenge`], the client
+//! answers with [`ClientMsg::Authenticate`] and the server with [`ServerMsg::Welcome`] (or
+//! [`ServerMsg::Fatal`]). After that the client sends requests and the server replies.
+
+pub mod auth;
+pub mod frame;
+pub mod opencl;
+
+use serde::{Deserialize, Serialize};
+
+pub use frame::{decode_body, encode_frame, FrameHeader, HEADER_LEN};
+
+/// Bumped on every incompatible change of any message.
+pub const PROTOCOL_VERSION: u32 = 1;
+/// First bytes on the wire, each way.
+pub const MAGIC: [u8; 4] = *b"RGPU";
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProtocolError {
+    /// The peer sent something this protocol version cannot accept; the session ends.
+    Malformed(String),
+    /// The peer speaks another protocol version.
+    VersionMismatch { ours: u32, theirs: u32 },
+    /// A message could not be encoded (too large).
+    Encode(String),
+}
+
+impl std::fmt::Display for ProtocolError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ProtocolError::Malformed(why) => write!(f, "malformed message: {why}"),
+            ProtocolError::VersionMismatch { ours, theirs } => write!(
+                f,
+                "rgpu protocol version mismatch: this side speaks version {ours}, the peer \
+                 speaks version {theirs}; run the same rgpu release on client and server"
+            ),
+            ProtocolError::Encode(why) => write!(f, "cannot encode message: {why}"),
+        }
+    }
+}
+
+impl std::error::Error for ProtocolError {}
+
+/// The 12 bytes each side sends first: magic, protocol version, reserved.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Preamble {
+    pub version: u32,
+}
+
+impl Preamble {
+    pub const LEN: usize = 12;
+
+    pub fn ours() -> Self {
+        Preamble {
+            version: PROTOCOL_VERSION,
+        }
+    }
+
+    pub fn encode(&self) -> [u8; Self::LEN] {
+        let mut out = [0u8; Self::LEN];
+        out[0..4].copy_from_slice(&MAGIC);
+        out[4..8].copy_from_slice(&self.version.to_le_bytes());
+        out
+    }
+
+    pub fn decode(raw: &[u8; Self::LEN]) -> Result<Self, ProtocolError> {
+        if raw[0..4] != MAGIC {
+            return Err(ProtocolError::Malformed(
+                "peer is not an rgpu endpoint (bad magic)".into(),
+            ));
+        }
+        let version = u32::from_le_bytes(raw[4..8].try_into().unwrap());
+        Ok(Preamble { version })
+    }
+
+    /// Checks the peer's preamble against ours.
+    pub fn check_compatible(&self) -> Result<(), ProtocolError> {
+        if self.version != PROTOCOL_VERSION {
+            return Err(ProtocolError::VersionMismatch {
+                ours: PROTOCOL_VERSION,
+                theirs: self.version,
+            });
+        }
+        Ok(())
+    }
+}
+
+pub type Nonce = [u8; 32];
+pub type Proof = [u8; 32];
+
+/// Client to server.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum ClientMsg {
+    /// Answer to the challenge. `proof` is absent when the client has no token.
+    Authenticate {
+        client_nonce: Nonce,
+        proof: Option<Proof>,
+        /// For the server's log: program name and pid.
+        client_name: String,
+    },
+    /// Reply: `ServerMsg::Pong`. Measures a round trip.
+    Ping,
+    Cl(opencl::ClRequest),
+}
+
+impl ClientMsg {
+    pub fn expects_reply(&self) -> bool {
+        match self {
+            ClientMsg::Authenticate { .. } | ClientMsg::Ping => true,
+            ClientMsg::Cl(req) => req.expects_reply(),
+        }
+    }
+}
+
+/// Server to client.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum ServerMsg {
+    Challenge {
+        server_nonce: Nonce,
+        /// Whether the client must prove it holds the token.
+        token_required: bool,
+        server_name: String,
+    },
+    Welcome {
+        session_id: u64,
+        /// Proves to the client that the server holds the token too (zeros without a token).
+        server_proof: Proof,
+    },
+    /// The session is over; the reason is meant for the user.
+    Fatal {
+        message: String,
+    },
+    Pong,
+    /// The reply to the request with the frame's seq.
+    Cl(opencl::ClReply),
+    /// A chunk of a read's data for the request with the frame's seq, at this byte offset of the
+    /// read. Bulk: the chunk.
+    Data {
+        offset: u64,
+    },
+    /// An event the client asked about (`NotifyEvent`) reached `status`.
+    EventStatus {
+        event: opencl::Id,
+        status: i32,
+    },
+}

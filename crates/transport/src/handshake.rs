@@ -1,0 +1,233 @@
+//! The connection handshake: preambles (version check), then challenge-response with the
+//! shared token. Without a token a server only admits clients on its own machine.
+
+use std::io::{Read, Write};
+use std::path::Path;
+use std::time::Duration;
+
+use rgpu_protocol::{auth, ClientMsg, Nonce, Preamble, ServerMsg};
+
+use crate::{FrameReader, FrameWriter, Stream, TransportError};
+
+/// How long either side waits for the other during the handshake.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A shared secret. Kept out of Debug output.
+#[derive(Clone)]
+pub struct Token(Vec<u8>);
+
+impl Token {
+    pub fn new(bytes: Vec<u8>) -> Result<Token, String> {
+        let trimmed = String::from_utf8_lossy(&bytes).trim().as_bytes().to_vec();
+        if trimmed.len() < 16 {
+            return Err("the token must have at least 16 characters".into());
+        }
+        Ok(Token(trimmed))
+    }
+
+    pub fn from_file(path: &Path) -> Result<Token, String> {
+        let bytes = std::fs::read(path)
+            .map_err(|e| format!("cannot read token file {}: {e}", path.display()))?;
+        Token::new(bytes)
+    }
+
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Token {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Token(..)")
+    }
+}
+
+/// The client's token from `RGPU_TOKEN` or the file named by `RGPU_TOKEN_FILE`, if any.
+pub fn load_client_token() -> Result<Option<Token>, String> {
+    if let Ok(text) = std::env::var("RGPU_TOKEN") {
+        if !text.is_empty() {
+            return Token::new(text.into_bytes()).map(Some);
+        }
+    }
+    if let Ok(path) = std::env::var("RGPU_TOKEN_FILE") {
+        if !path.is_empty() {
+            return Token::from_file(Path::new(&path)).map(Some);
+        }
+    }
+    Ok(None)
+}
+
+fn random_nonce() -> Nonce {
+    let mut nonce = [0u8; 32];
+    getrandom::getrandom(&mut nonce).expect("the OS random source is available");
+    nonce
+}
+
+fn exchange_preambles(stream: &mut Stream) -> Result<(), TransportError> {
+    stream.write_all(&Preamble::ours().encode())?;
+    let mut raw = [0u8; Preamble::LEN];
+    stream.read_exact(&mut raw).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::UnexpectedEof {
+            TransportError::Closed
+        } else {
+            e.into()
+        }
+    })?;
+    Preamble::decode(&raw)?.check_compatible()?;
+    Ok(())
+}
+
+pub struct ClientWelcome {
+    pub session_id: u64,
+    pub server_name: String,
+}
+
+/// Runs the client side of the handshake on a fresh connection.
+pub fn client_handshake(
+    stream: &mut Stream,
+    token: Option<&Token>,
+    client_name: &str,
+) -> Result<ClientWelcome, TransportError> {
+    stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
+    exchange_preambles(stream)?;
+    let mut reader = FrameReader::new(stream.try_clone()?);
+    let mut writer = FrameWriter::new(stream.try_clone()?);
+
+    let (_, challenge) = reader.read_message::<ServerMsg>()?;
+    let (server_nonce, token_required, server_name) = match challenge {
+        ServerMsg::Challenge {
+            server_nonce,
+            token_required,
+            server_name,
+        } => (server_nonce, token_required, server_name),
+        ServerMsg::Fatal { message } => return Err(TransportError::Auth(message)),
+        other => {
+            return Err(TransportError::Auth(format!(
+                "expected a challenge, got {other:?}"
+            )))
+        }
+    };
+    if token_required && token.is_none() {
+        return Err(TransportError::Auth(format!(
+            "server {server_name} requires a token: set RGPU_TOKEN or RGPU_TOKEN_FILE"
+        )));
+    }
+    let client_nonce = random_nonce();
+    let proof = token.map(|t| auth::client_proof(t.as_bytes(), &server_nonce, &client_nonce));
+    writer.send(
+        &ClientMsg::Authenticate {
+            client_nonce,
+            proof,
+            client_name: client_name.to_string(),
+        },
+        0,
+        &[],
+    )?;
+    let (_, welcome) = reader.read_message::<ServerMsg>()?;
+    let result = match welcome {
+        ServerMsg::Welcome {
+            session_id,
+            server_proof,
+        } => {
+            if let (Some(token), true) = (token, token_required) {
+                if !auth::verify_server(
+                    token.as_bytes(),
+                    &server_nonce,
+                    &client_nonce,
+                    &server_proof,
+                ) {
+                    return Err(TransportError::Auth(format!(
+                        "server {server_name} could not prove it holds the same token"
+                    )));
+                }
+            }
+            Ok(ClientWelcome {
+                session_id,
+                server_name,
+            })
+        }
+        ServerMsg::Fatal { message } => Err(TransportError::Auth(message)),
+        other => Err(TransportError::Auth(format!(
+            "expected a welcome, got {other:?}"
+        ))),
+    };
+    stream.set_read_timeout(None)?;
+    result
+}
+
+/// Runs the server side of the handshake. On success returns the client's self-description.
+/// With a token, the client must prove it holds it; without one, only local clients are let in.
+pub fn server_handshake(
+    stream: &mut Stream,
+    token: Option<&Token>,
+    server_name: &str,
+    session_id: u64,
+) -> Result<String, TransportError> {
+    stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
+    exchange_preambles(stream)?;
+    let mut reader = FrameReader::new(stream.try_clone()?);
+    let mut writer = FrameWriter::new(stream.try_clone()?);
+
+    if token.is_none() && !stream.peer_is_local() {
+        let message = "this rgpu server has no token and only serves clients on its own machine; \
+                       start it with --token-file to serve remote clients"
+            .to_string();
+        let _ = writer.send(
+            &ServerMsg::Fatal {
+                message: message.clone(),
+            },
+            0,
+            &[],
+        );
+        return Err(TransportError::Auth(message));
+    }
+    let server_nonce = random_nonce();
+    writer.send(
+        &ServerMsg::Challenge {
+            server_nonce,
+            token_required: token.is_some(),
+            server_name: server_name.to_string(),
+        },
+        0,
+        &[],
+    )?;
+    let (_, answer) = reader.read_message::<ClientMsg>()?;
+    let ClientMsg::Authenticate {
+        client_nonce,
+        proof,
+        client_name,
+    } = answer
+    else {
+        return Err(TransportError::Auth("client did not authenticate".into()));
+    };
+    let server_proof = match token {
+        None => [0u8; 32],
+        Some(token) => {
+            let valid = proof.is_some_and(|p| {
+                auth::verify_client(token.as_bytes(), &server_nonce, &client_nonce, &p)
+            });
+            if !valid {
+                let message = "wrong or missing token".to_string();
+                let _ = writer.send(
+                    &ServerMsg::Fatal {
+                        message: message.clone(),
+                    },
+                    0,
+                    &[],
+                );
+                return Err(TransportError::Auth(message));
+            }
+            auth::server_proof(token.as_bytes(), &server_nonce, &client_nonce)
+        }
+    };
+    writer.send(
+        &ServerMsg::Welcome {
+            session_id,
+            server_proof,
+        },
+        0,
+        &[],
+    )?;
+    stream.set_read_timeout(None)?;
+    Ok(client_name)
+}

@@ -1,0 +1,47 @@
+//! rgpu transport: streams (TCP, Unix socket), framed I/O and the authenticated handshake.
+//! Used by both the server and the client core; knows nothing of OpenCL or CUDA.
+
+mod framed;
+mod handshake;
+mod stream;
+
+pub use framed::{FrameReader, FrameWriter};
+pub use handshake::{client_handshake, load_client_token, server_handshake, ClientWelcome, Token};
+pub use stream::{Endpoint, Listener, Stream};
+
+use rgpu_protocol::ProtocolError;
+
+#[derive(Debug)]
+pub enum TransportError {
+    Io(std::io::Error),
+    Protocol(ProtocolError),
+    /// Authentication failed or was refused; the message is for the user.
+    Auth(String),
+    /// The peer closed the connection between frames.
+    Closed,
+}
+
+impl std::fmt::Display for TransportError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TransportError::Io(e) => write!(f, "I/O error: {e}"),
+            TransportError::Protocol(e) => write!(f, "{e}"),
+            TransportError::Auth(why) => write!(f, "authentication failed: {why}"),
+            TransportError::Closed => write!(f, "connection closed by peer"),
+        }
+    }
+}
+
+impl std::error::Error for TransportError {}
+
+impl From<std::io::Error> for TransportError {
+    fn from(e: std::io::Error) -> Self {
+        TransportError::Io(e)
+    }
+}
+
+impl From<ProtocolError> for TransportError {
+    fn from(e: ProtocolError) -> Self {
+        TransportError::Protocol(e)
+    }
+}

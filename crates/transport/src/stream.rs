@@ -1,0 +1,222 @@
+//! Byte streams between client and server: TCP, or a Unix socket for same-host clients.
+
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Where a server listens or a client connects: `host:port`, or `unix:/path/to/socket`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Endpoint {
+    Tcp(String),
+    Unix(PathBuf),
+}
+
+impl Endpoint {
+    pub fn parse(text: &str) -> Result<Endpoint, String> {
+        let text = text.trim();
+        if let Some(path) = text.strip_prefix("unix:") {
+            if path.is_empty() {
+                return Err("empty Unix socket path".into());
+            }
+            return Ok(Endpoint::Unix(PathBuf::from(path)));
+        }
+        if text.is_empty() {
+            return Err("empty server address".into());
+        }
+        if !text.contains(':') {
+            return Err(format!("'{text}' is not host:port or unix:/path"));
+        }
+        Ok(Endpoint::Tcp(text.to_string()))
+    }
+
+    /// Parses a comma-separated list such as `RGPU_SERVERS`.
+    pub fn parse_list(text: &str) -> Result<Vec<Endpoint>, String> {
+        text.split(',')
+            .filter(|part| !part.trim().is_empty())
+            .map(Endpoint::parse)
+            .collect()
+    }
+}
+
+impl std::fmt::Display for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Endpoint::Tcp(addr) => f.write_str(addr),
+            Endpoint::Unix(path) => write!(f, "unix:{}", path.display()),
+        }
+    }
+}
+
+#[derive(Debug)]
+pub enum Stream {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+impl Stream {
+    /// Connects with a bound on the time spent (every address of a host name is tried).
+    pub fn connect(endpoint: &Endpoint, timeout: Duration) -> io::Result<Stream> {
+        match endpoint {
+            Endpoint::Unix(path) => Ok(Stream::Unix(UnixStream::connect(path)?)),
+            Endpoint::Tcp(addr) => {
+                let mut last_err = None;
+                for sock_addr in addr.to_socket_addrs()? {
+                    match TcpStream::connect_timeout(&sock_addr, timeout) {
+                        Ok(stream) => {
+                            stream.set_nodelay(true)?;
+                            return Ok(Stream::Tcp(stream));
+                        }
+                        Err(e) => last_err = Some(e),
+                    }
+                }
+                Err(last_err.unwrap_or_else(|| {
+                    io::Error::new(io::ErrorKind::NotFound, format!("{addr}: no address"))
+                }))
+            }
+        }
+    }
+
+    pub fn try_clone(&self) -> io::Result<Stream> {
+        Ok(match self {
+            Stream::Tcp(s) => Stream::Tcp(s.try_clone()?),
+            Stream::Unix(s) => Stream::Unix(s.try_clone()?),
+        })
+    }
+
+    pub fn set_read_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+        match self {
+            Stream::Tcp(s) => s.set_read_timeout(timeout),
+            Stream::Unix(s) => s.set_read_timeout(timeout),
+        }
+    }
+
+    pub fn set_write_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+        match self {
+            Stream::Tcp(s) => s.set_write_timeout(timeout),
+            Stream::Unix(s) => s.set_write_timeout(timeout),
+        }
+    }
+
+    /// Ends both directions; a thread blocked reading the stream wakes up.
+    pub fn shutdown(&self) {
+        let _ = match self {
+            Stream::Tcp(s) => s.shutdown(Shutdown::Both),
+            Stream::Unix(s) => s.shutdown(Shutdown::Both),
+        };
+    }
+
+    /// Whether the peer is on this machine (loopback TCP or a Unix socket).
+    pub fn peer_is_local(&self) -> bool {
+        match self {
+            Stream::Unix(_) => true,
+            Stream::Tcp(s) => s.peer_addr().map(|a| a.ip().is_loopback()).unwrap_or(false),
+        }
+    }
+
+    pub fn peer_description(&self) -> String {
+        match self {
+            Stream::Unix(_) => "unix socket peer".to_string(),
+            Stream::Tcp(s) => s
+                .peer_addr()
+                .map(|a| a.to_string())
+                .unwrap_or_else(|_| "unknown peer".into()),
+        }
+    }
+}
+
+impl Read for Stream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => s.read(buf),
+            Stream::Unix(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Stream {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => s.write(buf),
+            Stream::Unix(s) => s.write(buf),
+        }
+    }
+
+    fn write_vectored(&mut self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => s.write_vectored(bufs),
+            Stream::Unix(s) => s.write_vectored(bufs),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A bound listening socket.
+pub enum Listener {
+    Tcp(TcpListener),
+    Unix(UnixListener, PathBuf),
+}
+
+impl Listener {
+    pub fn bind(endpoint: &Endpoint) -> io::Result<Listener> {
+        match endpoint {
+            Endpoint::Tcp(addr) => Ok(Listener::Tcp(TcpListener::bind(addr.as_str())?)),
+            Endpoint::Unix(path) => {
+                // A stale socket file from a previous run would make bind fail.
+                if path.exists() && UnixStream::connect(path).is_err() {
+                    let _ = std::fs::remove_file(path);
+                }
+                Ok(Listener::Unix(UnixListener::bind(path)?, path.clone()))
+            }
+        }
+    }
+
+    pub fn accept(&self) -> io::Result<Stream> {
+        match self {
+            Listener::Tcp(l) => {
+                let (stream, _) = l.accept()?;
+                stream.set_nodelay(true)?;
+                Ok(Stream::Tcp(stream))
+            }
+            Listener::Unix(l, _) => Ok(Stream::Unix(l.accept()?.0)),
+        }
+    }
+
+    /// The address actually bound (resolves port 0).
+    pub fn local_endpoint(&self) -> io::Result<Endpoint> {
+        match self {
+            Listener::Tcp(l) => Ok(Endpoint::Tcp(l.local_addr()?.to_string())),
+            Listener::Unix(_, path) => Ok(Endpoint::Unix(path.clone())),
+        }
+    }
+
+    /// Whether only clients on this machine can reach the listener.
+    pub fn is_local_only(&self) -> bool {
+        match self {
+            Listener::Unix(..) => true,
+            Listener::Tcp(l) => l
+                .local_addr()
+                .map(|a: SocketAddr| a.ip().is_loopback())
+                .unwrap_or(false),
+        }
+    }
+
+    pub fn set_nonblocking(&self, nonblocking: bool) -> io::Result<()> {
+        match self {
+            Listener::Tcp(l) => l.set_nonblocking(nonblocking),
+            Listener::Unix(l, _) => l.set_nonblocking(nonblocking),
+        }
+    }
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        if let Listener::Unix(_, path) = self {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
