@@ -1,0 +1,397 @@
+//! One authenticated connection to one server, shared by every thread of the program.
+//!
+//! Requests without a reply are only queued in the write buffer ([`Connection::post`]) and go
+//! out in one system call with the next request that waits ([`Connection::call`]) or at
+//! [`Connection::flush`]. A reader thread matches replies to waiting callers by seq, streams read
+//! data straight into its destination, and forwards event notifications.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use rgpu_protocol::opencl::{ClReply, ClRequest, Id};
+use rgpu_protocol::{decode_body, ClientMsg, ServerMsg};
+use rgpu_transport::{
+    client_handshake, Endpoint, FrameReader, FrameWriter, Stream, Token, TransportError,
+};
+
+use crate::ClientError;
+
+/// Where the data of a read goes, and what happens when the read ends.
+pub struct ReadSink {
+    /// Start of the destination; `len` bytes must stay writable until `done` has run.
+    pub dst: SendPtr,
+    pub len: usize,
+    /// Called once, on the reader thread, with the read's final status (or the failure).
+    pub done: Box<dyn FnOnce(Result<i32, ClientError>) + Send>,
+}
+
+/// A raw destination pointer handed to the reader thread. The front end guarantees the memory
+/// outlives the read (the OpenCL contract for a host pointer of a pending read).
+#[derive(Clone, Copy, Debug)]
+pub struct SendPtr(pub *mut u8);
+// SAFETY: the pointer is only written by the reader thread while the read is pending, and the
+// owner does not touch the memory until the read's completion (OpenCL read semantics).
+unsafe impl Send for SendPtr {}
+
+enum Pending {
+    Waiter(Arc<Slot>),
+    Read(ReadSink),
+}
+
+#[derive(Default)]
+struct Slot {
+    value: Mutex<Option<Result<ServerMsg, ClientError>>>,
+    ready: Condvar,
+}
+
+impl Slot {
+    fn fill(&self, value: Result<ServerMsg, ClientError>) {
+        *self.value.lock().unwrap() = Some(value);
+        self.ready.notify_all();
+    }
+}
+
+type EventListener = Box<dyn Fn(Id, i32) + Send + Sync>;
+
+struct Shared {
+    pending: Mutex<HashMap<u64, Pending>>,
+    /// Why the connection can no longer be used, once it cannot.
+    broken: Mutex<Option<String>>,
+    event_listener: OnceLock<EventListener>,
+}
+
+impl Shared {
+    fn break_with(&self, why: String) {
+        {
+            let mut broken = self.broken.lock().unwrap();
+            if broken.is_none() {
+                *broken = Some(why.clone());
+            }
+        }
+        let drained: Vec<Pending> = self
+            .pending
+            .lock()
+            .unwrap()
+            .drain()
+            .map(|(_, p)| p)
+            .collect();
+        for pending in drained {
+            let err = ClientError::Broken(why.clone());
+            match pending {
+                Pending::Waiter(slot) => slot.fill(Err(err)),
+                Pending::Read(sink) => (sink.done)(Err(err)),
+            }
+        }
+    }
+
+    fn check(&self) -> Result<(), ClientError> {
+        match &*self.broken.lock().unwrap() {
+            Some(why) => Err(ClientError::Broken(why.clone())),
+            None => Ok(()),
+        }
+    }
+}
+
+pub struct Connection {
+    endpoint: Endpoint,
+    server_name: String,
+    session_id: u64,
+    writer: Mutex<FrameWriter<Stream>>,
+    shared: Arc<Shared>,
+    next_seq: AtomicU64,
+    next_id: AtomicU64,
+    control: Stream,
+    reply_timeout: Duration,
+    _reader: JoinHandle<()>,
+}
+
+impl Connection {
+    /// Connects, checks the protocol version and authenticates.
+    pub fn connect(
+        endpoint: &Endpoint,
+        token: Option<&Token>,
+        connect_timeout: Duration,
+        reply_timeout: Duration,
+    ) -> Result<Arc<Connection>, ClientError> {
+        let mut stream = Stream::connect(endpoint, connect_timeout)
+            .map_err(|e| ClientError::Connect(format!("{endpoint}: {e}")))?;
+        let client_name = client_name();
+        let welcome = client_handshake(&mut stream, token, &client_name).map_err(|e| match e {
+            TransportError::Auth(why) => ClientError::Connect(format!("{endpoint}: {why}")),
+            other => ClientError::Connect(format!("{endpoint}: {other}")),
+        })?;
+        let shared = Arc::new(Shared {
+            pending: Mutex::new(HashMap::new()),
+            broken: Mutex::new(None),
+            event_listener: OnceLock::new(),
+        });
+        let reader_stream = stream.try_clone().map_err(ClientError::io)?;
+        let writer_stream = stream.try_clone().map_err(ClientError::io)?;
+        let reader_shared = Arc::clone(&shared);
+        let name = format!("rgpu-reader {endpoint}");
+        let reader = std::thread::Builder::new()
+            .name(name)
+            .spawn(move || reader_loop(FrameReader::new(reader_stream), reader_shared))
+            .map_err(ClientError::io)?;
+        log::debug!(
+            "connected to {} ({endpoint}), session {}",
+            welcome.server_name,
+            welcome.session_id
+        );
+        Ok(Arc::new(Connection {
+            endpoint: endpoint.clone(),
+            server_name: welcome.server_name,
+            session_id: welcome.session_id,
+            writer: Mutex::new(FrameWriter::new(writer_stream)),
+            shared,
+            next_seq: AtomicU64::new(1),
+            next_id: AtomicU64::new(1),
+            control: stream,
+            reply_timeout,
+            _reader: reader,
+        }))
+    }
+
+    pub fn endpoint(&self) -> &Endpoint {
+        &self.endpoint
+    }
+
+    pub fn server_name(&self) -> &str {
+        &self.server_name
+    }
+
+    pub fn session_id(&self) -> u64 {
+        self.session_id
+    }
+
+    /// A fresh id for an object this client creates on the server.
+    pub fn new_id(&self) -> Id {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Installs the function that receives `EventStatus` notifications (once per connection).
+    pub fn set_event_listener(&self, listener: impl Fn(Id, i32) + Send + Sync + 'static) {
+        let _ = self.shared.event_listener.set(Box::new(listener));
+    }
+
+    fn next_seq(&self) -> u64 {
+        self.next_seq.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Queues a request that has no reply; it leaves with the next flush.
+    pub fn post(&self, msg: &ClientMsg, bulk: &[u8]) -> Result<(), ClientError> {
+        debug_assert!(!msg.expects_reply(), "post() of a request with a reply");
+        self.shared.check()?;
+        let seq = self.next_seq();
+        let mut writer = self.writer.lock().unwrap();
+        writer.queue(msg, seq, bulk).map_err(|e| self.fail(e))
+    }
+
+    /// Like [`Connection::post`] for an OpenCL request.
+    pub fn post_cl(&self, req: ClRequest, bulk: &[u8]) -> Result<(), ClientError> {
+        self.post(&ClientMsg::Cl(req), bulk)
+    }
+
+    /// Sends everything queued.
+    pub fn flush(&self) -> Result<(), ClientError> {
+        self.shared.check()?;
+        let mut writer = self.writer.lock().unwrap();
+        writer.flush().map_err(|e| self.fail(e))
+    }
+
+    /// Sends a request (and everything queued before it) and waits for its reply.
+    pub fn call(&self, msg: &ClientMsg, bulk: &[u8]) -> Result<ServerMsg, ClientError> {
+        self.shared.check()?;
+        let seq = self.next_seq();
+        let slot = Arc::new(Slot::default());
+        self.shared
+            .pending
+            .lock()
+            .unwrap()
+            .insert(seq, Pending::Waiter(Arc::clone(&slot)));
+        if let Err(e) = self.send_now(msg, seq, bulk) {
+            self.shared.pending.lock().unwrap().remove(&seq);
+            return Err(e);
+        }
+        self.wait(seq, &slot)
+    }
+
+    /// Sends an OpenCL request and waits for its `ClReply`.
+    pub fn call_cl(&self, req: ClRequest, bulk: &[u8]) -> Result<ClReply, ClientError> {
+        match self.call(&ClientMsg::Cl(req), bulk)? {
+            ServerMsg::Cl(reply) => Ok(reply),
+            other => Err(ClientError::Protocol(format!("unexpected reply {other:?}"))),
+        }
+    }
+
+    /// Sends a read request; its data will stream into `sink` and `sink.done` runs at its end.
+    pub fn start_read(&self, req: ClRequest, sink: ReadSink) -> Result<(), ClientError> {
+        if let Err(e) = self.shared.check() {
+            (sink.done)(Err(e.clone()));
+            return Err(e);
+        }
+        let seq = self.next_seq();
+        self.shared
+            .pending
+            .lock()
+            .unwrap()
+            .insert(seq, Pending::Read(sink));
+        if let Err(e) = self.send_now(&ClientMsg::Cl(req), seq, &[]) {
+            if let Some(Pending::Read(sink)) = self.shared.pending.lock().unwrap().remove(&seq) {
+                (sink.done)(Err(e.clone()));
+            }
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// Round trip time of an empty request.
+    pub fn ping(&self) -> Result<Duration, ClientError> {
+        let start = Instant::now();
+        self.call(&ClientMsg::Ping, &[])?;
+        Ok(start.elapsed())
+    }
+
+    fn send_now(&self, msg: &ClientMsg, seq: u64, bulk: &[u8]) -> Result<(), ClientError> {
+        let mut writer = self.writer.lock().unwrap();
+        writer
+            .queue(msg, seq, bulk)
+            .and_then(|()| writer.flush())
+            .map_err(|e| self.fail(e))
+    }
+
+    fn wait(&self, seq: u64, slot: &Slot) -> Result<ServerMsg, ClientError> {
+        let deadline = Instant::now() + self.reply_timeout;
+        let mut value = slot.value.lock().unwrap();
+        loop {
+            if let Some(result) = value.take() {
+                return result;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                drop(value);
+                self.shared.pending.lock().unwrap().remove(&seq);
+                return Err(ClientError::Timeout(format!(
+                    "no reply from {} within {:?}",
+                    self.endpoint, self.reply_timeout
+                )));
+            }
+            value = slot.ready.wait_timeout(value, deadline - now).unwrap().0;
+        }
+    }
+
+    /// A failed write makes the connection unusable: the stream position is unknown.
+    fn fail(&self, e: TransportError) -> ClientError {
+        let why = format!("lost connection to {}: {e}", self.endpoint);
+        self.control.shutdown();
+        self.shared.break_with(why.clone());
+        ClientError::Broken(why)
+    }
+
+    /// Whether the connection still works.
+    pub fn is_alive(&self) -> bool {
+        self.shared.check().is_ok()
+    }
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        if let Ok(mut writer) = self.writer.lock() {
+            let _ = writer.flush();
+        }
+        // The reader thread sees the shutdown and ends; it is not joined because the last
+        // reference may be dropped on that very thread.
+        self.control.shutdown();
+    }
+}
+
+fn client_name() -> String {
+    let exe = std::env::current_exe()
+        .ok()
+        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .unwrap_or_else(|| "unknown".into());
+    format!("{exe}[{}]", std::process::id())
+}
+
+fn reader_loop(mut reader: FrameReader<Stream>, shared: Arc<Shared>) {
+    let why = loop {
+        if let Err(e) = read_one(&mut reader, &shared) {
+            break match e {
+                TransportError::Closed => "server closed the connection".to_string(),
+                other => other.to_string(),
+            };
+        }
+    };
+    log::debug!("reader stops: {why}");
+    reader.get_ref().shutdown();
+    shared.break_with(why);
+}
+
+fn read_one(reader: &mut FrameReader<Stream>, shared: &Shared) -> Result<(), TransportError> {
+    let (header, body) = reader.read_frame()?;
+    let msg: ServerMsg = decode_body(body)?;
+    let seq = header.seq;
+    match msg {
+        ServerMsg::Data { offset } => {
+            let target = match shared.pending.lock().unwrap().get(&seq) {
+                Some(Pending::Read(sink)) => Some((sink.dst, sink.len)),
+                _ => None,
+            };
+            match target {
+                Some((dst, len)) => {
+                    let end = offset.checked_add(header.bulk_len);
+                    if end.is_none_or(|end| end > len as u64) {
+                        return Err(rgpu_protocol::ProtocolError::Malformed(format!(
+                            "read data at {offset}+{} exceeds the {len}-byte destination",
+                            header.bulk_len
+                        ))
+                        .into());
+                    }
+                    // SAFETY: [dst, dst+len) is writable while the read is pending (ReadSink
+                    // contract) and the range was just checked to lie inside it.
+                    let chunk = unsafe {
+                        std::slice::from_raw_parts_mut(
+                            dst.0.add(offset as usize),
+                            header.bulk_len as usize,
+                        )
+                    };
+                    reader.read_bulk(chunk)?;
+                }
+                // A read whose caller gave up (timeout): drop its data.
+                None => reader.skip_bulk(header.bulk_len)?,
+            }
+        }
+        ServerMsg::EventStatus { event, status } => {
+            reader.skip_bulk(header.bulk_len)?;
+            if let Some(listener) = shared.event_listener.get() {
+                listener(event, status);
+            }
+        }
+        ServerMsg::Fatal { message } => {
+            return Err(TransportError::Auth(format!(
+                "server ended the session: {message}"
+            )));
+        }
+        reply => {
+            reader.skip_bulk(header.bulk_len)?;
+            let pending = shared.pending.lock().unwrap().remove(&seq);
+            match pending {
+                Some(Pending::Waiter(slot)) => slot.fill(Ok(reply)),
+                Some(Pending::Read(sink)) => {
+                    let status = match reply {
+                        ServerMsg::Cl(ClReply::Status(status)) => Ok(status),
+                        other => Err(ClientError::Protocol(format!(
+                            "unexpected end of read: {other:?}"
+                        ))),
+                    };
+                    (sink.done)(status);
+                }
+                None => log::debug!("reply for unknown request {seq} dropped"),
+            }
+        }
+    }
+    Ok(())
+}

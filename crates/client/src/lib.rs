@@ -1,0 +1,104 @@
+//! rgpu client core: what every front end (OpenCL, later CUDA) shares. It knows servers,
+//! connections, ids and replies; it knows nothing of OpenCL semantics.
+
+mod connection;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use connection::{Connection, ReadSink, SendPtr};
+pub use rgpu_transport::{load_client_token, Endpoint, Token};
+
+#[derive(Debug, Clone)]
+pub enum ClientError {
+    /// Could not connect or authenticate.
+    Connect(String),
+    /// The connection broke; every later request on it fails the same way.
+    Broken(String),
+    /// No reply within the configured time.
+    Timeout(String),
+    /// The server answered something this client did not expect.
+    Protocol(String),
+}
+
+impl ClientError {
+    fn io(e: std::io::Error) -> ClientError {
+        ClientError::Connect(e.to_string())
+    }
+}
+
+impl std::fmt::Display for ClientError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ClientError::Connect(why) => write!(f, "cannot connect: {why}"),
+            ClientError::Broken(why) => write!(f, "{why}"),
+            ClientError::Timeout(why) => write!(f, "timeout: {why}"),
+            ClientError::Protocol(why) => write!(f, "protocol error: {why}"),
+        }
+    }
+}
+
+impl std::error::Error for ClientError {}
+
+/// Client settings, from the environment:
+/// - `RGPU_SERVERS`: `host:port[,host:port|unix:/path...]`
+/// - `RGPU_TOKEN` / `RGPU_TOKEN_FILE`: the shared token
+/// - `RGPU_CONNECT_TIMEOUT` (seconds, default 5), `RGPU_TIMEOUT` (seconds a reply may take, default 600)
+#[derive(Clone, Debug)]
+pub struct ClientConfig {
+    pub servers: Vec<Endpoint>,
+    pub token: Option<Token>,
+    pub connect_timeout: Duration,
+    pub reply_timeout: Duration,
+}
+
+fn seconds_from_env(name: &str, default: f64) -> Duration {
+    let secs = std::env::var(name)
+        .ok()
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .filter(|s| *s > 0.0)
+        .unwrap_or(default);
+    Duration::from_secs_f64(secs)
+}
+
+impl ClientConfig {
+    pub fn from_env() -> Result<ClientConfig, String> {
+        let servers = match std::env::var("RGPU_SERVERS") {
+            Ok(list) => Endpoint::parse_list(&list).map_err(|e| format!("RGPU_SERVERS: {e}"))?,
+            Err(_) => Vec::new(),
+        };
+        Ok(ClientConfig {
+            servers,
+            token: load_client_token()?,
+            connect_timeout: seconds_from_env("RGPU_CONNECT_TIMEOUT", 5.0),
+            reply_timeout: seconds_from_env("RGPU_TIMEOUT", 600.0),
+        })
+    }
+
+    /// Connects to every server at once; each result is in the order of `servers`.
+    pub fn connect_all(&self) -> Vec<Result<Arc<Connection>, ClientError>> {
+        let handles: Vec<_> = self
+            .servers
+            .iter()
+            .cloned()
+            .map(|endpoint| {
+                let config = self.clone();
+                std::thread::spawn(move || {
+                    Connection::connect(
+                        &endpoint,
+                        config.token.as_ref(),
+                        config.connect_timeout,
+                        config.reply_timeout,
+                    )
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(ClientError::Connect("connect thread panicked".into())))
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,1106 @@
+//! Every clEnqueue*. Commands are queued on the connection without waiting (their errors
+//! surface at the next synchronizing call); reads register where their data goes and, when
+//! blocking, wait for it; writes hand their data to the socket before returning, so the host
+//! memory is free for reuse at once.
+
+use std::ffi::c_void;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Instant;
+
+use opencl_sys::*;
+use rgpu_client::{ReadSink, SendPtr};
+use rgpu_protocol::opencl::{BufferRect, ClRequest, Command, Id, KernelArg};
+
+use crate::api::event::{event_from, new_event, set_status, WAIT_TIMEOUT};
+use crate::api::memory::mem_from;
+use crate::api::queue::queue_from;
+use crate::handle::{self, Ref};
+use crate::objects::{AlignedBuf, Completion, Kernel, Mapping, Mem, MemKind, Queue};
+use crate::region::HostRegion;
+use crate::util::{client_error, guard, slice, status};
+
+/// A queue and the server ids of a command's wait list, validated.
+struct Submission {
+    queue: Ref<Queue>,
+    wait: Vec<Id>,
+}
+
+fn prepare(queue: cl_command_queue, num_events: cl_uint, event_wait_list: *const cl_event) -> Result<Submission, cl_int> {
+    let queue = queue_from(queue)?;
+    if event_wait_list.is_null() != (num_events == 0) {
+        return Err(CL_INVALID_EVENT_WAIT_LIST);
+    }
+    // SAFETY: the application's array of `num_events` events.
+    let raw = unsafe { slice(event_wait_list, num_events as usize) };
+    let mut wait = Vec::with_capacity(raw.len());
+    for &e in raw {
+        let event = event_from(e).map_err(|_| CL_INVALID_EVENT_WAIT_LIST)?;
+        if !Arc::ptr_eq(&event.context, &queue.context) {
+            return Err(CL_INVALID_CONTEXT);
+        }
+        wait.push(event.id);
+    }
+    Ok(Submission { queue, wait })
+}
+
+/// A memory object of the queue's context.
+fn mem_of_queue(queue: &Queue, mem: cl_mem) -> Result<Ref<Mem>, cl_int> {
+    let mem = mem_from(mem)?;
+    if !Arc::ptr_eq(&mem.context, &queue.context) {
+        return Err(CL_INVALID_CONTEXT);
+    }
+    Ok(mem)
+}
+
+fn buffer_of_queue(queue: &Queue, mem: cl_mem) -> Result<Ref<Mem>, cl_int> {
+    let mem = mem_of_queue(queue, mem)?;
+    match mem.kind {
+        MemKind::Buffer { .. } => Ok(mem),
+        MemKind::Image(_) => Err(CL_INVALID_MEM_OBJECT),
+    }
+}
+
+fn image_of_queue(queue: &Queue, mem: cl_mem) -> Result<Ref<Mem>, cl_int> {
+    let mem = mem_of_queue(queue, mem)?;
+    match mem.kind {
+        MemKind::Image(_) => Ok(mem),
+        MemKind::Buffer { .. } => Err(CL_INVALID_MEM_OBJECT),
+    }
+}
+
+fn check_range(mem: &Mem, offset: usize, size: usize) -> Result<(), cl_int> {
+    if size == 0 || offset.checked_add(size).is_none_or(|end| end > mem.size) {
+        return Err(CL_INVALID_VALUE);
+    }
+    Ok(())
+}
+
+/// Host access the memory object's flags forbid.
+fn check_host_access(mem: &Mem, reading: bool) -> Result<(), cl_int> {
+    let forbidden = if reading {
+        CL_MEM_HOST_WRITE_ONLY | CL_MEM_HOST_NO_ACCESS
+    } else {
+        CL_MEM_HOST_READ_ONLY | CL_MEM_HOST_NO_ACCESS
+    };
+    if mem.flags & forbidden != 0 {
+        return Err(CL_INVALID_OPERATION);
+    }
+    Ok(())
+}
+
+fn store_event(event_out: *mut cl_event, event: Option<Ref<crate::objects::Event>>) {
+    if let Some(event) = event {
+        // SAFETY: the application's event out-pointer, non-null when an event was made.
+        unsafe { *event_out = handle::raw(&event) };
+    }
+}
+
+/// Queues a command that returns no data.
+fn post(sub: Submission, event_out: *mut cl_event, command_type: cl_command_type, command: Command, bulk: &[u8]) -> Result<(), cl_int> {
+    let queue = &sub.queue;
+    let event = (!event_out.is_null())
+        .then(|| new_event(&queue.conn, &queue.context, Some(queue), command_type, Completion::Remote));
+    let request = ClRequest::Enqueue {
+        queue: queue.id,
+        wait: sub.wait,
+        event: event.as_ref().map_or(0, |e| e.id),
+        command,
+    };
+    if let Err(e) = queue.conn.post_cl(request, bulk) {
+        if let Some(event) = event {
+            handle::release::<crate::objects::Event>(handle::raw(&event));
+        }
+        return Err(client_error(e));
+    }
+    store_event(event_out, event);
+    Ok(())
+}
+
+/// Where a read's data goes.
+enum ReadTarget {
+    /// Straight into this memory (tightly packed destination).
+    Direct(*mut u8),
+    /// Into a packed staging vector, then scattered into pitched host memory.
+    Scatter(HostRegion),
+}
+
+/// Starts a read; with `blocking`, waits until its data is in place.
+fn read(
+    sub: Submission,
+    event_out: *mut cl_event,
+    command_type: cl_command_type,
+    command: Command,
+    blocking: bool,
+    len: usize,
+    target: ReadTarget,
+) -> Result<(), cl_int> {
+    let queue = sub.queue.clone();
+    let event = (!event_out.is_null())
+        .then(|| new_event(&queue.conn, &queue.context, Some(&queue), command_type, Completion::Local));
+    let (dst, scatter) = match target {
+        ReadTarget::Direct(ptr) => (ptr, None),
+        ReadTarget::Scatter(region) => {
+            let mut staging = vec![0u8; len];
+            (staging.as_mut_ptr(), Some((staging, region)))
+        }
+    };
+    let finished = blocking.then(|| Arc::new((Mutex::new(None::<cl_int>), Condvar::new())));
+    let done_event = event.clone();
+    let done_queue = queue.clone();
+    let done_signal = finished.clone();
+    let sink = ReadSink {
+        dst: SendPtr(dst),
+        len,
+        done: Box::new(move |result| {
+            let status = result.unwrap_or_else(client_error);
+            if let (CL_SUCCESS, Some((staging, region))) = (status, &scatter) {
+                // SAFETY: the application's destination, valid while the read is pending.
+                unsafe { region.unpack(staging) };
+            }
+            drop(scatter);
+            if let Some(event) = &done_event {
+                set_status(event, if status == CL_SUCCESS { CL_COMPLETE } else { status.min(-1) });
+            }
+            done_queue.pending_reads.done();
+            if let Some(signal) = done_signal {
+                *signal.0.lock().unwrap() = Some(status);
+                signal.1.notify_all();
+            }
+        }),
+    };
+    queue.pending_reads.add();
+    let request = ClRequest::Enqueue {
+        queue: queue.id,
+        wait: sub.wait,
+        event: event.as_ref().map_or(0, |e| e.id),
+        command,
+    };
+    if let Err(e) = queue.conn.start_read(request, sink) {
+        // The sink's completion already ran with the error.
+        if let Some(event) = event {
+            handle::release::<crate::objects::Event>(handle::raw(&event));
+        }
+        return Err(client_error(e));
+    }
+    store_event(event_out, event);
+    match finished {
+        None => Ok(()),
+        Some(signal) => {
+            let deadline = Instant::now() + *WAIT_TIMEOUT;
+            let mut value = signal.0.lock().unwrap();
+            loop {
+                if let Some(status) = *value {
+                    return if status == CL_SUCCESS { Ok(()) } else { Err(status) };
+                }
+                let now = Instant::now();
+                if now >= deadline {
+                    return Err(CL_OUT_OF_RESOURCES);
+                }
+                value = signal.1.wait_timeout(value, deadline - now).unwrap().0;
+            }
+        }
+    }
+}
+
+/// Runs an enqueue body with the usual error plumbing.
+fn enqueue(body: impl FnOnce() -> Result<(), cl_int>) -> cl_int {
+    guard(CL_OUT_OF_HOST_MEMORY, || status(body()))
+}
+
+// ---- Buffers ----------------------------------------------------------------------------
+
+#[no_mangle]
+pub unsafe extern "C" fn clEnqueueReadBuffer(
+    command_queue: cl_command_queue,
+    buffer: cl_mem,
+    blocking_read: cl_bool,
+    offset: usize,
+    size: usize,
+    ptr: *mut c_void,
+    num_events_in_wait_list: cl_uint,
+    event_wait_list: *const cl_event,
+    event: *mut cl_event,
+) -> cl_int {
+    enqueue(|| {
+        let sub = prepare(command_queue, num_events_in_wait_list, event_wait_list)?;
+        let mem = buffer_of_queue(&sub.queue, buffer)?;
+        check_range(&mem, offset, size)?;
+        check_host_access(&mem, true)?;
+        if ptr.is_null() {
+            return Err(CL_INVALID_VALUE);
+        }
+        let command = Command::ReadBuffer {
+            buffer: mem.id,
+            offset: offset as u64,
+            size: size as u64,
+        };
+        read(sub, event, CL_COMMAND_READ_BUFFER, command, blocking_read != 0, size, ReadTarget::Direct(ptr as *mut u8))
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn clEnqueueWriteBuffer(
+    command_queue: cl_command_queue,
+    buffer: cl_mem,
+    _blocking_write: cl_bool,
+    offset: usize,
+    size: usize,
+    ptr: *const c_void,
+    num_events_in_wait_list: cl_uint,
+    event_wait_list: *const cl_event,
+    event: *mut cl_event,
+) -> cl_int {
+    enqueue(|| {
+        let sub = prepare(command_queue, num_events_in_wait_list, event_wait_list)?;
+        let mem = buffer_of_queue(&sub.queue, buffer)?;
+        check_range(&mem, offset, size)?;
+        check_host_access(&mem, false)?;
+        if ptr.is_null() {
+            return Err(CL_INVALID_VALUE);
+        }
+        // SAFETY: the application provides `size` readable bytes at `ptr`.
+        let data = unsafe { std::slice::from_raw_parts(ptr as *const u8, size) };
+        let command = Command::WriteBuffer {
+            buffer: mem.id,
+            offset: offset as u64,
+            size: size as u64,
+        };
+        post(sub, event, CL_COMMAND_WRITE_BUFFER, command, data)
+    })
+}
+
+/// Pitches and bounds of a rectangular buffer access, with OpenCL's defaults for 0 pitches.
+fn buffer_rect(
+    mem: &Mem,
+    origin: *const usize,
+    region: *const usize,
+    row_pitch: usize,
+    slice_pitch: usize,
+) -> Result<BufferRect, cl_int> {
+    if origin.is_null() || region.is_null() {
+        return Err(CL_INVALID_VALUE);
+    }
+    // SAFETY: the API passes three values each.
+    let (origin, region) = unsafe { (*(origin as *const [usize; 3]), *(region as *const [usize; 3])) };
+    if region.contains(&0) {
+        return Err(CL_INVALID_VALUE);
+    }
+    let row_pitch = if row_pitch == 0 { region[0] } else { row_pitch };
+    let slice_pitch = if slice_pitch == 0 { region[1] * row_pitch } else { slice_pitch };
+    if row_pitch < region[0] || slice_pitch < region[1] * row_pitch {
+        return Err(CL_INVALID_VALUE);
+    }
+    let start = origin[2] * slice_pitch + origin[1] * row_pitch + origin[0];
+    let end = start + (region[2] - 1) * slice_pitch + (region[1] - 1) * row_pitch + region[0];
+    if end > mem.size {
+        return Err(CL_INVALID_VALUE);
+    }
+    Ok(BufferRect {
+        buffer_origin: origin.map(|v| v as u64),
+        region: region.map(|v| v as u64),
+        buffer_row_pitch: row_pitch as u64,
+        buffer_slice_pitch: slice_pitch as u64,
+    })
+}
+
+/// The client side of a rectangle: host memory at `host_origin` with the host pitches.
+fn host_rect(ptr: *mut u8, host_origin: *const usize, rect: &BufferRect, row_pitch: usize, slice_pitch: usize) -> Result<HostRegion, cl_int> {
+    if ptr.is_null() || host_origin.is_null() {
+        return Err(CL_INVALID_VALUE);
+    }
+    // SAFETY: the API passes three values.
+    let origin = unsafe { *(host_origin as *const [usize; 3]) };
+    let [w, h, d] = rect.region.map(|v| v as usize);
+    let region = HostRegion::new(std::ptr::null_mut(), w, h, d, row_pitch, slice_pitch);
+    if region.row_pitch < w || region.slice_pitch < h * region.row_pitch {
+        return Err(CL_INVALID_VALUE);
+    }
+    let offset = origin[2] * region.slice_pitch + origin[1] * region.row_pitch + origin[0];
+    // SAFETY: the application's host memory covers the rectangle it describes.
+    Ok(HostRegion {
+        base: unsafe { ptr.add(offset) },
+        ..region
+    })
+}
+
+fn read_target(region: HostRegion) -> ReadTarget {
+    if region.is_packed() {
+        ReadTarget::Direct(region.base)
+    } else {
+        ReadTarget::Scatter(region)
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn clEnqueueReadBufferRect(
+    command_queue: cl_command_queue,
+    buffer: cl_mem,
+    blocking_read: cl_bool,
+    buffer_origin: *const usize,
+    host_origin: *const usize,
+    region: *const usize,
+    buffer_row_pitch: usize,
+    buffer_slice_pitch: usize,
+    host_row_pitch: usize,
+    host_slice_pitch: usize,
+    ptr: *mut c_void,
+    num_events_in_wait_list: cl_uint,
+    event_wait_list: *const cl_event,
+    event: *mut cl_event,
+) -> cl_int {
+    enqueue(|| {
+        let sub = prepare(command_queue, num_events_in_wait_list, event_wait_list)?;
+        let mem = buffer_of_queue(&sub.queue, buffer)?;
+        check_host_access(&mem, true)?;
+        let rect = buffer_rect(&mem, buffer_origin, region, buffer_row_pitch, buffer_slice_pitch)?;
+        let host = host_rect(ptr as *mut u8, host_origin, &rect, host_row_pitch, host_slice_pitch)?;
+        let command = Command::ReadBufferRect { buffer: mem.id, rect };
+        read(sub, event, CL_COMMAND_READ_BUFFER_RECT, command, blocking_read != 0, host.packed_len(), read_target(host))
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn clEnqueueWriteBufferRect(
+    command_queue: cl_command_queue,
+    buffer: cl_mem,
+    _blocking_write: cl_bool,
+    buffer_origin: *const usize,
+    host_origin: *const usize,
+    region: *const usize,
+    buffer_row_pitch: usize,
+    buffer_slice_pitch: usize,
+    host_row_pitch: usize,
+    host_slice_pitch: usize,
+    ptr: *const c_void,
+    num_events_in_wait_list: cl_uint,
+    event_wait_list: *const cl_event,
+    event: *mut cl_event,
+) -> cl_int {
+    enqueue(|| {
+        let sub = prepare(command_queue, num_events_in_wait_list, event_wait_list)?;
+        let mem = buffer_of_queue(&sub.queue, buffer)?;
+        check_host_access(&mem, false)?;
+        let rect = buffer_rect(&mem, buffer_origin, region, buffer_row_pitch, buffer_slice_pitch)?;
+        let host = host_rect(ptr as *mut u8, host_origin, &rect, host_row_pitch, host_slice_pitch)?;
+        // SAFETY: the application's host memory covers the rectangle.
+        let packed = unsafe { host.pack() };
+        post(sub, event, CL_COMMAND_WRITE_BUFFER_RECT, Command::WriteBufferRect { buffer: mem.id, rect }, &packed)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn clEnqueueCopyBuffer(
+    command_queue: cl_command_queue,
+    src_buffer: cl_mem,
+    dst_buffer: cl_mem,
+    src_offset: usize,
+    dst_offset: usize,
+    size: usize,
+    num_events_in_wait_list: cl_uint,
+    event_wait_list: *const cl_event,
+    event: *mut cl_event,
+) -> cl_int {
+    enqueue(|| {
+        let sub = prepare(command_queue, num_events_in_wait_list, event_wait_list)?;
+        let src = buffer_of_queue(&sub.queue, src_buffer)?;
+        let dst = buffer_of_queue(&sub.queue, dst_buffer)?;
+        check_range(&src, src_offset, size)?;
+        check_range(&dst, dst_offset, size)?;
+        if Arc::ptr_eq(&src, &dst) && src_offset.abs_diff(dst_offset) < size {
+            return Err(CL_MEM_COPY_OVERLAP);
+        }
+        let command = Command::CopyBuffer {
+            src: src.id,
+            dst: dst.id,
+            src_offset: src_offset as u64,
+            dst_offset: dst_offset as u64,
+            size: size as u64,
+        };
+        post(sub, event, CL_COMMAND_COPY_BUFFER, command, &[])
+    })
+}
+
+/// Three values from an API array argument.
+fn triple(ptr: *const usize) -> Result<[u64; 3], cl_int> {
+    if ptr.is_null() {
+        return Err(CL_INVALID_VALUE);
+    }
+    // SAFETY: the API passes three values.
+    Ok(unsafe { *(ptr as *const [usize; 3]) }.map(|v| v as u64))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn clEnqueueCopyBufferRect(
+    command_queue: cl_command_queue,
+    src_buffer: cl_mem,
+    dst_buffer: cl_mem,
+    src_origin: *const usize,
+    dst_origin: *const usize,
+    region: *const usize,
+    src_row_pitch: usize,
+    src_slice_pitch: usize,
+    dst_row_pitch: usize,
+    dst_slice_pitch: usize,
+    num_events_in_wait_list: cl_uint,
+    event_wait_list: *const cl_event,
+    event: *mut cl_event,
+) -> cl_int {
+    enqueue(|| {
+        let sub = prepare(command_queue, num_events_in_wait_list, event_wait_list)?;
+        let src = buffer_of_queue(&sub.queue, src_buffer)?;
+        let dst = buffer_of_queue(&sub.queue, dst_buffer)?;
+        let src_rect = buffer_rect(&src, src_origin, region, src_row_pitch, src_slice_pitch)?;
+        let dst_rect = buffer_rect(&dst, dst_origin, region, dst_row_pitch, dst_slice_pitch)?;
+        let command = Command::CopyBufferRect {
+            src: src.id,
+            dst: dst.id,
+            src_origin: src_rect.buffer_origin,
+            dst_origin: dst_rect.buffer_origin,
+            region: src_rect.region,
+            src_row_pitch: src_rect.buffer_row_pitch,
+            src_slice_pitch: src_rect.buffer_slice_pitch,
+            dst_row_pitch: dst_rect.buffer_row_pitch,
+            dst_slice_pitch: dst_rect.buffer_slice_pitch,
+        };
+        post(sub, event, CL_COMMAND_COPY_BUFFER_RECT, command, &[])
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn clEnqueueFillBuffer(
+    command_queue: cl_command_queue,
+    buffer: cl_mem,
+    pattern: *const c_void,
+    pattern_size: usize,
+    offset: usize,
+    size: usize,
+    num_events_in_wait_list: cl_uint,
+    event_wait_list: *const cl_event,
+    event: *mut cl_event,
+) -> cl_int {
+    enqueue(|| {
+        let sub = prepare(command_queue, num_events_in_wait_list, event_wait_list)?;
+        let mem = buffer_of_queue(&sub.queue, buffer)?;
+        if pattern.is_null()
+            || !pattern_size.is_power_of_two()
+            || pattern_size > 128
+            || offset % pattern_size != 0
+            || size % pattern_size != 0
+        {
+            return Err(CL_INVALID_VALUE);
+        }
+        check_range(&mem, offset, size)?;
+        // SAFETY: the application provides `pattern_size` bytes.
+        let pattern = unsafe { std::slice::from_raw_parts(pattern as *const u8, pattern_size) }.to_vec();
+        let command = Command::FillBuffer {
+            buffer: mem.id,
+            pattern,
+            offset: offset as u64,
+            size: size as u64,
+        };
+        post(sub, event, CL_COMMAND_FILL_BUFFER, command, &[])
+    })
+}
+
+// ---- Images -----------------------------------------------------------------------------
+
+/// The host side of an image transfer: `region` pixels with the given pitches at `ptr`.
+fn image_host_region(mem: &Mem, ptr: *mut u8, region: [u64; 3], row_pitch: usize, slice_pitch: usize) -> Result<HostRegion, cl_int> {
+    let info = mem.image().ok_or(CL_INVALID_MEM_OBJECT)?;
+    if ptr.is_null() || region.contains(&0) {
+        return Err(CL_INVALID_VALUE);
+    }
+    let [w, h, d] = region.map(|v| v as usize);
+    let row_bytes = w * info.element_size;
+    let host = HostRegion::new(ptr, row_bytes, h, d, row_pitch, slice_pitch);
+    if host.row_pitch < row_bytes || (d > 1 && host.slice_pitch < host.row_pitch * h) {
+        return Err(CL_INVALID_VALUE);
+    }
+    Ok(host)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn clEnqueueReadImage(
+    command_queue: cl_command_queue,
+    image: cl_mem,
+    blocking_read: cl_bool,
+    origin: *const usize,
+    region: *const usize,
+    row_pitch: usize,
+    slice_pitch: usize,
+    ptr: *mut c_void,
+    num_events_in_wait_list: cl_uint,
+    event_wait_list: *const cl_event,
+    event: *mut cl_event,
+) -> cl_int {
+    enqueue(|| {
+        let sub = prepare(command_queue, num_events_in_wait_list, event_wait_list)?;
+        let mem = image_of_queue(&sub.queue, image)?;
+        check_host_access(&mem, true)?;
+        let (origin, region) = (triple(origin)?, triple(region)?);
+        let host = image_host_region(&mem, ptr as *mut u8, region, row_pitch, slice_pitch)?;
+        let command = Command::ReadImage { image: mem.id, origin, region };
+        read(sub, event, CL_COMMAND_READ_IMAGE, command, blocking_read != 0, host.packed_len(), read_target(host))
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn clEnqueueWriteImage(
+    command_queue: cl_command_queue,
+    image: cl_mem,
+    _blocking_write: cl_bool,
+    origin: *const usize,
+    region: *const usize,
+    input_row_pitch: usize,
+    input_slice_pitch: usize,
+    ptr: *const c_void,
+    num_events_in_wait_list: cl_uint,
+    event_wait_list: *const cl_event,
+    event: *mut cl_event,
+) -> cl_int {
+    enqueue(|| {
+        let sub = prepare(command_queue, num_events_in_wait_list, event_wait_list)?;
+        let mem = image_of_queue(&sub.queue, image)?;
+        check_host_access(&mem, false)?;
+        let (origin, region) = (triple(origin)?, triple(region)?);
+        let host = image_host_region(&mem, ptr as *mut u8, region, input_row_pitch, input_slice_pitch)?;
+        // SAFETY: the application's host memory covers the region.
+        let packed = unsafe { host.pack() };
+        post(sub, event, CL_COMMAND_WRITE_IMAGE, Command::WriteImage { image: mem.id, origin, region }, &packed)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn clEnqueueCopyImage(
+    command_queue: cl_command_queue,
+    src_image: cl_mem,
+    dst_image: cl_mem,
+    src_origin: *const usize,
+    dst_origin: *const usize,
+    region: *const usize,
+    num_events_in_wait_list: cl_uint,
+    event_wait_list: *const cl_event,
+    event: *mut cl_event,
+) -> cl_int {
+    enqueue(|| {
+        let sub = prepare(command_queue, num_events_in_wait_list, event_wait_list)?;
+        let src = image_of_queue(&sub.queue, src_image)?;
+        let dst = image_of_queue(&sub.queue, dst_image)?;
+        let command = Command::CopyImage {
+            src: src.id,
+            dst: dst.id,
+            src_origin: triple(src_origin)?,
+            dst_origin: triple(dst_origin)?,
+            region: triple(region)?,
+        };
+        post(sub, event, CL_COMMAND_COPY_IMAGE, command, &[])
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn clEnqueueFillImage(
+    command_queue: cl_command_queue,
+    image: cl_mem,
+    fill_color: *const c_void,
+    origin: *const usize,
+    region: *const usize,
+    num_events_in_wait_list: cl_uint,
+    event_wait_list: *const cl_event,
+    event: *mut cl_event,
+) -> cl_int {
+    enqueue(|| {
+        let sub = prepare(command_queue, num_events_in_wait_list, event_wait_list)?;
+        let mem = image_of_queue(&sub.queue, image)?;
+        if fill_color.is_null() {
+            return Err(CL_INVALID_VALUE);
+        }
+        // SAFETY: the fill color is four 32-bit components.
+        let color = unsafe { *(fill_color as *const [u8; 16]) };
+        let command = Command::FillImage {
+            image: mem.id,
+            color,
+            origin: triple(origin)?,
+            region: triple(region)?,
+        };
+        post(sub, event, CL_COMMAND_FILL_IMAGE, command, &[])
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn clEnqueueCopyImageToBuffer(
+    command_queue: cl_command_queue,
+    src_image: cl_mem,
+    dst_buffer: cl_mem,
+    src_origin: *const usize,
+    region: *const usize,
+    dst_offset: usize,
+    num_events_in_wait_list: cl_uint,
+    event_wait_list: *const cl_event,
+    event: *mut cl_event,
+) -> cl_int {
+    enqueue(|| {
+        let sub = prepare(command_queue, num_events_in_wait_list, event_wait_list)?;
+        let src = image_of_queue(&sub.queue, src_image)?;
+        let dst = buffer_of_queue(&sub.queue, dst_buffer)?;
+        let command = Command::CopyImageToBuffer {
+            src: src.id,
+            dst: dst.id,
+            src_origin: triple(src_origin)?,
+            region: triple(region)?,
+            dst_offset: dst_offset as u64,
+        };
+        post(sub, event, CL_COMMAND_COPY_IMAGE_TO_BUFFER, command, &[])
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn clEnqueueCopyBufferToImage(
+    command_queue: cl_command_queue,
+    src_buffer: cl_mem,
+    dst_image: cl_mem,
+    src_offset: usize,
+    dst_origin: *const usize,
+    region: *const usize,
+    num_events_in_wait_list: cl_uint,
+    event_wait_list: *const cl_event,
+    event: *mut cl_event,
+) -> cl_int {
+    enqueue(|| {
+        let sub = prepare(command_queue, num_events_in_wait_list, event_wait_list)?;
+        let src = buffer_of_queue(&sub.queue, src_buffer)?;
+        let dst = image_of_queue(&sub.queue, dst_image)?;
+        let command = Command::CopyBufferToImage {
+            src: src.id,
+            dst: dst.id,
+            src_offset: src_offset as u64,
+            dst_origin: triple(dst_origin)?,
+            region: triple(region)?,
+        };
+        post(sub, event, CL_COMMAND_COPY_BUFFER_TO_IMAGE, command, &[])
+    })
+}
+
+// ---- Map and unmap ----------------------------------------------------------------------
+//
+// The client owns mapped memory: a map for reading copies the region back (into the
+// USE_HOST_PTR memory, or into memory rgpu allocates), and an unmap of a writing map sends it.
+
+const MAP_FLAGS: cl_map_flags = CL_MAP_READ | CL_MAP_WRITE | CL_MAP_WRITE_INVALIDATE_REGION;
+
+fn check_map_flags(flags: cl_map_flags) -> Result<(), cl_int> {
+    if flags & !MAP_FLAGS != 0
+        || (flags & CL_MAP_WRITE_INVALIDATE_REGION != 0 && flags & (CL_MAP_READ | CL_MAP_WRITE) != 0)
+    {
+        return Err(CL_INVALID_VALUE);
+    }
+    Ok(())
+}
+
+/// Whether a map must fetch the current contents.
+fn map_reads(flags: cl_map_flags) -> bool {
+    flags & CL_MAP_WRITE_INVALIDATE_REGION == 0
+}
+
+/// Whether an unmap must send the contents back.
+fn map_writes(flags: cl_map_flags) -> bool {
+    flags & (CL_MAP_WRITE | CL_MAP_WRITE_INVALIDATE_REGION) != 0
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn clEnqueueMapBuffer(
+    command_queue: cl_command_queue,
+    buffer: cl_mem,
+    blocking_map: cl_bool,
+    map_flags: cl_map_flags,
+    offset: usize,
+    size: usize,
+    num_events_in_wait_list: cl_uint,
+    event_wait_list: *const cl_event,
+    event: *mut cl_event,
+    errcode_ret: *mut cl_int,
+) -> *mut c_void {
+    guard(std::ptr::null_mut(), || {
+        let result = (|| {
+            let sub = prepare(command_queue, num_events_in_wait_list, event_wait_list)?;
+            let mem = buffer_of_queue(&sub.queue, buffer)?;
+            check_map_flags(map_flags)?;
+            check_range(&mem, offset, size)?;
+            let (ptr, owned) = if mem.host_ptr != 0 {
+                ((mem.host_ptr + offset) as *mut u8, None)
+            } else {
+                let owned = AlignedBuf::new(size).ok_or(CL_OUT_OF_HOST_MEMORY)?;
+                (owned.as_ptr(), Some(owned))
+            };
+            if map_reads(map_flags) {
+                let command = Command::ReadBuffer {
+                    buffer: mem.id,
+                    offset: offset as u64,
+                    size: size as u64,
+                };
+                read(sub, event, CL_COMMAND_MAP_BUFFER, command, blocking_map != 0, size, ReadTarget::Direct(ptr))?;
+            } else {
+                post(sub, event, CL_COMMAND_MAP_BUFFER, Command::MarkerWithWaitList, &[])?;
+            }
+            let mapping = Mapping {
+                flags: map_flags,
+                origin: [offset, 0, 0],
+                region: [size, 1, 1],
+                owned,
+                row_pitch: 0,
+                slice_pitch: 0,
+            };
+            mem.maps.lock().unwrap().push((ptr as usize, mapping));
+            Ok(ptr as *mut c_void)
+        })();
+        // SAFETY: the application's errcode pointer.
+        unsafe { crate::util::creation(result, errcode_ret) }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn clEnqueueMapImage(
+    command_queue: cl_command_queue,
+    image: cl_mem,
+    blocking_map: cl_bool,
+    map_flags: cl_map_flags,
+    origin: *const usize,
+    region: *const usize,
+    image_row_pitch: *mut usize,
+    image_slice_pitch: *mut usize,
+    num_events_in_wait_list: cl_uint,
+    event_wait_list: *const cl_event,
+    event: *mut cl_event,
+    errcode_ret: *mut cl_int,
+) -> *mut c_void {
+    guard(std::ptr::null_mut(), || {
+        let result = (|| {
+            let sub = prepare(command_queue, num_events_in_wait_list, event_wait_list)?;
+            let mem = image_of_queue(&sub.queue, image)?;
+            check_map_flags(map_flags)?;
+            if image_row_pitch.is_null() {
+                return Err(CL_INVALID_VALUE);
+            }
+            let info = mem.image().ok_or(CL_INVALID_MEM_OBJECT)?.clone();
+            let (origin, region) = (triple(origin)?, triple(region)?);
+            let [ox, oy, oz] = origin.map(|v| v as usize);
+            // USE_HOST_PTR images map onto the application's memory with its pitches;
+            // otherwise rgpu allocates a tightly packed region.
+            let (ptr, owned, row_pitch, slice_pitch) = if mem.host_ptr != 0 {
+                let offset = oz * info.slice_pitch + oy * info.row_pitch + ox * info.element_size;
+                ((mem.host_ptr + offset) as *mut u8, None, info.row_pitch, info.slice_pitch)
+            } else {
+                let row_pitch = region[0] as usize * info.element_size;
+                let slice_pitch = row_pitch * region[1] as usize;
+                let owned = AlignedBuf::new(slice_pitch * region[2] as usize).ok_or(CL_OUT_OF_HOST_MEMORY)?;
+                (owned.as_ptr(), Some(owned), row_pitch, slice_pitch)
+            };
+            let host = image_host_region(&mem, ptr, region, row_pitch, slice_pitch)?;
+            if map_reads(map_flags) {
+                let command = Command::ReadImage { image: mem.id, origin, region };
+                read(sub, event, CL_COMMAND_MAP_IMAGE, command, blocking_map != 0, host.packed_len(), read_target(host))?;
+            } else {
+                post(sub, event, CL_COMMAND_MAP_IMAGE, Command::MarkerWithWaitList, &[])?;
+            }
+            // SAFETY: checked non-null above; image_slice_pitch may be null for 1-D/2-D images.
+            unsafe {
+                *image_row_pitch = row_pitch;
+                if !image_slice_pitch.is_null() {
+                    *image_slice_pitch = if region[2] > 1 || info.desc.image_type != CL_MEM_OBJECT_IMAGE2D { slice_pitch } else { 0 };
+                }
+            }
+            let mapping = Mapping {
+                flags: map_flags,
+                origin: [ox, oy, oz],
+                region: region.map(|v| v as usize),
+                owned,
+                row_pitch,
+                slice_pitch,
+            };
+            mem.maps.lock().unwrap().push((ptr as usize, mapping));
+            Ok(ptr as *mut c_void)
+        })();
+        // SAFETY: the application's errcode pointer.
+        unsafe { crate::util::creation(result, errcode_ret) }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn clEnqueueUnmapMemObject(
+    command_queue: cl_command_queue,
+    memobj: cl_mem,
+    mapped_ptr: *mut c_void,
+    num_events_in_wait_list: cl_uint,
+    event_wait_list: *const cl_event,
+    event: *mut cl_event,
+) -> cl_int {
+    enqueue(|| {
+        let sub = prepare(command_queue, num_events_in_wait_list, event_wait_list)?;
+        let mem = mem_of_queue(&sub.queue, memobj)?;
+        let mapping = {
+            let mut maps = mem.maps.lock().unwrap();
+            let index = maps
+                .iter()
+                .position(|(ptr, _)| *ptr == mapped_ptr as usize)
+                .ok_or(CL_INVALID_VALUE)?;
+            maps.remove(index).1
+        };
+        let ptr = mapped_ptr as *mut u8;
+        if !map_writes(mapping.flags) {
+            return post(sub, event, CL_COMMAND_UNMAP_MEM_OBJECT, Command::MarkerWithWaitList, &[]);
+        }
+        // The data leaves the mapped memory before this returns, so it can be freed after.
+        match mem.image() {
+            None => {
+                // SAFETY: the mapped region is `region[0]` bytes at `ptr`.
+                let data = unsafe { std::slice::from_raw_parts(ptr, mapping.region[0]) };
+                let command = Command::WriteBuffer {
+                    buffer: mem.id,
+                    offset: mapping.origin[0] as u64,
+                    size: mapping.region[0] as u64,
+                };
+                post(sub, event, CL_COMMAND_UNMAP_MEM_OBJECT, command, data)
+            }
+            Some(_) => {
+                let region = mapping.region.map(|v| v as u64);
+                let host = image_host_region(&mem, ptr, region, mapping.row_pitch, mapping.slice_pitch)?;
+                // SAFETY: the mapped region as the map described it.
+                let packed = unsafe { host.pack() };
+                let command = Command::WriteImage {
+                    image: mem.id,
+                    origin: mapping.origin.map(|v| v as u64),
+                    region,
+                };
+                post(sub, event, CL_COMMAND_UNMAP_MEM_OBJECT, command, &packed)
+            }
+        }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn clEnqueueMigrateMemObjects(
+    command_queue: cl_command_queue,
+    num_mem_objects: cl_uint,
+    mem_objects: *const cl_mem,
+    flags: cl_mem_migration_flags,
+    num_events_in_wait_list: cl_uint,
+    event_wait_list: *const cl_event,
+    event: *mut cl_event,
+) -> cl_int {
+    enqueue(|| {
+        let sub = prepare(command_queue, num_events_in_wait_list, event_wait_list)?;
+        if num_mem_objects == 0 || mem_objects.is_null() {
+            return Err(CL_INVALID_VALUE);
+        }
+        if flags & !(CL_MIGRATE_MEM_OBJECT_HOST | CL_MIGRATE_MEM_OBJECT_CONTENT_UNDEFINED) != 0 {
+            return Err(CL_INVALID_VALUE);
+        }
+        // SAFETY: the application's array of `num_mem_objects` handles.
+        let raw = unsafe { slice(mem_objects, num_mem_objects as usize) };
+        let objects = raw
+            .iter()
+            .map(|&m| mem_of_queue(&sub.queue, m).map(|m| m.id))
+            .collect::<Result<Vec<Id>, cl_int>>()?;
+        post(sub, event, CL_COMMAND_MIGRATE_MEM_OBJECTS, Command::MigrateMemObjects { objects, flags }, &[])
+    })
+}
+
+// ---- Kernels ----------------------------------------------------------------------------
+
+/// The arguments changed since the kernel's last launch; every argument must be set.
+fn changed_args(kernel: &Kernel) -> Result<Vec<(u32, KernelArg)>, cl_int> {
+    let mut args = kernel.args.lock().unwrap();
+    if args.values.len() < kernel.num_args as usize || args.values.iter().any(Option::is_none) {
+        return Err(CL_INVALID_KERNEL_ARGS);
+    }
+    let crate::objects::KernelArgs { values, dirty } = &mut *args;
+    let mut changed = Vec::new();
+    for (index, (value, dirty)) in values.iter().zip(dirty.iter_mut()).enumerate() {
+        if *dirty {
+            if let Some(value) = value {
+                changed.push((index as u32, value.clone()));
+            }
+            *dirty = false;
+        }
+    }
+    Ok(changed)
+}
+
+fn launch(
+    command_queue: cl_command_queue,
+    kernel: cl_kernel,
+    work_dim: cl_uint,
+    offset: Option<Vec<u64>>,
+    global: Vec<u64>,
+    local: Option<Vec<u64>>,
+    num_events_in_wait_list: cl_uint,
+    event_wait_list: *const cl_event,
+    event: *mut cl_event,
+    command_type: cl_command_type,
+) -> Result<(), cl_int> {
+    let sub = prepare(command_queue, num_events_in_wait_list, event_wait_list)?;
+    let kernel = handle::lookup::<Kernel>(kernel)?;
+    if !Arc::ptr_eq(&kernel.program.context, &sub.queue.context) {
+        return Err(CL_INVALID_CONTEXT);
+    }
+    if !Arc::ptr_eq(&kernel.conn, &sub.queue.conn) {
+        return Err(CL_INVALID_CONTEXT);
+    }
+    let args = changed_args(&kernel)?;
+    let command = Command::NdRange {
+        kernel: kernel.id,
+        work_dim,
+        offset,
+        global,
+        local,
+        args,
+    };
+    post(sub, event, command_type, command, &[])
+}
+
+/// The values of an optional size array of `work_dim` entries.
+fn sizes(ptr: *const usize, work_dim: cl_uint) -> Option<Vec<u64>> {
+    // SAFETY: the API passes `work_dim` values when the pointer is non-null.
+    (!ptr.is_null()).then(|| unsafe { slice(ptr, work_dim as usize) }.iter().map(|&v| v as u64).collect())
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn clEnqueueNDRangeKernel(
+    command_queue: cl_command_queue,
+    kernel: cl_kernel,
+    work_dim: cl_uint,
+    global_work_offset: *const usize,
+    global_work_size: *const usize,
+    local_work_size: *const usize,
+    num_events_in_wait_list: cl_uint,
+    event_wait_list: *const cl_event,
+    event: *mut cl_event,
+) -> cl_int {
+    enqueue(|| {
+        if !(1..=3).contains(&work_dim) {
+            // Check the queue and kernel first: their errors take precedence.
+            queue_from(command_queue)?;
+            handle::lookup::<Kernel>(kernel)?;
+            return Err(CL_INVALID_WORK_DIMENSION);
+        }
+        let global = sizes(global_work_size, work_dim).ok_or(CL_INVALID_VALUE)?;
+        launch(
+            command_queue,
+            kernel,
+            work_dim,
+            sizes(global_work_offset, work_dim),
+            global,
+            sizes(local_work_size, work_dim),
+            num_events_in_wait_list,
+            event_wait_list,
+            event,
+            CL_COMMAND_NDRANGE_KERNEL,
+        )
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn clEnqueueTask(
+    command_queue: cl_command_queue,
+    kernel: cl_kernel,
+    num_events_in_wait_list: cl_uint,
+    event_wait_list: *const cl_event,
+    event: *mut cl_event,
+) -> cl_int {
+    enqueue(|| {
+        launch(
+            command_queue,
+            kernel,
+            1,
+            None,
+            vec![1],
+            Some(vec![1]),
+            num_events_in_wait_list,
+            event_wait_list,
+            event,
+            CL_COMMAND_TASK,
+        )
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn clEnqueueNativeKernel(
+    command_queue: cl_command_queue,
+    _user_func: Option<unsafe extern "C" fn(*mut c_void)>,
+    _args: *mut c_void,
+    _cb_args: usize,
+    _num_mem_objects: cl_uint,
+    _mem_list: *const cl_mem,
+    _args_mem_loc: *mut *const c_void,
+    _num_events_in_wait_list: cl_uint,
+    _event_wait_list: *const cl_event,
+    _event: *mut cl_event,
+) -> cl_int {
+    // A host function cannot run on a device of another machine.
+    crate::unsupported::report("clEnqueueNativeKernel");
+    match queue_from(command_queue) {
+        Ok(_) => CL_INVALID_OPERATION,
+        Err(code) => code,
+    }
+}
+
+// ---- Synchronization points in the queue ------------------------------------------------
+
+#[no_mangle]
+pub unsafe extern "C" fn clEnqueueMarkerWithWaitList(
+    command_queue: cl_command_queue,
+    num_events_in_wait_list: cl_uint,
+    event_wait_list: *const cl_event,
+    event: *mut cl_event,
+) -> cl_int {
+    enqueue(|| {
+        let sub = prepare(command_queue, num_events_in_wait_list, event_wait_list)?;
+        post(sub, event, CL_COMMAND_MARKER, Command::MarkerWithWaitList, &[])
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn clEnqueueBarrierWithWaitList(
+    command_queue: cl_command_queue,
+    num_events_in_wait_list: cl_uint,
+    event_wait_list: *const cl_event,
+    event: *mut cl_event,
+) -> cl_int {
+    enqueue(|| {
+        let sub = prepare(command_queue, num_events_in_wait_list, event_wait_list)?;
+        post(sub, event, CL_COMMAND_BARRIER, Command::BarrierWithWaitList, &[])
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn clEnqueueMarker(command_queue: cl_command_queue, event: *mut cl_event) -> cl_int {
+    enqueue(|| {
+        if event.is_null() {
+            return Err(CL_INVALID_VALUE);
+        }
+        let sub = prepare(command_queue, 0, std::ptr::null())?;
+        post(sub, event, CL_COMMAND_MARKER, Command::MarkerWithWaitList, &[])
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn clEnqueueBarrier(command_queue: cl_command_queue) -> cl_int {
+    enqueue(|| {
+        let sub = prepare(command_queue, 0, std::ptr::null())?;
+        post(sub, std::ptr::null_mut(), CL_COMMAND_BARRIER, Command::BarrierWithWaitList, &[])
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn clEnqueueWaitForEvents(
+    command_queue: cl_command_queue,
+    num_events: cl_uint,
+    event_list: *const cl_event,
+) -> cl_int {
+    enqueue(|| {
+        if num_events == 0 || event_list.is_null() {
+            return Err(CL_INVALID_VALUE);
+        }
+        let sub = prepare(command_queue, num_events, event_list)?;
+        post(sub, std::ptr::null_mut(), CL_COMMAND_BARRIER, Command::BarrierWithWaitList, &[])
+    })
+}

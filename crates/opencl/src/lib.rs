@@ -1,0 +1,20 @@
+//! `librgpu_opencl.so`: an OpenCL ICD whose platform, `rgpu`, holds the devices of the servers
+//! in `RGPU_SERVERS`. The ICD loader finds it through an `.icd` file (`rgpu run` sets that up);
+//! it also exports the `cl*` symbols, so it can be linked directly where no loader is present.
+//!
+//! Layout: `api/` has the entry points by API group; `objects.rs` what each handle knows;
+//! `handle.rs` how handles are made, checked and released; `runtime.rs` the process-wide
+//! connections and platform; `generated_dispatch.rs` the dispatch table (generated).
+
+#![allow(non_snake_case)]
+#![allow(clippy::missing_safety_doc)]
+#![allow(clippy::too_many_arguments)]
+
+pub mod api;
+mod generated_dispatch;
+mod handle;
+mod objects;
+mod region;
+mod runtime;
+mod unsupported;
+mod util;

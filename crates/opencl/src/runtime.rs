@@ -1,0 +1,175 @@
+//! Process-wide state: the connections to the servers of `RGPU_SERVERS`, the one `rgpu`
+//! platform with every server's devices, and the thread that runs application callbacks.
+
+use std::collections::HashMap;
+use std::sync::mpsc::{channel, Sender};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use opencl_sys::*;
+use rgpu_client::{ClientConfig, Connection};
+use rgpu_protocol::opencl::{ClReply, ClRequest, DeviceDesc, Id};
+
+use crate::handle::{self, Ref};
+use crate::objects::{Device, Event, Platform};
+
+/// rgpu's own device query: the server ("host:port") that holds a device.
+pub const CL_DEVICE_RGPU_SERVER: u32 = 0x5247_0001;
+/// Listed in every rgpu device's extensions.
+pub const RGPU_DEVICE_EXTENSION: &str = "cl_rgpu_remote_device";
+
+pub struct Runtime {
+    pub platform: Ref<Platform>,
+    /// Events whose completion the application wants to hear about, by connection and id.
+    /// Held strongly: a callback must run even if the application released the event.
+    notified_events: Mutex<HashMap<(usize, Id), Ref<Event>>>,
+    callbacks: Mutex<Sender<Box<dyn FnOnce() + Send>>>,
+}
+
+static RUNTIME: OnceLock<Option<Runtime>> = OnceLock::new();
+
+/// The runtime, connecting to the servers on first use. None when no servers are configured
+/// (the ICD then lists no platform, so installing it never disturbs other programs).
+pub fn runtime() -> Option<&'static Runtime> {
+    RUNTIME.get_or_init(init).as_ref()
+}
+
+fn init() -> Option<Runtime> {
+    let _ = env_logger::Builder::from_env(env_logger::Env::new().filter_or("RGPU_LOG", "warn"))
+        .format_target(false)
+        .try_init();
+    let config = match ClientConfig::from_env() {
+        Ok(config) => config,
+        Err(e) => {
+            log::error!("rgpu: {e}");
+            return None;
+        }
+    };
+    if config.servers.is_empty() {
+        log::debug!("RGPU_SERVERS is not set: the rgpu platform is not offered");
+        return None;
+    }
+    let mut devices = Vec::new();
+    for (endpoint, result) in config.servers.iter().zip(config.connect_all()) {
+        match result.and_then(|conn| inventory_devices(&conn).map(|d| (conn, d))) {
+            Ok((conn, descs)) => {
+                install_event_listener(&conn);
+                for desc in descs {
+                    devices.push(make_device(&conn, endpoint.to_string(), desc));
+                }
+            }
+            Err(e) => log::error!("rgpu: server {endpoint} is not available: {e}"),
+        }
+    }
+    let (sender, receiver) = channel::<Box<dyn FnOnce() + Send>>();
+    std::thread::Builder::new()
+        .name("rgpu-callbacks".into())
+        .spawn(move || {
+            for job in receiver {
+                job();
+            }
+        })
+        .ok()?;
+    Some(Runtime {
+        platform: handle::create(Platform { devices }),
+        notified_events: Mutex::new(HashMap::new()),
+        callbacks: Mutex::new(sender),
+    })
+}
+
+fn inventory_devices(conn: &Arc<Connection>) -> Result<Vec<DeviceDesc>, rgpu_client::ClientError> {
+    match conn.call_cl(ClRequest::GetInventory, &[])? {
+        ClReply::Inventory(inventory) => Ok(inventory.devices),
+        other => Err(rgpu_client::ClientError::Protocol(format!(
+            "unexpected inventory reply {other:?}"
+        ))),
+    }
+}
+
+/// A device as the application sees it: the server's info, with the facts that differ for a
+/// remote device adjusted.
+fn make_device(conn: &Arc<Connection>, server: String, desc: DeviceDesc) -> Ref<Device> {
+    let mut info: HashMap<u32, Vec<u8>> = desc.info.into_iter().collect();
+    let device_type = info
+        .get(&CL_DEVICE_TYPE)
+        .and_then(|v| v.get(..8))
+        .map(|b| u64::from_le_bytes(b.try_into().unwrap()))
+        .unwrap_or(CL_DEVICE_TYPE_DEFAULT);
+    if let Some(ext) = info.get(&CL_DEVICE_EXTENSIONS) {
+        let text = String::from_utf8_lossy(ext).trim_end_matches('\0').to_string();
+        // Interop with the client's graphics APIs cannot work across machines.
+        let kept: Vec<&str> = text
+            .split_whitespace()
+            .filter(|e| !e.contains("gl_sharing") && !e.contains("d3d") && !e.contains("dx9"))
+            .filter(|e| !e.contains("egl"))
+            .collect();
+        let joined = format!("{} {RGPU_DEVICE_EXTENSION}", kept.join(" "));
+        info.insert(CL_DEVICE_EXTENSIONS, crate::util::string_bytes(joined.trim()));
+    }
+    let bool_false = crate::util::bytes_of(&(CL_FALSE as cl_bool));
+    // Host memory is not shared with a device on another machine.
+    info.insert(CL_DEVICE_HOST_UNIFIED_MEMORY, bool_false.clone());
+    // Not offered through rgpu (yet): SVM, pipes, device-side enqueue, partitioning.
+    info.insert(CL_DEVICE_SVM_CAPABILITIES, crate::util::bytes_of(&(0 as cl_bitfield)));
+    info.insert(CL_DEVICE_PIPE_SUPPORT, bool_false);
+    info.insert(CL_DEVICE_MAX_PIPE_ARGS, crate::util::bytes_of(&(0 as cl_uint)));
+    info.insert(
+        CL_DEVICE_DEVICE_ENQUEUE_CAPABILITIES,
+        crate::util::bytes_of(&(0 as cl_bitfield)),
+    );
+    info.insert(CL_DEVICE_PARTITION_MAX_SUB_DEVICES, crate::util::bytes_of(&(0 as cl_uint)));
+    info.insert(
+        CL_DEVICE_PARTITION_PROPERTIES,
+        crate::util::bytes_of(&(0 as cl_device_partition_property)),
+    );
+    info.insert(CL_DEVICE_PARTITION_AFFINITY_DOMAIN, crate::util::bytes_of(&(0 as cl_bitfield)));
+    info.insert(CL_DEVICE_PARTITION_TYPE, Vec::new());
+    info.insert(CL_DEVICE_RGPU_SERVER, crate::util::string_bytes(&server));
+    handle::create(Device {
+        conn: Arc::clone(conn),
+        id: desc.id,
+        info,
+        device_type,
+    })
+}
+
+fn install_event_listener(conn: &Arc<Connection>) {
+    let key = Arc::as_ptr(conn) as usize;
+    conn.set_event_listener(move |id, status| {
+        let Some(rt) = runtime_if_ready() else { return };
+        let event = rt.notified_events.lock().unwrap().get(&(key, id)).cloned();
+        if let Some(event) = event {
+            crate::api::event::set_status(&event, status);
+        }
+    });
+}
+
+/// The runtime if it finished initializing (the event listener may run during init).
+fn runtime_if_ready() -> Option<&'static Runtime> {
+    RUNTIME.get().and_then(Option::as_ref)
+}
+
+impl Runtime {
+    /// Runs an application callback on the callback thread (never on the connection's reader
+    /// thread, since a callback may itself call OpenCL and wait for the server).
+    pub fn run_callback(&self, job: Box<dyn FnOnce() + Send>) {
+        let _ = self.callbacks.lock().unwrap().send(job);
+    }
+
+    /// Remembers an event for the server's completion notification.
+    pub fn watch_event(&self, event: &Ref<Event>) {
+        let key = (Arc::as_ptr(&event.conn) as usize, event.id);
+        self.notified_events
+            .lock()
+            .unwrap()
+            .insert(key, event.clone());
+    }
+
+    pub fn unwatch_event(&self, event: &Event) {
+        let key = (Arc::as_ptr(&event.conn) as usize, event.id);
+        self.notified_events.lock().unwrap().remove(&key);
+    }
+
+    pub fn devices(&self) -> &[Ref<Device>] {
+        &self.platform.obj.devices
+    }
+}
