@@ -27,32 +27,32 @@ pub static DISPATCH: _cl_icd_dispatch = _cl_icd_dispatch {
     clGetCommandQueueInfo: Some(crate::api::queue::clGetCommandQueueInfo),
     clSetCommandQueueProperty: Some(crate::api::queue::clSetCommandQueueProperty),
     clCreateBuffer: Some(crate::api::memory::clCreateBuffer),
-    clCreateImage2D: Some(clCreateImage2D),
-    clCreateImage3D: Some(clCreateImage3D),
+    clCreateImage2D: Some(crate::api::image::clCreateImage2D),
+    clCreateImage3D: Some(crate::api::image::clCreateImage3D),
     clRetainMemObject: Some(crate::api::memory::clRetainMemObject),
     clReleaseMemObject: Some(crate::api::memory::clReleaseMemObject),
-    clGetSupportedImageFormats: Some(clGetSupportedImageFormats),
+    clGetSupportedImageFormats: Some(crate::api::image::clGetSupportedImageFormats),
     clGetMemObjectInfo: Some(crate::api::memory::clGetMemObjectInfo),
-    clGetImageInfo: Some(clGetImageInfo),
-    clCreateSampler: Some(clCreateSampler),
-    clRetainSampler: Some(clRetainSampler),
-    clReleaseSampler: Some(clReleaseSampler),
-    clGetSamplerInfo: Some(clGetSamplerInfo),
-    clCreateProgramWithSource: Some(clCreateProgramWithSource),
-    clCreateProgramWithBinary: Some(clCreateProgramWithBinary),
-    clRetainProgram: Some(clRetainProgram),
-    clReleaseProgram: Some(clReleaseProgram),
-    clBuildProgram: Some(clBuildProgram),
+    clGetImageInfo: Some(crate::api::image::clGetImageInfo),
+    clCreateSampler: Some(crate::api::sampler::clCreateSampler),
+    clRetainSampler: Some(crate::api::sampler::clRetainSampler),
+    clReleaseSampler: Some(crate::api::sampler::clReleaseSampler),
+    clGetSamplerInfo: Some(crate::api::sampler::clGetSamplerInfo),
+    clCreateProgramWithSource: Some(crate::api::program::clCreateProgramWithSource),
+    clCreateProgramWithBinary: Some(crate::api::program::clCreateProgramWithBinary),
+    clRetainProgram: Some(crate::api::program::clRetainProgram),
+    clReleaseProgram: Some(crate::api::program::clReleaseProgram),
+    clBuildProgram: Some(crate::api::program::clBuildProgram),
     clUnloadCompiler: Some(crate::api::platform::clUnloadCompiler),
-    clGetProgramInfo: Some(clGetProgramInfo),
-    clGetProgramBuildInfo: Some(clGetProgramBuildInfo),
-    clCreateKernel: Some(clCreateKernel),
-    clCreateKernelsInProgram: Some(clCreateKernelsInProgram),
-    clRetainKernel: Some(clRetainKernel),
-    clReleaseKernel: Some(clReleaseKernel),
-    clSetKernelArg: Some(clSetKernelArg),
-    clGetKernelInfo: Some(clGetKernelInfo),
-    clGetKernelWorkGroupInfo: Some(clGetKernelWorkGroupInfo),
+    clGetProgramInfo: Some(crate::api::program::clGetProgramInfo),
+    clGetProgramBuildInfo: Some(crate::api::program::clGetProgramBuildInfo),
+    clCreateKernel: Some(crate::api::kernel::clCreateKernel),
+    clCreateKernelsInProgram: Some(crate::api::kernel::clCreateKernelsInProgram),
+    clRetainKernel: Some(crate::api::kernel::clRetainKernel),
+    clReleaseKernel: Some(crate::api::kernel::clReleaseKernel),
+    clSetKernelArg: Some(crate::api::kernel::clSetKernelArg),
+    clGetKernelInfo: Some(crate::api::kernel::clGetKernelInfo),
+    clGetKernelWorkGroupInfo: Some(crate::api::kernel::clGetKernelWorkGroupInfo),
     clWaitForEvents: Some(crate::api::event::clWaitForEvents),
     clGetEventInfo: Some(crate::api::event::clGetEventInfo),
     clRetainEvent: Some(crate::api::event::clRetainEvent),
@@ -108,12 +108,12 @@ pub static DISPATCH: _cl_icd_dispatch = _cl_icd_dispatch {
     clCreateSubDevices: Some(crate::api::device::clCreateSubDevices),
     clRetainDevice: Some(crate::api::device::clRetainDevice),
     clReleaseDevice: Some(crate::api::device::clReleaseDevice),
-    clCreateImage: Some(clCreateImage),
-    clCreateProgramWithBuiltInKernels: Some(clCreateProgramWithBuiltInKernels),
-    clCompileProgram: Some(clCompileProgram),
-    clLinkProgram: Some(clLinkProgram),
+    clCreateImage: Some(crate::api::image::clCreateImage),
+    clCreateProgramWithBuiltInKernels: Some(crate::api::program::clCreateProgramWithBuiltInKernels),
+    clCompileProgram: Some(crate::api::program::clCompileProgram),
+    clLinkProgram: Some(crate::api::program::clLinkProgram),
     clUnloadPlatformCompiler: Some(crate::api::platform::clUnloadPlatformCompiler),
-    clGetKernelArgInfo: Some(clGetKernelArgInfo),
+    clGetKernelArgInfo: Some(crate::api::kernel::clGetKernelArgInfo),
     clEnqueueFillBuffer: Some(crate::api::enqueue::clEnqueueFillBuffer),
     clEnqueueFillImage: Some(crate::api::enqueue::clEnqueueFillImage),
     clEnqueueMigrateMemObjects: Some(crate::api::enqueue::clEnqueueMigrateMemObjects),
@@ -147,21 +147,23 @@ pub static DISPATCH: _cl_icd_dispatch = _cl_icd_dispatch {
     clEnqueueSVMMemFill: Some(clEnqueueSVMMemFill),
     clEnqueueSVMMap: Some(clEnqueueSVMMap),
     clEnqueueSVMUnmap: Some(clEnqueueSVMUnmap),
-    clCreateSamplerWithProperties: Some(clCreateSamplerWithProperties),
-    clSetKernelArgSVMPointer: Some(clSetKernelArgSVMPointer),
-    clSetKernelExecInfo: Some(clSetKernelExecInfo),
+    clCreateSamplerWithProperties: Some(crate::api::sampler::clCreateSamplerWithProperties),
+    clSetKernelArgSVMPointer: Some(crate::api::kernel::clSetKernelArgSVMPointer),
+    clSetKernelExecInfo: Some(crate::api::kernel::clSetKernelExecInfo),
     clGetKernelSubGroupInfoKHR: Some(clGetKernelSubGroupInfoKHR),
-    clCloneKernel: Some(clCloneKernel),
-    clCreateProgramWithIL: Some(clCreateProgramWithIL),
+    clCloneKernel: Some(crate::api::kernel::clCloneKernel),
+    clCreateProgramWithIL: Some(crate::api::program::clCreateProgramWithIL),
     clEnqueueSVMMigrateMem: Some(clEnqueueSVMMigrateMem),
     clGetDeviceAndHostTimer: Some(clGetDeviceAndHostTimer),
     clGetHostTimer: Some(crate::api::device::clGetHostTimer),
-    clGetKernelSubGroupInfo: Some(clGetKernelSubGroupInfo),
+    clGetKernelSubGroupInfo: Some(crate::api::kernel::clGetKernelSubGroupInfo),
     clSetDefaultDeviceCommandQueue: Some(clSetDefaultDeviceCommandQueue),
-    clSetProgramReleaseCallback: Some(clSetProgramReleaseCallback),
-    clSetProgramSpecializationConstant: Some(clSetProgramSpecializationConstant),
+    clSetProgramReleaseCallback: Some(crate::api::program::clSetProgramReleaseCallback),
+    clSetProgramSpecializationConstant: Some(
+        crate::api::program::clSetProgramSpecializationConstant,
+    ),
     clCreateBufferWithProperties: Some(crate::api::memory::clCreateBufferWithProperties),
-    clCreateImageWithProperties: Some(clCreateImageWithProperties),
+    clCreateImageWithProperties: Some(crate::api::image::clCreateImageWithProperties),
     clSetContextDestructorCallback: Some(crate::api::context::clSetContextDestructorCallback),
     clGetKernelSuggestedLocalWorkSize: Some(clGetKernelSuggestedLocalWorkSize),
 };
@@ -175,256 +177,6 @@ unsafe fn set_errcode(errcode_ret: *mut cl_int, code: cl_int) {
         // SAFETY: non-NULL, so writable by this function's contract.
         unsafe { *errcode_ret = code };
     }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn clCreateImage2D(
-    _context: cl_context,
-    _flags: cl_mem_flags,
-    _image_format: *const cl_image_format,
-    _image_width: size_t,
-    _image_height: size_t,
-    _image_row_pitch: size_t,
-    _host_ptr: *mut c_void,
-    errcode_ret: *mut cl_int,
-) -> cl_mem {
-    crate::unsupported::report("clCreateImage2D");
-    // SAFETY: errcode_ret is the caller's, NULL or valid (OpenCL API contract).
-    unsafe { set_errcode(errcode_ret, CL_INVALID_OPERATION) };
-    std::ptr::null_mut()
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn clCreateImage3D(
-    _context: cl_context,
-    _flags: cl_mem_flags,
-    _image_format: *const cl_image_format,
-    _image_width: size_t,
-    _image_height: size_t,
-    _image_depth: size_t,
-    _image_row_pitch: size_t,
-    _image_slice_pitch: size_t,
-    _host_ptr: *mut c_void,
-    errcode_ret: *mut cl_int,
-) -> cl_mem {
-    crate::unsupported::report("clCreateImage3D");
-    // SAFETY: errcode_ret is the caller's, NULL or valid (OpenCL API contract).
-    unsafe { set_errcode(errcode_ret, CL_INVALID_OPERATION) };
-    std::ptr::null_mut()
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn clGetSupportedImageFormats(
-    _context: cl_context,
-    _flags: cl_mem_flags,
-    _image_type: cl_mem_object_type,
-    _num_entries: cl_uint,
-    _image_formats: *mut cl_image_format,
-    _num_image_formats: *mut cl_uint,
-) -> cl_int {
-    crate::unsupported::report("clGetSupportedImageFormats");
-    CL_INVALID_OPERATION
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn clGetImageInfo(
-    _image: cl_mem,
-    _param_name: cl_image_info,
-    _param_value_size: size_t,
-    _param_value: *mut c_void,
-    _param_value_size_ret: *mut size_t,
-) -> cl_int {
-    crate::unsupported::report("clGetImageInfo");
-    CL_INVALID_OPERATION
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn clCreateSampler(
-    _context: cl_context,
-    _normalized_coords: cl_bool,
-    _addressing_mode: cl_addressing_mode,
-    _filter_mode: cl_filter_mode,
-    errcode_ret: *mut cl_int,
-) -> cl_sampler {
-    crate::unsupported::report("clCreateSampler");
-    // SAFETY: errcode_ret is the caller's, NULL or valid (OpenCL API contract).
-    unsafe { set_errcode(errcode_ret, CL_INVALID_OPERATION) };
-    std::ptr::null_mut()
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn clRetainSampler(_sampler: cl_sampler) -> cl_int {
-    crate::unsupported::report("clRetainSampler");
-    CL_INVALID_OPERATION
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn clReleaseSampler(_sampler: cl_sampler) -> cl_int {
-    crate::unsupported::report("clReleaseSampler");
-    CL_INVALID_OPERATION
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn clGetSamplerInfo(
-    _sampler: cl_sampler,
-    _param_name: cl_sampler_info,
-    _param_value_size: size_t,
-    _param_value: *mut c_void,
-    _param_value_size_ret: *mut size_t,
-) -> cl_int {
-    crate::unsupported::report("clGetSamplerInfo");
-    CL_INVALID_OPERATION
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn clCreateProgramWithSource(
-    _context: cl_context,
-    _count: cl_uint,
-    _strings: *mut *const c_char,
-    _lengths: *const size_t,
-    errcode_ret: *mut cl_int,
-) -> cl_program {
-    crate::unsupported::report("clCreateProgramWithSource");
-    // SAFETY: errcode_ret is the caller's, NULL or valid (OpenCL API contract).
-    unsafe { set_errcode(errcode_ret, CL_INVALID_OPERATION) };
-    std::ptr::null_mut()
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn clCreateProgramWithBinary(
-    _context: cl_context,
-    _num_devices: cl_uint,
-    _device_list: *const cl_device_id,
-    _lengths: *const size_t,
-    _binaries: *mut *const ::core::ffi::c_uchar,
-    _binary_status: *mut cl_int,
-    errcode_ret: *mut cl_int,
-) -> cl_program {
-    crate::unsupported::report("clCreateProgramWithBinary");
-    // SAFETY: errcode_ret is the caller's, NULL or valid (OpenCL API contract).
-    unsafe { set_errcode(errcode_ret, CL_INVALID_OPERATION) };
-    std::ptr::null_mut()
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn clRetainProgram(_program: cl_program) -> cl_int {
-    crate::unsupported::report("clRetainProgram");
-    CL_INVALID_OPERATION
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn clReleaseProgram(_program: cl_program) -> cl_int {
-    crate::unsupported::report("clReleaseProgram");
-    CL_INVALID_OPERATION
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn clBuildProgram(
-    _program: cl_program,
-    _num_devices: cl_uint,
-    _device_list: *const cl_device_id,
-    _options: *const c_char,
-    _pfn_notify: Option<unsafe extern "C" fn(program: cl_program, user_data: *mut c_void)>,
-    _user_data: *mut c_void,
-) -> cl_int {
-    crate::unsupported::report("clBuildProgram");
-    CL_INVALID_OPERATION
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn clGetProgramInfo(
-    _program: cl_program,
-    _param_name: cl_program_info,
-    _param_value_size: size_t,
-    _param_value: *mut c_void,
-    _param_value_size_ret: *mut size_t,
-) -> cl_int {
-    crate::unsupported::report("clGetProgramInfo");
-    CL_INVALID_OPERATION
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn clGetProgramBuildInfo(
-    _program: cl_program,
-    _device: cl_device_id,
-    _param_name: cl_program_build_info,
-    _param_value_size: size_t,
-    _param_value: *mut c_void,
-    _param_value_size_ret: *mut size_t,
-) -> cl_int {
-    crate::unsupported::report("clGetProgramBuildInfo");
-    CL_INVALID_OPERATION
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn clCreateKernel(
-    _program: cl_program,
-    _kernel_name: *const c_char,
-    errcode_ret: *mut cl_int,
-) -> cl_kernel {
-    crate::unsupported::report("clCreateKernel");
-    // SAFETY: errcode_ret is the caller's, NULL or valid (OpenCL API contract).
-    unsafe { set_errcode(errcode_ret, CL_INVALID_OPERATION) };
-    std::ptr::null_mut()
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn clCreateKernelsInProgram(
-    _program: cl_program,
-    _num_kernels: cl_uint,
-    _kernels: *mut cl_kernel,
-    _num_kernels_ret: *mut cl_uint,
-) -> cl_int {
-    crate::unsupported::report("clCreateKernelsInProgram");
-    CL_INVALID_OPERATION
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn clRetainKernel(_kernel: cl_kernel) -> cl_int {
-    crate::unsupported::report("clRetainKernel");
-    CL_INVALID_OPERATION
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn clReleaseKernel(_kernel: cl_kernel) -> cl_int {
-    crate::unsupported::report("clReleaseKernel");
-    CL_INVALID_OPERATION
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn clSetKernelArg(
-    _kernel: cl_kernel,
-    _arg_index: cl_uint,
-    _arg_size: size_t,
-    _arg_value: *const c_void,
-) -> cl_int {
-    crate::unsupported::report("clSetKernelArg");
-    CL_INVALID_OPERATION
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn clGetKernelInfo(
-    _kernel: cl_kernel,
-    _param_name: cl_kernel_info,
-    _param_value_size: size_t,
-    _param_value: *mut c_void,
-    _param_value_size_ret: *mut size_t,
-) -> cl_int {
-    crate::unsupported::report("clGetKernelInfo");
-    CL_INVALID_OPERATION
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn clGetKernelWorkGroupInfo(
-    _kernel: cl_kernel,
-    _device: cl_device_id,
-    _param_name: cl_kernel_work_group_info,
-    _param_value_size: size_t,
-    _param_value: *mut c_void,
-    _param_value_size_ret: *mut size_t,
-) -> cl_int {
-    crate::unsupported::report("clGetKernelWorkGroupInfo");
-    CL_INVALID_OPERATION
 }
 
 #[no_mangle]
@@ -647,82 +399,6 @@ pub unsafe extern "C" fn clCreateEventFromGLsyncKHR(
     // SAFETY: errcode_ret is the caller's, NULL or valid (OpenCL API contract).
     unsafe { set_errcode(errcode_ret, CL_INVALID_OPERATION) };
     std::ptr::null_mut()
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn clCreateImage(
-    _context: cl_context,
-    _flags: cl_mem_flags,
-    _image_format: *const cl_image_format,
-    _image_desc: *const cl_image_desc,
-    _host_ptr: *mut c_void,
-    errcode_ret: *mut cl_int,
-) -> cl_mem {
-    crate::unsupported::report("clCreateImage");
-    // SAFETY: errcode_ret is the caller's, NULL or valid (OpenCL API contract).
-    unsafe { set_errcode(errcode_ret, CL_INVALID_OPERATION) };
-    std::ptr::null_mut()
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn clCreateProgramWithBuiltInKernels(
-    _context: cl_context,
-    _num_devices: cl_uint,
-    _device_list: *const cl_device_id,
-    _kernel_names: *const c_char,
-    errcode_ret: *mut cl_int,
-) -> cl_program {
-    crate::unsupported::report("clCreateProgramWithBuiltInKernels");
-    // SAFETY: errcode_ret is the caller's, NULL or valid (OpenCL API contract).
-    unsafe { set_errcode(errcode_ret, CL_INVALID_OPERATION) };
-    std::ptr::null_mut()
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn clCompileProgram(
-    _program: cl_program,
-    _num_devices: cl_uint,
-    _device_list: *const cl_device_id,
-    _options: *const c_char,
-    _num_input_headers: cl_uint,
-    _input_headers: *const cl_program,
-    _header_include_names: *mut *const c_char,
-    _pfn_notify: Option<unsafe extern "C" fn(program: cl_program, user_data: *mut c_void)>,
-    _user_data: *mut c_void,
-) -> cl_int {
-    crate::unsupported::report("clCompileProgram");
-    CL_INVALID_OPERATION
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn clLinkProgram(
-    _context: cl_context,
-    _num_devices: cl_uint,
-    _device_list: *const cl_device_id,
-    _options: *const c_char,
-    _num_input_programs: cl_uint,
-    _input_programs: *const cl_program,
-    _pfn_notify: Option<unsafe extern "C" fn(program: cl_program, user_data: *mut c_void)>,
-    _user_data: *mut c_void,
-    errcode_ret: *mut cl_int,
-) -> cl_program {
-    crate::unsupported::report("clLinkProgram");
-    // SAFETY: errcode_ret is the caller's, NULL or valid (OpenCL API contract).
-    unsafe { set_errcode(errcode_ret, CL_INVALID_OPERATION) };
-    std::ptr::null_mut()
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn clGetKernelArgInfo(
-    _kernel: cl_kernel,
-    _arg_index: cl_uint,
-    _param_name: cl_kernel_arg_info,
-    _param_value_size: size_t,
-    _param_value: *mut c_void,
-    _param_value_size_ret: *mut size_t,
-) -> cl_int {
-    crate::unsupported::report("clGetKernelArgInfo");
-    CL_INVALID_OPERATION
 }
 
 #[no_mangle]
@@ -1039,39 +715,6 @@ pub unsafe extern "C" fn clEnqueueSVMUnmap(
     CL_INVALID_OPERATION
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn clCreateSamplerWithProperties(
-    _context: cl_context,
-    _sampler_properties: *const cl_sampler_properties,
-    errcode_ret: *mut cl_int,
-) -> cl_sampler {
-    crate::unsupported::report("clCreateSamplerWithProperties");
-    // SAFETY: errcode_ret is the caller's, NULL or valid (OpenCL API contract).
-    unsafe { set_errcode(errcode_ret, CL_INVALID_OPERATION) };
-    std::ptr::null_mut()
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn clSetKernelArgSVMPointer(
-    _kernel: cl_kernel,
-    _arg_index: cl_uint,
-    _arg_value: *const c_void,
-) -> cl_int {
-    crate::unsupported::report("clSetKernelArgSVMPointer");
-    CL_INVALID_OPERATION
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn clSetKernelExecInfo(
-    _kernel: cl_kernel,
-    _param_name: cl_kernel_exec_info,
-    _param_value_size: size_t,
-    _param_value: *const c_void,
-) -> cl_int {
-    crate::unsupported::report("clSetKernelExecInfo");
-    CL_INVALID_OPERATION
-}
-
 pub unsafe extern "C" fn clGetKernelSubGroupInfoKHR(
     _in_kernel: cl_kernel,
     _in_device: cl_device_id,
@@ -1084,30 +727,6 @@ pub unsafe extern "C" fn clGetKernelSubGroupInfoKHR(
 ) -> cl_int {
     crate::unsupported::report("clGetKernelSubGroupInfoKHR");
     CL_INVALID_OPERATION
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn clCloneKernel(
-    _source_kernel: cl_kernel,
-    errcode_ret: *mut cl_int,
-) -> cl_kernel {
-    crate::unsupported::report("clCloneKernel");
-    // SAFETY: errcode_ret is the caller's, NULL or valid (OpenCL API contract).
-    unsafe { set_errcode(errcode_ret, CL_INVALID_OPERATION) };
-    std::ptr::null_mut()
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn clCreateProgramWithIL(
-    _context: cl_context,
-    _il: *const c_void,
-    _length: size_t,
-    errcode_ret: *mut cl_int,
-) -> cl_program {
-    crate::unsupported::report("clCreateProgramWithIL");
-    // SAFETY: errcode_ret is the caller's, NULL or valid (OpenCL API contract).
-    unsafe { set_errcode(errcode_ret, CL_INVALID_OPERATION) };
-    std::ptr::null_mut()
 }
 
 #[no_mangle]
@@ -1136,21 +755,6 @@ pub unsafe extern "C" fn clGetDeviceAndHostTimer(
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn clGetKernelSubGroupInfo(
-    _kernel: cl_kernel,
-    _device: cl_device_id,
-    _param_name: cl_kernel_sub_group_info,
-    _input_value_size: size_t,
-    _input_value: *const c_void,
-    _param_value_size: size_t,
-    _param_value: *mut c_void,
-    _param_value_size_ret: *mut size_t,
-) -> cl_int {
-    crate::unsupported::report("clGetKernelSubGroupInfo");
-    CL_INVALID_OPERATION
-}
-
-#[no_mangle]
 pub unsafe extern "C" fn clSetDefaultDeviceCommandQueue(
     _context: cl_context,
     _device: cl_device_id,
@@ -1158,43 +762,6 @@ pub unsafe extern "C" fn clSetDefaultDeviceCommandQueue(
 ) -> cl_int {
     crate::unsupported::report("clSetDefaultDeviceCommandQueue");
     CL_INVALID_OPERATION
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn clSetProgramReleaseCallback(
-    _program: cl_program,
-    _pfn_notify: Option<unsafe extern "C" fn(program: cl_program, user_data: *mut c_void)>,
-    _user_data: *mut c_void,
-) -> cl_int {
-    crate::unsupported::report("clSetProgramReleaseCallback");
-    CL_INVALID_OPERATION
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn clSetProgramSpecializationConstant(
-    _program: cl_program,
-    _spec_id: cl_uint,
-    _spec_size: size_t,
-    _spec_value: *const c_void,
-) -> cl_int {
-    crate::unsupported::report("clSetProgramSpecializationConstant");
-    CL_INVALID_OPERATION
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn clCreateImageWithProperties(
-    _context: cl_context,
-    _properties: *const cl_mem_properties,
-    _flags: cl_mem_flags,
-    _image_format: *const cl_image_format,
-    _image_desc: *const cl_image_desc,
-    _host_ptr: *mut c_void,
-    errcode_ret: *mut cl_int,
-) -> cl_mem {
-    crate::unsupported::report("clCreateImageWithProperties");
-    // SAFETY: errcode_ret is the caller's, NULL or valid (OpenCL API contract).
-    unsafe { set_errcode(errcode_ret, CL_INVALID_OPERATION) };
-    std::ptr::null_mut()
 }
 
 #[no_mangle]

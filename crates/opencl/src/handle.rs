@@ -84,11 +84,6 @@ pub fn raw<T>(handle: &Ref<T>) -> *mut c_void {
     Arc::as_ptr(handle) as *mut c_void
 }
 
-/// Whether `ptr` is a live handle of kind `kind`.
-pub fn is_live(ptr: *const c_void, kind: Kind) -> bool {
-    registry().read().unwrap().get(&(ptr as usize)) == Some(&kind)
-}
-
 /// Looks up a handle from the application; `None` if it is not a live handle of this kind.
 pub fn get<T: ClObject>(ptr: *const c_void) -> Option<Ref<T>> {
     let guard = registry().read().unwrap();

@@ -46,6 +46,10 @@ impl HostRegion {
     /// # Safety
     /// The region describes readable memory.
     pub unsafe fn pack(&self) -> Vec<u8> {
+        if self.is_packed() {
+            // SAFETY: a tightly packed region is one contiguous run.
+            return unsafe { std::slice::from_raw_parts(self.base, self.packed_len()) }.to_vec();
+        }
         let mut out = Vec::with_capacity(self.packed_len());
         for z in 0..self.slices {
             for y in 0..self.rows {
@@ -78,5 +82,37 @@ impl HostRegion {
                 };
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::HostRegion;
+
+    #[test]
+    fn pack_and_unpack_pitched_regions() {
+        // 3 slices of 2 rows of 4 bytes, in host memory with row pitch 6 and slice pitch 16.
+        let mut host = vec![0u8; 48];
+        for z in 0..3 {
+            for y in 0..2 {
+                for x in 0..4 {
+                    host[z * 16 + y * 6 + x] = (z * 8 + y * 4 + x) as u8;
+                }
+            }
+        }
+        let region = HostRegion::new(host.as_mut_ptr(), 4, 2, 3, 6, 16);
+        assert!(!region.is_packed());
+        // SAFETY: the region lies inside `host`.
+        let packed = unsafe { region.pack() };
+        assert_eq!(packed, (0..24).collect::<Vec<u8>>());
+
+        let mut back = vec![0u8; 48];
+        // SAFETY: the region lies inside `back`.
+        unsafe { HostRegion::new(back.as_mut_ptr(), 4, 2, 3, 6, 16).unpack(&packed) };
+        assert_eq!(back, host, "everything outside the region is padding (0 in both)");
+
+        let tight = HostRegion::new(back.as_mut_ptr(), 4, 2, 3, 0, 0);
+        assert!(tight.is_packed());
+        assert_eq!(tight.packed_len(), 24);
     }
 }

@@ -143,8 +143,9 @@ fn install_event_listener(conn: &Arc<Connection>) {
     });
 }
 
-/// The runtime if it finished initializing (the event listener may run during init).
-fn runtime_if_ready() -> Option<&'static Runtime> {
+/// The runtime if it finished initializing; for code on the connection's reader thread, which
+/// must never wait for initialization (initialization waits for that thread).
+pub fn runtime_if_ready() -> Option<&'static Runtime> {
     RUNTIME.get().and_then(Option::as_ref)
 }
 

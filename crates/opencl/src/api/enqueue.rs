@@ -510,7 +510,11 @@ fn image_host_region(mem: &Mem, ptr: *mut u8, region: [u64; 3], row_pitch: usize
     if ptr.is_null() || region.contains(&0) {
         return Err(CL_INVALID_VALUE);
     }
-    let [w, h, d] = region.map(|v| v as usize);
+    let [w, mut h, mut d] = region.map(|v| v as usize);
+    if info.desc.image_type == CL_MEM_OBJECT_IMAGE1D_ARRAY {
+        // The layers of a 1-D array are its "rows", but they lie a slice pitch apart.
+        (h, d) = (1, h);
+    }
     let row_bytes = w * info.element_size;
     let host = HostRegion::new(ptr, row_bytes, h, d, row_pitch, slice_pitch);
     if host.row_pitch < row_bytes || (d > 1 && host.slice_pitch < host.row_pitch * h) {
@@ -786,7 +790,11 @@ pub unsafe extern "C" fn clEnqueueMapImage(
             // USE_HOST_PTR images map onto the application's memory with its pitches;
             // otherwise rgpu allocates a tightly packed region.
             let (ptr, owned, row_pitch, slice_pitch) = if mem.host_ptr != 0 {
-                let offset = oz * info.slice_pitch + oy * info.row_pitch + ox * info.element_size;
+                let offset = if info.desc.image_type == CL_MEM_OBJECT_IMAGE1D_ARRAY {
+                    oy * info.slice_pitch + ox * info.element_size
+                } else {
+                    oz * info.slice_pitch + oy * info.row_pitch + ox * info.element_size
+                };
                 ((mem.host_ptr + offset) as *mut u8, None, info.row_pitch, info.slice_pitch)
             } else {
                 let row_pitch = region[0] as usize * info.element_size;

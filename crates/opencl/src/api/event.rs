@@ -13,7 +13,7 @@ use rgpu_protocol::opencl::{ClRequest, Id, InfoQuery};
 use crate::api::context::{call_status, context_from};
 use crate::handle::{self, Ref};
 use crate::objects::{Completion, Context, Event, EventCallback, EventState, Queue, UserCallback};
-use crate::runtime::runtime;
+use crate::runtime::{runtime, runtime_if_ready};
 use crate::util::{bytes_of, client_error, creation, guard, write_info};
 
 /// How long a wait for the server may take before the call fails (`RGPU_TIMEOUT`, seconds).
@@ -58,42 +58,20 @@ pub fn new_event(
 /// Records a status the client learned. Statuses only move forward (QUEUED 3 → COMPLETE 0, or
 /// an error < 0); callbacks registered for a status now reached run on the callback thread.
 pub fn set_status(event: &Ref<Event>, status: cl_int) {
-    let due: Vec<(cl_int, UserCallback<EventCallback>)> = {
+    {
         let mut state = event.state.lock().unwrap();
         if state.status <= CL_COMPLETE || status >= state.status {
             return;
         }
         state.status = status;
-        let reached = state.status;
-        let (due, keep) = state
-            .callbacks
-            .drain(..)
-            .partition(|(trigger, _)| reached <= *trigger);
-        state.callbacks = keep;
-        due
-    };
+    }
     event.changed.notify_all();
-    let status = event.known_status();
     if status <= CL_COMPLETE {
-        if let Some(rt) = runtime() {
+        if let Some(rt) = runtime_if_ready() {
             rt.unwatch_event(event);
         }
     }
-    if due.is_empty() {
-        return;
-    }
-    let Some(rt) = runtime() else { return };
-    let raw = handle::raw(event) as usize;
-    let keep_alive = event.clone();
-    rt.run_callback(Box::new(move || {
-        for (trigger, cb) in due {
-            // A callback sees the status it asked for, or the error that ended the command.
-            let reported = if status < 0 { status } else { trigger };
-            // SAFETY: the application registered this callback with this user data.
-            unsafe { (cb.func)(raw as cl_event, reported, cb.user_data as *mut c_void) };
-        }
-        drop(keep_alive);
-    }));
+    fire_reached(event);
 }
 
 /// Waits until the client itself completes the event (reads, user events).
@@ -305,7 +283,7 @@ pub unsafe extern "C" fn clSetEventCallback(
             }
             ask
         };
-        // Already reached: set_status with the current status fires it.
+        // Already reached: it runs now.
         let known = event.known_status();
         if known <= command_exec_callback_type {
             fire_reached(&event);
@@ -343,7 +321,7 @@ fn fire_reached(event: &Ref<Event>) {
         state.callbacks = keep;
         due
     };
-    let Some(rt) = runtime() else { return };
+    let Some(rt) = runtime_if_ready() else { return };
     if due.is_empty() {
         return;
     }
@@ -352,6 +330,7 @@ fn fire_reached(event: &Ref<Event>) {
     let keep_alive = event.clone();
     rt.run_callback(Box::new(move || {
         for (trigger, cb) in due {
+            // A callback sees the status it asked for, or the error that ended the command.
             let reported = if status < 0 { status } else { trigger };
             // SAFETY: the application registered this callback with this user data.
             unsafe { (cb.func)(raw as cl_event, reported, cb.user_data as *mut c_void) };

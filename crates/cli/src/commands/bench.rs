@@ -1,0 +1,61 @@
+//! `rgpu bench`: benchmarks (not tests) of rgpu against the machine's own OpenCL.
+
+mod local_server;
+mod opencl;
+mod tcp;
+
+use std::process::ExitCode;
+
+#[derive(clap::Args, Debug)]
+#[command(about = "Measure rgpu against native OpenCL on this machine")]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    kind: BenchKind,
+}
+
+#[derive(clap::Subcommand, Debug)]
+enum BenchKind {
+    Opencl(opencl::OpenclBenchArgs),
+}
+
+pub fn run(args: BenchArgs) -> Result<ExitCode, String> {
+    match args.kind {
+        BenchKind::Opencl(args) => opencl::run(args),
+    }
+}
+
+/// The middle value (the mean of the two middle ones for an even count); 0 when empty.
+fn median(samples: &[f64]) -> f64 {
+    if samples.is_empty() {
+        return 0.0;
+    }
+    let mut sorted = samples.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let mid = sorted.len() / 2;
+    if sorted.len() % 2 == 1 {
+        sorted[mid]
+    } else {
+        (sorted[mid - 1] + sorted[mid]) / 2.0
+    }
+}
+
+fn max(samples: &[f64]) -> f64 {
+    samples.iter().copied().fold(0.0, f64::max)
+}
+
+fn min(samples: &[f64]) -> f64 {
+    samples.iter().copied().fold(f64::INFINITY, f64::min)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statistics() {
+        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), 2.5);
+        assert_eq!(max(&[1.0, 5.0]), 5.0);
+        assert_eq!(min(&[1.0, 5.0]), 1.0);
+    }
+}

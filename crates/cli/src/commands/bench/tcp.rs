@@ -1,0 +1,128 @@
+//! The raw loopback TCP baseline: what any remoting over one TCP stream can at best reach on
+//! this machine, measured in the same run as the OpenCL figures.
+
+use std::io::{self, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::thread;
+use std::time::Instant;
+
+use serde::Serialize;
+
+use super::{max, median, min};
+
+/// Bytes per write() in the bandwidth test, as rgpu's bulk transfers use.
+const WRITE_SIZE: usize = 1 << 20;
+/// Bytes each way in the round-trip test.
+const PING_SIZE: usize = 64;
+const PING_WARMUP: usize = 200;
+
+#[derive(Clone, Debug, Serialize)]
+pub struct TcpBaseline {
+    pub bandwidth_gbps: f64,
+    pub bandwidth_best_gbps: f64,
+    pub bytes_per_run: u64,
+    pub write_size: usize,
+    pub round_trip_us: f64,
+    pub round_trip_min_us: f64,
+    pub ping_bytes: usize,
+    pub pings: usize,
+}
+
+pub fn measure(bytes_per_run: u64, runs: usize, pings: usize) -> io::Result<TcpBaseline> {
+    let bandwidths = (0..runs.max(1))
+        .map(|_| bandwidth_once(bytes_per_run))
+        .collect::<io::Result<Vec<f64>>>()?;
+    let round_trips = round_trips(pings)?;
+    Ok(TcpBaseline {
+        bandwidth_gbps: median(&bandwidths),
+        bandwidth_best_gbps: max(&bandwidths),
+        bytes_per_run,
+        write_size: WRITE_SIZE,
+        round_trip_us: median(&round_trips),
+        round_trip_min_us: min(&round_trips),
+        ping_bytes: PING_SIZE,
+        pings,
+    })
+}
+
+/// One stream over 127.0.0.1: the sender writes `total` bytes in 1 MiB writes; the time runs
+/// until the receiver has read them all and said so.
+fn bandwidth_once(total: u64) -> io::Result<f64> {
+    let listener = TcpListener::bind("127.0.0.1:0")?;
+    let address = listener.local_addr()?;
+    let receiver = thread::spawn(move || -> io::Result<()> {
+        let (mut stream, _) = listener.accept()?;
+        let mut buffer = vec![0u8; WRITE_SIZE];
+        let mut received = 0u64;
+        while received < total {
+            match stream.read(&mut buffer)? {
+                0 => return Err(io::ErrorKind::UnexpectedEof.into()),
+                n => received += n as u64,
+            }
+        }
+        stream.write_all(&[1])
+    });
+    let mut stream = TcpStream::connect(address)?;
+    stream.set_nodelay(true)?;
+    let chunk = vec![0x5au8; WRITE_SIZE];
+    let start = Instant::now();
+    let mut sent = 0u64;
+    while sent < total {
+        let n = (total - sent).min(WRITE_SIZE as u64) as usize;
+        stream.write_all(&chunk[..n])?;
+        sent += n as u64;
+    }
+    let mut done = [0u8; 1];
+    stream.read_exact(&mut done)?;
+    let seconds = start.elapsed().as_secs_f64();
+    receiver
+        .join()
+        .map_err(|_| io::Error::other("receiver thread panicked"))??;
+    Ok(total as f64 / seconds / 1e9)
+}
+
+/// 64-byte ping-pongs with TCP_NODELAY; each round trip's time in microseconds.
+fn round_trips(count: usize) -> io::Result<Vec<f64>> {
+    let listener = TcpListener::bind("127.0.0.1:0")?;
+    let address = listener.local_addr()?;
+    let echo = thread::spawn(move || -> io::Result<()> {
+        let (mut stream, _) = listener.accept()?;
+        stream.set_nodelay(true)?;
+        let mut message = [0u8; PING_SIZE];
+        loop {
+            match stream.read_exact(&mut message) {
+                Ok(()) => stream.write_all(&message)?,
+                Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(()),
+                Err(e) => return Err(e),
+            }
+        }
+    });
+    let mut stream = TcpStream::connect(address)?;
+    stream.set_nodelay(true)?;
+    let mut message = [7u8; PING_SIZE];
+    let mut times = Vec::with_capacity(count);
+    for i in 0..PING_WARMUP + count {
+        let start = Instant::now();
+        stream.write_all(&message)?;
+        stream.read_exact(&mut message)?;
+        if i >= PING_WARMUP {
+            times.push(start.elapsed().as_secs_f64() * 1e6);
+        }
+    }
+    drop(stream);
+    echo.join()
+        .map_err(|_| io::Error::other("echo thread panicked"))??;
+    Ok(times)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn measures_something() {
+        let baseline = measure(8 << 20, 1, 50).unwrap();
+        assert!(baseline.bandwidth_gbps > 0.0);
+        assert!(baseline.round_trip_us > 0.0);
+    }
+}

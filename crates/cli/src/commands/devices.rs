@@ -1,0 +1,157 @@
+//! `rgpu devices`: list every device the rgpu platform shows, with its server.
+
+use std::process::ExitCode;
+
+use rgpu_cl_api::params::{self, format_value, DEVICE_INFO_PARAMS};
+use rgpu_cl_api::sys::{
+    CL_DEVICE_GLOBAL_MEM_SIZE, CL_DEVICE_MAX_COMPUTE_UNITS, CL_DEVICE_TYPE, CL_DEVICE_TYPE_ALL,
+    CL_DEVICE_VERSION, CL_PLATFORM_NAME,
+};
+use rgpu_cl_api::{NativeOpenCl, CL_DEVICE_RGPU_SERVER, RGPU_PLATFORM_NAME};
+
+use crate::cl::{all_devices, NamedDevice};
+use crate::rgpu_env::{ClientOptions, RgpuEnv};
+
+#[derive(clap::Args, Debug)]
+#[command(
+    about = "List the devices of the rgpu servers",
+    long_about = "List every device of every server in --servers (or RGPU_SERVERS), as an \
+                  OpenCL program run with `rgpu run` would see them in the `rgpu` platform, \
+                  with the server that holds each."
+)]
+pub struct DevicesArgs {
+    #[command(flatten)]
+    client: ClientOptions,
+
+    /// Also print every info parameter each device answers.
+    #[arg(long)]
+    all: bool,
+}
+
+pub fn run(args: DevicesArgs) -> Result<ExitCode, String> {
+    let env = RgpuEnv::prepare(&args.client.servers, args.client.token_file.as_deref())?;
+    env.apply_to_this_process();
+    let native = NativeOpenCl::load(None)?;
+    let devices = rgpu_devices(&native, &env)?;
+    if devices.is_empty() {
+        return Err(format!(
+            "the rgpu platform has no devices: no server in {} answered (see the messages \
+             above; -v shows more)",
+            args.client.servers
+        ));
+    }
+
+    let rows: Vec<[String; 7]> = devices
+        .iter()
+        .enumerate()
+        .map(|(index, device)| summary_row(&native, index, device))
+        .collect();
+    let header = [
+        "#", "DEVICE", "TYPE", "VERSION", "MEMORY", "UNITS", "SERVER",
+    ]
+    .map(String::from);
+    print_table(&header, &rows);
+
+    if args.all {
+        for (index, device) in devices.iter().enumerate() {
+            println!("\ndevice {index}: {}", device.name);
+            for (param, name, kind) in DEVICE_INFO_PARAMS {
+                if let Ok(bytes) = native.device_info(device.device, *param) {
+                    println!("  {name:<56} {}", format_value(*kind, &bytes));
+                }
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The devices of the platform named `rgpu`; an error when that platform did not load.
+pub fn rgpu_devices(native: &NativeOpenCl, env: &RgpuEnv) -> Result<Vec<NamedDevice>, String> {
+    let devices = all_devices(native, CL_DEVICE_TYPE_ALL)
+        .map_err(|e| format!("listing OpenCL devices: {e}"))?;
+    let rgpu_platform_loaded = native
+        .platform_ids()
+        .map_err(|e| format!("listing OpenCL platforms: {e}"))?
+        .into_iter()
+        .any(|platform| {
+            native
+                .platform_info_string(platform, CL_PLATFORM_NAME)
+                .is_ok_and(|name| name == RGPU_PLATFORM_NAME)
+        });
+    if !rgpu_platform_loaded {
+        return Err(format!(
+            "the ICD loader ({}) did not load the rgpu platform from {}; \
+             OCL_ICD_DEBUG=7 shows why",
+            native.library_path().display(),
+            env.icd_library().display()
+        ));
+    }
+    Ok(devices
+        .into_iter()
+        .filter(|device| device.platform_name == RGPU_PLATFORM_NAME)
+        .collect())
+}
+
+fn summary_row(native: &NativeOpenCl, index: usize, device: &NamedDevice) -> [String; 7] {
+    let text = |param| {
+        native
+            .device_info_string(device.device, param)
+            .unwrap_or_default()
+    };
+    let number = |param| native.device_info_u64(device.device, param).unwrap_or(0);
+    [
+        index.to_string(),
+        device.name.clone(),
+        params::device_type_names(number(CL_DEVICE_TYPE)),
+        text(CL_DEVICE_VERSION),
+        format_bytes(number(CL_DEVICE_GLOBAL_MEM_SIZE)),
+        number(CL_DEVICE_MAX_COMPUTE_UNITS).to_string(),
+        text(CL_DEVICE_RGPU_SERVER),
+    ]
+}
+
+/// 1536 -> "1.5 KiB"
+pub fn format_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{value:.1} {}", UNITS[unit])
+    }
+}
+
+/// Left-aligned columns, two spaces apart.
+fn print_table<const N: usize>(header: &[String; N], rows: &[[String; N]]) {
+    let mut widths = header.each_ref().map(|h| h.chars().count());
+    for row in rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    for row in std::iter::once(header).chain(rows) {
+        let cells: Vec<String> = row
+            .iter()
+            .zip(widths)
+            .map(|(cell, width)| format!("{cell:<width$}"))
+            .collect();
+        println!("{}", cells.join("  ").trim_end());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats_sizes() {
+        assert_eq!(format_bytes(512), "512 B");
+        assert_eq!(format_bytes(1536), "1.5 KiB");
+        assert_eq!(format_bytes(16 << 30), "16.0 GiB");
+    }
+}

@@ -1,0 +1,134 @@
+//! `rgpu server`: serve this machine's OpenCL devices.
+
+use std::net::ToSocketAddrs;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use rgpu_server::{Server, ServerConfig};
+use rgpu_transport::{Endpoint, Token};
+use signal_hook::consts::{SIGINT, SIGTERM};
+use signal_hook::iterator::Signals;
+
+/// The line tests and `rgpu bench` wait for, followed by the endpoint.
+pub const LISTENING_PREFIX: &str = "rgpu server listening on ";
+
+#[derive(clap::Args, Debug)]
+#[command(
+    about = "Serve this machine's OpenCL devices to rgpu clients",
+    long_about = "Serve this machine's OpenCL devices to rgpu clients.\n\n\
+                  The devices come from the system's OpenCL ICD loader, loaded at run time. \
+                  Without --token-file only clients on this machine (loopback TCP, Unix socket) \
+                  are admitted; with it, clients anywhere must prove they hold the same token \
+                  (RGPU_TOKEN or RGPU_TOKEN_FILE on their side). SIGINT or SIGTERM stops the \
+                  server cleanly."
+)]
+pub struct ServerArgs {
+    /// Where to listen: host:port (port 0 picks a free one) or unix:/path/to/socket.
+    #[arg(
+        long,
+        value_name = "ADDR",
+        default_value = "127.0.0.1:7450",
+        env = "RGPU_LISTEN"
+    )]
+    listen: String,
+
+    /// File holding the shared token (at least 16 characters) clients must prove they hold.
+    #[arg(long, value_name = "FILE")]
+    token_file: Option<PathBuf>,
+
+    /// Serve only platforms whose name contains SUBSTR (case-insensitive).
+    #[arg(long, value_name = "SUBSTR", env = "RGPU_SERVER_PLATFORM")]
+    platform: Option<String>,
+
+    /// Serve only devices whose name contains FILTER (case-insensitive).
+    #[arg(long, value_name = "FILTER", env = "RGPU_SERVER_DEVICES")]
+    devices: Option<String>,
+
+    /// The OpenCL library to load instead of the system ICD loader.
+    #[arg(long, value_name = "PATH", env = "RGPU_OPENCL_LIBRARY")]
+    opencl_library: Option<PathBuf>,
+
+    /// The name clients see for this server (default: the host name).
+    #[arg(long)]
+    name: Option<String>,
+}
+
+pub fn run(args: ServerArgs) -> Result<ExitCode, String> {
+    let listen = Endpoint::parse(&args.listen).map_err(|e| format!("--listen: {e}"))?;
+    let token = args
+        .token_file
+        .as_deref()
+        .map(Token::from_file)
+        .transpose()?;
+    let local_only_notice = !is_local_only(&listen) && token.is_none();
+    let has_token = token.is_some();
+
+    let config = ServerConfig {
+        listen,
+        token,
+        platform_filter: args.platform,
+        device_filter: args.devices,
+        opencl_library: args.opencl_library,
+        name: args.name.unwrap_or_else(host_name),
+    };
+    let server = Server::bind(config)?;
+    let shutdown = server.shutdown_handle();
+    let mut signals =
+        Signals::new([SIGINT, SIGTERM]).map_err(|e| format!("cannot catch signals: {e}"))?;
+    std::thread::Builder::new()
+        .name("rgpu-signals".into())
+        .spawn(move || {
+            if let Some(signal) = signals.forever().next() {
+                log::info!("signal {signal}: shutting down");
+                shutdown.shutdown();
+            }
+        })
+        .map_err(|e| format!("cannot start the signal thread: {e}"))?;
+
+    eprintln!("{LISTENING_PREFIX}{}", server.local_endpoint());
+    if has_token {
+        eprintln!("rgpu server: clients must prove they hold the token");
+    } else if local_only_notice {
+        eprintln!(
+            "rgpu server: no --token-file, so only clients on this machine are admitted; \
+             remote clients are refused until the server is started with --token-file"
+        );
+    } else {
+        eprintln!("rgpu server: no token; only clients on this machine are admitted");
+    }
+    server.run()?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Whether only this machine can reach `endpoint` (a Unix socket or a loopback address).
+fn is_local_only(endpoint: &Endpoint) -> bool {
+    match endpoint {
+        Endpoint::Unix(_) => true,
+        Endpoint::Tcp(addr) => addr
+            .to_socket_addrs()
+            .map(|mut addrs| addrs.all(|a| a.ip().is_loopback()))
+            .unwrap_or(false),
+    }
+}
+
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|name| name.trim().to_string())
+        .ok()
+        .filter(|name| !name.is_empty())
+        .unwrap_or_else(|| "rgpu-server".to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn local_only_endpoints() {
+        assert!(is_local_only(&Endpoint::parse("127.0.0.1:7450").unwrap()));
+        assert!(is_local_only(
+            &Endpoint::parse("unix:/tmp/rgpu.sock").unwrap()
+        ));
+        assert!(!is_local_only(&Endpoint::parse("0.0.0.0:7450").unwrap()));
+    }
+}

@@ -1,0 +1,79 @@
+//! `rgpu`: serve this machine's OpenCL devices, or use remote ones.
+//!
+//! Each subcommand lives in `commands/`; `rgpu_env` sets up the environment that makes the
+//! `rgpu` OpenCL platform appear (used by run, devices and bench).
+
+mod cl;
+mod commands;
+mod rgpu_env;
+
+use std::process::ExitCode;
+
+use clap::{ArgAction, Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "rgpu",
+    version,
+    about = "Remote GPU virtualization: use OpenCL devices of other machines as if they were local",
+    long_about = "Remote GPU virtualization: an unmodified OpenCL program on this machine uses \
+                  OpenCL devices served by `rgpu server` on other machines (or this one), through \
+                  an OpenCL platform named `rgpu` that appears beside the local ones.\n\n\
+                  Logging: -v (info), -vv (debug), -vvv (trace), or RGPU_LOG=<env_logger filter>."
+)]
+struct Cli {
+    /// More log output (repeat for more).
+    #[arg(short, long, action = ArgAction::Count, global = true)]
+    verbose: u8,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    Server(commands::server::ServerArgs),
+    Run(commands::run::RunArgs),
+    Devices(commands::devices::DevicesArgs),
+    Bench(commands::bench::BenchArgs),
+}
+
+fn init_logging(verbose: u8, quiet_default: &str) {
+    let default = match verbose {
+        0 => quiet_default,
+        1 => "info",
+        2 => "debug",
+        _ => "trace",
+    };
+    let env = env_logger::Env::new()
+        .filter_or("RGPU_LOG", default)
+        .write_style("RGPU_LOG_STYLE");
+    env_logger::Builder::from_env(env)
+        .format_target(false)
+        .init();
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    // A server's connection log is its main output; the client commands stay quiet unless
+    // something goes wrong.
+    let quiet_default = match cli.command {
+        Command::Server(_) => "info",
+        _ => "warn",
+    };
+    init_logging(cli.verbose, quiet_default);
+
+    let result = match cli.command {
+        Command::Server(args) => commands::server::run(args),
+        Command::Run(args) => commands::run::run(args),
+        Command::Devices(args) => commands::devices::run(args),
+        Command::Bench(args) => commands::bench::run(args),
+    };
+    match result {
+        Ok(code) => code,
+        Err(message) => {
+            eprintln!("rgpu: error: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,230 @@
+//! The environment that makes the `rgpu` OpenCL platform appear beside the machine's own:
+//! a private vendors directory holding `rgpu.icd` (naming `librgpu_opencl.so`) and copies of the
+//! machine's ICD files, named by `OCL_ICD_VENDORS`, plus `RGPU_SERVERS` and `RGPU_TOKEN_FILE`
+//! for the rgpu ICD. Used by `rgpu run` (for the child), `rgpu devices` and `rgpu bench` (for
+//! the ICD loader they load in-process).
+
+use std::ffi::OsString;
+use std::fs::DirBuilder;
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use rgpu_transport::{Endpoint, Token};
+
+/// Where clients look for servers when nothing else is said.
+pub const DEFAULT_SERVERS: &str = "127.0.0.1:7450";
+/// The rgpu ICD library, built next to the `rgpu` executable.
+pub const ICD_LIBRARY_NAME: &str = "librgpu_opencl.so";
+/// Overrides the directory searched for [`ICD_LIBRARY_NAME`].
+pub const LIBRARY_DIR_ENV: &str = "RGPU_LIBRARY_DIR";
+/// The system's ICD files.
+const SYSTEM_VENDORS_DIR: &str = "/etc/OpenCL/vendors";
+
+/// Server and token options shared by the client-side subcommands.
+#[derive(clap::Args, Clone, Debug)]
+pub struct ClientOptions {
+    /// Servers whose devices the rgpu platform shows: host:port or unix:/path, comma-separated.
+    #[arg(long, value_name = "LIST", env = "RGPU_SERVERS", default_value = DEFAULT_SERVERS)]
+    pub servers: String,
+
+    /// File holding the token the servers require (passed on as RGPU_TOKEN_FILE; RGPU_TOKEN
+    /// in the environment works too).
+    #[arg(long, value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
+}
+
+/// A prepared environment. The vendors directory is removed when this is dropped.
+pub struct RgpuEnv {
+    vendors_dir: PathBuf,
+    icd_library: PathBuf,
+    vars: Vec<(&'static str, OsString)>,
+}
+
+impl RgpuEnv {
+    /// Validates the options and writes the vendors directory.
+    pub fn prepare(servers: &str, token_file: Option<&Path>) -> Result<RgpuEnv, String> {
+        let endpoints = Endpoint::parse_list(servers).map_err(|e| format!("--servers: {e}"))?;
+        if endpoints.is_empty() {
+            return Err("--servers: no server given".into());
+        }
+        let icd_library = find_icd_library()?;
+        let mut vars = vec![("RGPU_SERVERS", OsString::from(servers))];
+        if let Some(token_file) = token_file {
+            // Read it now so a wrong path fails here and not inside the OpenCL program.
+            Token::from_file(token_file)?;
+            let absolute = std::fs::canonicalize(token_file)
+                .map_err(|e| format!("token file {}: {e}", token_file.display()))?;
+            vars.push(("RGPU_TOKEN_FILE", absolute.into_os_string()));
+        }
+
+        // Built before filling, so that a failure below removes the directory again.
+        let mut env = RgpuEnv {
+            vendors_dir: create_private_dir()?,
+            icd_library,
+            vars,
+        };
+        env.fill_vendors_dir()?;
+        env.vars
+            .push(("OCL_ICD_VENDORS", env.vendors_dir.clone().into_os_string()));
+        log::debug!(
+            "rgpu environment: vendors {} with {}; servers {servers}",
+            env.vendors_dir.display(),
+            env.icd_library.display()
+        );
+        Ok(env)
+    }
+
+    fn fill_vendors_dir(&self) -> Result<(), String> {
+        let write = |name: &str, contents: &[u8]| {
+            let path = self.vendors_dir.join(name);
+            std::fs::write(&path, contents).map_err(|e| format!("{}: {e}", path.display()))
+        };
+        let mut line = self.icd_library.as_os_str().as_encoded_bytes().to_vec();
+        line.push(b'\n');
+        write("rgpu.icd", &line)?;
+        for source in machine_icd_files() {
+            let Ok(contents) = std::fs::read(&source) else {
+                log::warn!("cannot read ICD file {}; skipped", source.display());
+                continue;
+            };
+            let Some(name) = source.file_name().and_then(|n| n.to_str()) else {
+                continue;
+            };
+            // An rgpu.icd from an enclosing `rgpu run` would list the rgpu platform twice.
+            let names_rgpu = String::from_utf8_lossy(&contents).contains(ICD_LIBRARY_NAME);
+            if name == "rgpu.icd" || names_rgpu {
+                continue;
+            }
+            write(name, &contents)?;
+        }
+        Ok(())
+    }
+
+    /// Sets the variables for a child process.
+    pub fn apply_to(&self, command: &mut Command) {
+        for (name, value) in &self.vars {
+            command.env(name, value);
+        }
+    }
+
+    /// Sets the variables in this process, for an OpenCL loader loaded afterwards. Call it
+    /// before starting threads that read the environment.
+    pub fn apply_to_this_process(&self) {
+        for (name, value) in &self.vars {
+            std::env::set_var(name, value);
+        }
+    }
+
+    pub fn icd_library(&self) -> &Path {
+        &self.icd_library
+    }
+}
+
+impl Drop for RgpuEnv {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.vendors_dir);
+    }
+}
+
+/// `librgpu_opencl.so`: in `RGPU_LIBRARY_DIR`, else next to the `rgpu` executable (cargo
+/// builds both into the same directory), else in `../lib` of it (an installed layout).
+pub fn find_icd_library() -> Result<PathBuf, String> {
+    if let Some(dir) = std::env::var_os(LIBRARY_DIR_ENV).filter(|d| !d.is_empty()) {
+        let path = Path::new(&dir).join(ICD_LIBRARY_NAME);
+        return std::fs::canonicalize(&path)
+            .map_err(|e| format!("{} (from {LIBRARY_DIR_ENV}): {e}", path.display()));
+    }
+    let exe = std::env::current_exe().map_err(|e| format!("cannot locate rgpu itself: {e}"))?;
+    let exe_dir = exe.parent().unwrap_or(Path::new("."));
+    let candidates = [
+        exe_dir.join(ICD_LIBRARY_NAME),
+        exe_dir.join("../lib").join(ICD_LIBRARY_NAME),
+    ];
+    candidates
+        .iter()
+        .find_map(|path| std::fs::canonicalize(path).ok())
+        .ok_or_else(|| {
+            format!(
+                "cannot find {ICD_LIBRARY_NAME} next to {} (build it with `cargo build --release`, \
+                 which puts it beside target/release/rgpu, or set {LIBRARY_DIR_ENV})",
+                exe.display()
+            )
+        })
+}
+
+/// The ICD files the machine's loader would read: those of an existing `OCL_ICD_VENDORS` (a
+/// directory or one .icd file), else those in /etc/OpenCL/vendors.
+fn machine_icd_files() -> Vec<PathBuf> {
+    let source = std::env::var_os("OCL_ICD_VENDORS")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(SYSTEM_VENDORS_DIR));
+    if source.is_file() {
+        return vec![source];
+    }
+    let Ok(entries) = std::fs::read_dir(&source) else {
+        log::info!("no ICD files in {}", source.display());
+        return Vec::new();
+    };
+    let mut files: Vec<PathBuf> = entries
+        .filter_map(|entry| entry.ok().map(|e| e.path()))
+        .filter(|path| path.extension().is_some_and(|ext| ext == "icd"))
+        .collect();
+    files.sort();
+    files
+}
+
+/// A new directory only this user can read, under the system temp dir.
+fn create_private_dir() -> Result<PathBuf, String> {
+    let base = std::env::temp_dir();
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    for attempt in 0..100u32 {
+        let path = base.join(format!(
+            "rgpu-vendors-{}-{stamp:08x}-{attempt}",
+            std::process::id()
+        ));
+        match DirBuilder::new().mode(0o700).create(&path) {
+            Ok(()) => return Ok(path),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(format!("cannot create {}: {e}", path.display())),
+        }
+    }
+    Err(format!(
+        "cannot create a private directory in {}",
+        base.display()
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn vendors_dir_has_rgpu_and_machine_icds_and_is_removed() {
+        let lib_dir = create_private_dir().unwrap();
+        std::fs::write(lib_dir.join(ICD_LIBRARY_NAME), b"").unwrap();
+        std::env::set_var(LIBRARY_DIR_ENV, &lib_dir);
+        let env = RgpuEnv::prepare("127.0.0.1:1,unix:/tmp/x", None).unwrap();
+        let dir = env.vendors_dir.clone();
+        let rgpu_icd = std::fs::read_to_string(dir.join("rgpu.icd")).unwrap();
+        assert_eq!(rgpu_icd.trim(), env.icd_library().to_str().unwrap());
+        for system_icd in machine_icd_files() {
+            assert!(dir.join(system_icd.file_name().unwrap()).exists());
+        }
+        let vars: Vec<&str> = env.vars.iter().map(|(n, _)| *n).collect();
+        assert_eq!(vars, ["RGPU_SERVERS", "OCL_ICD_VENDORS"]);
+        drop(env);
+        assert!(!dir.exists());
+        std::fs::remove_dir_all(lib_dir).unwrap();
+    }
+
+    #[test]
+    fn bad_server_lists_are_refused() {
+        assert!(RgpuEnv::prepare("", None).is_err());
+        assert!(RgpuEnv::prepare("no-port", None).is_err());
+    }
+}

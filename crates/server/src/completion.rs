@@ -1,0 +1,316 @@
+//! A session's completion thread: sends what the device finishes while the request thread goes
+//! on reading requests.
+//!
+//! It is driven by event callbacks, not by blocking waits: each watched native event wakes the
+//! thread when it completes, and the thread then sends whatever is ready. So a read that waits
+//! on a user event never holds up another read's data, a `WaitForEvents` on a user event never
+//! holds up the request thread (which must stay free to receive the `SetUserEventStatus` that
+//! ends the wait), and the implementation's callback threads never block on the socket.
+
+use std::collections::VecDeque;
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+use rgpu_cl_api::sys;
+use rgpu_protocol::opencl::{ClReply, Id};
+use rgpu_protocol::ServerMsg;
+
+use crate::native::{Event, InFlight, Waker};
+use crate::session::Writer;
+
+pub enum Job {
+    /// A chunk of the read with this seq, `len` bytes at `offset` of the read's data.
+    ReadChunk {
+        seq: u64,
+        offset: u64,
+        len: usize,
+        transfer: InFlight,
+    },
+    /// No more chunks for the read; `status` is its final status if every chunk succeeds
+    /// (CL_SUCCESS, an enqueue error, or a deferred error).
+    ReadEnd { seq: u64, status: i32 },
+    /// Reply `Status` to the `WaitForEvents` with this seq once all `events` are complete:
+    /// `status` if none failed (CL_SUCCESS or a deferred error).
+    Wait {
+        seq: u64,
+        events: Vec<Event>,
+        status: i32,
+    },
+    /// Reply `Status(status)` to the `Finish` with this seq once `marker` (enqueued after
+    /// everything the queue holds) is complete; failed commands do not make `Finish` fail.
+    Finish {
+        seq: u64,
+        marker: Event,
+        status: i32,
+    },
+    /// Send `EventStatus` (from a `NotifyEvent` callback).
+    Notify { event: Id, status: i32 },
+    /// A watched event completed.
+    Wake,
+    /// Finish what is pending, then stop.
+    Shutdown,
+}
+
+/// The handle the request thread keeps.
+pub struct Completion {
+    tx: Sender<Job>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Completion {
+    pub fn start(session_id: u64, writer: Arc<Writer>) -> Completion {
+        let (tx, rx) = mpsc::channel();
+        let waker_tx = tx.clone();
+        let thread = std::thread::Builder::new()
+            .name(format!("rgpu-s{session_id}-completion"))
+            .spawn(move || run(rx, waker_tx, writer))
+            .map_err(|e| log::error!("cannot start a completion thread: {e}"))
+            .ok();
+        Completion { tx, thread }
+    }
+
+    pub fn send(&self, job: Job) {
+        // Fails only after the thread is gone (session ending); nothing is left to send then.
+        let _ = self.tx.send(job);
+    }
+
+    /// Wakes the completion thread when called (for native event callbacks).
+    pub fn waker(&self) -> Waker {
+        waker(self.tx.clone())
+    }
+
+    /// A sender for callbacks that report to the client (NotifyEvent).
+    pub fn sender(&self) -> Sender<Job> {
+        self.tx.clone()
+    }
+
+    /// Lets pending work finish (every watched event must complete) and joins the thread.
+    pub fn shutdown(mut self) {
+        let _ = self.tx.send(Job::Shutdown);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+fn waker(tx: Sender<Job>) -> Waker {
+    Arc::new(move || {
+        let _ = tx.send(Job::Wake);
+    })
+}
+
+struct ReadTask {
+    seq: u64,
+    chunks: VecDeque<(u64, usize, InFlight)>,
+    end: Option<i32>,
+    failed: Option<i32>,
+}
+
+struct WaitTask {
+    seq: u64,
+    slots: Vec<Arc<Mutex<Option<i32>>>>,
+    status: i32,
+    ignore_failures: bool,
+    /// Kept until the reply (also for their final status).
+    events: Vec<Event>,
+}
+
+struct State {
+    writer: Arc<Writer>,
+    waker: Waker,
+    reads: Vec<ReadTask>,
+    waits: Vec<WaitTask>,
+    /// Stop sending once the connection failed; keep draining so buffers come back.
+    broken: bool,
+}
+
+fn run(rx: Receiver<Job>, tx: Sender<Job>, writer: Arc<Writer>) {
+    let mut state = State {
+        writer,
+        waker: waker(tx),
+        reads: Vec::new(),
+        waits: Vec::new(),
+        broken: false,
+    };
+    let mut shutting_down = false;
+    loop {
+        let Ok(job) = rx.recv() else { break };
+        shutting_down |= state.apply(job);
+        while let Ok(job) = rx.try_recv() {
+            shutting_down |= state.apply(job);
+        }
+        state.progress();
+        if shutting_down && state.reads.is_empty() && state.waits.is_empty() {
+            break;
+        }
+    }
+}
+
+impl State {
+    /// Takes in a job; true for Shutdown.
+    fn apply(&mut self, job: Job) -> bool {
+        match job {
+            Job::ReadChunk {
+                seq,
+                offset,
+                len,
+                transfer,
+            } => self
+                .read_task(seq)
+                .chunks
+                .push_back((offset, len, transfer)),
+            Job::ReadEnd { seq, status } => self.read_task(seq).end = Some(status),
+            Job::Wait {
+                seq,
+                events,
+                status,
+            } => {
+                let slots = events.iter().map(|e| self.watch(e)).collect();
+                self.waits.push(WaitTask {
+                    seq,
+                    slots,
+                    status,
+                    ignore_failures: false,
+                    events,
+                });
+            }
+            Job::Finish {
+                seq,
+                marker,
+                status,
+            } => {
+                let slots = vec![self.watch(&marker)];
+                self.waits.push(WaitTask {
+                    seq,
+                    slots,
+                    status,
+                    ignore_failures: true,
+                    events: vec![marker],
+                });
+            }
+            Job::Notify { event, status } => {
+                self.send(&ServerMsg::EventStatus { event, status }, 0, &[]);
+            }
+            Job::Wake => {}
+            Job::Shutdown => return true,
+        }
+        false
+    }
+
+    fn read_task(&mut self, seq: u64) -> &mut ReadTask {
+        if let Some(i) = self.reads.iter().position(|t| t.seq == seq) {
+            return &mut self.reads[i];
+        }
+        self.reads.push(ReadTask {
+            seq,
+            chunks: VecDeque::new(),
+            end: None,
+            failed: None,
+        });
+        self.reads.last_mut().expect("just pushed")
+    }
+
+    /// A slot that the event's completion callback fills with its status.
+    fn watch(&self, event: &Event) -> Arc<Mutex<Option<i32>>> {
+        let slot = Arc::new(Mutex::new(None));
+        let filled = slot.clone();
+        let waker = self.waker.clone();
+        let registered = event.on_status(
+            sys::CL_COMPLETE,
+            Box::new(move |status| {
+                *filled.lock().unwrap_or_else(|e| e.into_inner()) = Some(status);
+                waker();
+            }),
+        );
+        if let Err(e) = registered {
+            *slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(e);
+        }
+        slot
+    }
+
+    fn progress(&mut self) {
+        let mut i = 0;
+        while i < self.reads.len() {
+            if self.progress_read(i) {
+                self.reads.remove(i);
+            } else {
+                i += 1;
+            }
+        }
+        let mut i = 0;
+        while i < self.waits.len() {
+            let task = &self.waits[i];
+            let statuses: Option<Vec<i32>> = task
+                .slots
+                .iter()
+                .map(|s| *s.lock().unwrap_or_else(|e| e.into_inner()))
+                .collect();
+            if let Some(mut statuses) = statuses {
+                // Some implementations call back with CL_COMPLETE for a failed event; its
+                // recorded status tells.
+                for (status, event) in statuses.iter_mut().zip(&task.events) {
+                    if let Ok(native) = event.status() {
+                        *status = (*status).min(native);
+                    }
+                }
+                let status = if task.status != sys::CL_SUCCESS {
+                    task.status
+                } else if !task.ignore_failures && statuses.iter().any(|&s| s < 0) {
+                    sys::CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST
+                } else {
+                    sys::CL_SUCCESS
+                };
+                let seq = task.seq;
+                self.waits.remove(i);
+                self.send(&ServerMsg::Cl(ClReply::Status(status)), seq, &[]);
+            } else {
+                i += 1;
+            }
+        }
+    }
+
+    /// Sends the completed chunks at the head of read `i`, and its final status once all are
+    /// done; true when the read is finished.
+    fn progress_read(&mut self, i: usize) -> bool {
+        loop {
+            let task = &mut self.reads[i];
+            let Some((offset, len, transfer)) = task.chunks.front() else {
+                break;
+            };
+            let Some((status, buf)) = transfer.take_if_complete() else {
+                return false;
+            };
+            let (offset, len, seq) = (*offset, *len, task.seq);
+            let failed = task.failed;
+            task.chunks.pop_front();
+            if status != sys::CL_COMPLETE {
+                self.reads[i].failed.get_or_insert(status);
+            } else if failed.is_none() {
+                if let Some(buf) = buf {
+                    let data = &buf.as_slice()[..len.min(buf.capacity())];
+                    self.send(&ServerMsg::Data { offset }, seq, data);
+                }
+            }
+        }
+        let task = &self.reads[i];
+        let Some(end) = task.end else {
+            return false;
+        };
+        // An execution failure of a chunk says more than the enqueue or deferred status.
+        let status = task.failed.unwrap_or(end);
+        let seq = task.seq;
+        self.send(&ServerMsg::Cl(ClReply::Status(status)), seq, &[]);
+        true
+    }
+
+    fn send(&mut self, msg: &ServerMsg, seq: u64, bulk: &[u8]) {
+        if self.broken {
+            return;
+        }
+        if let Err(e) = self.writer.send(msg, seq, bulk) {
+            log::debug!("completion thread: cannot send: {e}");
+            self.broken = true;
+        }
+    }
+}

@@ -1,0 +1,157 @@
+//! The rgpu server: serves the machine's OpenCL devices to rgpu clients.
+//!
+//! - [`Server::bind`] loads the system's OpenCL at run time ([`native`]), takes the
+//!   [`inventory`] of platforms and devices once, and binds the listening socket.
+//! - [`Server::run`] accepts connections ([`listener`]); each gets a session thread
+//!   ([`session`]) with its own object tables ([`handles`]), a staging pool ([`staging`]) and a
+//!   completion thread ([`completion`]). The OpenCL requests themselves are carried out in
+//!   [`opencl`].
+//! - [`ShutdownHandle::shutdown`] makes `run` return after every session has been closed and
+//!   its objects released.
+
+mod completion;
+mod handles;
+mod inventory;
+mod listener;
+mod native;
+mod opencl;
+mod session;
+mod staging;
+
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use rgpu_transport::{Endpoint, Listener, Token};
+
+use crate::inventory::{Filters, Inventory};
+use crate::listener::Shared;
+use crate::native::Cl;
+
+/// How to run a server.
+#[derive(Clone, Debug)]
+pub struct ServerConfig {
+    /// Where to listen (`host:port` or `unix:/path`).
+    pub listen: Endpoint,
+    /// Clients must prove they hold this token. Without one only local clients are served.
+    pub token: Option<Token>,
+    /// Serve only platforms whose CL_PLATFORM_NAME contains this (case-insensitive).
+    pub platform_filter: Option<String>,
+    /// Serve only devices whose CL_DEVICE_NAME contains this (case-insensitive), or a comma
+    /// list of device indices (0-based, over the devices of the platforms served).
+    pub device_filter: Option<String>,
+    /// The OpenCL library to load instead of the system ICD loader.
+    pub opencl_library: Option<PathBuf>,
+    /// The server's name in the handshake (the CLI uses the host name).
+    pub name: String,
+}
+
+/// A bound server, ready to [`run`](Server::run).
+pub struct Server {
+    listener: Listener,
+    endpoint: Endpoint,
+    shared: Arc<Shared>,
+}
+
+/// Stops a running server; cheap to clone and usable from any thread (a signal handler's).
+#[derive(Clone)]
+pub struct ShutdownHandle {
+    shared: Arc<Shared>,
+}
+
+impl ShutdownHandle {
+    /// Makes [`Server::run`] close every session and return.
+    pub fn shutdown(&self) {
+        self.shared.stop.store(true, Ordering::SeqCst);
+    }
+}
+
+impl Server {
+    /// Loads OpenCL, takes the inventory and binds the listening socket. A machine without
+    /// OpenCL still gets a server (with no devices) and a warning.
+    pub fn bind(config: ServerConfig) -> Result<Server, String> {
+        forget_rgpu_servers();
+        let inventory = match Cl::load(config.opencl_library.as_deref()) {
+            Ok(cl) => {
+                log::info!("OpenCL library: {}", cl.library_path().display());
+                let filters = Filters {
+                    platform: config.platform_filter.as_deref(),
+                    device: config.device_filter.as_deref(),
+                };
+                Inventory::take(cl, &filters)
+            }
+            Err(e) => {
+                log::warn!("{e}; serving no devices");
+                Inventory::empty()
+            }
+        };
+        let listener = Listener::bind(&config.listen)
+            .map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
+        let endpoint = listener
+            .local_endpoint()
+            .map_err(|e| format!("cannot read the listening address: {e}"))?;
+        listener
+            .set_nonblocking(true)
+            .map_err(|e| format!("cannot set up the listening socket: {e}"))?;
+        log_start(&inventory, &endpoint, &config, listener.is_local_only());
+        let shared = Arc::new(Shared::new(inventory, config.token, config.name));
+        Ok(Server {
+            listener,
+            endpoint,
+            shared,
+        })
+    }
+
+    /// The address actually bound (port 0 resolved).
+    pub fn local_endpoint(&self) -> Endpoint {
+        self.endpoint.clone()
+    }
+
+    pub fn shutdown_handle(&self) -> ShutdownHandle {
+        ShutdownHandle {
+            shared: self.shared.clone(),
+        }
+    }
+
+    /// Accepts clients until [`ShutdownHandle::shutdown`]; then closes every session, releases
+    /// what they created and returns.
+    pub fn run(self) -> Result<(), String> {
+        listener::accept_loop(&self.listener, &self.shared);
+        Ok(())
+    }
+}
+
+/// The rgpu ICD, if the loader finds it, must not connect this server to servers (possibly
+/// itself). Changing the environment races with getenv in other threads (OpenCL
+/// implementations read theirs at any time), so it is done only when needed, once.
+fn forget_rgpu_servers() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        if std::env::var_os("RGPU_SERVERS").is_some() {
+            std::env::remove_var("RGPU_SERVERS");
+        }
+    });
+}
+
+fn log_start(inventory: &Inventory, endpoint: &Endpoint, config: &ServerConfig, local_only: bool) {
+    if inventory.devices.is_empty() {
+        log::warn!("no OpenCL device found: clients will see no devices");
+    }
+    for device in &inventory.devices {
+        let platform = inventory
+            .platform(device.platform)
+            .map_or("?", |p| p.name.as_str());
+        log::info!(
+            "serving device {}: {} (platform {})",
+            device.id,
+            device.name,
+            platform
+        );
+    }
+    match (&config.token, local_only) {
+        (Some(_), _) => log::info!("listening on {endpoint}; clients must present the token"),
+        (None, _) => {
+            log::info!("listening on {endpoint}; no token: serving only clients on this machine")
+        }
+    }
+}

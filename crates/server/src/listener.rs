@@ -1,0 +1,112 @@
+//! The accept loop and what the sessions of one server share.
+
+use std::collections::HashMap;
+use std::io::ErrorKind;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use rgpu_transport::{Listener, Stream, Token};
+
+use crate::inventory::Inventory;
+
+/// How often the accept loop looks at the shutdown flag.
+const POLL_INTERVAL: Duration = Duration::from_millis(50);
+/// How long shutdown waits for sessions to release their objects.
+const SESSION_DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
+
+pub(crate) struct Shared {
+    pub inventory: Arc<Inventory>,
+    pub token: Option<Token>,
+    pub name: String,
+    pub stop: AtomicBool,
+    /// A handle on each live session's socket, to end them at shutdown.
+    streams: Mutex<HashMap<u64, Stream>>,
+    next_session: AtomicU64,
+}
+
+impl Shared {
+    pub fn new(inventory: Inventory, token: Option<Token>, name: String) -> Shared {
+        Shared {
+            inventory: Arc::new(inventory),
+            token,
+            name,
+            stop: AtomicBool::new(false),
+            streams: Mutex::new(HashMap::new()),
+            next_session: AtomicU64::new(1),
+        }
+    }
+
+    pub fn stopping(&self) -> bool {
+        self.stop.load(Ordering::SeqCst)
+    }
+
+    pub fn register(&self, id: u64, stream: &Stream) {
+        if let Ok(clone) = stream.try_clone() {
+            self.streams_lock().insert(id, clone);
+        }
+    }
+
+    pub fn unregister(&self, id: u64) {
+        self.streams_lock().remove(&id);
+    }
+
+    fn streams_lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Stream>> {
+        self.streams.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Wakes every session's request thread with a closed socket.
+    fn end_sessions(&self) {
+        for stream in self.streams_lock().values() {
+            stream.shutdown();
+        }
+    }
+}
+
+/// Accepts connections until the stop flag is set, one session thread each; then ends the
+/// sessions and waits (bounded) for them to clean up.
+pub(crate) fn accept_loop(listener: &Listener, shared: &Arc<Shared>) {
+    let mut sessions: Vec<JoinHandle<()>> = Vec::new();
+    while !shared.stopping() {
+        match listener.accept() {
+            Ok(stream) => {
+                let id = shared.next_session.fetch_add(1, Ordering::SeqCst);
+                let session_shared = shared.clone();
+                let spawned = std::thread::Builder::new()
+                    .name(format!("rgpu-s{id}"))
+                    .spawn(move || crate::session::run(stream, session_shared, id));
+                match spawned {
+                    Ok(handle) => sessions.push(handle),
+                    Err(e) => log::error!("cannot start a session thread: {e}"),
+                }
+                sessions.retain(|s| !s.is_finished());
+            }
+            Err(e) if e.kind() == ErrorKind::WouldBlock => std::thread::sleep(POLL_INTERVAL),
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => {
+                log::warn!("accept failed: {e}");
+                std::thread::sleep(POLL_INTERVAL);
+            }
+        }
+    }
+    log::info!(
+        "shutting down: closing {} session(s)",
+        shared.streams_lock().len()
+    );
+    shared.end_sessions();
+    let deadline = Instant::now() + SESSION_DRAIN_TIMEOUT;
+    while sessions.iter().any(|s| !s.is_finished()) {
+        if Instant::now() > deadline {
+            log::warn!("some sessions did not finish cleaning up in time");
+            return;
+        }
+        // Sessions that registered after end_sessions ran are ended here too.
+        shared.end_sessions();
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for session in sessions {
+        let _ = session.join();
+    }
+    log::info!("server stopped");
+}

@@ -1,0 +1,82 @@
+//! Events: user events, waits and status notifications.
+
+use rgpu_cl_api::sys;
+use rgpu_protocol::opencl::{ClReply, Id};
+
+use crate::completion::Job;
+use crate::native::{ClResult, Event};
+use crate::session::{End, Session};
+
+impl Session {
+    pub(crate) fn create_user_event(&mut self, id: Id, context: Id) -> ClResult<()> {
+        self.handles.events.check_free(id)?;
+        let event = self.handles.contexts.get(context)?.create_user_event()?;
+        self.user_events.push(event.clone());
+        self.handles.events.insert(id, event)
+    }
+
+    pub(crate) fn set_user_event_status(&mut self, event: Id, status: i32) -> ClResult<()> {
+        self.handles.events.get(event)?.set_user_status(status)
+    }
+
+    /// The native events of a wait list.
+    pub(crate) fn wait_list(&self, ids: &[Id]) -> ClResult<Vec<Event>> {
+        ids.iter()
+            .map(|&id| {
+                self.handles
+                    .events
+                    .get(id)
+                    .cloned()
+                    .map_err(|_| sys::CL_INVALID_EVENT_WAIT_LIST)
+            })
+            .collect()
+    }
+
+    /// Replies (from the completion thread) once every event is complete. The request thread
+    /// does not block: the event may be a user event that a later request sets.
+    pub(crate) fn wait_for_events(&mut self, seq: u64, ids: &[Id]) -> Result<(), End> {
+        if ids.is_empty() {
+            return self.reply(seq, ClReply::Status(sys::CL_INVALID_VALUE));
+        }
+        let events: ClResult<Vec<Event>> = ids
+            .iter()
+            .map(|&id| self.handles.events.get(id).cloned())
+            .collect();
+        let events = match events {
+            Ok(events) => events,
+            Err(e) => return self.reply(seq, ClReply::Status(e)),
+        };
+        // clWaitForEvents flushes implicitly; a callback-driven wait has to do it itself.
+        for event in &events {
+            event.flush_queue();
+        }
+        let status = self.take_deferred().unwrap_or(sys::CL_SUCCESS);
+        self.completion().send(Job::Wait {
+            seq,
+            events,
+            status,
+        });
+        Ok(())
+    }
+
+    /// Registers a native callback that reports the event's status to the client.
+    /// Implementations only call back for CL_SUBMITTED, CL_RUNNING and CL_COMPLETE.
+    pub(crate) fn notify_event(&mut self, id: Id, status: i32) -> ClResult<()> {
+        let event = self.handles.events.get(id)?;
+        let callback_type = if status > sys::CL_COMPLETE {
+            status.min(sys::CL_SUBMITTED)
+        } else {
+            sys::CL_COMPLETE
+        };
+        let sender = self.completion().sender();
+        event.on_status(
+            callback_type,
+            Box::new(move |actual| {
+                let _ = sender.send(Job::Notify {
+                    event: id,
+                    status: actual,
+                });
+            }),
+        )
+    }
+}

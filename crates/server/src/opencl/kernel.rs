@@ -1,0 +1,164 @@
+//! Kernels: creation, cloning, and the arguments that travel with each launch.
+
+use rgpu_cl_api::params::{decode_string, decode_unsigned};
+use rgpu_cl_api::sys;
+use rgpu_protocol::opencl::{Id, KernelArg};
+
+use crate::handles::{ArgClass, KernelEntry};
+use crate::native::{host_size, ArgValue, ClResult, Kernel};
+use crate::session::Session;
+
+const WORD: usize = std::mem::size_of::<usize>();
+
+/// Without argument info, tells a pointer-sized value argument from one that takes an object
+/// handle: only memory-object (and `__local`) arguments accept a NULL value. Leaves the
+/// argument NULL, which the caller then overwrites.
+fn probe_handle_arg(kernel: &Kernel, index: u32) -> ArgClass {
+    // Local(n) is exactly (size n, NULL value).
+    match kernel.set_arg(index, ArgValue::Local(WORD)) {
+        Ok(()) => ArgClass::MemObject,
+        Err(_) => ArgClass::Value,
+    }
+}
+
+fn num_args(kernel: &Kernel) -> ClResult<u32> {
+    Ok(decode_unsigned(&kernel.info(sys::CL_KERNEL_NUM_ARGS)?) as u32)
+}
+
+/// What each argument of `kernel` takes, as far as the implementation says.
+fn classify_args(kernel: &Kernel) -> Vec<ArgClass> {
+    let count = num_args(kernel).unwrap_or(0);
+    (0..count)
+        .map(|index| {
+            let address = match kernel.arg_info(index, sys::CL_KERNEL_ARG_ADDRESS_QUALIFIER) {
+                Ok(address) => address,
+                Err(e) => {
+                    log::trace!("no arg info: {e}");
+                    return ArgClass::Unknown;
+                }
+            };
+            let type_name = kernel
+                .arg_info(index, sys::CL_KERNEL_ARG_TYPE_NAME)
+                .map(|b| decode_string(&b))
+                .unwrap_or_default();
+            let type_qualifier = kernel
+                .arg_info(index, sys::CL_KERNEL_ARG_TYPE_QUALIFIER)
+                .map(|b| decode_unsigned(&b))
+                .unwrap_or(0);
+            match decode_unsigned(&address) as u32 {
+                sys::CL_KERNEL_ARG_ADDRESS_GLOBAL | sys::CL_KERNEL_ARG_ADDRESS_CONSTANT => {
+                    ArgClass::MemObject
+                }
+                sys::CL_KERNEL_ARG_ADDRESS_LOCAL => ArgClass::Local,
+                _ if type_name.starts_with("sampler_t") => ArgClass::Sampler,
+                _ if type_name.starts_with("image")
+                    || type_qualifier & u64::from(sys::CL_KERNEL_ARG_TYPE_PIPE) != 0 =>
+                {
+                    ArgClass::MemObject
+                }
+                _ => ArgClass::Value,
+            }
+        })
+        .collect()
+}
+
+impl Session {
+    /// Returns the kernel's argument count.
+    pub(crate) fn create_kernel(&mut self, id: Id, program: Id, name: &str) -> ClResult<u32> {
+        self.handles.kernels.check_free(id)?;
+        let kernel = self.handles.programs.get(program)?.create_kernel(name)?;
+        self.insert_kernel(id, kernel)
+    }
+
+    pub(crate) fn clone_kernel(&mut self, id: Id, source: Id) -> ClResult<u32> {
+        self.handles.kernels.check_free(id)?;
+        let kernel = self.handles.kernels.get(source)?.kernel.clone_kernel()?;
+        self.insert_kernel(id, kernel)
+    }
+
+    fn insert_kernel(&mut self, id: Id, kernel: Kernel) -> ClResult<u32> {
+        let count = num_args(&kernel)?;
+        self.handles.kernels.insert(
+            id,
+            KernelEntry {
+                kernel,
+                arg_classes: None,
+            },
+        )?;
+        Ok(count)
+    }
+
+    /// Creates every kernel of the program and keeps the first `ids.len()` (in the
+    /// implementation's order) under those ids. Returns their names and argument counts.
+    pub(crate) fn create_kernels_in_program(
+        &mut self,
+        program: Id,
+        ids: &[Id],
+    ) -> ClResult<(Vec<String>, Vec<u32>)> {
+        for (i, &id) in ids.iter().enumerate() {
+            self.handles.kernels.check_free(id)?;
+            if ids[..i].contains(&id) {
+                return Err(sys::CL_INVALID_VALUE);
+            }
+        }
+        let kernels = self.handles.programs.get(program)?.create_all_kernels()?;
+        let mut names = Vec::new();
+        let mut counts = Vec::new();
+        // Kernels beyond `ids` are dropped (released) here.
+        for (kernel, &id) in kernels.into_iter().zip(ids) {
+            let name = decode_string(&kernel.info(sys::CL_KERNEL_FUNCTION_NAME)?);
+            counts.push(self.insert_kernel(id, kernel)?);
+            names.push(name);
+        }
+        Ok((names, counts))
+    }
+
+    /// Sets a launch's changed arguments. A value that cannot be right for the argument's type
+    /// (plain bytes for a buffer, a buffer for a sampler) is refused here, because the
+    /// implementation would take the bytes for an object handle.
+    pub(crate) fn apply_kernel_args(
+        &mut self,
+        kernel: Id,
+        args: &[(u32, KernelArg)],
+    ) -> ClResult<()> {
+        if args.is_empty() {
+            return Ok(());
+        }
+        let handles = &mut self.handles;
+        let entry = handles.kernels.get_mut(kernel)?;
+        let classes = entry
+            .arg_classes
+            .get_or_insert_with(|| classify_args(&entry.kernel));
+        for (index, arg) in args {
+            let slot = classes.get_mut(*index as usize);
+            let mut class = slot.as_deref().copied().unwrap_or(ArgClass::Unknown);
+            if class == ArgClass::Unknown && matches!(arg, KernelArg::Bytes(b) if b.len() == WORD) {
+                class = probe_handle_arg(&entry.kernel, *index);
+                if let Some(slot) = slot {
+                    *slot = class;
+                }
+            }
+            let value = match (arg, class) {
+                (KernelArg::Bytes(bytes), ArgClass::MemObject)
+                    if bytes.len() == WORD && bytes.iter().all(|&b| b == 0) =>
+                {
+                    ArgValue::Mem(None)
+                }
+                (KernelArg::Bytes(_), ArgClass::MemObject | ArgClass::Sampler) => {
+                    return Err(sys::CL_INVALID_ARG_VALUE)
+                }
+                (KernelArg::Bytes(bytes), _) => ArgValue::Bytes(bytes),
+                (KernelArg::Mem(_), ArgClass::Sampler) => return Err(sys::CL_INVALID_SAMPLER),
+                (KernelArg::Mem(0), _) => ArgValue::Mem(None),
+                (KernelArg::Mem(id), _) => ArgValue::Mem(Some(&handles.mems.get(*id)?.mem)),
+                (KernelArg::Sampler(_), ArgClass::MemObject) => {
+                    return Err(sys::CL_INVALID_MEM_OBJECT)
+                }
+                (KernelArg::Sampler(id), _) => ArgValue::Sampler(handles.samplers.get(*id)?),
+                (KernelArg::Local(size), _) => ArgValue::Local(host_size(*size)?),
+            };
+            entry.kernel.set_arg(*index, value)?;
+        }
+        Ok(())
+    }
+}

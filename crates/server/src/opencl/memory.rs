@@ -1,0 +1,178 @@
+//! Buffers, sub-buffers and images.
+
+use rgpu_cl_api::sys;
+use rgpu_protocol::opencl::{Id, ImageDesc, ImageFormat};
+
+use crate::handles::MemEntry;
+use crate::native::{self, host_size, ClResult};
+use crate::session::{End, Session};
+
+impl Session {
+    /// Receives a creation's initial contents (`bulk_len` bytes, which must be `expected`)
+    /// into memory. `Ok(Err(status))` when they cannot be taken (the bytes are skipped).
+    fn receive_initial_contents(
+        &mut self,
+        bulk_len: u64,
+        expected: Option<usize>,
+    ) -> Result<ClResult<Option<Vec<u8>>>, End> {
+        if bulk_len == 0 {
+            return Ok(Ok(None));
+        }
+        let fits = expected.is_some_and(|e| e as u64 == bulk_len);
+        let mut data = Vec::new();
+        if !fits || data.try_reserve_exact(bulk_len as usize).is_err() {
+            self.reader
+                .skip_bulk(bulk_len)
+                .map_err(|e| End::Protocol(e.to_string()))?;
+            return Ok(Err(if fits {
+                sys::CL_OUT_OF_HOST_MEMORY
+            } else {
+                sys::CL_INVALID_HOST_PTR
+            }));
+        }
+        data.resize(bulk_len as usize, 0);
+        self.reader
+            .read_bulk(&mut data)
+            .map_err(|e| End::Protocol(e.to_string()))?;
+        Ok(Ok(Some(data)))
+    }
+
+    /// Returns the status to reply. `Err` only when the connection failed.
+    pub(crate) fn create_buffer(
+        &mut self,
+        id: Id,
+        context: Id,
+        flags: u64,
+        size: u64,
+        properties: &[u64],
+        bulk_len: u64,
+    ) -> Result<i32, End> {
+        let host = match self.receive_initial_contents(bulk_len, usize::try_from(size).ok())? {
+            Ok(host) => host,
+            Err(status) => return Ok(status),
+        };
+        let result = (|| {
+            self.handles.mems.check_free(id)?;
+            let size = host_size(size)?;
+            let mem = self.handles.contexts.get(context)?.create_buffer(
+                flags,
+                size,
+                host.as_deref(),
+                properties,
+            )?;
+            self.handles.mems.insert(
+                id,
+                MemEntry {
+                    mem,
+                    derived: false,
+                },
+            )
+        })();
+        Ok(result.err().unwrap_or(sys::CL_SUCCESS))
+    }
+
+    pub(crate) fn create_sub_buffer(
+        &mut self,
+        id: Id,
+        parent: Id,
+        flags: u64,
+        origin: u64,
+        size: u64,
+    ) -> ClResult<()> {
+        self.handles.mems.check_free(id)?;
+        let mem = self
+            .handles
+            .mems
+            .get(parent)?
+            .mem
+            .create_sub_buffer(flags, origin, size)?;
+        self.handles
+            .mems
+            .insert(id, MemEntry { mem, derived: true })
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn create_image(
+        &mut self,
+        id: Id,
+        context: Id,
+        flags: u64,
+        format: ImageFormat,
+        desc: &ImageDesc,
+        properties: &[u64],
+        bulk_len: u64,
+    ) -> Result<i32, End> {
+        let format = native::ImageFormat {
+            channel_order: format.channel_order,
+            channel_data_type: format.channel_data_type,
+        };
+        let sizes = (|| -> ClResult<[usize; 6]> {
+            Ok([
+                host_size(desc.width)?,
+                host_size(desc.height)?,
+                host_size(desc.depth)?,
+                host_size(desc.array_size)?,
+                host_size(desc.row_pitch)?,
+                host_size(desc.slice_pitch)?,
+            ])
+        })();
+        let expected = sizes
+            .ok()
+            .and_then(|[width, height, depth, array_size, ..]| {
+                let probe = native::ImageDesc {
+                    image_type: desc.image_type,
+                    width,
+                    height,
+                    depth,
+                    array_size,
+                    row_pitch: 0,
+                    slice_pitch: 0,
+                    num_mip_levels: 0,
+                    num_samples: 0,
+                    mem_object: None,
+                };
+                native::packed_image_size(format, &probe)
+            });
+        let host = match self.receive_initial_contents(bulk_len, expected)? {
+            Ok(host) => host,
+            Err(status) => return Ok(status),
+        };
+        let result = (|| {
+            self.handles.mems.check_free(id)?;
+            let [width, height, depth, array_size, row_pitch, slice_pitch] = sizes?;
+            let source = match desc.mem_object {
+                0 => None,
+                source => Some(
+                    &self
+                        .handles
+                        .mems
+                        .get(source)
+                        .map_err(|_| sys::CL_INVALID_IMAGE_DESCRIPTOR)?
+                        .mem,
+                ),
+            };
+            let native_desc = native::ImageDesc {
+                image_type: desc.image_type,
+                width,
+                height,
+                depth,
+                array_size,
+                row_pitch,
+                slice_pitch,
+                num_mip_levels: desc.num_mip_levels,
+                num_samples: desc.num_samples,
+                mem_object: source,
+            };
+            let mem = self.handles.contexts.get(context)?.create_image(
+                flags,
+                format,
+                &native_desc,
+                host.as_deref(),
+                properties,
+            )?;
+            let derived = desc.mem_object != 0;
+            self.handles.mems.insert(id, MemEntry { mem, derived })
+        })();
+        Ok(result.err().unwrap_or(sys::CL_SUCCESS))
+    }
+}

@@ -1,0 +1,541 @@
+//! One client connection: the handshake, the request loop, deferred errors, and the cleanup
+//! that gives back everything the session created however it ends.
+//!
+//! Threads of a session: the request thread (this module's loop, which also receives write
+//! data), the completion thread ([`crate::completion`]), and OpenCL's own callback threads.
+//! They share the socket's write half through [`Writer`].
+
+use std::sync::{Arc, Mutex};
+
+use rgpu_cl_api::{error_name, sys};
+use rgpu_protocol::opencl::{ClReply, ClRequest, Command, Id};
+use rgpu_protocol::{decode_body, ClientMsg, ServerMsg};
+use rgpu_transport::{server_handshake, FrameReader, FrameWriter, Stream, TransportError};
+
+use crate::completion::{Completion, Job};
+use crate::handles::Handles;
+use crate::inventory::Inventory;
+use crate::listener::Shared;
+use crate::native::{Cl, ClResult, Event, Waker};
+use crate::staging::{StagingPool, CHUNK_SIZE, POOL_BUFFERS};
+
+/// The status given to user events a client left unset when its session ends, so that
+/// commands waiting on them terminate instead of holding the device forever.
+const ABANDONED: i32 = sys::CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST;
+
+/// The socket's write half, shared by the threads of a session.
+pub struct Writer {
+    inner: Mutex<FrameWriter<Stream>>,
+}
+
+impl Writer {
+    /// Sends one frame (and its bulk) and flushes it.
+    pub fn send(&self, msg: &ServerMsg, seq: u64, bulk: &[u8]) -> Result<(), TransportError> {
+        let mut writer = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        writer.send(msg, seq, bulk)
+    }
+}
+
+/// Why a session's request loop stopped.
+pub enum End {
+    /// The client closed the connection between frames.
+    Closed,
+    /// The server is shutting down.
+    Stopped,
+    /// The client broke the protocol; the reason is logged.
+    Protocol(String),
+    /// The connection failed.
+    Broken(String),
+}
+
+impl End {
+    fn from_transport(error: TransportError, stopping: bool) -> End {
+        match error {
+            _ if stopping => End::Stopped,
+            TransportError::Closed => End::Closed,
+            TransportError::Protocol(e) => End::Protocol(e.to_string()),
+            TransportError::Io(e) => End::Broken(e.to_string()),
+            TransportError::Auth(e) => End::Protocol(e),
+        }
+    }
+}
+
+/// Runs a session on an accepted connection until it ends, then cleans up after it.
+pub(crate) fn run(mut stream: Stream, shared: Arc<Shared>, id: u64) {
+    let peer = stream.peer_description();
+    shared.register(id, &stream);
+    if shared.stopping() {
+        stream.shutdown();
+        shared.unregister(id);
+        return;
+    }
+    let client = match server_handshake(&mut stream, shared.token.as_ref(), &shared.name, id) {
+        Ok(client) => client,
+        Err(TransportError::Closed) => {
+            log::debug!("{peer}: closed the connection during the handshake");
+            shared.unregister(id);
+            return;
+        }
+        Err(e) => {
+            log::warn!("{peer}: connection refused: {e}");
+            stream.shutdown();
+            shared.unregister(id);
+            return;
+        }
+    };
+    log::info!("session {id}: {client} connected from {peer}");
+    let halves = stream
+        .try_clone()
+        .and_then(|r| Ok((r, stream.try_clone()?)));
+    let (read_half, write_half) = match halves {
+        Ok(halves) => halves,
+        Err(e) => {
+            log::warn!("session {id}: cannot set up the connection: {e}");
+            stream.shutdown();
+            shared.unregister(id);
+            return;
+        }
+    };
+    let mut session = Session::new(id, shared.clone(), stream, read_half, write_half);
+    let end = session.serve();
+    match &end {
+        End::Closed => {}
+        End::Stopped => log::debug!("session {id}: server shutting down"),
+        End::Protocol(why) => log::warn!("session {id} ({client} at {peer}): {why}; closing it"),
+        End::Broken(why) => log::warn!("session {id} ({client} at {peer}): connection lost: {why}"),
+    }
+    let released = session.close(matches!(end, End::Closed));
+    shared.unregister(id);
+    log::info!("session {id}: {client} disconnected; released {released} objects");
+}
+
+pub struct Session {
+    pub(crate) id: u64,
+    shared: Arc<Shared>,
+    pub(crate) inventory: Arc<Inventory>,
+    pub(crate) handles: Handles,
+    stream: Stream,
+    pub(crate) reader: FrameReader<Stream>,
+    pub(crate) writer: Arc<Writer>,
+    /// `None` only while closing.
+    completion: Option<Completion>,
+    pub(crate) waker: Waker,
+    pub(crate) pool: StagingPool,
+    /// The first error of a fire-and-forget request since the last synchronizing reply.
+    deferred: Option<i32>,
+    /// Every user event the session made, even those the client released, so that cleanup can
+    /// end the ones it never set.
+    pub(crate) user_events: Vec<Event>,
+}
+
+impl Session {
+    fn new(
+        id: u64,
+        shared: Arc<Shared>,
+        stream: Stream,
+        read_half: Stream,
+        write_half: Stream,
+    ) -> Session {
+        let writer = Arc::new(Writer {
+            inner: Mutex::new(FrameWriter::new(write_half)),
+        });
+        let completion = Completion::start(id, writer.clone());
+        Session {
+            id,
+            inventory: shared.inventory.clone(),
+            shared,
+            handles: Handles::new(),
+            stream,
+            reader: FrameReader::new(read_half),
+            writer,
+            waker: completion.waker(),
+            completion: Some(completion),
+            pool: StagingPool::new(CHUNK_SIZE, POOL_BUFFERS),
+            deferred: None,
+            user_events: Vec::new(),
+        }
+    }
+
+    /// The request loop.
+    fn serve(&mut self) -> End {
+        loop {
+            let frame = self.reader.read_frame();
+            let (header, msg) = match frame {
+                Ok((header, body)) => (header, decode_body::<ClientMsg>(body)),
+                Err(e) => return End::from_transport(e, self.shared.stopping()),
+            };
+            let msg = match msg {
+                Ok(msg) => msg,
+                Err(e) => return End::Protocol(e.to_string()),
+            };
+            let result = match msg {
+                ClientMsg::Ping if header.bulk_len == 0 => {
+                    self.send(&ServerMsg::Pong, header.seq, &[])
+                }
+                ClientMsg::Ping => Err(End::Protocol("bulk data with a ping".into())),
+                ClientMsg::Authenticate { .. } => {
+                    Err(End::Protocol("authentication after the handshake".into()))
+                }
+                ClientMsg::Cl(request) => self.handle(header.seq, header.bulk_len, request),
+            };
+            if let Err(end) = result {
+                return end;
+            }
+        }
+    }
+
+    /// Carries out one request and sends its reply, if it has one. `Err` ends the session.
+    fn handle(&mut self, seq: u64, bulk_len: u64, request: ClRequest) -> Result<(), End> {
+        let takes_bulk = matches!(
+            &request,
+            ClRequest::CreateBuffer { .. }
+                | ClRequest::CreateImage { .. }
+                | ClRequest::Enqueue {
+                    command: Command::WriteBuffer { .. }
+                        | Command::WriteBufferRect { .. }
+                        | Command::WriteImage { .. },
+                    ..
+                }
+        );
+        if bulk_len > 0 && !takes_bulk {
+            return Err(End::Protocol(format!(
+                "{bulk_len} bytes of bulk data with a request that takes none"
+            )));
+        }
+        match request {
+            ClRequest::GetInventory => {
+                let inventory = self.inventory.wire.clone();
+                self.reply(seq, ClReply::Inventory(inventory))
+            }
+            ClRequest::GetInfo { query, param } => {
+                let (status, value) = match self.get_info(&query, param) {
+                    Ok(value) => (sys::CL_SUCCESS, value),
+                    Err(e) => (e, Vec::new()),
+                };
+                self.reply(seq, ClReply::Info { status, value })
+            }
+            ClRequest::CreateContext {
+                id,
+                devices,
+                properties,
+            } => {
+                let result = self.create_context(id, &devices, &properties);
+                self.reply_status(seq, result)
+            }
+            ClRequest::CreateQueue {
+                id,
+                context,
+                device,
+                properties,
+            } => {
+                let result = self.create_queue(id, context, device, &properties);
+                self.reply_status(seq, result)
+            }
+            ClRequest::CreateBuffer {
+                id,
+                context,
+                flags,
+                size,
+                properties,
+            } => {
+                let status = self.create_buffer(id, context, flags, size, &properties, bulk_len)?;
+                self.reply(seq, ClReply::Status(status))
+            }
+            ClRequest::CreateSubBuffer {
+                id,
+                parent,
+                flags,
+                origin,
+                size,
+            } => {
+                let result = self.create_sub_buffer(id, parent, flags, origin, size);
+                self.reply_status(seq, result)
+            }
+            ClRequest::CreateImage {
+                id,
+                context,
+                flags,
+                format,
+                desc,
+                properties,
+            } => {
+                let status =
+                    self.create_image(id, context, flags, format, &desc, &properties, bulk_len)?;
+                self.reply(seq, ClReply::Status(status))
+            }
+            ClRequest::GetSupportedImageFormats {
+                context,
+                flags,
+                image_type,
+            } => {
+                let (status, formats) =
+                    match self.supported_image_formats(context, flags, image_type) {
+                        Ok(formats) => (sys::CL_SUCCESS, formats),
+                        Err(e) => (e, Vec::new()),
+                    };
+                self.reply(seq, ClReply::ImageFormats { status, formats })
+            }
+            ClRequest::CreateSampler {
+                id,
+                context,
+                properties,
+            } => {
+                let result = self.create_sampler(id, context, &properties);
+                self.reply_status(seq, result)
+            }
+            ClRequest::CreateProgramWithSource {
+                id,
+                context,
+                source,
+            } => {
+                let result = self.create_program_with_source(id, context, &source);
+                self.reply_status(seq, result)
+            }
+            ClRequest::CreateProgramWithBinary {
+                id,
+                context,
+                devices,
+                binaries,
+            } => {
+                let (status, binary_status) =
+                    self.create_program_with_binary(id, context, &devices, &binaries);
+                self.reply(
+                    seq,
+                    ClReply::Binary {
+                        status,
+                        binary_status,
+                    },
+                )
+            }
+            ClRequest::CreateProgramWithIl { id, context, il } => {
+                let result = self.create_program_with_il(id, context, &il);
+                self.reply_status(seq, result)
+            }
+            ClRequest::CreateProgramWithBuiltInKernels {
+                id,
+                context,
+                devices,
+                kernel_names,
+            } => {
+                let result =
+                    self.create_program_with_built_in_kernels(id, context, &devices, &kernel_names);
+                self.reply_status(seq, result)
+            }
+            ClRequest::BuildProgram {
+                program,
+                devices,
+                options,
+            } => {
+                let result = self.build_program(program, &devices, &options);
+                self.reply_status(seq, result)
+            }
+            ClRequest::CompileProgram {
+                program,
+                devices,
+                options,
+                headers,
+            } => {
+                let result = self.compile_program(program, &devices, &options, &headers);
+                self.reply_status(seq, result)
+            }
+            ClRequest::LinkProgram {
+                id,
+                context,
+                devices,
+                options,
+                inputs,
+            } => {
+                let status = self.link_program(id, context, &devices, &options, &inputs);
+                self.reply(seq, ClReply::Status(status))
+            }
+            ClRequest::CreateKernel { id, program, name } => {
+                let (status, num_args) = match self.create_kernel(id, program, &name) {
+                    Ok(num_args) => (sys::CL_SUCCESS, num_args),
+                    Err(e) => (e, 0),
+                };
+                self.reply(seq, ClReply::Kernel { status, num_args })
+            }
+            ClRequest::CreateKernelsInProgram { program, ids } => {
+                let reply = match self.create_kernels_in_program(program, &ids) {
+                    Ok((names, num_args)) => ClReply::Kernels {
+                        status: sys::CL_SUCCESS,
+                        names,
+                        num_args,
+                    },
+                    Err(status) => ClReply::Kernels {
+                        status,
+                        names: Vec::new(),
+                        num_args: Vec::new(),
+                    },
+                };
+                self.reply(seq, reply)
+            }
+            ClRequest::CloneKernel { id, source } => {
+                let (status, num_args) = match self.clone_kernel(id, source) {
+                    Ok(num_args) => (sys::CL_SUCCESS, num_args),
+                    Err(e) => (e, 0),
+                };
+                self.reply(seq, ClReply::Kernel { status, num_args })
+            }
+            ClRequest::Release { kind, id } => {
+                if let Err(e) = self.handles.release(kind, id) {
+                    self.defer(&format!("release of {kind:?} {id}"), e);
+                }
+                Ok(())
+            }
+            ClRequest::CreateUserEvent { id, context } => {
+                if let Err(e) = self.create_user_event(id, context) {
+                    self.defer("clCreateUserEvent", e);
+                    self.fail_event(id, None, e);
+                }
+                Ok(())
+            }
+            ClRequest::SetUserEventStatus { event, status } => {
+                if let Err(e) = self.set_user_event_status(event, status) {
+                    self.defer("clSetUserEventStatus", e);
+                }
+                Ok(())
+            }
+            ClRequest::WaitForEvents { events } => self.wait_for_events(seq, &events),
+            ClRequest::NotifyEvent { event, status } => {
+                if let Err(e) = self.notify_event(event, status) {
+                    self.defer("clSetEventCallback", e);
+                }
+                Ok(())
+            }
+            ClRequest::Flush { queue } => {
+                let result = self.handles.queues.get(queue).and_then(|q| q.queue.flush());
+                if let Err(e) = result {
+                    self.defer("clFlush", e);
+                }
+                Ok(())
+            }
+            ClRequest::Finish { queue } => self.finish(seq, queue),
+            ClRequest::Enqueue {
+                queue,
+                wait,
+                event,
+                command,
+            } => self.enqueue(seq, bulk_len, queue, &wait, event, command),
+        }
+    }
+
+    pub(crate) fn cl(&self) -> ClResult<&Cl> {
+        self.inventory
+            .cl
+            .as_ref()
+            .ok_or(sys::CL_DEVICE_NOT_AVAILABLE)
+    }
+
+    pub(crate) fn completion(&self) -> &Completion {
+        self.completion
+            .as_ref()
+            .expect("the completion thread lives until the session closes")
+    }
+
+    pub(crate) fn send(&self, msg: &ServerMsg, seq: u64, bulk: &[u8]) -> Result<(), End> {
+        self.writer
+            .send(msg, seq, bulk)
+            .map_err(|e| End::from_transport(e, self.shared.stopping()))
+    }
+
+    pub(crate) fn reply(&self, seq: u64, reply: ClReply) -> Result<(), End> {
+        self.send(&ServerMsg::Cl(reply), seq, &[])
+    }
+
+    fn reply_status(&self, seq: u64, result: ClResult<()>) -> Result<(), End> {
+        self.reply(
+            seq,
+            ClReply::Status(result.err().unwrap_or(sys::CL_SUCCESS)),
+        )
+    }
+
+    /// Records the failure of a request that has no reply; the client hears of it at its next
+    /// synchronizing request.
+    pub(crate) fn defer(&mut self, what: &str, error: i32) {
+        log::debug!(
+            "session {}: {what} failed: {} ({error}); deferred",
+            self.id,
+            error_name(error)
+        );
+        self.deferred.get_or_insert(error);
+    }
+
+    /// The deferred error, if any, which is then reported and cleared.
+    pub(crate) fn take_deferred(&mut self) -> Option<i32> {
+        self.deferred.take()
+    }
+
+    /// Binds `event_id` (if the client asked for an event) to a user event that has already
+    /// failed with `status`, so that commands waiting on it fail as OpenCL specifies.
+    pub(crate) fn fail_event(&mut self, event_id: Id, queue: Option<Id>, status: i32) {
+        if event_id == 0 || self.handles.events.check_free(event_id).is_err() {
+            return;
+        }
+        let from_queue = queue
+            .and_then(|q| self.handles.queues.get(q).ok())
+            .map(|q| q.queue.failed_event(status));
+        let event = match from_queue {
+            Some(Ok(event)) => Some(event),
+            _ => self.handles.contexts.values().next().and_then(|context| {
+                let event = context.create_user_event().ok()?;
+                event.set_user_status(status.min(-1)).ok()?;
+                Some(event)
+            }),
+        };
+        if let Some(event) = event {
+            let _ = self.handles.events.insert(event_id, event);
+        }
+    }
+
+    /// `Finish`: replies once every command enqueued so far on the queue is complete, with
+    /// the deferred error if there is one. A marker stands for the queue's work, so the
+    /// request thread stays free to take requests (a user event another client thread sets
+    /// may be what the queue waits for).
+    fn finish(&mut self, seq: u64, queue: Id) -> Result<(), End> {
+        let marker = self.handles.queues.get(queue).and_then(|q| {
+            let marker = q.queue.marker(&[])?;
+            q.queue.flush()?;
+            Ok(marker)
+        });
+        match marker {
+            Err(e) => self.reply(seq, ClReply::Status(e)),
+            Ok(marker) => {
+                let status = self.take_deferred().unwrap_or(sys::CL_SUCCESS);
+                self.completion().send(Job::Finish {
+                    seq,
+                    marker,
+                    status,
+                });
+                Ok(())
+            }
+        }
+    }
+
+    /// Gives back everything the session created, once its in-flight work is done. Returns
+    /// how many objects the client had left.
+    fn close(mut self, clean: bool) -> usize {
+        if !clean {
+            // Nobody reads replies any more; failing sends fast lets the drain below finish.
+            self.stream.shutdown();
+        }
+        for event in &self.user_events {
+            if event.status().is_ok_and(|s| s > sys::CL_COMPLETE) {
+                let _ = event.set_user_status(ABANDONED);
+            }
+        }
+        for entry in self.handles.queues.values() {
+            if let Err(e) = entry.queue.finish() {
+                log::debug!("session {}: clFinish at close: {}", self.id, error_name(e));
+            }
+        }
+        if let Some(completion) = self.completion.take() {
+            completion.shutdown();
+        }
+        self.stream.shutdown();
+        let count = self.handles.count();
+        self.handles.release_all();
+        self.user_events.clear();
+        count
+    }
+}

@@ -1,0 +1,828 @@
+//! A real server on 127.0.0.1:0, driven by a raw client that speaks the wire protocol through
+//! rgpu-transport. The OpenCL tests need a device (PoCL on CPU in CI); without one they say so
+//! and return.
+
+use std::io::Write;
+use std::net::TcpStream;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use rgpu_protocol::opencl::{
+    BufferRect, ClReply, ClRequest, Command, Id, InfoQuery, Inventory, KernelArg, ObjKind,
+};
+use rgpu_protocol::{ClientMsg, ServerMsg};
+use rgpu_server::{Server, ServerConfig, ShutdownHandle};
+use rgpu_transport::{client_handshake, Endpoint, FrameReader, FrameWriter, Stream, Token};
+
+const CL_SUCCESS: i32 = 0;
+const CL_INVALID_VALUE: i32 = -30;
+const CL_INVALID_CONTEXT: i32 = -34;
+const CL_INVALID_COMMAND_QUEUE: i32 = -36;
+const CL_INVALID_MEM_OBJECT: i32 = -38;
+const CL_INVALID_KERNEL: i32 = -48;
+const CL_INVALID_EVENT: i32 = -58;
+const CL_COMPLETE: i32 = 0;
+const CL_MEM_READ_WRITE: u64 = 1;
+const CL_EVENT_COMMAND_EXECUTION_STATUS: u32 = 0x11D3;
+const CL_DEVICE_NAME: u32 = 0x102B;
+const CL_CONTEXT_DEVICES: u32 = 0x1081;
+
+struct Running {
+    endpoint: Endpoint,
+    shutdown: ShutdownHandle,
+    thread: Option<JoinHandle<Result<(), String>>>,
+}
+
+impl Running {
+    fn start(token: Option<Token>) -> Running {
+        let _ = env_logger::builder().is_test(true).try_init();
+        let server = Server::bind(ServerConfig {
+            listen: Endpoint::Tcp("127.0.0.1:0".into()),
+            token,
+            platform_filter: None,
+            device_filter: None,
+            opencl_library: None,
+            name: "test-server".into(),
+        })
+        .expect("server binds");
+        let endpoint = server.local_endpoint();
+        let shutdown = server.shutdown_handle();
+        let thread = Some(std::thread::spawn(move || server.run()));
+        Running {
+            endpoint,
+            shutdown,
+            thread,
+        }
+    }
+
+    fn stop(mut self) -> Duration {
+        let started = Instant::now();
+        self.shutdown.shutdown();
+        let thread = self.thread.take().unwrap();
+        thread.join().unwrap().unwrap();
+        started.elapsed()
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(thread) = self.thread.take() {
+            self.shutdown.shutdown();
+            let _ = thread.join();
+        }
+    }
+}
+
+struct Client {
+    reader: FrameReader<Stream>,
+    writer: FrameWriter<Stream>,
+    stream: Stream,
+    seq: u64,
+}
+
+impl Client {
+    fn connect(endpoint: &Endpoint, token: Option<&Token>) -> Result<Client, String> {
+        let mut stream = Stream::connect(endpoint, Duration::from_secs(5)).unwrap();
+        client_handshake(&mut stream, token, "server-test").map_err(|e| e.to_string())?;
+        stream
+            .set_read_timeout(Some(Duration::from_secs(60)))
+            .unwrap();
+        Ok(Client {
+            reader: FrameReader::new(stream.try_clone().unwrap()),
+            writer: FrameWriter::new(stream.try_clone().unwrap()),
+            stream,
+            seq: 0,
+        })
+    }
+
+    fn send(&mut self, request: ClRequest, bulk: &[u8]) -> u64 {
+        self.seq += 1;
+        self.writer
+            .send(&ClientMsg::Cl(request), self.seq, bulk)
+            .unwrap();
+        self.seq
+    }
+
+    /// The next frame (skipping event notifications), with its bulk.
+    fn next(&mut self) -> (u64, ServerMsg, Vec<u8>) {
+        loop {
+            let (header, msg) = self.reader.read_message::<ServerMsg>().unwrap();
+            let mut bulk = vec![0u8; header.bulk_len as usize];
+            self.reader.read_bulk(&mut bulk).unwrap();
+            if !matches!(msg, ServerMsg::EventStatus { .. }) {
+                return (header.seq, msg, bulk);
+            }
+        }
+    }
+
+    fn reply(&mut self, seq: u64) -> ClReply {
+        let (got, msg, _) = self.next();
+        assert_eq!(got, seq, "reply to the request sent");
+        match msg {
+            ServerMsg::Cl(reply) => reply,
+            other => panic!("expected a reply, got {other:?}"),
+        }
+    }
+
+    fn call(&mut self, request: ClRequest) -> ClReply {
+        let seq = self.send(request, &[]);
+        self.reply(seq)
+    }
+
+    fn status(&mut self, request: ClRequest) -> i32 {
+        match self.call(request) {
+            ClReply::Status(status) => status,
+            other => panic!("expected a status, got {other:?}"),
+        }
+    }
+
+    /// A read's data (placed at each chunk's offset) and final status.
+    fn read(&mut self, queue: Id, command: Command, len: usize) -> (Vec<u8>, i32) {
+        let seq = self.send(
+            ClRequest::Enqueue {
+                queue,
+                wait: vec![],
+                event: 0,
+                command,
+            },
+            &[],
+        );
+        let mut data = vec![0u8; len];
+        loop {
+            let (got, msg, bulk) = self.next();
+            assert_eq!(got, seq);
+            match msg {
+                ServerMsg::Data { offset } => {
+                    let at = offset as usize;
+                    data[at..at + bulk.len()].copy_from_slice(&bulk);
+                }
+                ServerMsg::Cl(ClReply::Status(status)) => return (data, status),
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+    }
+
+    fn ping(&mut self) {
+        self.seq += 1;
+        self.writer.send(&ClientMsg::Ping, self.seq, &[]).unwrap();
+        let (seq, msg, _) = self.next();
+        assert_eq!((seq, msg), (self.seq, ServerMsg::Pong));
+    }
+
+    fn inventory(&mut self) -> Inventory {
+        match self.call(ClRequest::GetInventory) {
+            ClReply::Inventory(inventory) => inventory,
+            other => panic!("expected the inventory, got {other:?}"),
+        }
+    }
+
+    /// Context 1 and queue 1 on the first device; `None` without a device.
+    fn setup(&mut self) -> Option<Id> {
+        let inventory = self.inventory();
+        let Some(device) = inventory.devices.first() else {
+            eprintln!("no OpenCL device on this machine; skipping");
+            return None;
+        };
+        let device = device.id;
+        let status = self.status(ClRequest::CreateContext {
+            id: 1,
+            devices: vec![device],
+            properties: vec![0],
+        });
+        assert_eq!(status, CL_SUCCESS);
+        let status = self.status(ClRequest::CreateQueue {
+            id: 1,
+            context: 1,
+            device,
+            properties: vec![0],
+        });
+        assert_eq!(status, CL_SUCCESS);
+        Some(device)
+    }
+
+    fn create_buffer(&mut self, id: Id, size: u64, contents: &[u8]) -> i32 {
+        let seq = self.send(
+            ClRequest::CreateBuffer {
+                id,
+                context: 1,
+                flags: CL_MEM_READ_WRITE,
+                size,
+                properties: vec![],
+            },
+            contents,
+        );
+        match self.reply(seq) {
+            ClReply::Status(status) => status,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn enqueue(&mut self, wait: Vec<Id>, event: Id, command: Command, bulk: &[u8]) {
+        self.send(
+            ClRequest::Enqueue {
+                queue: 1,
+                wait,
+                event,
+                command,
+            },
+            bulk,
+        );
+    }
+
+    fn finish(&mut self) -> i32 {
+        self.status(ClRequest::Finish { queue: 1 })
+    }
+}
+
+fn pattern(len: usize, seed: u32) -> Vec<u8> {
+    let mut state = seed.wrapping_mul(2_654_435_761).max(1);
+    (0..len)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 17;
+            state ^= state << 5;
+            state as u8
+        })
+        .collect()
+}
+
+#[test]
+fn inventory_write_and_read_back_10_mib() {
+    let server = Running::start(None);
+    let mut client = Client::connect(&server.endpoint, None).unwrap();
+    client.ping();
+    let Some(device) = client.setup() else { return };
+
+    let inventory = client.inventory();
+    let desc = &inventory.devices[0];
+    let name = desc
+        .info
+        .iter()
+        .find(|(param, _)| *param == CL_DEVICE_NAME)
+        .expect("the inventory has the device name");
+    assert!(name.1.len() > 1);
+    assert!(desc.info.len() > 50, "every known parameter is queried");
+    assert!(!inventory.platforms[0].info.is_empty());
+
+    const SIZE: usize = 10 << 20;
+    let data = pattern(SIZE, 1);
+    assert_eq!(client.create_buffer(1, SIZE as u64, &[]), CL_SUCCESS);
+    client.enqueue(
+        vec![],
+        7,
+        Command::WriteBuffer {
+            buffer: 1,
+            offset: 0,
+            size: SIZE as u64,
+        },
+        &data,
+    );
+    let (back, status) = client.read(
+        1,
+        Command::ReadBuffer {
+            buffer: 1,
+            offset: 0,
+            size: SIZE as u64,
+        },
+        SIZE,
+    );
+    assert_eq!(status, CL_SUCCESS);
+    assert!(back == data, "read-back data differs");
+    assert_eq!(client.finish(), CL_SUCCESS);
+
+    // The write's event is known and complete.
+    match client.call(ClRequest::GetInfo {
+        query: InfoQuery::Event(7),
+        param: CL_EVENT_COMMAND_EXECUTION_STATUS,
+    }) {
+        ClReply::Info { status, value } => {
+            assert_eq!(status, CL_SUCCESS);
+            assert_eq!(
+                i32::from_le_bytes(value[..4].try_into().unwrap()),
+                CL_COMPLETE
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    // Handle-valued info comes back as ids.
+    match client.call(ClRequest::GetInfo {
+        query: InfoQuery::Context(1),
+        param: CL_CONTEXT_DEVICES,
+    }) {
+        ClReply::Info { status, value } => {
+            assert_eq!(status, CL_SUCCESS);
+            assert_eq!(value, device.to_le_bytes().to_vec());
+        }
+        other => panic!("{other:?}"),
+    }
+
+    // A partial read at an offset, and a buffer created with initial contents.
+    let (part, status) = client.read(
+        1,
+        Command::ReadBuffer {
+            buffer: 1,
+            offset: 12345,
+            size: 1000,
+        },
+        1000,
+    );
+    assert_eq!(status, CL_SUCCESS);
+    assert_eq!(part, data[12345..13345]);
+    let small = pattern(4096, 2);
+    assert_eq!(client.create_buffer(2, 4096, &small), CL_SUCCESS);
+    let (back, status) = client.read(
+        1,
+        Command::ReadBuffer {
+            buffer: 2,
+            offset: 0,
+            size: 4096,
+        },
+        4096,
+    );
+    assert_eq!((status, back), (CL_SUCCESS, small));
+    drop(client);
+    assert!(server.stop() < Duration::from_secs(5));
+}
+
+#[test]
+fn rect_transfers_are_packed_tightly() {
+    let server = Running::start(None);
+    let mut client = Client::connect(&server.endpoint, None).unwrap();
+    if client.setup().is_none() {
+        return;
+    }
+    // A 64 x 48 byte buffer; a 10 x 5 region at (3, 4).
+    let full = pattern(64 * 48, 3);
+    assert_eq!(
+        client.create_buffer(1, full.len() as u64, &full),
+        CL_SUCCESS
+    );
+    let rect = BufferRect {
+        buffer_origin: [3, 4, 0],
+        region: [10, 5, 1],
+        buffer_row_pitch: 64,
+        buffer_slice_pitch: 0,
+    };
+    let (region, status) = client.read(1, Command::ReadBufferRect { buffer: 1, rect }, 50);
+    assert_eq!(status, CL_SUCCESS);
+    for row in 0..5 {
+        let start = (4 + row) * 64 + 3;
+        assert_eq!(region[row * 10..row * 10 + 10], full[start..start + 10]);
+    }
+    let fresh = pattern(50, 4);
+    client.enqueue(
+        vec![],
+        0,
+        Command::WriteBufferRect { buffer: 1, rect },
+        &fresh,
+    );
+    let (back, status) = client.read(1, Command::ReadBufferRect { buffer: 1, rect }, 50);
+    assert_eq!((status, back), (CL_SUCCESS, fresh));
+}
+
+#[test]
+fn kernel_launch_with_args() {
+    let server = Running::start(None);
+    let mut client = Client::connect(&server.endpoint, None).unwrap();
+    let Some(device) = client.setup() else { return };
+    let source = "__kernel void scale(__global float *x, float k) { \
+                  size_t i = get_global_id(0); x[i] = x[i] * k; }";
+    assert_eq!(
+        client.status(ClRequest::CreateProgramWithSource {
+            id: 1,
+            context: 1,
+            source: source.into(),
+        }),
+        CL_SUCCESS
+    );
+    assert_eq!(
+        client.status(ClRequest::BuildProgram {
+            program: 1,
+            devices: vec![device],
+            options: String::new(),
+        }),
+        CL_SUCCESS
+    );
+    match client.call(ClRequest::CreateKernel {
+        id: 1,
+        program: 1,
+        name: "scale".into(),
+    }) {
+        ClReply::Kernel { status, num_args } => assert_eq!((status, num_args), (CL_SUCCESS, 2)),
+        other => panic!("{other:?}"),
+    }
+    let values: Vec<f32> = (0..1024).map(|i| i as f32).collect();
+    let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+    assert_eq!(
+        client.create_buffer(1, bytes.len() as u64, &bytes),
+        CL_SUCCESS
+    );
+    // Plain bytes where a buffer goes would be taken for a handle: refused, reported later.
+    client.enqueue(
+        vec![],
+        0,
+        Command::NdRange {
+            kernel: 1,
+            work_dim: 1,
+            offset: None,
+            global: vec![1024],
+            local: None,
+            args: vec![(0, KernelArg::Bytes(vec![1; 8]))],
+        },
+        &[],
+    );
+    assert_ne!(client.finish(), CL_SUCCESS);
+    client.enqueue(
+        vec![],
+        5,
+        Command::NdRange {
+            kernel: 1,
+            work_dim: 1,
+            offset: None,
+            global: vec![1024],
+            local: None,
+            args: vec![
+                (0, KernelArg::Mem(1)),
+                (1, KernelArg::Bytes(2.5f32.to_le_bytes().to_vec())),
+            ],
+        },
+        &[],
+    );
+    let (back, status) = client.read(
+        1,
+        Command::ReadBuffer {
+            buffer: 1,
+            offset: 0,
+            size: bytes.len() as u64,
+        },
+        bytes.len(),
+    );
+    assert_eq!(status, CL_SUCCESS);
+    let got: Vec<f32> = back
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect();
+    assert!(got.iter().zip(&values).all(|(g, v)| *g == v * 2.5));
+    assert_eq!(
+        client.status(ClRequest::WaitForEvents { events: vec![5] }),
+        CL_SUCCESS
+    );
+    client.send(
+        ClRequest::Release {
+            kind: ObjKind::Kernel,
+            id: 1,
+        },
+        &[],
+    );
+    match client.call(ClRequest::CreateKernelsInProgram {
+        program: 1,
+        ids: vec![2],
+    }) {
+        ClReply::Kernels {
+            status,
+            names,
+            num_args,
+        } => {
+            assert_eq!(status, CL_SUCCESS);
+            assert_eq!(names, vec!["scale".to_string()]);
+            assert_eq!(num_args, vec![2]);
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn unknown_ids_are_errors_and_fire_and_forget_errors_are_deferred() {
+    let server = Running::start(None);
+    let mut client = Client::connect(&server.endpoint, None).unwrap();
+    assert_eq!(
+        client.status(ClRequest::CreateQueue {
+            id: 1,
+            context: 99,
+            device: 1,
+            properties: vec![],
+        }),
+        if client.inventory().devices.is_empty() {
+            -33
+        } else {
+            CL_INVALID_CONTEXT
+        }
+    );
+    assert_eq!(
+        client.status(ClRequest::Finish { queue: 5 }),
+        CL_INVALID_COMMAND_QUEUE
+    );
+    assert_eq!(
+        client.status(ClRequest::WaitForEvents { events: vec![3] }),
+        CL_INVALID_EVENT
+    );
+    match client.call(ClRequest::CreateKernel {
+        id: 1,
+        program: 4,
+        name: "k".into(),
+    }) {
+        ClReply::Kernel { status, .. } => assert_eq!(status, -44),
+        other => panic!("{other:?}"),
+    }
+    if client.setup().is_none() {
+        return;
+    }
+    // A client id that is taken.
+    assert_eq!(
+        client.status(ClRequest::CreateContext {
+            id: 1,
+            devices: vec![1],
+            properties: vec![],
+        }),
+        CL_INVALID_VALUE
+    );
+    // A write to an unknown buffer: its bulk is skipped, the error waits for the Finish, and
+    // its event stands failed.
+    client.enqueue(
+        vec![],
+        9,
+        Command::WriteBuffer {
+            buffer: 42,
+            offset: 0,
+            size: 16,
+        },
+        &[0u8; 16],
+    );
+    client.enqueue(vec![], 0, Command::MarkerWithWaitList, &[]);
+    assert_eq!(client.finish(), CL_INVALID_MEM_OBJECT);
+    assert_eq!(
+        client.finish(),
+        CL_SUCCESS,
+        "a deferred error is reported once"
+    );
+    assert!(client.status(ClRequest::WaitForEvents { events: vec![9] }) < 0);
+    // A launch of an unknown kernel.
+    client.enqueue(
+        vec![],
+        0,
+        Command::NdRange {
+            kernel: 77,
+            work_dim: 1,
+            offset: None,
+            global: vec![1],
+            local: None,
+            args: vec![],
+        },
+        &[],
+    );
+    assert_eq!(client.finish(), CL_INVALID_KERNEL);
+    client.ping();
+}
+
+#[test]
+fn wait_on_a_user_event_does_not_block_the_session() {
+    let server = Running::start(None);
+    let mut client = Client::connect(&server.endpoint, None).unwrap();
+    if client.setup().is_none() {
+        return;
+    }
+    client.send(ClRequest::CreateUserEvent { id: 1, context: 1 }, &[]);
+    client.send(
+        ClRequest::NotifyEvent {
+            event: 1,
+            status: CL_COMPLETE,
+        },
+        &[],
+    );
+    let wait = client.send(ClRequest::WaitForEvents { events: vec![1] }, &[]);
+    client.ping();
+    client.send(
+        ClRequest::SetUserEventStatus {
+            event: 1,
+            status: CL_COMPLETE,
+        },
+        &[],
+    );
+    // The notification and the wait's reply, in either order.
+    let mut replied = false;
+    let mut notified = false;
+    while !(replied && notified) {
+        let (header, msg) = client.reader.read_message::<ServerMsg>().unwrap();
+        match msg {
+            ServerMsg::EventStatus { event, status } => {
+                assert_eq!((event, status), (1, CL_COMPLETE));
+                notified = true;
+            }
+            ServerMsg::Cl(ClReply::Status(status)) => {
+                assert_eq!((header.seq, status), (wait, CL_SUCCESS));
+                replied = true;
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}
+
+#[test]
+fn a_malformed_frame_ends_only_its_session() {
+    let server = Running::start(None);
+    let mut good = Client::connect(&server.endpoint, None).unwrap();
+    let has_device = good.setup().is_some();
+    if has_device {
+        assert_eq!(
+            good.create_buffer(1, 1 << 20, &pattern(1 << 20, 5)),
+            CL_SUCCESS
+        );
+    }
+
+    // Garbage after a valid handshake.
+    let bad = Client::connect(&server.endpoint, None).unwrap();
+    let mut raw = bad.stream.try_clone().unwrap();
+    raw.write_all(&[0xff; 64]).unwrap();
+    let mut reader = bad.reader;
+    assert!(
+        reader.read_frame().is_err(),
+        "the server closed the bad session"
+    );
+
+    // A truncated write: the client dies mid-transfer.
+    let mut dying = Client::connect(&server.endpoint, None).unwrap();
+    if has_device {
+        dying.setup();
+        dying.create_buffer(1, 8 << 20, &[]);
+    }
+    dying.enqueue(
+        vec![],
+        0,
+        Command::WriteBuffer {
+            buffer: 1,
+            offset: 0,
+            size: 8 << 20,
+        },
+        &[],
+    );
+    dying.stream.write_all(&[1u8; 100_000]).unwrap();
+    drop(dying);
+
+    // A body that does not decode.
+    let mut stream = Stream::connect(&server.endpoint, Duration::from_secs(5)).unwrap();
+    client_handshake(&mut stream, None, "garbage").unwrap();
+    let header = rgpu_protocol::FrameHeader {
+        body_len: 3,
+        flags: 0,
+        seq: 1,
+        bulk_len: 0,
+    };
+    stream.write_all(&header.encode()).unwrap();
+    stream.write_all(&[0xee, 0xee, 0xee]).unwrap();
+    let mut reader = FrameReader::new(stream);
+    assert!(reader.read_frame().is_err());
+
+    good.ping();
+    if has_device {
+        let (data, status) = good.read(
+            1,
+            Command::ReadBuffer {
+                buffer: 1,
+                offset: 0,
+                size: 1 << 20,
+            },
+            1 << 20,
+        );
+        assert_eq!((status, data), (CL_SUCCESS, pattern(1 << 20, 5)));
+    }
+}
+
+#[test]
+fn a_wrong_token_is_refused() {
+    let token = Token::new(b"a-very-secret-token-123".to_vec()).unwrap();
+    let wrong = Token::new(b"not-the-right-token-456".to_vec()).unwrap();
+    let server = Running::start(Some(token.clone()));
+    let err = Client::connect(&server.endpoint, Some(&wrong))
+        .err()
+        .unwrap();
+    assert!(err.contains("token"), "{err}");
+    assert!(Client::connect(&server.endpoint, None).is_err());
+    let mut client = Client::connect(&server.endpoint, Some(&token)).unwrap();
+    client.ping();
+}
+
+#[test]
+fn shutdown_ends_live_sessions_promptly() {
+    let server = Running::start(None);
+    let mut client = Client::connect(&server.endpoint, None).unwrap();
+    client.setup();
+    client.ping();
+    // A connection that never finishes its handshake.
+    let _idle = TcpStream::connect(server.endpoint.to_string()).unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    let took = server.stop();
+    assert!(took < Duration::from_secs(3), "shutdown took {took:?}");
+    assert!(
+        client.reader.read_frame().is_err(),
+        "the session was closed"
+    );
+}
+
+#[test]
+fn images_round_trip_in_row_chunks() {
+    use rgpu_protocol::opencl::{ImageDesc, ImageFormat};
+    const CL_RGBA: u32 = 0x10B5;
+    const CL_UNORM_INT8: u32 = 0x10D2;
+    const CL_MEM_OBJECT_IMAGE2D: u32 = 0x10F1;
+    const CL_DEVICE_IMAGE_SUPPORT: u32 = 0x1016;
+    let server = Running::start(None);
+    let mut client = Client::connect(&server.endpoint, None).unwrap();
+    if client.setup().is_none() {
+        return;
+    }
+    let inventory = client.inventory();
+    let image_support = inventory.devices[0]
+        .info
+        .iter()
+        .find(|(p, _)| *p == CL_DEVICE_IMAGE_SUPPORT)
+        .is_some_and(|(_, v)| v.iter().any(|&b| b != 0));
+    if !image_support {
+        eprintln!("device without image support; skipping");
+        return;
+    }
+    // 1100 rows of 1024 RGBA8 pixels: 4.4 MiB, more than one staging chunk.
+    let (width, height) = (1024u64, 1100u64);
+    let size = (width * height * 4) as usize;
+    let initial = pattern(size, 6);
+    let format = ImageFormat {
+        channel_order: CL_RGBA,
+        channel_data_type: CL_UNORM_INT8,
+    };
+    let desc = ImageDesc {
+        image_type: CL_MEM_OBJECT_IMAGE2D,
+        width,
+        height,
+        depth: 0,
+        array_size: 0,
+        row_pitch: 0,
+        slice_pitch: 0,
+        num_mip_levels: 0,
+        num_samples: 0,
+        mem_object: 0,
+    };
+    let seq = client.send(
+        ClRequest::CreateImage {
+            id: 1,
+            context: 1,
+            flags: CL_MEM_READ_WRITE,
+            format,
+            desc,
+            properties: vec![],
+        },
+        &initial,
+    );
+    assert_eq!(client.reply(seq), ClReply::Status(CL_SUCCESS));
+    let whole = Command::ReadImage {
+        image: 1,
+        origin: [0, 0, 0],
+        region: [width, height, 1],
+    };
+    let (back, status) = client.read(1, whole.clone(), size);
+    assert_eq!(status, CL_SUCCESS);
+    assert!(back == initial, "image contents differ");
+
+    let fresh = pattern(size, 7);
+    client.enqueue(
+        vec![],
+        0,
+        Command::WriteImage {
+            image: 1,
+            origin: [0, 0, 0],
+            region: [width, height, 1],
+        },
+        &fresh,
+    );
+    let (back, status) = client.read(1, whole, size);
+    assert_eq!(status, CL_SUCCESS);
+    assert!(back == fresh, "written image differs");
+
+    // A small region, packed tightly.
+    let (region, status) = client.read(
+        1,
+        Command::ReadImage {
+            image: 1,
+            origin: [2, 4, 0],
+            region: [5, 3, 1],
+        },
+        60,
+    );
+    assert_eq!(status, CL_SUCCESS);
+    for row in 0..3 {
+        let start = ((4 + row) * width as usize + 2) * 4;
+        assert_eq!(region[row * 20..row * 20 + 20], fresh[start..start + 20]);
+    }
+    // Initial contents of the wrong size are refused without ending the session.
+    let seq = client.send(
+        ClRequest::CreateImage {
+            id: 2,
+            context: 1,
+            flags: CL_MEM_READ_WRITE,
+            format,
+            desc,
+            properties: vec![],
+        },
+        &[0u8; 100],
+    );
+    assert!(matches!(client.reply(seq), ClReply::Status(s) if s < 0));
+    client.ping();
+}

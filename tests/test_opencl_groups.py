@@ -1,0 +1,46 @@
+"""Each C program of tests/opencl (one per OpenCL API group) must print `PASS <group>` both
+natively on the local platform (PoCL) and through rgpu (`rgpu run` against a real server
+process on a loopback port). A failure shows the program's FAIL line (file:line, the call, the
+error code) and the server's log."""
+
+import pytest
+
+import rgpu_harness as h
+
+
+@pytest.mark.parametrize("mode", ["native", "rgpu"])
+@pytest.mark.parametrize("group", h.GROUPS)
+def test_group(group, mode, c_program, request):
+    prog = c_program(group)
+    if mode == "native":
+        r = h.run_native(prog)
+        h.assert_pass(r, group)
+        return
+    server = request.getfixturevalue("server")
+    r = h.run_rgpu(prog, [server])
+    h.assert_pass(r, group, server)
+    assert server.alive(), f"server died after {group}\n{server.log_tail()}"
+
+
+@pytest.mark.parametrize("group", ["buffers", "kernels"])
+def test_group_over_unix_socket(group, c_program, start_server):
+    server = start_server(unix=True)
+    assert server.endpoint.startswith("unix:"), server.endpoint
+    r = h.run_rgpu(c_program(group), [server])
+    h.assert_pass(r, group, server)
+
+
+def test_devices_of_two_servers(c_program, start_server):
+    """With two servers, the rgpu platform lists a device of each; platform_device checks every
+    device (CL_DEVICE_RGPU_SERVER names its own server) and runs a kernel."""
+    a, b = start_server(), start_server()
+    r = h.run_rgpu(c_program("platform_device"), [a, b])
+    h.assert_pass(r, "platform_device", a)
+
+
+def test_one_session_after_another(c_program, server):
+    """A server serves many sessions in a row; each one's objects are freed."""
+    prog = c_program("context_queue")
+    for _ in range(3):
+        h.assert_pass(h.run_rgpu(prog, [server]), "context_queue", server)
+    assert server.alive()

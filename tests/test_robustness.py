@@ -1,0 +1,503 @@
+"""Robustness of real server processes: concurrent clients, clients killed mid-transfer, wrong
+tokens, malformed frames, unreachable or dying servers, clean shutdown."""
+
+import os
+import re
+import signal
+import socket
+import struct
+import subprocess
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+import rgpu_harness as h
+
+MIB = 1024 * 1024
+
+
+# ---------------------------------------------------------------- helpers
+
+class Client:
+    """A program run through `rgpu run` in the background, its stdout read line by line."""
+
+    def __init__(self, servers, cmd, **env):
+        self.proc = subprocess.Popen(
+            h.rgpu_run_cmd(servers, cmd),
+            env=h.base_env(RGPU_TEST_PLATFORM="rgpu", **env), stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True, errors="replace",
+            start_new_session=True)
+        self.lines: list[str] = []
+        self.err: list[str] = []
+        self._cv = threading.Condition()
+        self._open = 2
+        threading.Thread(target=self._pump, args=(self.proc.stdout, self.lines), daemon=True).start()
+        threading.Thread(target=self._pump, args=(self.proc.stderr, self.err), daemon=True).start()
+
+    def _pump(self, stream, into):
+        for line in stream:
+            with self._cv:
+                into.append(line.rstrip("\n"))
+                self._cv.notify_all()
+        with self._cv:
+            self._open -= 1
+            self._cv.notify_all()
+
+    def wait_line(self, pattern: str, timeout: float) -> bool:
+        """Waits until stdout has a line matching pattern (False on timeout or exit)."""
+        rx = re.compile(pattern)
+        deadline = time.monotonic() + timeout
+        with self._cv:
+            while True:
+                if any(rx.search(line) for line in self.lines):
+                    return True
+                left = deadline - time.monotonic()
+                if left <= 0 or self._open == 0:
+                    return False
+                self._cv.wait(min(left, 0.2))
+
+    def kill(self):
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait(timeout=30)
+
+    def wait(self, timeout: float) -> int | None:
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def describe(self) -> str:
+        return ("--- client stdout ---\n" + "\n".join(self.lines[-50:]) +
+                "\n--- client stderr ---\n" + "\n".join(self.err[-50:]))
+
+
+def rss_mib(server) -> float:
+    return server.rss_kb() / 1024.0
+
+
+class RssSampler:
+    """Samples a server's RSS in the background; keeps the peak."""
+
+    def __init__(self, server, period=0.05):
+        self.server, self.period, self.peak = server, period, 0.0
+        self._stop = threading.Event()
+        self._t = threading.Thread(target=self._run, daemon=True)
+        self._t.start()
+
+    def _run(self):
+        while not self._stop.is_set():
+            try:
+                self.peak = max(self.peak, rss_mib(self.server))
+            except (OSError, RuntimeError):
+                return
+            time.sleep(self.period)
+
+    def stop(self) -> float:
+        self._stop.set()
+        self._t.join()
+        return self.peak
+
+
+def no_rgpu_devices(r: h.Result) -> bool:
+    return not h.parse_clinfo_l(r.stdout).get("rgpu")
+
+
+# ---------------------------------------------------------------- (a) concurrent clients
+
+def test_two_clients_at_once(c_program, server):
+    prog = c_program("buffers")
+    with ThreadPoolExecutor(2) as ex:
+        results = list(ex.map(lambda _: h.run_rgpu(prog, [server]), range(2)))
+    for r in results:
+        h.assert_pass(r, "buffers", server)
+    assert server.alive()
+
+
+def test_three_different_clients_at_once(c_program, server):
+    groups = ["buffers", "kernels", "events"]
+    progs = [c_program(g) for g in groups]
+    with ThreadPoolExecutor(3) as ex:
+        results = list(ex.map(lambda p: h.run_rgpu(p, [server]), progs))
+    for g, r in zip(groups, results):
+        h.assert_pass(r, g, server)
+
+
+# ---------------------------------------------------------------- (b) killed mid-transfer
+
+def wait_rss_at_most(server, limit_mib: float, timeout: float) -> float:
+    deadline = time.monotonic() + timeout
+    now = rss_mib(server)
+    while now > limit_mib and time.monotonic() < deadline:
+        time.sleep(0.2)
+        now = rss_mib(server)
+    return now
+
+
+def test_client_killed_mid_transfer(c_program, server):
+    buffers, stress = c_program("buffers"), c_program("stress_write")
+    # A complete session first (64 MiB transfers), so PoCL and the server's staging are warm.
+    h.assert_pass(h.run_rgpu(buffers, [server]), "buffers", server)
+    time.sleep(0.5)
+    base = rss_mib(server)
+    sampler = RssSampler(server)
+    client = Client([server], [stress, "256"])
+    try:
+        ok = client.wait_line(r"^WROTE 1$", timeout=120)
+        assert ok, f"the 256 MiB writer never completed a round\n{client.describe()}" \
+                   f"\n{server.log_tail()}"
+        time.sleep(1.0)  # the next 256 MiB round is in flight
+        assert client.proc.poll() is None, f"writer ended early\n{client.describe()}"
+    finally:
+        client.kill()
+    peak = sampler.stop()
+    assert server.alive(), f"server died with its client\n{server.log_tail()}"
+    assert peak >= base + 128, (f"server RSS went from {base:.0f} MiB to only {peak:.0f} MiB "
+                                f"while a 256 MiB buffer was written; the test is vacuous")
+    slack = max(64.0, 0.25 * base)
+    now = wait_rss_at_most(server, base + slack, timeout=20)
+    assert now <= base + slack, (f"server RSS did not come back: before {base:.0f} MiB, peak "
+                                 f"{peak:.0f} MiB, 20 s after the kill {now:.0f} MiB "
+                                 f"(allowed {base + slack:.0f})\n{server.log_tail()}")
+    # The server noticed and released the session.
+    assert re.search(r"(?i)disconnect|lost|closing|released", server.log()), server.log_tail()
+    # Another client works.
+    h.assert_pass(h.run_rgpu(buffers, [server]), "buffers", server)
+
+
+def test_clients_that_exit_without_releasing(c_program, server):
+    """Sessions that end without releasing their objects (normal exit, and SIGKILL right after
+    connecting) leave nothing behind."""
+    stress = c_program("stress_write")
+    r = h.run_rgpu(stress, [server], ["64", "1"])
+    h.assert_pass(r, "stress_write", server)
+    time.sleep(0.5)
+    base = rss_mib(server)
+    for _ in range(3):
+        r = h.run_rgpu(stress, [server], ["64", "2", "leak"])
+        h.assert_pass(r, "stress_write", server)
+    for _ in range(3):
+        c = Client([server], [stress, "64"])
+        c.wait_line(r"^START", timeout=60)
+        c.kill()
+    now = wait_rss_at_most(server, base + 64, timeout=20)
+    assert now <= base + 64, f"RSS {base:.0f} -> {now:.0f} MiB after 6 sessions"
+    assert server.alive()
+
+
+# ---------------------------------------------------------------- (c) tokens
+
+GOOD = "correct-token-0123456789abcdef"
+BAD = "wrong-token-9876543210fedcba"
+
+
+def test_wrong_token_rejected(c_program, start_server, tmp_path):
+    token = tmp_path / "token"
+    token.write_text(GOOD + "\n")
+    server = start_server(token_file=token)
+    assert re.search(r"(?i)token", server.log()), server.log_tail()
+    listing = ["clinfo", "-l"]
+
+    # Wrong token: no rgpu device (or an error), in bounded time; the server says why.
+    r = h.run(h.rgpu_run_cmd([server], listing), h.base_env(RGPU_TOKEN=BAD), timeout=60)
+    assert not r.timed_out, r.describe()
+    assert no_rgpu_devices(r), f"wrong token still lists devices\n{r.describe()}"
+    deadline = time.monotonic() + 5
+    while not re.search(r"(?i)(wrong|bad|invalid|missing).{0,20}token|token.{0,20}(wrong|"
+                        r"mismatch|invalid|rejected)", server.log()) and \
+            time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert re.search(r"(?i)(wrong|bad|invalid|missing).{0,20}token|token.{0,20}(wrong|mismatch|"
+                     r"invalid|rejected)", server.log()), \
+        f"server log does not say the token was wrong\n{server.log_tail()}"
+
+    # No token at all.
+    r = h.run(h.rgpu_run_cmd([server], listing), h.base_env(), timeout=60)
+    assert not r.timed_out and no_rgpu_devices(r), r.describe()
+    # A wrong token file.
+    bad_file = tmp_path / "bad"
+    bad_file.write_text(BAD)
+    r = h.run(h.rgpu_run_cmd([server], listing, token_file=bad_file), h.base_env(), timeout=60)
+    assert not r.timed_out and no_rgpu_devices(r), r.describe()
+    # A test program with the wrong token fails cleanly.
+    r = h.run_rgpu(c_program("platform_device"), [server], RGPU_TOKEN=BAD, timeout=60)
+    assert not r.timed_out and r.returncode != 0, r.describe()
+
+    # The right token, three ways.
+    pd = c_program("platform_device")
+    h.assert_pass(h.run_rgpu(pd, [server], RGPU_TOKEN=GOOD), "platform_device", server)
+    h.assert_pass(h.run_rgpu(pd, [server], token_file=token), "platform_device", server)
+    h.assert_pass(h.run_rgpu(c_program("buffers"), [server], RGPU_TOKEN_FILE=str(token)),
+                  "buffers", server)
+    assert server.alive()
+
+
+# ---------------------------------------------------------------- (d) malformed frames
+
+def protocol_version() -> int:
+    src = (h.REPO / "crates" / "protocol" / "src" / "lib.rs").read_text()
+    m = re.search(r"pub const PROTOCOL_VERSION: u32 = (\d+);", src)
+    return int(m.group(1)) if m else 1
+
+
+def preamble(version=None, magic=b"RGPU") -> bytes:
+    v = protocol_version() if version is None else version
+    return magic + v.to_bytes(4, "little") + bytes(4)
+
+
+def frame(body: bytes, seq: int, bulk: bytes = b"", flags: int = 0) -> bytes:
+    return struct.pack("<IIQQ", len(body), flags, seq, len(bulk)) + body + bulk
+
+
+def varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        if n:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+def connect(server) -> socket.socket:
+    if server.endpoint.startswith("unix:"):
+        s = socket.socket(socket.AF_UNIX)
+        s.connect(server.endpoint[5:])
+    else:
+        s = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+    s.settimeout(10)
+    return s
+
+
+def read_exact(s: socket.socket, n: int) -> bytes:
+    buf = b""
+    while len(buf) < n:
+        chunk = s.recv(n - len(buf))
+        if not chunk:
+            raise EOFError(f"connection closed after {len(buf)} of {n} bytes")
+        buf += chunk
+    return buf
+
+
+def read_frame(s: socket.socket):
+    body_len, flags, seq, bulk_len = struct.unpack("<IIQQ", read_exact(s, 24))
+    assert flags == 0
+    body = read_exact(s, body_len)
+    bulk = read_exact(s, bulk_len) if bulk_len else b""
+    return seq, body, bulk
+
+
+def handshake(server) -> socket.socket:
+    """Connects and authenticates without a token (ClientMsg::Authenticate, postcard)."""
+    s = connect(server)
+    s.sendall(preamble())
+    theirs = read_exact(s, 12)
+    assert theirs[:4] == b"RGPU", theirs
+    _, body, _ = read_frame(s)
+    assert body[0] == 0, f"expected Challenge, got {body[:8]!r}"  # ServerMsg::Challenge
+    name = b"malformed-frame-test"
+    auth = b"\x00" + os.urandom(32) + b"\x00" + varint(len(name)) + name
+    s.sendall(frame(auth, 1))
+    _, body, _ = read_frame(s)
+    assert body[0] == 1, f"expected Welcome, got {body[:40]!r}"  # ServerMsg::Welcome
+    return s
+
+
+def ping(s: socket.socket, seq: int) -> None:
+    s.sendall(frame(b"\x01", seq))  # ClientMsg::Ping
+    _, body, _ = read_frame(s)
+    assert body == b"\x03", f"expected Pong, got {body[:40]!r}"  # ServerMsg::Pong
+
+
+def closed_by_peer(s: socket.socket, timeout: float) -> bool:
+    """True once the server closes the connection (after an optional Fatal frame)."""
+    s.settimeout(timeout)
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            if not s.recv(65536):
+                return True
+    except (ConnectionResetError, BrokenPipeError):
+        return True
+    except socket.timeout:
+        return False
+    return False
+
+
+def bad_sessions(server):
+    """Yields (description, socket) for each kind of malformed input, input already sent."""
+    # Garbage right after a valid preamble (before the handshake completes).
+    s = connect(server)
+    s.sendall(preamble() + os.urandom(4096))
+    yield "garbage after the preamble", s
+    # Bad magic, wrong version.
+    s = connect(server)
+    s.sendall(preamble(magic=b"HTTP") + b"GET / HTTP/1.0\r\n\r\n")
+    yield "bad magic", s
+    s = connect(server)
+    s.sendall(preamble(version=protocol_version() + 100))
+    yield "wrong protocol version", s
+    # In a live session: a body that does not decode.
+    s = handshake(server)
+    ping(s, 2)
+    s.sendall(frame(b"\xff" * 40, 3))
+    yield "undecodable body in a session", s
+    # An unknown message variant.
+    s = handshake(server)
+    s.sendall(frame(b"\x7f\x00\x00", 2))
+    yield "unknown message variant", s
+    # Reserved flags set.
+    s = handshake(server)
+    s.sendall(frame(b"\x01", 2, flags=0x80))
+    yield "reserved flags", s
+    # A body length over the limit.
+    s = handshake(server)
+    s.sendall(struct.pack("<IIQQ", 0xFFFFFFF0, 0, 2, 0) + b"\x01" * 64)
+    yield "oversized body length", s
+    # A zero body length.
+    s = handshake(server)
+    s.sendall(struct.pack("<IIQQ", 0, 0, 2, 0))
+    yield "empty body", s
+
+
+def test_malformed_frames_close_only_that_session(c_program, server):
+    buffers, kernels = c_program("buffers"), c_program("kernels")
+    # A real client keeps working while the bad sessions come and go.
+    good = ThreadPoolExecutor(1)
+    future = good.submit(h.run_rgpu, buffers, [server])
+    time.sleep(0.5)
+    problems = []
+    n = 0
+    for what, s in bad_sessions(server):
+        n += 1
+        if not closed_by_peer(s, 15):
+            problems.append(f"{what}: the server kept the connection open")
+        s.close()
+    # A truncated frame: the client hangs up half way through.
+    s = handshake(server)
+    s.sendall(struct.pack("<IIQQ", 1000, 0, 2, 0) + b"\x02" * 10)
+    s.close()
+    n += 1
+    # A truncated preamble.
+    s = connect(server)
+    s.sendall(b"RGP")
+    s.close()
+    assert server.alive(), f"server died on malformed input\n{server.log_tail()}"
+    r = future.result(timeout=h.PROGRAM_TIMEOUT + 30)
+    good.shutdown()
+    h.assert_pass(r, "buffers", server)
+    assert not problems, "\n".join(problems) + "\n" + server.log_tail()
+    # A fresh session with a live ping, and a full client, still work afterwards.
+    s = handshake(server)
+    ping(s, 2)
+    ping(s, 3)
+    s.close()
+    h.assert_pass(h.run_rgpu(kernels, [server]), "kernels", server)
+    # Each bad session left a log line.
+    hits = re.findall(r"(?im)^.*(refused|closing|lost|malformed|invalid|version|magic).*$",
+                      server.log())
+    assert len(hits) >= n - 1, f"{len(hits)} log lines for {n} bad sessions\n{server.log_tail()}"
+
+
+# ---------------------------------------------------------------- (e) unreachable servers
+
+def test_no_server_running(c_program, rgpu_bins):
+    port = h.free_port()
+    ep = f"127.0.0.1:{port}"
+    t0 = time.monotonic()
+    r = h.run(h.rgpu_run_cmd([ep], ["clinfo", "-l"]), h.base_env(), timeout=60)
+    assert not r.timed_out, r.describe()
+    assert time.monotonic() - t0 < 30, f"took {time.monotonic() - t0:.1f}s\n{r.describe()}"
+    assert no_rgpu_devices(r), r.describe()
+    # The native platform is still usable beside the dead one.
+    assert any(h.NATIVE_PLATFORM in p for p in h.parse_clinfo_l(r.stdout)), r.describe()
+    r = h.run_rgpu(c_program("platform_device"), [ep], timeout=60)
+    assert not r.timed_out and r.returncode != 0, r.describe()
+
+
+def test_one_dead_server_of_two(c_program, server):
+    """One listed server is down: the live one's devices are listed and work."""
+    dead = f"127.0.0.1:{h.free_port()}"
+    r = h.run(h.rgpu_run_cmd([server, dead], ["clinfo", "-l"]), h.base_env(), timeout=60)
+    assert not r.timed_out and r.returncode == 0, r.describe()
+    devs = h.parse_clinfo_l(r.stdout).get("rgpu", [])
+    assert devs == h.native_device_names(), r.describe()
+    r = h.run_rgpu(c_program("kernels"), [server, dead])
+    h.assert_pass(r, "kernels", server)
+
+
+def test_unresponsive_server(c_program, rgpu_bins):
+    """A peer that accepts connections and never answers: the client gives up in bounded time."""
+    lsock = socket.socket()
+    lsock.bind(("127.0.0.1", 0))
+    lsock.listen(16)
+    held = []
+    stop = threading.Event()
+
+    def accept():
+        lsock.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                held.append(lsock.accept()[0])
+            except socket.timeout:
+                pass
+
+    t = threading.Thread(target=accept, daemon=True)
+    t.start()
+    try:
+        ep = "127.0.0.1:%d" % lsock.getsockname()[1]
+        t0 = time.monotonic()
+        r = h.run(h.rgpu_run_cmd([ep], ["clinfo", "-l"]), h.base_env(), timeout=90)
+        assert not r.timed_out, f"client hung on a silent server\n{r.describe()}"
+        assert time.monotonic() - t0 < 60
+        assert no_rgpu_devices(r), r.describe()
+    finally:
+        stop.set()
+        t.join()
+        for c in held:
+            c.close()
+        lsock.close()
+
+
+def test_server_dies_under_a_client(c_program, start_server):
+    """SIGKILL of the server while a client streams data: the client fails, it does not hang."""
+    server = start_server()
+    client = Client([server], [c_program("stress_write"), "128"])
+    try:
+        assert client.wait_line(r"^WROTE 1$", 120), client.describe() + server.log_tail()
+        server.stop(signal.SIGKILL)
+        code = client.wait(60)
+        assert code is not None, "client hung after its server died\n" + client.describe()
+        assert code != 0, client.describe()
+    finally:
+        client.kill()
+
+
+# ---------------------------------------------------------------- shutdown
+
+def test_sigterm_stops_server_cleanly(c_program, start_server):
+    server = start_server()
+    h.assert_pass(h.run_rgpu(c_program("context_queue"), [server]), "context_queue", server)
+    code = server.stop(signal.SIGTERM, timeout=15)
+    assert code == 0, f"exit {code} after SIGTERM\n{server.log_tail()}"
+
+
+def test_sigterm_with_a_connected_client(c_program, start_server):
+    server = start_server()
+    client = Client([server], [c_program("stress_write"), "64"])
+    try:
+        assert client.wait_line(r"^WROTE 1$", 120), client.describe() + server.log_tail()
+        t0 = time.monotonic()
+        code = server.stop(signal.SIGTERM, timeout=20)
+        assert code is not None, f"server ignored SIGTERM for 20 s\n{server.log_tail()}"
+        assert time.monotonic() - t0 < 20
+        assert client.wait(60) is not None, "client hung after its server stopped\n" + \
+            client.describe()
+    finally:
+        client.kill()
