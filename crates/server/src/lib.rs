@@ -93,7 +93,7 @@ impl Server {
         listener
             .set_nonblocking(true)
             .map_err(|e| format!("cannot set up the listening socket: {e}"))?;
-        log_start(&inventory, &endpoint, &config, listener.is_local_only());
+        log_start(&inventory, &endpoint, &config);
         let shared = Arc::new(Shared::new(inventory, config.token, config.name));
         Ok(Server {
             listener,
@@ -133,7 +133,7 @@ fn forget_rgpu_servers() {
     });
 }
 
-fn log_start(inventory: &Inventory, endpoint: &Endpoint, config: &ServerConfig, local_only: bool) {
+fn log_start(inventory: &Inventory, endpoint: &Endpoint, config: &ServerConfig) {
     if inventory.devices.is_empty() {
         log::warn!("no OpenCL device found: clients will see no devices");
     }
@@ -148,10 +148,9 @@ fn log_start(inventory: &Inventory, endpoint: &Endpoint, config: &ServerConfig, 
             platform
         );
     }
-    match (&config.token, local_only) {
-        (Some(_), _) => log::info!("listening on {endpoint}; clients must present the token"),
-        (None, _) => {
-            log::info!("listening on {endpoint}; no token: serving only clients on this machine")
-        }
+    if config.token.is_some() {
+        log::info!("listening on {endpoint}; clients must present the token");
+    } else {
+        log::info!("listening on {endpoint}; no token: serving only clients on this machine");
     }
 }

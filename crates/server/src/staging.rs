@@ -11,7 +11,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 /// Size of one chunk of a transfer, and of each pooled buffer.
-pub const CHUNK_SIZE: usize = 1 << 20;
+pub const CHUNK_SIZE: usize = 4 << 20;
 /// Buffers a session keeps at most (so at most 64 MiB of staging memory per session).
 pub const POOL_BUFFERS: usize = 16;
 /// How long a request waits for a pooled buffer before it allocates an extra one. A transfer
@@ -61,14 +61,18 @@ impl StagingPool {
 
     /// A buffer of at least `len` bytes. Chunk-sized requests come from the pool and wait
     /// (briefly) for a buffer to come back when all are lent out; larger ones get a one-off
-    /// allocation that is freed when dropped.
-    pub fn take(&self, len: usize) -> StagingBuf {
+    /// allocation that is freed when dropped, or `None` when there is not enough memory.
+    pub fn take(&self, len: usize) -> Option<StagingBuf> {
         if len > self.inner.chunk_size {
-            return StagingBuf {
-                block: Some(Block::new(len)),
+            return Some(StagingBuf {
+                block: Some(Block::try_new(len)?),
                 pool: None,
-            };
+            });
         }
+        Some(self.take_pooled())
+    }
+
+    fn take_pooled(&self) -> StagingBuf {
         let mut state = lock(&self.inner.state);
         loop {
             if let Some(block) = state.free.pop() {
@@ -161,18 +165,25 @@ unsafe impl Send for Block {}
 unsafe impl Sync for Block {}
 
 impl Block {
-    fn layout(len: usize) -> Layout {
-        Layout::from_size_align(len.max(1), ALIGN).expect("staging buffer size fits a layout")
+    fn layout(len: usize) -> Option<Layout> {
+        Layout::from_size_align(len.max(1), ALIGN).ok()
     }
 
+    /// A pool-sized block; running out of memory for one is fatal, as for any allocation.
     fn new(len: usize) -> Block {
-        let layout = Self::layout(len);
+        Self::try_new(len).unwrap_or_else(|| {
+            std::alloc::handle_alloc_error(
+                Layout::from_size_align(len, ALIGN).unwrap_or(Layout::new::<u8>()),
+            )
+        })
+    }
+
+    /// A block of a size a client chose: `None` when it cannot be had.
+    fn try_new(len: usize) -> Option<Block> {
+        let layout = Self::layout(len)?;
         // SAFETY: the layout has a non-zero size.
         let raw = unsafe { std::alloc::alloc_zeroed(layout) };
-        let Some(ptr) = NonNull::new(raw) else {
-            std::alloc::handle_alloc_error(layout);
-        };
-        Block { ptr, len }
+        NonNull::new(raw).map(|ptr| Block { ptr, len })
     }
 
     fn as_slice(&self) -> &[u8] {
@@ -188,8 +199,10 @@ impl Block {
 
 impl Drop for Block {
     fn drop(&mut self) {
-        // SAFETY: allocated in Block::new with this very layout.
-        unsafe { std::alloc::dealloc(self.ptr.as_ptr(), Self::layout(self.len)) }
+        if let Some(layout) = Self::layout(self.len) {
+            // SAFETY: allocated in Block::try_new with this very layout.
+            unsafe { std::alloc::dealloc(self.ptr.as_ptr(), layout) }
+        }
     }
 }
 
@@ -200,13 +213,13 @@ mod tests {
     #[test]
     fn buffers_are_reused_and_bounded() {
         let pool = StagingPool::new(8192, 2);
-        let a = pool.take(100);
-        let b = pool.take(8192);
+        let a = pool.take(100).unwrap();
+        let b = pool.take(8192).unwrap();
         assert_eq!(a.capacity(), 8192);
         assert_eq!(a.as_slice().as_ptr() as usize % ALIGN, 0);
         let a_ptr = a.as_slice().as_ptr();
         drop(a);
-        let c = pool.take(10);
+        let c = pool.take(10).unwrap();
         assert_eq!(
             c.as_slice().as_ptr(),
             a_ptr,
@@ -220,8 +233,8 @@ mod tests {
     #[test]
     fn exhausted_pool_overflows_instead_of_deadlocking() {
         let pool = StagingPool::new(4096, 1);
-        let held = pool.take(1);
-        let extra = pool.take(1);
+        let held = pool.take(1).unwrap();
+        let extra = pool.take(1).unwrap();
         assert_eq!(extra.capacity(), 4096);
         assert_eq!(pool.allocated(), 1);
         drop((held, extra));
@@ -230,9 +243,13 @@ mod tests {
     #[test]
     fn large_requests_get_their_own_buffer() {
         let pool = StagingPool::new(4096, 1);
-        let mut big = pool.take(10_000);
+        let mut big = pool.take(10_000).unwrap();
         assert!(big.capacity() >= 10_000);
         big.as_mut_slice()[9_999] = 7;
         assert_eq!(pool.allocated(), 0);
+        assert!(
+            pool.take(usize::MAX - 10).is_none(),
+            "an impossible size is refused"
+        );
     }
 }

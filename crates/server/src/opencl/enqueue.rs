@@ -9,6 +9,7 @@
 //! Rectangular and image transfers are split by whole rows or slices, so every chunk is a
 //! contiguous piece of the tightly packed host data.
 
+use rgpu_cl_api::params::decode_unsigned;
 use rgpu_cl_api::sys;
 use rgpu_protocol::opencl::{BufferRect, Command, Id};
 
@@ -106,6 +107,13 @@ fn row_pieces(row_bytes: usize, rows: usize, slices: usize, chunk: usize) -> ClR
         }
     }
     Ok(pieces)
+}
+
+/// How to cut a transfer, once its size is known to be sane.
+enum Pieces {
+    Linear(usize),
+    /// Row bytes, rows, slices.
+    Rows(usize, usize, usize),
 }
 
 enum Geometry {
@@ -237,12 +245,12 @@ impl Session {
                 let geometry = Geometry::Linear {
                     offset: host_size(offset)?,
                 };
-                (buffer, geometry, linear_pieces(size_host, chunk), size)
+                (buffer, geometry, Pieces::Linear(size_host), size)
             }
             Command::WriteBufferRect { buffer, rect }
             | Command::ReadBufferRect { buffer, rect } => {
-                let (geometry, pieces, total) = rect_plan(&rect, chunk)?;
-                (buffer, geometry, pieces, total)
+                let (geometry, rows, total) = rect_plan(&rect)?;
+                (buffer, geometry, rows, total)
             }
             Command::WriteImage {
                 image,
@@ -258,8 +266,11 @@ impl Session {
                 let element = mem.image_layout()?.element_size;
                 let [width, rows, slices] = checked_origin(region)?;
                 let row_bytes = width.checked_mul(element).ok_or(sys::CL_INVALID_VALUE)?;
-                let pieces = row_pieces(row_bytes, rows, slices, chunk)?;
-                let total = (row_bytes * rows * slices) as u64;
+                let total = row_bytes
+                    .checked_mul(rows)
+                    .and_then(|v| v.checked_mul(slices))
+                    .ok_or(sys::CL_INVALID_VALUE)? as u64;
+                let pieces = Pieces::Rows(row_bytes, rows, slices);
                 let geometry = Geometry::Image {
                     origin: checked_origin(origin)?,
                     width,
@@ -268,10 +279,21 @@ impl Session {
             }
             _ => return Err(sys::CL_INVALID_OPERATION),
         };
+        let mem = self.handles.mems.get(mem_id)?.mem.clone();
+        // Every byte of a valid transfer is a distinct byte of the object, so a larger one is
+        // refused before any memory is planned or allocated for it.
+        let mem_size = decode_unsigned(&mem.info(sys::CL_MEM_SIZE)?);
+        if total > mem_size {
+            return Err(sys::CL_INVALID_VALUE);
+        }
+        let pieces = match pieces {
+            Pieces::Linear(size) => linear_pieces(size, chunk),
+            Pieces::Rows(row_bytes, rows, slices) => row_pieces(row_bytes, rows, slices, chunk)?,
+        };
         Ok(Transfer {
             queue: entry.queue.clone(),
             out_of_order: entry.out_of_order,
-            mem: self.handles.mems.get(mem_id)?.mem.clone(),
+            mem,
             wait,
             geometry,
             pieces,
@@ -345,13 +367,16 @@ impl Session {
         let mut events = Vec::new();
         for index in 0..transfer.pieces.len() {
             let len = transfer.pieces[index].len;
-            let mut buf = self.pool.take(len);
+            let Some(mut buf) = self.pool.take(len).filter(|_| status.is_ok()) else {
+                self.reader
+                    .skip_bulk(len as u64)
+                    .map_err(|e| End::Protocol(e.to_string()))?;
+                status = status.and(Err(sys::CL_OUT_OF_HOST_MEMORY));
+                continue;
+            };
             self.reader
                 .read_bulk(&mut buf.as_mut_slice()[..len])
                 .map_err(|e| End::Protocol(e.to_string()))?;
-            if status.is_err() {
-                continue;
-            }
             match transfer.start(false, index, buf, None) {
                 Ok(in_flight) => {
                     if event != 0 {
@@ -395,7 +420,10 @@ impl Session {
         let mut events = Vec::new();
         for index in 0..transfer.pieces.len() {
             let piece = transfer.pieces[index];
-            let buf = self.pool.take(piece.len);
+            let Some(buf) = self.pool.take(piece.len) else {
+                status = Err(sys::CL_OUT_OF_HOST_MEMORY);
+                break;
+            };
             match transfer.start(true, index, buf, Some(self.waker.clone())) {
                 Ok(in_flight) => {
                     let _ = transfer.queue.flush();
@@ -558,9 +586,9 @@ impl Session {
     }
 }
 
-/// The geometry, pieces and packed size of a rectangular buffer transfer. Zero pitches are
-/// resolved first (OpenCL derives them from the whole region, not from a piece).
-fn rect_plan(rect: &BufferRect, chunk: usize) -> ClResult<(Geometry, Vec<Piece>, u64)> {
+/// The geometry, row layout and packed size of a rectangular buffer transfer. Zero pitches
+/// are resolved first (OpenCL derives them from the whole region, not from a piece).
+fn rect_plan(rect: &BufferRect) -> ClResult<(Geometry, Pieces, u64)> {
     let [row_bytes, rows, slices] = checked_origin(rect.region)?;
     let row_pitch = match host_size(rect.buffer_row_pitch)? {
         0 => row_bytes,
@@ -570,14 +598,16 @@ fn rect_plan(rect: &BufferRect, chunk: usize) -> ClResult<(Geometry, Vec<Piece>,
         0 => row_pitch.checked_mul(rows).ok_or(sys::CL_INVALID_VALUE)?,
         pitch => pitch,
     };
-    let pieces = row_pieces(row_bytes, rows, slices, chunk)?;
-    let total = (row_bytes * rows * slices) as u64;
+    let total = row_bytes
+        .checked_mul(rows)
+        .and_then(|v| v.checked_mul(slices))
+        .ok_or(sys::CL_INVALID_VALUE)? as u64;
     let geometry = Geometry::Rect {
         origin: checked_origin(rect.buffer_origin)?,
         row_bytes,
         pitches: [row_pitch, slice_pitch],
     };
-    Ok((geometry, pieces, total))
+    Ok((geometry, Pieces::Rows(row_bytes, rows, slices), total))
 }
 
 #[cfg(test)]
