@@ -8,6 +8,8 @@
 //! ends the wait), and the implementation's callback threads never block on the socket.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::TryRecvError;
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -59,12 +61,16 @@ pub struct Completion {
 }
 
 impl Completion {
-    pub fn start(session_id: u64, writer: Arc<Writer>) -> Completion {
+    pub fn start(
+        session_id: u64,
+        writer: Arc<Writer>,
+        pending_user_events: Arc<AtomicUsize>,
+    ) -> Completion {
         let (tx, rx) = mpsc::channel();
         let waker_tx = tx.clone();
         let thread = std::thread::Builder::new()
             .name(format!("rgpu-s{session_id}-completion"))
-            .spawn(move || run(rx, waker_tx, writer))
+            .spawn(move || run(rx, waker_tx, writer, pending_user_events))
             .map_err(|e| log::error!("cannot start a completion thread: {e}"))
             .ok();
         Completion { tx, thread }
@@ -123,20 +129,44 @@ struct State {
     waits: Vec<WaitTask>,
     /// Stop sending once the connection failed; keep draining so buffers come back.
     broken: bool,
+    pending_user_events: Arc<AtomicUsize>,
 }
 
-fn run(rx: Receiver<Job>, tx: Sender<Job>, writer: Arc<Writer>) {
+fn run(
+    rx: Receiver<Job>,
+    tx: Sender<Job>,
+    writer: Arc<Writer>,
+    pending_user_events: Arc<AtomicUsize>,
+) {
     let mut state = State {
         writer,
         waker: waker(tx),
         reads: Vec::new(),
         waits: Vec::new(),
         broken: false,
+        pending_user_events,
     };
     let mut shutting_down = false;
     loop {
-        let Ok(job) = rx.recv() else { break };
-        shutting_down |= state.apply(job);
+        let job = match state.blocking_target() {
+            // Nothing can wait on the client: wait for the device directly, which answers
+            // far sooner than completion callbacks are delivered (PoCL: ~100 us later).
+            Some(event) => {
+                let _ = Event::wait_all(&[&event]);
+                match rx.try_recv() {
+                    Ok(job) => Some(job),
+                    Err(TryRecvError::Empty) => None,
+                    Err(TryRecvError::Disconnected) => break,
+                }
+            }
+            None => match rx.recv() {
+                Ok(job) => Some(job),
+                Err(_) => break,
+            },
+        };
+        if let Some(job) = job {
+            shutting_down |= state.apply(job);
+        }
         while let Ok(job) = rx.try_recv() {
             shutting_down |= state.apply(job);
         }
@@ -198,6 +228,33 @@ impl State {
         false
     }
 
+    /// The first event pending work waits for, when blocking on it cannot deadlock: no user
+    /// event is outstanding, so no device work can be waiting for a later client request.
+    fn blocking_target(&self) -> Option<Event> {
+        if self.pending_user_events.load(Ordering::SeqCst) != 0 {
+            return None;
+        }
+        let head_chunk = self
+            .reads
+            .iter()
+            .filter_map(|r| r.chunks.front())
+            .map(|(_, _, transfer)| transfer.event())
+            .next();
+        let waited = || {
+            self.waits.iter().flat_map(|w| {
+                w.slots
+                    .iter()
+                    .zip(&w.events)
+                    .filter(|(slot, _)| slot.lock().unwrap_or_else(|e| e.into_inner()).is_none())
+                    .map(|(_, event)| event)
+            })
+        };
+        head_chunk
+            .or_else(|| waited().next())
+            .filter(|event| event.status().is_ok_and(|s| s > sys::CL_COMPLETE))
+            .cloned()
+    }
+
     fn read_task(&mut self, seq: u64) -> &mut ReadTask {
         if let Some(i) = self.reads.iter().position(|t| t.seq == seq) {
             return &mut self.reads[i];
@@ -241,10 +298,17 @@ impl State {
         let mut i = 0;
         while i < self.waits.len() {
             let task = &self.waits[i];
+            // A slot is filled by the completion callback; the event's own status may say so
+            // sooner.
             let statuses: Option<Vec<i32>> = task
                 .slots
                 .iter()
-                .map(|s| *s.lock().unwrap_or_else(|e| e.into_inner()))
+                .zip(&task.events)
+                .map(|(s, event)| {
+                    s.lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .or_else(|| event.status().ok().filter(|&st| st <= sys::CL_COMPLETE))
+                })
                 .collect();
             if let Some(mut statuses) = statuses {
                 // Some implementations call back with CL_COMPLETE for a failed event; its

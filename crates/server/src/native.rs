@@ -1896,7 +1896,16 @@ impl InFlight {
     /// a read). `None` while it is still running.
     pub fn take_if_complete(&self) -> Option<(i32, Option<StagingBuf>)> {
         let mut s = lock(&self.state);
-        let status = s.status?;
+        // The callback may come well after the command completed; the event's status tells
+        // sooner. Once complete, the device no longer uses the buffer.
+        let status = match s.status {
+            Some(status) => status,
+            None => self
+                .event
+                .status()
+                .ok()
+                .filter(|&st| st <= sys::CL_COMPLETE)?,
+        };
         // The callback's status may say CL_COMPLETE for a failed command on some
         // implementations; the event's recorded status tells.
         let status = status.min(self.event.status().unwrap_or(status));

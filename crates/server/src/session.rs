@@ -5,6 +5,7 @@
 //! data), the completion thread ([`crate::completion`]), and OpenCL's own callback threads.
 //! They share the socket's write half through [`Writer`].
 
+use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex};
 
 use rgpu_cl_api::{error_name, sys};
@@ -126,6 +127,9 @@ pub struct Session {
     /// Every user event the session made, even those the client released, so that cleanup can
     /// end the ones it never set.
     pub(crate) user_events: Vec<Event>,
+    /// User events not yet given a status: while there are any, device work may wait on the
+    /// client, so the completion thread must not block on it.
+    pub(crate) pending_user_events: Arc<AtomicUsize>,
 }
 
 impl Session {
@@ -139,7 +143,8 @@ impl Session {
         let writer = Arc::new(Writer {
             inner: Mutex::new(FrameWriter::new(write_half)),
         });
-        let completion = Completion::start(id, writer.clone());
+        let pending_user_events = Arc::new(AtomicUsize::new(0));
+        let completion = Completion::start(id, writer.clone(), pending_user_events.clone());
         Session {
             id,
             inventory: shared.inventory.clone(),
@@ -153,6 +158,7 @@ impl Session {
             pool: StagingPool::new(CHUNK_SIZE, POOL_BUFFERS),
             deferred: None,
             user_events: Vec::new(),
+            pending_user_events,
         }
     }
 

@@ -1,5 +1,7 @@
 //! Events: user events, waits and status notifications.
 
+use std::sync::atomic::Ordering;
+
 use rgpu_cl_api::sys;
 use rgpu_protocol::opencl::{ClReply, Id};
 
@@ -12,11 +14,15 @@ impl Session {
         self.handles.events.check_free(id)?;
         let event = self.handles.contexts.get(context)?.create_user_event()?;
         self.user_events.push(event.clone());
+        self.pending_user_events.fetch_add(1, Ordering::SeqCst);
         self.handles.events.insert(id, event)
     }
 
     pub(crate) fn set_user_event_status(&mut self, event: Id, status: i32) -> ClResult<()> {
-        self.handles.events.get(event)?.set_user_status(status)
+        self.handles.events.get(event)?.set_user_status(status)?;
+        // The implementation accepts one status per user event, so this counts each once.
+        self.pending_user_events.fetch_sub(1, Ordering::SeqCst);
+        Ok(())
     }
 
     /// The native events of a wait list.
