@@ -23,7 +23,7 @@
 #include <string.h>
 #include <time.h>
 
-#define ITERS 8   /* launches of the heavy kernel */
+#define ITERS 4   /* launches of the heavy kernel */
 #define INNER 64  /* multiply-adds per element per launch */
 
 static const char *SOURCE =

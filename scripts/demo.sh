@@ -74,13 +74,14 @@ echo "$REMOTE_OUT"
 t_native=$(sed -n 's/^elapsed_ms: //p' <<<"$NATIVE_OUT")
 t_remote=$(sed -n 's/^elapsed_ms: //p' <<<"$REMOTE_OUT")
 say "summary"
-printf '%-8s %-45s %12s  %s\n' "run" "platform / device" "elapsed" "result"
-printf '%-8s %-45s %9s ms  %s\n' native \
-    "$(sed -n 's/^platform: //p' <<<"$NATIVE_OUT") / $(sed -n 's/^device: *//p' <<<"$NATIVE_OUT" | cut -c1-24)" \
-    "$t_native" "$(sed -n 's/^result: //p' <<<"$NATIVE_OUT")"
-printf '%-8s %-45s %9s ms  %s\n' rgpu \
-    "$(sed -n 's/^platform: //p' <<<"$REMOTE_OUT") / $(sed -n 's/^device: *//p' <<<"$REMOTE_OUT" | cut -c1-24)" \
-    "$t_remote" "$(sed -n 's/^result: //p' <<<"$REMOTE_OUT")"
+row() { # run output
+    printf '%-7s %10s ms   %-6s %s / %s\n' "$1" "$(sed -n 's/^elapsed_ms: //p' <<<"$2")" \
+        "$(sed -n 's/^result: \([A-Z]*\).*/\1/p' <<<"$2")" \
+        "$(sed -n 's/^platform: //p' <<<"$2")" "$(sed -n 's/^device: *//p' <<<"$2")"
+}
+printf '%-7s %13s   %-6s %s\n' run elapsed result "platform / device"
+row native "$NATIVE_OUT"
+row rgpu "$REMOTE_OUT"
 awk -v n="$t_native" -v r="$t_remote" \
     'BEGIN { if (n > 0) printf "remote/native time ratio: %.2f\n", r / n }'
 stop_server

@@ -68,7 +68,7 @@ if [ $built = 1 ] && { [ ! -x target/release/rgpu ] || [ ! -f target/release/lib
 fi
 
 # ---------------------------------------------------------------- static checks
-step "cargo fmt --check" cargo fmt --all -- --check
+step "cargo fmt --check" cargo fmt --all -- --check --color never
 step "cargo clippy -D warnings" cargo clippy --workspace --all-targets --release -- -D warnings
 if [ -f tools/gen_opencl_api.py ]; then
     step "gen_opencl_api --check" python3 tools/gen_opencl_api.py --check

@@ -7,6 +7,7 @@ The native (PoCL) runs of the C programs need only gcc and an OpenCL platform.
 
 import shutil
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,19 @@ import rgpu_harness as h  # noqa: E402
 
 # tests/work holds build outputs and logs.
 collect_ignore = ["work"]
+
+
+def pytest_sessionstart(session):
+    # Server logs of earlier runs (kept for a day, for looking into failures).
+    logs = h.WORK / "logs"
+    if logs.is_dir():
+        cutoff = time.time() - 86400
+        for f in logs.glob("server-*.log"):
+            try:
+                if f.stat().st_mtime < cutoff:
+                    f.unlink()
+            except OSError:
+                pass
 
 
 def pytest_report_header(config):

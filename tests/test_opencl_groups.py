@@ -22,7 +22,7 @@ def test_group(group, mode, c_program, request):
     assert server.alive(), f"server died after {group}\n{server.log_tail()}"
 
 
-@pytest.mark.parametrize("group", ["buffers", "kernels"])
+@pytest.mark.parametrize("group", ["buffers", "images_samplers"])
 def test_group_over_unix_socket(group, c_program, start_server):
     server = start_server(unix=True)
     assert server.endpoint.startswith("unix:"), server.endpoint
@@ -40,7 +40,7 @@ def test_devices_of_two_servers(c_program, start_server):
 
 def test_one_session_after_another(c_program, server):
     """A server serves many sessions in a row; each one's objects are freed."""
-    prog = c_program("context_queue")
+    prog = c_program("images_samplers")
     for _ in range(3):
-        h.assert_pass(h.run_rgpu(prog, [server]), "context_queue", server)
+        h.assert_pass(h.run_rgpu(prog, [server]), "images_samplers", server)
     assert server.alive()

@@ -119,11 +119,12 @@ def test_two_clients_at_once(c_program, server):
 
 
 def test_three_different_clients_at_once(c_program, server):
-    groups = ["buffers", "kernels", "events"]
-    progs = [c_program(g) for g in groups]
+    # Programs whose failure here means a concurrency problem (the API-group programs that
+    # check error codes are run on their own in test_opencl_groups.py).
+    runs = [("buffers", []), ("images_samplers", []), ("stress_write", ["64", "4"])]
     with ThreadPoolExecutor(3) as ex:
-        results = list(ex.map(lambda p: h.run_rgpu(p, [server]), progs))
-    for g, r in zip(groups, results):
+        results = list(ex.map(lambda ga: h.run_rgpu(c_program(ga[0]), [server], ga[1]), runs))
+    for (g, _), r in zip(runs, results):
         h.assert_pass(r, g, server)
 
 
@@ -138,20 +139,21 @@ def wait_rss_at_most(server, limit_mib: float, timeout: float) -> float:
     return now
 
 
-def test_client_killed_mid_transfer(c_program, server):
+@pytest.mark.parametrize("direction", ["write", "read"])
+def test_client_killed_mid_transfer(direction, c_program, server):
     buffers, stress = c_program("buffers"), c_program("stress_write")
     # A complete session first (64 MiB transfers), so PoCL and the server's staging are warm.
     h.assert_pass(h.run_rgpu(buffers, [server]), "buffers", server)
     time.sleep(0.5)
     base = rss_mib(server)
     sampler = RssSampler(server)
-    client = Client([server], [stress, "256"])
+    client = Client([server], [stress, "256", "0", direction])
     try:
         ok = client.wait_line(r"^WROTE 1$", timeout=120)
-        assert ok, f"the 256 MiB writer never completed a round\n{client.describe()}" \
+        assert ok, f"the 256 MiB {direction} loop never completed a round\n{client.describe()}" \
                    f"\n{server.log_tail()}"
-        time.sleep(1.0)  # the next 256 MiB round is in flight
-        assert client.proc.poll() is None, f"writer ended early\n{client.describe()}"
+        time.sleep(1.0)  # a later 256 MiB round is in flight
+        assert client.proc.poll() is None, f"{direction} loop ended early\n{client.describe()}"
     finally:
         client.kill()
     peak = sampler.stop()
@@ -367,7 +369,7 @@ def bad_sessions(server):
 
 
 def test_malformed_frames_close_only_that_session(c_program, server):
-    buffers, kernels = c_program("buffers"), c_program("kernels")
+    buffers, other = c_program("buffers"), c_program("images_samplers")
     # A real client keeps working while the bad sessions come and go.
     good = ThreadPoolExecutor(1)
     future = good.submit(h.run_rgpu, buffers, [server])
@@ -398,7 +400,7 @@ def test_malformed_frames_close_only_that_session(c_program, server):
     ping(s, 2)
     ping(s, 3)
     s.close()
-    h.assert_pass(h.run_rgpu(kernels, [server]), "kernels", server)
+    h.assert_pass(h.run_rgpu(other, [server]), "images_samplers", server)
     # Each bad session left a log line.
     hits = re.findall(r"(?im)^.*(refused|closing|lost|malformed|invalid|version|magic).*$",
                       server.log())
@@ -428,8 +430,9 @@ def test_one_dead_server_of_two(c_program, server):
     assert not r.timed_out and r.returncode == 0, r.describe()
     devs = h.parse_clinfo_l(r.stdout).get("rgpu", [])
     assert devs == h.native_device_names(), r.describe()
-    r = h.run_rgpu(c_program("kernels"), [server, dead])
-    h.assert_pass(r, "kernels", server)
+    r = h.run_rgpu(c_program("platform_device"), [server, dead],
+                   RGPU_TEST_EXPECT_SERVER=server.endpoint)
+    h.assert_pass(r, "platform_device", server)
 
 
 def test_unresponsive_server(c_program, rgpu_bins):
@@ -483,7 +486,7 @@ def test_server_dies_under_a_client(c_program, start_server):
 
 def test_sigterm_stops_server_cleanly(c_program, start_server):
     server = start_server()
-    h.assert_pass(h.run_rgpu(c_program("context_queue"), [server]), "context_queue", server)
+    h.assert_pass(h.run_rgpu(c_program("platform_device"), [server]), "platform_device", server)
     code = server.stop(signal.SIGTERM, timeout=15)
     assert code == 0, f"exit {code} after SIGTERM\n{server.log_tail()}"
 

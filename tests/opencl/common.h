@@ -103,6 +103,31 @@ static cl_int t_err_;
         }                                                                             \
     } while (0)
 
+/* EXPECT_ENQ(code, queue, call): an enqueue that must fail with code, either at the call or, as
+ * a remoting implementation may do for non-blocking commands, at the next synchronization point
+ * (clFinish(queue)); the latter is noted on stdout. */
+#define EXPECT_ENQ(code, queue, call)                                                 \
+    do {                                                                              \
+        cl_int e1_ = (call);                                                          \
+        if (e1_ == CL_SUCCESS) {                                                      \
+            cl_int e2_ = clFinish(queue);                                             \
+            if (e2_ != (code)) {                                                      \
+                fprintf(stderr, "FAIL %s:%d: %s -> CL_SUCCESS and clFinish -> %d (%s), "  \
+                        "expected %d (%s) from either\n", __FILE__, __LINE__, #call,     \
+                        (int)e2_, cl_err_name(e2_), (int)(code), cl_err_name(code));   \
+                exit(1);                                                              \
+            }                                                                         \
+            printf("NOTE: %s:%d: %s reported at clFinish, not at the call\n", __FILE__,  \
+                   __LINE__, cl_err_name(code));                                      \
+            fflush(stdout);                                                           \
+        } else if (e1_ != (code)) {                                                   \
+            fprintf(stderr, "FAIL %s:%d: %s -> %d (%s), expected %d (%s)\n", __FILE__,  \
+                    __LINE__, #call, (int)e1_, cl_err_name(e1_), (int)(code),          \
+                    cl_err_name(code));                                               \
+            exit(1);                                                                  \
+        }                                                                             \
+    } while (0)
+
 /* EXPECTE(code, expr): creation call with last argument E must fail with code and NULL. */
 #define EXPECTE(code, expr)                                                           \
     do {                                                                              \

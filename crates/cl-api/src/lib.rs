@@ -102,7 +102,7 @@ mod tests {
     }
 
     #[test]
-    fn rgpu_server_param_is_outside_khronos_ranges() {
+    fn rgpu_server_param_is_answered_by_the_icd_not_queried_natively() {
         assert!(params::DEVICE_INFO_PARAMS
             .iter()
             .all(|(param, _, _)| *param != CL_DEVICE_RGPU_SERVER));

@@ -53,6 +53,22 @@ fn init_logging(verbose: u8, quiet_default: &str) {
         .init();
 }
 
+/// Writes a command's output. A reader that went away (`rgpu devices | head -1`) ends the
+/// output quietly instead of panicking like `println!` does.
+pub fn write_stdout(text: &str) -> Result<(), String> {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    match stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            Err(format!("writing the output: {e}"))
+        }
+        _ => Ok(()),
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     // A server's connection log is its main output; the client commands stay quiet unless

@@ -152,7 +152,7 @@ fn run(
             // Nothing can wait on the client: wait for the device directly, which answers
             // far sooner than completion callbacks are delivered (PoCL: ~100 us later).
             Some(event) => {
-                let _ = Event::wait_all(&[&event]);
+                event.wait_fast();
                 match rx.try_recv() {
                     Ok(job) => Some(job),
                     Err(TryRecvError::Empty) => None,

@@ -1795,6 +1795,27 @@ impl Event {
         }
     }
 
+    /// Waits until the event completed or failed. Where cores are plentiful it polls the
+    /// status for a short while first: implementations often sleep in clWaitForEvents and
+    /// wake tens of microseconds after the device finished, which a small synchronous call
+    /// would pay in full. On a machine with few cores polling would take a core from the
+    /// implementation's own threads (a CPU device runs on them), so it just waits.
+    pub fn wait_fast(&self) {
+        static SPIN: std::sync::OnceLock<std::time::Duration> = std::sync::OnceLock::new();
+        let spin = *SPIN.get_or_init(|| {
+            let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+            std::time::Duration::from_micros(if cores >= 8 { 100 } else { 0 })
+        });
+        let start = std::time::Instant::now();
+        while start.elapsed() < spin {
+            match self.status() {
+                Ok(status) if status > sys::CL_COMPLETE => std::hint::spin_loop(),
+                _ => return,
+            }
+        }
+        let _ = Event::wait_all(&[self]);
+    }
+
     /// Blocks until every event is complete; CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST if
     /// one failed.
     pub fn wait_all(events: &[&Event]) -> ClResult<()> {

@@ -35,8 +35,8 @@ pub fn run(args: DevicesArgs) -> Result<ExitCode, String> {
     let devices = rgpu_devices(&native, &env)?;
     if devices.is_empty() {
         return Err(format!(
-            "the rgpu platform has no devices: no server in {} answered (see the messages \
-             above; -v shows more)",
+            "the rgpu platform has no devices: none of the servers {} could be used (see the \
+             messages above; -v shows more)",
             args.client.servers
         ));
     }
@@ -50,23 +50,23 @@ pub fn run(args: DevicesArgs) -> Result<ExitCode, String> {
         "#", "DEVICE", "TYPE", "VERSION", "MEMORY", "UNITS", "SERVER",
     ]
     .map(String::from);
-    print_table(&header, &rows);
-
+    let mut out = render_table(&header, &rows);
     if args.all {
         for (index, device) in devices.iter().enumerate() {
-            println!("\ndevice {index}: {}", device.name);
+            out += &format!("\ndevice {index}: {}\n", device.name);
             for (param, name, kind) in DEVICE_INFO_PARAMS {
                 if let Ok(bytes) = native.device_info(device.device, *param) {
-                    println!("  {name:<56} {}", format_value(*kind, &bytes));
+                    out += &format!("  {name:<56} {}\n", format_value(*kind, &bytes));
                 }
             }
         }
     }
+    crate::write_stdout(&out)?;
     Ok(ExitCode::SUCCESS)
 }
 
 /// The devices of the platform named `rgpu`; an error when that platform did not load.
-pub fn rgpu_devices(native: &NativeOpenCl, env: &RgpuEnv) -> Result<Vec<NamedDevice>, String> {
+fn rgpu_devices(native: &NativeOpenCl, env: &RgpuEnv) -> Result<Vec<NamedDevice>, String> {
     let devices = all_devices(native, CL_DEVICE_TYPE_ALL)
         .map_err(|e| format!("listing OpenCL devices: {e}"))?;
     let rgpu_platform_loaded = native
@@ -127,21 +127,24 @@ pub fn format_bytes(bytes: u64) -> String {
 }
 
 /// Left-aligned columns, two spaces apart.
-fn print_table<const N: usize>(header: &[String; N], rows: &[[String; N]]) {
+fn render_table<const N: usize>(header: &[String; N], rows: &[[String; N]]) -> String {
     let mut widths = header.each_ref().map(|h| h.chars().count());
     for row in rows {
         for (width, cell) in widths.iter_mut().zip(row) {
             *width = (*width).max(cell.chars().count());
         }
     }
+    let mut out = String::new();
     for row in std::iter::once(header).chain(rows) {
         let cells: Vec<String> = row
             .iter()
             .zip(widths)
             .map(|(cell, width)| format!("{cell:<width$}"))
             .collect();
-        println!("{}", cells.join("  ").trim_end());
+        out += cells.join("  ").trim_end();
+        out.push('\n');
     }
+    out
 }
 
 #[cfg(test)]

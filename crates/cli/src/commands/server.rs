@@ -60,8 +60,8 @@ pub fn run(args: ServerArgs) -> Result<ExitCode, String> {
         .as_deref()
         .map(Token::from_file)
         .transpose()?;
-    let local_only_notice = !is_local_only(&listen) && token.is_none();
-    let has_token = token.is_some();
+    // The server logs its token mode; the case that surprises people gets a plain line too.
+    let refuses_remote_clients = token.is_none() && !is_local_only(&listen);
 
     let config = ServerConfig {
         listen,
@@ -71,10 +71,15 @@ pub fn run(args: ServerArgs) -> Result<ExitCode, String> {
         opencl_library: args.opencl_library,
         name: args.name.unwrap_or_else(host_name),
     };
-    let server = Server::bind(config)?;
-    let shutdown = server.shutdown_handle();
+    // Caught before OpenCL loads: an implementation built on LLVM (PoCL) installs handlers
+    // that restore the previous disposition and re-raise. Installed after them, ours would
+    // chain into theirs and the default action would kill the server without a clean
+    // shutdown; installed before, theirs re-raise into ours. Signals that arrive while
+    // OpenCL loads wait in `signals`.
     let mut signals =
         Signals::new([SIGINT, SIGTERM]).map_err(|e| format!("cannot catch signals: {e}"))?;
+    let server = Server::bind(config)?;
+    let shutdown = server.shutdown_handle();
     std::thread::Builder::new()
         .name("rgpu-signals".into())
         .spawn(move || {
@@ -86,15 +91,11 @@ pub fn run(args: ServerArgs) -> Result<ExitCode, String> {
         .map_err(|e| format!("cannot start the signal thread: {e}"))?;
 
     eprintln!("{LISTENING_PREFIX}{}", server.local_endpoint());
-    if has_token {
-        eprintln!("rgpu server: clients must prove they hold the token");
-    } else if local_only_notice {
+    if refuses_remote_clients {
         eprintln!(
             "rgpu server: no --token-file, so only clients on this machine are admitted; \
              remote clients are refused until the server is started with --token-file"
         );
-    } else {
-        eprintln!("rgpu server: no token; only clients on this machine are admitted");
     }
     server.run()?;
     Ok(ExitCode::SUCCESS)

@@ -18,6 +18,7 @@ pub fn queue_from(queue: cl_command_queue) -> Result<Ref<Queue>, cl_int> {
 
 const KNOWN_QUEUE_FLAGS: cl_command_queue_properties =
     CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE | CL_QUEUE_PROFILING_ENABLE;
+const ON_DEVICE_FLAGS: cl_command_queue_properties = CL_QUEUE_ON_DEVICE | CL_QUEUE_ON_DEVICE_DEFAULT;
 
 fn create_queue(
     context: cl_context,
@@ -30,8 +31,11 @@ fn create_queue(
     if !context.has_device(&device) {
         return Err(CL_INVALID_DEVICE);
     }
-    if properties & !KNOWN_QUEUE_FLAGS != 0 {
-        // On-device queues are not offered through rgpu.
+    if properties & !(KNOWN_QUEUE_FLAGS | ON_DEVICE_FLAGS) != 0 {
+        return Err(CL_INVALID_VALUE);
+    }
+    if properties & ON_DEVICE_FLAGS != 0 {
+        // Valid, but on-device queues are not offered through rgpu.
         return Err(CL_INVALID_QUEUE_PROPERTIES);
     }
     let conn = Arc::clone(&context.conn);

@@ -11,7 +11,8 @@
 
 use rgpu_cl_api::params::decode_unsigned;
 use rgpu_cl_api::sys;
-use rgpu_protocol::opencl::{BufferRect, Command, Id};
+use rgpu_protocol::opencl::{BufferRect, ClReply, Command, Id};
+use rgpu_protocol::ServerMsg;
 
 use crate::completion::Job;
 use crate::native::{host_size, ClResult, Event, InFlight, Mem, Queue, Waker};
@@ -416,6 +417,9 @@ impl Session {
                 return;
             }
         };
+        if transfer.pieces.len() == 1 && !self.device_may_wait_for_client() {
+            return self.read_now(seq, queue, event, transfer);
+        }
         let mut status = Ok(());
         let mut events = Vec::new();
         for index in 0..transfer.pieces.len() {
@@ -459,6 +463,52 @@ impl Session {
             Ok(_) => {}
             Err(e) => self.fail_event(event, Some(queue), e),
         }
+    }
+
+    /// A read of one piece when nothing can wait for the client: done and answered on the
+    /// request thread, without the hand-over to the completion thread (small synchronous reads
+    /// are latency-bound).
+    fn read_now(&mut self, seq: u64, queue: Id, event: Id, transfer: Transfer) {
+        let piece = transfer.pieces[0];
+        let outcome = match self.pool.take(piece.len) {
+            None => Err(sys::CL_OUT_OF_HOST_MEMORY),
+            Some(buf) => transfer.start(true, 0, buf, None).and_then(|in_flight| {
+                let _ = transfer.queue.flush();
+                in_flight.event().wait_fast();
+                let bound = transfer.completion_event(if event != 0 {
+                    vec![in_flight.event().clone()]
+                } else {
+                    Vec::new()
+                })?;
+                Ok((in_flight, bound))
+            }),
+        };
+        let status = match outcome {
+            Ok((in_flight, bound)) => {
+                let (status, buf) = in_flight
+                    .take_if_complete()
+                    .unwrap_or((sys::CL_OUT_OF_RESOURCES, None));
+                if status == sys::CL_COMPLETE {
+                    if let Some(buf) = buf {
+                        let data = &buf.as_slice()[..piece.len.min(buf.capacity())];
+                        let _ = self.send(&ServerMsg::Data { offset: 0 }, seq, data);
+                    }
+                }
+                if let (Some(native), true) = (bound, event != 0) {
+                    let _ = self.handles.events.insert(event, native);
+                }
+                if status < 0 {
+                    status
+                } else {
+                    self.take_deferred().unwrap_or(sys::CL_SUCCESS)
+                }
+            }
+            Err(e) => {
+                self.fail_event(event, Some(queue), e);
+                e
+            }
+        };
+        let _ = self.reply(seq, ClReply::Status(status));
     }
 
     /// Every command other than reads and writes: one native call.

@@ -4,6 +4,7 @@
 //! Bandwidth follows VOCL's evaluation: a window of non-blocking transfers of one size, then
 //! clFinish; GB/s is the window's bytes over its time (10^9 bytes per second).
 
+use std::fmt::{self, Write as _};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
@@ -236,11 +237,11 @@ pub fn run(args: OpenclBenchArgs) -> Result<ExitCode, String> {
         ],
         raw_tcp,
     };
-    print_report(&report);
+    crate::write_stdout(&render_report(&report).map_err(|e| e.to_string())?)?;
     let json = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
     std::fs::write(&args.json, json + "\n")
         .map_err(|e| format!("cannot write {}: {e}", args.json.display()))?;
-    println!("\nwrote {}", args.json.display());
+    eprintln!("wrote {}", args.json.display());
     // Objects are released (in measure_device) before the server stops.
     drop(local_server);
     Ok(ExitCode::SUCCESS)
@@ -397,27 +398,32 @@ fn latency(name: &'static str, native: &[f64], rgpu: &[f64]) -> LatencyResult {
     }
 }
 
-fn print_report(report: &Report) {
+fn render_report(report: &Report) -> Result<String, fmt::Error> {
+    let mut out = String::new();
     let tcp = &report.raw_tcp;
-    println!();
-    println!(
+    writeln!(out)?;
+    writeln!(
+        out,
         "native: {} ({})",
         report.native_device.name, report.native_device.platform
-    );
-    println!(
+    )?;
+    writeln!(
+        out,
         "rgpu:   {} via {}",
         report.rgpu_device.name,
         report.rgpu_device.server.as_deref().unwrap_or("?")
-    );
-    println!(
+    )?;
+    writeln!(
+        out,
         "raw loopback TCP: {:.2} GB/s (one stream, 1 MiB writes), round trip {:.1} us ({} B \
          ping-pong)",
         tcp.bandwidth_gbps, tcp.round_trip_us, tcp.ping_bytes
-    );
-    println!(
+    )?;
+    writeln!(
+        out,
         "bandwidth: median of {} windows of {} non-blocking transfers + clFinish",
         report.repetitions, report.window
-    );
+    )?;
     for (title, pick) in [
         (
             "write (host to device)",
@@ -425,34 +431,43 @@ fn print_report(report: &Report) {
         ),
         ("read (device to host)", |s: &SizeResult| &s.read),
     ] {
-        println!("\n{title}");
-        println!(
+        writeln!(out, "\n{title}")?;
+        writeln!(
+            out,
             "{:>9}  {:>11}  {:>9}  {:>11}  {:>12}",
             "size", "native GB/s", "rgpu GB/s", "rgpu/native", "rgpu/raw-TCP"
-        );
+        )?;
         for size in &report.bandwidth {
             let d = pick(size);
-            println!(
+            writeln!(
+                out,
                 "{:>9}  {:>11.2}  {:>9.2}  {:>11.2}  {:>12.2}",
                 format_bytes(size.size_bytes as u64),
                 d.native_gbps,
                 d.rgpu_gbps,
                 d.rgpu_over_native,
                 d.rgpu_over_raw_tcp
-            );
+            )?;
         }
     }
-    println!("\nlatency, median of {} calls (us)", report.latency_calls);
-    println!(
+    writeln!(
+        out,
+        "\nlatency, median of {} calls (us)",
+        report.latency_calls
+    )?;
+    writeln!(
+        out,
         "{:<26}  {:>9}  {:>9}  {:>11}",
         "", "native", "rgpu", "rgpu-native"
-    );
+    )?;
     for row in &report.latency {
-        println!(
+        writeln!(
+            out,
             "{:<26}  {:>9.1}  {:>9.1}  {:>+11.1}",
             row.name, row.native_us, row.rgpu_us, row.overhead_us
-        );
+        )?;
     }
+    Ok(out)
 }
 
 #[cfg(test)]
