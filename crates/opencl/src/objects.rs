@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use opencl_sys::*;
 use rgpu_client::Connection;
-use rgpu_protocol::opencl::{Id, ImageDesc, ImageFormat, KernelArg, ObjKind};
 use rgpu_protocol::opencl::ClRequest;
+use rgpu_protocol::opencl::{ArgKind, Id, ImageDesc, ImageFormat, KernelArg, ObjKind};
 
 use crate::handle::{ClObject, Kind, Ref};
 
@@ -43,7 +43,8 @@ impl ClObject for Device {
     const INVALID: cl_int = CL_INVALID_DEVICE;
 }
 
-pub type ContextNotify = unsafe extern "C" fn(*const std::ffi::c_char, *const c_void, usize, *mut c_void);
+pub type ContextNotify =
+    unsafe extern "C" fn(*const std::ffi::c_char, *const c_void, usize, *mut c_void);
 pub type DestructorCallback = unsafe extern "C" fn(*mut c_void, *mut c_void);
 
 /// A C callback with its user data, movable to the callback thread.
@@ -295,6 +296,9 @@ pub struct Kernel {
     pub program: Ref<Program>,
     pub name: String,
     pub num_args: u32,
+    /// What each argument takes (from the server's argument info), for checking
+    /// clSetKernelArg without a round trip.
+    pub arg_kinds: Vec<ArgKind>,
     pub args: Mutex<KernelArgs>,
     /// Immutable info fetched once: (query kind, device id or arg index, param) -> value.
     pub info_cache: Mutex<HashMap<(u8, u64, u32), Vec<u8>>>,

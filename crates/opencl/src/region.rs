@@ -19,9 +19,20 @@ unsafe impl Send for HostRegion {}
 
 impl HostRegion {
     /// Pitches of 0 mean "tightly packed", as in the OpenCL API.
-    pub fn new(base: *mut u8, row_bytes: usize, rows: usize, slices: usize, row_pitch: usize, slice_pitch: usize) -> HostRegion {
+    pub fn new(
+        base: *mut u8,
+        row_bytes: usize,
+        rows: usize,
+        slices: usize,
+        row_pitch: usize,
+        slice_pitch: usize,
+    ) -> HostRegion {
         let row_pitch = if row_pitch == 0 { row_bytes } else { row_pitch };
-        let slice_pitch = if slice_pitch == 0 { row_pitch * rows } else { slice_pitch };
+        let slice_pitch = if slice_pitch == 0 {
+            row_pitch * rows
+        } else {
+            slice_pitch
+        };
         HostRegion {
             base,
             row_bytes,
@@ -38,7 +49,8 @@ impl HostRegion {
 
     /// Whether the host memory is already tightly packed (no copy needed).
     pub fn is_packed(&self) -> bool {
-        self.row_pitch == self.row_bytes && (self.slices <= 1 || self.slice_pitch == self.row_bytes * self.rows)
+        self.row_pitch == self.row_bytes
+            && (self.slices <= 1 || self.slice_pitch == self.row_bytes * self.rows)
     }
 
     /// Gathers the region into a packed vector.
@@ -55,7 +67,10 @@ impl HostRegion {
             for y in 0..self.rows {
                 // SAFETY: inside the described region.
                 let row = unsafe {
-                    std::slice::from_raw_parts(self.base.add(z * self.slice_pitch + y * self.row_pitch), self.row_bytes)
+                    std::slice::from_raw_parts(
+                        self.base.add(z * self.slice_pitch + y * self.row_pitch),
+                        self.row_bytes,
+                    )
                 };
                 out.extend_from_slice(row);
             }
@@ -109,7 +124,10 @@ mod tests {
         let mut back = vec![0u8; 48];
         // SAFETY: the region lies inside `back`.
         unsafe { HostRegion::new(back.as_mut_ptr(), 4, 2, 3, 6, 16).unpack(&packed) };
-        assert_eq!(back, host, "everything outside the region is padding (0 in both)");
+        assert_eq!(
+            back, host,
+            "everything outside the region is padding (0 in both)"
+        );
 
         let tight = HostRegion::new(back.as_mut_ptr(), 4, 2, 3, 0, 0);
         assert!(tight.is_packed());

@@ -95,7 +95,9 @@ fn make_device(conn: &Arc<Connection>, server: String, desc: DeviceDesc) -> Ref<
         .map(|b| u64::from_le_bytes(b.try_into().unwrap()))
         .unwrap_or(CL_DEVICE_TYPE_DEFAULT);
     if let Some(ext) = info.get(&CL_DEVICE_EXTENSIONS) {
-        let text = String::from_utf8_lossy(ext).trim_end_matches('\0').to_string();
+        let text = String::from_utf8_lossy(ext)
+            .trim_end_matches('\0')
+            .to_string();
         // Interop with the client's graphics APIs cannot work across machines.
         let kept: Vec<&str> = text
             .split_whitespace()
@@ -103,25 +105,40 @@ fn make_device(conn: &Arc<Connection>, server: String, desc: DeviceDesc) -> Ref<
             .filter(|e| !e.contains("egl"))
             .collect();
         let joined = format!("{} {RGPU_DEVICE_EXTENSION}", kept.join(" "));
-        info.insert(CL_DEVICE_EXTENSIONS, crate::util::string_bytes(joined.trim()));
+        info.insert(
+            CL_DEVICE_EXTENSIONS,
+            crate::util::string_bytes(joined.trim()),
+        );
     }
     let bool_false = crate::util::bytes_of(&(CL_FALSE as cl_bool));
     // Host memory is not shared with a device on another machine.
     info.insert(CL_DEVICE_HOST_UNIFIED_MEMORY, bool_false.clone());
     // Not offered through rgpu (yet): SVM, pipes, device-side enqueue, partitioning.
-    info.insert(CL_DEVICE_SVM_CAPABILITIES, crate::util::bytes_of(&(0 as cl_bitfield)));
+    info.insert(
+        CL_DEVICE_SVM_CAPABILITIES,
+        crate::util::bytes_of(&(0 as cl_bitfield)),
+    );
     info.insert(CL_DEVICE_PIPE_SUPPORT, bool_false);
-    info.insert(CL_DEVICE_MAX_PIPE_ARGS, crate::util::bytes_of(&(0 as cl_uint)));
+    info.insert(
+        CL_DEVICE_MAX_PIPE_ARGS,
+        crate::util::bytes_of(&(0 as cl_uint)),
+    );
     info.insert(
         CL_DEVICE_DEVICE_ENQUEUE_CAPABILITIES,
         crate::util::bytes_of(&(0 as cl_bitfield)),
     );
-    info.insert(CL_DEVICE_PARTITION_MAX_SUB_DEVICES, crate::util::bytes_of(&(0 as cl_uint)));
+    info.insert(
+        CL_DEVICE_PARTITION_MAX_SUB_DEVICES,
+        crate::util::bytes_of(&(0 as cl_uint)),
+    );
     info.insert(
         CL_DEVICE_PARTITION_PROPERTIES,
         crate::util::bytes_of(&(0 as cl_device_partition_property)),
     );
-    info.insert(CL_DEVICE_PARTITION_AFFINITY_DOMAIN, crate::util::bytes_of(&(0 as cl_bitfield)));
+    info.insert(
+        CL_DEVICE_PARTITION_AFFINITY_DOMAIN,
+        crate::util::bytes_of(&(0 as cl_bitfield)),
+    );
     info.insert(CL_DEVICE_PARTITION_TYPE, Vec::new());
     info.insert(CL_DEVICE_RGPU_SERVER, crate::util::string_bytes(&server));
     handle::create(Device {

@@ -40,8 +40,10 @@ pub fn bytes_of<T: Copy>(value: &T) -> Vec<u8> {
 /// The bytes of a slice of plain values.
 pub fn bytes_of_slice<T: Copy>(values: &[T]) -> Vec<u8> {
     // SAFETY: as for `bytes_of`.
-    unsafe { std::slice::from_raw_parts(values.as_ptr() as *const u8, std::mem::size_of_val(values)) }
-        .to_vec()
+    unsafe {
+        std::slice::from_raw_parts(values.as_ptr() as *const u8, std::mem::size_of_val(values))
+    }
+    .to_vec()
 }
 
 /// A NUL-terminated string value.
@@ -67,7 +69,10 @@ pub unsafe fn set_error(errcode_ret: *mut cl_int, code: cl_int) {
 ///
 /// # Safety
 /// `errcode_ret` is null or writable.
-pub unsafe fn creation(result: Result<*mut c_void, cl_int>, errcode_ret: *mut cl_int) -> *mut c_void {
+pub unsafe fn creation(
+    result: Result<*mut c_void, cl_int>,
+    errcode_ret: *mut cl_int,
+) -> *mut c_void {
     match result {
         Ok(handle) => {
             unsafe { set_error(errcode_ret, CL_SUCCESS) };
@@ -146,7 +151,11 @@ pub unsafe fn c_string(ptr: *const std::ffi::c_char) -> Option<String> {
         None
     } else {
         // SAFETY: see the function contract.
-        Some(unsafe { CStr::from_ptr(ptr) }.to_string_lossy().into_owned())
+        Some(
+            unsafe { CStr::from_ptr(ptr) }
+                .to_string_lossy()
+                .into_owned(),
+        )
     }
 }
 

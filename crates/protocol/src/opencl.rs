@@ -132,6 +132,12 @@ pub enum ClRequest {
     CreateKernelsInProgram { program: Id, ids: Vec<Id> },
     /// Reply: `Kernel`.
     CloneKernel { id: Id, source: Id },
+    /// Sets kernel arguments ahead of a launch (before a query whose answer depends on them,
+    /// such as CL_KERNEL_LOCAL_MEM_SIZE). No reply.
+    SetKernelArgs {
+        kernel: Id,
+        args: Vec<(u32, KernelArg)>,
+    },
     /// The client's reference count reached zero. No reply.
     Release { kind: ObjKind, id: Id },
     /// No reply.
@@ -161,6 +167,7 @@ impl ClRequest {
     pub fn expects_reply(&self) -> bool {
         match self {
             ClRequest::Release { .. }
+            | ClRequest::SetKernelArgs { .. }
             | ClRequest::CreateUserEvent { .. }
             | ClRequest::SetUserEventStatus { .. }
             | ClRequest::NotifyEvent { .. }
@@ -306,6 +313,23 @@ pub enum KernelArg {
     Local(u64),
 }
 
+/// What a kernel argument takes, from the implementation's argument info, so the client can
+/// check clSetKernelArg values without a round trip.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ArgKind {
+    /// No argument info: the server checks at launch.
+    Unknown,
+    /// A `__global`/`__constant` pointer, an image or a pipe: a memory object or NULL.
+    MemObject,
+    Sampler,
+    /// A `__local` pointer: a size and a NULL value.
+    Local,
+    /// A value of this many bytes (None when the size is not known from the type name).
+    Value {
+        size: Option<u32>,
+    },
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ImageFormat {
     pub channel_order: u32,
@@ -385,11 +409,13 @@ pub enum ClReply {
     Kernel {
         status: i32,
         num_args: u32,
+        args: Vec<ArgKind>,
     },
     Kernels {
         status: i32,
         names: Vec<String>,
         num_args: Vec<u32>,
+        args: Vec<Vec<ArgKind>>,
     },
 }
 

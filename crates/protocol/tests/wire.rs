@@ -270,6 +270,10 @@ fn all_requests() -> Vec<ClRequest> {
             ids: vec![15, 16],
         },
         ClRequest::CloneKernel { id: 17, source: 14 },
+        ClRequest::SetKernelArgs {
+            kernel: 14,
+            args: vec![(0, KernelArg::Local(64))],
+        },
         ClRequest::Release {
             kind: ObjKind::Kernel,
             id: 17,
@@ -354,12 +358,20 @@ fn every_server_message_round_trips() {
         },
         ClReply::Kernel {
             status: 0,
-            num_args: 3,
+            num_args: 5,
+            args: vec![
+                ArgKind::Unknown,
+                ArgKind::MemObject,
+                ArgKind::Sampler,
+                ArgKind::Local,
+                ArgKind::Value { size: Some(16) },
+            ],
         },
         ClReply::Kernels {
             status: 0,
             names: vec!["a".into()],
             num_args: vec![1],
+            args: vec![vec![ArgKind::Value { size: None }]],
         },
     ];
     let mut messages = vec![

@@ -79,23 +79,14 @@ pub struct MemEntry {
     pub derived: bool,
 }
 
-/// How a kernel argument may be set, from clGetKernelArgInfo. Guards the server against a
+/// How a kernel argument may be set (from clGetKernelArgInfo); guards the server against a
 /// client that passes plain bytes where the implementation expects an object handle.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ArgClass {
-    /// `__global`/`__constant` pointers, images, pipes: a mem object (or NULL).
-    MemObject,
-    Sampler,
-    Local,
-    Value,
-    /// The implementation gave no argument info.
-    Unknown,
-}
+pub use rgpu_protocol::opencl::ArgKind as ArgClass;
 
 pub struct KernelEntry {
     pub kernel: Kernel,
-    /// Filled on the first launch.
-    pub arg_classes: Option<Vec<ArgClass>>,
+    /// What each argument takes (refined by probing where the implementation gives no info).
+    pub arg_classes: Vec<ArgClass>,
 }
 
 pub struct Handles {

@@ -37,6 +37,22 @@ impl Writer {
     }
 }
 
+/// The reply to a kernel creation or clone.
+fn kernel_reply(created: ClResult<(u32, Vec<crate::handles::ArgClass>)>) -> ClReply {
+    match created {
+        Ok((num_args, args)) => ClReply::Kernel {
+            status: sys::CL_SUCCESS,
+            num_args,
+            args,
+        },
+        Err(status) => ClReply::Kernel {
+            status,
+            num_args: 0,
+            args: Vec::new(),
+        },
+    }
+}
+
 /// Why a session's request loop stopped.
 pub enum End {
     /// The client closed the connection between frames.
@@ -355,33 +371,35 @@ impl Session {
                 self.reply(seq, ClReply::Status(status))
             }
             ClRequest::CreateKernel { id, program, name } => {
-                let (status, num_args) = match self.create_kernel(id, program, &name) {
-                    Ok(num_args) => (sys::CL_SUCCESS, num_args),
-                    Err(e) => (e, 0),
-                };
-                self.reply(seq, ClReply::Kernel { status, num_args })
+                let created = self.create_kernel(id, program, &name);
+                self.reply(seq, kernel_reply(created))
             }
             ClRequest::CreateKernelsInProgram { program, ids } => {
                 let reply = match self.create_kernels_in_program(program, &ids) {
-                    Ok((names, num_args)) => ClReply::Kernels {
+                    Ok((names, num_args, args)) => ClReply::Kernels {
                         status: sys::CL_SUCCESS,
                         names,
                         num_args,
+                        args,
                     },
                     Err(status) => ClReply::Kernels {
                         status,
                         names: Vec::new(),
                         num_args: Vec::new(),
+                        args: Vec::new(),
                     },
                 };
                 self.reply(seq, reply)
             }
             ClRequest::CloneKernel { id, source } => {
-                let (status, num_args) = match self.clone_kernel(id, source) {
-                    Ok(num_args) => (sys::CL_SUCCESS, num_args),
-                    Err(e) => (e, 0),
-                };
-                self.reply(seq, ClReply::Kernel { status, num_args })
+                let cloned = self.clone_kernel(id, source);
+                self.reply(seq, kernel_reply(cloned))
+            }
+            ClRequest::SetKernelArgs { kernel, args } => {
+                if let Err(e) = self.apply_kernel_args(kernel, &args) {
+                    self.defer("clSetKernelArg", e);
+                }
+                Ok(())
             }
             ClRequest::Release { kind, id } => {
                 if let Err(e) = self.handles.release(kind, id) {
@@ -536,7 +554,9 @@ impl Session {
     /// Whether device work may be waiting for something only a later client request brings
     /// (a user event's status). Only then must waits leave the request thread free.
     pub(crate) fn device_may_wait_for_client(&self) -> bool {
-        self.pending_user_events.load(std::sync::atomic::Ordering::SeqCst) != 0
+        self.pending_user_events
+            .load(std::sync::atomic::Ordering::SeqCst)
+            != 0
     }
 
     /// Gives back everything the session created, once its in-flight work is done. Returns

@@ -177,7 +177,9 @@ fn kernel_launch_with_args() {
         program: 1,
         name: "scale".into(),
     }) {
-        ClReply::Kernel { status, num_args } => assert_eq!((status, num_args), (CL_SUCCESS, 2)),
+        ClReply::Kernel {
+            status, num_args, ..
+        } => assert_eq!((status, num_args), (CL_SUCCESS, 2)),
         other => panic!("{other:?}"),
     }
     let values: Vec<f32> = (0..1024).map(|i| i as f32).collect();
@@ -251,6 +253,7 @@ fn kernel_launch_with_args() {
             status,
             names,
             num_args,
+            ..
         } => {
             assert_eq!(status, CL_SUCCESS);
             assert_eq!(names, vec!["scale".to_string()]);

@@ -11,14 +11,20 @@ use crate::api::platform::platform_from;
 use crate::handle::{self, Ref};
 use crate::objects::{Context, ContextNotify, Device, UserCallback};
 use crate::runtime::runtime;
-use crate::util::{bytes_of, bytes_of_slice, client_error, creation, guard, property_list, write_info};
+use crate::util::{
+    bytes_of, bytes_of_slice, client_error, creation, guard, property_list, write_info,
+};
 
 pub fn context_from(context: cl_context) -> Result<Ref<Context>, cl_int> {
     handle::lookup::<Context>(context)
 }
 
 /// Sends a request whose reply is a bare status.
-pub fn call_status(conn: &rgpu_client::Connection, req: ClRequest, bulk: &[u8]) -> Result<(), cl_int> {
+pub fn call_status(
+    conn: &rgpu_client::Connection,
+    req: ClRequest,
+    bulk: &[u8],
+) -> Result<(), cl_int> {
     match conn.call_cl(req, bulk).map_err(client_error)? {
         ClReply::Status(CL_SUCCESS) => Ok(()),
         ClReply::Status(code) => Err(code),
@@ -37,8 +43,12 @@ fn server_properties(props: &[cl_context_properties]) -> Result<Vec<u64>, cl_int
     for pair in &mut pairs {
         let (key, value) = (pair[0], pair[1]);
         match key {
-            k if k == CL_CONTEXT_PLATFORM as cl_context_properties => platform_from(value as cl_platform_id).map(|_| ())?,
-            k if k == CL_CONTEXT_INTEROP_USER_SYNC as cl_context_properties => out.extend_from_slice(&[key as u64, value as u64]),
+            k if k == CL_CONTEXT_PLATFORM as cl_context_properties => {
+                platform_from(value as cl_platform_id).map(|_| ())?
+            }
+            k if k == CL_CONTEXT_INTEROP_USER_SYNC as cl_context_properties => {
+                out.extend_from_slice(&[key as u64, value as u64])
+            }
             _ => return Err(CL_INVALID_PROPERTY),
         }
     }
@@ -97,7 +107,10 @@ pub unsafe extern "C" fn clCreateContext(
 ) -> cl_context {
     guard(std::ptr::null_mut(), || {
         let result = (|| {
-            if num_devices == 0 || devices.is_null() || (pfn_notify.is_none() && !user_data.is_null()) {
+            if num_devices == 0
+                || devices.is_null()
+                || (pfn_notify.is_none() && !user_data.is_null())
+            {
                 return Err(CL_INVALID_VALUE);
             }
             // SAFETY: the application's device array.
@@ -127,15 +140,21 @@ pub unsafe extern "C" fn clCreateContextFromType(
             let chosen: Vec<Ref<Device>> = match device_type {
                 CL_DEVICE_TYPE_ALL => all.to_vec(),
                 CL_DEVICE_TYPE_DEFAULT => all.iter().take(1).cloned().collect(),
-                t => all.iter().filter(|d| d.device_type & t != 0).cloned().collect(),
+                t => all
+                    .iter()
+                    .filter(|d| d.device_type & t != 0)
+                    .cloned()
+                    .collect(),
             };
             // Only one server's devices can share a context: take those of the first match.
             let Some(first) = chosen.first() else {
                 return Err(CL_DEVICE_NOT_FOUND);
             };
             let conn = Arc::clone(&first.conn);
-            let same_server: Vec<Ref<Device>> =
-                chosen.into_iter().filter(|d| Arc::ptr_eq(&d.conn, &conn)).collect();
+            let same_server: Vec<Ref<Device>> = chosen
+                .into_iter()
+                .filter(|d| Arc::ptr_eq(&d.conn, &conn))
+                .collect();
             create_context(properties, same_server, pfn_notify, user_data)
         })();
         // SAFETY: the application's errcode pointer.

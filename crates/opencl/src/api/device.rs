@@ -17,7 +17,10 @@ pub fn device_from(device: cl_device_id) -> Result<Ref<Device>, cl_int> {
 ///
 /// # Safety
 /// `devices` points to `count` handles (or is null with count 0).
-pub unsafe fn devices_from(devices: *const cl_device_id, count: cl_uint) -> Result<Vec<Ref<Device>>, cl_int> {
+pub unsafe fn devices_from(
+    devices: *const cl_device_id,
+    count: cl_uint,
+) -> Result<Vec<Ref<Device>>, cl_int> {
     if devices.is_null() != (count == 0) {
         return Err(CL_INVALID_VALUE);
     }
@@ -41,7 +44,8 @@ pub unsafe extern "C" fn clGetDeviceIDs(
             Ok(p) => p,
             Err(code) => return code,
         };
-        if (num_entries == 0 && !devices.is_null()) || (devices.is_null() && num_devices.is_null()) {
+        if (num_entries == 0 && !devices.is_null()) || (devices.is_null() && num_devices.is_null())
+        {
             return CL_INVALID_VALUE;
         }
         let all = &platform.devices;
@@ -49,7 +53,13 @@ pub unsafe extern "C" fn clGetDeviceIDs(
             CL_DEVICE_TYPE_ALL => all.iter().collect(),
             // The first device is the default one.
             CL_DEVICE_TYPE_DEFAULT => all.iter().take(1).collect(),
-            t if t & !(CL_DEVICE_TYPE_CPU | CL_DEVICE_TYPE_GPU | CL_DEVICE_TYPE_ACCELERATOR | CL_DEVICE_TYPE_CUSTOM | CL_DEVICE_TYPE_DEFAULT) != 0 => {
+            t if t & !(CL_DEVICE_TYPE_CPU
+                | CL_DEVICE_TYPE_GPU
+                | CL_DEVICE_TYPE_ACCELERATOR
+                | CL_DEVICE_TYPE_CUSTOM
+                | CL_DEVICE_TYPE_DEFAULT)
+                != 0 =>
+            {
                 return CL_INVALID_DEVICE_TYPE
             }
             t => all.iter().filter(|d| d.device_type & t != 0).collect(),
@@ -132,7 +142,10 @@ pub unsafe extern "C" fn clReleaseDevice(device: cl_device_id) -> cl_int {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn clGetHostTimer(device: cl_device_id, host_timestamp: *mut cl_ulong) -> cl_int {
+pub unsafe extern "C" fn clGetHostTimer(
+    device: cl_device_id,
+    host_timestamp: *mut cl_ulong,
+) -> cl_int {
     if let Err(code) = device_from(device) {
         return code;
     }

@@ -25,7 +25,11 @@ struct Submission {
     wait: Vec<Id>,
 }
 
-fn prepare(queue: cl_command_queue, num_events: cl_uint, event_wait_list: *const cl_event) -> Result<Submission, cl_int> {
+fn prepare(
+    queue: cl_command_queue,
+    num_events: cl_uint,
+    event_wait_list: *const cl_event,
+) -> Result<Submission, cl_int> {
     let queue = queue_from(queue)?;
     if event_wait_list.is_null() != (num_events == 0) {
         return Err(CL_INVALID_EVENT_WAIT_LIST);
@@ -96,10 +100,23 @@ fn store_event(event_out: *mut cl_event, event: Option<Ref<crate::objects::Event
 }
 
 /// Queues a command that returns no data.
-fn post(sub: Submission, event_out: *mut cl_event, command_type: cl_command_type, command: Command, bulk: &[u8]) -> Result<(), cl_int> {
+fn post(
+    sub: Submission,
+    event_out: *mut cl_event,
+    command_type: cl_command_type,
+    command: Command,
+    bulk: &[u8],
+) -> Result<(), cl_int> {
     let queue = &sub.queue;
-    let event = (!event_out.is_null())
-        .then(|| new_event(&queue.conn, &queue.context, Some(queue), command_type, Completion::Remote));
+    let event = (!event_out.is_null()).then(|| {
+        new_event(
+            &queue.conn,
+            &queue.context,
+            Some(queue),
+            command_type,
+            Completion::Remote,
+        )
+    });
     let request = ClRequest::Enqueue {
         queue: queue.id,
         wait: sub.wait,
@@ -135,8 +152,15 @@ fn read(
     target: ReadTarget,
 ) -> Result<(), cl_int> {
     let queue = sub.queue.clone();
-    let event = (!event_out.is_null())
-        .then(|| new_event(&queue.conn, &queue.context, Some(&queue), command_type, Completion::Local));
+    let event = (!event_out.is_null()).then(|| {
+        new_event(
+            &queue.conn,
+            &queue.context,
+            Some(&queue),
+            command_type,
+            Completion::Local,
+        )
+    });
     let (dst, scatter) = match target {
         ReadTarget::Direct(ptr) => (ptr, None),
         ReadTarget::Scatter(region) => {
@@ -159,7 +183,14 @@ fn read(
             }
             drop(scatter);
             if let Some(event) = &done_event {
-                set_status(event, if status == CL_SUCCESS { CL_COMPLETE } else { status.min(-1) });
+                set_status(
+                    event,
+                    if status == CL_SUCCESS {
+                        CL_COMPLETE
+                    } else {
+                        status.min(-1)
+                    },
+                );
             }
             done_queue.pending_reads.done();
             if let Some(signal) = done_signal {
@@ -190,7 +221,11 @@ fn read(
             let mut value = signal.0.lock().unwrap();
             loop {
                 if let Some(status) = *value {
-                    return if status == CL_SUCCESS { Ok(()) } else { Err(status) };
+                    return if status == CL_SUCCESS {
+                        Ok(())
+                    } else {
+                        Err(status)
+                    };
                 }
                 let now = Instant::now();
                 if now >= deadline {
@@ -234,7 +269,15 @@ pub unsafe extern "C" fn clEnqueueReadBuffer(
             offset: offset as u64,
             size: size as u64,
         };
-        read(sub, event, CL_COMMAND_READ_BUFFER, command, blocking_read != 0, size, ReadTarget::Direct(ptr as *mut u8))
+        read(
+            sub,
+            event,
+            CL_COMMAND_READ_BUFFER,
+            command,
+            blocking_read != 0,
+            size,
+            ReadTarget::Direct(ptr as *mut u8),
+        )
     })
 }
 
@@ -281,12 +324,21 @@ fn buffer_rect(
         return Err(CL_INVALID_VALUE);
     }
     // SAFETY: the API passes three values each.
-    let (origin, region) = unsafe { (*(origin as *const [usize; 3]), *(region as *const [usize; 3])) };
+    let (origin, region) = unsafe {
+        (
+            *(origin as *const [usize; 3]),
+            *(region as *const [usize; 3]),
+        )
+    };
     if region.contains(&0) {
         return Err(CL_INVALID_VALUE);
     }
     let row_pitch = if row_pitch == 0 { region[0] } else { row_pitch };
-    let slice_pitch = if slice_pitch == 0 { region[1] * row_pitch } else { slice_pitch };
+    let slice_pitch = if slice_pitch == 0 {
+        region[1] * row_pitch
+    } else {
+        slice_pitch
+    };
     if row_pitch < region[0] || slice_pitch < region[1] * row_pitch {
         return Err(CL_INVALID_VALUE);
     }
@@ -304,7 +356,13 @@ fn buffer_rect(
 }
 
 /// The client side of a rectangle: host memory at `host_origin` with the host pitches.
-fn host_rect(ptr: *mut u8, host_origin: *const usize, rect: &BufferRect, row_pitch: usize, slice_pitch: usize) -> Result<HostRegion, cl_int> {
+fn host_rect(
+    ptr: *mut u8,
+    host_origin: *const usize,
+    rect: &BufferRect,
+    row_pitch: usize,
+    slice_pitch: usize,
+) -> Result<HostRegion, cl_int> {
     if ptr.is_null() || host_origin.is_null() {
         return Err(CL_INVALID_VALUE);
     }
@@ -352,10 +410,33 @@ pub unsafe extern "C" fn clEnqueueReadBufferRect(
         let sub = prepare(command_queue, num_events_in_wait_list, event_wait_list)?;
         let mem = buffer_of_queue(&sub.queue, buffer)?;
         check_host_access(&mem, true)?;
-        let rect = buffer_rect(&mem, buffer_origin, region, buffer_row_pitch, buffer_slice_pitch)?;
-        let host = host_rect(ptr as *mut u8, host_origin, &rect, host_row_pitch, host_slice_pitch)?;
-        let command = Command::ReadBufferRect { buffer: mem.id, rect };
-        read(sub, event, CL_COMMAND_READ_BUFFER_RECT, command, blocking_read != 0, host.packed_len(), read_target(host))
+        let rect = buffer_rect(
+            &mem,
+            buffer_origin,
+            region,
+            buffer_row_pitch,
+            buffer_slice_pitch,
+        )?;
+        let host = host_rect(
+            ptr as *mut u8,
+            host_origin,
+            &rect,
+            host_row_pitch,
+            host_slice_pitch,
+        )?;
+        let command = Command::ReadBufferRect {
+            buffer: mem.id,
+            rect,
+        };
+        read(
+            sub,
+            event,
+            CL_COMMAND_READ_BUFFER_RECT,
+            command,
+            blocking_read != 0,
+            host.packed_len(),
+            read_target(host),
+        )
     })
 }
 
@@ -380,11 +461,32 @@ pub unsafe extern "C" fn clEnqueueWriteBufferRect(
         let sub = prepare(command_queue, num_events_in_wait_list, event_wait_list)?;
         let mem = buffer_of_queue(&sub.queue, buffer)?;
         check_host_access(&mem, false)?;
-        let rect = buffer_rect(&mem, buffer_origin, region, buffer_row_pitch, buffer_slice_pitch)?;
-        let host = host_rect(ptr as *mut u8, host_origin, &rect, host_row_pitch, host_slice_pitch)?;
+        let rect = buffer_rect(
+            &mem,
+            buffer_origin,
+            region,
+            buffer_row_pitch,
+            buffer_slice_pitch,
+        )?;
+        let host = host_rect(
+            ptr as *mut u8,
+            host_origin,
+            &rect,
+            host_row_pitch,
+            host_slice_pitch,
+        )?;
         // SAFETY: the application's host memory covers the rectangle.
         let packed = unsafe { host.pack() };
-        post(sub, event, CL_COMMAND_WRITE_BUFFER_RECT, Command::WriteBufferRect { buffer: mem.id, rect }, &packed)
+        post(
+            sub,
+            event,
+            CL_COMMAND_WRITE_BUFFER_RECT,
+            Command::WriteBufferRect {
+                buffer: mem.id,
+                rect,
+            },
+            &packed,
+        )
     })
 }
 
@@ -491,7 +593,8 @@ pub unsafe extern "C" fn clEnqueueFillBuffer(
         }
         check_range(&mem, offset, size)?;
         // SAFETY: the application provides `pattern_size` bytes.
-        let pattern = unsafe { std::slice::from_raw_parts(pattern as *const u8, pattern_size) }.to_vec();
+        let pattern =
+            unsafe { std::slice::from_raw_parts(pattern as *const u8, pattern_size) }.to_vec();
         let command = Command::FillBuffer {
             buffer: mem.id,
             pattern,
@@ -505,7 +608,13 @@ pub unsafe extern "C" fn clEnqueueFillBuffer(
 // ---- Images -----------------------------------------------------------------------------
 
 /// The host side of an image transfer: `region` pixels with the given pitches at `ptr`.
-fn image_host_region(mem: &Mem, ptr: *mut u8, region: [u64; 3], row_pitch: usize, slice_pitch: usize) -> Result<HostRegion, cl_int> {
+fn image_host_region(
+    mem: &Mem,
+    ptr: *mut u8,
+    region: [u64; 3],
+    row_pitch: usize,
+    slice_pitch: usize,
+) -> Result<HostRegion, cl_int> {
     let info = mem.image().ok_or(CL_INVALID_MEM_OBJECT)?;
     if ptr.is_null() || region.contains(&0) {
         return Err(CL_INVALID_VALUE);
@@ -543,8 +652,20 @@ pub unsafe extern "C" fn clEnqueueReadImage(
         check_host_access(&mem, true)?;
         let (origin, region) = (triple(origin)?, triple(region)?);
         let host = image_host_region(&mem, ptr as *mut u8, region, row_pitch, slice_pitch)?;
-        let command = Command::ReadImage { image: mem.id, origin, region };
-        read(sub, event, CL_COMMAND_READ_IMAGE, command, blocking_read != 0, host.packed_len(), read_target(host))
+        let command = Command::ReadImage {
+            image: mem.id,
+            origin,
+            region,
+        };
+        read(
+            sub,
+            event,
+            CL_COMMAND_READ_IMAGE,
+            command,
+            blocking_read != 0,
+            host.packed_len(),
+            read_target(host),
+        )
     })
 }
 
@@ -567,10 +688,26 @@ pub unsafe extern "C" fn clEnqueueWriteImage(
         let mem = image_of_queue(&sub.queue, image)?;
         check_host_access(&mem, false)?;
         let (origin, region) = (triple(origin)?, triple(region)?);
-        let host = image_host_region(&mem, ptr as *mut u8, region, input_row_pitch, input_slice_pitch)?;
+        let host = image_host_region(
+            &mem,
+            ptr as *mut u8,
+            region,
+            input_row_pitch,
+            input_slice_pitch,
+        )?;
         // SAFETY: the application's host memory covers the region.
         let packed = unsafe { host.pack() };
-        post(sub, event, CL_COMMAND_WRITE_IMAGE, Command::WriteImage { image: mem.id, origin, region }, &packed)
+        post(
+            sub,
+            event,
+            CL_COMMAND_WRITE_IMAGE,
+            Command::WriteImage {
+                image: mem.id,
+                origin,
+                region,
+            },
+            &packed,
+        )
     })
 }
 
@@ -693,7 +830,8 @@ const MAP_FLAGS: cl_map_flags = CL_MAP_READ | CL_MAP_WRITE | CL_MAP_WRITE_INVALI
 
 fn check_map_flags(flags: cl_map_flags) -> Result<(), cl_int> {
     if flags & !MAP_FLAGS != 0
-        || (flags & CL_MAP_WRITE_INVALIDATE_REGION != 0 && flags & (CL_MAP_READ | CL_MAP_WRITE) != 0)
+        || (flags & CL_MAP_WRITE_INVALIDATE_REGION != 0
+            && flags & (CL_MAP_READ | CL_MAP_WRITE) != 0)
     {
         return Err(CL_INVALID_VALUE);
     }
@@ -741,9 +879,23 @@ pub unsafe extern "C" fn clEnqueueMapBuffer(
                     offset: offset as u64,
                     size: size as u64,
                 };
-                read(sub, event, CL_COMMAND_MAP_BUFFER, command, blocking_map != 0, size, ReadTarget::Direct(ptr))?;
+                read(
+                    sub,
+                    event,
+                    CL_COMMAND_MAP_BUFFER,
+                    command,
+                    blocking_map != 0,
+                    size,
+                    ReadTarget::Direct(ptr),
+                )?;
             } else {
-                post(sub, event, CL_COMMAND_MAP_BUFFER, Command::MarkerWithWaitList, &[])?;
+                post(
+                    sub,
+                    event,
+                    CL_COMMAND_MAP_BUFFER,
+                    Command::MarkerWithWaitList,
+                    &[],
+                )?;
             }
             let mapping = Mapping {
                 flags: map_flags,
@@ -795,25 +947,54 @@ pub unsafe extern "C" fn clEnqueueMapImage(
                 } else {
                     oz * info.slice_pitch + oy * info.row_pitch + ox * info.element_size
                 };
-                ((mem.host_ptr + offset) as *mut u8, None, info.row_pitch, info.slice_pitch)
+                (
+                    (mem.host_ptr + offset) as *mut u8,
+                    None,
+                    info.row_pitch,
+                    info.slice_pitch,
+                )
             } else {
                 let row_pitch = region[0] as usize * info.element_size;
                 let slice_pitch = row_pitch * region[1] as usize;
-                let owned = AlignedBuf::new(slice_pitch * region[2] as usize).ok_or(CL_OUT_OF_HOST_MEMORY)?;
+                let owned = AlignedBuf::new(slice_pitch * region[2] as usize)
+                    .ok_or(CL_OUT_OF_HOST_MEMORY)?;
                 (owned.as_ptr(), Some(owned), row_pitch, slice_pitch)
             };
             let host = image_host_region(&mem, ptr, region, row_pitch, slice_pitch)?;
             if map_reads(map_flags) {
-                let command = Command::ReadImage { image: mem.id, origin, region };
-                read(sub, event, CL_COMMAND_MAP_IMAGE, command, blocking_map != 0, host.packed_len(), read_target(host))?;
+                let command = Command::ReadImage {
+                    image: mem.id,
+                    origin,
+                    region,
+                };
+                read(
+                    sub,
+                    event,
+                    CL_COMMAND_MAP_IMAGE,
+                    command,
+                    blocking_map != 0,
+                    host.packed_len(),
+                    read_target(host),
+                )?;
             } else {
-                post(sub, event, CL_COMMAND_MAP_IMAGE, Command::MarkerWithWaitList, &[])?;
+                post(
+                    sub,
+                    event,
+                    CL_COMMAND_MAP_IMAGE,
+                    Command::MarkerWithWaitList,
+                    &[],
+                )?;
             }
             // SAFETY: checked non-null above; image_slice_pitch may be null for 1-D/2-D images.
             unsafe {
                 *image_row_pitch = row_pitch;
                 if !image_slice_pitch.is_null() {
-                    *image_slice_pitch = if region[2] > 1 || info.desc.image_type != CL_MEM_OBJECT_IMAGE2D { slice_pitch } else { 0 };
+                    *image_slice_pitch =
+                        if region[2] > 1 || info.desc.image_type != CL_MEM_OBJECT_IMAGE2D {
+                            slice_pitch
+                        } else {
+                            0
+                        };
                 }
             }
             let mapping = Mapping {
@@ -854,7 +1035,13 @@ pub unsafe extern "C" fn clEnqueueUnmapMemObject(
         };
         let ptr = mapped_ptr as *mut u8;
         if !map_writes(mapping.flags) {
-            return post(sub, event, CL_COMMAND_UNMAP_MEM_OBJECT, Command::MarkerWithWaitList, &[]);
+            return post(
+                sub,
+                event,
+                CL_COMMAND_UNMAP_MEM_OBJECT,
+                Command::MarkerWithWaitList,
+                &[],
+            );
         }
         // The data leaves the mapped memory before this returns, so it can be freed after.
         match mem.image() {
@@ -870,7 +1057,8 @@ pub unsafe extern "C" fn clEnqueueUnmapMemObject(
             }
             Some(_) => {
                 let region = mapping.region.map(|v| v as u64);
-                let host = image_host_region(&mem, ptr, region, mapping.row_pitch, mapping.slice_pitch)?;
+                let host =
+                    image_host_region(&mem, ptr, region, mapping.row_pitch, mapping.slice_pitch)?;
                 // SAFETY: the mapped region as the map described it.
                 let packed = unsafe { host.pack() };
                 let command = Command::WriteImage {
@@ -908,7 +1096,13 @@ pub unsafe extern "C" fn clEnqueueMigrateMemObjects(
             .iter()
             .map(|&m| mem_of_queue(&sub.queue, m).map(|m| m.id))
             .collect::<Result<Vec<Id>, cl_int>>()?;
-        post(sub, event, CL_COMMAND_MIGRATE_MEM_OBJECTS, Command::MigrateMemObjects { objects, flags }, &[])
+        post(
+            sub,
+            event,
+            CL_COMMAND_MIGRATE_MEM_OBJECTS,
+            Command::MigrateMemObjects { objects, flags },
+            &[],
+        )
     })
 }
 
@@ -920,17 +1114,7 @@ fn changed_args(kernel: &Kernel) -> Result<Vec<(u32, KernelArg)>, cl_int> {
     if args.values.len() < kernel.num_args as usize || args.values.iter().any(Option::is_none) {
         return Err(CL_INVALID_KERNEL_ARGS);
     }
-    let crate::objects::KernelArgs { values, dirty } = &mut *args;
-    let mut changed = Vec::new();
-    for (index, (value, dirty)) in values.iter().zip(dirty.iter_mut()).enumerate() {
-        if *dirty {
-            if let Some(value) = value {
-                changed.push((index as u32, value.clone()));
-            }
-            *dirty = false;
-        }
-    }
-    Ok(changed)
+    Ok(crate::api::kernel::take_dirty(&mut args))
 }
 
 fn launch(
@@ -968,7 +1152,12 @@ fn launch(
 /// The values of an optional size array of `work_dim` entries.
 fn sizes(ptr: *const usize, work_dim: cl_uint) -> Option<Vec<u64>> {
     // SAFETY: the API passes `work_dim` values when the pointer is non-null.
-    (!ptr.is_null()).then(|| unsafe { slice(ptr, work_dim as usize) }.iter().map(|&v| v as u64).collect())
+    (!ptr.is_null()).then(|| {
+        unsafe { slice(ptr, work_dim as usize) }
+            .iter()
+            .map(|&v| v as u64)
+            .collect()
+    })
 }
 
 #[no_mangle]
@@ -1062,7 +1251,13 @@ pub unsafe extern "C" fn clEnqueueMarkerWithWaitList(
 ) -> cl_int {
     enqueue(|| {
         let sub = prepare(command_queue, num_events_in_wait_list, event_wait_list)?;
-        post(sub, event, CL_COMMAND_MARKER, Command::MarkerWithWaitList, &[])
+        post(
+            sub,
+            event,
+            CL_COMMAND_MARKER,
+            Command::MarkerWithWaitList,
+            &[],
+        )
     })
 }
 
@@ -1075,18 +1270,33 @@ pub unsafe extern "C" fn clEnqueueBarrierWithWaitList(
 ) -> cl_int {
     enqueue(|| {
         let sub = prepare(command_queue, num_events_in_wait_list, event_wait_list)?;
-        post(sub, event, CL_COMMAND_BARRIER, Command::BarrierWithWaitList, &[])
+        post(
+            sub,
+            event,
+            CL_COMMAND_BARRIER,
+            Command::BarrierWithWaitList,
+            &[],
+        )
     })
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn clEnqueueMarker(command_queue: cl_command_queue, event: *mut cl_event) -> cl_int {
+pub unsafe extern "C" fn clEnqueueMarker(
+    command_queue: cl_command_queue,
+    event: *mut cl_event,
+) -> cl_int {
     enqueue(|| {
         if event.is_null() {
             return Err(CL_INVALID_VALUE);
         }
         let sub = prepare(command_queue, 0, std::ptr::null())?;
-        post(sub, event, CL_COMMAND_MARKER, Command::MarkerWithWaitList, &[])
+        post(
+            sub,
+            event,
+            CL_COMMAND_MARKER,
+            Command::MarkerWithWaitList,
+            &[],
+        )
     })
 }
 
@@ -1094,7 +1304,13 @@ pub unsafe extern "C" fn clEnqueueMarker(command_queue: cl_command_queue, event:
 pub unsafe extern "C" fn clEnqueueBarrier(command_queue: cl_command_queue) -> cl_int {
     enqueue(|| {
         let sub = prepare(command_queue, 0, std::ptr::null())?;
-        post(sub, std::ptr::null_mut(), CL_COMMAND_BARRIER, Command::BarrierWithWaitList, &[])
+        post(
+            sub,
+            std::ptr::null_mut(),
+            CL_COMMAND_BARRIER,
+            Command::BarrierWithWaitList,
+            &[],
+        )
     })
 }
 
@@ -1109,6 +1325,12 @@ pub unsafe extern "C" fn clEnqueueWaitForEvents(
             return Err(CL_INVALID_VALUE);
         }
         let sub = prepare(command_queue, num_events, event_list)?;
-        post(sub, std::ptr::null_mut(), CL_COMMAND_BARRIER, Command::BarrierWithWaitList, &[])
+        post(
+            sub,
+            std::ptr::null_mut(),
+            CL_COMMAND_BARRIER,
+            Command::BarrierWithWaitList,
+            &[],
+        )
     })
 }

@@ -46,7 +46,11 @@ pub fn new_event(
         command_type,
         completion,
         state: Mutex::new(EventState {
-            status: if queue.is_some() { CL_QUEUED } else { CL_SUBMITTED },
+            status: if queue.is_some() {
+                CL_QUEUED
+            } else {
+                CL_SUBMITTED
+            },
             callbacks: Vec::new(),
             notify_requested: false,
             profiling: HashMap::new(),
@@ -118,7 +122,10 @@ pub fn wait_for(events: &[Ref<Event>]) -> Result<bool, cl_int> {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn clWaitForEvents(num_events: cl_uint, event_list: *const cl_event) -> cl_int {
+pub unsafe extern "C" fn clWaitForEvents(
+    num_events: cl_uint,
+    event_list: *const cl_event,
+) -> cl_int {
     guard(CL_OUT_OF_HOST_MEMORY, || {
         if num_events == 0 || event_list.is_null() {
             return CL_INVALID_VALUE;
@@ -130,7 +137,10 @@ pub unsafe extern "C" fn clWaitForEvents(num_events: cl_uint, event_list: *const
             Ok(events) => events,
             Err(code) => return code,
         };
-        if events.iter().any(|e| !Arc::ptr_eq(&e.context, &events[0].context)) {
+        if events
+            .iter()
+            .any(|e| !Arc::ptr_eq(&e.context, &events[0].context))
+        {
             return CL_INVALID_CONTEXT;
         }
         match wait_for(&events) {
@@ -195,11 +205,20 @@ pub unsafe extern "C" fn clGetEventInfo(
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn clCreateUserEvent(context: cl_context, errcode_ret: *mut cl_int) -> cl_event {
+pub unsafe extern "C" fn clCreateUserEvent(
+    context: cl_context,
+    errcode_ret: *mut cl_int,
+) -> cl_event {
     guard(std::ptr::null_mut(), || {
         let result = (|| {
             let context = context_from(context)?;
-            let event = new_event(&context.conn, &context, None, CL_COMMAND_USER, Completion::Local);
+            let event = new_event(
+                &context.conn,
+                &context,
+                None,
+                CL_COMMAND_USER,
+                Completion::Local,
+            );
             context
                 .conn
                 .post_cl(
@@ -265,7 +284,10 @@ pub unsafe extern "C" fn clSetEventCallback(
         let Some(func) = pfn_notify else {
             return CL_INVALID_VALUE;
         };
-        if !matches!(command_exec_callback_type, CL_SUBMITTED | CL_RUNNING | CL_COMPLETE) {
+        if !matches!(
+            command_exec_callback_type,
+            CL_SUBMITTED | CL_RUNNING | CL_COMPLETE
+        ) {
             return CL_INVALID_VALUE;
         }
         let callback = UserCallback {
@@ -371,7 +393,9 @@ pub unsafe extern "C" fn clGetEventProfilingInfo(
         }
         if let Some(value) = event.state.lock().unwrap().profiling.get(&param_name) {
             // SAFETY: the application's out-pointers for this query.
-            return unsafe { write_info(value, param_value_size, param_value, param_value_size_ret) };
+            return unsafe {
+                write_info(value, param_value_size, param_value, param_value_size_ret)
+            };
         }
         let value = match crate::api::program::server_info(
             &event.conn,
@@ -382,7 +406,12 @@ pub unsafe extern "C" fn clGetEventProfilingInfo(
             Err(code) => return code,
         };
         if event.is_final() {
-            event.state.lock().unwrap().profiling.insert(param_name, value.clone());
+            event
+                .state
+                .lock()
+                .unwrap()
+                .profiling
+                .insert(param_name, value.clone());
         }
         // SAFETY: the application's out-pointers for this query.
         unsafe { write_info(&value, param_value_size, param_value, param_value_size_ret) }

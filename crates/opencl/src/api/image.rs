@@ -22,8 +22,10 @@ const CL_DEPTH_STENCIL: cl_channel_order = 0x10BE;
 const CL_UNORM_INT24: cl_channel_type = 0x10DF;
 
 const ACCESS_FLAGS: cl_mem_flags = CL_MEM_READ_WRITE | CL_MEM_WRITE_ONLY | CL_MEM_READ_ONLY;
-const HOST_ACCESS_FLAGS: cl_mem_flags = CL_MEM_HOST_WRITE_ONLY | CL_MEM_HOST_READ_ONLY | CL_MEM_HOST_NO_ACCESS;
-const HOST_PTR_FLAGS: cl_mem_flags = CL_MEM_USE_HOST_PTR | CL_MEM_COPY_HOST_PTR | CL_MEM_ALLOC_HOST_PTR;
+const HOST_ACCESS_FLAGS: cl_mem_flags =
+    CL_MEM_HOST_WRITE_ONLY | CL_MEM_HOST_READ_ONLY | CL_MEM_HOST_NO_ACCESS;
+const HOST_PTR_FLAGS: cl_mem_flags =
+    CL_MEM_USE_HOST_PTR | CL_MEM_COPY_HOST_PTR | CL_MEM_ALLOC_HOST_PTR;
 const ALL_FLAGS: cl_mem_flags =
     ACCESS_FLAGS | HOST_ACCESS_FLAGS | HOST_PTR_FLAGS | CL_MEM_KERNEL_READ_AND_WRITE;
 
@@ -85,12 +87,12 @@ pub fn image_region_bytes(info: &ImageInfo, region: [usize; 3]) -> usize {
         .unwrap_or(usize::MAX)
 }
 
-
 fn device_bool(device: &Device, param: cl_device_info) -> bool {
-    device
-        .info
-        .get(&param)
-        .is_some_and(|v| v.iter().take(std::mem::size_of::<cl_bool>()).any(|&b| b != 0))
+    device.info.get(&param).is_some_and(|v| {
+        v.iter()
+            .take(std::mem::size_of::<cl_bool>())
+            .any(|&b| b != 0)
+    })
 }
 
 /// A `size_t` device limit (the server's size_t is 64-bit little-endian); None if unknown.
@@ -103,7 +105,10 @@ fn device_size(device: &Device, param: cl_device_info) -> Option<u64> {
 
 /// Whether any device of the context supports images (CL_DEVICE_IMAGE_SUPPORT).
 pub fn context_supports_images(context: &Context) -> bool {
-    context.devices.iter().any(|d| device_bool(d, CL_DEVICE_IMAGE_SUPPORT))
+    context
+        .devices
+        .iter()
+        .any(|d| device_bool(d, CL_DEVICE_IMAGE_SUPPORT))
 }
 
 /// Whether the image's dimensions are within the device's limits.
@@ -116,7 +121,9 @@ fn fits(device: &Device, desc: &ImageDesc) -> bool {
         CL_MEM_OBJECT_IMAGE1D_ARRAY => {
             within(w, CL_DEVICE_IMAGE2D_MAX_WIDTH) && within(a, CL_DEVICE_IMAGE_MAX_ARRAY_SIZE)
         }
-        CL_MEM_OBJECT_IMAGE2D => within(w, CL_DEVICE_IMAGE2D_MAX_WIDTH) && within(h, CL_DEVICE_IMAGE2D_MAX_HEIGHT),
+        CL_MEM_OBJECT_IMAGE2D => {
+            within(w, CL_DEVICE_IMAGE2D_MAX_WIDTH) && within(h, CL_DEVICE_IMAGE2D_MAX_HEIGHT)
+        }
         CL_MEM_OBJECT_IMAGE2D_ARRAY => {
             within(w, CL_DEVICE_IMAGE2D_MAX_WIDTH)
                 && within(h, CL_DEVICE_IMAGE2D_MAX_HEIGHT)
@@ -136,12 +143,16 @@ fn fits(device: &Device, desc: &ImageDesc) -> bool {
 /// access flags, and the host-pointer flags, are inherited).
 fn flags_from_source(flags: cl_mem_flags, source: &Mem) -> Result<cl_mem_flags, cl_int> {
     let src = source.flags;
-    let conflicting_access = (src & CL_MEM_WRITE_ONLY != 0 && flags & (CL_MEM_READ_WRITE | CL_MEM_READ_ONLY) != 0)
+    let conflicting_access = (src & CL_MEM_WRITE_ONLY != 0
+        && flags & (CL_MEM_READ_WRITE | CL_MEM_READ_ONLY) != 0)
         || (src & CL_MEM_READ_ONLY != 0 && flags & (CL_MEM_READ_WRITE | CL_MEM_WRITE_ONLY) != 0);
-    let conflicting_host = (src & CL_MEM_HOST_WRITE_ONLY != 0 && flags & CL_MEM_HOST_READ_ONLY != 0)
+    let conflicting_host = (src & CL_MEM_HOST_WRITE_ONLY != 0
+        && flags & CL_MEM_HOST_READ_ONLY != 0)
         || (src & CL_MEM_HOST_READ_ONLY != 0 && flags & CL_MEM_HOST_WRITE_ONLY != 0)
-        || (src & CL_MEM_HOST_NO_ACCESS != 0 && flags & (CL_MEM_HOST_READ_ONLY | CL_MEM_HOST_WRITE_ONLY) != 0);
-    let ambiguous = (flags & ACCESS_FLAGS).count_ones() > 1 || (flags & HOST_ACCESS_FLAGS).count_ones() > 1;
+        || (src & CL_MEM_HOST_NO_ACCESS != 0
+            && flags & (CL_MEM_HOST_READ_ONLY | CL_MEM_HOST_WRITE_ONLY) != 0);
+    let ambiguous =
+        (flags & ACCESS_FLAGS).count_ones() > 1 || (flags & HOST_ACCESS_FLAGS).count_ones() > 1;
     if ambiguous || conflicting_access || conflicting_host || flags & HOST_PTR_FLAGS != 0 {
         return Err(CL_INVALID_VALUE);
     }
@@ -210,7 +221,9 @@ fn create_image(
         let source = mem_from(raw.mem_object).map_err(|_| CL_INVALID_IMAGE_DESCRIPTOR)?;
         let allowed = match (&source.kind, t) {
             (MemKind::Buffer { .. }, CL_MEM_OBJECT_IMAGE1D_BUFFER | CL_MEM_OBJECT_IMAGE2D) => true,
-            (MemKind::Image(info), CL_MEM_OBJECT_IMAGE2D) => info.desc.image_type == CL_MEM_OBJECT_IMAGE2D,
+            (MemKind::Image(info), CL_MEM_OBJECT_IMAGE2D) => {
+                info.desc.image_type == CL_MEM_OBJECT_IMAGE2D
+            }
             _ => false,
         };
         if !allowed || !Arc::ptr_eq(&source.context, &context) {
@@ -228,9 +241,14 @@ fn create_image(
     let has_host = !host_ptr.is_null();
     let row_bytes = w.checked_mul(element).ok_or(CL_INVALID_IMAGE_SIZE)?;
     let row_pitch = if raw.row_pitch == 0 {
-        source_info.as_ref().map_or(row_bytes, |info| info.row_pitch)
+        source_info
+            .as_ref()
+            .map_or(row_bytes, |info| info.row_pitch)
     } else {
-        if !(has_host || source.is_some()) || raw.row_pitch < row_bytes || raw.row_pitch % element != 0 {
+        if !(has_host || source.is_some())
+            || raw.row_pitch < row_bytes
+            || raw.row_pitch % element != 0
+        {
             return Err(CL_INVALID_IMAGE_DESCRIPTOR);
         }
         raw.row_pitch
@@ -264,8 +282,16 @@ fn create_image(
         height: height as u64,
         depth: depth as u64,
         array_size: array_size as u64,
-        row_pitch: if source.is_some() { raw.row_pitch as u64 } else { 0 },
-        slice_pitch: if source.is_some() { raw.slice_pitch as u64 } else { 0 },
+        row_pitch: if source.is_some() {
+            raw.row_pitch as u64
+        } else {
+            0
+        },
+        slice_pitch: if source.is_some() {
+            raw.slice_pitch as u64
+        } else {
+            0
+        },
         num_mip_levels: 0,
         num_samples: 0,
         mem_object: source.as_ref().map_or(0, |s| s.id),
@@ -292,7 +318,9 @@ fn create_image(
             if from_buffer {
                 // The image aliases the buffer's storage, so the buffer must hold it.
                 let needed = match t {
-                    CL_MEM_OBJECT_IMAGE2D => row_pitch.checked_mul(rows).ok_or(CL_INVALID_IMAGE_SIZE)?,
+                    CL_MEM_OBJECT_IMAGE2D => {
+                        row_pitch.checked_mul(rows).ok_or(CL_INVALID_IMAGE_SIZE)?
+                    }
                     _ => row_bytes,
                 };
                 if needed > source.size {
@@ -305,13 +333,24 @@ fn create_image(
         None => {
             let wire = check_flags(flags, host_ptr)?;
             let own = if flags == 0 { CL_MEM_READ_WRITE } else { flags };
-            let own_host = if flags & CL_MEM_USE_HOST_PTR != 0 { host_ptr as usize } else { 0 };
+            let own_host = if flags & CL_MEM_USE_HOST_PTR != 0 {
+                host_ptr as usize
+            } else {
+                0
+            };
             (own, wire, own_host)
         }
     };
     let mut initial = Vec::new();
     if has_host && flags & (CL_MEM_COPY_HOST_PTR | CL_MEM_USE_HOST_PTR) != 0 {
-        let host = HostRegion::new(host_ptr as *mut u8, row_bytes, rows, slices, row_pitch, slice_pitch);
+        let host = HostRegion::new(
+            host_ptr as *mut u8,
+            row_bytes,
+            rows,
+            slices,
+            row_pitch,
+            slice_pitch,
+        );
         // SAFETY: with a host-pointer flag the application provides the image's data at
         // `host_ptr`, laid out with these (validated) pitches.
         initial = unsafe { host.pack() };
@@ -402,7 +441,12 @@ pub unsafe extern "C" fn clCreateImageWithProperties(
 }
 
 /// A descriptor for the OpenCL 1.1 image functions.
-fn legacy_desc(image_type: cl_mem_object_type, dims: [usize; 3], row_pitch: usize, slice_pitch: usize) -> RawImageDesc {
+fn legacy_desc(
+    image_type: cl_mem_object_type,
+    dims: [usize; 3],
+    row_pitch: usize,
+    slice_pitch: usize,
+) -> RawImageDesc {
     RawImageDesc {
         image_type,
         width: dims[0],
@@ -419,7 +463,13 @@ fn legacy_desc(image_type: cl_mem_object_type, dims: [usize; 3], row_pitch: usiz
 
 /// OpenCL 1.1 reports bad dimensions and pitches as CL_INVALID_IMAGE_SIZE.
 fn legacy_error(result: Result<*mut c_void, cl_int>) -> Result<*mut c_void, cl_int> {
-    result.map_err(|code| if code == CL_INVALID_IMAGE_DESCRIPTOR { CL_INVALID_IMAGE_SIZE } else { code })
+    result.map_err(|code| {
+        if code == CL_INVALID_IMAGE_DESCRIPTOR {
+            CL_INVALID_IMAGE_SIZE
+        } else {
+            code
+        }
+    })
 }
 
 #[no_mangle]
@@ -434,8 +484,20 @@ pub unsafe extern "C" fn clCreateImage2D(
     errcode_ret: *mut cl_int,
 ) -> cl_mem {
     guard(std::ptr::null_mut(), || {
-        let desc = legacy_desc(CL_MEM_OBJECT_IMAGE2D, [image_width, image_height, 0], image_row_pitch, 0);
-        let result = legacy_error(create_image(context, Vec::new(), flags, image_format, Some(desc), host_ptr));
+        let desc = legacy_desc(
+            CL_MEM_OBJECT_IMAGE2D,
+            [image_width, image_height, 0],
+            image_row_pitch,
+            0,
+        );
+        let result = legacy_error(create_image(
+            context,
+            Vec::new(),
+            flags,
+            image_format,
+            Some(desc),
+            host_ptr,
+        ));
         // SAFETY: the application's errcode pointer.
         unsafe { creation(result, errcode_ret) }
     })
@@ -460,8 +522,20 @@ pub unsafe extern "C" fn clCreateImage3D(
             context_from(context).and(Err(CL_INVALID_IMAGE_SIZE))
         } else {
             let dims = [image_width, image_height, image_depth];
-            let desc = legacy_desc(CL_MEM_OBJECT_IMAGE3D, dims, image_row_pitch, image_slice_pitch);
-            legacy_error(create_image(context, Vec::new(), flags, image_format, Some(desc), host_ptr))
+            let desc = legacy_desc(
+                CL_MEM_OBJECT_IMAGE3D,
+                dims,
+                image_row_pitch,
+                image_slice_pitch,
+            );
+            legacy_error(create_image(
+                context,
+                Vec::new(),
+                flags,
+                image_format,
+                Some(desc),
+                host_ptr,
+            ))
         };
         // SAFETY: the application's errcode pointer.
         unsafe { creation(result, errcode_ret) }
@@ -489,7 +563,10 @@ pub unsafe extern "C" fn clGetSupportedImageFormats(
                     | CL_MEM_OBJECT_IMAGE2D_ARRAY
                     | CL_MEM_OBJECT_IMAGE3D
             );
-            if !known_type || flags & !ALL_FLAGS != 0 || (num_entries == 0 && !image_formats.is_null()) {
+            if !known_type
+                || flags & !ALL_FLAGS != 0
+                || (num_entries == 0 && !image_formats.is_null())
+            {
                 return Err(CL_INVALID_VALUE);
             }
             let reply = context
@@ -504,7 +581,10 @@ pub unsafe extern "C" fn clGetSupportedImageFormats(
                 )
                 .map_err(client_error)?;
             match reply {
-                ClReply::ImageFormats { status: CL_SUCCESS, formats } => Ok(formats),
+                ClReply::ImageFormats {
+                    status: CL_SUCCESS,
+                    formats,
+                } => Ok(formats),
                 ClReply::ImageFormats { status, .. } => Err(status),
                 other => {
                     log::error!("rgpu: unexpected reply to GetSupportedImageFormats: {other:?}");
@@ -597,7 +677,10 @@ mod tests {
         assert_eq!(element_size(&format(CL_RGB, CL_UNORM_SHORT_565)), Some(2));
         assert_eq!(element_size(&format(CL_RGBx, CL_UNORM_INT_101010)), Some(4));
         assert_eq!(element_size(&format(CL_DEPTH, CL_FLOAT)), Some(4));
-        assert_eq!(element_size(&format(CL_DEPTH_STENCIL, CL_UNORM_INT24)), Some(4));
+        assert_eq!(
+            element_size(&format(CL_DEPTH_STENCIL, CL_UNORM_INT24)),
+            Some(4)
+        );
         assert_eq!(element_size(&format(0, CL_FLOAT)), None);
         assert_eq!(element_size(&format(CL_RGBA, 0)), None);
     }
@@ -633,7 +716,10 @@ mod tests {
         let mut size = 0usize;
         // SAFETY: invalid handles are rejected before any pointer is used.
         unsafe {
-            assert_eq!(clGetImageInfo(null, CL_IMAGE_WIDTH, 0, null, &mut size), CL_INVALID_MEM_OBJECT);
+            assert_eq!(
+                clGetImageInfo(null, CL_IMAGE_WIDTH, 0, null, &mut size),
+                CL_INVALID_MEM_OBJECT
+            );
             let mut err = 0;
             let fmt = cl_image_format {
                 image_channel_order: CL_RGBA,

@@ -11,7 +11,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
 use opencl_sys::*;
-use rgpu_protocol::opencl::{ClReply, ClRequest, Id, InfoQuery, KernelArg};
+use rgpu_protocol::opencl::{ArgKind, ClReply, ClRequest, Id, InfoQuery, KernelArg};
 
 use crate::api::program::{answer_info, program_device, program_from, server_info, size_list};
 use crate::handle::{self, Ref};
@@ -27,7 +27,13 @@ pub fn kernel_from(kernel: cl_kernel) -> Result<Ref<Kernel>, cl_int> {
     handle::lookup::<Kernel>(kernel)
 }
 
-fn new_kernel(program: &Ref<Program>, id: Id, name: String, num_args: u32, args: Option<KernelArgs>) -> Ref<Kernel> {
+fn new_kernel(
+    program: &Ref<Program>,
+    id: Id,
+    name: String,
+    (num_args, arg_kinds): (u32, Vec<ArgKind>),
+    args: Option<KernelArgs>,
+) -> Ref<Kernel> {
     let n = num_args as usize;
     let args = args.unwrap_or_else(|| KernelArgs {
         values: vec![None; n],
@@ -40,15 +46,20 @@ fn new_kernel(program: &Ref<Program>, id: Id, name: String, num_args: u32, args:
         program: program.clone(),
         name,
         num_args,
+        arg_kinds,
         args: Mutex::new(args),
         info_cache: Mutex::new(HashMap::new()),
     })
 }
 
-/// The `Kernel` reply of CreateKernel and CloneKernel: the argument count.
-fn kernel_reply(reply: ClReply) -> Result<u32, cl_int> {
+/// The `Kernel` reply of CreateKernel and CloneKernel: the argument count and kinds.
+fn kernel_reply(reply: ClReply) -> Result<(u32, Vec<ArgKind>), cl_int> {
     match reply {
-        ClReply::Kernel { status: CL_SUCCESS, num_args } => Ok(num_args),
+        ClReply::Kernel {
+            status: CL_SUCCESS,
+            num_args,
+            args,
+        } => Ok((num_args, args)),
         ClReply::Kernel { status, .. } => Err(status),
         other => {
             log::error!("rgpu: unexpected reply to a kernel creation: {other:?}");
@@ -80,8 +91,8 @@ pub unsafe extern "C" fn clCreateKernel(
                     &[],
                 )
                 .map_err(client_error)?;
-            let num_args = kernel_reply(reply)?;
-            Ok(handle::raw(&new_kernel(&program, id, name, num_args, None)))
+            let facts = kernel_reply(reply)?;
+            Ok(handle::raw(&new_kernel(&program, id, name, facts, None)))
         })();
         // SAFETY: the application's errcode pointer.
         unsafe { creation(result, errcode_ret) }
@@ -127,8 +138,13 @@ pub unsafe extern "C" fn clCreateKernelsInProgram(
                     &[],
                 )
                 .map_err(client_error)?;
-            let (names, num_args) = match reply {
-                ClReply::Kernels { status: CL_SUCCESS, names, num_args } => (names, num_args),
+            let (names, num_args, mut kinds) = match reply {
+                ClReply::Kernels {
+                    status: CL_SUCCESS,
+                    names,
+                    num_args,
+                    args,
+                } => (names, num_args, args),
                 ClReply::Kernels { status, .. } => return Err(status),
                 other => {
                     log::error!("rgpu: unexpected reply to CreateKernelsInProgram: {other:?}");
@@ -136,11 +152,17 @@ pub unsafe extern "C" fn clCreateKernelsInProgram(
                 }
             };
             if names.len() != num_args.len() || names.len() > ids.len() {
-                log::error!("rgpu: malformed Kernels reply ({} names, {} arg counts)", names.len(), num_args.len());
+                log::error!(
+                    "rgpu: malformed Kernels reply ({} names, {} arg counts)",
+                    names.len(),
+                    num_args.len()
+                );
                 return Err(CL_OUT_OF_RESOURCES);
             }
-            for (i, ((name, args), id)) in names.into_iter().zip(num_args).zip(ids).enumerate() {
-                let kernel = new_kernel(&program, id, name, args, None);
+            kinds.resize(names.len(), Vec::new());
+            let facts = num_args.into_iter().zip(kinds);
+            for (i, ((name, facts), id)) in names.into_iter().zip(facts).zip(ids).enumerate() {
+                let kernel = new_kernel(&program, id, name, facts, None);
                 // SAFETY: the application provides `num_kernels` >= `count` slots.
                 unsafe { *kernels.add(i) = handle::raw(&kernel) };
             }
@@ -160,21 +182,30 @@ pub unsafe extern "C" fn clCreateKernelsInProgram(
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn clCloneKernel(source_kernel: cl_kernel, errcode_ret: *mut cl_int) -> cl_kernel {
+pub unsafe extern "C" fn clCloneKernel(
+    source_kernel: cl_kernel,
+    errcode_ret: *mut cl_int,
+) -> cl_kernel {
     guard(std::ptr::null_mut(), || {
         let result = (|| {
             let source = kernel_from(source_kernel)?;
             let id = source.conn.new_id();
             let reply = source
                 .conn
-                .call_cl(ClRequest::CloneKernel { id, source: source.id }, &[])
+                .call_cl(
+                    ClRequest::CloneKernel {
+                        id,
+                        source: source.id,
+                    },
+                    &[],
+                )
                 .map_err(client_error)?;
-            let num_args = kernel_reply(reply)?;
+            let facts = kernel_reply(reply)?;
             // The server's clone has the arguments of the source's last launch; those set
             // since then (still dirty) have not reached the server, so they stay dirty in the
             // clone too.
             let args = source.args.lock().unwrap().clone();
-            let kernel = new_kernel(&source.program, id, source.name.clone(), num_args, Some(args));
+            let kernel = new_kernel(&source.program, id, source.name.clone(), facts, Some(args));
             // Same function of the same program: the same immutable info.
             *kernel.info_cache.lock().unwrap() = source.info_cache.lock().unwrap().clone();
             Ok(handle::raw(&kernel))
@@ -192,6 +223,20 @@ pub unsafe extern "C" fn clRetainKernel(kernel: cl_kernel) -> cl_int {
 #[no_mangle]
 pub unsafe extern "C" fn clReleaseKernel(kernel: cl_kernel) -> cl_int {
     handle::release::<Kernel>(kernel)
+}
+
+/// The arguments changed since they last reached the server, marked clean.
+pub fn take_dirty(args: &mut KernelArgs) -> Vec<(u32, KernelArg)> {
+    let KernelArgs { values, dirty } = args;
+    let mut changed = Vec::new();
+    for (index, (value, dirty)) in values.iter().zip(dirty.iter_mut()).enumerate() {
+        if std::mem::take(dirty) {
+            if let Some(value) = value {
+                changed.push((index as u32, value.clone()));
+            }
+        }
+    }
+    changed
 }
 
 /// A new argument value; plain bytes stay borrowed until stored, so an argument set again with
@@ -239,6 +284,120 @@ fn store_arg(args: &mut KernelArgs, index: usize, new: NewArg<'_>) {
     }
 }
 
+/// The object handle an argument value points to (a pointer-sized value), or null.
+///
+/// # Safety
+/// `arg_value` is null or points to `arg_size` readable bytes.
+unsafe fn pointed_handle(arg_size: usize, arg_value: *const c_void) -> *const c_void {
+    if arg_value.is_null() || arg_size != std::mem::size_of::<cl_mem>() {
+        return std::ptr::null();
+    }
+    // SAFETY: `arg_size` bytes are readable; the pointer may be unaligned.
+    unsafe { (arg_value as *const *const c_void).read_unaligned() }
+}
+
+fn mem_arg(kernel: &Kernel, handle: *const c_void) -> Option<Result<KernelArg, cl_int>> {
+    let mem = handle::get::<Mem>(handle)?;
+    Some(
+        if Arc::ptr_eq(&mem.conn, &kernel.conn)
+            && Arc::ptr_eq(&mem.context, &kernel.program.context)
+        {
+            Ok(KernelArg::Mem(mem.id))
+        } else {
+            Err(CL_INVALID_MEM_OBJECT)
+        },
+    )
+}
+
+fn sampler_arg(kernel: &Kernel, handle: *const c_void) -> Option<Result<KernelArg, cl_int>> {
+    let sampler = handle::get::<Sampler>(handle)?;
+    Some(
+        if Arc::ptr_eq(&sampler.conn, &kernel.conn)
+            && Arc::ptr_eq(&sampler.context, &kernel.program.context)
+        {
+            Ok(KernelArg::Sampler(sampler.id))
+        } else {
+            Err(CL_INVALID_SAMPLER)
+        },
+    )
+}
+
+/// Checks an argument value against what the argument takes (the checks clSetKernelArg
+/// specifies) and turns it into what travels with the next launch.
+///
+/// # Safety
+/// `arg_value` is null or points to `arg_size` readable bytes.
+unsafe fn checked_arg<'a>(
+    kernel: &Kernel,
+    kind: ArgKind,
+    arg_size: usize,
+    arg_value: *const c_void,
+) -> Result<NewArg<'a>, cl_int> {
+    // SAFETY: see the function contract.
+    let handle = unsafe { pointed_handle(arg_size, arg_value) };
+    let bytes = || {
+        // SAFETY: see the function contract; checked non-null by the callers.
+        unsafe { std::slice::from_raw_parts(arg_value as *const u8, arg_size) }
+    };
+    match kind {
+        ArgKind::Local => {
+            if !arg_value.is_null() {
+                return Err(CL_INVALID_ARG_VALUE);
+            }
+            if arg_size == 0 {
+                return Err(CL_INVALID_ARG_SIZE);
+            }
+            Ok(NewArg::Other(KernelArg::Local(arg_size as u64)))
+        }
+        ArgKind::MemObject => {
+            if arg_size != std::mem::size_of::<cl_mem>() {
+                return Err(CL_INVALID_ARG_SIZE);
+            }
+            if handle.is_null() {
+                return Ok(NewArg::Other(KernelArg::Mem(0)));
+            }
+            mem_arg(kernel, handle)
+                .unwrap_or(Err(CL_INVALID_MEM_OBJECT))
+                .map(NewArg::Other)
+        }
+        ArgKind::Sampler => {
+            if arg_size != std::mem::size_of::<cl_sampler>() {
+                return Err(CL_INVALID_ARG_SIZE);
+            }
+            if arg_value.is_null() {
+                return Err(CL_INVALID_ARG_VALUE);
+            }
+            sampler_arg(kernel, handle)
+                .unwrap_or(Err(CL_INVALID_SAMPLER))
+                .map(NewArg::Other)
+        }
+        ArgKind::Value { size } => {
+            if arg_value.is_null() {
+                return Err(CL_INVALID_ARG_VALUE);
+            }
+            if size.is_some_and(|size| size as usize != arg_size) || arg_size == 0 {
+                return Err(CL_INVALID_ARG_SIZE);
+            }
+            Ok(NewArg::Bytes(bytes()))
+        }
+        // No argument info: recognise object handles by value.
+        ArgKind::Unknown => {
+            if arg_value.is_null() {
+                // A __local argument of `arg_size` bytes, or a NULL buffer: the server passes
+                // (size, NULL) either way. No argument of either kind has size 0.
+                if arg_size == 0 {
+                    return Err(CL_INVALID_ARG_SIZE);
+                }
+                return Ok(NewArg::Other(KernelArg::Local(arg_size as u64)));
+            }
+            match mem_arg(kernel, handle).or_else(|| sampler_arg(kernel, handle)) {
+                Some(arg) => arg.map(NewArg::Other),
+                None => Ok(NewArg::Bytes(bytes())),
+            }
+        }
+    }
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn clSetKernelArg(
     kernel: cl_kernel,
@@ -254,45 +413,15 @@ pub unsafe extern "C" fn clSetKernelArg(
         if arg_index >= kernel.num_args {
             return CL_INVALID_ARG_INDEX;
         }
-        let new = if arg_value.is_null() {
-            // A __local argument of `arg_size` bytes, or a NULL buffer: the server passes
-            // (size, NULL) either way. No argument of either kind has size 0.
-            if arg_size == 0 {
-                return CL_INVALID_ARG_SIZE;
-            }
-            NewArg::Other(KernelArg::Local(arg_size as u64))
-        } else {
-            // SAFETY: the application promises `arg_size` readable bytes at `arg_value`.
-            let bytes = unsafe { std::slice::from_raw_parts(arg_value as *const u8, arg_size) };
-            let object = if arg_size == std::mem::size_of::<cl_mem>() {
-                // SAFETY: `arg_size` bytes are readable; the pointer may be unaligned.
-                let ptr = unsafe { (arg_value as *const *const c_void).read_unaligned() };
-                if ptr.is_null() {
-                    None
-                } else if let Some(mem) = handle::get::<Mem>(ptr) {
-                    if !Arc::ptr_eq(&mem.conn, &kernel.conn)
-                        || !Arc::ptr_eq(&mem.context, &kernel.program.context)
-                    {
-                        return CL_INVALID_MEM_OBJECT;
-                    }
-                    Some(KernelArg::Mem(mem.id))
-                } else if let Some(sampler) = handle::get::<Sampler>(ptr) {
-                    if !Arc::ptr_eq(&sampler.conn, &kernel.conn)
-                        || !Arc::ptr_eq(&sampler.context, &kernel.program.context)
-                    {
-                        return CL_INVALID_SAMPLER;
-                    }
-                    Some(KernelArg::Sampler(sampler.id))
-                } else {
-                    None
-                }
-            } else {
-                None
-            };
-            match object {
-                Some(arg) => NewArg::Other(arg),
-                None => NewArg::Bytes(bytes),
-            }
+        let kind = kernel
+            .arg_kinds
+            .get(arg_index as usize)
+            .copied()
+            .unwrap_or(ArgKind::Unknown);
+        // SAFETY: the application promises `arg_size` readable bytes at `arg_value`.
+        let new = match unsafe { checked_arg(&kernel, kind, arg_size, arg_value) } {
+            Ok(new) => new,
+            Err(code) => return code,
         };
         store_arg(&mut kernel.args.lock().unwrap(), arg_index as usize, new);
         CL_SUCCESS
@@ -366,6 +495,15 @@ pub unsafe extern "C" fn clGetKernelWorkGroupInfo(
             };
             // The local memory size counts __local arguments as last set: not immutable.
             if param_name == CL_KERNEL_LOCAL_MEM_SIZE {
+                // The server must see the arguments as set now.
+                let args = take_dirty(&mut kernel.args.lock().unwrap());
+                if !args.is_empty() {
+                    let request = ClRequest::SetKernelArgs {
+                        kernel: kernel.id,
+                        args,
+                    };
+                    kernel.conn.post_cl(request, &[]).map_err(client_error)?;
+                }
                 return query();
             }
             cached(&kernel, (CACHE_WORK_GROUP, device.id, param_name), query)
@@ -390,16 +528,20 @@ pub unsafe extern "C" fn clGetKernelArgInfo(
             if arg_index >= kernel.num_args {
                 return Err(CL_INVALID_ARG_INDEX);
             }
-            cached(&kernel, (CACHE_ARG, u64::from(arg_index), param_name), || {
-                server_info(
-                    &kernel.conn,
-                    InfoQuery::KernelArg {
-                        kernel: kernel.id,
-                        index: arg_index,
-                    },
-                    param_name,
-                )
-            })
+            cached(
+                &kernel,
+                (CACHE_ARG, u64::from(arg_index), param_name),
+                || {
+                    server_info(
+                        &kernel.conn,
+                        InfoQuery::KernelArg {
+                            kernel: kernel.id,
+                            index: arg_index,
+                        },
+                        param_name,
+                    )
+                },
+            )
         })();
         // SAFETY: the application's out-pointers for this query.
         unsafe { answer_info(value, param_value_size, param_value, param_value_size_ret) }
@@ -454,7 +596,9 @@ pub unsafe extern "C" fn clSetKernelExecInfo(
         }
         match param_name {
             // rgpu devices report no SVM capabilities.
-            CL_KERNEL_EXEC_INFO_SVM_PTRS | CL_KERNEL_EXEC_INFO_SVM_FINE_GRAIN_SYSTEM => CL_INVALID_OPERATION,
+            CL_KERNEL_EXEC_INFO_SVM_PTRS | CL_KERNEL_EXEC_INFO_SVM_FINE_GRAIN_SYSTEM => {
+                CL_INVALID_OPERATION
+            }
             _ => CL_INVALID_VALUE,
         }
     })
@@ -516,8 +660,14 @@ mod tests {
         let value = 0u32;
         // SAFETY: invalid handles are rejected before any pointer is used.
         unsafe {
-            assert_eq!(clSetKernelArg(null, 0, 4, &value as *const u32 as *const c_void), CL_INVALID_KERNEL);
-            assert_eq!(clGetKernelInfo(null, CL_KERNEL_NUM_ARGS, 0, null, std::ptr::null_mut()), CL_INVALID_KERNEL);
+            assert_eq!(
+                clSetKernelArg(null, 0, 4, &value as *const u32 as *const c_void),
+                CL_INVALID_KERNEL
+            );
+            assert_eq!(
+                clGetKernelInfo(null, CL_KERNEL_NUM_ARGS, 0, null, std::ptr::null_mut()),
+                CL_INVALID_KERNEL
+            );
             let mut err = 0;
             assert!(clCreateKernel(null, c"k".as_ptr(), &mut err).is_null());
             assert_eq!(err, CL_INVALID_PROGRAM);

@@ -54,7 +54,10 @@ fn max_alloc(context: &Context) -> u64 {
         .devices
         .iter()
         .filter_map(|d| d.info.get(&CL_DEVICE_MAX_MEM_ALLOC_SIZE))
-        .filter_map(|v| v.get(..8).map(|b| u64::from_le_bytes(b.try_into().unwrap())))
+        .filter_map(|v| {
+            v.get(..8)
+                .map(|b| u64::from_le_bytes(b.try_into().unwrap()))
+        })
         .min()
         .unwrap_or(u64::MAX)
 }
@@ -100,7 +103,11 @@ fn create_buffer(
         context,
         flags: if flags == 0 { CL_MEM_READ_WRITE } else { flags },
         size,
-        host_ptr: if flags & CL_MEM_USE_HOST_PTR != 0 { host_ptr as usize } else { 0 },
+        host_ptr: if flags & CL_MEM_USE_HOST_PTR != 0 {
+            host_ptr as usize
+        } else {
+            0
+        },
         properties,
         kind: MemKind::Buffer { parent: None },
         maps: Mutex::new(Vec::new()),
@@ -164,7 +171,11 @@ pub unsafe extern "C" fn clCreateSubBuffer(
             if region.size == 0 {
                 return Err(CL_INVALID_BUFFER_SIZE);
             }
-            if region.origin.checked_add(region.size).is_none_or(|end| end > parent.size) {
+            if region
+                .origin
+                .checked_add(region.size)
+                .is_none_or(|end| end > parent.size)
+            {
                 return Err(CL_INVALID_VALUE);
             }
             if flags & (HOST_PTR_FLAGS | CL_MEM_ALLOC_HOST_PTR) != 0 {
@@ -192,7 +203,11 @@ pub unsafe extern "C" fn clCreateSubBuffer(
                 },
                 &[],
             )?;
-            let host_ptr = if parent.host_ptr != 0 { parent.host_ptr + region.origin } else { 0 };
+            let host_ptr = if parent.host_ptr != 0 {
+                parent.host_ptr + region.origin
+            } else {
+                0
+            };
             let mem = handle::create(Mem {
                 conn,
                 id,
@@ -250,12 +265,16 @@ pub unsafe extern "C" fn clGetMemObjectInfo(
             CL_MEM_REFERENCE_COUNT => bytes_of(&handle::app_refs(&mem)),
             CL_MEM_CONTEXT => bytes_of(&handle::raw(&mem.context)),
             CL_MEM_ASSOCIATED_MEMOBJECT => bytes_of(&match &mem.kind {
-                MemKind::Buffer { parent: Some((parent, _)) } => handle::raw(parent),
+                MemKind::Buffer {
+                    parent: Some((parent, _)),
+                } => handle::raw(parent),
                 MemKind::Image(info) => info.source.as_ref().map_or(null, handle::raw),
                 MemKind::Buffer { parent: None } => null,
             }),
             CL_MEM_OFFSET => bytes_of(&match &mem.kind {
-                MemKind::Buffer { parent: Some((_, origin)) } => *origin,
+                MemKind::Buffer {
+                    parent: Some((_, origin)),
+                } => *origin,
                 _ => 0usize,
             }),
             CL_MEM_USES_SVM_POINTER => bytes_of(&(CL_FALSE as cl_bool)),

@@ -21,8 +21,14 @@ pub fn platform_from(platform: cl_platform_id) -> Result<Ref<Platform>, cl_int> 
     handle::lookup::<Platform>(platform)
 }
 
-fn list_platforms(num_entries: cl_uint, platforms: *mut cl_platform_id, num_platforms: *mut cl_uint) -> cl_int {
-    if (num_entries == 0 && !platforms.is_null()) || (platforms.is_null() && num_platforms.is_null()) {
+fn list_platforms(
+    num_entries: cl_uint,
+    platforms: *mut cl_platform_id,
+    num_platforms: *mut cl_uint,
+) -> cl_int {
+    if (num_entries == 0 && !platforms.is_null())
+        || (platforms.is_null() && num_platforms.is_null())
+    {
         return CL_INVALID_VALUE;
     }
     let count = runtime().map_or(0, |_| 1);
@@ -47,7 +53,9 @@ pub unsafe extern "C" fn clIcdGetPlatformIDsKHR(
     platforms: *mut cl_platform_id,
     num_platforms: *mut cl_uint,
 ) -> cl_int {
-    guard(CL_OUT_OF_HOST_MEMORY, || list_platforms(num_entries, platforms, num_platforms))
+    guard(CL_OUT_OF_HOST_MEMORY, || {
+        list_platforms(num_entries, platforms, num_platforms)
+    })
 }
 
 #[no_mangle]
@@ -56,7 +64,9 @@ pub unsafe extern "C" fn clGetPlatformIDs(
     platforms: *mut cl_platform_id,
     num_platforms: *mut cl_uint,
 ) -> cl_int {
-    guard(CL_OUT_OF_HOST_MEMORY, || list_platforms(num_entries, platforms, num_platforms))
+    guard(CL_OUT_OF_HOST_MEMORY, || {
+        list_platforms(num_entries, platforms, num_platforms)
+    })
 }
 
 fn version_number(major: u32, minor: u32, patch: u32) -> cl_version {
@@ -92,7 +102,9 @@ pub unsafe extern "C" fn clGetPlatformInfo(
             CL_PLATFORM_ICD_SUFFIX_KHR => string_bytes("RGPU"),
             CL_PLATFORM_HOST_TIMER_RESOLUTION => bytes_of(&0u64),
             CL_PLATFORM_NUMERIC_VERSION => bytes_of(&version_number(3, 0, 0)),
-            CL_PLATFORM_EXTENSIONS_WITH_VERSION => name_version("cl_khr_icd", version_number(1, 0, 0)),
+            CL_PLATFORM_EXTENSIONS_WITH_VERSION => {
+                name_version("cl_khr_icd", version_number(1, 0, 0))
+            }
             _ => return CL_INVALID_VALUE,
         };
         // SAFETY: the application's out-pointers for this query.

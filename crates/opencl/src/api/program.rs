@@ -15,7 +15,8 @@ use crate::api::device::devices_from;
 use crate::handle::{self, Ref};
 use crate::objects::{Context, Device, Program};
 use crate::util::{
-    bytes_of, bytes_of_slice, c_string, client_error, creation, guard, slice, string_bytes, write_info,
+    bytes_of, bytes_of_slice, c_string, client_error, creation, guard, slice, string_bytes,
+    write_info,
 };
 
 /// The callback of clBuildProgram, clCompileProgram and clLinkProgram.
@@ -27,8 +28,14 @@ pub fn program_from(program: cl_program) -> Result<Ref<Program>, cl_int> {
 
 /// A clGet*Info query answered by the server: the value bytes, or the server's error.
 pub fn server_info(conn: &Connection, query: InfoQuery, param: u32) -> Result<Vec<u8>, cl_int> {
-    match conn.call_cl(ClRequest::GetInfo { query, param }, &[]).map_err(client_error)? {
-        ClReply::Info { status: CL_SUCCESS, value } => Ok(value),
+    match conn
+        .call_cl(ClRequest::GetInfo { query, param }, &[])
+        .map_err(client_error)?
+    {
+        ClReply::Info {
+            status: CL_SUCCESS,
+            value,
+        } => Ok(value),
         ClReply::Info { status, .. } => Err(status),
         other => {
             log::error!("rgpu: unexpected reply to an info query: {other:?}");
@@ -40,7 +47,10 @@ pub fn server_info(conn: &Connection, query: InfoQuery, param: u32) -> Result<Ve
 /// A list of `size_t` values as the server sends them (64-bit little-endian).
 pub fn size_list(value: &[u8]) -> Result<Vec<usize>, cl_int> {
     if !value.chunks_exact(8).remainder().is_empty() {
-        log::error!("rgpu: malformed size_t list of {} bytes from the server", value.len());
+        log::error!(
+            "rgpu: malformed size_t list of {} bytes from the server",
+            value.len()
+        );
         return Err(CL_OUT_OF_RESOURCES);
     }
     value
@@ -65,7 +75,9 @@ pub unsafe fn answer_info(
 ) -> cl_int {
     match value {
         // SAFETY: see the function contract.
-        Ok(bytes) => unsafe { write_info(&bytes, param_value_size, param_value, param_value_size_ret) },
+        Ok(bytes) => unsafe {
+            write_info(&bytes, param_value_size, param_value, param_value_size_ret)
+        },
         Err(code) => code,
     }
 }
@@ -85,7 +97,10 @@ unsafe fn device_subset(
     if chosen.is_empty() {
         return Ok(allowed.to_vec());
     }
-    if chosen.iter().any(|d| !allowed.iter().any(|a| Arc::ptr_eq(a, d))) {
+    if chosen
+        .iter()
+        .any(|d| !allowed.iter().any(|a| Arc::ptr_eq(a, d)))
+    {
         return Err(CL_INVALID_DEVICE);
     }
     Ok(chosen)
@@ -93,7 +108,11 @@ unsafe fn device_subset(
 
 /// A device of the program for a per-device query. `NULL` names the program's only device
 /// where the API allows that (kernel work-group and sub-group queries).
-pub fn program_device(program: &Program, device: cl_device_id, null_means_only: bool) -> Result<Ref<Device>, cl_int> {
+pub fn program_device(
+    program: &Program,
+    device: cl_device_id,
+    null_means_only: bool,
+) -> Result<Ref<Device>, cl_int> {
     if device.is_null() && null_means_only {
         return match program.devices.as_slice() {
             [only] => Ok(only.clone()),
@@ -146,7 +165,10 @@ pub unsafe extern "C" fn clCreateProgramWithSource(
             }
             // SAFETY: the application passes `count` string pointers (and lengths, if any).
             let (strings, lengths) = unsafe {
-                (slice(strings as *const *const c_char, count as usize), slice(lengths, count as usize))
+                (
+                    slice(strings as *const *const c_char, count as usize),
+                    slice(lengths, count as usize),
+                )
             };
             let mut source = Vec::new();
             for (i, &s) in strings.iter().enumerate() {
@@ -196,19 +218,30 @@ pub unsafe extern "C" fn clCreateProgramWithBinary(
     guard(std::ptr::null_mut(), || {
         let result = (|| {
             let context = context_from(context)?;
-            if num_devices == 0 || device_list.is_null() || lengths.is_null() || binaries.is_null() {
+            if num_devices == 0 || device_list.is_null() || lengths.is_null() || binaries.is_null()
+            {
                 return Err(CL_INVALID_VALUE);
             }
             // SAFETY: the application's device array of `num_devices` entries.
             let devices = unsafe { device_subset(&context.devices, num_devices, device_list) }?;
             let n = num_devices as usize;
             // SAFETY: `num_devices` lengths and binary pointers.
-            let (lengths, binary_ptrs) =
-                unsafe { (slice(lengths, n), slice(binaries as *const *const c_uchar, n)) };
+            let (lengths, binary_ptrs) = unsafe {
+                (
+                    slice(lengths, n),
+                    slice(binaries as *const *const c_uchar, n),
+                )
+            };
             let statuses: Vec<cl_int> = lengths
                 .iter()
                 .zip(binary_ptrs)
-                .map(|(&len, ptr)| if len == 0 || ptr.is_null() { CL_INVALID_VALUE } else { CL_SUCCESS })
+                .map(|(&len, ptr)| {
+                    if len == 0 || ptr.is_null() {
+                        CL_INVALID_VALUE
+                    } else {
+                        CL_SUCCESS
+                    }
+                })
                 .collect();
             if statuses.iter().any(|&s| s != CL_SUCCESS) {
                 if !binary_status.is_null() {
@@ -236,7 +269,11 @@ pub unsafe extern "C" fn clCreateProgramWithBinary(
                     &[],
                 )
                 .map_err(client_error)?;
-            let ClReply::Binary { status, binary_status: per_device } = reply else {
+            let ClReply::Binary {
+                status,
+                binary_status: per_device,
+            } = reply
+            else {
                 log::error!("rgpu: unexpected reply to CreateProgramWithBinary: {reply:?}");
                 return Err(CL_OUT_OF_RESOURCES);
             };
@@ -405,13 +442,19 @@ pub unsafe extern "C" fn clCompileProgram(
             let devices = unsafe { device_subset(&prog.devices, num_devices, device_list) }?;
             let headers_given = !input_headers.is_null() || !header_include_names.is_null();
             let headers_complete = !input_headers.is_null() && !header_include_names.is_null();
-            if (num_input_headers == 0 && headers_given) || (num_input_headers > 0 && !headers_complete) {
+            if (num_input_headers == 0 && headers_given)
+                || (num_input_headers > 0 && !headers_complete)
+            {
                 return Err(CL_INVALID_VALUE);
             }
             let n = num_input_headers as usize;
             // SAFETY: `num_input_headers` program handles and name pointers.
-            let (header_programs, names) =
-                unsafe { (slice(input_headers, n), slice(header_include_names as *const *const c_char, n)) };
+            let (header_programs, names) = unsafe {
+                (
+                    slice(input_headers, n),
+                    slice(header_include_names as *const *const c_char, n),
+                )
+            };
             let mut headers = Vec::with_capacity(n);
             for (&header, &name) in header_programs.iter().zip(names) {
                 let header = program_from(header)?;
@@ -523,7 +566,11 @@ unsafe fn program_binaries(
         let targets = unsafe { slice(param_value as *const *mut c_uchar, n) };
         if targets.iter().any(|t| !t.is_null()) {
             let query = || InfoQuery::Program(program.id);
-            let sizes = size_list(&server_info(&program.conn, query(), CL_PROGRAM_BINARY_SIZES)?)?;
+            let sizes = size_list(&server_info(
+                &program.conn,
+                query(),
+                CL_PROGRAM_BINARY_SIZES,
+            )?)?;
             let all = server_info(&program.conn, query(), CL_PROGRAM_BINARIES)?;
             if sizes.len() != n || sizes.iter().sum::<usize>() != all.len() {
                 log::error!(
@@ -574,7 +621,14 @@ pub unsafe extern "C" fn clGetProgramInfo(
             CL_PROGRAM_IL => Ok(program.il.clone().unwrap_or_default()),
             CL_PROGRAM_BINARIES => {
                 // SAFETY: the application's out-pointers for this query.
-                let done = unsafe { program_binaries(&program, param_value_size, param_value, param_value_size_ret) };
+                let done = unsafe {
+                    program_binaries(
+                        &program,
+                        param_value_size,
+                        param_value,
+                        param_value_size_ret,
+                    )
+                };
                 return crate::util::status(done);
             }
             other => server_info(&program.conn, InfoQuery::Program(program.id), other),
@@ -665,8 +719,14 @@ mod tests {
         let null = std::ptr::null_mut();
         // SAFETY: invalid handles are rejected before any pointer is used.
         unsafe {
-            assert_eq!(clBuildProgram(null, 0, std::ptr::null(), std::ptr::null(), None, null), CL_INVALID_PROGRAM);
-            assert_eq!(clGetProgramInfo(null, CL_PROGRAM_SOURCE, 0, null, std::ptr::null_mut()), CL_INVALID_PROGRAM);
+            assert_eq!(
+                clBuildProgram(null, 0, std::ptr::null(), std::ptr::null(), None, null),
+                CL_INVALID_PROGRAM
+            );
+            assert_eq!(
+                clGetProgramInfo(null, CL_PROGRAM_SOURCE, 0, null, std::ptr::null_mut()),
+                CL_INVALID_PROGRAM
+            );
             assert_eq!(clRetainProgram(null), CL_INVALID_PROGRAM);
         }
     }

@@ -10,7 +10,9 @@ use crate::api::context::{call_status, context_from};
 use crate::api::device::device_from;
 use crate::handle::{self, Ref};
 use crate::objects::{Pending, Queue};
-use crate::util::{bytes_of, bytes_of_slice, client_error, creation, guard, property_list, write_info};
+use crate::util::{
+    bytes_of, bytes_of_slice, client_error, creation, guard, property_list, write_info,
+};
 
 pub fn queue_from(queue: cl_command_queue) -> Result<Ref<Queue>, cl_int> {
     handle::lookup::<Queue>(queue)
@@ -18,7 +20,8 @@ pub fn queue_from(queue: cl_command_queue) -> Result<Ref<Queue>, cl_int> {
 
 const KNOWN_QUEUE_FLAGS: cl_command_queue_properties =
     CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE | CL_QUEUE_PROFILING_ENABLE;
-const ON_DEVICE_FLAGS: cl_command_queue_properties = CL_QUEUE_ON_DEVICE | CL_QUEUE_ON_DEVICE_DEFAULT;
+const ON_DEVICE_FLAGS: cl_command_queue_properties =
+    CL_QUEUE_ON_DEVICE | CL_QUEUE_ON_DEVICE_DEFAULT;
 
 fn create_queue(
     context: cl_context,
@@ -176,7 +179,10 @@ pub unsafe extern "C" fn clFlush(queue: cl_command_queue) -> cl_int {
 /// client waits for the data of reads still streaming in.
 pub fn finish(queue: &Queue) -> Result<(), cl_int> {
     let result = call_status(&queue.conn, ClRequest::Finish { queue: queue.id }, &[]);
-    if !queue.pending_reads.wait_idle(*crate::api::event::WAIT_TIMEOUT) {
+    if !queue
+        .pending_reads
+        .wait_idle(*crate::api::event::WAIT_TIMEOUT)
+    {
         return Err(CL_OUT_OF_RESOURCES);
     }
     result
@@ -184,11 +190,9 @@ pub fn finish(queue: &Queue) -> Result<(), cl_int> {
 
 #[no_mangle]
 pub unsafe extern "C" fn clFinish(queue: cl_command_queue) -> cl_int {
-    guard(CL_OUT_OF_HOST_MEMORY, || {
-        match queue_from(queue) {
-            Ok(q) => crate::util::status(finish(&q)),
-            Err(code) => code,
-        }
+    guard(CL_OUT_OF_HOST_MEMORY, || match queue_from(queue) {
+        Ok(q) => crate::util::status(finish(&q)),
+        Err(code) => code,
     })
 }
 

@@ -92,9 +92,15 @@ pub unsafe extern "C" fn clCreateSampler(
     errcode_ret: *mut cl_int,
 ) -> cl_sampler {
     guard(std::ptr::null_mut(), || {
-        let state = if valid_addressing(u64::from(addressing_mode)) && valid_filter(u64::from(filter_mode)) {
+        let state = if valid_addressing(u64::from(addressing_mode))
+            && valid_filter(u64::from(filter_mode))
+        {
             Ok(SamplerState {
-                normalized_coords: if normalized_coords != 0 { CL_TRUE } else { CL_FALSE },
+                normalized_coords: if normalized_coords != 0 {
+                    CL_TRUE
+                } else {
+                    CL_FALSE
+                },
                 addressing_mode,
                 filter_mode,
                 extra: Vec::new(),
@@ -132,9 +138,13 @@ fn parse_properties(list: &[cl_sampler_properties]) -> Result<SamplerState, cl_i
                     _ => return Err(CL_INVALID_VALUE),
                 };
             }
-            Ok(CL_SAMPLER_ADDRESSING_MODE) if valid_addressing(value) => state.addressing_mode = value as u32,
+            Ok(CL_SAMPLER_ADDRESSING_MODE) if valid_addressing(value) => {
+                state.addressing_mode = value as u32
+            }
             Ok(CL_SAMPLER_FILTER_MODE) if valid_filter(value) => state.filter_mode = value as u32,
-            Ok(CL_SAMPLER_ADDRESSING_MODE | CL_SAMPLER_FILTER_MODE) => return Err(CL_INVALID_VALUE),
+            Ok(CL_SAMPLER_ADDRESSING_MODE | CL_SAMPLER_FILTER_MODE) => {
+                return Err(CL_INVALID_VALUE)
+            }
             // Extension properties (e.g. cl_khr_mipmap_image's): the device decides.
             _ => state.extra.extend_from_slice(&[key, value]),
         }
@@ -203,7 +213,11 @@ mod tests {
     fn sampler_properties() {
         let state = parse_properties(&[]).map_err(|_| ()).unwrap();
         assert_eq!(
-            (state.normalized_coords, state.addressing_mode, state.filter_mode),
+            (
+                state.normalized_coords,
+                state.addressing_mode,
+                state.filter_mode
+            ),
             (CL_TRUE, CL_ADDRESS_CLAMP, CL_FILTER_NEAREST)
         );
         let list = [
@@ -214,8 +228,17 @@ mod tests {
             0,
         ];
         let state = parse_properties(&list).map_err(|_| ()).unwrap();
-        assert_eq!((state.normalized_coords, state.filter_mode), (CL_FALSE, CL_FILTER_LINEAR));
-        let twice = [u64::from(CL_SAMPLER_FILTER_MODE), u64::from(CL_FILTER_LINEAR), u64::from(CL_SAMPLER_FILTER_MODE), u64::from(CL_FILTER_LINEAR), 0];
+        assert_eq!(
+            (state.normalized_coords, state.filter_mode),
+            (CL_FALSE, CL_FILTER_LINEAR)
+        );
+        let twice = [
+            u64::from(CL_SAMPLER_FILTER_MODE),
+            u64::from(CL_FILTER_LINEAR),
+            u64::from(CL_SAMPLER_FILTER_MODE),
+            u64::from(CL_FILTER_LINEAR),
+            0,
+        ];
         assert_eq!(parse_properties(&twice).err(), Some(CL_INVALID_VALUE));
         let bad = [u64::from(CL_SAMPLER_ADDRESSING_MODE), 12345, 0];
         assert_eq!(parse_properties(&bad).err(), Some(CL_INVALID_VALUE));

@@ -17,7 +17,7 @@ fn probe_handle_arg(kernel: &Kernel, index: u32) -> ArgClass {
     // Local(n) is exactly (size n, NULL value).
     match kernel.set_arg(index, ArgValue::Local(WORD)) {
         Ok(()) => ArgClass::MemObject,
-        Err(_) => ArgClass::Value,
+        Err(_) => ArgClass::Value { size: None },
     }
 }
 
@@ -56,36 +56,68 @@ fn classify_args(kernel: &Kernel) -> Vec<ArgClass> {
                 {
                     ArgClass::MemObject
                 }
-                _ => ArgClass::Value,
+                _ => ArgClass::Value {
+                    size: value_size(&type_name),
+                },
             }
         })
         .collect()
 }
 
+/// The size of a by-value argument from its type name (`float4`, `uint`, `char16`, ...);
+/// None for structs, typedefs and types whose size the device decides (size_t, bool).
+fn value_size(type_name: &str) -> Option<u32> {
+    let name = type_name.trim();
+    let digits = name.len() - name.trim_end_matches(|c: char| c.is_ascii_digit()).len();
+    let (base, lanes) = name.split_at(name.len() - digits);
+    let lanes: u32 = match lanes {
+        "" => 1,
+        // 3-component vectors are stored as 4.
+        "3" => 4,
+        "2" | "4" | "8" | "16" => lanes.parse().ok()?,
+        _ => return None,
+    };
+    let scalar = match base {
+        "char" | "uchar" | "unsigned char" => 1,
+        "short" | "ushort" | "unsigned short" | "half" => 2,
+        "int" | "uint" | "unsigned int" | "float" => 4,
+        "long" | "ulong" | "unsigned long" | "double" => 8,
+        _ => return None,
+    };
+    Some(scalar * lanes)
+}
+
 impl Session {
     /// Returns the kernel's argument count.
-    pub(crate) fn create_kernel(&mut self, id: Id, program: Id, name: &str) -> ClResult<u32> {
+    pub(crate) fn create_kernel(
+        &mut self,
+        id: Id,
+        program: Id,
+        name: &str,
+    ) -> ClResult<(u32, Vec<ArgClass>)> {
         self.handles.kernels.check_free(id)?;
         let kernel = self.handles.programs.get(program)?.create_kernel(name)?;
         self.insert_kernel(id, kernel)
     }
 
-    pub(crate) fn clone_kernel(&mut self, id: Id, source: Id) -> ClResult<u32> {
+    pub(crate) fn clone_kernel(&mut self, id: Id, source: Id) -> ClResult<(u32, Vec<ArgClass>)> {
         self.handles.kernels.check_free(id)?;
         let kernel = self.handles.kernels.get(source)?.kernel.clone_kernel()?;
         self.insert_kernel(id, kernel)
     }
 
-    fn insert_kernel(&mut self, id: Id, kernel: Kernel) -> ClResult<u32> {
+    /// Keeps the kernel under `id`; returns its argument count and what each argument takes.
+    fn insert_kernel(&mut self, id: Id, kernel: Kernel) -> ClResult<(u32, Vec<ArgClass>)> {
         let count = num_args(&kernel)?;
+        let arg_classes = classify_args(&kernel);
         self.handles.kernels.insert(
             id,
             KernelEntry {
                 kernel,
-                arg_classes: None,
+                arg_classes: arg_classes.clone(),
             },
         )?;
-        Ok(count)
+        Ok((count, arg_classes))
     }
 
     /// Creates every kernel of the program and keeps the first `ids.len()` (in the
@@ -94,7 +126,7 @@ impl Session {
         &mut self,
         program: Id,
         ids: &[Id],
-    ) -> ClResult<(Vec<String>, Vec<u32>)> {
+    ) -> ClResult<(Vec<String>, Vec<u32>, Vec<Vec<ArgClass>>)> {
         for (i, &id) in ids.iter().enumerate() {
             self.handles.kernels.check_free(id)?;
             if ids[..i].contains(&id) {
@@ -104,13 +136,16 @@ impl Session {
         let kernels = self.handles.programs.get(program)?.create_all_kernels()?;
         let mut names = Vec::new();
         let mut counts = Vec::new();
+        let mut kinds = Vec::new();
         // Kernels beyond `ids` are dropped (released) here.
         for (kernel, &id) in kernels.into_iter().zip(ids) {
             let name = decode_string(&kernel.info(sys::CL_KERNEL_FUNCTION_NAME)?);
-            counts.push(self.insert_kernel(id, kernel)?);
+            let (count, args) = self.insert_kernel(id, kernel)?;
+            counts.push(count);
+            kinds.push(args);
             names.push(name);
         }
-        Ok((names, counts))
+        Ok((names, counts, kinds))
     }
 
     /// Sets a launch's changed arguments. A value that cannot be right for the argument's type
@@ -126,9 +161,7 @@ impl Session {
         }
         let handles = &mut self.handles;
         let entry = handles.kernels.get_mut(kernel)?;
-        let classes = entry
-            .arg_classes
-            .get_or_insert_with(|| classify_args(&entry.kernel));
+        let classes = &mut entry.arg_classes;
         for (index, arg) in args {
             let slot = classes.get_mut(*index as usize);
             let mut class = slot.as_deref().copied().unwrap_or(ArgClass::Unknown);
@@ -160,5 +193,23 @@ impl Session {
             entry.kernel.set_arg(*index, value)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::value_size;
+
+    #[test]
+    fn value_sizes_from_type_names() {
+        assert_eq!(value_size("int"), Some(4));
+        assert_eq!(value_size("float4"), Some(16));
+        assert_eq!(value_size("char16"), Some(16));
+        assert_eq!(value_size("double3"), Some(32));
+        assert_eq!(value_size("ulong"), Some(8));
+        assert_eq!(value_size("half2"), Some(4));
+        assert_eq!(value_size("struct pair"), None);
+        assert_eq!(value_size("size_t"), None);
+        assert_eq!(value_size("float5"), None);
     }
 }

@@ -6,6 +6,19 @@ use rgpu_protocol::opencl::Id;
 use crate::native::{ClResult, Program};
 use crate::session::Session;
 
+/// Build options that keep the kernels' argument info, so the client can check
+/// clSetKernelArg values locally (see ArgKind). Harmless for the program itself.
+fn with_arg_info(options: &str) -> String {
+    if options
+        .split_whitespace()
+        .any(|o| o == "-cl-kernel-arg-info")
+    {
+        options.to_string()
+    } else {
+        format!("{options} -cl-kernel-arg-info")
+    }
+}
+
 impl Session {
     pub(crate) fn create_program_with_source(
         &mut self,
@@ -89,7 +102,10 @@ impl Session {
         options: &str,
     ) -> ClResult<()> {
         let natives = self.native_devices(devices)?;
-        self.handles.programs.get(program)?.build(&natives, options)
+        self.handles
+            .programs
+            .get(program)?
+            .build(&natives, &with_arg_info(options))
     }
 
     pub(crate) fn compile_program(
@@ -107,7 +123,7 @@ impl Session {
         self.handles
             .programs
             .get(program)?
-            .compile(&natives, options, &headers)
+            .compile(&natives, &with_arg_info(options), &headers)
     }
 
     /// Returns the status to reply; a program the implementation returned despite a failed
