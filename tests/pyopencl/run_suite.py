@@ -542,7 +542,8 @@ def render(runs: dict[tuple[str, str], FileRun], files: list[str], comps: dict[s
                     [f"- `{t}`" for t in stale])
         better = [t for c in comps.values() for t in c.rgpu_only_pass]
         if better:
-            section("Fail natively but pass through rgpu", [f"- `{t}`" for t in better])
+            section("Not passing natively (failed, xfailed or skipped) but passing through rgpu",
+                    [f"- `{t}`" for t in better])
         other = [f"- `{t}`: native {n}, rgpu {r}"
                  for c in comps.values() for t, n, r in c.other_diffs]
         if other:

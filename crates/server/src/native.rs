@@ -1944,3 +1944,236 @@ impl Drop for InFlight {
         }
     }
 }
+
+/// What the device behind a queue is, for choosing how bulk data reaches it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QueueDevice {
+    /// The context's handle address: identifies the context (pinned staging is per context).
+    pub context: usize,
+    /// A CPU device: its buffers live in host memory, so mapping them costs no copy.
+    pub cpu: bool,
+}
+
+impl Queue {
+    /// The queue's context and whether its device is a CPU.
+    pub fn device(&self) -> ClResult<QueueDevice> {
+        let context = decode_usize(&self.info(sys::CL_QUEUE_CONTEXT)?);
+        let raw_device = decode_usize(&self.info(sys::CL_QUEUE_DEVICE)?) as cl_device_id;
+        let bytes = query_info(|size, value, size_ret| {
+            // SAFETY: the queue holds a reference to its device, so the handle is live;
+            // query_info passes a `size`-byte buffer or NULL.
+            unsafe {
+                cl_call!(
+                    self.lib,
+                    clGetDeviceInfo(raw_device, sys::CL_DEVICE_TYPE, size, value, size_ret)
+                )
+            }
+        })
+        .map_err(|e| e.0)?;
+        let device_type = rgpu_cl_api::params::decode_unsigned(&bytes);
+        Ok(QueueDevice {
+            context,
+            cpu: device_type & sys::CL_DEVICE_TYPE_CPU != 0,
+        })
+    }
+
+    /// Maps `len` bytes of `buffer` at `offset` (for writing the whole range when `write`,
+    /// which spares the implementation reading it first; else for reading) once the commands
+    /// before it and `wait` are done, and waits until the mapping is there. On a CPU device the
+    /// mapping is the buffer's own memory, so data received into it or sent from it is never
+    /// copied.
+    pub fn map_buffer(
+        &self,
+        buffer: &Mem,
+        write: bool,
+        offset: usize,
+        len: usize,
+        wait: &[&Event],
+    ) -> ClResult<Mapping> {
+        let flags = if write {
+            sys::CL_MAP_WRITE_INVALIDATE_REGION
+        } else {
+            sys::CL_MAP_READ
+        };
+        let (n, list) = raw_events(wait);
+        let mut event = null_mut();
+        let mut status = sys::CL_SUCCESS;
+        // SAFETY: live handles; the implementation checks the range against the buffer.
+        let ptr = unsafe {
+            cl_call!(
+                self.lib,
+                clEnqueueMapBuffer(
+                    self.raw,
+                    buffer.raw,
+                    sys::CL_NON_BLOCKING,
+                    flags,
+                    offset,
+                    len,
+                    n,
+                    list_ptr(&list),
+                    &mut event,
+                    &mut status
+                )
+            )
+        };
+        let event = self.new_event(event, status)?;
+        if ptr.is_null() {
+            return Err(sys::CL_MAP_FAILURE);
+        }
+        let mapping = Mapping {
+            queue: self.clone(),
+            mem: buffer.clone(),
+            ptr: ptr.cast(),
+            len,
+            unmapped: false,
+        };
+        self.flush()?;
+        event.wait_fast();
+        match event.status() {
+            // Dropping the mapping unmaps it.
+            Ok(status) if status < 0 => Err(status),
+            Err(e) => Err(e),
+            Ok(_) => Ok(mapping),
+        }
+    }
+}
+
+/// A mapped range of a buffer, unmapped when dropped (or by [`Mapping::unmap`]).
+pub struct Mapping {
+    queue: Queue,
+    mem: Mem,
+    ptr: *mut u8,
+    len: usize,
+    unmapped: bool,
+}
+
+impl Mapping {
+    pub fn as_slice(&self) -> &[u8] {
+        // SAFETY: the map command completed, so `ptr` points to `len` bytes of host-accessible
+        // memory that stay valid until the unmap, which needs `self`.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: as in as_slice; `&mut self` makes the access exclusive.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+    }
+
+    /// Enqueues the unmap; its event completes once the device sees what was written.
+    pub fn unmap(mut self) -> ClResult<Event> {
+        self.unmapped = true;
+        let mut event = null_mut();
+        // SAFETY: `ptr` was returned by clEnqueueMapBuffer of `mem` and not unmapped yet.
+        let status = unsafe {
+            cl_call!(
+                self.queue.lib,
+                clEnqueueUnmapMemObject(
+                    self.queue.raw,
+                    self.mem.raw,
+                    self.ptr.cast(),
+                    0,
+                    null(),
+                    &mut event
+                )
+            )
+        };
+        self.queue.new_event(event, status)
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        if !self.unmapped {
+            // SAFETY: as in unmap.
+            unsafe {
+                cl_call!(
+                    self.queue.lib,
+                    clEnqueueUnmapMemObject(
+                        self.queue.raw,
+                        self.mem.raw,
+                        self.ptr.cast(),
+                        0,
+                        null(),
+                        null_mut()
+                    )
+                )
+            };
+            let _ = self.queue.flush();
+        }
+    }
+}
+
+/// Host memory the implementation allocated for a buffer of its own (CL_MEM_ALLOC_HOST_PTR)
+/// and mapped once for good: NVIDIA pins such memory, so device copies from and to it run
+/// by DMA at full speed instead of through the driver's own bounce buffers.
+pub struct PinnedHost {
+    queue: Queue,
+    mem: Mem,
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: the mapping is owned exclusively (like a Box<[u8]>); the handles are thread-safe.
+unsafe impl Send for PinnedHost {}
+// SAFETY: shared access only reads the memory.
+unsafe impl Sync for PinnedHost {}
+
+impl PinnedHost {
+    /// `len` bytes of pinned host memory for transfers on `queue`'s device.
+    pub fn new(queue: &Queue, len: usize) -> ClResult<PinnedHost> {
+        let raw_context = decode_usize(&queue.info(sys::CL_QUEUE_CONTEXT)?) as cl_context;
+        let mut status = sys::CL_SUCCESS;
+        // SAFETY: the queue holds a reference to its context, so the handle is live.
+        let raw = unsafe {
+            cl_call!(
+                queue.lib,
+                clCreateBuffer(
+                    raw_context,
+                    sys::CL_MEM_READ_WRITE | sys::CL_MEM_ALLOC_HOST_PTR,
+                    len,
+                    null_mut(),
+                    &mut status
+                )
+            )
+        };
+        let mem = Mem::adopt(&queue.lib, raw, status)?;
+        // The mapping is made on the client's queue, but the buffer is private: nothing else
+        // ever waits for or touches it.
+        let mut mapping = queue.map_buffer(&mem, true, 0, len, &[])?;
+        mapping.unmapped = true;
+        Ok(PinnedHost {
+            queue: queue.clone(),
+            mem,
+            ptr: mapping.ptr,
+            len,
+        })
+    }
+
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.ptr
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+}
+
+impl Drop for PinnedHost {
+    fn drop(&mut self) {
+        // SAFETY: `ptr` is the live mapping of `mem` made in new.
+        unsafe {
+            cl_call!(
+                self.queue.lib,
+                clEnqueueUnmapMemObject(
+                    self.queue.raw,
+                    self.mem.raw,
+                    self.ptr.cast(),
+                    0,
+                    null(),
+                    null_mut()
+                )
+            )
+        };
+        let _ = self.queue.flush();
+    }
+}

@@ -10,6 +10,11 @@ use crate::TransportError;
 /// Bulk data up to this size is copied into the write buffer and sent with its frame in one
 /// system call; larger payloads are written straight from the caller's memory.
 const INLINE_BULK_MAX: usize = 64 << 10;
+/// Large bulk goes to the socket in writes of this size. One huge write() holds the socket for
+/// its whole length and the receiver then drains it in bursts: over loopback with 64 MiB of
+/// cold memory each side, one 64 MiB write moved ~2.15 GB/s, 1 MiB writes ~2.8 GB/s (256 KiB:
+/// ~2.1, 4 MiB: ~2.45).
+const BULK_WRITE_SIZE: usize = 1 << 20;
 /// A buffered write larger than this is flushed even before the caller asks.
 const WRITE_BUFFER_FLUSH_AT: usize = 256 << 10;
 
@@ -128,7 +133,9 @@ impl<W: Write> FrameWriter<W> {
             }
         } else {
             self.flush()?;
-            self.inner.write_all(bulk)?;
+            for piece in bulk.chunks(BULK_WRITE_SIZE) {
+                self.inner.write_all(piece)?;
+            }
         }
         Ok(())
     }

@@ -6,6 +6,8 @@
 //! - a read enqueues every chunk's device copy and hands it to the completion thread, which
 //!   sends each chunk when it is complete and then the final status.
 //!
+//! - large plain buffer transfers to CPU devices bypass staging: see [`MAP_MIN`].
+//!
 //! Rectangular and image transfers are split by whole rows or slices, so every chunk is a
 //! contiguous piece of the tightly packed host data.
 
@@ -15,9 +17,15 @@ use rgpu_protocol::opencl::{BufferRect, ClReply, Command, Id};
 use rgpu_protocol::ServerMsg;
 
 use crate::completion::Job;
-use crate::native::{host_size, ClResult, Event, InFlight, Mem, Queue, Waker};
+use crate::native::{host_size, ClResult, Event, InFlight, Mem, Queue, QueueDevice, Waker};
 use crate::session::{End, Session};
-use crate::staging::StagingBuf;
+use crate::staging::{StagingBuf, Target};
+
+/// Plain buffer transfers at least this large on an in-order queue of a CPU device skip the
+/// staging pool: the server maps the buffer range (which on a CPU device is the buffer's own
+/// memory) and receives the data straight into it, or sends it straight from it. That saves
+/// one memcpy per byte, which on a machine with few cores competes with the socket copies.
+const MAP_MIN: usize = 256 << 10;
 
 /// A contiguous piece of a transfer's packed host data.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -141,6 +149,8 @@ struct Transfer {
     geometry: Geometry,
     pieces: Vec<Piece>,
     total: u64,
+    /// What the queue's device is, when the implementation says.
+    device: Option<QueueDevice>,
 }
 
 impl Transfer {
@@ -292,6 +302,7 @@ impl Session {
             Pieces::Rows(row_bytes, rows, slices) => row_pieces(row_bytes, rows, slices, chunk)?,
         };
         Ok(Transfer {
+            device: entry.queue.device().ok(),
             queue: entry.queue.clone(),
             out_of_order: entry.out_of_order,
             mem,
@@ -300,6 +311,116 @@ impl Session {
             pieces,
             total,
         })
+    }
+
+    /// A staging buffer of `len` bytes suited to the transfer's device.
+    fn staging_for(&self, transfer: &Transfer, len: usize) -> Option<StagingBuf> {
+        match transfer.device {
+            Some(device) => self.pool.take_for(
+                len,
+                &Target {
+                    queue: &transfer.queue,
+                    device,
+                    may_block: !self.device_may_wait_for_client(),
+                },
+            ),
+            None => self.pool.take(len),
+        }
+    }
+
+    /// The buffer range a transfer may move through a mapping instead of staging (see
+    /// [`MAP_MIN`]): its offset and length. Mapping waits on the request thread for the
+    /// queue's earlier work, so only while nothing queued can wait for a later request.
+    fn mappable(&self, transfer: &Transfer) -> Option<(usize, usize)> {
+        let Geometry::Linear { offset } = transfer.geometry else {
+            return None;
+        };
+        let len = usize::try_from(transfer.total).ok()?;
+        let cpu = transfer.device.is_some_and(|d| d.cpu);
+        (cpu && !transfer.out_of_order && len >= MAP_MIN && !self.device_may_wait_for_client())
+            .then_some((offset, len))
+    }
+
+    /// A write received straight into the mapped buffer range; false (nothing received) when
+    /// the range cannot be mapped, for the staging path to take over.
+    fn write_mapped(
+        &mut self,
+        transfer: &Transfer,
+        queue: Id,
+        event: Id,
+        (offset, len): (usize, usize),
+    ) -> Result<bool, End> {
+        let wait: Vec<&Event> = transfer.wait.iter().collect();
+        let Ok(mut mapping) = transfer
+            .queue
+            .map_buffer(&transfer.mem, true, offset, len, &wait)
+        else {
+            return Ok(false);
+        };
+        // On failure the mapping is undone as it drops.
+        self.reader
+            .read_bulk(mapping.as_mut_slice())
+            .map_err(|e| End::Protocol(e.to_string()))?;
+        match mapping.unmap() {
+            Ok(native) => {
+                let _ = transfer.queue.flush();
+                if event != 0 {
+                    if let Err(e) = self.handles.events.insert(event, native) {
+                        self.defer("write", e);
+                    }
+                }
+            }
+            Err(e) => {
+                self.defer("write", e);
+                self.fail_event(event, Some(queue), e);
+            }
+        }
+        Ok(true)
+    }
+
+    /// A read sent straight from the mapped buffer range, answered here; false (nothing sent)
+    /// when the range cannot be mapped.
+    fn read_mapped(
+        &mut self,
+        seq: u64,
+        transfer: &Transfer,
+        queue: Id,
+        event: Id,
+        (offset, len): (usize, usize),
+    ) -> bool {
+        let wait: Vec<&Event> = transfer.wait.iter().collect();
+        let Ok(mapping) = transfer
+            .queue
+            .map_buffer(&transfer.mem, false, offset, len, &wait)
+        else {
+            return false;
+        };
+        let data = mapping.as_slice();
+        for piece in linear_pieces(len, self.pool.chunk_size()) {
+            let chunk = &data[piece.host_offset..piece.host_offset + piece.len];
+            let at = ServerMsg::Data {
+                offset: piece.host_offset as u64,
+            };
+            if self.send(&at, seq, chunk).is_err() {
+                // The connection is gone; the request loop ends at its next read.
+                break;
+            }
+        }
+        let status = match mapping.unmap() {
+            Ok(native) => {
+                let _ = transfer.queue.flush();
+                if event != 0 {
+                    let _ = self.handles.events.insert(event, native);
+                }
+                self.take_deferred().unwrap_or(sys::CL_SUCCESS)
+            }
+            Err(e) => {
+                self.fail_event(event, Some(queue), e);
+                e
+            }
+        };
+        let _ = self.reply(seq, ClReply::Status(status));
+        true
     }
 
     /// Runs one `Enqueue` request.
@@ -364,11 +485,16 @@ impl Session {
                 return Ok(());
             }
         };
+        if let Some(range) = self.mappable(&transfer) {
+            if self.write_mapped(&transfer, queue, event, range)? {
+                return Ok(());
+            }
+        }
         let mut status = Ok(());
         let mut events = Vec::new();
         for index in 0..transfer.pieces.len() {
             let len = transfer.pieces[index].len;
-            let Some(mut buf) = self.pool.take(len).filter(|_| status.is_ok()) else {
+            let Some(mut buf) = self.staging_for(&transfer, len).filter(|_| status.is_ok()) else {
                 self.reader
                     .skip_bulk(len as u64)
                     .map_err(|e| End::Protocol(e.to_string()))?;
@@ -417,6 +543,11 @@ impl Session {
                 return;
             }
         };
+        if let Some(range) = self.mappable(&transfer) {
+            if self.read_mapped(seq, &transfer, queue, event, range) {
+                return;
+            }
+        }
         if transfer.pieces.len() == 1 && !self.device_may_wait_for_client() {
             return self.read_now(seq, queue, event, transfer);
         }
@@ -424,7 +555,7 @@ impl Session {
         let mut events = Vec::new();
         for index in 0..transfer.pieces.len() {
             let piece = transfer.pieces[index];
-            let Some(buf) = self.pool.take(piece.len) else {
+            let Some(buf) = self.staging_for(&transfer, piece.len) else {
                 status = Err(sys::CL_OUT_OF_HOST_MEMORY);
                 break;
             };
@@ -470,7 +601,7 @@ impl Session {
     /// are latency-bound).
     fn read_now(&mut self, seq: u64, queue: Id, event: Id, transfer: Transfer) {
         let piece = transfer.pieces[0];
-        let outcome = match self.pool.take(piece.len) {
+        let outcome = match self.staging_for(&transfer, piece.len) {
             None => Err(sys::CL_OUT_OF_HOST_MEMORY),
             Some(buf) => transfer.start(true, 0, buf, None).and_then(|in_flight| {
                 let _ = transfer.queue.flush();
