@@ -7,7 +7,6 @@
 #
 # Env: SKIP_SETUP=1 skips scripts/setup.sh; PYOPENCL_SUITE=0 skips pyopencl's suite;
 #      PYOPENCL_SUITE_ARGS adds arguments to tests/pyopencl/run_suite.py;
-#      CLIPPY_FATAL=1 makes a clippy failure fail the run (see the TODO at that step).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -32,16 +31,6 @@ step() {
     fi
     printf -- '-------- %s: %s in %ss\n' "$name" "${STATUS[-1]}" $((SECONDS - t))
     return $rc
-}
-# soft_step NAME CMD...: like step, but a failure is recorded as WARN and fails nothing.
-soft_step() {
-    local name=$1 rc=0
-    step "$@" || rc=$?
-    if [ $rc -ne 0 ]; then
-        STATUS[-1]="WARN (exit $rc)"
-        echo "(not fatal: see the comment at this step in scripts/test.sh)"
-    fi
-    return 0
 }
 skip() { record "$1" "SKIP ($2)" 0; printf '\n======== %s: skipped (%s)\n' "$1" "$2"; }
 
@@ -80,15 +69,7 @@ fi
 
 # ---------------------------------------------------------------- static checks
 step "cargo fmt --check" cargo fmt --all -- --check --color never
-# TODO: make clippy fatal (CLIPPY_FATAL=1 by default) once `cargo clippy --workspace
-# --all-targets -- -D warnings` passes; when this was written it failed on lints in crates/opencl
-# (manual_is_multiple_of, unnecessary_cast) and crates/server (type_complexity). Until then a
-# clippy failure shows as WARN in the summary and does not fail the run.
-if [ "${CLIPPY_FATAL:-0}" = 1 ]; then
-    step "cargo clippy -D warnings" cargo clippy --workspace --all-targets --release -- -D warnings
-else
-    soft_step "cargo clippy -D warnings" cargo clippy --workspace --all-targets --release -- -D warnings
-fi
+step "cargo clippy -D warnings" cargo clippy --workspace --all-targets --release -- -D warnings
 if [ -f tools/gen_opencl_api.py ]; then
     step "gen_opencl_api --check" python3 tools/gen_opencl_api.py --check
 else

@@ -93,7 +93,7 @@ fn create_buffer(
             context: context.id,
             flags: wire_flags,
             size: size as u64,
-            properties: properties.iter().map(|&p| p as u64).collect(),
+            properties: properties.clone(),
         },
         initial,
     )?;

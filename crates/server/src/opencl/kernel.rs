@@ -87,6 +87,9 @@ fn value_size(type_name: &str) -> Option<u32> {
     Some(scalar * lanes)
 }
 
+/// The names, argument counts and argument kinds of kernels created together.
+type CreatedKernels = (Vec<String>, Vec<u32>, Vec<Vec<ArgClass>>);
+
 impl Session {
     /// Returns the kernel's argument count.
     pub(crate) fn create_kernel(
@@ -126,7 +129,7 @@ impl Session {
         &mut self,
         program: Id,
         ids: &[Id],
-    ) -> ClResult<(Vec<String>, Vec<u32>, Vec<Vec<ArgClass>>)> {
+    ) -> ClResult<CreatedKernels> {
         for (i, &id) in ids.iter().enumerate() {
             self.handles.kernels.check_free(id)?;
             if ids[..i].contains(&id) {
