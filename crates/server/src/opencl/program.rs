@@ -6,17 +6,19 @@ use rgpu_protocol::opencl::Id;
 use crate::native::{ClResult, Program};
 use crate::session::Session;
 
-/// Build options that keep the kernels' argument info, so the client can check
-/// clSetKernelArg values locally (see ArgKind). Harmless for the program itself.
-fn with_arg_info(options: &str) -> String {
+/// Runs a build or compile with `-cl-kernel-arg-info` added, so the kernels keep their
+/// argument info and the client can check clSetKernelArg values locally (see ArgKind). Some
+/// compilers fail on the option for some programs (NVIDIA's ptxas on an argument-less
+/// kernel), so a failure is retried with the options exactly as given: the result, status and
+/// build log are then the program's own.
+fn with_arg_info(options: &str, mut run: impl FnMut(&str) -> ClResult<()>) -> ClResult<()> {
     if options
         .split_whitespace()
         .any(|o| o == "-cl-kernel-arg-info")
     {
-        options.to_string()
-    } else {
-        format!("{options} -cl-kernel-arg-info")
+        return run(options);
     }
+    run(&format!("{options} -cl-kernel-arg-info")).or_else(|_| run(options))
 }
 
 impl Session {
@@ -102,10 +104,8 @@ impl Session {
         options: &str,
     ) -> ClResult<()> {
         let natives = self.native_devices(devices)?;
-        self.handles
-            .programs
-            .get(program)?
-            .build(&natives, &with_arg_info(options))
+        let program = self.handles.programs.get(program)?;
+        with_arg_info(options, |options| program.build(&natives, options))
     }
 
     pub(crate) fn compile_program(
@@ -120,10 +120,10 @@ impl Session {
             .iter()
             .map(|(id, name)| Ok((self.handles.programs.get(*id)?, name.as_str())))
             .collect::<ClResult<_>>()?;
-        self.handles
-            .programs
-            .get(program)?
-            .compile(&natives, &with_arg_info(options), &headers)
+        let program = self.handles.programs.get(program)?;
+        with_arg_info(options, |options| {
+            program.compile(&natives, options, &headers)
+        })
     }
 
     /// Returns the status to reply; a program the implementation returned despite a failed
