@@ -3,11 +3,15 @@
 # programs natively on NVIDIA OpenCL and through an rgpu server (loopback) serving it, then
 # `rgpu bench opencl` against the same device. Prints one PASS/FAIL line per program and mode.
 #
-#   RGPU_BUILD_DIR=dist bash scripts/gpu-opencl-check.sh      (results also under $OUT)
+#   RGPU_BUILD_DIR=dist bash scripts/gpu-opencl-check.sh
+#
+# A program may fail natively where NVIDIA answers differently from what the test expects (the
+# tests were written against PoCL); what counts is that rgpu passes wherever native passes. Logs
+# go to $RGPU_CHECK_DIR (default /tmp/rgpu-gpu-check), packed into $OUT when that is set.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bin=${RGPU_BUILD_DIR:-target/release}
-out=${OUT:-/tmp/rgpu-gpu-check}
+out=${RGPU_CHECK_DIR:-/tmp/rgpu-gpu-check}
 mkdir -p "$out/bin"
 # NVIDIA's ICD file is missing in containers.
 [ -f /etc/OpenCL/vendors/nvidia.icd ] || echo libnvidia-opencl.so.1 > /etc/OpenCL/vendors/nvidia.icd
@@ -25,22 +29,35 @@ server=$!
 trap 'kill $server 2>/dev/null; wait $server 2>/dev/null' EXIT
 for _ in $(seq 100); do grep -q "listening on" "$out/server.log" && break; sleep 0.1; done
 
-failed=0
+regressions=0
+summary=()
 for src in tests/opencl/*.c; do
     name=$(basename "$src" .c)
     [ "$name" = stress_write ] && continue
-    gcc -O2 -I"$inc" -Itests/opencl -DCL_TARGET_OPENCL_VERSION=300 "$src" "$libcl" -lm \
-        -o "$out/bin/$name" 2>"$out/$name.build.log" || { echo "FAIL $name build"; failed=1; continue; }
-    for mode in native rgpu; do
-        if [ $mode = native ]; then
-            RGPU_TEST_PLATFORM=NVIDIA timeout 300 "$out/bin/$name" >"$out/$name.$mode.log" 2>&1
-        else
-            RGPU_TEST_PLATFORM=rgpu RGPU_TEST_EXPECT_SERVER=127.0.0.1:$port timeout 300 \
-                "$bin/rgpu" run --servers 127.0.0.1:$port -- "$out/bin/$name" >"$out/$name.$mode.log" 2>&1
-        fi
-        if [ $? -eq 0 ]; then echo "PASS $name $mode"; else echo "FAIL $name $mode: $(grep -m1 FAIL "$out/$name.$mode.log")"; failed=1; fi
-    done
+    if ! gcc -O2 -I"$inc" -Itests/opencl -DCL_TARGET_OPENCL_VERSION=300 "$src" "$libcl" -lm \
+        -o "$out/bin/$name" 2>"$out/$name.build.log"; then
+        summary+=("FAIL $name: build"); regressions=1; continue
+    fi
+    RGPU_TEST_PLATFORM=NVIDIA timeout 300 "$out/bin/$name" >"$out/$name.native.log" 2>&1
+    native=$?
+    RGPU_TEST_PLATFORM=rgpu RGPU_TEST_EXPECT_SERVER=127.0.0.1:$port timeout 300 \
+        "$bin/rgpu" run --servers 127.0.0.1:$port -- "$out/bin/$name" >"$out/$name.rgpu.log" 2>&1
+    remote=$?
+    first_fail() { grep -m1 FAIL "$1" | cut -c1-200; }
+    if [ $remote -eq 0 ]; then
+        summary+=("PASS $name rgpu (native: $([ $native -eq 0 ] && echo PASS || echo "FAIL $(first_fail "$out/$name.native.log")"))")
+    elif [ $native -ne 0 ]; then
+        summary+=("SAME $name: fails natively too; native: $(first_fail "$out/$name.native.log"); rgpu: $(first_fail "$out/$name.rgpu.log")")
+    else
+        summary+=("FAIL $name rgpu (native PASS): $(first_fail "$out/$name.rgpu.log")"); regressions=1
+    fi
 done
 
-"$bin/rgpu" bench opencl --device-filter NVIDIA --json "$out/bench-opencl-nvidia.json" | tee "$out/bench-opencl-nvidia.txt"
-exit $failed
+"$bin/rgpu" bench opencl --device-filter NVIDIA --json "$out/bench-opencl-nvidia.json" >"$out/bench-opencl-nvidia.txt" 2>&1
+cat "$out/bench-opencl-nvidia.txt" | sed -n '/^native:/,$p'
+printf '%s\n' "${summary[@]}"
+if [ -n "${OUT:-}" ]; then
+    cp "$out/bench-opencl-nvidia.json" "$out/bench-opencl-nvidia.txt" "$OUT/" 2>/dev/null
+    tar czf "$OUT/gpu-check-logs.tar.gz" -C "$out" --exclude=bin . 2>/dev/null
+fi
+exit $regressions

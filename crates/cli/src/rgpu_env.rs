@@ -67,6 +67,11 @@ impl RgpuEnv {
         env.fill_vendors_dir()?;
         env.vars
             .push(("OCL_ICD_VENDORS", env.vendors_dir.clone().into_os_string()));
+        // The loader reads only OCL_ICD_FILENAMES when it is set (some images set it
+        // globally): the rgpu library must then be named there too.
+        if let Some(list) = icd_filenames_with(&env.icd_library) {
+            env.vars.push(("OCL_ICD_FILENAMES", list));
+        }
         log::debug!(
             "rgpu environment: vendors {} with {}; servers {servers}",
             env.vendors_dir.display(),
@@ -151,6 +156,23 @@ pub fn find_icd_library() -> Result<PathBuf, String> {
                 exe.display()
             )
         })
+}
+
+/// An existing non-empty `OCL_ICD_FILENAMES` with `library` added (unless it names an rgpu
+/// library already).
+fn icd_filenames_with(library: &Path) -> Option<OsString> {
+    let current = std::env::var_os("OCL_ICD_FILENAMES").filter(|v| !v.is_empty())?;
+    let kept: Vec<&str> = current
+        .to_str()?
+        .split(':')
+        .filter(|entry| !entry.is_empty() && !entry.contains(ICD_LIBRARY_NAME))
+        .collect();
+    let mut list = OsString::from(kept.join(":"));
+    if !kept.is_empty() {
+        list.push(":");
+    }
+    list.push(library.as_os_str());
+    Some(list)
 }
 
 /// The ICD files the machine's loader would read: those of an existing `OCL_ICD_VENDORS` (a
