@@ -149,6 +149,18 @@ pub unsafe extern "C" fn clCreateBufferWithProperties(
     })
 }
 
+/// Whether a sub-buffer may start at `origin` on `device` (CL_DEVICE_MEM_BASE_ADDR_ALIGN is
+/// in bits). Implementations do not all check this themselves.
+fn origin_aligned(device: &crate::objects::Device, origin: usize) -> bool {
+    let align_bits = device
+        .info
+        .get(&CL_DEVICE_MEM_BASE_ADDR_ALIGN)
+        .and_then(|v| v.get(..4))
+        .map_or(8, |b| u32::from_le_bytes(b.try_into().unwrap()));
+    let align = (align_bits as usize / 8).max(1);
+    origin.is_multiple_of(align)
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn clCreateSubBuffer(
     buffer: cl_mem,
@@ -180,6 +192,9 @@ pub unsafe extern "C" fn clCreateSubBuffer(
             }
             if flags & (HOST_PTR_FLAGS | CL_MEM_ALLOC_HOST_PTR) != 0 {
                 return Err(CL_INVALID_VALUE);
+            }
+            if !parent.context.devices.iter().any(|d| origin_aligned(d, region.origin)) {
+                return Err(CL_MISALIGNED_SUB_BUFFER_OFFSET);
             }
             // Access flags not given are inherited from the parent.
             let mut own_flags = flags;
