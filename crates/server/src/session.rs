@@ -35,6 +35,21 @@ impl Writer {
         let mut writer = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         writer.send(msg, seq, bulk)
     }
+
+    /// Sends a read's data and its final status in one write (small synchronous reads are
+    /// latency-bound: one system call and one wake-up of the client, not two).
+    pub fn send_read(
+        &self,
+        seq: u64,
+        data: Option<&[u8]>,
+        status: i32,
+    ) -> Result<(), TransportError> {
+        let mut writer = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(data) = data {
+            writer.queue(&ServerMsg::Data { offset: 0 }, seq, data)?;
+        }
+        writer.send(&ServerMsg::Cl(ClReply::Status(status)), seq, &[])
+    }
 }
 
 /// The reply to a kernel creation or clone.

@@ -193,7 +193,12 @@ pub unsafe extern "C" fn clCreateSubBuffer(
             if flags & (HOST_PTR_FLAGS | CL_MEM_ALLOC_HOST_PTR) != 0 {
                 return Err(CL_INVALID_VALUE);
             }
-            if !parent.context.devices.iter().any(|d| origin_aligned(d, region.origin)) {
+            if !parent
+                .context
+                .devices
+                .iter()
+                .any(|d| origin_aligned(d, region.origin))
+            {
                 return Err(CL_MISALIGNED_SUB_BUFFER_OFFSET);
             }
             // Access flags not given are inherited from the parent.

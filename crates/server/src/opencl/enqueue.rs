@@ -614,32 +614,29 @@ impl Session {
                 Ok((in_flight, bound))
             }),
         };
-        let status = match outcome {
+        let (status, buf) = match outcome {
             Ok((in_flight, bound)) => {
                 let (status, buf) = in_flight
                     .take_if_complete()
                     .unwrap_or((sys::CL_OUT_OF_RESOURCES, None));
-                if status == sys::CL_COMPLETE {
-                    if let Some(buf) = buf {
-                        let data = &buf.as_slice()[..piece.len.min(buf.capacity())];
-                        let _ = self.send(&ServerMsg::Data { offset: 0 }, seq, data);
-                    }
-                }
                 if let (Some(native), true) = (bound, event != 0) {
                     let _ = self.handles.events.insert(event, native);
                 }
                 if status < 0 {
-                    status
+                    (status, None)
                 } else {
-                    self.take_deferred().unwrap_or(sys::CL_SUCCESS)
+                    (self.take_deferred().unwrap_or(sys::CL_SUCCESS), buf)
                 }
             }
             Err(e) => {
                 self.fail_event(event, Some(queue), e);
-                e
+                (e, None)
             }
         };
-        let _ = self.reply(seq, ClReply::Status(status));
+        let data = buf
+            .as_ref()
+            .map(|buf| &buf.as_slice()[..piece.len.min(buf.capacity())]);
+        let _ = self.writer.send_read(seq, data, status);
     }
 
     /// Every command other than reads and writes: one native call.
