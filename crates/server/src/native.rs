@@ -22,6 +22,22 @@ use rgpu_cl_api::sys::{
 };
 use rgpu_cl_api::{cl_call, NativeOpenCl};
 
+/// `pub fn $name(&self, param) -> ClResult<Vec<u8>>`: the two-call clGet*Info pattern for a
+/// handle type whose query takes only the handle and the parameter name.
+macro_rules! info_query {
+    ($(#[$attr:meta])* $name:ident => $entry:ident) => {
+        $(#[$attr])*
+        pub fn $name(&self, param: u32) -> ClResult<Vec<u8>> {
+            query_info(|size, value, size_ret| {
+                // SAFETY: a live handle of the type the entry point takes; query_info passes a
+                // `size`-byte buffer or NULL.
+                unsafe { cl_call!(self.lib, $entry(self.raw, param, size, value, size_ret)) }
+            })
+            .map_err(|e| e.0)
+        }
+    };
+}
+
 pub use rgpu_cl_api::native::{Device, Platform};
 
 use crate::staging::StagingBuf;
@@ -320,17 +336,8 @@ fn decode_usize(bytes: &[u8]) -> usize {
 }
 
 impl Context {
-    pub fn info(&self, param: u32) -> ClResult<Vec<u8>> {
-        query_info(|size, value, size_ret| {
-            // SAFETY: live context handle; query_info passes a `size`-byte buffer or NULL.
-            unsafe {
-                cl_call!(
-                    self.lib,
-                    clGetContextInfo(self.raw, param, size, value, size_ret)
-                )
-            }
-        })
-        .map_err(|e| e.0)
+    info_query! {
+        info => clGetContextInfo
     }
 
     /// clCreateCommandQueueWithProperties when `with_properties`, else clCreateCommandQueue
@@ -754,17 +761,8 @@ fn zero_terminated(list: &[u64]) -> Vec<u64> {
 }
 
 impl Queue {
-    pub fn info(&self, param: u32) -> ClResult<Vec<u8>> {
-        query_info(|size, value, size_ret| {
-            // SAFETY: live queue; query_info passes a `size`-byte buffer or NULL.
-            unsafe {
-                cl_call!(
-                    self.lib,
-                    clGetCommandQueueInfo(self.raw, param, size, value, size_ret)
-                )
-            }
-        })
-        .map_err(|e| e.0)
+    info_query! {
+        info => clGetCommandQueueInfo
     }
 
     pub fn is_out_of_order(&self) -> bool {
@@ -1371,30 +1369,12 @@ pub struct ImageLayout {
 }
 
 impl Mem {
-    pub fn info(&self, param: u32) -> ClResult<Vec<u8>> {
-        query_info(|size, value, size_ret| {
-            // SAFETY: live mem object; query_info passes a `size`-byte buffer or NULL.
-            unsafe {
-                cl_call!(
-                    self.lib,
-                    clGetMemObjectInfo(self.raw, param, size, value, size_ret)
-                )
-            }
-        })
-        .map_err(|e| e.0)
+    info_query! {
+        info => clGetMemObjectInfo
     }
 
-    pub fn image_info(&self, param: u32) -> ClResult<Vec<u8>> {
-        query_info(|size, value, size_ret| {
-            // SAFETY: as in info.
-            unsafe {
-                cl_call!(
-                    self.lib,
-                    clGetImageInfo(self.raw, param, size, value, size_ret)
-                )
-            }
-        })
-        .map_err(|e| e.0)
+    info_query! {
+        image_info => clGetImageInfo
     }
 
     pub fn image_layout(&self) -> ClResult<ImageLayout> {
@@ -1433,17 +1413,8 @@ impl Mem {
 }
 
 impl Sampler {
-    pub fn info(&self, param: u32) -> ClResult<Vec<u8>> {
-        query_info(|size, value, size_ret| {
-            // SAFETY: live sampler; query_info passes a `size`-byte buffer or NULL.
-            unsafe {
-                cl_call!(
-                    self.lib,
-                    clGetSamplerInfo(self.raw, param, size, value, size_ret)
-                )
-            }
-        })
-        .map_err(|e| e.0)
+    info_query! {
+        info => clGetSamplerInfo
     }
 }
 
@@ -1613,17 +1584,8 @@ impl Program {
 }
 
 impl Kernel {
-    pub fn info(&self, param: u32) -> ClResult<Vec<u8>> {
-        query_info(|size, value, size_ret| {
-            // SAFETY: live kernel; query_info passes a `size`-byte buffer or NULL.
-            unsafe {
-                cl_call!(
-                    self.lib,
-                    clGetKernelInfo(self.raw, param, size, value, size_ret)
-                )
-            }
-        })
-        .map_err(|e| e.0)
+    info_query! {
+        info => clGetKernelInfo
     }
 
     pub fn work_group_info(&self, device: Option<Device>, param: u32) -> ClResult<Vec<u8>> {
@@ -1745,30 +1707,12 @@ unsafe extern "C" fn event_trampoline(_event: cl_event, status: cl_int, user_dat
 }
 
 impl Event {
-    pub fn info(&self, param: u32) -> ClResult<Vec<u8>> {
-        query_info(|size, value, size_ret| {
-            // SAFETY: live event; query_info passes a `size`-byte buffer or NULL.
-            unsafe {
-                cl_call!(
-                    self.lib,
-                    clGetEventInfo(self.raw, param, size, value, size_ret)
-                )
-            }
-        })
-        .map_err(|e| e.0)
+    info_query! {
+        info => clGetEventInfo
     }
 
-    pub fn profiling_info(&self, param: u32) -> ClResult<Vec<u8>> {
-        query_info(|size, value, size_ret| {
-            // SAFETY: as in info.
-            unsafe {
-                cl_call!(
-                    self.lib,
-                    clGetEventProfilingInfo(self.raw, param, size, value, size_ret)
-                )
-            }
-        })
-        .map_err(|e| e.0)
+    info_query! {
+        profiling_info => clGetEventProfilingInfo
     }
 
     /// CL_EVENT_COMMAND_EXECUTION_STATUS (CL_COMPLETE = 0, negative when it failed).
