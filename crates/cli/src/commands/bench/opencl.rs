@@ -124,6 +124,8 @@ struct DeviceLabel {
 #[derive(Serialize)]
 struct SizeResult {
     size_bytes: usize,
+    /// Loopback TCP carrying the same window of transfers of this size (see tcp.rs).
+    raw_tcp_same_size_gbps: f64,
     write: Direction,
     read: Direction,
 }
@@ -136,6 +138,7 @@ struct Direction {
     rgpu_best_gbps: f64,
     rgpu_over_native: f64,
     rgpu_over_raw_tcp: f64,
+    rgpu_over_raw_tcp_same_size: f64,
 }
 
 #[derive(Serialize)]
@@ -164,6 +167,12 @@ pub fn run(args: OpenclBenchArgs) -> Result<ExitCode, String> {
     // The baseline runs first, alone, before any OpenCL or server thread competes for CPUs.
     eprintln!("measuring raw loopback TCP...");
     let raw_tcp = tcp::measure(args.tcp_mib << 20, 3, args.latency_calls.max(1000))
+        .map_err(|e| format!("loopback TCP measurement: {e}"))?;
+    let raw_tcp_sized = args
+        .sizes
+        .iter()
+        .map(|&size| tcp::sized_bandwidth(size, args.window, args.repetitions))
+        .collect::<std::io::Result<Vec<f64>>>()
         .map_err(|e| format!("loopback TCP measurement: {e}"))?;
 
     let local_server = match args.servers {
@@ -211,15 +220,18 @@ pub fn run(args: OpenclBenchArgs) -> Result<ExitCode, String> {
             .enumerate()
             .map(|(i, &size)| SizeResult {
                 size_bytes: size,
+                raw_tcp_same_size_gbps: raw_tcp_sized[i],
                 write: direction(
                     &native_samples.write_gbps[i],
                     &rgpu_samples.write_gbps[i],
                     &raw_tcp,
+                    raw_tcp_sized[i],
                 ),
                 read: direction(
                     &native_samples.read_gbps[i],
                     &rgpu_samples.read_gbps[i],
                     &raw_tcp,
+                    raw_tcp_sized[i],
                 ),
             })
             .collect(),
@@ -374,7 +386,7 @@ fn time_calls<E>(calls: usize, mut call: impl FnMut() -> Result<(), E>) -> Resul
     Ok(times)
 }
 
-fn direction(native: &[f64], rgpu: &[f64], raw_tcp: &TcpBaseline) -> Direction {
+fn direction(native: &[f64], rgpu: &[f64], raw_tcp: &TcpBaseline, same_size_tcp: f64) -> Direction {
     let (native_gbps, rgpu_gbps) = (median(native), median(rgpu));
     Direction {
         native_gbps,
@@ -383,6 +395,7 @@ fn direction(native: &[f64], rgpu: &[f64], raw_tcp: &TcpBaseline) -> Direction {
         rgpu_best_gbps: max(rgpu),
         rgpu_over_native: rgpu_gbps / native_gbps,
         rgpu_over_raw_tcp: rgpu_gbps / raw_tcp.bandwidth_gbps,
+        rgpu_over_raw_tcp_same_size: rgpu_gbps / same_size_tcp,
     }
 }
 
@@ -415,8 +428,9 @@ fn render_report(report: &Report) -> Result<String, fmt::Error> {
     )?;
     writeln!(
         out,
-        "raw loopback TCP: {:.2} GB/s (one stream, 1 MiB writes), round trip {:.1} us ({} B \
-         ping-pong)",
+        "raw loopback TCP: {:.2} GB/s (one stream, 1 MiB writes from one cached buffer), round \
+         trip {:.1} us ({} B ping-pong); TCP GB/s per size: the same window of transfers as \
+         plain TCP, from and into buffers of that size",
         tcp.bandwidth_gbps, tcp.round_trip_us, tcp.ping_bytes
     )?;
     writeln!(
@@ -434,19 +448,27 @@ fn render_report(report: &Report) -> Result<String, fmt::Error> {
         writeln!(out, "\n{title}")?;
         writeln!(
             out,
-            "{:>9}  {:>11}  {:>9}  {:>11}  {:>12}",
-            "size", "native GB/s", "rgpu GB/s", "rgpu/native", "rgpu/raw-TCP"
+            "{:>9}  {:>11}  {:>9}  {:>11}  {:>12}  {:>9}  {:>14}",
+            "size",
+            "native GB/s",
+            "rgpu GB/s",
+            "rgpu/native",
+            "rgpu/raw-TCP",
+            "TCP GB/s",
+            "rgpu/TCP-same"
         )?;
         for size in &report.bandwidth {
             let d = pick(size);
             writeln!(
                 out,
-                "{:>9}  {:>11.2}  {:>9.2}  {:>11.2}  {:>12.2}",
+                "{:>9}  {:>11.2}  {:>9.2}  {:>11.2}  {:>12.2}  {:>9.2}  {:>14.2}",
                 format_bytes(size.size_bytes as u64),
                 d.native_gbps,
                 d.rgpu_gbps,
                 d.rgpu_over_native,
-                d.rgpu_over_raw_tcp
+                d.rgpu_over_raw_tcp,
+                size.raw_tcp_same_size_gbps,
+                d.rgpu_over_raw_tcp_same_size
             )?;
         }
     }
