@@ -7,7 +7,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -17,6 +17,7 @@ use rgpu_transport::{
     client_handshake, Endpoint, FrameReader, FrameWriter, Stream, Token, TransportError,
 };
 
+use crate::wait::Handoff;
 use crate::ClientError;
 
 /// Where the data of a read goes, and what happens when the read ends.
@@ -41,18 +42,7 @@ enum Pending {
     Read(ReadSink),
 }
 
-#[derive(Default)]
-struct Slot {
-    value: Mutex<Option<Result<ServerMsg, ClientError>>>,
-    ready: Condvar,
-}
-
-impl Slot {
-    fn fill(&self, value: Result<ServerMsg, ClientError>) {
-        *self.value.lock().unwrap() = Some(value);
-        self.ready.notify_all();
-    }
-}
+type Slot = Handoff<Result<ServerMsg, ClientError>>;
 
 type EventListener = Box<dyn Fn(Id, i32) + Send + Sync>;
 
@@ -264,23 +254,13 @@ impl Connection {
     }
 
     fn wait(&self, seq: u64, slot: &Slot) -> Result<ServerMsg, ClientError> {
-        let deadline = Instant::now() + self.reply_timeout;
-        let mut value = slot.value.lock().unwrap();
-        loop {
-            if let Some(result) = value.take() {
-                return result;
-            }
-            let now = Instant::now();
-            if now >= deadline {
-                drop(value);
-                self.shared.pending.lock().unwrap().remove(&seq);
-                return Err(ClientError::Timeout(format!(
-                    "no reply from {} within {:?}",
-                    self.endpoint, self.reply_timeout
-                )));
-            }
-            value = slot.ready.wait_timeout(value, deadline - now).unwrap().0;
-        }
+        slot.wait(self.reply_timeout).unwrap_or_else(|| {
+            self.shared.pending.lock().unwrap().remove(&seq);
+            Err(ClientError::Timeout(format!(
+                "no reply from {} within {:?}",
+                self.endpoint, self.reply_timeout
+            )))
+        })
     }
 
     /// A failed write makes the connection unusable: the stream position is unknown.

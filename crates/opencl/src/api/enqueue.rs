@@ -4,11 +4,10 @@
 //! memory is free for reuse at once.
 
 use std::ffi::c_void;
-use std::sync::{Arc, Condvar, Mutex};
-use std::time::Instant;
+use std::sync::Arc;
 
 use opencl_sys::*;
-use rgpu_client::{ReadSink, SendPtr};
+use rgpu_client::{Handoff, ReadSink, SendPtr};
 use rgpu_protocol::opencl::{BufferRect, ClRequest, Command, Id, KernelArg};
 
 use crate::api::event::{event_from, new_event, set_status, WAIT_TIMEOUT};
@@ -168,7 +167,7 @@ fn read(
             (staging.as_mut_ptr(), Some((staging, region)))
         }
     };
-    let finished = blocking.then(|| Arc::new((Mutex::new(None::<cl_int>), Condvar::new())));
+    let finished = blocking.then(|| Arc::new(Handoff::<cl_int>::default()));
     let done_event = event.clone();
     let done_queue = queue.clone();
     let done_signal = finished.clone();
@@ -194,8 +193,7 @@ fn read(
             }
             done_queue.pending_reads.done();
             if let Some(signal) = done_signal {
-                *signal.0.lock().unwrap() = Some(status);
-                signal.1.notify_all();
+                signal.fill(status);
             }
         }),
     };
@@ -216,24 +214,11 @@ fn read(
     store_event(event_out, event);
     match finished {
         None => Ok(()),
-        Some(signal) => {
-            let deadline = Instant::now() + *WAIT_TIMEOUT;
-            let mut value = signal.0.lock().unwrap();
-            loop {
-                if let Some(status) = *value {
-                    return if status == CL_SUCCESS {
-                        Ok(())
-                    } else {
-                        Err(status)
-                    };
-                }
-                let now = Instant::now();
-                if now >= deadline {
-                    return Err(CL_OUT_OF_RESOURCES);
-                }
-                value = signal.1.wait_timeout(value, deadline - now).unwrap().0;
-            }
-        }
+        Some(signal) => match signal.wait(*WAIT_TIMEOUT) {
+            Some(CL_SUCCESS) => Ok(()),
+            Some(status) => Err(status),
+            None => Err(CL_OUT_OF_RESOURCES),
+        },
     }
 }
 
