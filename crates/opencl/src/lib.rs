@@ -13,6 +13,7 @@
 pub mod api;
 mod generated_dispatch;
 mod handle;
+mod includes;
 mod objects;
 mod region;
 mod runtime;

@@ -108,6 +108,8 @@ pub enum ClRequest {
         program: Id,
         devices: Vec<Id>,
         options: String,
+        /// The headers of the options' `-I` directories, read on the client.
+        includes: Vec<IncludeDir>,
     },
     /// Reply: `Status`.
     CompileProgram {
@@ -116,6 +118,7 @@ pub enum ClRequest {
         options: String,
         /// Embedded headers: (program id, include name).
         headers: Vec<(Id, String)>,
+        includes: Vec<IncludeDir>,
     },
     /// Reply: `Status`.
     LinkProgram {
@@ -311,6 +314,15 @@ pub enum KernelArg {
     Sampler(Id),
     /// A `__local` argument of this many bytes.
     Local(u64),
+}
+
+/// A `-I` directory of build options as the client named it, with the header files the client
+/// found in it (paths relative to it). The directory need not exist on the server, which puts
+/// the files in a directory of its own and points the option there.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IncludeDir {
+    pub dir: String,
+    pub files: Vec<(String, Vec<u8>)>,
 }
 
 /// What a kernel argument takes, from the implementation's argument info, so the client can

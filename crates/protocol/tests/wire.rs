@@ -245,13 +245,18 @@ fn all_requests() -> Vec<ClRequest> {
         ClRequest::BuildProgram {
             program: 8,
             devices: vec![],
-            options: "-DX=1".into(),
+            options: "-DX=1 -I /opt/inc".into(),
+            includes: vec![IncludeDir {
+                dir: "/opt/inc".into(),
+                files: vec![("sub/a.h".into(), b"#define A 1\n".to_vec())],
+            }],
         },
         ClRequest::CompileProgram {
             program: 8,
             devices: vec![1],
             options: String::new(),
             headers: vec![(12, "h.h".into())],
+            includes: vec![],
         },
         ClRequest::LinkProgram {
             id: 13,

@@ -143,7 +143,7 @@ pub(crate) fn run(mut stream: Stream, shared: Arc<Shared>, id: u64) {
 
 pub struct Session {
     pub(crate) id: u64,
-    shared: Arc<Shared>,
+    pub(crate) shared: Arc<Shared>,
     pub(crate) inventory: Arc<Inventory>,
     pub(crate) handles: Handles,
     stream: Stream,
@@ -362,8 +362,11 @@ impl Session {
                 program,
                 devices,
                 options,
+                includes,
             } => {
-                let result = self.build_program(program, &devices, &options);
+                let result = self
+                    .stage_includes(&options, &includes)
+                    .and_then(|options| self.build_program(program, &devices, &options));
                 self.reply_status(seq, result)
             }
             ClRequest::CompileProgram {
@@ -371,8 +374,13 @@ impl Session {
                 devices,
                 options,
                 headers,
+                includes,
             } => {
-                let result = self.compile_program(program, &devices, &options, &headers);
+                let result = self
+                    .stage_includes(&options, &includes)
+                    .and_then(|options| {
+                        self.compile_program(program, &devices, &options, &headers)
+                    });
                 self.reply_status(seq, result)
             }
             ClRequest::LinkProgram {
@@ -597,6 +605,7 @@ impl Session {
         self.stream.shutdown();
         let count = self.handles.count();
         self.handles.release_all();
+        self.remove_includes();
         self.user_events.clear();
         count
     }

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use common::*;
 use rgpu_protocol::opencl::{
-    BufferRect, ClReply, ClRequest, Command, InfoQuery, KernelArg, ObjKind,
+    BufferRect, ClReply, ClRequest, Command, IncludeDir, InfoQuery, KernelArg, ObjKind,
 };
 use rgpu_protocol::ServerMsg;
 use rgpu_transport::{client_handshake, FrameReader, Stream, Token};
@@ -154,8 +154,9 @@ fn kernel_launch_with_args() {
     let server = Running::start(None);
     let mut client = Client::connect(&server.endpoint, None).unwrap();
     let Some(device) = client.setup() else { return };
-    let source = "__kernel void scale(__global float *x, float k) { \
-                  size_t i = get_global_id(0); x[i] = x[i] * k; }";
+    // The header comes with the build request: its -I directory exists only on the client.
+    let source = "#include \"scale.h\"\n__kernel void scale(__global float *x, float k) { \
+                  size_t i = get_global_id(0); x[i] = SCALE(x[i], k); }";
     assert_eq!(
         client.status(ClRequest::CreateProgramWithSource {
             id: 1,
@@ -168,7 +169,14 @@ fn kernel_launch_with_args() {
         client.status(ClRequest::BuildProgram {
             program: 1,
             devices: vec![device],
-            options: String::new(),
+            options: "-I /client/only/include".into(),
+            includes: vec![IncludeDir {
+                dir: "/client/only/include".into(),
+                files: vec![(
+                    "scale.h".into(),
+                    b"#define SCALE(x, k) ((x) * (k))\n".to_vec()
+                )],
+            }],
         }),
         CL_SUCCESS
     );

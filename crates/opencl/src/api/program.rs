@@ -409,6 +409,7 @@ pub unsafe extern "C" fn clBuildProgram(
                 ClRequest::BuildProgram {
                     program: prog.id,
                     devices: ids(&devices),
+                    includes: crate::includes::collect(&options),
                     options,
                 },
                 &[],
@@ -475,6 +476,7 @@ pub unsafe extern "C" fn clCompileProgram(
                 ClRequest::CompileProgram {
                     program: prog.id,
                     devices: ids(&devices),
+                    includes: crate::includes::collect(&options),
                     options,
                     headers,
                 },

@@ -5,6 +5,7 @@
 mod context;
 mod enqueue;
 mod event;
+mod includes;
 mod info;
 mod kernel;
 mod memory;

@@ -1,0 +1,118 @@
+//! Header directories of build options (`-I DIR`): the directory named is the client's, so the
+//! client sends the headers it found there and the server builds against its own copy.
+
+use std::path::{Component, Path, PathBuf};
+
+use rgpu_cl_api::sys;
+use rgpu_protocol::opencl::IncludeDir;
+
+use crate::native::ClResult;
+use crate::session::Session;
+
+impl Session {
+    /// The session's directory for received headers (removed when the session ends).
+    pub(crate) fn include_root(&self) -> PathBuf {
+        // Session ids are per server; several servers may run in one process (tests).
+        let server = std::sync::Arc::as_ptr(&self.shared) as usize;
+        std::env::temp_dir().join(format!(
+            "rgpu-server-{}-{server:x}-s{}",
+            std::process::id(),
+            self.id
+        ))
+    }
+
+    /// Writes the client's headers under the session's directory and returns the options with
+    /// each `-I` pointing at the copy.
+    pub(crate) fn stage_includes(
+        &self,
+        options: &str,
+        includes: &[IncludeDir],
+    ) -> ClResult<String> {
+        if includes.is_empty() {
+            return Ok(options.to_string());
+        }
+        let root = self.include_root();
+        let serial = std::fs::read_dir(&root).map_or(0, |entries| entries.count());
+        let mut tokens: Vec<String> = options.split_whitespace().map(str::to_string).collect();
+        for (n, include) in includes.iter().enumerate() {
+            let copy = root.join(format!("{}", serial + n));
+            for (relative, contents) in &include.files {
+                let path = contained(&copy, relative).ok_or(sys::CL_INVALID_BUILD_OPTIONS)?;
+                let written = path
+                    .parent()
+                    .map_or(Ok(()), std::fs::create_dir_all)
+                    .and_then(|()| std::fs::write(&path, contents));
+                if let Err(e) = written {
+                    log::warn!(
+                        "session {}: cannot stage header {}: {e}",
+                        self.id,
+                        path.display()
+                    );
+                    return Err(sys::CL_OUT_OF_RESOURCES);
+                }
+            }
+            std::fs::create_dir_all(&copy).map_err(|_| sys::CL_OUT_OF_RESOURCES)?;
+            point_includes_at(&mut tokens, &include.dir, &copy.to_string_lossy());
+        }
+        Ok(tokens.join(" "))
+    }
+
+    /// Removes the headers received for this session.
+    pub(crate) fn remove_includes(&self) {
+        let root = self.include_root();
+        if root.exists() {
+            let _ = std::fs::remove_dir_all(root);
+        }
+    }
+}
+
+/// `base/relative` if `relative` is a plain relative path (no `..`, not absolute).
+fn contained(base: &Path, relative: &str) -> Option<PathBuf> {
+    let relative = Path::new(relative);
+    let plain = relative
+        .components()
+        .all(|c| matches!(c, Component::Normal(_)));
+    (plain && !relative.as_os_str().is_empty()).then(|| base.join(relative))
+}
+
+/// Rewrites `-I DIR` and `-IDIR` for this directory to `-I COPY`.
+fn point_includes_at(tokens: &mut [String], dir: &str, copy: &str) {
+    let mut i = 0;
+    while i < tokens.len() {
+        if tokens[i] == "-I" && tokens.get(i + 1).is_some_and(|t| t == dir) {
+            tokens[i + 1] = copy.to_string();
+            i += 1;
+        } else if tokens[i].strip_prefix("-I") == Some(dir) {
+            tokens[i] = format!("-I{copy}");
+        }
+        i += 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_plain_relative_paths_are_accepted() {
+        let base = Path::new("/tmp/x");
+        assert_eq!(
+            contained(base, "a/b.h"),
+            Some(PathBuf::from("/tmp/x/a/b.h"))
+        );
+        assert_eq!(contained(base, "../etc/passwd"), None);
+        assert_eq!(contained(base, "/etc/passwd"), None);
+        assert_eq!(contained(base, "a/../../b"), None);
+        assert_eq!(contained(base, ""), None);
+    }
+
+    #[test]
+    fn both_option_spellings_are_rewritten() {
+        let mut tokens: Vec<String> = "-DX -I /client/inc -I/client/inc -I /other"
+            .split_whitespace()
+            .map(str::to_string)
+            .collect();
+        point_includes_at(&mut tokens, "/client/inc", "/srv/0");
+        assert_eq!(tokens.join(" "), "-DX -I /srv/0 -I/srv/0 -I /other");
+    }
+}
