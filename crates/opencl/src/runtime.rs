@@ -12,10 +12,7 @@ use rgpu_protocol::opencl::{ClReply, ClRequest, DeviceDesc, Id};
 use crate::handle::{self, Ref};
 use crate::objects::{Device, Event, Platform};
 
-/// rgpu's own device query: the server ("host:port") that holds a device.
-pub const CL_DEVICE_RGPU_SERVER: u32 = 0x5247_0001;
-/// Listed in every rgpu device's extensions.
-pub const RGPU_DEVICE_EXTENSION: &str = "cl_rgpu_remote_device";
+use rgpu_cl_api::{CL_DEVICE_RGPU_SERVER, RGPU_DEVICE_EXTENSION};
 
 pub struct Runtime {
     pub platform: Ref<Platform>,
