@@ -32,29 +32,43 @@ impl Session {
             return Ok(options.to_string());
         }
         let root = self.include_root();
-        let serial = std::fs::read_dir(&root).map_or(0, |entries| entries.count());
         let mut tokens: Vec<String> = options.split_whitespace().map(str::to_string).collect();
-        for (n, include) in includes.iter().enumerate() {
-            let copy = root.join(format!("{}", serial + n));
-            for (relative, contents) in &include.files {
-                let path = contained(&copy, relative).ok_or(sys::CL_INVALID_BUILD_OPTIONS)?;
-                let written = path
-                    .parent()
-                    .map_or(Ok(()), std::fs::create_dir_all)
-                    .and_then(|()| std::fs::write(&path, contents));
-                if let Err(e) = written {
-                    log::warn!(
-                        "session {}: cannot stage header {}: {e}",
-                        self.id,
-                        path.display()
-                    );
-                    return Err(sys::CL_OUT_OF_RESOURCES);
-                }
+        for include in includes {
+            // Named by content: a program built again with the same headers (pyopencl builds
+            // many programs with its own -I) reuses the copy already written.
+            let name = format!("{:016x}", content_hash(include));
+            let copy = root.join(&name);
+            if !copy.is_dir() {
+                // Written aside and renamed, so a failed write never leaves a partial copy
+                // that a later build would reuse.
+                let partial = root.join(format!("{name}.partial"));
+                let _ = std::fs::remove_dir_all(&partial);
+                self.write_headers(&partial, &include.files)?;
+                std::fs::rename(&partial, &copy).map_err(|_| sys::CL_OUT_OF_RESOURCES)?;
             }
-            std::fs::create_dir_all(&copy).map_err(|_| sys::CL_OUT_OF_RESOURCES)?;
             point_includes_at(&mut tokens, &include.dir, &copy.to_string_lossy());
         }
         Ok(tokens.join(" "))
+    }
+
+    fn write_headers(&self, dir: &Path, files: &[(String, Vec<u8>)]) -> ClResult<()> {
+        std::fs::create_dir_all(dir).map_err(|_| sys::CL_OUT_OF_RESOURCES)?;
+        for (relative, contents) in files {
+            let path = contained(dir, relative).ok_or(sys::CL_INVALID_BUILD_OPTIONS)?;
+            let written = path
+                .parent()
+                .map_or(Ok(()), std::fs::create_dir_all)
+                .and_then(|()| std::fs::write(&path, contents));
+            if let Err(e) = written {
+                log::warn!(
+                    "session {}: cannot stage header {}: {e}",
+                    self.id,
+                    path.display()
+                );
+                return Err(sys::CL_OUT_OF_RESOURCES);
+            }
+        }
+        Ok(())
     }
 
     /// Removes the headers received for this session.
@@ -64,6 +78,13 @@ impl Session {
             let _ = std::fs::remove_dir_all(root);
         }
     }
+}
+
+fn content_hash(include: &IncludeDir) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    include.files.hash(&mut hasher);
+    hasher.finish()
 }
 
 /// `base/relative` if `relative` is a plain relative path (no `..`, not absolute).
