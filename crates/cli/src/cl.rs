@@ -236,10 +236,9 @@ impl<'a> Queue<'a> {
     /// all of them. Waiting before returning is what keeps `data` borrowed long enough.
     pub fn write_window(&self, buffer: &Buffer, data: &[u8], count: usize) -> Result<(), ClError> {
         assert!(data.len() <= buffer.size);
-        let mut first_error = Ok(());
-        for _ in 0..count {
-            // SAFETY: `data` stays borrowed until the finish below completes every write.
-            let status = unsafe {
+        self.window(count, || {
+            // SAFETY: `data` stays borrowed until the finish in `window` completes every write.
+            unsafe {
                 cl_call!(
                     self.native,
                     clEnqueueWriteBuffer(
@@ -254,14 +253,8 @@ impl<'a> Queue<'a> {
                         null_mut()
                     )
                 )
-            };
-            if status != CL_SUCCESS {
-                first_error = Err(ClError(status));
-                break;
             }
-        }
-        let finished = self.finish();
-        first_error.and(finished)
+        })
     }
 
     /// Enqueues `count` non-blocking reads of the start of `buffer` into `data`, then waits.
@@ -272,11 +265,11 @@ impl<'a> Queue<'a> {
         count: usize,
     ) -> Result<(), ClError> {
         assert!(data.len() <= buffer.size);
-        let mut first_error = Ok(());
-        for _ in 0..count {
-            // SAFETY: `data` stays mutably borrowed until the finish below completes every
+        let (len, ptr) = (data.len(), data.as_mut_ptr());
+        self.window(count, || {
+            // SAFETY: `data` stays mutably borrowed until the finish in `window` completes every
             // read; the reads all store the same bytes, so their overlap is harmless.
-            let status = unsafe {
+            unsafe {
                 cl_call!(
                     self.native,
                     clEnqueueReadBuffer(
@@ -284,19 +277,23 @@ impl<'a> Queue<'a> {
                         buffer.raw,
                         CL_FALSE,
                         0,
-                        data.len(),
-                        data.as_mut_ptr().cast(),
+                        len,
+                        ptr.cast(),
                         0,
                         null(),
                         null_mut()
                     )
                 )
-            };
-            if status != CL_SUCCESS {
-                first_error = Err(ClError(status));
-                break;
             }
-        }
+        })
+    }
+
+    /// Runs `enqueue` `count` times (stopping at the first error), then finishes the queue.
+    fn window(&self, count: usize, enqueue: impl Fn() -> i32) -> Result<(), ClError> {
+        let first_error = (0..count)
+            .map(|_| enqueue())
+            .find(|&status| status != CL_SUCCESS)
+            .map_or(Ok(()), |status| Err(ClError(status)));
         let finished = self.finish();
         first_error.and(finished)
     }

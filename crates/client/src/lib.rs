@@ -54,6 +54,11 @@ pub struct ClientConfig {
     pub reply_timeout: Duration,
 }
 
+/// How long a reply may take (`RGPU_TIMEOUT`, seconds, default 600).
+pub fn reply_timeout_from_env() -> Duration {
+    seconds_from_env("RGPU_TIMEOUT", 600.0)
+}
+
 fn seconds_from_env(name: &str, default: f64) -> Duration {
     let secs = std::env::var(name)
         .ok()
@@ -73,7 +78,7 @@ impl ClientConfig {
             servers,
             token: load_client_token()?,
             connect_timeout: seconds_from_env("RGPU_CONNECT_TIMEOUT", 5.0),
-            reply_timeout: seconds_from_env("RGPU_TIMEOUT", 600.0),
+            reply_timeout: reply_timeout_from_env(),
         })
     }
 

@@ -17,14 +17,7 @@ use crate::runtime::{runtime, runtime_if_ready};
 use crate::util::{bytes_of, client_error, creation, guard, write_info};
 
 /// How long a wait for the server may take before the call fails (`RGPU_TIMEOUT`, seconds).
-pub static WAIT_TIMEOUT: LazyLock<Duration> = LazyLock::new(|| {
-    let secs = std::env::var("RGPU_TIMEOUT")
-        .ok()
-        .and_then(|v| v.trim().parse::<f64>().ok())
-        .filter(|s| *s > 0.0)
-        .unwrap_or(600.0);
-    Duration::from_secs_f64(secs)
-});
+pub static WAIT_TIMEOUT: LazyLock<Duration> = LazyLock::new(rgpu_client::reply_timeout_from_env);
 
 pub fn event_from(event: cl_event) -> Result<Ref<Event>, cl_int> {
     handle::lookup::<Event>(event)
