@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use rgpu_protocol::cuda::{CuReply, CuRequest};
 use rgpu_protocol::opencl::{ClReply, ClRequest, Id};
 use rgpu_protocol::{decode_body, ClientMsg, ServerMsg};
 use rgpu_transport::{
@@ -185,6 +186,11 @@ impl Connection {
         self.post(&ClientMsg::Cl(req), bulk)
     }
 
+    /// Like [`Connection::post`] for a CUDA request.
+    pub fn post_cu(&self, req: CuRequest, bulk: &[u8]) -> Result<(), ClientError> {
+        self.post(&ClientMsg::Cu(req), bulk)
+    }
+
     /// Sends everything queued.
     pub fn flush(&self) -> Result<(), ClientError> {
         self.shared.check()?;
@@ -217,8 +223,17 @@ impl Connection {
         }
     }
 
-    /// Sends a read request; its data will stream into `sink` and `sink.done` runs at its end.
-    pub fn start_read(&self, req: ClRequest, sink: ReadSink) -> Result<(), ClientError> {
+    /// Sends a CUDA request and waits for its `CuReply`.
+    pub fn call_cu(&self, req: CuRequest, bulk: &[u8]) -> Result<CuReply, ClientError> {
+        match self.call(&ClientMsg::Cu(req), bulk)? {
+            ServerMsg::Cu(reply) => Ok(reply),
+            other => Err(ClientError::Protocol(format!("unexpected reply {other:?}"))),
+        }
+    }
+
+    /// Sends a read request (OpenCL or CUDA); its data will stream into `sink` and `sink.done`
+    /// runs at its end with the request's final status.
+    pub fn start_read(&self, req: &ClientMsg, sink: ReadSink) -> Result<(), ClientError> {
         if let Err(e) = self.shared.check() {
             (sink.done)(Err(e.clone()));
             return Err(e);
@@ -229,7 +244,7 @@ impl Connection {
             .lock()
             .unwrap()
             .insert(seq, Pending::Read(sink));
-        if let Err(e) = self.send_now(&ClientMsg::Cl(req), seq, &[]) {
+        if let Err(e) = self.send_now(req, seq, &[]) {
             if let Some(Pending::Read(sink)) = self.shared.pending.lock().unwrap().remove(&seq) {
                 (sink.done)(Err(e.clone()));
             }
@@ -363,6 +378,8 @@ fn read_one(reader: &mut FrameReader<Stream>, shared: &Shared) -> Result<(), Tra
                 Some(Pending::Read(sink)) => {
                     let status = match reply {
                         ServerMsg::Cl(ClReply::Status(status)) => Ok(status),
+                        // CUresult values are small and positive.
+                        ServerMsg::Cu(CuReply::Status(status)) => Ok(status as i32),
                         other => Err(ClientError::Protocol(format!(
                             "unexpected end of read: {other:?}"
                         ))),

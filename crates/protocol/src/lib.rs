@@ -7,6 +7,7 @@
 //! [`ServerMsg::Fatal`]). After that the client sends requests and the server replies.
 
 pub mod auth;
+pub mod cuda;
 pub mod frame;
 pub mod opencl;
 
@@ -15,7 +16,7 @@ use serde::{Deserialize, Serialize};
 pub use frame::{decode_body, encode_frame, FrameHeader, HEADER_LEN};
 
 /// Bumped on every incompatible change of any message.
-pub const PROTOCOL_VERSION: u32 = 1;
+pub const PROTOCOL_VERSION: u32 = 2;
 /// First bytes on the wire, each way.
 pub const MAGIC: [u8; 4] = *b"RGPU";
 
@@ -105,6 +106,7 @@ pub enum ClientMsg {
     /// Reply: `ServerMsg::Pong`. Measures a round trip.
     Ping,
     Cl(opencl::ClRequest),
+    Cu(cuda::CuRequest),
 }
 
 impl ClientMsg {
@@ -112,6 +114,7 @@ impl ClientMsg {
         match self {
             ClientMsg::Authenticate { .. } | ClientMsg::Ping => true,
             ClientMsg::Cl(req) => req.expects_reply(),
+            ClientMsg::Cu(req) => req.expects_reply(),
         }
     }
 }
@@ -137,8 +140,10 @@ pub enum ServerMsg {
     Pong,
     /// The reply to the request with the frame's seq.
     Cl(opencl::ClReply),
-    /// A chunk of a read's data for the request with the frame's seq, at this byte offset of the
-    /// read. Bulk: the chunk.
+    /// The reply to the CUDA request with the frame's seq.
+    Cu(cuda::CuReply),
+    /// A chunk of a read's data (OpenCL or CUDA) for the request with the frame's seq, at this
+    /// byte offset of the read. Bulk: the chunk.
     Data {
         offset: u64,
     },

@@ -1,15 +1,16 @@
-//! The rgpu server: serves the machine's OpenCL devices to rgpu clients.
+//! The rgpu server: serves the machine's OpenCL devices and CUDA GPUs to rgpu clients.
 //!
 //! - [`Server::bind`] loads the system's OpenCL at run time ([`native`]), takes the
 //!   [`inventory`] of platforms and devices once, and binds the listening socket.
 //! - [`Server::run`] accepts connections ([`listener`]); each gets a session thread
 //!   ([`session`]) with its own object tables ([`handles`]), a staging pool ([`staging`]) and a
 //!   completion thread ([`completion`]). The OpenCL requests themselves are carried out in
-//!   [`opencl`].
+//!   [`opencl`], the CUDA ones in [`cuda`] (the driver loaded at run time, when there is one).
 //! - [`ShutdownHandle::shutdown`] makes `run` return after every session has been closed and
 //!   its objects released.
 
 mod completion;
+mod cuda;
 mod handles;
 mod inventory;
 mod listener;
@@ -42,6 +43,10 @@ pub struct ServerConfig {
     pub device_filter: Option<String>,
     /// The OpenCL library to load instead of the system ICD loader.
     pub opencl_library: Option<PathBuf>,
+    /// Serve the machine's CUDA GPUs (when it has a CUDA driver).
+    pub cuda: bool,
+    /// The CUDA driver to load instead of the system's `libcuda.so.1`.
+    pub cuda_library: Option<PathBuf>,
     /// The server's name in the handshake (the CLI uses the host name).
     pub name: String,
 }
@@ -85,6 +90,20 @@ impl Server {
                 Inventory::empty()
             }
         };
+        let cuda = if config.cuda {
+            match cuda::Backend::load(config.cuda_library.as_deref()) {
+                Ok(backend) => {
+                    log::info!("CUDA driver: {}", backend.driver.path().display());
+                    Some(backend)
+                }
+                Err(e) => {
+                    log::info!("{e}; serving no CUDA GPUs");
+                    None
+                }
+            }
+        } else {
+            None
+        };
         let listener = Listener::bind(&config.listen)
             .map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
         let endpoint = listener
@@ -93,8 +112,8 @@ impl Server {
         listener
             .set_nonblocking(true)
             .map_err(|e| format!("cannot set up the listening socket: {e}"))?;
-        log_start(&inventory, &endpoint, &config);
-        let shared = Arc::new(Shared::new(inventory, config.token, config.name));
+        log_start(&inventory, cuda.as_ref(), &endpoint, &config);
+        let shared = Arc::new(Shared::new(inventory, cuda, config.token, config.name));
         Ok(Server {
             listener,
             endpoint,
@@ -133,7 +152,19 @@ fn forget_rgpu_servers() {
     });
 }
 
-fn log_start(inventory: &Inventory, endpoint: &Endpoint, config: &ServerConfig) {
+fn log_start(
+    inventory: &Inventory,
+    cuda: Option<&cuda::Backend>,
+    endpoint: &Endpoint,
+    config: &ServerConfig,
+) {
+    for (ordinal, gpu) in cuda.iter().flat_map(|c| c.inventory.devices.iter().enumerate()) {
+        log::info!(
+            "serving CUDA device {ordinal}: {} ({} MiB)",
+            gpu.name,
+            gpu.total_mem >> 20
+        );
+    }
     if inventory.devices.is_empty() {
         log::warn!("no OpenCL device found: clients will see no devices");
     }

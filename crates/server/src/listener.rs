@@ -18,6 +18,8 @@ const SESSION_DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 
 pub(crate) struct Shared {
     pub inventory: Arc<Inventory>,
+    /// The CUDA backend, where the machine has a CUDA driver.
+    pub cuda: Option<Arc<crate::cuda::Backend>>,
     pub token: Option<Token>,
     pub name: String,
     pub stop: AtomicBool,
@@ -27,9 +29,15 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    pub fn new(inventory: Inventory, token: Option<Token>, name: String) -> Shared {
+    pub fn new(
+        inventory: Inventory,
+        cuda: Option<crate::cuda::Backend>,
+        token: Option<Token>,
+        name: String,
+    ) -> Shared {
         Shared {
             inventory: Arc::new(inventory),
+            cuda: cuda.map(Arc::new),
             token,
             name,
             stop: AtomicBool::new(false),

@@ -161,6 +161,8 @@ pub struct Session {
     /// User events not yet given a status: while there are any, device work may wait on the
     /// client, so the completion thread must not block on it.
     pub(crate) pending_user_events: Arc<AtomicUsize>,
+    /// The session's CUDA objects, from its first CUDA request on.
+    pub(crate) cuda: Option<crate::cuda::CudaSession>,
 }
 
 impl Session {
@@ -190,6 +192,7 @@ impl Session {
             deferred: None,
             user_events: Vec::new(),
             pending_user_events,
+            cuda: None,
         }
     }
 
@@ -214,6 +217,7 @@ impl Session {
                     Err(End::Protocol("authentication after the handshake".into()))
                 }
                 ClientMsg::Cl(request) => self.handle(header.seq, header.bulk_len, request),
+                ClientMsg::Cu(request) => self.handle_cuda(header.seq, header.bulk_len, request),
             };
             if let Err(end) = result {
                 return end;
@@ -603,7 +607,10 @@ impl Session {
             completion.shutdown();
         }
         self.stream.shutdown();
-        let count = self.handles.count();
+        let mut count = self.handles.count();
+        if let Some(mut cuda) = self.cuda.take() {
+            count += cuda.close();
+        }
         self.handles.release_all();
         self.remove_includes();
         self.user_events.clear();

@@ -1,4 +1,4 @@
-//! `rgpu server`: serve this machine's OpenCL devices.
+//! `rgpu server`: serve this machine's OpenCL devices and CUDA GPUs.
 
 use std::net::ToSocketAddrs;
 use std::path::PathBuf;
@@ -14,9 +14,11 @@ pub const LISTENING_PREFIX: &str = "rgpu server listening on ";
 
 #[derive(clap::Args, Debug)]
 #[command(
-    about = "Serve this machine's OpenCL devices to rgpu clients",
-    long_about = "Serve this machine's OpenCL devices to rgpu clients.\n\n\
-                  The devices come from the system's OpenCL ICD loader, loaded at run time. \
+    about = "Serve this machine's OpenCL devices and CUDA GPUs to rgpu clients",
+    long_about = "Serve this machine's OpenCL devices and CUDA GPUs to rgpu clients.\n\n\
+                  The devices come from the system's OpenCL ICD loader and CUDA driver \
+                  (libcuda.so.1), both loaded at run time; a machine without one serves the \
+                  other. \
                   Without --token-file only clients on this machine (loopback TCP, Unix socket) \
                   are admitted; with it, clients anywhere must prove they hold the same token \
                   (RGPU_TOKEN or RGPU_TOKEN_FILE on their side). SIGINT or SIGTERM stops the \
@@ -48,6 +50,14 @@ pub struct ServerArgs {
     #[arg(long, value_name = "PATH", env = "RGPU_OPENCL_LIBRARY")]
     opencl_library: Option<PathBuf>,
 
+    /// Do not serve CUDA GPUs.
+    #[arg(long)]
+    no_cuda: bool,
+
+    /// The CUDA driver to load instead of the system's libcuda.so.1.
+    #[arg(long, value_name = "PATH", env = "RGPU_CUDA_LIBRARY")]
+    cuda_library: Option<PathBuf>,
+
     /// The name clients see for this server (default: the host name).
     #[arg(long)]
     name: Option<String>,
@@ -69,6 +79,8 @@ pub fn run(args: ServerArgs) -> Result<ExitCode, String> {
         platform_filter: args.platform,
         device_filter: args.devices,
         opencl_library: args.opencl_library,
+        cuda: !args.no_cuda,
+        cuda_library: args.cuda_library,
         name: args.name.unwrap_or_else(host_name),
     };
     // Caught before OpenCL loads: an implementation built on LLVM (PoCL) installs handlers

@@ -42,6 +42,8 @@ impl Running {
             platform_filter: None,
             device_filter: None,
             opencl_library: None,
+            cuda: true,
+            cuda_library: None,
             name: "test-server".into(),
         })
         .expect("server binds");

@@ -1,0 +1,16 @@
+//! CUDA driver API definitions shared by the rgpu server, the drop-in `libcuda.so.1` and the CLI.
+//!
+//! - [`sys`]: the driver's C types (from cudarc's bindings; rgpu never calls through cudarc).
+//! - [`generated`]: the one list of driver functions ([`for_each_driver_function!`]), the
+//!   `cuGetProcAddress` version table and the names of every `CUresult`.
+
+pub use cudarc::driver::sys;
+
+pub mod generated;
+
+/// The markers of a launch's `extra` array (`CU_LAUNCH_PARAM_*`, pointer-valued macros in C).
+pub mod launch_param {
+    pub const END: usize = 0;
+    pub const BUFFER_POINTER: usize = 1;
+    pub const BUFFER_SIZE: usize = 2;
+}

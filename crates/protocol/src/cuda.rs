@@ -1,0 +1,301 @@
+//! CUDA driver messages: the device operations the drop-in `libcuda.so.1` maps the driver API
+//! onto.
+//!
+//! Devices are numbered by the server (their ordinal on that server). Every other object
+//! (context, stream, event, module, library, function, kernel) gets an id chosen by the client
+//! when it creates the object, so creation and use pipeline without waiting for a reply. Ids are
+//! per session. Stream id 0 is the context's default stream. Device pointers are the server's own
+//! addresses: kernels receive them inside their parameters, which the client cannot rewrite.
+//!
+//! Requests without a reply ([`CuRequest::expects_reply`]) are fire-and-forget: the server
+//! keeps the first error among them and returns it from the next synchronizing request, as the
+//! driver reports asynchronous errors at the next synchronizing call.
+
+use serde::{Deserialize, Serialize};
+
+/// A session-local object id chosen by the client (0: none / default stream).
+pub type Id = u64;
+/// A device address on the server.
+pub type DevicePtr = u64;
+/// A `CUresult` value.
+pub type Status = u32;
+
+/// What a client needs to answer every device query locally.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct CuInventory {
+    /// `cuDriverGetVersion` on the server (e.g. 13000); 0 when the server has no CUDA.
+    pub driver_version: i32,
+    pub devices: Vec<CuDevice>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct CuDevice {
+    pub name: String,
+    pub uuid: [u8; 16],
+    pub total_mem: u64,
+    /// `(attribute, value)` for every `CUdevice_attribute` the driver answers.
+    pub attributes: Vec<(u32, i32)>,
+    /// `cuDeviceGetPCIBusId`, e.g. "0000:1b:00.0".
+    pub pci_bus_id: String,
+}
+
+/// Whether a loaded image is a module (`cuModuleLoadData*`) or a library (`cuLibraryLoadData`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ImageKind {
+    Module,
+    Library,
+}
+
+/// One `cuLaunchKernelEx` attribute: its id and the raw bytes of its value union.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LaunchAttribute {
+    pub id: u32,
+    pub value: Vec<u8>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum CuRequest {
+    /// Reply: `Inventory`.
+    GetInventory,
+    /// A context on `device`. `primary`: the session's stand-in for the device's primary context
+    /// (one per session and device, shared by every primary-context handle of the client).
+    /// No reply.
+    CreateContext {
+        id: Id,
+        device: u32,
+        flags: u32,
+        primary: bool,
+    },
+    /// No reply.
+    DestroyContext { id: Id },
+    /// `cuCtxSynchronize`. Reply: `Status`.
+    Synchronize { ctx: Id },
+    /// `cuCtxGetLimit`. Reply: `Value`.
+    GetLimit { ctx: Id, limit: u32 },
+    /// `cuCtxSetLimit`. Reply: `Status`.
+    SetLimit { ctx: Id, limit: u32, value: u64 },
+    /// Reply: `MemInfo`.
+    MemGetInfo { ctx: Id },
+    /// Reply: `Pointer`.
+    MemAlloc { ctx: Id, size: u64 },
+    /// Reply: `Status`.
+    MemFree { ctx: Id, ptr: DevicePtr },
+    /// Bulk: the bytes to write at `dst`, in stream order. No reply.
+    MemcpyHtoD {
+        ctx: Id,
+        stream: Id,
+        dst: DevicePtr,
+    },
+    /// Replies: `Data` frames with the bytes, then `Status`.
+    MemcpyDtoH {
+        ctx: Id,
+        stream: Id,
+        src: DevicePtr,
+        size: u64,
+    },
+    /// No reply.
+    MemcpyDtoD {
+        ctx: Id,
+        stream: Id,
+        dst: DevicePtr,
+        src: DevicePtr,
+        size: u64,
+    },
+    /// `cuMemsetD8/16/32[Async]` (`element_size` 1, 2 or 4) and their 2D forms (`height` > 1,
+    /// rows `pitch` bytes apart, `width` elements each). No reply.
+    Memset {
+        ctx: Id,
+        stream: Id,
+        dst: DevicePtr,
+        value: u32,
+        element_size: u8,
+        width: u64,
+        height: u64,
+        pitch: u64,
+    },
+    /// Loads an image whose SHA-256 is `hash`. Bulk: the image, or nothing when the client
+    /// expects the server to hold it already. Reply: `Loaded`.
+    LoadImage {
+        id: Id,
+        ctx: Id,
+        kind: ImageKind,
+        hash: [u8; 32],
+    },
+    /// No reply.
+    UnloadImage { id: Id },
+    /// `cuModuleGetFunction` (`module` a module) or `cuLibraryGetKernel` (a library). Reply:
+    /// `Function`.
+    GetFunction { id: Id, image: Id, name: String },
+    /// `cuKernelGetFunction`: the function of a library kernel in `ctx`. Reply: `Function`.
+    KernelGetFunction { id: Id, kernel: Id, ctx: Id },
+    /// `cuModuleGetGlobal` / `cuLibraryGetGlobal`. Reply: `Global`.
+    GetGlobal { ctx: Id, image: Id, name: String },
+    /// `cuFuncSetAttribute` / `cuKernelSetAttribute` (`device` for kernels). Reply: `Status`.
+    SetFunctionAttribute {
+        function: Id,
+        attribute: u32,
+        value: i32,
+        device: u32,
+    },
+    /// `cuFuncSetCacheConfig` and friends. No reply.
+    SetFunctionCacheConfig { function: Id, config: u32 },
+    /// Bulk: the kernel's parameter buffer, laid out as the function's parameter table says.
+    /// No reply.
+    Launch {
+        ctx: Id,
+        function: Id,
+        stream: Id,
+        grid: [u32; 3],
+        block: [u32; 3],
+        shared_mem: u32,
+        attributes: Vec<LaunchAttribute>,
+    },
+    /// No reply.
+    CreateStream {
+        id: Id,
+        ctx: Id,
+        flags: u32,
+        priority: i32,
+    },
+    /// No reply.
+    DestroyStream { id: Id },
+    /// Reply: `Status`.
+    StreamSynchronize { ctx: Id, stream: Id },
+    /// Reply: `Status` (`CUDA_ERROR_NOT_READY` while work is pending).
+    StreamQuery { ctx: Id, stream: Id },
+    /// No reply.
+    StreamWaitEvent {
+        ctx: Id,
+        stream: Id,
+        event: Id,
+        flags: u32,
+    },
+    /// No reply.
+    CreateEvent { id: Id, ctx: Id, flags: u32 },
+    /// No reply.
+    DestroyEvent { id: Id },
+    /// No reply.
+    RecordEvent {
+        ctx: Id,
+        event: Id,
+        stream: Id,
+        flags: u32,
+    },
+    /// Reply: `Status`.
+    EventSynchronize { event: Id },
+    /// Reply: `Status`.
+    EventQuery { event: Id },
+    /// Reply: `Elapsed`.
+    EventElapsedTime { start: Id, end: Id },
+    /// The occupancy calculator. Reply: `Value`.
+    Occupancy { ctx: Id, query: OccupancyQuery },
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum OccupancyQuery {
+    /// `cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags`.
+    MaxActiveBlocks {
+        function: Id,
+        block_size: i32,
+        shared_mem: u64,
+        flags: u32,
+    },
+    /// `cuOccupancyAvailableDynamicSMemPerBlock`.
+    AvailableDynamicSharedMem {
+        function: Id,
+        num_blocks: i32,
+        block_size: i32,
+    },
+    /// `cuOccupancyMaxPotentialBlockSize` without a size callback.
+    MaxPotentialBlockSize {
+        function: Id,
+        shared_mem: u64,
+        block_size_limit: i32,
+        flags: u32,
+    },
+    /// `cuOccupancyMaxActiveClusters` with a launch configuration.
+    MaxActiveClusters {
+        function: Id,
+        grid: [u32; 3],
+        block: [u32; 3],
+        shared_mem: u32,
+        attributes: Vec<LaunchAttribute>,
+    },
+}
+
+impl CuRequest {
+    pub fn expects_reply(&self) -> bool {
+        !matches!(
+            self,
+            CuRequest::CreateContext { .. }
+                | CuRequest::DestroyContext { .. }
+                | CuRequest::MemcpyHtoD { .. }
+                | CuRequest::MemcpyDtoD { .. }
+                | CuRequest::Memset { .. }
+                | CuRequest::UnloadImage { .. }
+                | CuRequest::SetFunctionCacheConfig { .. }
+                | CuRequest::Launch { .. }
+                | CuRequest::CreateStream { .. }
+                | CuRequest::DestroyStream { .. }
+                | CuRequest::StreamWaitEvent { .. }
+                | CuRequest::CreateEvent { .. }
+                | CuRequest::DestroyEvent { .. }
+                | CuRequest::RecordEvent { .. }
+        )
+    }
+
+    /// Whether the request carries bulk data.
+    pub fn takes_bulk(&self) -> bool {
+        matches!(
+            self,
+            CuRequest::MemcpyHtoD { .. } | CuRequest::LoadImage { .. } | CuRequest::Launch { .. }
+        )
+    }
+}
+
+/// What a function's client needs to launch it and answer its attribute queries locally.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct FunctionInfo {
+    /// `(offset, size)` of each parameter in the parameter buffer.
+    pub params: Vec<(u32, u32)>,
+    /// `(CUfunction_attribute, value)` for every attribute the driver answers.
+    pub attributes: Vec<(u32, i32)>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum CuReply {
+    Status(Status),
+    Inventory(CuInventory),
+    Value {
+        status: Status,
+        value: i64,
+    },
+    MemInfo {
+        status: Status,
+        free: u64,
+        total: u64,
+    },
+    Pointer {
+        status: Status,
+        ptr: DevicePtr,
+    },
+    /// `need_image`: the server does not hold an image with that hash; send it.
+    Loaded {
+        status: Status,
+        need_image: bool,
+        log: String,
+    },
+    Function {
+        status: Status,
+        info: FunctionInfo,
+    },
+    Global {
+        status: Status,
+        ptr: DevicePtr,
+        size: u64,
+    },
+    Elapsed {
+        status: Status,
+        milliseconds: f32,
+    },
+}

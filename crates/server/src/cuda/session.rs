@@ -1,0 +1,1208 @@
+//! A session's CUDA objects and the carrying out of CUDA requests.
+//!
+//! Everything runs on the session's request thread, so the driver's per-thread current context
+//! is this session's alone; `enter` switches it only when a request names another context.
+//! Each session gets its own contexts (its stand-in for a device's primary context is a context
+//! of its own, not the process's primary context), so a session's faults and leaks end with it:
+//! destroying its contexts at close frees every allocation, module, stream and event it made.
+
+use std::collections::HashMap;
+use std::ffi::{c_void, CString};
+use std::ptr::null_mut;
+use std::sync::Arc;
+
+use rgpu_cuda_api::generated::{func_cache, function_attribute, limit, FUNCTION_ATTRIBUTE_VALUES};
+use rgpu_cuda_api::launch_param;
+use rgpu_cuda_api::sys::*;
+use rgpu_protocol::cuda::{
+    CuReply, CuRequest, FunctionInfo, Id, ImageKind, LaunchAttribute, OccupancyQuery,
+};
+use rgpu_protocol::ServerMsg;
+use sha2::{Digest, Sha256};
+
+use super::driver::{check, Status, INVALID_HANDLE, INVALID_VALUE, NOT_SUPPORTED, SUCCESS};
+use super::staging::{Staging, CHUNK};
+use super::Backend;
+use crate::cu_call;
+use crate::session::{End, Session};
+
+const INVALID_CONTEXT: Status = cudaError_enum::CUDA_ERROR_INVALID_CONTEXT as u32;
+const INVALID_DEVICE: Status = cudaError_enum::CUDA_ERROR_INVALID_DEVICE as u32;
+/// The largest module image a client may send.
+const MAX_IMAGE_BYTES: u64 = 4 << 30;
+
+struct Context {
+    raw: CUcontext,
+    device: u32,
+}
+
+enum ImageHandle {
+    Module(CUmodule),
+    Library(CUlibrary),
+}
+
+struct Image {
+    handle: ImageHandle,
+    /// The driver may read a library's image lazily, at first use of a kernel.
+    _bytes: Arc<Vec<u8>>,
+}
+
+/// A launchable: a module function or a library kernel (the driver takes either as CUfunction).
+#[derive(Clone, Copy)]
+struct Function {
+    raw: CUfunction,
+    is_kernel: bool,
+}
+
+pub(crate) struct CudaSession {
+    backend: Arc<Backend>,
+    contexts: HashMap<Id, Context>,
+    /// The session's stand-in for each device's primary context.
+    primary: HashMap<u32, CUcontext>,
+    current: CUcontext,
+    current_device: u32,
+    streams: HashMap<Id, CUstream>,
+    events: HashMap<Id, CUevent>,
+    images: HashMap<Id, Image>,
+    functions: HashMap<Id, Function>,
+    staging: Staging,
+    /// The launch parameter buffer, reused across launches.
+    params: Vec<u8>,
+    /// The first error of a fire-and-forget request since the last synchronizing reply.
+    deferred: Option<Status>,
+}
+
+impl CudaSession {
+    pub fn new(backend: Arc<Backend>) -> CudaSession {
+        CudaSession {
+            backend,
+            contexts: HashMap::new(),
+            primary: HashMap::new(),
+            current: null_mut(),
+            current_device: 0,
+            streams: HashMap::new(),
+            events: HashMap::new(),
+            images: HashMap::new(),
+            functions: HashMap::new(),
+            staging: Staging::default(),
+            params: Vec::new(),
+            deferred: None,
+        }
+    }
+
+    /// Destroys every context the session made (which frees everything in them). Returns how
+    /// many objects the client had left.
+    pub fn close(&mut self) -> usize {
+        let driver = &self.backend.driver;
+        let count = self.streams.len()
+            + self.events.len()
+            + self.images.len()
+            + self.functions.len()
+            + self.contexts.len();
+        let mut raws: Vec<CUcontext> = self.primary.values().copied().collect();
+        raws.extend(
+            self.contexts
+                .values()
+                .map(|c| c.raw)
+                .filter(|raw| !self.primary.values().any(|p| p == raw)),
+        );
+        for &raw in &raws {
+            cu_call!(driver, cuCtxSetCurrent(raw));
+            self.staging.forget_context(driver, raw);
+        }
+        cu_call!(driver, cuCtxSetCurrent(null_mut()));
+        for raw in raws {
+            let status = cu_call!(driver, cuCtxDestroy_v2(raw));
+            if status != SUCCESS {
+                log::debug!("cuCtxDestroy at session end: CUDA error {status}");
+            }
+        }
+        self.contexts.clear();
+        self.primary.clear();
+        self.streams.clear();
+        self.events.clear();
+        self.images.clear();
+        self.functions.clear();
+        self.current = null_mut();
+        count
+    }
+
+    fn defer(&mut self, what: &str, status: Status) {
+        if status != SUCCESS {
+            log::debug!("{what} failed: CUDA error {status}; deferred");
+            self.deferred.get_or_insert(status);
+        }
+    }
+
+    /// The status a synchronizing request reports: its own error, else a deferred one.
+    fn sync_status(&mut self, status: Status) -> Status {
+        let deferred = self.deferred.take();
+        if status != SUCCESS {
+            status
+        } else {
+            deferred.unwrap_or(SUCCESS)
+        }
+    }
+
+    /// Makes the client's context `ctx` current on this thread.
+    fn enter(&mut self, ctx: Id) -> Result<(), Status> {
+        let context = self.contexts.get(&ctx).ok_or(INVALID_CONTEXT)?;
+        if context.raw != self.current {
+            check(cu_call!(self.backend.driver, cuCtxSetCurrent(context.raw)))?;
+            self.current = context.raw;
+            self.current_device = context.device;
+        }
+        Ok(())
+    }
+
+    fn stream(&self, id: Id) -> Result<CUstream, Status> {
+        if id == 0 {
+            return Ok(null_mut());
+        }
+        self.streams.get(&id).copied().ok_or(INVALID_HANDLE)
+    }
+
+    fn event(&self, id: Id) -> Result<CUevent, Status> {
+        self.events.get(&id).copied().ok_or(INVALID_HANDLE)
+    }
+
+    fn function(&self, id: Id) -> Result<Function, Status> {
+        self.functions.get(&id).copied().ok_or(INVALID_HANDLE)
+    }
+
+    fn create_context(&mut self, id: Id, device: u32, flags: u32, primary: bool) -> Status {
+        let driver = &self.backend.driver;
+        if device as usize >= self.backend.inventory.devices.len() {
+            return INVALID_DEVICE;
+        }
+        let existing = primary.then(|| self.primary.get(&device).copied()).flatten();
+        let raw = match existing {
+            Some(raw) => raw,
+            None => {
+                let mut raw = null_mut();
+                let status = cu_call!(
+                    driver,
+                    cuCtxCreate_v4(&mut raw, null_mut(), flags, device as CUdevice)
+                );
+                if status != SUCCESS {
+                    return status;
+                }
+                // cuCtxCreate pushed the new context; keep the thread's state as recorded.
+                let mut popped = null_mut();
+                cu_call!(driver, cuCtxPopCurrent_v2(&mut popped));
+                if !self.current.is_null() {
+                    cu_call!(driver, cuCtxSetCurrent(self.current));
+                }
+                if primary {
+                    self.primary.insert(device, raw);
+                }
+                raw
+            }
+        };
+        self.contexts.insert(id, Context { raw, device });
+        SUCCESS
+    }
+
+    fn destroy_context(&mut self, id: Id) -> Status {
+        let Some(context) = self.contexts.remove(&id) else {
+            return INVALID_CONTEXT;
+        };
+        let shared = self.primary.values().any(|&p| p == context.raw);
+        if shared {
+            // The primary stand-in lives as long as the session.
+            return SUCCESS;
+        }
+        let driver = &self.backend.driver;
+        self.staging.forget_context(driver, context.raw);
+        if self.current == context.raw {
+            cu_call!(driver, cuCtxSetCurrent(null_mut()));
+            self.current = null_mut();
+        }
+        cu_call!(driver, cuCtxDestroy_v2(context.raw))
+    }
+
+    fn memset(
+        &mut self,
+        stream: CUstream,
+        dst: u64,
+        value: u32,
+        element_size: u8,
+        width: usize,
+        height: usize,
+        pitch: usize,
+    ) -> Status {
+        let driver = &self.backend.driver;
+        match (element_size, height > 1) {
+            (1, false) => cu_call!(driver, cuMemsetD8Async(dst, value as u8, width, stream)),
+            (2, false) => cu_call!(driver, cuMemsetD16Async(dst, value as u16, width, stream)),
+            (4, false) => cu_call!(driver, cuMemsetD32Async(dst, value, width, stream)),
+            (1, true) => cu_call!(
+                driver,
+                cuMemsetD2D8Async(dst, pitch, value as u8, width, height, stream)
+            ),
+            (2, true) => cu_call!(
+                driver,
+                cuMemsetD2D16Async(dst, pitch, value as u16, width, height, stream)
+            ),
+            (4, true) => cu_call!(
+                driver,
+                cuMemsetD2D32Async(dst, pitch, value, width, height, stream)
+            ),
+            _ => INVALID_VALUE,
+        }
+    }
+
+    fn load_image(&mut self, id: Id, ctx: Id, kind: ImageKind, bytes: Arc<Vec<u8>>) -> Status {
+        if let Err(status) = self.enter(ctx) {
+            return status;
+        }
+        let driver = &self.backend.driver;
+        let code = bytes.as_ptr().cast();
+        let handle = match kind {
+            ImageKind::Module => {
+                let mut module = null_mut();
+                let status = cu_call!(driver, cuModuleLoadData(&mut module, code));
+                if status != SUCCESS {
+                    return status;
+                }
+                ImageHandle::Module(module)
+            }
+            ImageKind::Library => {
+                let mut library = null_mut();
+                let status = cu_call!(
+                    driver,
+                    cuLibraryLoadData(
+                        &mut library,
+                        code,
+                        null_mut(),
+                        null_mut(),
+                        0,
+                        null_mut(),
+                        null_mut(),
+                        0
+                    )
+                );
+                if status != SUCCESS {
+                    return status;
+                }
+                ImageHandle::Library(library)
+            }
+        };
+        self.images.insert(
+            id,
+            Image {
+                handle,
+                _bytes: bytes,
+            },
+        );
+        SUCCESS
+    }
+
+    fn unload_image(&mut self, id: Id) -> Status {
+        let driver = &self.backend.driver;
+        match self.images.remove(&id) {
+            Some(Image {
+                handle: ImageHandle::Module(module),
+                ..
+            }) => cu_call!(driver, cuModuleUnload(module)),
+            Some(Image {
+                handle: ImageHandle::Library(library),
+                ..
+            }) => cu_call!(driver, cuLibraryUnload(library)),
+            None => INVALID_HANDLE,
+        }
+    }
+
+    fn get_function(&mut self, id: Id, image: Id, name: &str) -> Result<FunctionInfo, Status> {
+        let name = CString::new(name).map_err(|_| INVALID_VALUE)?;
+        let driver = &self.backend.driver;
+        let function = match self.images.get(&image).map(|i| &i.handle) {
+            Some(ImageHandle::Module(module)) => {
+                let mut raw = null_mut();
+                check(cu_call!(
+                    driver,
+                    cuModuleGetFunction(&mut raw, *module, name.as_ptr())
+                ))?;
+                Function {
+                    raw,
+                    is_kernel: false,
+                }
+            }
+            Some(ImageHandle::Library(library)) => {
+                let mut kernel = null_mut();
+                check(cu_call!(
+                    driver,
+                    cuLibraryGetKernel(&mut kernel, *library, name.as_ptr())
+                ))?;
+                Function {
+                    raw: kernel.cast(),
+                    is_kernel: true,
+                }
+            }
+            None => return Err(INVALID_HANDLE),
+        };
+        let info = self.describe_function(function);
+        self.functions.insert(id, function);
+        Ok(info)
+    }
+
+    fn kernel_get_function(&mut self, id: Id, kernel: Id, ctx: Id) -> Result<FunctionInfo, Status> {
+        self.enter(ctx)?;
+        let kernel = self.function(kernel)?;
+        if !kernel.is_kernel {
+            return Err(INVALID_HANDLE);
+        }
+        let mut raw = null_mut();
+        check(cu_call!(
+            self.backend.driver,
+            cuKernelGetFunction(&mut raw, kernel.raw.cast())
+        ))?;
+        let function = Function {
+            raw,
+            is_kernel: false,
+        };
+        let info = self.describe_function(function);
+        self.functions.insert(id, function);
+        Ok(info)
+    }
+
+    /// The parameter layout and attributes the client caches for a function.
+    fn describe_function(&self, function: Function) -> FunctionInfo {
+        let driver = &self.backend.driver;
+        let mut params = Vec::new();
+        loop {
+            let (mut offset, mut size) = (0usize, 0usize);
+            let index = params.len();
+            let status = if function.is_kernel {
+                cu_call!(
+                    driver,
+                    cuKernelGetParamInfo(function.raw.cast(), index, &mut offset, &mut size)
+                )
+            } else {
+                cu_call!(
+                    driver,
+                    cuFuncGetParamInfo(function.raw, index, &mut offset, &mut size)
+                )
+            };
+            if status != SUCCESS {
+                break;
+            }
+            params.push((offset as u32, size as u32));
+        }
+        let device = self.current_device as CUdevice;
+        let attributes = FUNCTION_ATTRIBUTE_VALUES
+            .iter()
+            .filter_map(|&value| {
+                let attribute = function_attribute(value)?;
+                let mut answer = 0;
+                let status = if function.is_kernel {
+                    cu_call!(
+                        driver,
+                        cuKernelGetAttribute(&mut answer, attribute, function.raw.cast(), device)
+                    )
+                } else {
+                    cu_call!(driver, cuFuncGetAttribute(&mut answer, attribute, function.raw))
+                };
+                (status == SUCCESS).then_some((value, answer))
+            })
+            .collect();
+        FunctionInfo { params, attributes }
+    }
+
+    fn get_global(&mut self, ctx: Id, image: Id, name: &str) -> Result<(u64, u64), Status> {
+        self.enter(ctx)?;
+        let name = CString::new(name).map_err(|_| INVALID_VALUE)?;
+        let driver = &self.backend.driver;
+        let (mut ptr, mut size) = (0u64, 0usize);
+        let status = match self.images.get(&image).map(|i| &i.handle) {
+            Some(ImageHandle::Module(module)) => cu_call!(
+                driver,
+                cuModuleGetGlobal_v2(&mut ptr, &mut size, *module, name.as_ptr())
+            ),
+            Some(ImageHandle::Library(library)) => cu_call!(
+                driver,
+                cuLibraryGetGlobal(&mut ptr, &mut size, *library, name.as_ptr())
+            ),
+            None => INVALID_HANDLE,
+        };
+        check(status).map(|()| (ptr, size as u64))
+    }
+
+    fn set_function_attribute(
+        &mut self,
+        function: Id,
+        attribute: u32,
+        value: i32,
+        device: u32,
+    ) -> Status {
+        let (Ok(function), Some(attribute)) = (self.function(function), function_attribute(attribute))
+        else {
+            return INVALID_VALUE;
+        };
+        let driver = &self.backend.driver;
+        if function.is_kernel {
+            cu_call!(
+                driver,
+                cuKernelSetAttribute(attribute, value, function.raw.cast(), device as CUdevice)
+            )
+        } else {
+            cu_call!(driver, cuFuncSetAttribute(function.raw, attribute, value))
+        }
+    }
+
+    /// Launches with the parameter buffer in `self.params`.
+    fn launch(
+        &mut self,
+        function: Id,
+        stream: Id,
+        grid: [u32; 3],
+        block: [u32; 3],
+        shared_mem: u32,
+        attributes: &[LaunchAttribute],
+    ) -> Status {
+        let (function, stream) = match (self.function(function), self.stream(stream)) {
+            (Ok(f), Ok(s)) => (f, s),
+            (Err(e), _) | (_, Err(e)) => return e,
+        };
+        let mut size = self.params.len();
+        let mut extra = [
+            launch_param::BUFFER_POINTER as *mut c_void,
+            self.params.as_mut_ptr().cast(),
+            launch_param::BUFFER_SIZE as *mut c_void,
+            (&mut size as *mut usize).cast(),
+            launch_param::END as *mut c_void,
+        ];
+        let driver = &self.backend.driver;
+        if attributes.is_empty() {
+            return cu_call!(
+                driver,
+                cuLaunchKernel(
+                    function.raw,
+                    grid[0],
+                    grid[1],
+                    grid[2],
+                    block[0],
+                    block[1],
+                    block[2],
+                    shared_mem,
+                    stream,
+                    null_mut(),
+                    extra.as_mut_ptr()
+                )
+            );
+        }
+        let Some(mut attrs) = launch_attributes(attributes) else {
+            return INVALID_VALUE;
+        };
+        let config = launch_config(grid, block, shared_mem, stream, &mut attrs);
+        cu_call!(
+            driver,
+            cuLaunchKernelEx(&config, function.raw, null_mut(), extra.as_mut_ptr())
+        )
+    }
+
+    fn occupancy(&mut self, ctx: Id, query: &OccupancyQuery) -> Result<i64, Status> {
+        self.enter(ctx)?;
+        let driver = &self.backend.driver;
+        match *query {
+            OccupancyQuery::MaxActiveBlocks {
+                function,
+                block_size,
+                shared_mem,
+                flags,
+            } => {
+                let function = self.function(function)?;
+                let mut blocks = 0;
+                check(cu_call!(
+                    driver,
+                    cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(
+                        &mut blocks,
+                        function.raw,
+                        block_size,
+                        shared_mem as usize,
+                        flags
+                    )
+                ))?;
+                Ok(blocks as i64)
+            }
+            OccupancyQuery::AvailableDynamicSharedMem {
+                function,
+                num_blocks,
+                block_size,
+            } => {
+                let function = self.function(function)?;
+                let mut bytes = 0usize;
+                check(cu_call!(
+                    driver,
+                    cuOccupancyAvailableDynamicSMemPerBlock(
+                        &mut bytes,
+                        function.raw,
+                        num_blocks,
+                        block_size
+                    )
+                ))?;
+                Ok(bytes as i64)
+            }
+            OccupancyQuery::MaxPotentialBlockSize {
+                function,
+                shared_mem,
+                block_size_limit,
+                flags,
+            } => {
+                let function = self.function(function)?;
+                let (mut min_grid, mut block) = (0, 0);
+                check(cu_call!(
+                    driver,
+                    cuOccupancyMaxPotentialBlockSizeWithFlags(
+                        &mut min_grid,
+                        &mut block,
+                        function.raw,
+                        None,
+                        shared_mem as usize,
+                        block_size_limit,
+                        flags
+                    )
+                ))?;
+                // Both answers in one value: min grid size high, block size low.
+                Ok(((min_grid as i64) << 32) | block as u32 as i64)
+            }
+            OccupancyQuery::MaxActiveClusters {
+                function,
+                grid,
+                block,
+                shared_mem,
+                ref attributes,
+            } => {
+                let function = self.function(function)?;
+                let mut attrs = launch_attributes(attributes).ok_or(INVALID_VALUE)?;
+                let config = launch_config(grid, block, shared_mem, null_mut(), &mut attrs);
+                let mut clusters = 0;
+                check(cu_call!(
+                    driver,
+                    cuOccupancyMaxActiveClusters(&mut clusters, function.raw, &config)
+                ))?;
+                Ok(clusters as i64)
+            }
+        }
+    }
+}
+
+fn launch_config(
+    grid: [u32; 3],
+    block: [u32; 3],
+    shared_mem: u32,
+    stream: CUstream,
+    attrs: &mut [CUlaunchAttribute],
+) -> CUlaunchConfig {
+    CUlaunchConfig {
+        gridDimX: grid[0],
+        gridDimY: grid[1],
+        gridDimZ: grid[2],
+        blockDimX: block[0],
+        blockDimY: block[1],
+        blockDimZ: block[2],
+        sharedMemBytes: shared_mem,
+        hStream: stream,
+        attrs: attrs.as_mut_ptr(),
+        numAttrs: attrs.len() as u32,
+    }
+}
+
+/// Rebuilds launch attributes from their wire form; `None` if one is malformed.
+fn launch_attributes(attributes: &[LaunchAttribute]) -> Option<Vec<CUlaunchAttribute>> {
+    let value_offset = std::mem::offset_of!(CUlaunchAttribute, value);
+    let value_size = std::mem::size_of::<CUlaunchAttributeValue>();
+    attributes
+        .iter()
+        .map(|attribute| {
+            if attribute.value.len() > value_size {
+                return None;
+            }
+            // SAFETY: CUlaunchAttribute is plain data for which all-zero bytes are valid (id 0
+            // is CU_LAUNCH_ATTRIBUTE_IGNORE); the id and value bytes are written inside it.
+            unsafe {
+                let mut raw: CUlaunchAttribute = std::mem::zeroed();
+                let base = (&mut raw as *mut CUlaunchAttribute).cast::<u8>();
+                base.cast::<u32>().write_unaligned(attribute.id);
+                std::ptr::copy_nonoverlapping(
+                    attribute.value.as_ptr(),
+                    base.add(value_offset),
+                    attribute.value.len(),
+                );
+                Some(raw)
+            }
+        })
+        .collect()
+}
+
+impl Session {
+    /// Carries out one CUDA request and sends its reply, if it has one. `Err` ends the session.
+    pub(crate) fn handle_cuda(
+        &mut self,
+        seq: u64,
+        bulk_len: u64,
+        request: CuRequest,
+    ) -> Result<(), End> {
+        if bulk_len > 0 && !request.takes_bulk() {
+            return Err(End::Protocol(format!(
+                "{bulk_len} bytes of bulk data with a request that takes none"
+            )));
+        }
+        let Some(backend) = self.shared.cuda.clone() else {
+            return self.refuse_cuda(seq, bulk_len, &request);
+        };
+        let mut cuda = self
+            .cuda
+            .take()
+            .unwrap_or_else(|| CudaSession::new(backend));
+        let result = self.carry_out(&mut cuda, seq, bulk_len, request);
+        self.cuda = Some(cuda);
+        result
+    }
+
+    /// A server without CUDA: an empty inventory, and NOT_SUPPORTED for anything else.
+    fn refuse_cuda(&mut self, seq: u64, bulk_len: u64, request: &CuRequest) -> Result<(), End> {
+        self.skip_bulk(bulk_len)?;
+        match request {
+            CuRequest::GetInventory => self.cu_reply(seq, CuReply::Inventory(Default::default())),
+            request if request.expects_reply() => self.cu_reply(seq, CuReply::Status(NOT_SUPPORTED)),
+            _ => Ok(()),
+        }
+    }
+
+    fn cu_reply(&self, seq: u64, reply: CuReply) -> Result<(), End> {
+        self.send(&ServerMsg::Cu(reply), seq, &[])
+    }
+
+    fn skip_bulk(&mut self, bulk_len: u64) -> Result<(), End> {
+        self.reader
+            .skip_bulk(bulk_len)
+            .map_err(|e| End::Broken(e.to_string()))
+    }
+
+    fn carry_out(
+        &mut self,
+        cuda: &mut CudaSession,
+        seq: u64,
+        bulk_len: u64,
+        request: CuRequest,
+    ) -> Result<(), End> {
+        let status_reply = |status: Result<(), Status>| CuReply::Status(status.err().unwrap_or(SUCCESS));
+        match request {
+            CuRequest::GetInventory => {
+                self.cu_reply(seq, CuReply::Inventory(cuda.backend.inventory.clone()))
+            }
+            CuRequest::CreateContext {
+                id,
+                device,
+                flags,
+                primary,
+            } => {
+                let status = cuda.create_context(id, device, flags, primary);
+                cuda.defer("context creation", status);
+                Ok(())
+            }
+            CuRequest::DestroyContext { id } => {
+                let status = cuda.destroy_context(id);
+                cuda.defer("cuCtxDestroy", status);
+                Ok(())
+            }
+            CuRequest::Synchronize { ctx } => {
+                let status = cuda
+                    .enter(ctx)
+                    .and_then(|()| check(cu_call!(cuda.backend.driver, cuCtxSynchronize())));
+                let status = cuda.sync_status(status.err().unwrap_or(SUCCESS));
+                self.cu_reply(seq, CuReply::Status(status))
+            }
+            CuRequest::GetLimit { ctx, limit: which } => {
+                let result = cuda.enter(ctx).and_then(|()| {
+                    let which = limit(which).ok_or(INVALID_VALUE)?;
+                    let mut value = 0usize;
+                    check(cu_call!(cuda.backend.driver, cuCtxGetLimit(&mut value, which)))?;
+                    Ok(value as i64)
+                });
+                self.cu_reply(seq, value_reply(result))
+            }
+            CuRequest::SetLimit {
+                ctx,
+                limit: which,
+                value,
+            } => {
+                let result = cuda.enter(ctx).and_then(|()| {
+                    let which = limit(which).ok_or(INVALID_VALUE)?;
+                    check(cu_call!(
+                        cuda.backend.driver,
+                        cuCtxSetLimit(which, value as usize)
+                    ))
+                });
+                self.cu_reply(seq, status_reply(result))
+            }
+            CuRequest::MemGetInfo { ctx } => {
+                let (mut free, mut total) = (0usize, 0usize);
+                let status = cuda.enter(ctx).and_then(|()| {
+                    check(cu_call!(
+                        cuda.backend.driver,
+                        cuMemGetInfo_v2(&mut free, &mut total)
+                    ))
+                });
+                let reply = CuReply::MemInfo {
+                    status: status.err().unwrap_or(SUCCESS),
+                    free: free as u64,
+                    total: total as u64,
+                };
+                self.cu_reply(seq, reply)
+            }
+            CuRequest::MemAlloc { ctx, size } => {
+                let mut ptr = 0u64;
+                let status = cuda.enter(ctx).and_then(|()| {
+                    check(cu_call!(
+                        cuda.backend.driver,
+                        cuMemAlloc_v2(&mut ptr, size as usize)
+                    ))
+                });
+                let reply = CuReply::Pointer {
+                    status: status.err().unwrap_or(SUCCESS),
+                    ptr,
+                };
+                self.cu_reply(seq, reply)
+            }
+            CuRequest::MemFree { ctx, ptr } => {
+                let status = cuda
+                    .enter(ctx)
+                    .and_then(|()| check(cu_call!(cuda.backend.driver, cuMemFree_v2(ptr))));
+                self.cu_reply(seq, status_reply(status))
+            }
+            CuRequest::MemcpyHtoD { ctx, stream, dst } => {
+                let status = self.write_to_device(cuda, ctx, stream, dst, bulk_len)?;
+                cuda.defer("host-to-device copy", status);
+                Ok(())
+            }
+            CuRequest::MemcpyDtoH {
+                ctx,
+                stream,
+                src,
+                size,
+            } => self.read_from_device(cuda, seq, ctx, stream, src, size),
+            CuRequest::MemcpyDtoD {
+                ctx,
+                stream,
+                dst,
+                src,
+                size,
+            } => {
+                let status = cuda.enter(ctx).and_then(|()| {
+                    let stream = cuda.stream(stream)?;
+                    check(cu_call!(
+                        cuda.backend.driver,
+                        cuMemcpyDtoDAsync_v2(dst, src, size as usize, stream)
+                    ))
+                });
+                cuda.defer("device-to-device copy", status.err().unwrap_or(SUCCESS));
+                Ok(())
+            }
+            CuRequest::Memset {
+                ctx,
+                stream,
+                dst,
+                value,
+                element_size,
+                width,
+                height,
+                pitch,
+            } => {
+                let status = match cuda.enter(ctx).and_then(|()| cuda.stream(stream)) {
+                    Ok(stream) => cuda.memset(
+                        stream,
+                        dst,
+                        value,
+                        element_size,
+                        width as usize,
+                        height as usize,
+                        pitch as usize,
+                    ),
+                    Err(status) => status,
+                };
+                cuda.defer("memset", status);
+                Ok(())
+            }
+            CuRequest::LoadImage {
+                id,
+                ctx,
+                kind,
+                hash,
+            } => {
+                let bytes = if bulk_len == 0 {
+                    match cuda.backend.image(&hash) {
+                        Some(bytes) => bytes,
+                        None => {
+                            let reply = CuReply::Loaded {
+                                status: SUCCESS,
+                                need_image: true,
+                                log: String::new(),
+                            };
+                            return self.cu_reply(seq, reply);
+                        }
+                    }
+                } else {
+                    if bulk_len > MAX_IMAGE_BYTES {
+                        return Err(End::Protocol(format!("a {bulk_len}-byte module image")));
+                    }
+                    let mut bytes = vec![0u8; bulk_len as usize];
+                    self.reader
+                        .read_bulk(&mut bytes)
+                        .map_err(|e| End::Broken(e.to_string()))?;
+                    if Sha256::digest(&bytes).as_slice() != hash {
+                        return Err(End::Protocol("module image does not match its hash".into()));
+                    }
+                    let bytes = Arc::new(bytes);
+                    cuda.backend.keep_image(hash, bytes.clone());
+                    bytes
+                };
+                let status = cuda.load_image(id, ctx, kind, bytes);
+                let reply = CuReply::Loaded {
+                    status,
+                    need_image: false,
+                    log: String::new(),
+                };
+                self.cu_reply(seq, reply)
+            }
+            CuRequest::UnloadImage { id } => {
+                let status = cuda.unload_image(id);
+                cuda.defer("module unload", status);
+                Ok(())
+            }
+            CuRequest::GetFunction { id, image, name } => {
+                let result = cuda.get_function(id, image, &name);
+                self.cu_reply(seq, function_reply(result))
+            }
+            CuRequest::KernelGetFunction { id, kernel, ctx } => {
+                let result = cuda.kernel_get_function(id, kernel, ctx);
+                self.cu_reply(seq, function_reply(result))
+            }
+            CuRequest::GetGlobal { ctx, image, name } => {
+                let reply = match cuda.get_global(ctx, image, &name) {
+                    Ok((ptr, size)) => CuReply::Global {
+                        status: SUCCESS,
+                        ptr,
+                        size,
+                    },
+                    Err(status) => CuReply::Global {
+                        status,
+                        ptr: 0,
+                        size: 0,
+                    },
+                };
+                self.cu_reply(seq, reply)
+            }
+            CuRequest::SetFunctionAttribute {
+                function,
+                attribute,
+                value,
+                device,
+            } => {
+                let status = cuda.set_function_attribute(function, attribute, value, device);
+                self.cu_reply(seq, CuReply::Status(status))
+            }
+            CuRequest::SetFunctionCacheConfig { function, config } => {
+                let status = match (cuda.function(function), func_cache(config)) {
+                    (Ok(f), Some(config)) if !f.is_kernel => {
+                        cu_call!(cuda.backend.driver, cuFuncSetCacheConfig(f.raw, config))
+                    }
+                    _ => SUCCESS,
+                };
+                cuda.defer("cuFuncSetCacheConfig", status);
+                Ok(())
+            }
+            CuRequest::Launch {
+                ctx,
+                function,
+                stream,
+                grid,
+                block,
+                shared_mem,
+                attributes,
+            } => {
+                let mut params = std::mem::take(&mut cuda.params);
+                params.resize(bulk_len as usize, 0);
+                let read = self.reader.read_bulk(&mut params);
+                cuda.params = params;
+                read.map_err(|e| End::Broken(e.to_string()))?;
+                let status = match cuda.enter(ctx) {
+                    Ok(()) => cuda.launch(function, stream, grid, block, shared_mem, &attributes),
+                    Err(status) => status,
+                };
+                cuda.defer("kernel launch", status);
+                Ok(())
+            }
+            CuRequest::CreateStream {
+                id,
+                ctx,
+                flags,
+                priority,
+            } => {
+                let mut raw = null_mut();
+                let status = cuda.enter(ctx).and_then(|()| {
+                    check(cu_call!(
+                        cuda.backend.driver,
+                        cuStreamCreateWithPriority(&mut raw, flags, priority)
+                    ))
+                });
+                match status {
+                    Ok(()) => {
+                        cuda.streams.insert(id, raw);
+                    }
+                    Err(status) => cuda.defer("cuStreamCreate", status),
+                }
+                Ok(())
+            }
+            CuRequest::DestroyStream { id } => {
+                if let Some(raw) = cuda.streams.remove(&id) {
+                    let status = cu_call!(cuda.backend.driver, cuStreamDestroy_v2(raw));
+                    cuda.defer("cuStreamDestroy", status);
+                }
+                Ok(())
+            }
+            CuRequest::StreamSynchronize { ctx, stream } => {
+                let status = cuda.enter(ctx).and_then(|()| {
+                    let stream = cuda.stream(stream)?;
+                    check(cu_call!(cuda.backend.driver, cuStreamSynchronize(stream)))
+                });
+                let status = cuda.sync_status(status.err().unwrap_or(SUCCESS));
+                self.cu_reply(seq, CuReply::Status(status))
+            }
+            CuRequest::StreamQuery { ctx, stream } => {
+                let status = cuda.enter(ctx).and_then(|()| {
+                    let stream = cuda.stream(stream)?;
+                    check(cu_call!(cuda.backend.driver, cuStreamQuery(stream)))
+                });
+                let status = cuda.sync_status(status.err().unwrap_or(SUCCESS));
+                self.cu_reply(seq, CuReply::Status(status))
+            }
+            CuRequest::StreamWaitEvent {
+                ctx,
+                stream,
+                event,
+                flags,
+            } => {
+                let status = cuda.enter(ctx).and_then(|()| {
+                    let (stream, event) = (cuda.stream(stream)?, cuda.event(event)?);
+                    check(cu_call!(
+                        cuda.backend.driver,
+                        cuStreamWaitEvent(stream, event, flags)
+                    ))
+                });
+                cuda.defer("cuStreamWaitEvent", status.err().unwrap_or(SUCCESS));
+                Ok(())
+            }
+            CuRequest::CreateEvent { id, ctx, flags } => {
+                let mut raw = null_mut();
+                let status = cuda.enter(ctx).and_then(|()| {
+                    check(cu_call!(cuda.backend.driver, cuEventCreate(&mut raw, flags)))
+                });
+                match status {
+                    Ok(()) => {
+                        cuda.events.insert(id, raw);
+                    }
+                    Err(status) => cuda.defer("cuEventCreate", status),
+                }
+                Ok(())
+            }
+            CuRequest::DestroyEvent { id } => {
+                if let Some(raw) = cuda.events.remove(&id) {
+                    let status = cu_call!(cuda.backend.driver, cuEventDestroy_v2(raw));
+                    cuda.defer("cuEventDestroy", status);
+                }
+                Ok(())
+            }
+            CuRequest::RecordEvent {
+                ctx,
+                event,
+                stream,
+                flags,
+            } => {
+                let status = cuda.enter(ctx).and_then(|()| {
+                    let (stream, event) = (cuda.stream(stream)?, cuda.event(event)?);
+                    check(cu_call!(
+                        cuda.backend.driver,
+                        cuEventRecordWithFlags(event, stream, flags)
+                    ))
+                });
+                cuda.defer("cuEventRecord", status.err().unwrap_or(SUCCESS));
+                Ok(())
+            }
+            CuRequest::EventSynchronize { event } => {
+                let status = cuda.event(event).and_then(|event| {
+                    check(cu_call!(cuda.backend.driver, cuEventSynchronize(event)))
+                });
+                let status = cuda.sync_status(status.err().unwrap_or(SUCCESS));
+                self.cu_reply(seq, CuReply::Status(status))
+            }
+            CuRequest::EventQuery { event } => {
+                let status = cuda
+                    .event(event)
+                    .and_then(|event| check(cu_call!(cuda.backend.driver, cuEventQuery(event))));
+                self.cu_reply(seq, status_reply(status))
+            }
+            CuRequest::EventElapsedTime { start, end } => {
+                let mut milliseconds = 0f32;
+                let status = cuda.event(start).and_then(|start| {
+                    let end = cuda.event(end)?;
+                    check(cu_call!(
+                        cuda.backend.driver,
+                        cuEventElapsedTime_v2(&mut milliseconds, start, end)
+                    ))
+                });
+                let reply = CuReply::Elapsed {
+                    status: status.err().unwrap_or(SUCCESS),
+                    milliseconds,
+                };
+                self.cu_reply(seq, reply)
+            }
+            CuRequest::Occupancy { ctx, query } => {
+                let result = cuda.occupancy(ctx, &query);
+                self.cu_reply(seq, value_reply(result))
+            }
+        }
+    }
+
+    /// Streams the request's bulk data to `dst` through the staging buffers. Returns the copy's
+    /// status (the bulk is consumed whatever happens); `Err` only if the connection failed.
+    fn write_to_device(
+        &mut self,
+        cuda: &mut CudaSession,
+        ctx: Id,
+        stream: Id,
+        dst: u64,
+        len: u64,
+    ) -> Result<Status, End> {
+        let target = cuda.enter(ctx).and_then(|()| cuda.stream(stream));
+        let stream = match target {
+            Ok(stream) => stream,
+            Err(status) => {
+                self.skip_bulk(len)?;
+                return Ok(status);
+            }
+        };
+        let driver = &cuda.backend.driver;
+        let mut offset = 0u64;
+        while offset < len {
+            let n = (len - offset).min(CHUNK as u64) as usize;
+            let slot = cuda
+                .staging
+                .next_slot(driver, cuda.current)
+                .and_then(|slot| Ok((slot, cuda.staging.buffer(driver, slot)?)));
+            let (slot, buffer) = match slot {
+                Ok(found) => found,
+                Err(status) => {
+                    self.skip_bulk(len - offset)?;
+                    return Ok(status);
+                }
+            };
+            self.reader
+                .read_bulk(&mut buffer[..n])
+                .map_err(|e| End::Broken(e.to_string()))?;
+            let copy = cu_call!(
+                driver,
+                cuMemcpyHtoDAsync_v2(dst + offset, buffer.as_ptr().cast(), n, stream)
+            );
+            let guarded = check(copy).and_then(|()| {
+                cuda.staging.guard(driver, slot, cuda.current, stream)
+            });
+            offset += n as u64;
+            if let Err(status) = guarded {
+                self.skip_bulk(len - offset)?;
+                return Ok(status);
+            }
+        }
+        Ok(SUCCESS)
+    }
+
+    /// Copies `size` bytes at `src` to the client in chunks: several chunks are in flight on
+    /// the GPU while earlier ones are sent. Ends with the status (deferred errors included).
+    fn read_from_device(
+        &mut self,
+        cuda: &mut CudaSession,
+        seq: u64,
+        ctx: Id,
+        stream: Id,
+        src: u64,
+        size: u64,
+    ) -> Result<(), End> {
+        let status = match cuda.enter(ctx).and_then(|()| cuda.stream(stream)) {
+            Ok(stream) => self.stream_out(cuda, seq, stream, src, size)?,
+            Err(status) => status,
+        };
+        let status = cuda.sync_status(status);
+        self.cu_reply(seq, CuReply::Status(status))
+    }
+
+    fn stream_out(
+        &mut self,
+        cuda: &mut CudaSession,
+        seq: u64,
+        stream: CUstream,
+        src: u64,
+        size: u64,
+    ) -> Result<Status, End> {
+        let driver = &cuda.backend.driver;
+        let chunks = size.div_ceil(CHUNK as u64) as usize;
+        let chunk_len = |i: usize| (size - i as u64 * CHUNK as u64).min(CHUNK as u64) as usize;
+        let mut in_flight = std::collections::VecDeque::new();
+        let mut issued = 0;
+        let mut sent = 0;
+        while sent < chunks {
+            // Keep the pipeline full: staging slots minus the one being sent.
+            while issued < chunks && in_flight.len() < super::staging::SLOTS - 1 {
+                let offset = issued as u64 * CHUNK as u64;
+                let n = chunk_len(issued);
+                let issue = cuda.staging.next_slot(driver, cuda.current).and_then(|slot| {
+                    let buffer = cuda.staging.buffer(driver, slot)?;
+                    check(cu_call!(
+                        driver,
+                        cuMemcpyDtoHAsync_v2(buffer.as_mut_ptr().cast(), src + offset, n, stream)
+                    ))?;
+                    cuda.staging.guard(driver, slot, cuda.current, stream)?;
+                    Ok(slot)
+                });
+                match issue {
+                    Ok(slot) => in_flight.push_back(slot),
+                    Err(status) => return Ok(status),
+                }
+                issued += 1;
+            }
+            let slot = in_flight.pop_front().expect("a chunk is in flight");
+            let buffer = match cuda.staging.buffer(driver, slot) {
+                Ok(buffer) => buffer,
+                Err(status) => return Ok(status),
+            };
+            let offset = sent as u64 * CHUNK as u64;
+            let data = ServerMsg::Data { offset };
+            self.send(&data, seq, &buffer[..chunk_len(sent)])?;
+            sent += 1;
+        }
+        Ok(SUCCESS)
+    }
+}
+
+fn value_reply(result: Result<i64, Status>) -> CuReply {
+    match result {
+        Ok(value) => CuReply::Value {
+            status: SUCCESS,
+            value,
+        },
+        Err(status) => CuReply::Value { status, value: 0 },
+    }
+}
+
+fn function_reply(result: Result<FunctionInfo, Status>) -> CuReply {
+    match result {
+        Ok(info) => CuReply::Function {
+            status: SUCCESS,
+            info,
+        },
+        Err(status) => CuReply::Function {
+            status,
+            info: FunctionInfo::default(),
+        },
+    }
+}
