@@ -1,7 +1,8 @@
 //! The environment that makes the `rgpu` OpenCL platform appear beside the machine's own:
 //! a private vendors directory holding `rgpu.icd` (naming `librgpu_opencl.so`) and copies of the
 //! machine's ICD files, named by `OCL_ICD_VENDORS`, plus `RGPU_SERVERS` and `RGPU_TOKEN_FILE`
-//! for the rgpu ICD. Used by `rgpu run` (for the child), `rgpu devices` and `rgpu bench` (for
+//! for the rgpu ICD; and a private `lib` directory, first on `LD_LIBRARY_PATH`, where
+//! `libcuda.so.1` is rgpu's CUDA driver library (`librgpu_cuda.so`). Used by `rgpu run` (for the child), `rgpu devices` and `rgpu bench` (for
 //! the ICD loader they load in-process).
 
 use std::ffi::OsString;
@@ -16,6 +17,10 @@ use rgpu_transport::{Endpoint, Token};
 pub const DEFAULT_SERVERS: &str = "127.0.0.1:7450";
 /// The rgpu ICD library, built next to the `rgpu` executable.
 pub const ICD_LIBRARY_NAME: &str = "librgpu_opencl.so";
+/// rgpu's drop-in CUDA driver, built next to the ICD.
+pub const CUDA_LIBRARY_NAME: &str = "librgpu_cuda.so";
+/// The names programs load the CUDA driver by.
+const CUDA_SONAMES: [&str; 2] = ["libcuda.so.1", "libcuda.so"];
 /// Overrides the directory searched for [`ICD_LIBRARY_NAME`].
 pub const LIBRARY_DIR_ENV: &str = "RGPU_LIBRARY_DIR";
 /// The system's ICD files.
@@ -65,6 +70,10 @@ impl RgpuEnv {
             vars,
         };
         env.fill_vendors_dir()?;
+        if let Some(lib_dir) = env.fill_cuda_lib_dir()? {
+            env.vars
+                .push(("LD_LIBRARY_PATH", library_path_with(&lib_dir)));
+        }
         env.vars
             .push(("OCL_ICD_VENDORS", env.vendors_dir.clone().into_os_string()));
         // The loader reads only OCL_ICD_FILENAMES when it is set (some images set it
@@ -104,6 +113,28 @@ impl RgpuEnv {
             write(name, &contents)?;
         }
         Ok(())
+    }
+
+    /// Links the driver's sonames to rgpu's CUDA library in a `lib` directory of the private
+    /// directory; `None` when the CUDA library was not built (OpenCL still works).
+    fn fill_cuda_lib_dir(&self) -> Result<Option<PathBuf>, String> {
+        let Some(cuda_library) = self
+            .icd_library
+            .parent()
+            .map(|dir| dir.join(CUDA_LIBRARY_NAME))
+            .filter(|path| path.exists())
+        else {
+            log::debug!("no {CUDA_LIBRARY_NAME} beside {}", self.icd_library.display());
+            return Ok(None);
+        };
+        let lib_dir = self.vendors_dir.join("lib");
+        std::fs::create_dir(&lib_dir).map_err(|e| format!("{}: {e}", lib_dir.display()))?;
+        for name in CUDA_SONAMES {
+            let link = lib_dir.join(name);
+            std::os::unix::fs::symlink(&cuda_library, &link)
+                .map_err(|e| format!("{}: {e}", link.display()))?;
+        }
+        Ok(Some(lib_dir))
     }
 
     /// Sets the variables for a child process.
@@ -156,6 +187,16 @@ pub fn find_icd_library() -> Result<PathBuf, String> {
                 exe.display()
             )
         })
+}
+
+/// `LD_LIBRARY_PATH` with `dir` first, so the program's `libcuda.so.1` is rgpu's.
+fn library_path_with(dir: &Path) -> OsString {
+    let mut list = dir.as_os_str().to_os_string();
+    if let Some(current) = std::env::var_os("LD_LIBRARY_PATH").filter(|v| !v.is_empty()) {
+        list.push(":");
+        list.push(current);
+    }
+    list
 }
 
 /// An existing non-empty `OCL_ICD_FILENAMES` with `library` added (unless it names an rgpu

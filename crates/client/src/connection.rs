@@ -7,7 +7,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Condvar, Mutex, OnceLock, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -97,6 +97,15 @@ pub struct Connection {
     control: Stream,
     reply_timeout: Duration,
     _reader: JoinHandle<()>,
+    /// Set once background flushing is on ([`Connection::flush_in_background`]).
+    flush_signal: OnceLock<Arc<FlushSignal>>,
+}
+
+/// Wakes the flusher thread when posted requests wait in the write buffer.
+#[derive(Default)]
+struct FlushSignal {
+    dirty: Mutex<bool>,
+    wake: Condvar,
 }
 
 impl Connection {
@@ -143,6 +152,7 @@ impl Connection {
             control: stream,
             reply_timeout,
             _reader: reader,
+            flush_signal: OnceLock::new(),
         }))
     }
 
@@ -178,7 +188,34 @@ impl Connection {
         self.shared.check()?;
         let seq = self.next_seq();
         let mut writer = self.writer.lock().unwrap();
-        writer.queue(msg, seq, bulk).map_err(|e| self.fail(e))
+        writer.queue(msg, seq, bulk).map_err(|e| self.fail(e))?;
+        drop(writer);
+        if let Some(signal) = self.flush_signal.get() {
+            let mut dirty = signal.dirty.lock().unwrap();
+            if !*dirty {
+                *dirty = true;
+                signal.wake.notify_one();
+            }
+        }
+        Ok(())
+    }
+
+    /// From now on posted requests leave without waiting for the next call: a flusher thread
+    /// sends whatever is buffered as soon as it wakes, so the device starts on posted work
+    /// while the program keeps posting, and the posts that pile up meanwhile share one write.
+    pub fn flush_in_background(self: &Arc<Self>) {
+        let signal = Arc::new(FlushSignal::default());
+        if self.flush_signal.set(signal.clone()).is_err() {
+            return;
+        }
+        let connection = Arc::downgrade(self);
+        let name = format!("rgpu-flusher {}", self.endpoint);
+        let spawned = std::thread::Builder::new()
+            .name(name)
+            .spawn(move || flusher_loop(connection, signal));
+        if let Err(e) = spawned {
+            log::warn!("no background flushing: {e}");
+        }
     }
 
     /// Like [`Connection::post`] for an OpenCL request.
@@ -300,6 +337,32 @@ impl Drop for Connection {
         // The reader thread sees the shutdown and ends; it is not joined because the last
         // reference may be dropped on that very thread.
         self.control.shutdown();
+    }
+}
+
+fn flusher_loop(connection: Weak<Connection>, signal: Arc<FlushSignal>) {
+    loop {
+        {
+            let mut dirty = signal.dirty.lock().unwrap();
+            while !*dirty {
+                // Wakes now and then to notice a connection that went away.
+                let (guard, _) = signal
+                    .wake
+                    .wait_timeout(dirty, Duration::from_secs(1))
+                    .unwrap();
+                dirty = guard;
+                if connection.strong_count() == 0 {
+                    return;
+                }
+            }
+            *dirty = false;
+        }
+        let Some(connection) = connection.upgrade() else {
+            return;
+        };
+        if connection.flush().is_err() {
+            return;
+        }
     }
 }
 

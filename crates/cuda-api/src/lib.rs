@@ -7,6 +7,7 @@
 pub use cudarc::driver::sys;
 
 pub mod generated;
+pub mod image;
 
 /// The markers of a launch's `extra` array (`CU_LAUNCH_PARAM_*`, pointer-valued macros in C).
 pub mod launch_param {

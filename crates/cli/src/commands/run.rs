@@ -16,11 +16,14 @@ use crate::rgpu_env::{ClientOptions, RgpuEnv};
 
 #[derive(clap::Args, Debug)]
 #[command(
-    about = "Run a program with the rgpu OpenCL platform available",
+    about = "Run a program with the servers' OpenCL devices and CUDA GPUs available",
     long_about = "Run a program with the rgpu OpenCL platform available beside this machine's \
-                  own platforms: `rgpu run -- clinfo`, `rgpu run -- python3 app.py`.\n\n\
+                  own platforms, and the servers' CUDA GPUs as its CUDA devices: \
+                  `rgpu run -- clinfo`, `rgpu run -- python3 train.py`.\n\n\
                   The program's environment gets OCL_ICD_VENDORS (a private copy of the \
-                  machine's ICD files plus rgpu.icd), RGPU_SERVERS and, with --token-file, \
+                  machine's ICD files plus rgpu.icd), LD_LIBRARY_PATH with a private lib \
+                  directory first (libcuda.so.1 there is rgpu's), RGPU_SERVERS and, with \
+                  --token-file, \
                   RGPU_TOKEN_FILE. rgpu exits with the program's exit status (128+N when a \
                   signal N ended it) and passes on signals sent to rgpu itself.",
     trailing_var_arg = true

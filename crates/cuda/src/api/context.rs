@@ -1,0 +1,213 @@
+//! Contexts. The current context is per thread and kept on the client; requests carry the
+//! context they run in, so switching contexts never costs a round trip.
+
+use std::ffi::{c_int, c_uint};
+use std::sync::atomic::Ordering;
+
+use rgpu_cuda_api::sys::*;
+use rgpu_protocol::cuda::{CuReply, CuRequest};
+
+use super::{from_remote, status, write_out};
+use crate::objects::{self, context_or_current, current_context, Context, ContextKind};
+use crate::runtime::{self, client_error, device};
+
+/// Sends a request that waits, on the connection of `ctx`, and returns the reply.
+pub(crate) fn call(ctx: &Context, request: CuRequest) -> Result<CuReply, CUresult> {
+    ctx.conn.call_cu(request, &[]).map_err(client_error)
+}
+
+/// Sends a request whose reply is a status.
+pub(crate) fn call_status(ctx: &Context, request: CuRequest) -> Result<(), CUresult> {
+    match call(ctx, request)? {
+        CuReply::Status(status) => from_remote(status),
+        other => Err(unexpected(other)),
+    }
+}
+
+pub(crate) fn unexpected(reply: CuReply) -> CUresult {
+    log::error!("rgpu: unexpected reply {reply:?}");
+    CUresult::CUDA_ERROR_UNKNOWN
+}
+
+/// Queues a request without a reply on the connection of `ctx`.
+pub(crate) fn post(ctx: &Context, request: CuRequest, bulk: &[u8]) -> Result<(), CUresult> {
+    ctx.conn.post_cu(request, bulk).map_err(client_error)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxCreate_v4(
+    pctx: *mut CUcontext,
+    _params: *mut CUctxCreateParams,
+    flags: c_uint,
+    dev: CUdevice,
+) -> CUresult {
+    status(device(dev).and_then(|device| {
+        if pctx.is_null() {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        let ctx = Context::new(&device.conn, dev, ContextKind::Explicit, flags);
+        ctx.ensure_created()?;
+        let handle = ctx.into_handle();
+        objects::push_current(handle);
+        unsafe { write_out(pctx, handle) }
+    }))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxCreate_v3(
+    pctx: *mut CUcontext,
+    _affinity: *mut CUexecAffinityParam,
+    _count: c_int,
+    flags: c_uint,
+    dev: CUdevice,
+) -> CUresult {
+    unsafe { cuCtxCreate_v4(pctx, std::ptr::null_mut(), flags, dev) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxCreate_v2(pctx: *mut CUcontext, flags: c_uint, dev: CUdevice) -> CUresult {
+    unsafe { cuCtxCreate_v4(pctx, std::ptr::null_mut(), flags, dev) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxDestroy_v2(ctx: CUcontext) -> CUresult {
+    status((|| {
+        runtime::runtime()?;
+        let context = Context::from_handle(ctx).ok_or(CUresult::CUDA_ERROR_INVALID_CONTEXT)?;
+        if context.kind == ContextKind::Primary {
+            return Err(CUresult::CUDA_ERROR_INVALID_CONTEXT);
+        }
+        crate::export_tables::context_destroyed(ctx);
+        post(context, CuRequest::DestroyContext { id: context.remote }, &[])?;
+        if objects::current_handle() == ctx {
+            objects::pop_current();
+        }
+        // SAFETY: the program gives the handle up by destroying it.
+        drop(unsafe { Context::destroy(ctx) });
+        Ok(())
+    })())
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxGetCurrent(pctx: *mut CUcontext) -> CUresult {
+    status(runtime::runtime().and_then(|_| unsafe { write_out(pctx, objects::current_handle()) }))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxSetCurrent(ctx: CUcontext) -> CUresult {
+    status(runtime::runtime().and_then(|_| {
+        if !ctx.is_null() {
+            Context::from_handle(ctx).ok_or(CUresult::CUDA_ERROR_INVALID_CONTEXT)?;
+        }
+        objects::set_current(ctx);
+        Ok(())
+    }))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxPushCurrent_v2(ctx: CUcontext) -> CUresult {
+    status(runtime::runtime().and_then(|_| {
+        Context::from_handle(ctx).ok_or(CUresult::CUDA_ERROR_INVALID_CONTEXT)?;
+        objects::push_current(ctx);
+        Ok(())
+    }))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxPopCurrent_v2(pctx: *mut CUcontext) -> CUresult {
+    status(runtime::runtime().and_then(|_| {
+        let popped = objects::pop_current().ok_or(CUresult::CUDA_ERROR_INVALID_CONTEXT)?;
+        if !pctx.is_null() {
+            unsafe { pctx.write(popped) };
+        }
+        Ok(())
+    }))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxGetDevice(dev: *mut CUdevice) -> CUresult {
+    status(current_context().and_then(|ctx| unsafe { write_out(dev, ctx.device) }))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxGetDevice_v2(dev: *mut CUdevice, ctx: CUcontext) -> CUresult {
+    status(context_or_current(ctx).and_then(|ctx| unsafe { write_out(dev, ctx.device) }))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxGetFlags(flags: *mut c_uint) -> CUresult {
+    status(current_context().and_then(|ctx| unsafe { write_out(flags, ctx.flags.load(Ordering::Relaxed)) }))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxGetId(ctx: CUcontext, id: *mut u64) -> CUresult {
+    status(context_or_current(ctx).and_then(|ctx| unsafe { write_out(id, ctx.unique_id) }))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxGetApiVersion(ctx: CUcontext, version: *mut c_uint) -> CUresult {
+    status(context_or_current(ctx).and_then(|_| unsafe { write_out(version, 13000) }))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxSynchronize() -> CUresult {
+    status(current_context().and_then(synchronize))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxSynchronize_v2(ctx: CUcontext) -> CUresult {
+    status(context_or_current(ctx).and_then(synchronize))
+}
+
+pub(crate) fn synchronize(ctx: &Context) -> Result<(), CUresult> {
+    call_status(ctx, CuRequest::Synchronize { ctx: ctx.remote })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxGetLimit(value: *mut usize, limit: c_uint) -> CUresult {
+    status(current_context().and_then(|ctx| {
+        match call(ctx, CuRequest::GetLimit { ctx: ctx.remote, limit })? {
+            CuReply::Value { status, value: v } => {
+                from_remote(status)?;
+                unsafe { write_out(value, v as usize) }
+            }
+            other => Err(unexpected(other)),
+        }
+    }))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxSetLimit(limit: c_uint, value: usize) -> CUresult {
+    status(current_context().and_then(|ctx| {
+        let request = CuRequest::SetLimit {
+            ctx: ctx.remote,
+            limit,
+            value: value as u64,
+        };
+        call_status(ctx, request)
+    }))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxGetStreamPriorityRange(least: *mut c_int, greatest: *mut c_int) -> CUresult {
+    status(current_context().map(|_| unsafe {
+        // The driver's range on every GPU it supports: 0 (lowest) to -5 (highest).
+        if !least.is_null() {
+            least.write(0);
+        }
+        if !greatest.is_null() {
+            greatest.write(-5);
+        }
+    }))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxGetCacheConfig(config: *mut c_uint) -> CUresult {
+    status(current_context().and_then(|ctx| unsafe { write_out(config, ctx.cache_config.load(Ordering::Relaxed)) }))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxSetCacheConfig(config: c_uint) -> CUresult {
+    // A preference only; the server's GPUs decide their cache split per kernel.
+    status(current_context().map(|ctx| ctx.cache_config.store(config, Ordering::Relaxed)))
+}

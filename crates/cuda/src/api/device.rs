@@ -1,0 +1,186 @@
+//! Device queries, answered from the inventory taken at `cuInit`, and primary contexts.
+
+use std::ffi::{c_char, c_int, c_uint};
+use std::sync::atomic::Ordering;
+
+use rgpu_cuda_api::sys::*;
+
+use super::{status, write_out};
+use crate::objects::{Context, ContextKind};
+use crate::runtime::{self, device};
+
+#[no_mangle]
+pub unsafe extern "C" fn cuDeviceGetCount(count: *mut c_int) -> CUresult {
+    status(runtime::runtime().and_then(|rt| unsafe { write_out(count, rt.devices.len() as c_int) }))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuDeviceGet(out: *mut CUdevice, ordinal: c_int) -> CUresult {
+    status(device(ordinal).and_then(|_| unsafe { write_out(out, ordinal) }))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuDeviceGetName(name: *mut c_char, len: c_int, dev: CUdevice) -> CUresult {
+    status(device(dev).and_then(|device| {
+        if name.is_null() || len <= 0 {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        unsafe { copy_c_string(&device.info.name, name, len as usize) };
+        Ok(())
+    }))
+}
+
+/// Copies `text` into a C buffer of `capacity` bytes, truncated and NUL-terminated.
+unsafe fn copy_c_string(text: &str, out: *mut c_char, capacity: usize) {
+    let n = text.len().min(capacity - 1);
+    // SAFETY: the caller's buffer holds `capacity` bytes; n + 1 <= capacity are written.
+    unsafe {
+        std::ptr::copy_nonoverlapping(text.as_ptr().cast(), out, n);
+        *out.add(n) = 0;
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuDeviceGetUuid(uuid: *mut CUuuid, dev: CUdevice) -> CUresult {
+    unsafe { cuDeviceGetUuid_v2(uuid, dev) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuDeviceGetUuid_v2(uuid: *mut CUuuid, dev: CUdevice) -> CUresult {
+    status(device(dev).and_then(|device| {
+        let bytes = device.info.uuid.map(|b| b as c_char);
+        unsafe { write_out(uuid, CUuuid { bytes }) }
+    }))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuDeviceTotalMem_v2(bytes: *mut usize, dev: CUdevice) -> CUresult {
+    status(device(dev).and_then(|device| unsafe { write_out(bytes, device.info.total_mem as usize) }))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuDeviceGetAttribute(
+    value: *mut c_int,
+    attribute: c_uint,
+    dev: CUdevice,
+) -> CUresult {
+    status(device(dev).and_then(|device| {
+        let answer = device
+            .attribute(attribute)
+            .ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+        unsafe { write_out(value, answer) }
+    }))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuDeviceComputeCapability(
+    major: *mut c_int,
+    minor: *mut c_int,
+    dev: CUdevice,
+) -> CUresult {
+    status(device(dev).and_then(|device| {
+        let major_value = device.attribute(75).unwrap_or(0);
+        let minor_value = device.attribute(76).unwrap_or(0);
+        unsafe {
+            write_out(major, major_value)?;
+            write_out(minor, minor_value)
+        }
+    }))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuDeviceGetPCIBusId(bus_id: *mut c_char, len: c_int, dev: CUdevice) -> CUresult {
+    status(device(dev).and_then(|device| {
+        if bus_id.is_null() || len <= 0 {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        unsafe { copy_c_string(&device.info.pci_bus_id, bus_id, len as usize) };
+        Ok(())
+    }))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuDeviceCanAccessPeer(
+    can_access: *mut c_int,
+    dev: CUdevice,
+    peer: CUdevice,
+) -> CUresult {
+    status((|| {
+        let (a, b) = (device(dev)?, device(peer)?);
+        // Peer access needs both GPUs in one server (and is then the driver's business); GPUs
+        // of different servers never share memory.
+        let _ = (a, b);
+        unsafe { write_out(can_access, 0) }
+    })())
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuDevicePrimaryCtxRetain(pctx: *mut CUcontext, dev: CUdevice) -> CUresult {
+    status(device(dev).and_then(|device| {
+        device.primary.ensure_created()?;
+        device.primary.retained.fetch_add(1, Ordering::AcqRel);
+        unsafe { write_out(pctx, device.primary.handle()) }
+    }))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuDevicePrimaryCtxRelease_v2(dev: CUdevice) -> CUresult {
+    status(device(dev).and_then(|device| {
+        let released = device
+            .primary
+            .retained
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
+        // The server keeps the session's stand-in until the session ends: a later retain is
+        // cheap, and memory the program still points at stays valid.
+        released
+            .map(|_| ())
+            .map_err(|_| CUresult::CUDA_ERROR_INVALID_CONTEXT)
+    }))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuDevicePrimaryCtxRelease(dev: CUdevice) -> CUresult {
+    unsafe { cuDevicePrimaryCtxRelease_v2(dev) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuDevicePrimaryCtxGetState(
+    dev: CUdevice,
+    flags: *mut c_uint,
+    active: *mut c_int,
+) -> CUresult {
+    status(device(dev).and_then(|device| {
+        let primary = &device.primary;
+        unsafe {
+            write_out(flags, primary.flags.load(Ordering::Relaxed))?;
+            write_out(active, (primary.retained.load(Ordering::Acquire) > 0) as c_int)
+        }
+    }))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuDevicePrimaryCtxSetFlags_v2(dev: CUdevice, flags: c_uint) -> CUresult {
+    status(device(dev).map(|device| device.primary.flags.store(flags, Ordering::Relaxed)))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuDevicePrimaryCtxSetFlags(dev: CUdevice, flags: c_uint) -> CUresult {
+    unsafe { cuDevicePrimaryCtxSetFlags_v2(dev, flags) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuDevicePrimaryCtxReset_v2(dev: CUdevice) -> CUresult {
+    status(device(dev).map(|device| {
+        crate::export_tables::context_destroyed(device.primary.handle());
+    }))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuDevicePrimaryCtxReset(dev: CUdevice) -> CUresult {
+    unsafe { cuDevicePrimaryCtxReset_v2(dev) }
+}
+
+/// Whether `ctx` is a primary context.
+pub(crate) fn is_primary(ctx: &Context) -> bool {
+    ctx.kind == ContextKind::Primary
+}

@@ -1,0 +1,1 @@
+//! placeholder: cuGetProcAddress, cuGetProcAddress_v2, cuGetExportTable

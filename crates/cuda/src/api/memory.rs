@@ -1,0 +1,563 @@
+//! Memory: device allocations (on the server), host allocations (here: "pinned" memory of a
+//! remote GPU is ordinary client memory, since the network, not PCIe, moves it), copies and
+//! memsets, pointer queries.
+//!
+//! Copies to the device and memsets are posted: they leave with the next flush, in stream order,
+//! and report failures at the next synchronizing call. A copy to the host waits for its data,
+//! except an async copy into page-locked memory, whose data the reader thread writes when it
+//! arrives (any later synchronizing reply comes after it on the same socket).
+
+use std::alloc::Layout;
+use std::collections::BTreeMap;
+use std::ffi::{c_uint, c_void};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+
+use rgpu_client::{Handoff, ReadSink, SendPtr};
+use rgpu_cuda_api::sys::*;
+use rgpu_protocol::cuda::{CuReply, CuRequest, DevicePtr, Id};
+use rgpu_protocol::ClientMsg;
+
+use super::context::{call, call_status, post, unexpected};
+use super::{from_remote, status, write_out};
+use crate::objects::{current_context, resolve_stream, Context};
+use crate::runtime::client_error;
+
+const PAGE: usize = 4096;
+
+/// Device memory of the program: start -> (size, owning context handle).
+static DEVICE_RANGES: RwLock<BTreeMap<u64, (u64, usize)>> = RwLock::new(BTreeMap::new());
+
+/// Page-locked host memory: start -> (size, flags, allocated by us).
+static HOST_RANGES: Mutex<BTreeMap<usize, (usize, u32, bool)>> = Mutex::new(BTreeMap::new());
+
+/// The first failure of a read nobody waited for, reported at the next synchronization.
+static ASYNC_READ_ERROR: AtomicU32 = AtomicU32::new(0);
+
+pub(crate) fn record_device_range(ptr: u64, size: u64, ctx: &Context) {
+    let mut ranges = DEVICE_RANGES.write().unwrap();
+    ranges.insert(ptr, (size, ctx.handle() as usize));
+}
+
+/// The device range holding `ptr`: (start, size, context handle).
+fn device_range(ptr: u64) -> Option<(u64, u64, usize)> {
+    let ranges = DEVICE_RANGES.read().unwrap();
+    let (&start, &(size, ctx)) = ranges.range(..=ptr).next_back()?;
+    (ptr < start + size.max(1)).then_some((start, size, ctx))
+}
+
+fn host_range(ptr: usize) -> Option<(usize, usize, u32)> {
+    let ranges = HOST_RANGES.lock().unwrap();
+    let (&start, &(size, flags, _)) = ranges.range(..=ptr).next_back()?;
+    (ptr < start + size.max(1)).then_some((start, size, flags))
+}
+
+/// The context a device pointer belongs to, else the current one.
+fn context_of<'a>(ptr: u64) -> Result<&'a Context, CUresult> {
+    match device_range(ptr).and_then(|(_, _, ctx)| Context::from_handle(ctx as CUcontext)) {
+        Some(ctx) => {
+            ctx.ensure_created()?;
+            Ok(ctx)
+        }
+        None => current_context(),
+    }
+}
+
+/// The failure of an unwaited read, if one happened since the last call.
+pub(crate) fn take_async_read_error() -> Result<(), CUresult> {
+    match ASYNC_READ_ERROR.swap(0, Ordering::AcqRel) {
+        0 => Ok(()),
+        code => from_remote(code),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemAlloc_v2(dptr: *mut CUdeviceptr, size: usize) -> CUresult {
+    status(current_context().and_then(|ctx| {
+        if dptr.is_null() {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        let request = CuRequest::MemAlloc {
+            ctx: ctx.remote,
+            size: size as u64,
+        };
+        match call(ctx, request)? {
+            CuReply::Pointer { status, ptr } => {
+                from_remote(status)?;
+                record_device_range(ptr, size as u64, ctx);
+                unsafe { write_out(dptr, ptr) }
+            }
+            other => Err(unexpected(other)),
+        }
+    }))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemFree_v2(ptr: CUdeviceptr) -> CUresult {
+    if ptr == 0 {
+        return CUresult::CUDA_SUCCESS;
+    }
+    status(context_of(ptr).and_then(|ctx| {
+        call_status(ctx, CuRequest::MemFree { ctx: ctx.remote, ptr })?;
+        DEVICE_RANGES.write().unwrap().remove(&ptr);
+        Ok(())
+    }))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) -> CUresult {
+    status(current_context().and_then(|ctx| {
+        match call(ctx, CuRequest::MemGetInfo { ctx: ctx.remote })? {
+            CuReply::MemInfo {
+                status,
+                free: f,
+                total: t,
+            } => {
+                from_remote(status)?;
+                unsafe {
+                    write_out(free, f as usize)?;
+                    write_out(total, t as usize)
+                }
+            }
+            other => Err(unexpected(other)),
+        }
+    }))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemGetAddressRange_v2(
+    base: *mut CUdeviceptr,
+    size: *mut usize,
+    ptr: CUdeviceptr,
+) -> CUresult {
+    status(crate::runtime::runtime().and_then(|_| {
+        let (start, len, _) = device_range(ptr).ok_or(CUresult::CUDA_ERROR_NOT_FOUND)?;
+        unsafe {
+            if !base.is_null() {
+                base.write(start);
+            }
+            if !size.is_null() {
+                size.write(len as usize);
+            }
+        }
+        Ok(())
+    }))
+}
+
+// ---- host memory -------------------------------------------------------------------------
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemHostAlloc(pp: *mut *mut c_void, size: usize, flags: c_uint) -> CUresult {
+    status(current_context().and_then(|_| {
+        if pp.is_null() {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        let layout = Layout::from_size_align(size.max(1), PAGE)
+            .map_err(|_| CUresult::CUDA_ERROR_OUT_OF_MEMORY)?;
+        // SAFETY: a non-zero-sized layout.
+        let memory = unsafe { std::alloc::alloc(layout) };
+        if memory.is_null() {
+            return Err(CUresult::CUDA_ERROR_OUT_OF_MEMORY);
+        }
+        HOST_RANGES
+            .lock()
+            .unwrap()
+            .insert(memory as usize, (size.max(1), flags, true));
+        unsafe { write_out(pp, memory.cast()) }
+    }))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemAllocHost_v2(pp: *mut *mut c_void, size: usize) -> CUresult {
+    unsafe { cuMemHostAlloc(pp, size, 0) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemFreeHost(p: *mut c_void) -> CUresult {
+    let removed = HOST_RANGES.lock().unwrap().remove(&(p as usize));
+    match removed {
+        Some((size, _, true)) => {
+            // SAFETY: allocated by cuMemHostAlloc with this layout.
+            unsafe { std::alloc::dealloc(p.cast(), Layout::from_size_align_unchecked(size, PAGE)) };
+            CUresult::CUDA_SUCCESS
+        }
+        Some(entry) => {
+            HOST_RANGES.lock().unwrap().insert(p as usize, entry);
+            CUresult::CUDA_ERROR_INVALID_VALUE
+        }
+        None => CUresult::CUDA_ERROR_INVALID_VALUE,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemHostRegister_v2(p: *mut c_void, size: usize, flags: c_uint) -> CUresult {
+    status(current_context().and_then(|_| {
+        if p.is_null() || size == 0 {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        let mut ranges = HOST_RANGES.lock().unwrap();
+        if ranges.contains_key(&(p as usize)) {
+            return Err(CUresult::CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED);
+        }
+        ranges.insert(p as usize, (size, flags, false));
+        Ok(())
+    }))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemHostUnregister(p: *mut c_void) -> CUresult {
+    let mut ranges = HOST_RANGES.lock().unwrap();
+    match ranges.get(&(p as usize)) {
+        Some(&(_, _, false)) => {
+            ranges.remove(&(p as usize));
+            CUresult::CUDA_SUCCESS
+        }
+        _ => CUresult::CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemHostGetFlags(flags: *mut c_uint, p: *mut c_void) -> CUresult {
+    match host_range(p as usize) {
+        Some((_, _, f)) => status(unsafe { write_out(flags, f) }),
+        None => CUresult::CUDA_ERROR_INVALID_VALUE,
+    }
+}
+
+// ---- copies -------------------------------------------------------------------------------
+
+/// Posts a copy of `size` bytes at `src` to device address `dst`, ordered on `stream`.
+fn write_device(ctx: &Context, stream: Id, dst: DevicePtr, src: *const c_void, size: usize) -> Result<(), CUresult> {
+    if size == 0 {
+        return Ok(());
+    }
+    if src.is_null() {
+        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+    }
+    // SAFETY: the API contract: `src` holds `size` readable bytes for the duration of the call.
+    let data = unsafe { std::slice::from_raw_parts(src.cast::<u8>(), size) };
+    let request = CuRequest::MemcpyHtoD {
+        ctx: ctx.remote,
+        stream,
+        dst,
+    };
+    post(ctx, request, data)
+}
+
+/// Reads `size` bytes at device address `src` into `dst`; waits unless `wait` is false.
+fn read_device(
+    ctx: &Context,
+    stream: Id,
+    dst: *mut c_void,
+    src: DevicePtr,
+    size: usize,
+    wait: bool,
+) -> Result<(), CUresult> {
+    if size == 0 {
+        return Ok(());
+    }
+    if dst.is_null() {
+        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+    }
+    let request = ClientMsg::Cu(CuRequest::MemcpyDtoH {
+        ctx: ctx.remote,
+        stream,
+        src,
+        size: size as u64,
+    });
+    let done = wait.then(|| Arc::new(Handoff::<Result<i32, rgpu_client::ClientError>>::default()));
+    let signal = done.clone();
+    let sink = ReadSink {
+        dst: SendPtr(dst.cast()),
+        len: size,
+        done: Box::new(move |result| match signal {
+            Some(signal) => signal.fill(result),
+            None => {
+                let code = match result {
+                    Ok(status) => status as u32,
+                    Err(_) => CUresult::CUDA_ERROR_DEVICE_UNAVAILABLE as u32,
+                };
+                if code != 0 {
+                    let _ = ASYNC_READ_ERROR.compare_exchange(0, code, Ordering::AcqRel, Ordering::Acquire);
+                }
+            }
+        }),
+    };
+    ctx.conn.start_read(&request, sink).map_err(client_error)?;
+    let Some(done) = done else {
+        return Ok(());
+    };
+    match done.wait(rgpu_client::reply_timeout_from_env()) {
+        Some(Ok(status)) => from_remote(status as u32),
+        Some(Err(e)) => Err(client_error(e)),
+        None => Err(CUresult::CUDA_ERROR_LAUNCH_TIMEOUT),
+    }
+}
+
+/// Whether `ptr..ptr+size` is page-locked host memory (so an async read may land later).
+fn is_page_locked(ptr: *mut c_void, size: usize) -> bool {
+    host_range(ptr as usize).is_some_and(|(start, len, _)| ptr as usize + size <= start + len)
+}
+
+fn copy_device_to_device(ctx: &Context, stream: Id, dst: DevicePtr, src: DevicePtr, size: usize) -> Result<(), CUresult> {
+    if size == 0 {
+        return Ok(());
+    }
+    let request = CuRequest::MemcpyDtoD {
+        ctx: ctx.remote,
+        stream,
+        dst,
+        src,
+        size: size as u64,
+    };
+    post(ctx, request, &[])
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemcpyHtoD_v2(dst: CUdeviceptr, src: *const c_void, size: usize) -> CUresult {
+    status(context_of(dst).and_then(|ctx| write_device(ctx, 0, dst, src, size)))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemcpyHtoDAsync_v2(
+    dst: CUdeviceptr,
+    src: *const c_void,
+    size: usize,
+    stream: CUstream,
+) -> CUresult {
+    status(resolve_stream(stream).and_then(|(ctx, stream)| write_device(ctx, stream, dst, src, size)))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemcpyDtoH_v2(dst: *mut c_void, src: CUdeviceptr, size: usize) -> CUresult {
+    status(context_of(src).and_then(|ctx| read_device(ctx, 0, dst, src, size, true)))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemcpyDtoHAsync_v2(
+    dst: *mut c_void,
+    src: CUdeviceptr,
+    size: usize,
+    stream: CUstream,
+) -> CUresult {
+    status(resolve_stream(stream).and_then(|(ctx, stream)| {
+        read_device(ctx, stream, dst, src, size, !is_page_locked(dst, size))
+    }))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemcpyDtoD_v2(dst: CUdeviceptr, src: CUdeviceptr, size: usize) -> CUresult {
+    status(context_of(dst).and_then(|ctx| copy_device_to_device(ctx, 0, dst, src, size)))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemcpyDtoDAsync_v2(
+    dst: CUdeviceptr,
+    src: CUdeviceptr,
+    size: usize,
+    stream: CUstream,
+) -> CUresult {
+    status(resolve_stream(stream).and_then(|(ctx, stream)| copy_device_to_device(ctx, stream, dst, src, size)))
+}
+
+/// A unified-addressing copy: the direction comes from which side each pointer lives on.
+fn copy_unified(stream: Option<CUstream>, dst: u64, src: u64, size: usize) -> Result<(), CUresult> {
+    let (dst_on_device, src_on_device) = (device_range(dst).is_some(), device_range(src).is_some());
+    let (ctx, stream_id, asynchronous) = match stream {
+        Some(stream) => {
+            let (ctx, id) = resolve_stream(stream)?;
+            (ctx, id, true)
+        }
+        None => (context_of(if dst_on_device { dst } else { src })?, 0, false),
+    };
+    match (dst_on_device, src_on_device) {
+        (true, true) => copy_device_to_device(ctx, stream_id, dst, src, size),
+        (true, false) => write_device(ctx, stream_id, dst, src as *const c_void, size),
+        (false, true) => {
+            let dst = dst as *mut c_void;
+            let wait = !asynchronous || !is_page_locked(dst, size);
+            read_device(ctx, stream_id, dst, src, size, wait)
+        }
+        (false, false) => {
+            // Host to host: the driver copies; so do we, after the stream's earlier work.
+            if asynchronous {
+                super::stream::synchronize_stream(ctx, stream_id)?;
+            }
+            // SAFETY: the API contract: both ranges hold `size` bytes.
+            unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, size) };
+            Ok(())
+        }
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemcpy(dst: CUdeviceptr, src: CUdeviceptr, size: usize) -> CUresult {
+    status(copy_unified(None, dst, src, size))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemcpyAsync(dst: CUdeviceptr, src: CUdeviceptr, size: usize, stream: CUstream) -> CUresult {
+    status(copy_unified(Some(stream), dst, src, size))
+}
+
+// ---- memset -------------------------------------------------------------------------------
+
+fn memset(
+    stream: Option<CUstream>,
+    dst: u64,
+    value: u32,
+    element_size: u8,
+    width: usize,
+    height: usize,
+    pitch: usize,
+) -> Result<(), CUresult> {
+    let (ctx, stream) = match stream {
+        Some(stream) => resolve_stream(stream)?,
+        None => (context_of(dst)?, 0),
+    };
+    let request = CuRequest::Memset {
+        ctx: ctx.remote,
+        stream,
+        dst,
+        value,
+        element_size,
+        width: width as u64,
+        height: height as u64,
+        pitch: pitch as u64,
+    };
+    post(ctx, request, &[])
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemsetD8_v2(dst: CUdeviceptr, value: u8, count: usize) -> CUresult {
+    status(memset(None, dst, value as u32, 1, count, 1, 0))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemsetD16_v2(dst: CUdeviceptr, value: u16, count: usize) -> CUresult {
+    status(memset(None, dst, value as u32, 2, count, 1, 0))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemsetD32_v2(dst: CUdeviceptr, value: u32, count: usize) -> CUresult {
+    status(memset(None, dst, value, 4, count, 1, 0))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemsetD8Async(dst: CUdeviceptr, value: u8, count: usize, stream: CUstream) -> CUresult {
+    status(memset(Some(stream), dst, value as u32, 1, count, 1, 0))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemsetD16Async(dst: CUdeviceptr, value: u16, count: usize, stream: CUstream) -> CUresult {
+    status(memset(Some(stream), dst, value as u32, 2, count, 1, 0))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemsetD32Async(dst: CUdeviceptr, value: u32, count: usize, stream: CUstream) -> CUresult {
+    status(memset(Some(stream), dst, value, 4, count, 1, 0))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemsetD2D8_v2(dst: CUdeviceptr, pitch: usize, value: u8, width: usize, height: usize) -> CUresult {
+    status(memset(None, dst, value as u32, 1, width, height, pitch))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemsetD2D32_v2(dst: CUdeviceptr, pitch: usize, value: u32, width: usize, height: usize) -> CUresult {
+    status(memset(None, dst, value, 4, width, height, pitch))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemsetD2D8Async(
+    dst: CUdeviceptr,
+    pitch: usize,
+    value: u8,
+    width: usize,
+    height: usize,
+    stream: CUstream,
+) -> CUresult {
+    status(memset(Some(stream), dst, value as u32, 1, width, height, pitch))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemsetD2D32Async(
+    dst: CUdeviceptr,
+    pitch: usize,
+    value: u32,
+    width: usize,
+    height: usize,
+    stream: CUstream,
+) -> CUresult {
+    status(memset(Some(stream), dst, value, 4, width, height, pitch))
+}
+
+// ---- pointer attributes -------------------------------------------------------------------
+
+const MEMORYTYPE_HOST: u32 = 1;
+const MEMORYTYPE_DEVICE: u32 = 2;
+
+/// Writes one pointer attribute; `Err` for pointers or attributes rgpu cannot describe.
+unsafe fn pointer_attribute(data: *mut c_void, attribute: c_uint, ptr: u64) -> Result<(), CUresult> {
+    let device = device_range(ptr);
+    let host = if device.is_none() { host_range(ptr as usize) } else { None };
+    if device.is_none() && host.is_none() {
+        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+    }
+    let ctx = device.and_then(|(_, _, ctx)| Context::from_handle(ctx as CUcontext));
+    unsafe {
+        match attribute {
+            1 => write_out(data.cast::<CUcontext>(), ctx.map_or(std::ptr::null_mut(), Context::handle)),
+            2 => write_out(data.cast::<u32>(), if device.is_some() { MEMORYTYPE_DEVICE } else { MEMORYTYPE_HOST }),
+            3 => match device {
+                Some(_) => write_out(data.cast::<u64>(), ptr),
+                None => Err(CUresult::CUDA_ERROR_INVALID_VALUE),
+            },
+            4 => match host {
+                Some(_) => write_out(data.cast::<u64>(), ptr),
+                None => Err(CUresult::CUDA_ERROR_INVALID_VALUE),
+            },
+            // SYNC_MEMOPS, IS_MANAGED
+            6 | 8 => write_out(data.cast::<u32>(), 0),
+            // BUFFER_ID: the range start is unique while the range lives.
+            7 => write_out(data.cast::<u64>(), device.map_or(ptr, |(start, _, _)| start)),
+            9 => write_out(data.cast::<i32>(), ctx.map_or(0, |c| c.device)),
+            11 => write_out(data.cast::<u64>(), device.map(|d| d.0).or(host.map(|h| h.0 as u64)).unwrap_or(0)),
+            12 => write_out(data.cast::<usize>(), device.map(|d| d.1 as usize).or(host.map(|h| h.1)).unwrap_or(0)),
+            // MAPPED
+            13 => write_out(data.cast::<u32>(), 1),
+            _ => Err(CUresult::CUDA_ERROR_INVALID_VALUE),
+        }
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuPointerGetAttribute(data: *mut c_void, attribute: c_uint, ptr: CUdeviceptr) -> CUresult {
+    status(crate::runtime::runtime().and_then(|_| unsafe { pointer_attribute(data, attribute, ptr) }))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuPointerGetAttributes(
+    count: c_uint,
+    attributes: *mut c_uint,
+    data: *mut *mut c_void,
+    ptr: CUdeviceptr,
+) -> CUresult {
+    status(crate::runtime::runtime().and_then(|_| {
+        if attributes.is_null() || data.is_null() {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        for i in 0..count as usize {
+            // SAFETY: the caller passes `count` attributes and as many destinations.
+            let (attribute, out) = unsafe { (*attributes.add(i), *data.add(i)) };
+            if out.is_null() {
+                continue;
+            }
+            // Unknown memory is not an error here: the driver reports type 0 (unregistered).
+            if unsafe { pointer_attribute(out, attribute, ptr) }.is_err() && attribute == 2 {
+                unsafe { out.cast::<u32>().write(0) };
+            }
+        }
+        Ok(())
+    }))
+}

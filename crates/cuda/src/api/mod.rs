@@ -1,0 +1,52 @@
+//! The driver API entry points rgpu implements, by API group. Every `pub unsafe extern "C" fn
+//! cu*` here is exported under its C name; tools/gen_cuda_api.py finds them and generates a
+//! NOT_SUPPORTED stub for every other driver symbol.
+
+pub mod context;
+pub mod device;
+pub mod event;
+pub mod init;
+pub mod loader;
+pub mod launch;
+pub mod memory;
+pub mod module;
+pub mod stream;
+
+pub use context::*;
+pub use device::*;
+pub use event::*;
+pub use init::*;
+pub use loader::*;
+pub use launch::*;
+pub use memory::*;
+pub use module::*;
+pub use stream::*;
+
+use rgpu_cuda_api::sys::CUresult;
+
+/// Lets entry points use `?` on `Result<_, CUresult>` and return a plain `CUresult`.
+pub(crate) fn status(result: Result<(), CUresult>) -> CUresult {
+    match result {
+        Ok(()) => CUresult::CUDA_SUCCESS,
+        Err(error) => error,
+    }
+}
+
+/// A `CUresult` from a server's integer status (unknown codes become CUDA_ERROR_UNKNOWN).
+pub(crate) fn from_remote(status: u32) -> Result<(), CUresult> {
+    match rgpu_cuda_api::generated::result(status) {
+        Some(CUresult::CUDA_SUCCESS) => Ok(()),
+        Some(error) => Err(error),
+        None => Err(CUresult::CUDA_ERROR_UNKNOWN),
+    }
+}
+
+/// Writes through an out-pointer, or fails with CUDA_ERROR_INVALID_VALUE when it is null.
+pub(crate) unsafe fn write_out<T>(out: *mut T, value: T) -> Result<(), CUresult> {
+    if out.is_null() {
+        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+    }
+    // SAFETY: the caller passes a pointer the API contract makes writable for a T.
+    unsafe { out.write(value) };
+    Ok(())
+}

@@ -1,0 +1,381 @@
+//! Modules, libraries, functions and kernels. Images travel once per server: they are named by
+//! their SHA-256, and a server that already holds one (from any session) is sent only the name.
+//! A function's parameter layout and attributes come with its lookup and are cached here.
+
+use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
+
+use rgpu_cuda_api::image::image_bytes;
+use rgpu_cuda_api::sys::*;
+use rgpu_protocol::cuda::{CuReply, CuRequest, FunctionInfo, ImageKind};
+use sha2::{Digest, Sha256};
+
+use super::context::{call, unexpected};
+use super::{from_remote, status, write_out};
+use crate::objects::{current_context, Context, Function, Image};
+
+/// Images up to this size go with the first request; larger ones only when the server asks.
+const SEND_WITH_FIRST_REQUEST: usize = 64 << 10;
+
+fn load(ctx: &Context, kind: ImageKind, image: *const c_void) -> Result<Box<Image>, CUresult> {
+    // SAFETY: the API contract: `image` points at a module image (fatbin, cubin or PTX).
+    let bytes = unsafe { image_bytes(image) }.ok_or(CUresult::CUDA_ERROR_INVALID_IMAGE)?;
+    let hash: [u8; 32] = Sha256::digest(bytes).into();
+    let object = Image::new(&ctx.conn, kind);
+    let request = |with_image: bool| {
+        let request = CuRequest::LoadImage {
+            id: object.remote,
+            ctx: ctx.remote,
+            kind,
+            hash,
+        };
+        let bulk: &[u8] = if with_image { bytes } else { &[] };
+        ctx.conn.call_cu(request, bulk).map_err(crate::runtime::client_error)
+    };
+    let mut reply = request(bytes.len() <= SEND_WITH_FIRST_REQUEST)?;
+    if let CuReply::Loaded { need_image: true, .. } = reply {
+        reply = request(true)?;
+    }
+    match reply {
+        CuReply::Loaded { status, log, .. } => {
+            if !log.is_empty() {
+                log::warn!("rgpu: module load: {log}");
+            }
+            from_remote(status)?;
+            Ok(object)
+        }
+        other => Err(unexpected(other)),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuModuleLoadData(module: *mut CUmodule, image: *const c_void) -> CUresult {
+    status(current_context().and_then(|ctx| {
+        if module.is_null() {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        let object = load(ctx, ImageKind::Module, image)?;
+        unsafe { write_out(module, object.into_handle().cast()) }
+    }))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuModuleLoadDataEx(
+    module: *mut CUmodule,
+    image: *const c_void,
+    _num_options: c_uint,
+    _options: *mut CUjit_option,
+    _values: *mut *mut c_void,
+) -> CUresult {
+    // JIT options tune compilation or ask for logs; the server's driver compiles with defaults.
+    unsafe { cuModuleLoadData(module, image) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuModuleLoadFatBinary(module: *mut CUmodule, fatbin: *const c_void) -> CUresult {
+    unsafe { cuModuleLoadData(module, fatbin) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuModuleUnload(module: CUmodule) -> CUresult {
+    unsafe { unload(module.cast()) }
+}
+
+unsafe fn unload(handle: *mut c_void) -> CUresult {
+    status((|| {
+        let image = Image::from_handle(handle).ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
+        image
+            .conn
+            .post_cu(CuRequest::UnloadImage { id: image.remote }, &[])
+            .map_err(crate::runtime::client_error)?;
+        // SAFETY: the program gives the handle up by unloading it.
+        drop(unsafe { Image::destroy(handle) });
+        Ok(())
+    })())
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuModuleGetLoadingMode(mode: *mut c_uint) -> CUresult {
+    // CU_MODULE_LAZY_LOADING: the server's driver loads kernels at first use.
+    status(unsafe { write_out(mode, 2) })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuLibraryLoadData(
+    library: *mut CUlibrary,
+    code: *const c_void,
+    _jit_options: *mut CUjit_option,
+    _jit_values: *mut *mut c_void,
+    _num_jit_options: c_uint,
+    _library_options: *mut CUlibraryOption,
+    _library_values: *mut *mut c_void,
+    _num_library_options: c_uint,
+) -> CUresult {
+    status(library_context().and_then(|ctx| {
+        if library.is_null() {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        let object = load(ctx, ImageKind::Library, code)?;
+        unsafe { write_out(library, object.into_handle().cast()) }
+    }))
+}
+
+/// Libraries belong to no context; they load on the server of the current context, or of the
+/// first device when there is none.
+fn library_context<'a>() -> Result<&'a Context, CUresult> {
+    current_context().or_else(|_| {
+        let device = crate::runtime::device(0)?;
+        device.primary.ensure_created()?;
+        Ok(&*device.primary)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuLibraryUnload(library: CUlibrary) -> CUresult {
+    unsafe { unload(library.cast()) }
+}
+
+/// Looks a function or kernel up by name (cached per image).
+unsafe fn get_function(image: *mut c_void, name: *const c_char) -> Result<*mut c_void, CUresult> {
+    let image = Image::from_handle(image).ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
+    if name.is_null() {
+        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+    }
+    // SAFETY: the API contract: a NUL-terminated name.
+    let name = unsafe { CStr::from_ptr(name) }.to_string_lossy().into_owned();
+    if let Some(&found) = image.functions.lock().unwrap().get(&name) {
+        return Ok(found as *mut c_void);
+    }
+    let id = image.conn.new_id();
+    let request = CuRequest::GetFunction {
+        id,
+        image: image.remote,
+        name: name.clone(),
+    };
+    let info = function_info(image.conn.call_cu(request, &[]).map_err(crate::runtime::client_error)?)?;
+    let is_kernel = image.kind == ImageKind::Library;
+    let handle = Function::new(&image.conn, id, is_kernel, &name, info).into_handle();
+    image.functions.lock().unwrap().insert(name, handle as usize);
+    Ok(handle)
+}
+
+fn function_info(reply: CuReply) -> Result<FunctionInfo, CUresult> {
+    match reply {
+        CuReply::Function { status, info } => from_remote(status).map(|()| info),
+        other => Err(unexpected(other)),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuModuleGetFunction(
+    function: *mut CUfunction,
+    module: CUmodule,
+    name: *const c_char,
+) -> CUresult {
+    status(unsafe { get_function(module.cast(), name) }.and_then(|f| unsafe { write_out(function, f.cast()) }))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuLibraryGetKernel(
+    kernel: *mut CUkernel,
+    library: CUlibrary,
+    name: *const c_char,
+) -> CUresult {
+    status(unsafe { get_function(library.cast(), name) }.and_then(|k| unsafe { write_out(kernel, k.cast()) }))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuKernelGetFunction(function: *mut CUfunction, kernel: CUkernel) -> CUresult {
+    status(current_context().and_then(|ctx| {
+        let kernel = Function::from_handle(kernel.cast()).ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
+        if !kernel.is_kernel {
+            return Err(CUresult::CUDA_ERROR_INVALID_HANDLE);
+        }
+        if let Some(&found) = kernel.per_context.lock().unwrap().get(&ctx.remote) {
+            return unsafe { write_out(function, found as CUfunction) };
+        }
+        let id = ctx.conn.new_id();
+        let request = CuRequest::KernelGetFunction {
+            id,
+            kernel: kernel.remote,
+            ctx: ctx.remote,
+        };
+        let info = function_info(call(ctx, request)?)?;
+        let handle = Function::new(&ctx.conn, id, false, &kernel.name, info).into_handle();
+        kernel.per_context.lock().unwrap().insert(ctx.remote, handle as usize);
+        unsafe { write_out(function, handle.cast()) }
+    }))
+}
+
+fn get_global(image: *mut c_void, dptr: *mut CUdeviceptr, bytes: *mut usize, name: *const c_char) -> Result<(), CUresult> {
+    let ctx = current_context()?;
+    let image = Image::from_handle(image).ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
+    if name.is_null() {
+        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+    }
+    // SAFETY: the API contract: a NUL-terminated name.
+    let name = unsafe { CStr::from_ptr(name) }.to_string_lossy().into_owned();
+    let request = CuRequest::GetGlobal {
+        ctx: ctx.remote,
+        image: image.remote,
+        name,
+    };
+    match call(ctx, request)? {
+        CuReply::Global { status, ptr, size } => {
+            from_remote(status)?;
+            super::memory::record_device_range(ptr, size, ctx);
+            unsafe {
+                if !dptr.is_null() {
+                    dptr.write(ptr);
+                }
+                if !bytes.is_null() {
+                    bytes.write(size as usize);
+                }
+            }
+            Ok(())
+        }
+        other => Err(unexpected(other)),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuModuleGetGlobal_v2(
+    dptr: *mut CUdeviceptr,
+    bytes: *mut usize,
+    module: CUmodule,
+    name: *const c_char,
+) -> CUresult {
+    status(get_global(module.cast(), dptr, bytes, name))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuLibraryGetGlobal(
+    dptr: *mut CUdeviceptr,
+    bytes: *mut usize,
+    library: CUlibrary,
+    name: *const c_char,
+) -> CUresult {
+    status(get_global(library.cast(), dptr, bytes, name))
+}
+
+fn function<'a>(handle: *mut c_void) -> Result<&'a Function, CUresult> {
+    Function::from_handle(handle).ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuFuncGetAttribute(value: *mut c_int, attribute: c_uint, f: CUfunction) -> CUresult {
+    status(function(f.cast()).and_then(|f| {
+        let answer = f.attribute(attribute).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+        unsafe { write_out(value, answer) }
+    }))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuKernelGetAttribute(
+    value: *mut c_int,
+    attribute: c_uint,
+    kernel: CUkernel,
+    _dev: CUdevice,
+) -> CUresult {
+    unsafe { cuFuncGetAttribute(value, attribute, kernel.cast()) }
+}
+
+fn set_attribute(f: &Function, attribute: c_uint, value: c_int, device: u32) -> Result<(), CUresult> {
+    // Libraries set the same value before every launch: only a change costs a round trip.
+    if f.attribute(attribute) == Some(value) {
+        return Ok(());
+    }
+    let request = CuRequest::SetFunctionAttribute {
+        function: f.remote,
+        attribute,
+        value,
+        device,
+    };
+    match f.conn.call_cu(request, &[]).map_err(crate::runtime::client_error)? {
+        CuReply::Status(status) => from_remote(status)?,
+        other => return Err(unexpected(other)),
+    }
+    f.set_attribute(attribute, value);
+    Ok(())
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuFuncSetAttribute(f: CUfunction, attribute: c_uint, value: c_int) -> CUresult {
+    status(function(f.cast()).and_then(|f| set_attribute(f, attribute, value, 0)))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuKernelSetAttribute(
+    attribute: c_uint,
+    value: c_int,
+    kernel: CUkernel,
+    dev: CUdevice,
+) -> CUresult {
+    status(function(kernel.cast()).and_then(|f| {
+        let device = crate::runtime::device(dev)?;
+        set_attribute(f, attribute, value, device.remote_ordinal)
+    }))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuFuncSetCacheConfig(f: CUfunction, config: c_uint) -> CUresult {
+    status(function(f.cast()).and_then(|func| {
+        let request = CuRequest::SetFunctionCacheConfig {
+            function: func.remote,
+            config,
+        };
+        func.conn.post_cu(request, &[]).map_err(crate::runtime::client_error)
+    }))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuKernelSetCacheConfig(kernel: CUkernel, config: c_uint, _dev: CUdevice) -> CUresult {
+    unsafe { cuFuncSetCacheConfig(kernel.cast(), config) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuFuncGetParamInfo(
+    f: CUfunction,
+    index: usize,
+    offset: *mut usize,
+    size: *mut usize,
+) -> CUresult {
+    status(function(f.cast()).and_then(|f| {
+        let &(o, s) = f.params.get(index).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+        unsafe {
+            if !offset.is_null() {
+                offset.write(o as usize);
+            }
+            if !size.is_null() {
+                size.write(s as usize);
+            }
+        }
+        Ok(())
+    }))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuKernelGetParamInfo(
+    kernel: CUkernel,
+    index: usize,
+    offset: *mut usize,
+    size: *mut usize,
+) -> CUresult {
+    unsafe { cuFuncGetParamInfo(kernel.cast(), index, offset, size) }
+}
+
+/// The function's name, kept in a C string that lives as long as the process.
+fn leak_name(f: &Function) -> *const c_char {
+    let name = std::ffi::CString::new(f.name.clone()).unwrap_or_default();
+    Box::leak(name.into_boxed_c_str()).as_ptr()
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuFuncGetName(name: *mut *const c_char, f: CUfunction) -> CUresult {
+    status(function(f.cast()).and_then(|f| unsafe { write_out(name, leak_name(f)) }))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuKernelGetName(name: *mut *const c_char, kernel: CUkernel) -> CUresult {
+    unsafe { cuFuncGetName(name, kernel.cast()) }
+}
+

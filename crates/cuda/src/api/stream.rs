@@ -1,0 +1,165 @@
+//! Streams. Creation, destruction and event waits are posted; synchronization and queries wait.
+
+use std::ffi::{c_int, c_uint};
+
+use rgpu_cuda_api::sys::*;
+use rgpu_protocol::cuda::{CuRequest, Id};
+
+use super::context::{call_status, post};
+use super::memory::take_async_read_error;
+use super::{status, write_out};
+use crate::objects::{current_context, resolve_stream, Context, Event, Stream};
+
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamCreate(stream: *mut CUstream, flags: c_uint) -> CUresult {
+    unsafe { cuStreamCreateWithPriority(stream, flags, 0) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamCreateWithPriority(
+    out: *mut CUstream,
+    flags: c_uint,
+    priority: c_int,
+) -> CUresult {
+    status(current_context().and_then(|ctx| {
+        if out.is_null() {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        let stream = Stream::new(ctx, flags, priority);
+        let request = CuRequest::CreateStream {
+            id: stream.remote,
+            ctx: ctx.remote,
+            flags,
+            priority,
+        };
+        post(ctx, request, &[])?;
+        unsafe { write_out(out, stream.into_handle()) }
+    }))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamDestroy_v2(stream: CUstream) -> CUresult {
+    status((|| {
+        let object = Stream::from_handle(stream).ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
+        let (ctx, id) = resolve_stream(stream)?;
+        post(ctx, CuRequest::DestroyStream { id }, &[])?;
+        let _ = object;
+        // SAFETY: the program gives the handle up by destroying it.
+        drop(unsafe { Stream::destroy(stream) });
+        Ok(())
+    })())
+}
+
+pub(crate) fn synchronize_stream(ctx: &Context, stream: Id) -> Result<(), CUresult> {
+    call_status(
+        ctx,
+        CuRequest::StreamSynchronize {
+            ctx: ctx.remote,
+            stream,
+        },
+    )?;
+    take_async_read_error()
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamSynchronize(stream: CUstream) -> CUresult {
+    status(resolve_stream(stream).and_then(|(ctx, id)| synchronize_stream(ctx, id)))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamQuery(stream: CUstream) -> CUresult {
+    status(resolve_stream(stream).and_then(|(ctx, id)| {
+        call_status(
+            ctx,
+            CuRequest::StreamQuery {
+                ctx: ctx.remote,
+                stream: id,
+            },
+        )
+    }))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamWaitEvent(stream: CUstream, event: CUevent, flags: c_uint) -> CUresult {
+    status(resolve_stream(stream).and_then(|(ctx, id)| {
+        let event = Event::from_handle(event).ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
+        let request = CuRequest::StreamWaitEvent {
+            ctx: ctx.remote,
+            stream: id,
+            event: event.remote,
+            flags,
+        };
+        post(ctx, request, &[])
+    }))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamGetPriority(stream: CUstream, priority: *mut c_int) -> CUresult {
+    let value = Stream::from_handle(stream).map_or(0, |s| s.priority);
+    status(unsafe { write_out(priority, value) })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamGetFlags(stream: CUstream, flags: *mut c_uint) -> CUresult {
+    let value = Stream::from_handle(stream).map_or(0, |s| s.flags);
+    status(unsafe { write_out(flags, value) })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamGetCtx(stream: CUstream, pctx: *mut CUcontext) -> CUresult {
+    status(resolve_stream(stream).and_then(|(ctx, _)| unsafe { write_out(pctx, ctx.handle()) }))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamGetId(stream: CUstream, id: *mut u64) -> CUresult {
+    status(resolve_stream(stream).and_then(|_| {
+        let value = crate::objects::stream_unique_id(stream).ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
+        unsafe { write_out(id, value) }
+    }))
+}
+
+/// rgpu does not capture graphs: streams are never capturing.
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamIsCapturing(stream: CUstream, capture_status: *mut c_uint) -> CUresult {
+    status(resolve_stream(stream).and_then(|_| unsafe { write_out(capture_status, 0) }))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamGetCaptureInfo_v2(
+    stream: CUstream,
+    capture_status: *mut c_uint,
+    id: *mut u64,
+    graph: *mut CUgraph,
+    dependencies: *mut *const CUgraphNode,
+    count: *mut usize,
+) -> CUresult {
+    status(resolve_stream(stream).and_then(|_| unsafe {
+        write_out(capture_status, 0)?;
+        for_optional(id, 0);
+        for_optional(graph, std::ptr::null_mut());
+        for_optional(dependencies, std::ptr::null());
+        for_optional(count, 0);
+        Ok(())
+    }))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamGetCaptureInfo_v3(
+    stream: CUstream,
+    capture_status: *mut c_uint,
+    id: *mut u64,
+    graph: *mut CUgraph,
+    dependencies: *mut *const CUgraphNode,
+    edges: *mut *const CUgraphEdgeData,
+    count: *mut usize,
+) -> CUresult {
+    unsafe { for_optional(edges, std::ptr::null()) };
+    unsafe { cuStreamGetCaptureInfo_v2(stream, capture_status, id, graph, dependencies, count) }
+}
+
+unsafe fn for_optional<T>(out: *mut T, value: T) {
+    if !out.is_null() {
+        // SAFETY: a non-null out-pointer of the API is writable.
+        unsafe { out.write(value) };
+    }
+}

@@ -1,0 +1,25 @@
+//! `librgpu_cuda.so`: a drop-in `libcuda.so.1` that carries the CUDA driver API to the GPUs of
+//! the servers in `RGPU_SERVERS`. `rgpu run` puts it first on `LD_LIBRARY_PATH` under the
+//! driver's sonames, so unmodified programs (static cudart, cuBLAS, CuPy, PyTorch) use it.
+//!
+//! Layout: `api/` holds the entry points by API group; `runtime.rs` the connections and the
+//! device list taken at `cuInit`; `objects.rs` what each handle (context, stream, event, module,
+//! function) knows on the client; `export_tables.rs` cudart's private tables, implemented here;
+//! `proc_address.rs` `cuGetProcAddress`; `generated_exports.rs` (generated) a stub for every
+//! driver symbol not implemented and the table of all exported symbols.
+
+#![allow(non_snake_case)]
+#![allow(clippy::missing_safety_doc)]
+#![allow(clippy::too_many_arguments)]
+
+pub mod api;
+mod export_tables;
+mod generated_exports;
+mod objects;
+pub mod proc_address;
+mod runtime;
+mod unsupported;
+
+/// Marks this library as rgpu's, so that a server never loads it as its driver.
+#[no_mangle]
+pub static rgpu_cuda_client: u8 = 1;

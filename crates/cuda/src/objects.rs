@@ -1,0 +1,385 @@
+//! What each driver handle is on the client. A handle given to the program is the address of
+//! one of these objects; the first field is a per-type cookie, checked before use, that catches
+//! wrong-type and stale handles. Each object knows its server connection and its session id
+//! there (chosen by the client, so creation never waits for the network).
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use rgpu_client::Connection;
+use rgpu_cuda_api::sys::*;
+use rgpu_protocol::cuda::{CuRequest, FunctionInfo, Id, ImageKind};
+
+/// Handle kinds and their cookies.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[repr(u64)]
+enum Cookie {
+    Context = 0x7267_7075_6374_7801,
+    Stream = 0x7267_7075_7374_7202,
+    Event = 0x7267_7075_6576_7403,
+    Image = 0x7267_7075_696d_6704,
+    Function = 0x7267_7075_666e_6305,
+    Dead = 0xdead_dead_dead_dead,
+}
+
+/// A value for the `*Id` queries (cuCtxGetId, cuStreamGetId): unique in the process.
+fn next_unique_id() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+/// Turns a handle back into a reference after checking its cookie.
+///
+/// # Safety
+/// `handle` is null or was handed out by this library (possibly since destroyed).
+unsafe fn check<'a, T: HasCookie>(handle: *const T) -> Option<&'a T> {
+    if handle.is_null() || (handle as usize) % std::mem::align_of::<T>() != 0 {
+        return None;
+    }
+    // SAFETY: per the caller, the address is one this library allocated for a T; the cookie is
+    // the first field, read before anything else is trusted.
+    let object = unsafe { &*handle };
+    (object.cookie() == T::COOKIE).then_some(object)
+}
+
+trait HasCookie {
+    const COOKIE: Cookie;
+    fn cookie(&self) -> Cookie;
+}
+
+macro_rules! cookie_type {
+    ($type:ty, $cookie:ident, $handle:ty) => {
+        impl HasCookie for $type {
+            const COOKIE: Cookie = Cookie::$cookie;
+            fn cookie(&self) -> Cookie {
+                self.cookie
+            }
+        }
+
+        impl $type {
+            /// The object behind a handle, if it is a live one of this type.
+            pub fn from_handle<'a>(handle: $handle) -> Option<&'a $type> {
+                // SAFETY: handles of this type are only ever made by `into_handle`.
+                unsafe { check(handle as *const $type) }
+            }
+
+            /// Gives the object to the program as a handle.
+            pub fn into_handle(self: Box<Self>) -> $handle {
+                Box::into_raw(self) as $handle
+            }
+
+            /// Takes the object back from the program, killing the handle.
+            ///
+            /// # Safety
+            /// No other reference to the object is in use.
+            pub unsafe fn destroy(handle: $handle) -> Option<Box<$type>> {
+                Self::from_handle(handle)?;
+                // SAFETY: the handle is a live object of this type made by `into_handle`.
+                let mut object = unsafe { Box::from_raw(handle as *mut $type) };
+                object.cookie = Cookie::Dead;
+                Some(object)
+            }
+        }
+    };
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum ContextKind {
+    /// A device's primary context: one per device, retained and released by count.
+    Primary,
+    /// A context of `cuCtxCreate`.
+    Explicit,
+}
+
+#[repr(C)]
+pub struct Context {
+    cookie: Cookie,
+    pub conn: Arc<Connection>,
+    /// The device ordinal in the program (over all servers).
+    pub device: i32,
+    pub kind: ContextKind,
+    pub remote: Id,
+    pub flags: AtomicU32,
+    /// Primary contexts: retain count.
+    pub retained: AtomicU32,
+    created: AtomicBool,
+    create_lock: Mutex<()>,
+    pub unique_id: u64,
+    /// Values of cuCtxSetCacheConfig / cuCtxSetSharedMemConfig, answered locally.
+    pub cache_config: AtomicU32,
+}
+cookie_type!(Context, Context, CUcontext);
+
+impl Context {
+    pub fn new(conn: &Arc<Connection>, device: i32, kind: ContextKind, flags: u32) -> Box<Context> {
+        Box::new(Context {
+            cookie: Cookie::Context,
+            conn: conn.clone(),
+            device,
+            kind,
+            remote: conn.new_id(),
+            flags: AtomicU32::new(flags),
+            retained: AtomicU32::new(0),
+            created: AtomicBool::new(false),
+            create_lock: Mutex::new(()),
+            unique_id: next_unique_id(),
+            cache_config: AtomicU32::new(0),
+        })
+    }
+
+    pub fn handle(&self) -> CUcontext {
+        self as *const Context as CUcontext
+    }
+
+    /// Makes the server-side context if not made yet (posted: nothing waits for it).
+    pub fn ensure_created(&self) -> Result<(), CUresult> {
+        if self.created.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let _guard = self.create_lock.lock().unwrap();
+        if self.created.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let device = crate::runtime::device(self.device)?;
+        let request = CuRequest::CreateContext {
+            id: self.remote,
+            device: device.remote_ordinal,
+            flags: self.flags.load(Ordering::Relaxed),
+            primary: self.kind == ContextKind::Primary,
+        };
+        self.conn
+            .post_cu(request, &[])
+            .map_err(crate::runtime::client_error)?;
+        self.created.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    /// Forgets the server-side context (a primary context released to zero, or reset).
+    pub fn mark_destroyed(&self) {
+        self.created.store(false, Ordering::Release);
+    }
+}
+
+thread_local! {
+    /// This thread's context stack; the last entry is the current context.
+    static CONTEXT_STACK: RefCell<Vec<CUcontext>> = const { RefCell::new(Vec::new()) };
+}
+
+/// The calling thread's current context handle (null when none).
+pub fn current_handle() -> CUcontext {
+    CONTEXT_STACK.with(|stack| stack.borrow().last().copied().unwrap_or(std::ptr::null_mut()))
+}
+
+/// Replaces the current context (cuCtxSetCurrent); null pops it.
+pub fn set_current(ctx: CUcontext) {
+    CONTEXT_STACK.with(|stack| {
+        let mut stack = stack.borrow_mut();
+        stack.pop();
+        if !ctx.is_null() {
+            stack.push(ctx);
+        }
+    })
+}
+
+pub fn push_current(ctx: CUcontext) {
+    CONTEXT_STACK.with(|stack| stack.borrow_mut().push(ctx))
+}
+
+pub fn pop_current() -> Option<CUcontext> {
+    CONTEXT_STACK.with(|stack| stack.borrow_mut().pop())
+}
+
+/// The calling thread's current context, made on the server if need be.
+pub fn current_context<'a>() -> Result<&'a Context, CUresult> {
+    crate::runtime::runtime()?;
+    let ctx = Context::from_handle(current_handle()).ok_or(CUresult::CUDA_ERROR_INVALID_CONTEXT)?;
+    ctx.ensure_created()?;
+    Ok(ctx)
+}
+
+/// `ctx`, or the current context when `ctx` is null.
+pub fn context_or_current<'a>(ctx: CUcontext) -> Result<&'a Context, CUresult> {
+    if ctx.is_null() {
+        return current_context();
+    }
+    let ctx = Context::from_handle(ctx).ok_or(CUresult::CUDA_ERROR_INVALID_CONTEXT)?;
+    ctx.ensure_created()?;
+    Ok(ctx)
+}
+
+#[repr(C)]
+pub struct Stream {
+    cookie: Cookie,
+    pub ctx: CUcontext,
+    pub remote: Id,
+    pub flags: u32,
+    pub priority: i32,
+    pub unique_id: u64,
+}
+cookie_type!(Stream, Stream, CUstream);
+
+impl Stream {
+    pub fn new(ctx: &Context, flags: u32, priority: i32) -> Box<Stream> {
+        Box::new(Stream {
+            cookie: Cookie::Stream,
+            ctx: ctx.handle(),
+            remote: ctx.conn.new_id(),
+            flags,
+            priority,
+            unique_id: next_unique_id(),
+        })
+    }
+}
+
+/// The special stream handles of the driver API.
+const STREAM_LEGACY: usize = 0x1;
+const STREAM_PER_THREAD: usize = 0x2;
+
+/// A stream argument resolved: its context and its id on that context's server (0: the
+/// context's default stream; the legacy and per-thread default streams both map to it).
+pub fn resolve_stream<'a>(stream: CUstream) -> Result<(&'a Context, Id), CUresult> {
+    match stream as usize {
+        0 | STREAM_LEGACY | STREAM_PER_THREAD => Ok((current_context()?, 0)),
+        _ => {
+            let stream = Stream::from_handle(stream).ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
+            let ctx = context_or_current(stream.ctx)?;
+            Ok((ctx, stream.remote))
+        }
+    }
+}
+
+#[repr(C)]
+pub struct Event {
+    cookie: Cookie,
+    pub ctx: CUcontext,
+    pub remote: Id,
+    pub flags: u32,
+}
+cookie_type!(Event, Event, CUevent);
+
+impl Event {
+    pub fn new(ctx: &Context, flags: u32) -> Box<Event> {
+        Box::new(Event {
+            cookie: Cookie::Event,
+            ctx: ctx.handle(),
+            remote: ctx.conn.new_id(),
+            flags,
+        })
+    }
+
+    pub fn context<'a>(&self) -> Result<&'a Context, CUresult> {
+        context_or_current(self.ctx)
+    }
+}
+
+/// A module or a library, loaded on one server.
+#[repr(C)]
+pub struct Image {
+    cookie: Cookie,
+    pub conn: Arc<Connection>,
+    pub kind: ImageKind,
+    pub remote: Id,
+    /// Functions (modules) or kernels (libraries) already looked up, by name.
+    pub functions: Mutex<HashMap<String, usize>>,
+}
+cookie_type!(Image, Image, *mut std::ffi::c_void);
+
+impl Image {
+    pub fn new(conn: &Arc<Connection>, kind: ImageKind) -> Box<Image> {
+        Box::new(Image {
+            cookie: Cookie::Image,
+            conn: conn.clone(),
+            kind,
+            remote: conn.new_id(),
+            functions: Mutex::new(HashMap::new()),
+        })
+    }
+}
+
+/// A module function or a library kernel; the driver lets either be launched.
+#[repr(C)]
+pub struct Function {
+    cookie: Cookie,
+    pub conn: Arc<Connection>,
+    pub remote: Id,
+    pub is_kernel: bool,
+    pub name: String,
+    /// `(offset, size)` of each parameter.
+    pub params: Vec<(u32, u32)>,
+    /// Bytes of the packed parameter buffer.
+    pub params_size: usize,
+    /// `CUfunction_attribute` values, indexed by attribute (-1: not answered).
+    pub attributes: Mutex<Vec<i32>>,
+    /// Library kernels: the function made for each context (by context id).
+    pub per_context: Mutex<HashMap<Id, usize>>,
+    /// Occupancy answers already fetched, by query.
+    pub occupancy: Mutex<HashMap<(u8, i64, i64, u32), i64>>,
+}
+cookie_type!(Function, Function, *mut std::ffi::c_void);
+
+impl Function {
+    pub fn new(
+        conn: &Arc<Connection>,
+        remote: Id,
+        is_kernel: bool,
+        name: &str,
+        info: FunctionInfo,
+    ) -> Box<Function> {
+        let params_size = info
+            .params
+            .iter()
+            .map(|&(offset, size)| (offset + size) as usize)
+            .max()
+            .unwrap_or(0);
+        let slots = info.attributes.iter().map(|&(a, _)| a as usize + 1).max();
+        let mut attributes = vec![-1; slots.unwrap_or(0)];
+        for (attribute, value) in info.attributes {
+            attributes[attribute as usize] = value;
+        }
+        Box::new(Function {
+            cookie: Cookie::Function,
+            conn: conn.clone(),
+            remote,
+            is_kernel,
+            name: name.to_string(),
+            params: info.params,
+            params_size,
+            attributes: Mutex::new(attributes),
+            per_context: Mutex::new(HashMap::new()),
+            occupancy: Mutex::new(HashMap::new()),
+        })
+    }
+
+    pub fn attribute(&self, attribute: u32) -> Option<i32> {
+        let attributes = self.attributes.lock().unwrap();
+        attributes
+            .get(attribute as usize)
+            .copied()
+            .filter(|&v| v >= 0)
+    }
+
+    pub fn set_attribute(&self, attribute: u32, value: i32) {
+        let mut attributes = self.attributes.lock().unwrap();
+        if attributes.len() <= attribute as usize {
+            attributes.resize(attribute as usize + 1, -1);
+        }
+        attributes[attribute as usize] = value;
+    }
+}
+
+/// `cuCtxGetId`-style unique id of a context handle (for cudart's private tables).
+pub fn context_unique_id(ctx: CUcontext) -> Option<u64> {
+    Context::from_handle(ctx).map(|c| c.unique_id)
+}
+
+/// `cuStreamGetId`-style unique id of a stream handle; default streams get their context's.
+pub fn stream_unique_id(stream: CUstream) -> Option<u64> {
+    match stream as usize {
+        0 | STREAM_LEGACY | STREAM_PER_THREAD => {
+            Context::from_handle(current_handle()).map(|c| c.unique_id)
+        }
+        _ => Stream::from_handle(stream).map(|s| s.unique_id),
+    }
+}

@@ -1,0 +1,145 @@
+//! The process-wide state: connections to the servers and the device list, taken once at
+//! `cuInit`. Every GPU of every server in `RGPU_SERVERS` is a device of the program, numbered
+//! in server order; all device queries are answered from the inventory fetched here.
+
+use std::sync::{Arc, OnceLock};
+
+use rgpu_client::{ClientConfig, ClientError, Connection};
+use rgpu_cuda_api::sys::CUresult;
+use rgpu_protocol::cuda::{CuDevice, CuReply, CuRequest};
+
+use crate::objects::{Context, ContextKind};
+
+/// The driver API version this library implements (`cuDriverGetVersion` never says more).
+pub const API_VERSION: i32 = 13000;
+
+pub struct Runtime {
+    pub devices: Vec<Device>,
+    /// The lowest driver version among the servers, capped at [`API_VERSION`].
+    pub driver_version: i32,
+}
+
+pub struct Device {
+    pub conn: Arc<Connection>,
+    /// The device's ordinal on its server.
+    pub remote_ordinal: u32,
+    pub info: CuDevice,
+    /// Attribute values indexed by `CUdevice_attribute`; `None` where the server's driver did
+    /// not answer.
+    attributes: Vec<Option<i32>>,
+    /// The device's primary context handle: it exists before anything retains it (cudart asks
+    /// for it through a private table); the server-side context is made on first use.
+    pub primary: Box<Context>,
+}
+
+impl Device {
+    pub fn attribute(&self, attribute: u32) -> Option<i32> {
+        self.attributes.get(attribute as usize).copied().flatten()
+    }
+}
+
+static RUNTIME: OnceLock<Result<Runtime, CUresult>> = OnceLock::new();
+
+/// Connects to the servers (first call only) and returns the outcome of that first call.
+pub fn init() -> Result<&'static Runtime, CUresult> {
+    RUNTIME.get_or_init(connect).as_ref().map_err(|e| *e)
+}
+
+/// The runtime, or CUDA_ERROR_NOT_INITIALIZED before a successful `cuInit`.
+pub fn runtime() -> Result<&'static Runtime, CUresult> {
+    match RUNTIME.get() {
+        Some(result) => result.as_ref().map_err(|e| *e),
+        None => Err(CUresult::CUDA_ERROR_NOT_INITIALIZED),
+    }
+}
+
+/// The version `cuDriverGetVersion` reports (also before `cuInit`).
+pub fn driver_version() -> i32 {
+    match RUNTIME.get() {
+        Some(Ok(runtime)) => runtime.driver_version,
+        _ => API_VERSION,
+    }
+}
+
+/// The device with this ordinal.
+pub fn device(ordinal: i32) -> Result<&'static Device, CUresult> {
+    let runtime = runtime()?;
+    usize::try_from(ordinal)
+        .ok()
+        .and_then(|i| runtime.devices.get(i))
+        .ok_or(CUresult::CUDA_ERROR_INVALID_DEVICE)
+}
+
+fn connect() -> Result<Runtime, CUresult> {
+    let _ = env_logger::Builder::from_env(env_logger::Env::new().filter_or("RGPU_LOG", "warn"))
+        .format_target(false)
+        .try_init();
+    let config = ClientConfig::from_env().map_err(|e| {
+        log::error!("rgpu: {e}");
+        CUresult::CUDA_ERROR_NO_DEVICE
+    })?;
+    if config.servers.is_empty() {
+        log::error!("rgpu: RGPU_SERVERS is not set: no CUDA devices");
+        return Err(CUresult::CUDA_ERROR_NO_DEVICE);
+    }
+    let mut devices = Vec::new();
+    let mut driver_version = API_VERSION;
+    for (endpoint, result) in config.servers.iter().zip(config.connect_all()) {
+        let inventory = result.and_then(|conn| {
+            match conn.call_cu(CuRequest::GetInventory, &[])? {
+                CuReply::Inventory(inventory) => Ok((conn, inventory)),
+                other => Err(ClientError::Protocol(format!(
+                    "unexpected inventory reply {other:?}"
+                ))),
+            }
+        });
+        match inventory {
+            Ok((conn, inventory)) => {
+                if inventory.devices.is_empty() {
+                    log::info!("rgpu: server {endpoint} has no CUDA devices");
+                    continue;
+                }
+                driver_version = driver_version.min(inventory.driver_version);
+                // Launches and async copies are posted; they must reach the GPU while the
+                // program goes on posting, not only at its next synchronizing call.
+                conn.flush_in_background();
+                for (ordinal, info) in inventory.devices.into_iter().enumerate() {
+                    let global = devices.len() as i32;
+                    devices.push(make_device(&conn, ordinal as u32, info, global));
+                }
+            }
+            Err(e) => log::error!("rgpu: server {endpoint} is not available: {e}"),
+        }
+    }
+    if devices.is_empty() {
+        return Err(CUresult::CUDA_ERROR_NO_DEVICE);
+    }
+    Ok(Runtime {
+        devices,
+        driver_version,
+    })
+}
+
+fn make_device(conn: &Arc<Connection>, ordinal: u32, info: CuDevice, global: i32) -> Device {
+    let size = info.attributes.iter().map(|&(a, _)| a as usize + 1).max();
+    let mut attributes = vec![None; size.unwrap_or(0)];
+    for &(attribute, value) in &info.attributes {
+        attributes[attribute as usize] = Some(value);
+    }
+    Device {
+        conn: conn.clone(),
+        remote_ordinal: ordinal,
+        info,
+        attributes,
+        primary: Context::new(conn, global, ContextKind::Primary, 0),
+    }
+}
+
+/// The CUDA error for a failed exchange with a server.
+pub fn client_error(error: ClientError) -> CUresult {
+    log::error!("rgpu: {error}");
+    match error {
+        ClientError::Timeout(_) => CUresult::CUDA_ERROR_LAUNCH_TIMEOUT,
+        _ => CUresult::CUDA_ERROR_DEVICE_UNAVAILABLE,
+    }
+}

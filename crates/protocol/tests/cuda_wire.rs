@@ -1,0 +1,274 @@
+//! Every CUDA message survives a round trip through a frame, and which requests wait for a
+//! reply (and which carry bulk data) is fixed per kind.
+
+use rgpu_protocol::cuda::*;
+use rgpu_protocol::*;
+
+fn round_trip<T>(msg: &T)
+where
+    T: serde::Serialize + serde::de::DeserializeOwned + PartialEq + std::fmt::Debug,
+{
+    let mut buf = Vec::new();
+    encode_frame(msg, 9, 0, &mut buf).expect("encodes");
+    let decoded: T = decode_body(&buf[HEADER_LEN..]).expect("decodes");
+    assert_eq!(&decoded, msg);
+}
+
+fn attribute() -> LaunchAttribute {
+    LaunchAttribute {
+        id: 2,
+        value: vec![1, 0, 0, 0],
+    }
+}
+
+fn all_requests() -> Vec<CuRequest> {
+    vec![
+        CuRequest::GetInventory,
+        CuRequest::CreateContext {
+            id: 1,
+            device: 0,
+            flags: 0,
+            primary: true,
+        },
+        CuRequest::DestroyContext { id: 1 },
+        CuRequest::Synchronize { ctx: 1 },
+        CuRequest::GetLimit { ctx: 1, limit: 2 },
+        CuRequest::SetLimit {
+            ctx: 1,
+            limit: 2,
+            value: 1 << 20,
+        },
+        CuRequest::MemGetInfo { ctx: 1 },
+        CuRequest::MemAlloc { ctx: 1, size: 4096 },
+        CuRequest::MemFree {
+            ctx: 1,
+            ptr: 0x7f00_0000_0000,
+        },
+        CuRequest::MemcpyHtoD {
+            ctx: 1,
+            stream: 0,
+            dst: 0x7f00_0000_0000,
+        },
+        CuRequest::MemcpyDtoH {
+            ctx: 1,
+            stream: 3,
+            src: 0x7f00_0000_0000,
+            size: 64,
+        },
+        CuRequest::MemcpyDtoD {
+            ctx: 1,
+            stream: 3,
+            dst: 1,
+            src: 2,
+            size: 3,
+        },
+        CuRequest::Memset {
+            ctx: 1,
+            stream: 0,
+            dst: 8,
+            value: 0xdead_beef,
+            element_size: 4,
+            width: 16,
+            height: 2,
+            pitch: 128,
+        },
+        CuRequest::LoadImage {
+            id: 4,
+            ctx: 1,
+            kind: ImageKind::Library,
+            hash: [7; 32],
+        },
+        CuRequest::UnloadImage { id: 4 },
+        CuRequest::GetFunction {
+            id: 5,
+            image: 4,
+            name: "_Z6kernelPf".into(),
+        },
+        CuRequest::KernelGetFunction {
+            id: 6,
+            kernel: 5,
+            ctx: 1,
+        },
+        CuRequest::GetGlobal {
+            ctx: 1,
+            image: 4,
+            name: "table".into(),
+        },
+        CuRequest::SetFunctionAttribute {
+            function: 5,
+            attribute: 8,
+            value: 65536,
+            device: 0,
+        },
+        CuRequest::SetFunctionCacheConfig {
+            function: 5,
+            config: 1,
+        },
+        CuRequest::Launch {
+            ctx: 1,
+            function: 5,
+            stream: 3,
+            grid: [1, 2, 3],
+            block: [128, 1, 1],
+            shared_mem: 0,
+            attributes: vec![attribute()],
+        },
+        CuRequest::CreateStream {
+            id: 3,
+            ctx: 1,
+            flags: 1,
+            priority: -1,
+        },
+        CuRequest::DestroyStream { id: 3 },
+        CuRequest::StreamSynchronize { ctx: 1, stream: 3 },
+        CuRequest::StreamQuery { ctx: 1, stream: 0 },
+        CuRequest::StreamWaitEvent {
+            ctx: 1,
+            stream: 3,
+            event: 8,
+            flags: 0,
+        },
+        CuRequest::CreateEvent {
+            id: 8,
+            ctx: 1,
+            flags: 2,
+        },
+        CuRequest::DestroyEvent { id: 8 },
+        CuRequest::RecordEvent {
+            ctx: 1,
+            event: 8,
+            stream: 3,
+            flags: 0,
+        },
+        CuRequest::EventSynchronize { event: 8 },
+        CuRequest::EventQuery { event: 8 },
+        CuRequest::EventElapsedTime { start: 8, end: 9 },
+        CuRequest::Occupancy {
+            ctx: 1,
+            query: OccupancyQuery::MaxActiveBlocks {
+                function: 5,
+                block_size: 256,
+                shared_mem: 0,
+                flags: 0,
+            },
+        },
+        CuRequest::Occupancy {
+            ctx: 1,
+            query: OccupancyQuery::AvailableDynamicSharedMem {
+                function: 5,
+                num_blocks: 2,
+                block_size: 128,
+            },
+        },
+        CuRequest::Occupancy {
+            ctx: 1,
+            query: OccupancyQuery::MaxPotentialBlockSize {
+                function: 5,
+                shared_mem: 0,
+                block_size_limit: 0,
+                flags: 0,
+            },
+        },
+        CuRequest::Occupancy {
+            ctx: 1,
+            query: OccupancyQuery::MaxActiveClusters {
+                function: 5,
+                grid: [8, 1, 1],
+                block: [128, 1, 1],
+                shared_mem: 0,
+                attributes: vec![attribute()],
+            },
+        },
+    ]
+}
+
+#[test]
+fn every_cuda_request_round_trips() {
+    for request in all_requests() {
+        round_trip(&ClientMsg::Cu(request));
+    }
+}
+
+#[test]
+fn every_cuda_reply_round_trips() {
+    let replies = vec![
+        CuReply::Status(0),
+        CuReply::Status(700),
+        CuReply::Inventory(CuInventory {
+            driver_version: 13000,
+            devices: vec![CuDevice {
+                name: "NVIDIA H100 80GB HBM3".into(),
+                uuid: [3; 16],
+                total_mem: 80 << 30,
+                attributes: vec![(1, 1024), (75, 9), (76, 0)],
+                pci_bus_id: "0000:1b:00.0".into(),
+            }],
+        }),
+        CuReply::Value {
+            status: 0,
+            value: -5,
+        },
+        CuReply::MemInfo {
+            status: 0,
+            free: 1,
+            total: 2,
+        },
+        CuReply::Pointer {
+            status: 0,
+            ptr: 0x7f00_0000_0000,
+        },
+        CuReply::Loaded {
+            status: 0,
+            need_image: true,
+            log: String::new(),
+        },
+        CuReply::Function {
+            status: 0,
+            info: FunctionInfo {
+                params: vec![(0, 8), (8, 4)],
+                attributes: vec![(0, 1024), (4, 32)],
+            },
+        },
+        CuReply::Global {
+            status: 0,
+            ptr: 9,
+            size: 4,
+        },
+        CuReply::Elapsed {
+            status: 0,
+            milliseconds: 1.5,
+        },
+    ];
+    for reply in replies {
+        round_trip(&ServerMsg::Cu(reply));
+    }
+}
+
+#[test]
+fn asynchronous_requests_expect_no_reply() {
+    for request in all_requests() {
+        let asynchronous = matches!(
+            request,
+            CuRequest::CreateContext { .. }
+                | CuRequest::DestroyContext { .. }
+                | CuRequest::MemcpyHtoD { .. }
+                | CuRequest::MemcpyDtoD { .. }
+                | CuRequest::Memset { .. }
+                | CuRequest::UnloadImage { .. }
+                | CuRequest::SetFunctionCacheConfig { .. }
+                | CuRequest::Launch { .. }
+                | CuRequest::CreateStream { .. }
+                | CuRequest::DestroyStream { .. }
+                | CuRequest::StreamWaitEvent { .. }
+                | CuRequest::CreateEvent { .. }
+                | CuRequest::DestroyEvent { .. }
+                | CuRequest::RecordEvent { .. }
+        );
+        assert_eq!(request.expects_reply(), !asynchronous, "{request:?}");
+        let bulk = matches!(
+            request,
+            CuRequest::MemcpyHtoD { .. } | CuRequest::LoadImage { .. } | CuRequest::Launch { .. }
+        );
+        assert_eq!(request.takes_bulk(), bulk, "{request:?}");
+    }
+}
