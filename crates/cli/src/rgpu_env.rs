@@ -124,7 +124,10 @@ impl RgpuEnv {
             .map(|dir| dir.join(CUDA_LIBRARY_NAME))
             .filter(|path| path.exists())
         else {
-            log::debug!("no {CUDA_LIBRARY_NAME} beside {}", self.icd_library.display());
+            log::debug!(
+                "no {CUDA_LIBRARY_NAME} beside {}",
+                self.icd_library.display()
+            );
             return Ok(None);
         };
         let lib_dir = self.vendors_dir.join("lib");

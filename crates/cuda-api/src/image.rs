@@ -185,7 +185,11 @@ unsafe fn image_bytes_at<'a>(image: *const u8, follow_wrapper: bool) -> Option<&
         return Some(unsafe { CStr::from_ptr(image.cast()) }.to_bytes_with_nul());
     }
     // Each round reads only a prefix the previous one showed to be inside the image.
-    let mut known = FATBIN_HEADER_LEN.max(if magic == ELF_MAGIC { ELF_HEADER_LEN } else { 0 });
+    let mut known = FATBIN_HEADER_LEN.max(if magic == ELF_MAGIC {
+        ELF_HEADER_LEN
+    } else {
+        0
+    });
     for _ in 0..4 {
         // SAFETY: `known` bytes are inside the image (its header, then its header tables).
         let prefix = unsafe { std::slice::from_raw_parts(image, known) };
@@ -229,7 +233,11 @@ mod tests {
         let s1 = shoff + 64;
         put(&mut image, s1 + 4, &1u32.to_le_bytes());
         put(&mut image, s1 + 0x18, &64u64.to_le_bytes());
-        put(&mut image, s1 + 0x20, &((data_end - 64) as u64).to_le_bytes());
+        put(
+            &mut image,
+            s1 + 0x20,
+            &((data_end - 64) as u64).to_le_bytes(),
+        );
         let s2 = shoff + 128;
         put(&mut image, s2 + 4, &SHT_NOBITS.to_le_bytes());
         put(&mut image, s2 + 0x18, &64u64.to_le_bytes());
@@ -256,11 +264,17 @@ mod tests {
         let mut padded = image.clone();
         padded.extend_from_slice(&[0xee; 100]);
         assert_eq!(image_len_of(&padded), Some(image.len()));
-        assert_eq!(unsafe { image_bytes(padded.as_ptr().cast()) }, Some(&image[..]));
+        assert_eq!(
+            unsafe { image_bytes(padded.as_ptr().cast()) },
+            Some(&image[..])
+        );
         // Section data after the section headers.
         let image = elf(128, 1000);
         assert_eq!(image_len_of(&image), Some(1000));
-        assert_eq!(unsafe { image_bytes(image.as_ptr().cast()) }.map(<[u8]>::len), Some(1000));
+        assert_eq!(
+            unsafe { image_bytes(image.as_ptr().cast()) }.map(<[u8]>::len),
+            Some(1000)
+        );
         // A prefix too short to reach the section headers.
         assert_eq!(image_len_of(&image[..100]), None);
     }
@@ -294,8 +308,14 @@ mod tests {
         assert_eq!(image_len_of(ptx), Some(28));
         let bytes = unsafe { image_bytes(ptx.as_ptr().cast()) }.unwrap();
         assert_eq!(bytes, &ptx[..28]);
-        assert_eq!(unsafe { image_bytes(b"\0".as_ptr().cast()) }, Some(&b"\0"[..]));
-        assert_eq!(unsafe { image_bytes(b"ab\0".as_ptr().cast()) }, Some(&b"ab\0"[..]));
+        assert_eq!(
+            unsafe { image_bytes(c"".as_ptr().cast()) },
+            Some(&b"\0"[..])
+        );
+        assert_eq!(
+            unsafe { image_bytes(c"ab".as_ptr().cast()) },
+            Some(&b"ab\0"[..])
+        );
         assert_eq!(image_len_of(b"no nul"), None);
     }
 
@@ -317,9 +337,8 @@ mod tests {
         };
         let bytes = unsafe { image_bytes((&wrapper as *const Wrapper).cast()) }.unwrap();
         assert_eq!(bytes, &image[..]);
-        let raw = unsafe {
-            std::slice::from_raw_parts((&wrapper as *const Wrapper).cast::<u8>(), 24)
-        };
+        let raw =
+            unsafe { std::slice::from_raw_parts((&wrapper as *const Wrapper).cast::<u8>(), 24) };
         assert_eq!(image_len_of(raw), None);
         assert_eq!(unsafe { image_bytes(std::ptr::null()) }, None);
     }

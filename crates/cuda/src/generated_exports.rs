@@ -510,31 +510,6 @@ pub unsafe extern "C" fn cuGLUnregisterBufferObject() -> CUresult {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuGetErrorName() -> CUresult {
-    not_supported("cuGetErrorName")
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn cuGetErrorString() -> CUresult {
-    not_supported("cuGetErrorString")
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn cuGetExportTable() -> CUresult {
-    not_supported("cuGetExportTable")
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn cuGetProcAddress() -> CUresult {
-    not_supported("cuGetProcAddress")
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn cuGetProcAddress_v2() -> CUresult {
-    not_supported("cuGetProcAddress_v2")
-}
-
-#[no_mangle]
 pub unsafe extern "C" fn cuGraphAddBatchMemOpNode() -> CUresult {
     not_supported("cuGraphAddBatchMemOpNode")
 }

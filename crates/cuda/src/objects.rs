@@ -35,7 +35,7 @@ fn next_unique_id() -> u64 {
 /// # Safety
 /// `handle` is null or was handed out by this library (possibly since destroyed).
 unsafe fn check<'a, T: HasCookie>(handle: *const T) -> Option<&'a T> {
-    if handle.is_null() || (handle as usize) % std::mem::align_of::<T>() != 0 {
+    if handle.is_null() || !(handle as usize).is_multiple_of(std::mem::align_of::<T>()) {
         return None;
     }
     // SAFETY: per the caller, the address is one this library allocated for a T; the cookie is
@@ -74,6 +74,7 @@ macro_rules! cookie_type {
             ///
             /// # Safety
             /// No other reference to the object is in use.
+            #[allow(dead_code)]
             pub unsafe fn destroy(handle: $handle) -> Option<Box<$type>> {
                 Self::from_handle(handle)?;
                 // SAFETY: the handle is a live object of this type made by `into_handle`.
@@ -155,11 +156,6 @@ impl Context {
         self.created.store(true, Ordering::Release);
         Ok(())
     }
-
-    /// Forgets the server-side context (a primary context released to zero, or reset).
-    pub fn mark_destroyed(&self) {
-        self.created.store(false, Ordering::Release);
-    }
 }
 
 thread_local! {
@@ -169,7 +165,13 @@ thread_local! {
 
 /// The calling thread's current context handle (null when none).
 pub fn current_handle() -> CUcontext {
-    CONTEXT_STACK.with(|stack| stack.borrow().last().copied().unwrap_or(std::ptr::null_mut()))
+    CONTEXT_STACK.with(|stack| {
+        stack
+            .borrow()
+            .last()
+            .copied()
+            .unwrap_or(std::ptr::null_mut())
+    })
 }
 
 /// Replaces the current context (cuCtxSetCurrent); null pops it.

@@ -41,7 +41,8 @@ pub fn lookup(
 ) -> Result<*const (), CUdriverProcAddressQueryResult> {
     let rows = rows_of(symbol);
     if rows.is_empty() {
-        return export(symbol).ok_or(CUdriverProcAddressQueryResult::CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
+        return export(symbol)
+            .ok_or(CUdriverProcAddressQueryResult::CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
     }
     // Functions without a default-stream variant ignore the per-thread flag.
     let per_thread = flags & PER_THREAD_DEFAULT_STREAM != 0 && rows.iter().any(|row| row.3);
@@ -77,8 +78,14 @@ mod tests {
 
     #[test]
     fn per_thread_flag_selects_per_thread_variants() {
-        assert_eq!(lookup("cuMemcpyHtoD", 12000, 2), Ok(addr("cuMemcpyHtoD_v2_ptds")));
-        assert_eq!(lookup("cuMemcpyHtoD", 12000, 0), Ok(addr("cuMemcpyHtoD_v2")));
+        assert_eq!(
+            lookup("cuMemcpyHtoD", 12000, 2),
+            Ok(addr("cuMemcpyHtoD_v2_ptds"))
+        );
+        assert_eq!(
+            lookup("cuMemcpyHtoD", 12000, 0),
+            Ok(addr("cuMemcpyHtoD_v2"))
+        );
         // No stream: the flag changes nothing.
         assert_eq!(lookup("cuMemAlloc", 12000, 2), Ok(addr("cuMemAlloc_v2")));
         assert_eq!(
@@ -101,7 +108,10 @@ mod tests {
             lookup("cuCtxCreate", -1, 0),
             Err(CUdriverProcAddressQueryResult::CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT)
         );
-        assert_eq!(lookup("cuGetProcAddress", 12000, 0), Ok(addr("cuGetProcAddress_v2")));
+        assert_eq!(
+            lookup("cuGetProcAddress", 12000, 0),
+            Ok(addr("cuGetProcAddress_v2"))
+        );
     }
 
     #[test]
@@ -114,19 +124,31 @@ mod tests {
     #[test]
     fn every_versioned_symbol_is_exported() {
         for (name, version, symbol, _) in PROC_VERSIONS {
-            assert!(export(symbol).is_some(), "{name}@{version} -> {symbol} is not exported");
+            assert!(
+                export(symbol).is_some(),
+                "{name}@{version} -> {symbol} is not exported"
+            );
         }
     }
 
     #[test]
     fn every_export_is_reachable() {
         for (symbol, entry) in EXPORTS.iter() {
-            let by_row = PROC_VERSIONS.iter().any(|(name, version, row_symbol, per_thread)| {
-                let flags = if *per_thread { PER_THREAD_DEFAULT_STREAM } else { 0 };
-                row_symbol == symbol && lookup(name, *version as i32, flags) == Ok(entry.0)
-            });
+            let by_row = PROC_VERSIONS
+                .iter()
+                .any(|(name, version, row_symbol, per_thread)| {
+                    let flags = if *per_thread {
+                        PER_THREAD_DEFAULT_STREAM
+                    } else {
+                        0
+                    };
+                    row_symbol == symbol && lookup(name, *version as i32, flags) == Ok(entry.0)
+                });
             let by_name = lookup(symbol, 13000, 0) == Ok(entry.0);
-            assert!(by_row || by_name, "{symbol} cannot be reached through cuGetProcAddress");
+            assert!(
+                by_row || by_name,
+                "{symbol} cannot be reached through cuGetProcAddress"
+            );
         }
     }
 }

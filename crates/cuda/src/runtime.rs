@@ -85,14 +85,13 @@ fn connect() -> Result<Runtime, CUresult> {
     let mut devices = Vec::new();
     let mut driver_version = API_VERSION;
     for (endpoint, result) in config.servers.iter().zip(config.connect_all()) {
-        let inventory = result.and_then(|conn| {
-            match conn.call_cu(CuRequest::GetInventory, &[])? {
+        let inventory =
+            result.and_then(|conn| match conn.call_cu(CuRequest::GetInventory, &[])? {
                 CuReply::Inventory(inventory) => Ok((conn, inventory)),
                 other => Err(ClientError::Protocol(format!(
                     "unexpected inventory reply {other:?}"
                 ))),
-            }
-        });
+            });
         match inventory {
             Ok((conn, inventory)) => {
                 if inventory.devices.is_empty() {

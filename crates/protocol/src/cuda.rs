@@ -81,11 +81,7 @@ pub enum CuRequest {
     /// Reply: `Status`.
     MemFree { ctx: Id, ptr: DevicePtr },
     /// Bulk: the bytes to write at `dst`, in stream order. No reply.
-    MemcpyHtoD {
-        ctx: Id,
-        stream: Id,
-        dst: DevicePtr,
-    },
+    MemcpyHtoD { ctx: Id, stream: Id, dst: DevicePtr },
     /// Replies: `Data` frames with the bytes, then `Status`.
     MemcpyDtoH {
         ctx: Id,

@@ -158,7 +158,10 @@ fn log_start(
     endpoint: &Endpoint,
     config: &ServerConfig,
 ) {
-    for (ordinal, gpu) in cuda.iter().flat_map(|c| c.inventory.devices.iter().enumerate()) {
+    for (ordinal, gpu) in cuda
+        .iter()
+        .flat_map(|c| c.inventory.devices.iter().enumerate())
+    {
         log::info!(
             "serving CUDA device {ordinal}: {} ({} MiB)",
             gpu.name,

@@ -65,7 +65,11 @@ pub unsafe extern "C" fn cuCtxCreate_v3(
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuCtxCreate_v2(pctx: *mut CUcontext, flags: c_uint, dev: CUdevice) -> CUresult {
+pub unsafe extern "C" fn cuCtxCreate_v2(
+    pctx: *mut CUcontext,
+    flags: c_uint,
+    dev: CUdevice,
+) -> CUresult {
     unsafe { cuCtxCreate_v4(pctx, std::ptr::null_mut(), flags, dev) }
 }
 
@@ -78,7 +82,11 @@ pub unsafe extern "C" fn cuCtxDestroy_v2(ctx: CUcontext) -> CUresult {
             return Err(CUresult::CUDA_ERROR_INVALID_CONTEXT);
         }
         crate::export_tables::context_destroyed(ctx);
-        post(context, CuRequest::DestroyContext { id: context.remote }, &[])?;
+        post(
+            context,
+            CuRequest::DestroyContext { id: context.remote },
+            &[],
+        )?;
         if objects::current_handle() == ctx {
             objects::pop_current();
         }
@@ -136,7 +144,10 @@ pub unsafe extern "C" fn cuCtxGetDevice_v2(dev: *mut CUdevice, ctx: CUcontext) -
 
 #[no_mangle]
 pub unsafe extern "C" fn cuCtxGetFlags(flags: *mut c_uint) -> CUresult {
-    status(current_context().and_then(|ctx| unsafe { write_out(flags, ctx.flags.load(Ordering::Relaxed)) }))
+    status(
+        current_context()
+            .and_then(|ctx| unsafe { write_out(flags, ctx.flags.load(Ordering::Relaxed)) }),
+    )
 }
 
 #[no_mangle]
@@ -166,7 +177,13 @@ pub(crate) fn synchronize(ctx: &Context) -> Result<(), CUresult> {
 #[no_mangle]
 pub unsafe extern "C" fn cuCtxGetLimit(value: *mut usize, limit: c_uint) -> CUresult {
     status(current_context().and_then(|ctx| {
-        match call(ctx, CuRequest::GetLimit { ctx: ctx.remote, limit })? {
+        match call(
+            ctx,
+            CuRequest::GetLimit {
+                ctx: ctx.remote,
+                limit,
+            },
+        )? {
             CuReply::Value { status, value: v } => {
                 from_remote(status)?;
                 unsafe { write_out(value, v as usize) }
@@ -189,7 +206,10 @@ pub unsafe extern "C" fn cuCtxSetLimit(limit: c_uint, value: usize) -> CUresult 
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuCtxGetStreamPriorityRange(least: *mut c_int, greatest: *mut c_int) -> CUresult {
+pub unsafe extern "C" fn cuCtxGetStreamPriorityRange(
+    least: *mut c_int,
+    greatest: *mut c_int,
+) -> CUresult {
     status(current_context().map(|_| unsafe {
         // The driver's range on every GPU it supports: 0 (lowest) to -5 (highest).
         if !least.is_null() {
@@ -203,7 +223,10 @@ pub unsafe extern "C" fn cuCtxGetStreamPriorityRange(least: *mut c_int, greatest
 
 #[no_mangle]
 pub unsafe extern "C" fn cuCtxGetCacheConfig(config: *mut c_uint) -> CUresult {
-    status(current_context().and_then(|ctx| unsafe { write_out(config, ctx.cache_config.load(Ordering::Relaxed)) }))
+    status(
+        current_context()
+            .and_then(|ctx| unsafe { write_out(config, ctx.cache_config.load(Ordering::Relaxed)) }),
+    )
 }
 
 #[no_mangle]

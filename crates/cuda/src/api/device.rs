@@ -6,7 +6,6 @@ use std::sync::atomic::Ordering;
 use rgpu_cuda_api::sys::*;
 
 use super::{status, write_out};
-use crate::objects::{Context, ContextKind};
 use crate::runtime::{self, device};
 
 #[no_mangle]
@@ -55,7 +54,9 @@ pub unsafe extern "C" fn cuDeviceGetUuid_v2(uuid: *mut CUuuid, dev: CUdevice) ->
 
 #[no_mangle]
 pub unsafe extern "C" fn cuDeviceTotalMem_v2(bytes: *mut usize, dev: CUdevice) -> CUresult {
-    status(device(dev).and_then(|device| unsafe { write_out(bytes, device.info.total_mem as usize) }))
+    status(
+        device(dev).and_then(|device| unsafe { write_out(bytes, device.info.total_mem as usize) }),
+    )
 }
 
 #[no_mangle]
@@ -89,7 +90,11 @@ pub unsafe extern "C" fn cuDeviceComputeCapability(
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuDeviceGetPCIBusId(bus_id: *mut c_char, len: c_int, dev: CUdevice) -> CUresult {
+pub unsafe extern "C" fn cuDeviceGetPCIBusId(
+    bus_id: *mut c_char,
+    len: c_int,
+    dev: CUdevice,
+) -> CUresult {
     status(device(dev).and_then(|device| {
         if bus_id.is_null() || len <= 0 {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
@@ -126,10 +131,11 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxRetain(pctx: *mut CUcontext, dev: CUd
 #[no_mangle]
 pub unsafe extern "C" fn cuDevicePrimaryCtxRelease_v2(dev: CUdevice) -> CUresult {
     status(device(dev).and_then(|device| {
-        let released = device
-            .primary
-            .retained
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
+        let released =
+            device
+                .primary
+                .retained
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
         // The server keeps the session's stand-in until the session ends: a later retain is
         // cheap, and memory the program still points at stays valid.
         released
@@ -153,7 +159,10 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxGetState(
         let primary = &device.primary;
         unsafe {
             write_out(flags, primary.flags.load(Ordering::Relaxed))?;
-            write_out(active, (primary.retained.load(Ordering::Acquire) > 0) as c_int)
+            write_out(
+                active,
+                (primary.retained.load(Ordering::Acquire) > 0) as c_int,
+            )
         }
     }))
 }
@@ -178,9 +187,4 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxReset_v2(dev: CUdevice) -> CUresult {
 #[no_mangle]
 pub unsafe extern "C" fn cuDevicePrimaryCtxReset(dev: CUdevice) -> CUresult {
     unsafe { cuDevicePrimaryCtxReset_v2(dev) }
-}
-
-/// Whether `ctx` is a primary context.
-pub(crate) fn is_primary(ctx: &Context) -> bool {
-    ctx.kind == ContextKind::Primary
 }

@@ -46,7 +46,11 @@ pub unsafe extern "C" fn cuEventRecord(event: CUevent, stream: CUstream) -> CUre
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuEventRecordWithFlags(event: CUevent, stream: CUstream, flags: c_uint) -> CUresult {
+pub unsafe extern "C" fn cuEventRecordWithFlags(
+    event: CUevent,
+    stream: CUstream,
+    flags: c_uint,
+) -> CUresult {
     status(resolve_stream(stream).and_then(|(ctx, stream)| {
         let event = Event::from_handle(event).ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
         let request = CuRequest::RecordEvent {
@@ -63,7 +67,12 @@ pub unsafe extern "C" fn cuEventRecordWithFlags(event: CUevent, stream: CUstream
 pub unsafe extern "C" fn cuEventSynchronize(event: CUevent) -> CUresult {
     status((|| {
         let event = Event::from_handle(event).ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
-        call_status(event.context()?, CuRequest::EventSynchronize { event: event.remote })?;
+        call_status(
+            event.context()?,
+            CuRequest::EventSynchronize {
+                event: event.remote,
+            },
+        )?;
         take_async_read_error()
     })())
 }
@@ -72,12 +81,21 @@ pub unsafe extern "C" fn cuEventSynchronize(event: CUevent) -> CUresult {
 pub unsafe extern "C" fn cuEventQuery(event: CUevent) -> CUresult {
     status((|| {
         let event = Event::from_handle(event).ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
-        call_status(event.context()?, CuRequest::EventQuery { event: event.remote })
+        call_status(
+            event.context()?,
+            CuRequest::EventQuery {
+                event: event.remote,
+            },
+        )
     })())
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuEventElapsedTime_v2(milliseconds: *mut f32, start: CUevent, end: CUevent) -> CUresult {
+pub unsafe extern "C" fn cuEventElapsedTime_v2(
+    milliseconds: *mut f32,
+    start: CUevent,
+    end: CUevent,
+) -> CUresult {
     status((|| {
         let start = Event::from_handle(start).ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
         let end = Event::from_handle(end).ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
@@ -86,7 +104,10 @@ pub unsafe extern "C" fn cuEventElapsedTime_v2(milliseconds: *mut f32, start: CU
             end: end.remote,
         };
         match call(start.context()?, request)? {
-            CuReply::Elapsed { status, milliseconds: ms } => {
+            CuReply::Elapsed {
+                status,
+                milliseconds: ms,
+            } => {
                 from_remote(status)?;
                 unsafe { write_out(milliseconds, ms) }
             }
@@ -96,6 +117,10 @@ pub unsafe extern "C" fn cuEventElapsedTime_v2(milliseconds: *mut f32, start: CU
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuEventElapsedTime(milliseconds: *mut f32, start: CUevent, end: CUevent) -> CUresult {
+pub unsafe extern "C" fn cuEventElapsedTime(
+    milliseconds: *mut f32,
+    start: CUevent,
+    end: CUevent,
+) -> CUresult {
     unsafe { cuEventElapsedTime_v2(milliseconds, start, end) }
 }

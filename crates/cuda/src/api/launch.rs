@@ -220,7 +220,11 @@ pub unsafe extern "C" fn cuLaunchCooperativeKernel(
 // ---- occupancy ---------------------------------------------------------------------------
 
 /// Asks the server an occupancy question once per function and arguments.
-fn occupancy(f: *mut c_void, key: (u8, i64, i64, u32), query: OccupancyQuery) -> Result<i64, CUresult> {
+fn occupancy(
+    f: *mut c_void,
+    key: (u8, i64, i64, u32),
+    query: OccupancyQuery,
+) -> Result<i64, CUresult> {
     let ctx = current_context()?;
     let function = launchable(f, ctx)?;
     if let Some(&answer) = function.occupancy.lock().unwrap().get(&key) {
@@ -275,7 +279,9 @@ pub unsafe extern "C" fn cuOccupancyMaxActiveBlocksPerMultiprocessor(
     block_size: c_int,
     shared_mem: usize,
 ) -> CUresult {
-    unsafe { cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(blocks, f, block_size, shared_mem, 0) }
+    unsafe {
+        cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(blocks, f, block_size, shared_mem, 0)
+    }
 }
 
 #[no_mangle]
@@ -309,7 +315,9 @@ pub unsafe extern "C" fn cuOccupancyMaxPotentialBlockSizeWithFlags(
 ) -> CUresult {
     if size_callback.is_some() {
         // The callback is code in this process; the calculator runs on the server.
-        return crate::unsupported::not_supported("cuOccupancyMaxPotentialBlockSize with a shared-memory callback");
+        return crate::unsupported::not_supported(
+            "cuOccupancyMaxPotentialBlockSize with a shared-memory callback",
+        );
     }
     status(remote_id(f.cast()).and_then(|function| {
         let query = OccupancyQuery::MaxPotentialBlockSize {
@@ -337,7 +345,15 @@ pub unsafe extern "C" fn cuOccupancyMaxPotentialBlockSize(
     block_size_limit: c_int,
 ) -> CUresult {
     unsafe {
-        cuOccupancyMaxPotentialBlockSizeWithFlags(min_grid, block, f, size_callback, shared_mem, block_size_limit, 0)
+        cuOccupancyMaxPotentialBlockSizeWithFlags(
+            min_grid,
+            block,
+            f,
+            size_callback,
+            shared_mem,
+            block_size_limit,
+            0,
+        )
     }
 }
 
@@ -365,7 +381,11 @@ pub unsafe extern "C" fn cuOccupancyMaxActiveClusters(
             shared_mem: config.sharedMemBytes,
             attributes,
         };
-        let answer = occupancy(f.cast(), (3, key_grid, key_rest, grid[1] ^ block[1] << 16), query)?;
+        let answer = occupancy(
+            f.cast(),
+            (3, key_grid, key_rest, grid[1] ^ block[1] << 16),
+            query,
+        )?;
         unsafe { write_out(clusters, answer as c_int) }
     }))
 }

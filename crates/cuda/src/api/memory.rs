@@ -98,7 +98,13 @@ pub unsafe extern "C" fn cuMemFree_v2(ptr: CUdeviceptr) -> CUresult {
         return CUresult::CUDA_SUCCESS;
     }
     status(context_of(ptr).and_then(|ctx| {
-        call_status(ctx, CuRequest::MemFree { ctx: ctx.remote, ptr })?;
+        call_status(
+            ctx,
+            CuRequest::MemFree {
+                ctx: ctx.remote,
+                ptr,
+            },
+        )?;
         DEVICE_RANGES.write().unwrap().remove(&ptr);
         Ok(())
     }))
@@ -147,7 +153,11 @@ pub unsafe extern "C" fn cuMemGetAddressRange_v2(
 // ---- host memory -------------------------------------------------------------------------
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemHostAlloc(pp: *mut *mut c_void, size: usize, flags: c_uint) -> CUresult {
+pub unsafe extern "C" fn cuMemHostAlloc(
+    pp: *mut *mut c_void,
+    size: usize,
+    flags: c_uint,
+) -> CUresult {
     status(current_context().and_then(|_| {
         if pp.is_null() {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
@@ -190,7 +200,11 @@ pub unsafe extern "C" fn cuMemFreeHost(p: *mut c_void) -> CUresult {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemHostRegister_v2(p: *mut c_void, size: usize, flags: c_uint) -> CUresult {
+pub unsafe extern "C" fn cuMemHostRegister_v2(
+    p: *mut c_void,
+    size: usize,
+    flags: c_uint,
+) -> CUresult {
     status(current_context().and_then(|_| {
         if p.is_null() || size == 0 {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
@@ -227,7 +241,13 @@ pub unsafe extern "C" fn cuMemHostGetFlags(flags: *mut c_uint, p: *mut c_void) -
 // ---- copies -------------------------------------------------------------------------------
 
 /// Posts a copy of `size` bytes at `src` to device address `dst`, ordered on `stream`.
-fn write_device(ctx: &Context, stream: Id, dst: DevicePtr, src: *const c_void, size: usize) -> Result<(), CUresult> {
+fn write_device(
+    ctx: &Context,
+    stream: Id,
+    dst: DevicePtr,
+    src: *const c_void,
+    size: usize,
+) -> Result<(), CUresult> {
     if size == 0 {
         return Ok(());
     }
@@ -278,7 +298,12 @@ fn read_device(
                     Err(_) => CUresult::CUDA_ERROR_DEVICE_UNAVAILABLE as u32,
                 };
                 if code != 0 {
-                    let _ = ASYNC_READ_ERROR.compare_exchange(0, code, Ordering::AcqRel, Ordering::Acquire);
+                    let _ = ASYNC_READ_ERROR.compare_exchange(
+                        0,
+                        code,
+                        Ordering::AcqRel,
+                        Ordering::Acquire,
+                    );
                 }
             }
         }),
@@ -299,7 +324,13 @@ fn is_page_locked(ptr: *mut c_void, size: usize) -> bool {
     host_range(ptr as usize).is_some_and(|(start, len, _)| ptr as usize + size <= start + len)
 }
 
-fn copy_device_to_device(ctx: &Context, stream: Id, dst: DevicePtr, src: DevicePtr, size: usize) -> Result<(), CUresult> {
+fn copy_device_to_device(
+    ctx: &Context,
+    stream: Id,
+    dst: DevicePtr,
+    src: DevicePtr,
+    size: usize,
+) -> Result<(), CUresult> {
     if size == 0 {
         return Ok(());
     }
@@ -314,7 +345,11 @@ fn copy_device_to_device(ctx: &Context, stream: Id, dst: DevicePtr, src: DeviceP
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemcpyHtoD_v2(dst: CUdeviceptr, src: *const c_void, size: usize) -> CUresult {
+pub unsafe extern "C" fn cuMemcpyHtoD_v2(
+    dst: CUdeviceptr,
+    src: *const c_void,
+    size: usize,
+) -> CUresult {
     status(context_of(dst).and_then(|ctx| write_device(ctx, 0, dst, src, size)))
 }
 
@@ -325,11 +360,17 @@ pub unsafe extern "C" fn cuMemcpyHtoDAsync_v2(
     size: usize,
     stream: CUstream,
 ) -> CUresult {
-    status(resolve_stream(stream).and_then(|(ctx, stream)| write_device(ctx, stream, dst, src, size)))
+    status(
+        resolve_stream(stream).and_then(|(ctx, stream)| write_device(ctx, stream, dst, src, size)),
+    )
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemcpyDtoH_v2(dst: *mut c_void, src: CUdeviceptr, size: usize) -> CUresult {
+pub unsafe extern "C" fn cuMemcpyDtoH_v2(
+    dst: *mut c_void,
+    src: CUdeviceptr,
+    size: usize,
+) -> CUresult {
     status(context_of(src).and_then(|ctx| read_device(ctx, 0, dst, src, size, true)))
 }
 
@@ -346,7 +387,11 @@ pub unsafe extern "C" fn cuMemcpyDtoHAsync_v2(
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemcpyDtoD_v2(dst: CUdeviceptr, src: CUdeviceptr, size: usize) -> CUresult {
+pub unsafe extern "C" fn cuMemcpyDtoD_v2(
+    dst: CUdeviceptr,
+    src: CUdeviceptr,
+    size: usize,
+) -> CUresult {
     status(context_of(dst).and_then(|ctx| copy_device_to_device(ctx, 0, dst, src, size)))
 }
 
@@ -357,7 +402,10 @@ pub unsafe extern "C" fn cuMemcpyDtoDAsync_v2(
     size: usize,
     stream: CUstream,
 ) -> CUresult {
-    status(resolve_stream(stream).and_then(|(ctx, stream)| copy_device_to_device(ctx, stream, dst, src, size)))
+    status(
+        resolve_stream(stream)
+            .and_then(|(ctx, stream)| copy_device_to_device(ctx, stream, dst, src, size)),
+    )
 }
 
 /// A unified-addressing copy: the direction comes from which side each pointer lives on.
@@ -396,7 +444,12 @@ pub unsafe extern "C" fn cuMemcpy(dst: CUdeviceptr, src: CUdeviceptr, size: usiz
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemcpyAsync(dst: CUdeviceptr, src: CUdeviceptr, size: usize, stream: CUstream) -> CUresult {
+pub unsafe extern "C" fn cuMemcpyAsync(
+    dst: CUdeviceptr,
+    src: CUdeviceptr,
+    size: usize,
+    stream: CUstream,
+) -> CUresult {
     status(copy_unified(Some(stream), dst, src, size))
 }
 
@@ -444,27 +497,54 @@ pub unsafe extern "C" fn cuMemsetD32_v2(dst: CUdeviceptr, value: u32, count: usi
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemsetD8Async(dst: CUdeviceptr, value: u8, count: usize, stream: CUstream) -> CUresult {
+pub unsafe extern "C" fn cuMemsetD8Async(
+    dst: CUdeviceptr,
+    value: u8,
+    count: usize,
+    stream: CUstream,
+) -> CUresult {
     status(memset(Some(stream), dst, value as u32, 1, count, 1, 0))
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemsetD16Async(dst: CUdeviceptr, value: u16, count: usize, stream: CUstream) -> CUresult {
+pub unsafe extern "C" fn cuMemsetD16Async(
+    dst: CUdeviceptr,
+    value: u16,
+    count: usize,
+    stream: CUstream,
+) -> CUresult {
     status(memset(Some(stream), dst, value as u32, 2, count, 1, 0))
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemsetD32Async(dst: CUdeviceptr, value: u32, count: usize, stream: CUstream) -> CUresult {
+pub unsafe extern "C" fn cuMemsetD32Async(
+    dst: CUdeviceptr,
+    value: u32,
+    count: usize,
+    stream: CUstream,
+) -> CUresult {
     status(memset(Some(stream), dst, value, 4, count, 1, 0))
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemsetD2D8_v2(dst: CUdeviceptr, pitch: usize, value: u8, width: usize, height: usize) -> CUresult {
+pub unsafe extern "C" fn cuMemsetD2D8_v2(
+    dst: CUdeviceptr,
+    pitch: usize,
+    value: u8,
+    width: usize,
+    height: usize,
+) -> CUresult {
     status(memset(None, dst, value as u32, 1, width, height, pitch))
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemsetD2D32_v2(dst: CUdeviceptr, pitch: usize, value: u32, width: usize, height: usize) -> CUresult {
+pub unsafe extern "C" fn cuMemsetD2D32_v2(
+    dst: CUdeviceptr,
+    pitch: usize,
+    value: u32,
+    width: usize,
+    height: usize,
+) -> CUresult {
     status(memset(None, dst, value, 4, width, height, pitch))
 }
 
@@ -477,7 +557,15 @@ pub unsafe extern "C" fn cuMemsetD2D8Async(
     height: usize,
     stream: CUstream,
 ) -> CUresult {
-    status(memset(Some(stream), dst, value as u32, 1, width, height, pitch))
+    status(memset(
+        Some(stream),
+        dst,
+        value as u32,
+        1,
+        width,
+        height,
+        pitch,
+    ))
 }
 
 #[no_mangle]
@@ -498,17 +586,35 @@ const MEMORYTYPE_HOST: u32 = 1;
 const MEMORYTYPE_DEVICE: u32 = 2;
 
 /// Writes one pointer attribute; `Err` for pointers or attributes rgpu cannot describe.
-unsafe fn pointer_attribute(data: *mut c_void, attribute: c_uint, ptr: u64) -> Result<(), CUresult> {
+unsafe fn pointer_attribute(
+    data: *mut c_void,
+    attribute: c_uint,
+    ptr: u64,
+) -> Result<(), CUresult> {
     let device = device_range(ptr);
-    let host = if device.is_none() { host_range(ptr as usize) } else { None };
+    let host = if device.is_none() {
+        host_range(ptr as usize)
+    } else {
+        None
+    };
     if device.is_none() && host.is_none() {
         return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
     }
     let ctx = device.and_then(|(_, _, ctx)| Context::from_handle(ctx as CUcontext));
     unsafe {
         match attribute {
-            1 => write_out(data.cast::<CUcontext>(), ctx.map_or(std::ptr::null_mut(), Context::handle)),
-            2 => write_out(data.cast::<u32>(), if device.is_some() { MEMORYTYPE_DEVICE } else { MEMORYTYPE_HOST }),
+            1 => write_out(
+                data.cast::<CUcontext>(),
+                ctx.map_or(std::ptr::null_mut(), Context::handle),
+            ),
+            2 => write_out(
+                data.cast::<u32>(),
+                if device.is_some() {
+                    MEMORYTYPE_DEVICE
+                } else {
+                    MEMORYTYPE_HOST
+                },
+            ),
             3 => match device {
                 Some(_) => write_out(data.cast::<u64>(), ptr),
                 None => Err(CUresult::CUDA_ERROR_INVALID_VALUE),
@@ -520,10 +626,25 @@ unsafe fn pointer_attribute(data: *mut c_void, attribute: c_uint, ptr: u64) -> R
             // SYNC_MEMOPS, IS_MANAGED
             6 | 8 => write_out(data.cast::<u32>(), 0),
             // BUFFER_ID: the range start is unique while the range lives.
-            7 => write_out(data.cast::<u64>(), device.map_or(ptr, |(start, _, _)| start)),
+            7 => write_out(
+                data.cast::<u64>(),
+                device.map_or(ptr, |(start, _, _)| start),
+            ),
             9 => write_out(data.cast::<i32>(), ctx.map_or(0, |c| c.device)),
-            11 => write_out(data.cast::<u64>(), device.map(|d| d.0).or(host.map(|h| h.0 as u64)).unwrap_or(0)),
-            12 => write_out(data.cast::<usize>(), device.map(|d| d.1 as usize).or(host.map(|h| h.1)).unwrap_or(0)),
+            11 => write_out(
+                data.cast::<u64>(),
+                device
+                    .map(|d| d.0)
+                    .or(host.map(|h| h.0 as u64))
+                    .unwrap_or(0),
+            ),
+            12 => write_out(
+                data.cast::<usize>(),
+                device
+                    .map(|d| d.1 as usize)
+                    .or(host.map(|h| h.1))
+                    .unwrap_or(0),
+            ),
             // MAPPED
             13 => write_out(data.cast::<u32>(), 1),
             _ => Err(CUresult::CUDA_ERROR_INVALID_VALUE),
@@ -532,8 +653,14 @@ unsafe fn pointer_attribute(data: *mut c_void, attribute: c_uint, ptr: u64) -> R
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuPointerGetAttribute(data: *mut c_void, attribute: c_uint, ptr: CUdeviceptr) -> CUresult {
-    status(crate::runtime::runtime().and_then(|_| unsafe { pointer_attribute(data, attribute, ptr) }))
+pub unsafe extern "C" fn cuPointerGetAttribute(
+    data: *mut c_void,
+    attribute: c_uint,
+    ptr: CUdeviceptr,
+) -> CUresult {
+    status(
+        crate::runtime::runtime().and_then(|_| unsafe { pointer_attribute(data, attribute, ptr) }),
+    )
 }
 
 #[no_mangle]

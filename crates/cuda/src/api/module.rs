@@ -29,10 +29,15 @@ fn load(ctx: &Context, kind: ImageKind, image: *const c_void) -> Result<Box<Imag
             hash,
         };
         let bulk: &[u8] = if with_image { bytes } else { &[] };
-        ctx.conn.call_cu(request, bulk).map_err(crate::runtime::client_error)
+        ctx.conn
+            .call_cu(request, bulk)
+            .map_err(crate::runtime::client_error)
     };
     let mut reply = request(bytes.len() <= SEND_WITH_FIRST_REQUEST)?;
-    if let CuReply::Loaded { need_image: true, .. } = reply {
+    if let CuReply::Loaded {
+        need_image: true, ..
+    } = reply
+    {
         reply = request(true)?;
     }
     match reply {
@@ -71,7 +76,10 @@ pub unsafe extern "C" fn cuModuleLoadDataEx(
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuModuleLoadFatBinary(module: *mut CUmodule, fatbin: *const c_void) -> CUresult {
+pub unsafe extern "C" fn cuModuleLoadFatBinary(
+    module: *mut CUmodule,
+    fatbin: *const c_void,
+) -> CUresult {
     unsafe { cuModuleLoadData(module, fatbin) }
 }
 
@@ -141,7 +149,9 @@ unsafe fn get_function(image: *mut c_void, name: *const c_char) -> Result<*mut c
         return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
     }
     // SAFETY: the API contract: a NUL-terminated name.
-    let name = unsafe { CStr::from_ptr(name) }.to_string_lossy().into_owned();
+    let name = unsafe { CStr::from_ptr(name) }
+        .to_string_lossy()
+        .into_owned();
     if let Some(&found) = image.functions.lock().unwrap().get(&name) {
         return Ok(found as *mut c_void);
     }
@@ -151,10 +161,19 @@ unsafe fn get_function(image: *mut c_void, name: *const c_char) -> Result<*mut c
         image: image.remote,
         name: name.clone(),
     };
-    let info = function_info(image.conn.call_cu(request, &[]).map_err(crate::runtime::client_error)?)?;
+    let info = function_info(
+        image
+            .conn
+            .call_cu(request, &[])
+            .map_err(crate::runtime::client_error)?,
+    )?;
     let is_kernel = image.kind == ImageKind::Library;
     let handle = Function::new(&image.conn, id, is_kernel, &name, info).into_handle();
-    image.functions.lock().unwrap().insert(name, handle as usize);
+    image
+        .functions
+        .lock()
+        .unwrap()
+        .insert(name, handle as usize);
     Ok(handle)
 }
 
@@ -171,7 +190,10 @@ pub unsafe extern "C" fn cuModuleGetFunction(
     module: CUmodule,
     name: *const c_char,
 ) -> CUresult {
-    status(unsafe { get_function(module.cast(), name) }.and_then(|f| unsafe { write_out(function, f.cast()) }))
+    status(
+        unsafe { get_function(module.cast(), name) }
+            .and_then(|f| unsafe { write_out(function, f.cast()) }),
+    )
 }
 
 #[no_mangle]
@@ -180,13 +202,20 @@ pub unsafe extern "C" fn cuLibraryGetKernel(
     library: CUlibrary,
     name: *const c_char,
 ) -> CUresult {
-    status(unsafe { get_function(library.cast(), name) }.and_then(|k| unsafe { write_out(kernel, k.cast()) }))
+    status(
+        unsafe { get_function(library.cast(), name) }
+            .and_then(|k| unsafe { write_out(kernel, k.cast()) }),
+    )
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuKernelGetFunction(function: *mut CUfunction, kernel: CUkernel) -> CUresult {
+pub unsafe extern "C" fn cuKernelGetFunction(
+    function: *mut CUfunction,
+    kernel: CUkernel,
+) -> CUresult {
     status(current_context().and_then(|ctx| {
-        let kernel = Function::from_handle(kernel.cast()).ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
+        let kernel =
+            Function::from_handle(kernel.cast()).ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
         if !kernel.is_kernel {
             return Err(CUresult::CUDA_ERROR_INVALID_HANDLE);
         }
@@ -201,19 +230,30 @@ pub unsafe extern "C" fn cuKernelGetFunction(function: *mut CUfunction, kernel: 
         };
         let info = function_info(call(ctx, request)?)?;
         let handle = Function::new(&ctx.conn, id, false, &kernel.name, info).into_handle();
-        kernel.per_context.lock().unwrap().insert(ctx.remote, handle as usize);
+        kernel
+            .per_context
+            .lock()
+            .unwrap()
+            .insert(ctx.remote, handle as usize);
         unsafe { write_out(function, handle.cast()) }
     }))
 }
 
-fn get_global(image: *mut c_void, dptr: *mut CUdeviceptr, bytes: *mut usize, name: *const c_char) -> Result<(), CUresult> {
+fn get_global(
+    image: *mut c_void,
+    dptr: *mut CUdeviceptr,
+    bytes: *mut usize,
+    name: *const c_char,
+) -> Result<(), CUresult> {
     let ctx = current_context()?;
     let image = Image::from_handle(image).ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
     if name.is_null() {
         return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
     }
     // SAFETY: the API contract: a NUL-terminated name.
-    let name = unsafe { CStr::from_ptr(name) }.to_string_lossy().into_owned();
+    let name = unsafe { CStr::from_ptr(name) }
+        .to_string_lossy()
+        .into_owned();
     let request = CuRequest::GetGlobal {
         ctx: ctx.remote,
         image: image.remote,
@@ -262,9 +302,15 @@ fn function<'a>(handle: *mut c_void) -> Result<&'a Function, CUresult> {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuFuncGetAttribute(value: *mut c_int, attribute: c_uint, f: CUfunction) -> CUresult {
+pub unsafe extern "C" fn cuFuncGetAttribute(
+    value: *mut c_int,
+    attribute: c_uint,
+    f: CUfunction,
+) -> CUresult {
     status(function(f.cast()).and_then(|f| {
-        let answer = f.attribute(attribute).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+        let answer = f
+            .attribute(attribute)
+            .ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
         unsafe { write_out(value, answer) }
     }))
 }
@@ -279,7 +325,12 @@ pub unsafe extern "C" fn cuKernelGetAttribute(
     unsafe { cuFuncGetAttribute(value, attribute, kernel.cast()) }
 }
 
-fn set_attribute(f: &Function, attribute: c_uint, value: c_int, device: u32) -> Result<(), CUresult> {
+fn set_attribute(
+    f: &Function,
+    attribute: c_uint,
+    value: c_int,
+    device: u32,
+) -> Result<(), CUresult> {
     // Libraries set the same value before every launch: only a change costs a round trip.
     if f.attribute(attribute) == Some(value) {
         return Ok(());
@@ -290,7 +341,11 @@ fn set_attribute(f: &Function, attribute: c_uint, value: c_int, device: u32) -> 
         value,
         device,
     };
-    match f.conn.call_cu(request, &[]).map_err(crate::runtime::client_error)? {
+    match f
+        .conn
+        .call_cu(request, &[])
+        .map_err(crate::runtime::client_error)?
+    {
         CuReply::Status(status) => from_remote(status)?,
         other => return Err(unexpected(other)),
     }
@@ -299,7 +354,11 @@ fn set_attribute(f: &Function, attribute: c_uint, value: c_int, device: u32) -> 
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuFuncSetAttribute(f: CUfunction, attribute: c_uint, value: c_int) -> CUresult {
+pub unsafe extern "C" fn cuFuncSetAttribute(
+    f: CUfunction,
+    attribute: c_uint,
+    value: c_int,
+) -> CUresult {
     status(function(f.cast()).and_then(|f| set_attribute(f, attribute, value, 0)))
 }
 
@@ -323,12 +382,18 @@ pub unsafe extern "C" fn cuFuncSetCacheConfig(f: CUfunction, config: c_uint) -> 
             function: func.remote,
             config,
         };
-        func.conn.post_cu(request, &[]).map_err(crate::runtime::client_error)
+        func.conn
+            .post_cu(request, &[])
+            .map_err(crate::runtime::client_error)
     }))
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuKernelSetCacheConfig(kernel: CUkernel, config: c_uint, _dev: CUdevice) -> CUresult {
+pub unsafe extern "C" fn cuKernelSetCacheConfig(
+    kernel: CUkernel,
+    config: c_uint,
+    _dev: CUdevice,
+) -> CUresult {
     unsafe { cuFuncSetCacheConfig(kernel.cast(), config) }
 }
 
@@ -340,7 +405,10 @@ pub unsafe extern "C" fn cuFuncGetParamInfo(
     size: *mut usize,
 ) -> CUresult {
     status(function(f.cast()).and_then(|f| {
-        let &(o, s) = f.params.get(index).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+        let &(o, s) = f
+            .params
+            .get(index)
+            .ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
         unsafe {
             if !offset.is_null() {
                 offset.write(o as usize);
@@ -378,4 +446,3 @@ pub unsafe extern "C" fn cuFuncGetName(name: *mut *const c_char, f: CUfunction) 
 pub unsafe extern "C" fn cuKernelGetName(name: *mut *const c_char, kernel: CUkernel) -> CUresult {
     unsafe { cuFuncGetName(name, kernel.cast()) }
 }
-

@@ -80,7 +80,11 @@ pub unsafe extern "C" fn cuStreamQuery(stream: CUstream) -> CUresult {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuStreamWaitEvent(stream: CUstream, event: CUevent, flags: c_uint) -> CUresult {
+pub unsafe extern "C" fn cuStreamWaitEvent(
+    stream: CUstream,
+    event: CUevent,
+    flags: c_uint,
+) -> CUresult {
     status(resolve_stream(stream).and_then(|(ctx, id)| {
         let event = Event::from_handle(event).ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
         let request = CuRequest::StreamWaitEvent {
@@ -113,14 +117,18 @@ pub unsafe extern "C" fn cuStreamGetCtx(stream: CUstream, pctx: *mut CUcontext) 
 #[no_mangle]
 pub unsafe extern "C" fn cuStreamGetId(stream: CUstream, id: *mut u64) -> CUresult {
     status(resolve_stream(stream).and_then(|_| {
-        let value = crate::objects::stream_unique_id(stream).ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
+        let value =
+            crate::objects::stream_unique_id(stream).ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
         unsafe { write_out(id, value) }
     }))
 }
 
 /// rgpu does not capture graphs: streams are never capturing.
 #[no_mangle]
-pub unsafe extern "C" fn cuStreamIsCapturing(stream: CUstream, capture_status: *mut c_uint) -> CUresult {
+pub unsafe extern "C" fn cuStreamIsCapturing(
+    stream: CUstream,
+    capture_status: *mut c_uint,
+) -> CUresult {
     status(resolve_stream(stream).and_then(|_| unsafe { write_out(capture_status, 0) }))
 }
 

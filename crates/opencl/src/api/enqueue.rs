@@ -204,7 +204,10 @@ fn read(
         event: event.as_ref().map_or(0, |e| e.id),
         command,
     };
-    if let Err(e) = queue.conn.start_read(&rgpu_protocol::ClientMsg::Cl(request), sink) {
+    if let Err(e) = queue
+        .conn
+        .start_read(&rgpu_protocol::ClientMsg::Cl(request), sink)
+    {
         // The sink's completion already ran with the error.
         if let Some(event) = event {
             handle::release::<crate::objects::Event>(handle::raw(&event));

@@ -175,7 +175,9 @@ impl CudaSession {
         if device as usize >= self.backend.inventory.devices.len() {
             return INVALID_DEVICE;
         }
-        let existing = primary.then(|| self.primary.get(&device).copied()).flatten();
+        let existing = primary
+            .then(|| self.primary.get(&device).copied())
+            .flatten();
         let raw = match existing {
             Some(raw) => raw,
             None => {
@@ -401,7 +403,10 @@ impl CudaSession {
                         cuKernelGetAttribute(&mut answer, attribute, function.raw.cast(), device)
                     )
                 } else {
-                    cu_call!(driver, cuFuncGetAttribute(&mut answer, attribute, function.raw))
+                    cu_call!(
+                        driver,
+                        cuFuncGetAttribute(&mut answer, attribute, function.raw)
+                    )
                 };
                 (status == SUCCESS).then_some((value, answer))
             })
@@ -435,7 +440,8 @@ impl CudaSession {
         value: i32,
         device: u32,
     ) -> Status {
-        let (Ok(function), Some(attribute)) = (self.function(function), function_attribute(attribute))
+        let (Ok(function), Some(attribute)) =
+            (self.function(function), function_attribute(attribute))
         else {
             return INVALID_VALUE;
         };
@@ -665,7 +671,9 @@ impl Session {
         self.skip_bulk(bulk_len)?;
         match request {
             CuRequest::GetInventory => self.cu_reply(seq, CuReply::Inventory(Default::default())),
-            request if request.expects_reply() => self.cu_reply(seq, CuReply::Status(NOT_SUPPORTED)),
+            request if request.expects_reply() => {
+                self.cu_reply(seq, CuReply::Status(NOT_SUPPORTED))
+            }
             _ => Ok(()),
         }
     }
@@ -687,7 +695,8 @@ impl Session {
         bulk_len: u64,
         request: CuRequest,
     ) -> Result<(), End> {
-        let status_reply = |status: Result<(), Status>| CuReply::Status(status.err().unwrap_or(SUCCESS));
+        let status_reply =
+            |status: Result<(), Status>| CuReply::Status(status.err().unwrap_or(SUCCESS));
         match request {
             CuRequest::GetInventory => {
                 self.cu_reply(seq, CuReply::Inventory(cuda.backend.inventory.clone()))
@@ -718,7 +727,10 @@ impl Session {
                 let result = cuda.enter(ctx).and_then(|()| {
                     let which = limit(which).ok_or(INVALID_VALUE)?;
                     let mut value = 0usize;
-                    check(cu_call!(cuda.backend.driver, cuCtxGetLimit(&mut value, which)))?;
+                    check(cu_call!(
+                        cuda.backend.driver,
+                        cuCtxGetLimit(&mut value, which)
+                    ))?;
                     Ok(value as i64)
                 });
                 self.cu_reply(seq, value_reply(result))
@@ -997,7 +1009,10 @@ impl Session {
             CuRequest::CreateEvent { id, ctx, flags } => {
                 let mut raw = null_mut();
                 let status = cuda.enter(ctx).and_then(|()| {
-                    check(cu_call!(cuda.backend.driver, cuEventCreate(&mut raw, flags)))
+                    check(cu_call!(
+                        cuda.backend.driver,
+                        cuEventCreate(&mut raw, flags)
+                    ))
                 });
                 match status {
                     Ok(()) => {
@@ -1105,9 +1120,8 @@ impl Session {
                 driver,
                 cuMemcpyHtoDAsync_v2(dst + offset, buffer.as_ptr().cast(), n, stream)
             );
-            let guarded = check(copy).and_then(|()| {
-                cuda.staging.guard(driver, slot, cuda.current, stream)
-            });
+            let guarded =
+                check(copy).and_then(|()| cuda.staging.guard(driver, slot, cuda.current, stream));
             offset += n as u64;
             if let Err(status) = guarded {
                 self.skip_bulk(len - offset)?;
@@ -1155,15 +1169,23 @@ impl Session {
             while issued < chunks && in_flight.len() < super::staging::SLOTS - 1 {
                 let offset = issued as u64 * CHUNK as u64;
                 let n = chunk_len(issued);
-                let issue = cuda.staging.next_slot(driver, cuda.current).and_then(|slot| {
-                    let buffer = cuda.staging.buffer(driver, slot)?;
-                    check(cu_call!(
-                        driver,
-                        cuMemcpyDtoHAsync_v2(buffer.as_mut_ptr().cast(), src + offset, n, stream)
-                    ))?;
-                    cuda.staging.guard(driver, slot, cuda.current, stream)?;
-                    Ok(slot)
-                });
+                let issue = cuda
+                    .staging
+                    .next_slot(driver, cuda.current)
+                    .and_then(|slot| {
+                        let buffer = cuda.staging.buffer(driver, slot)?;
+                        check(cu_call!(
+                            driver,
+                            cuMemcpyDtoHAsync_v2(
+                                buffer.as_mut_ptr().cast(),
+                                src + offset,
+                                n,
+                                stream
+                            )
+                        ))?;
+                        cuda.staging.guard(driver, slot, cuda.current, stream)?;
+                        Ok(slot)
+                    });
                 match issue {
                     Ok(slot) => in_flight.push_back(slot),
                     Err(status) => return Ok(status),

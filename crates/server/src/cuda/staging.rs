@@ -73,7 +73,11 @@ impl Staging {
         ctx: CUcontext,
         stream: CUstream,
     ) -> Result<(), Status> {
-        let event = match self.spare_events.get_mut(&(ctx as usize)).and_then(Vec::pop) {
+        let event = match self
+            .spare_events
+            .get_mut(&(ctx as usize))
+            .and_then(Vec::pop)
+        {
             Some(event) => event,
             None => {
                 let mut event = null_mut();
@@ -90,7 +94,10 @@ impl Staging {
     fn wait(&mut self, driver: &Driver, index: usize) -> Result<(), Status> {
         if let Some((ctx, event)) = self.slots[index].guard.take() {
             let status = cu_call!(driver, cuEventSynchronize(event));
-            self.spare_events.entry(ctx as usize).or_default().push(event);
+            self.spare_events
+                .entry(ctx as usize)
+                .or_default()
+                .push(event);
             check(status)?;
         }
         Ok(())
