@@ -49,6 +49,7 @@ for_each_driver_function!(define_driver);
 
 /// Calls a driver function by name: `call!(driver, cuCtxSynchronize())`. Evaluates to the
 /// function's status, `NOT_SUPPORTED` if the driver lacks it.
+// The arguments go into the call's unsafe block on purpose (see the crate's lint allowance).
 #[macro_export]
 macro_rules! cu_call {
     ($driver:expr, $name:ident($($arg:expr),* $(,)?)) => {

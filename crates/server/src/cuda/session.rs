@@ -223,6 +223,7 @@ impl CudaSession {
         cu_call!(driver, cuCtxDestroy_v2(context.raw))
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn memset(
         &mut self,
         stream: CUstream,
