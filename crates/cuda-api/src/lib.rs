@@ -3,10 +3,16 @@
 //! - [`sys`]: the driver's C types (from cudarc's bindings; rgpu never calls through cudarc).
 //! - [`generated`]: the one list of driver functions ([`for_each_driver_function!`]), the
 //!   `cuGetProcAddress` version table and the names of every `CUresult`.
+//! - [`native`]: a driver library loaded at run time, called through [`cu_call!`].
+
+// `cu_call!` hands its arguments to the driver inside its unsafe block: they are the raw
+// pointers and handles each call is about, and its callers answer for them.
+#![allow(clippy::macro_metavars_in_unsafe)]
 
 pub use cudarc::driver::sys;
 
 pub mod generated;
+pub mod native;
 pub mod image;
 
 /// The markers of a launch's `extra` array (`CU_LAUNCH_PARAM_*`, pointer-valued macros in C).

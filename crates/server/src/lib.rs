@@ -9,10 +9,6 @@
 //! - [`ShutdownHandle::shutdown`] makes `run` return after every session has been closed and
 //!   its objects released.
 
-// `cu_call!` hands its arguments to the driver inside its unsafe block: they are the raw
-// pointers and handles each call is about, and its callers answer for them.
-#![allow(clippy::macro_metavars_in_unsafe)]
-
 mod completion;
 mod cuda;
 mod handles;

@@ -2,7 +2,6 @@
 //! once at start, the cache of module images shared by all sessions, and the per-session state
 //! that carries out CUDA requests ([`session`]).
 
-pub mod driver;
 mod session;
 mod staging;
 
@@ -14,8 +13,8 @@ use rgpu_cuda_api::generated::{device_attribute, DEVICE_ATTRIBUTE_VALUES};
 use rgpu_cuda_api::sys::*;
 use rgpu_protocol::cuda::{CuDevice, CuInventory};
 
-use crate::cu_call;
-pub use driver::Driver;
+use rgpu_cuda_api::cu_call;
+pub use rgpu_cuda_api::native::{self as driver, Driver};
 pub(crate) use session::CudaSession;
 
 /// Module images kept for reuse across sessions: a client that loads an image the server already

@@ -20,10 +20,10 @@ use rgpu_protocol::cuda::{
 use rgpu_protocol::ServerMsg;
 use sha2::{Digest, Sha256};
 
-use super::driver::{check, Status, INVALID_HANDLE, INVALID_VALUE, NOT_SUPPORTED, SUCCESS};
+use rgpu_cuda_api::native::{check, Status, INVALID_HANDLE, INVALID_VALUE, NOT_SUPPORTED, SUCCESS};
 use super::staging::{Staging, CHUNK};
 use super::Backend;
-use crate::cu_call;
+use rgpu_cuda_api::cu_call;
 use crate::session::{End, Session};
 
 const INVALID_CONTEXT: Status = cudaError_enum::CUDA_ERROR_INVALID_CONTEXT as u32;

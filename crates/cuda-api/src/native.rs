@@ -1,11 +1,12 @@
-//! The machine's CUDA driver (`libcuda.so.1`), loaded at run time so that a server without one
-//! still serves OpenCL. Every function of the generated driver list gets a slot, filled when the
-//! driver exports it; calls through a missing slot return `CUDA_ERROR_NOT_SUPPORTED`.
+//! A CUDA driver library loaded at run time: NVIDIA's `libcuda.so.1` for the server (which
+//! still serves OpenCL where there is none), either it or rgpu's own for the benchmark. Every
+//! function of the generated driver list gets a slot, filled when the library exports it;
+//! calls through a missing slot return `CUDA_ERROR_NOT_SUPPORTED`.
 
 use std::path::PathBuf;
 
-use rgpu_cuda_api::for_each_driver_function;
-use rgpu_cuda_api::sys::*;
+use crate::for_each_driver_function;
+use crate::sys::*;
 
 /// A `CUresult` as the driver returned it. Kept as an integer: a newer driver may return codes
 /// this build does not know, which must not become an invalid enum value.
@@ -56,7 +57,7 @@ macro_rules! cu_call {
         match $driver.fns.$name {
             // SAFETY: the caller passes arguments valid for this driver function.
             Some(function) => unsafe { function($($arg),*) },
-            None => $crate::cuda::driver::NOT_SUPPORTED,
+            None => $crate::native::NOT_SUPPORTED,
         }
     };
 }
@@ -77,15 +78,21 @@ pub struct Driver {
 }
 
 impl Driver {
-    /// Loads the driver (`library`, or `libcuda.so.1` from the system) and initializes it.
+    /// Loads NVIDIA's driver (`library`, or `libcuda.so.1` from the system) and initializes
+    /// it; refuses rgpu's own client library.
     pub fn load(library: Option<&std::path::Path>) -> Result<Driver, String> {
+        Self::load_any(library, false)
+    }
+
+    /// Like [`Driver::load`], accepting rgpu's client library when `allow_rgpu`.
+    pub fn load_any(library: Option<&std::path::Path>, allow_rgpu: bool) -> Result<Driver, String> {
         let name = library.map_or_else(|| PathBuf::from("libcuda.so.1"), |p| p.to_path_buf());
         // SAFETY: loading the CUDA driver runs its initializers, which have no preconditions.
         let loaded = unsafe { libloading::Library::new(&name) }
             .map_err(|e| format!("no CUDA driver ({}): {e}", name.display()))?;
         // SAFETY: a symbol lookup; the value is not used as a function.
         let is_rgpu = unsafe { loaded.get::<*const u8>(b"rgpu_cuda_client\0") }.is_ok();
-        if is_rgpu {
+        if is_rgpu && !allow_rgpu {
             return Err(format!(
                 "{} is rgpu's own client library, not NVIDIA's driver; start the server \
                  without rgpu's lib folder on LD_LIBRARY_PATH",
