@@ -69,9 +69,11 @@ def main():
     if native_names != remote_names:
         missing = [n for n in native_names if n not in remote_names]
         extra = [n for n in remote_names if n not in native_names]
-        problems.append(f"CHECK names differ: native has {len(native_names)}, rgpu "
-                        f"{len(remote_names)}; missing in rgpu: {missing or '-'}; "
-                        f"only in rgpu: {extra or '-'}")
+        first = next((i for i, (a, b) in enumerate(zip(native_names, remote_names)) if a != b),
+                     min(len(native_names), len(remote_names)))
+        problems.append(f"CHECK names differ: native has {len(native_names)} lines, rgpu "
+                        f"{len(remote_names)}, first difference at CHECK line {first + 1}; "
+                        f"missing in rgpu: {missing or '-'}; only in rgpu: {extra or '-'}")
     # Pair by position where the names match, so one extra line does not hide the rest.
     remote_by_name = {}
     for name, values, number in remote:

@@ -8,6 +8,7 @@
 // and exit status 1.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -80,25 +81,32 @@ int main() {
     CK(cudaStreamSynchronize(stream));
     CKB(cublasGetMatrix(M, N, sizeof(float), dC, M, C.data(), M));
 
+    // Column by column, the inner loop running down contiguous columns of A.
     double sum = 0, max_err = 0;
-    for (int j = 0; j < N; ++j)
-        for (int i = 0; i < M; ++i) {
-            double acc = 0, mag = 0;
-            for (int k = 0; k < K; ++k) {
-                const double t = (double)A[i + (size_t)k * M] * B[j + (size_t)k * N];
-                acc += t;
-                mag += std::fabs(t);
+    std::vector<double> acc(M), mag(M);
+    for (int j = 0; j < N; ++j) {
+        std::fill(acc.begin(), acc.end(), 0.0);
+        std::fill(mag.begin(), mag.end(), 0.0);
+        for (int k = 0; k < K; ++k) {
+            const double b = B[j + (size_t)k * N];
+            const float *acol = &A[(size_t)k * M];
+            for (int i = 0; i < M; ++i) {
+                acc[i] += acol[i] * b;
+                mag[i] += std::fabs(acol[i] * b);
             }
-            const double ref = alpha * acc + beta * (double)C0[i + (size_t)j * M];
+        }
+        for (int i = 0; i < M; ++i) {
+            const double c0 = C0[i + (size_t)j * M];
+            const double ref = alpha * acc[i] + beta * c0;
             const double got = C[i + (size_t)j * M];
-            const double scale = std::fabs(alpha) * mag + std::fabs(beta * C0[i + (size_t)j * M]);
-            if (!close_enough(got, ref, scale)) {
+            if (!close_enough(got, ref, std::fabs(alpha) * mag[i] + std::fabs(beta * c0))) {
                 printf("FAIL " PROG ": sgemm C(%d,%d) = %.9g, expected %.9g\n", i, j, got, ref);
                 return 1;
             }
             if (std::fabs(got - ref) > max_err) max_err = std::fabs(got - ref);
             sum += got;
         }
+    }
     printf("sgemm %dx%dx%d: max abs error %.3g\n", M, N, K, max_err);
     printf("CHECK sgemm_sum %.6e\n", sum);
     printf("CHECK sgemm_elems %.6e %.6e %.6e\n", C[0], C[(size_t)M * N / 2 + 5], C[C.size() - 1]);

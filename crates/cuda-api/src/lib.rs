@@ -12,8 +12,8 @@
 pub use cudarc::driver::sys;
 
 pub mod generated;
-pub mod native;
 pub mod image;
+pub mod native;
 
 /// The markers of a launch's `extra` array (`CU_LAUNCH_PARAM_*`, pointer-valued macros in C).
 pub mod launch_param {

@@ -1335,11 +1335,6 @@ pub unsafe extern "C" fn cuMemAllocPitch() -> CUresult {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemAllocPitch_v2() -> CUresult {
-    not_supported("cuMemAllocPitch_v2")
-}
-
-#[no_mangle]
 pub unsafe extern "C" fn cuMemBatchDecompressAsync() -> CUresult {
     not_supported("cuMemBatchDecompressAsync")
 }
@@ -1610,11 +1605,6 @@ pub unsafe extern "C" fn cuMemcpy2DAsync() -> CUresult {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemcpy2DAsync_v2() -> CUresult {
-    not_supported("cuMemcpy2DAsync_v2")
-}
-
-#[no_mangle]
 pub unsafe extern "C" fn cuMemcpy2DAsync_v2_ptsz() -> CUresult {
     not_supported("cuMemcpy2DAsync_v2_ptsz")
 }
@@ -1625,18 +1615,8 @@ pub unsafe extern "C" fn cuMemcpy2DUnaligned() -> CUresult {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemcpy2DUnaligned_v2() -> CUresult {
-    not_supported("cuMemcpy2DUnaligned_v2")
-}
-
-#[no_mangle]
 pub unsafe extern "C" fn cuMemcpy2DUnaligned_v2_ptds() -> CUresult {
     not_supported("cuMemcpy2DUnaligned_v2_ptds")
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn cuMemcpy2D_v2() -> CUresult {
-    not_supported("cuMemcpy2D_v2")
 }
 
 #[no_mangle]

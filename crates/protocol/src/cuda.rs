@@ -133,6 +133,13 @@ pub enum CuRequest {
         value: i32,
         device: u32,
     },
+    /// `cuFuncGetAttribute` / `cuKernelGetAttribute` for an attribute the function's cached
+    /// table lacks. Reply: `Value`.
+    GetFunctionAttribute {
+        function: Id,
+        attribute: u32,
+        device: u32,
+    },
     /// `cuFuncSetCacheConfig` and friends. No reply.
     SetFunctionCacheConfig { function: Id, config: u32 },
     /// Bulk: the kernel's parameter buffer, laid out as the function's parameter table says.

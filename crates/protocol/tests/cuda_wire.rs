@@ -100,6 +100,11 @@ fn all_requests() -> Vec<CuRequest> {
             value: 65536,
             device: 0,
         },
+        CuRequest::GetFunctionAttribute {
+            function: 5,
+            attribute: 4,
+            device: 0,
+        },
         CuRequest::SetFunctionCacheConfig {
             function: 5,
             config: 1,

@@ -1,5 +1,6 @@
-//! `rgpu bench`: benchmarks (not tests) of rgpu against the machine's own OpenCL.
+//! `rgpu bench`: benchmarks (not tests) of rgpu against the machine's own OpenCL and CUDA.
 
+mod cuda;
 mod local_server;
 mod opencl;
 mod tcp;
@@ -7,7 +8,7 @@ mod tcp;
 use std::process::ExitCode;
 
 #[derive(clap::Args, Debug)]
-#[command(about = "Measure rgpu against native OpenCL on this machine")]
+#[command(about = "Measure rgpu against native OpenCL or CUDA on this machine")]
 pub struct BenchArgs {
     #[command(subcommand)]
     kind: BenchKind,
@@ -16,11 +17,13 @@ pub struct BenchArgs {
 #[derive(clap::Subcommand, Debug)]
 enum BenchKind {
     Opencl(opencl::OpenclBenchArgs),
+    Cuda(cuda::CudaBenchArgs),
 }
 
 pub fn run(args: BenchArgs) -> Result<ExitCode, String> {
     match args.kind {
         BenchKind::Opencl(args) => opencl::run(args),
+        BenchKind::Cuda(args) => cuda::run(args),
     }
 }
 

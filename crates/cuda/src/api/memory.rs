@@ -688,3 +688,159 @@ pub unsafe extern "C" fn cuPointerGetAttributes(
         Ok(())
     }))
 }
+
+// ---- pitched memory and 2D copies --------------------------------------------------------
+
+/// Row pitch of cuMemAllocPitch: rows start at multiples of this many bytes, as the driver
+/// does on every current GPU.
+const PITCH_ALIGNMENT: usize = 512;
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemAllocPitch_v2(
+    dptr: *mut CUdeviceptr,
+    pitch: *mut usize,
+    width: usize,
+    height: usize,
+    element_size: c_uint,
+) -> CUresult {
+    if pitch.is_null() || width == 0 || height == 0 || ![4, 8, 16].contains(&element_size) {
+        return CUresult::CUDA_ERROR_INVALID_VALUE;
+    }
+    let row = width.div_ceil(PITCH_ALIGNMENT) * PITCH_ALIGNMENT;
+    let Some(size) = row.checked_mul(height) else {
+        return CUresult::CUDA_ERROR_INVALID_VALUE;
+    };
+    let status = unsafe { cuMemAlloc_v2(dptr, size) };
+    if status == CUresult::CUDA_SUCCESS {
+        unsafe { pitch.write(row) };
+    }
+    status
+}
+
+/// One side of a 2D copy: where its first byte is and whether it is device memory.
+struct Side {
+    start: u64,
+    pitch: usize,
+    on_device: bool,
+}
+
+/// The source and destination of a CUDA_MEMCPY2D; arrays are not supported.
+unsafe fn sides(p: &CUDA_MEMCPY2D) -> Result<(Side, Side), CUresult> {
+    // Read as integers: the caller's memory types may be values the enum does not have.
+    let kind = |field: *const CUmemorytype| unsafe { field.cast::<u32>().read() };
+    let side = |memory_type: u32, host: u64, device: u64, x: usize, y: usize, pitch: usize| {
+        let on_device = match memory_type {
+            MEMORYTYPE_HOST => false,
+            MEMORYTYPE_DEVICE => true,
+            // CU_MEMORYTYPE_UNIFIED: wherever the address lives.
+            4 => device_range(device).is_some(),
+            3 => return Err(crate::unsupported::not_supported("2D copies to or from CUDA arrays")),
+            _ => return Err(CUresult::CUDA_ERROR_INVALID_VALUE),
+        };
+        let base = if on_device || memory_type == 4 { device } else { host };
+        Ok(Side {
+            start: base + (y * pitch + x) as u64,
+            pitch,
+            on_device,
+        })
+    };
+    let src = side(
+        kind(std::ptr::addr_of!(p.srcMemoryType)),
+        p.srcHost as u64,
+        p.srcDevice,
+        p.srcXInBytes,
+        p.srcY,
+        p.srcPitch,
+    )?;
+    let dst = side(
+        kind(std::ptr::addr_of!(p.dstMemoryType)),
+        p.dstHost as u64,
+        p.dstDevice,
+        p.dstXInBytes,
+        p.dstY,
+        p.dstPitch,
+    )?;
+    Ok((src, dst))
+}
+
+/// A 2D copy as row copies (one request when both sides are contiguous). A read from the
+/// device fetches the whole span once and scatters its rows here.
+unsafe fn copy_2d(p: *const CUDA_MEMCPY2D, stream: Option<CUstream>) -> Result<(), CUresult> {
+    if p.is_null() {
+        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+    }
+    // SAFETY: non-null, and the API contract makes it a valid descriptor.
+    let p = unsafe { &*p };
+    let (src, dst) = unsafe { sides(p)? };
+    let (width, height) = (p.WidthInBytes, p.Height);
+    if width == 0 || height == 0 {
+        return Ok(());
+    }
+    if (height > 1) && (src.pitch < width || dst.pitch < width) {
+        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+    }
+    let device_side = if dst.on_device { dst.start } else { src.start };
+    let (ctx, stream_id) = match stream {
+        Some(stream) => resolve_stream(stream)?,
+        None => (context_of(device_side)?, 0),
+    };
+    let contiguous = height == 1 || (src.pitch == width && dst.pitch == width);
+    let rows = if contiguous { 1 } else { height };
+    let row_len = if contiguous { width * height } else { width };
+    match (src.on_device, dst.on_device) {
+        (false, true) => (0..rows).try_for_each(|r| {
+            let from = (src.start + (r * src.pitch) as u64) as *const c_void;
+            write_device(ctx, stream_id, dst.start + (r * dst.pitch) as u64, from, row_len)
+        }),
+        (true, true) => (0..rows).try_for_each(|r| {
+            let from = src.start + (r * src.pitch) as u64;
+            copy_device_to_device(ctx, stream_id, dst.start + (r * dst.pitch) as u64, from, row_len)
+        }),
+        (true, false) => {
+            let span = (height - 1) * src.pitch + width;
+            let mut staged = vec![0u8; span];
+            read_device(ctx, stream_id, staged.as_mut_ptr().cast(), src.start, span, true)?;
+            for r in 0..height {
+                let row = &staged[r * src.pitch..r * src.pitch + width];
+                // SAFETY: the API contract: the destination holds `height` rows of `width`
+                // bytes, `pitch` apart.
+                unsafe {
+                    let to = (dst.start as usize + r * dst.pitch) as *mut u8;
+                    std::ptr::copy_nonoverlapping(row.as_ptr(), to, width);
+                }
+            }
+            Ok(())
+        }
+        (false, false) => {
+            if stream.is_some() {
+                super::stream::synchronize_stream(ctx, stream_id)?;
+            }
+            for r in 0..height {
+                // SAFETY: as above, for both sides.
+                unsafe {
+                    std::ptr::copy(
+                        (src.start as usize + r * src.pitch) as *const u8,
+                        (dst.start as usize + r * dst.pitch) as *mut u8,
+                        width,
+                    )
+                };
+            }
+            Ok(())
+        }
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemcpy2D_v2(p: *const CUDA_MEMCPY2D) -> CUresult {
+    status(unsafe { copy_2d(p, None) })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemcpy2DUnaligned_v2(p: *const CUDA_MEMCPY2D) -> CUresult {
+    status(unsafe { copy_2d(p, None) })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemcpy2DAsync_v2(p: *const CUDA_MEMCPY2D, stream: CUstream) -> CUresult {
+    status(unsafe { copy_2d(p, Some(stream)) })
+}

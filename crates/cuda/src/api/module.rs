@@ -301,6 +301,27 @@ fn function<'a>(handle: *mut c_void) -> Result<&'a Function, CUresult> {
     Function::from_handle(handle).ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)
 }
 
+/// A function attribute: from the table that came with the function, else from the server
+/// (then kept).
+fn function_attribute(f: &Function, attribute: c_uint, device: u32) -> Result<c_int, CUresult> {
+    if let Some(answer) = f.attribute(attribute) {
+        return Ok(answer);
+    }
+    let request = CuRequest::GetFunctionAttribute {
+        function: f.remote,
+        attribute,
+        device,
+    };
+    match f.conn.call_cu(request, &[]).map_err(crate::runtime::client_error)? {
+        CuReply::Value { status, value } => {
+            from_remote(status)?;
+            f.set_attribute(attribute, value as c_int);
+            Ok(value as c_int)
+        }
+        other => Err(unexpected(other)),
+    }
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn cuFuncGetAttribute(
     value: *mut c_int,
@@ -308,9 +329,7 @@ pub unsafe extern "C" fn cuFuncGetAttribute(
     f: CUfunction,
 ) -> CUresult {
     status(function(f.cast()).and_then(|f| {
-        let answer = f
-            .attribute(attribute)
-            .ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+        let answer = function_attribute(f, attribute, 0)?;
         unsafe { write_out(value, answer) }
     }))
 }
@@ -320,9 +339,13 @@ pub unsafe extern "C" fn cuKernelGetAttribute(
     value: *mut c_int,
     attribute: c_uint,
     kernel: CUkernel,
-    _dev: CUdevice,
+    dev: CUdevice,
 ) -> CUresult {
-    unsafe { cuFuncGetAttribute(value, attribute, kernel.cast()) }
+    status(function(kernel.cast()).and_then(|f| {
+        let device = crate::runtime::device(dev)?;
+        let answer = function_attribute(f, attribute, device.remote_ordinal)?;
+        unsafe { write_out(value, answer) }
+    }))
 }
 
 fn set_attribute(

@@ -20,11 +20,11 @@ use rgpu_protocol::cuda::{
 use rgpu_protocol::ServerMsg;
 use sha2::{Digest, Sha256};
 
-use rgpu_cuda_api::native::{check, Status, INVALID_HANDLE, INVALID_VALUE, NOT_SUPPORTED, SUCCESS};
 use super::staging::{Staging, CHUNK};
 use super::Backend;
-use rgpu_cuda_api::cu_call;
 use crate::session::{End, Session};
+use rgpu_cuda_api::cu_call;
+use rgpu_cuda_api::native::{check, Status, INVALID_HANDLE, INVALID_VALUE, NOT_SUPPORTED, SUCCESS};
 
 const INVALID_CONTEXT: Status = cudaError_enum::CUDA_ERROR_INVALID_CONTEXT as u32;
 const INVALID_DEVICE: Status = cudaError_enum::CUDA_ERROR_INVALID_DEVICE as u32;
@@ -392,24 +392,12 @@ impl CudaSession {
             }
             params.push((offset as u32, size as u32));
         }
-        let device = self.current_device as CUdevice;
+        let device = self.current_device;
         let attributes = FUNCTION_ATTRIBUTE_VALUES
             .iter()
             .filter_map(|&value| {
-                let attribute = function_attribute(value)?;
-                let mut answer = 0;
-                let status = if function.is_kernel {
-                    cu_call!(
-                        driver,
-                        cuKernelGetAttribute(&mut answer, attribute, function.raw.cast(), device)
-                    )
-                } else {
-                    cu_call!(
-                        driver,
-                        cuFuncGetAttribute(&mut answer, attribute, function.raw)
-                    )
-                };
-                (status == SUCCESS).then_some((value, answer))
+                let answer = function_attribute_raw(driver, function, value, device).ok()?;
+                Some((value, answer))
             })
             .collect();
         FunctionInfo { params, attributes }
@@ -916,6 +904,17 @@ impl Session {
                 let status = cuda.set_function_attribute(function, attribute, value, device);
                 self.cu_reply(seq, CuReply::Status(status))
             }
+            CuRequest::GetFunctionAttribute {
+                function,
+                attribute,
+                device,
+            } => {
+                let result = cuda.function(function).and_then(|f| {
+                    let value = function_attribute_raw(&cuda.backend.driver, f, attribute, device);
+                    value.map(i64::from)
+                });
+                self.cu_reply(seq, value_reply(result))
+            }
             CuRequest::SetFunctionCacheConfig { function, config } => {
                 let status = match (cuda.function(function), func_cache(config)) {
                     (Ok(f), Some(config)) if !f.is_kernel => {
@@ -1205,6 +1204,51 @@ impl Session {
         }
         Ok(SUCCESS)
     }
+}
+
+/// A function attribute by number, whether or not this build's enum knows it (the wire carries
+/// numbers a newer driver may define).
+fn function_attribute_raw(
+    driver: &rgpu_cuda_api::native::Driver,
+    function: Function,
+    attribute: u32,
+    device: u32,
+) -> Result<i32, Status> {
+    let mut value = 0;
+    // A library kernel's attributes are those of its function in the current context (asking
+    // the kernel itself refers to the device's primary context, which sessions do not use).
+    let mut in_context = null_mut();
+    let function = if function.is_kernel
+        && cu_call!(driver, cuKernelGetFunction(&mut in_context, function.raw.cast())) == SUCCESS
+    {
+        Function {
+            raw: in_context,
+            is_kernel: false,
+        }
+    } else {
+        function
+    };
+    let status = if function.is_kernel {
+        let Some(entry) = driver.fns.cuKernelGetAttribute else {
+            return Err(NOT_SUPPORTED);
+        };
+        // SAFETY: the enum parameter is a 32-bit integer in the C ABI; the driver checks the
+        // number itself.
+        let entry: unsafe extern "C" fn(*mut i32, u32, CUkernel, CUdevice) -> Status =
+            unsafe { std::mem::transmute(entry) };
+        // SAFETY: a valid out-pointer and kernel handle.
+        unsafe { entry(&mut value, attribute, function.raw.cast(), device as CUdevice) }
+    } else {
+        let Some(entry) = driver.fns.cuFuncGetAttribute else {
+            return Err(NOT_SUPPORTED);
+        };
+        // SAFETY: as above.
+        let entry: unsafe extern "C" fn(*mut i32, u32, CUfunction) -> Status =
+            unsafe { std::mem::transmute(entry) };
+        // SAFETY: a valid out-pointer and function handle.
+        unsafe { entry(&mut value, attribute, function.raw) }
+    };
+    check(status).map(|()| value)
 }
 
 fn value_reply(result: Result<i64, Status>) -> CuReply {

@@ -10,8 +10,8 @@ use std::ptr::null_mut;
 
 use rgpu_cuda_api::sys::*;
 
-use rgpu_cuda_api::native::{check, Driver, Status};
 use rgpu_cuda_api::cu_call;
+use rgpu_cuda_api::native::{check, Driver, Status};
 
 pub const CHUNK: usize = 1 << 20;
 pub const SLOTS: usize = 16;

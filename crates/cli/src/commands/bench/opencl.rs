@@ -80,7 +80,7 @@ pub struct OpenclBenchArgs {
 }
 
 /// "512K" -> 524288; plain numbers are bytes.
-fn parse_size(text: &str) -> Result<usize, String> {
+pub(super) fn parse_size(text: &str) -> Result<usize, String> {
     let text = text.trim();
     let upper = text.to_ascii_uppercase();
     let trimmed = upper.trim_end_matches("IB").trim_end_matches('B');

@@ -1,0 +1,210 @@
+#!/usr/bin/env bash
+# CUDA through rgpu on the GPU machine, from a carried release build: the CUDA test programs
+# (tests/cuda/*.cu, built here with nvcc) and the CuPy and PyTorch checks, each run natively and
+# then through `rgpu run` against an rgpu server on loopback serving this machine's GPU; the
+# `CHECK` lines of the two runs are compared by tests/cuda/compare.py.
+#
+#   RGPU_BUILD_DIR=dist bash scripts/gpu-check.sh
+#   ONLY=vector_add,cupy_check bash scripts/gpu-check.sh     # a subset, by name
+#
+# Prints one line per program, `PASS <name> (native Xs, rgpu Ys)` or `FAIL <name>: <reason>`
+# (the tail of the failing output follows, indented), `SKIP <name>: ...` for a Python check
+# whose module is not installed, and last `N passed, M failed`; exits 1 if any failed.
+#
+# Knobs: RGPU_BUILD_DIR (default target/release), RGPU_CHECK_DIR (binaries and logs; default a
+# new temporary directory), RGPU_CHECK_TIMEOUT (seconds per run, default 300), NVCC (default
+# nvcc on PATH, else /usr/local/cuda/bin/nvcc), NVCC_FLAGS (default -O2), PYTHON (default
+# python3), RGPU_CHECK_RTOL (default 1e-4). Logs are packed into $OUT when that is set.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+bin=${RGPU_BUILD_DIR:-target/release}
+out=${RGPU_CHECK_DIR:-$(mktemp -d /tmp/rgpu-cuda-check.XXXXXX)}
+run_timeout=${RGPU_CHECK_TIMEOUT:-300}
+python=${PYTHON:-python3}
+rtol=${RGPU_CHECK_RTOL:-1e-4}
+mkdir -p "$out/bin"
+echo "logs: $out"
+
+passed=0
+failed=0
+skipped=0
+pass() { echo "PASS $*"; passed=$((passed + 1)); }
+fail() { echo "FAIL $*"; failed=$((failed + 1)); }
+skip() { echo "SKIP $*"; skipped=$((skipped + 1)); }
+summary() {
+    local line="$passed passed, $failed failed"
+    [ $skipped -gt 0 ] && line+=", $skipped skipped"
+    echo "$line"
+}
+# The last lines of a log, indented under the status line.
+tail_of() { tail -n "${2:-15}" "$1" 2>/dev/null | sed 's/^/    /'; }
+# Seconds between two `date +%s.%N` stamps, one decimal.
+secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f", b - a }'; }
+# The first FAIL line of an output, shortened.
+first_fail() { grep -m1 '^FAIL' "$1" | cut -c1-200; }
+# Whether NAME is selected by ONLY (a comma-separated list; empty selects all).
+selected() { [ -z "${ONLY:-}" ] || [[ ",$ONLY," == *",$1,"* ]]; }
+
+# ---- (a) the rgpu build: the CLI, the CUDA driver library and the OpenCL ICD (`rgpu run`
+# sets up both for its child, so both must be there).
+for f in rgpu librgpu_cuda.so librgpu_opencl.so; do
+    if [ ! -f "$bin/$f" ]; then
+        fail "setup: $bin/$f not found (build with cargo build --release, or set RGPU_BUILD_DIR)"
+        summary
+        exit 1
+    fi
+done
+bin=$(cd "$bin" && pwd)
+
+# The programs: the .cu files, then the Python checks; ONLY picks some by name.
+all_names=()
+cu_names=()
+for src in tests/cuda/*.cu; do
+    name=$(basename "$src" .cu)
+    all_names+=("$name")
+    selected "$name" && cu_names+=("$name")
+done
+py_names=()
+for name in cupy_check torch_check; do
+    all_names+=("$name")
+    selected "$name" && py_names+=("$name")
+done
+only=${ONLY:-}
+for name in ${only//,/ }; do
+    [[ " ${all_names[*]} " == *" $name "* ]] ||
+        echo "warning: ONLY names an unknown program: $name (known: ${all_names[*]})"
+done
+if [ ${#cu_names[@]} -eq 0 ] && [ ${#py_names[@]} -eq 0 ]; then
+    fail "setup: ONLY=${ONLY:-} selects no program"
+    summary
+    exit 1
+fi
+
+# ---- (b) build the CUDA programs, all at once (nvcc's static cudart; cuBLAS dynamically, with
+# an rpath to the toolkit's libraries so no LD_LIBRARY_PATH is needed).
+declare -A build_failed=()
+if [ ${#cu_names[@]} -gt 0 ]; then
+    nvcc=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
+    if [ ! -x "$nvcc" ]; then
+        for name in "${cu_names[@]}"; do build_failed[$name]="no nvcc (set NVCC)"; done
+    else
+        cuda_lib=$(cd "$(dirname "$nvcc")/.." && pwd)/lib64
+        read -r -a nvcc_flags <<<"${NVCC_FLAGS:--O2}"
+        for name in "${cu_names[@]}"; do
+            libs=()
+            [ "$name" = cublas_sgemm ] && libs=(-lcublas -Xlinker -rpath -Xlinker "$cuda_lib")
+            ("$nvcc" "${nvcc_flags[@]}" -o "$out/bin/$name" "tests/cuda/$name.cu" "${libs[@]}" \
+                >"$out/$name.build.log" 2>&1; echo $? >"$out/$name.build.rc") &
+        done
+        wait
+        for name in "${cu_names[@]}"; do
+            [ "$(cat "$out/$name.build.rc" 2>/dev/null)" = 0 ] || build_failed[$name]="build failed"
+        done
+    fi
+fi
+
+# ---- (c) the server, on a free loopback port (port 0: it picks one and logs it)
+"$bin/rgpu" server --listen 127.0.0.1:0 >"$out/server.log" 2>&1 &
+server=$!
+trap 'kill -TERM $server 2>/dev/null; wait $server 2>/dev/null' EXIT
+endpoint=""
+for _ in $(seq 600); do
+    endpoint=$(sed -n 's/^.*rgpu server listening on \([^ ]*\).*$/\1/p' "$out/server.log" | head -n1)
+    [ -n "$endpoint" ] && break
+    kill -0 $server 2>/dev/null || break
+    sleep 0.1
+done
+if [ -z "$endpoint" ]; then
+    if kill -0 $server 2>/dev/null; then
+        fail "setup: the rgpu server did not report listening within 60 s; its log:"
+    else
+        fail "setup: the rgpu server exited before listening; its log:"
+    fi
+    tail_of "$out/server.log"
+    summary
+    exit 1
+fi
+echo "server: $endpoint (pid $server)"
+grep -E "CUDA|serving" "$out/server.log" | sed 's/^/    /'
+
+# Sessions the server has seen connect so far.
+sessions() { grep -c " connected from " "$out/server.log"; }
+
+# ---- (d, e) one program: natively, then through rgpu, then the comparison.
+# check_one NAME COMMAND...
+check_one() {
+    local name=$1
+    shift
+    local t0 t1 t2 native remote before after
+    t0=$(date +%s.%N)
+    timeout -k 10 "$run_timeout" "$@" >"$out/$name.native.out" 2>"$out/$name.native.err"
+    native=$?
+    t1=$(date +%s.%N)
+    if [ $native -eq 77 ]; then
+        skip "$name: $(grep -m1 '^SKIP' "$out/$name.native.out" | sed 's/^SKIP [^:]*: //' | cut -c1-200)"
+        return
+    fi
+    before=$(sessions)
+    timeout -k 10 "$run_timeout" "$bin/rgpu" run --servers "$endpoint" -- "$@" \
+        >"$out/$name.rgpu.out" 2>"$out/$name.rgpu.err"
+    remote=$?
+    t2=$(date +%s.%N)
+    after=$(sessions)
+
+    if [ $native -ne 0 ]; then
+        local why="exit $native"
+        [ $native -eq 124 ] || [ $native -eq 137 ] && why="timed out after ${run_timeout}s"
+        fail "$name: native run failed ($why) $(first_fail "$out/$name.native.out")"
+        tail_of "$out/$name.native.out" 8
+        tail_of "$out/$name.native.err" 8
+    elif [ $remote -ne 0 ]; then
+        local why="exit $remote"
+        [ $remote -eq 124 ] || [ $remote -eq 137 ] && why="timed out after ${run_timeout}s"
+        fail "$name: rgpu run failed ($why) $(first_fail "$out/$name.rgpu.out")"
+        tail_of "$out/$name.rgpu.out" 8
+        tail_of "$out/$name.rgpu.err" 12
+    elif [ "$after" -le "$before" ]; then
+        # It passed, but not through rgpu: the program loaded some other libcuda.so.1.
+        fail "$name: no session reached the server: the rgpu run did not use rgpu's libcuda.so.1"
+    elif ! python3 tests/cuda/compare.py --rtol "$rtol" "$out/$name.native.out" \
+        "$out/$name.rgpu.out" >"$out/$name.compare.log" 2>&1; then
+        fail "$name: results differ between native and rgpu"
+        tail_of "$out/$name.compare.log"
+    else
+        pass "$name (native $(secs "$t0" "$t1")s, rgpu $(secs "$t1" "$t2")s)"
+    fi
+}
+
+for name in "${cu_names[@]}"; do
+    if [ -n "${build_failed[$name]:-}" ]; then
+        fail "$name: ${build_failed[$name]}"
+        tail_of "$out/$name.build.log"
+        continue
+    fi
+    check_one "$name" "$out/bin/$name"
+done
+for name in "${py_names[@]}"; do
+    check_one "$name" "$python" "tests/cuda/$name.py"
+done
+
+# ---- (f) stop the server; one that died during the checks is a failure too.
+if ! kill -0 $server 2>/dev/null; then
+    wait $server
+    fail "server: exited during the checks (status $?); its log:"
+    tail_of "$out/server.log"
+else
+    kill -TERM $server
+    for _ in $(seq 100); do kill -0 $server 2>/dev/null || break; sleep 0.1; done
+    if kill -0 $server 2>/dev/null; then
+        echo "server did not stop within 10 s of SIGTERM; killing it"
+        kill -KILL $server
+    fi
+    wait $server 2>/dev/null
+fi
+trap - EXIT
+
+if [ -n "${OUT:-}" ]; then
+    tar czf "$OUT/gpu-cuda-check-logs.tar.gz" -C "$out" --exclude=bin . 2>/dev/null
+fi
+summary
+[ $failed -eq 0 ]
