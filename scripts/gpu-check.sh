@@ -103,35 +103,43 @@ if [ ${#cu_names[@]} -gt 0 ]; then
     fi
 fi
 
-# ---- (c) the server, on a free loopback port (port 0: it picks one and logs it)
-"$bin/rgpu" server --listen 127.0.0.1:0 >"$out/server.log" 2>&1 &
-server=$!
-trap 'kill -TERM $server 2>/dev/null; wait $server 2>/dev/null' EXIT
-endpoint=""
-for _ in $(seq 600); do
-    endpoint=$(sed -n 's/^.*rgpu server listening on \([^ ]*\).*$/\1/p' "$out/server.log" | head -n1)
-    [ -n "$endpoint" ] && break
-    kill -0 $server 2>/dev/null || break
-    sleep 0.1
-done
-if [ -z "$endpoint" ]; then
-    if kill -0 $server 2>/dev/null; then
+# ---- (c) the servers, on free loopback ports (port 0: each picks one and logs it). The
+# second serves the same GPU again, so that multi_device sees two devices on two servers.
+# start_server LOG: starts a server logging to LOG; sets server_pid and server_endpoint.
+start_server() {
+    "$bin/rgpu" server --listen 127.0.0.1:0 >"$1" 2>&1 &
+    server_pid=$!
+    server_endpoint=""
+    for _ in $(seq 600); do
+        server_endpoint=$(sed -n 's/^.*rgpu server listening on \([^ ]*\).*$/\1/p' "$1" | head -n1)
+        [ -n "$server_endpoint" ] && return 0
+        kill -0 $server_pid 2>/dev/null || break
+        sleep 0.1
+    done
+    if kill -0 $server_pid 2>/dev/null; then
         fail "setup: the rgpu server did not report listening within 60 s; its log:"
     else
         fail "setup: the rgpu server exited before listening; its log:"
     fi
-    tail_of "$out/server.log"
+    tail_of "$1"
     summary
     exit 1
-fi
-echo "server: $endpoint (pid $server)"
+}
+start_server "$out/server.log"
+server=$server_pid
+endpoint=$server_endpoint
+trap 'kill -TERM $server ${server2:-} 2>/dev/null; wait $server ${server2:-} 2>/dev/null' EXIT
+start_server "$out/server2.log"
+server2=$server_pid
+endpoint2=$server_endpoint
+echo "servers: $endpoint (pid $server), $endpoint2 (pid $server2)"
 grep -E "CUDA|serving" "$out/server.log" | sed 's/^/    /'
 
 # Sessions the server has seen connect so far.
-sessions() { grep -c " connected from " "$out/server.log"; }
+sessions() { cat "$out/server.log" "$out/server2.log" | grep -c " connected from "; }
 
 # ---- (d, e) one program: natively, then through rgpu, then the comparison.
-# check_one NAME COMMAND...
+# check_one NAME COMMAND... (through the servers in $servers, default the first one)
 check_one() {
     local name=$1
     shift
@@ -145,7 +153,7 @@ check_one() {
         return
     fi
     before=$(sessions)
-    timeout -k 10 "$run_timeout" "$bin/rgpu" run --servers "$endpoint" -- "$@" \
+    timeout -k 10 "$run_timeout" "$bin/rgpu" run --servers "${servers:-$endpoint}" -- "$@" \
         >"$out/$name.rgpu.out" 2>"$out/$name.rgpu.err"
     remote=$?
     t2=$(date +%s.%N)
@@ -181,26 +189,35 @@ for name in "${cu_names[@]}"; do
         tail_of "$out/$name.build.log"
         continue
     fi
-    check_one "$name" "$out/bin/$name"
+    if [ "$name" = multi_device ]; then
+        # Every GPU of every server is a device of the program: two here.
+        servers="$endpoint,$endpoint2" check_one "$name" "$out/bin/$name"
+        if [ -f "$out/$name.rgpu.out" ] && ! grep -q "^devices 2$" "$out/$name.rgpu.out"; then
+            fail "$name: the program did not see the two servers' devices"
+        fi
+    else
+        check_one "$name" "$out/bin/$name"
+    fi
 done
 for name in "${py_names[@]}"; do
     check_one "$name" "$python" "tests/cuda/$name.py"
 done
 
-# ---- (f) stop the server; one that died during the checks is a failure too.
-if ! kill -0 $server 2>/dev/null; then
-    wait $server
-    fail "server: exited during the checks (status $?); its log:"
-    tail_of "$out/server.log"
-else
-    kill -TERM $server
-    for _ in $(seq 100); do kill -0 $server 2>/dev/null || break; sleep 0.1; done
-    if kill -0 $server 2>/dev/null; then
-        echo "server did not stop within 10 s of SIGTERM; killing it"
-        kill -KILL $server
+# ---- (f) stop the servers; one that died during the checks is a failure too.
+for pid in $server $server2; do
+    if ! kill -0 $pid 2>/dev/null; then
+        wait $pid
+        fail "server $pid: exited during the checks (status $?); logs in $out"
+        continue
     fi
-    wait $server 2>/dev/null
-fi
+    kill -TERM $pid
+    for _ in $(seq 100); do kill -0 $pid 2>/dev/null || break; sleep 0.1; done
+    if kill -0 $pid 2>/dev/null; then
+        echo "server $pid did not stop within 10 s of SIGTERM; killing it"
+        kill -KILL $pid
+    fi
+    wait $pid 2>/dev/null
+done
 trap - EXIT
 
 if [ -n "${OUT:-}" ]; then

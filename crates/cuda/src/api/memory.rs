@@ -71,24 +71,67 @@ pub(crate) fn take_async_read_error() -> Result<(), CUresult> {
     }
 }
 
+/// Whether `[ptr, ptr+size)` overlaps device memory the program already has (only possible
+/// for memory of another server: each server's driver has its own address space).
+fn overlaps_known_range(ptr: u64, size: u64) -> bool {
+    let ranges = DEVICE_RANGES.read().unwrap();
+    let end = ptr + size.max(1);
+    ranges
+        .range(..end)
+        .next_back()
+        .is_some_and(|(&start, &(len, _))| start + len.max(1) > ptr)
+}
+
+/// Allocations that collided with another server's, tried again this many times.
+const DISTINCT_ADDRESS_TRIES: usize = 16;
+
+fn allocate(ctx: &Context, size: usize) -> Result<u64, CUresult> {
+    let request = CuRequest::MemAlloc {
+        ctx: ctx.remote,
+        size: size as u64,
+    };
+    match call(ctx, request)? {
+        CuReply::Pointer { status, ptr } => from_remote(status).map(|()| ptr),
+        other => Err(unexpected(other)),
+    }
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn cuMemAlloc_v2(dptr: *mut CUdeviceptr, size: usize) -> CUresult {
     status(current_context().and_then(|ctx| {
         if dptr.is_null() {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
         }
-        let request = CuRequest::MemAlloc {
-            ctx: ctx.remote,
-            size: size as u64,
-        };
-        match call(ctx, request)? {
-            CuReply::Pointer { status, ptr } => {
-                from_remote(status)?;
-                record_device_range(ptr, size as u64, ctx);
-                unsafe { write_out(dptr, ptr) }
+        // Device pointers are the servers' own addresses (kernels get them inside their
+        // parameters, which rgpu cannot rewrite). Two servers may hand out the same address:
+        // then the colliding block is held while the server is asked again, so every pointer
+        // the program holds names one server's memory, and copies find their server by address.
+        let mut colliding = Vec::new();
+        let mut result = Err(CUresult::CUDA_ERROR_OUT_OF_MEMORY);
+        for _ in 0..DISTINCT_ADDRESS_TRIES {
+            let ptr = match allocate(ctx, size) {
+                Ok(ptr) => ptr,
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
+            };
+            if overlaps_known_range(ptr, size as u64) {
+                colliding.push(ptr);
+                continue;
             }
-            other => Err(unexpected(other)),
+            record_device_range(ptr, size as u64, ctx);
+            result = Ok(ptr);
+            break;
         }
+        for &ptr in &colliding {
+            let _ = call_status(ctx, CuRequest::MemFree { ctx: ctx.remote, ptr });
+        }
+        if result.is_err() && !colliding.is_empty() {
+            log::error!("rgpu: no device memory at an address distinct from other servers'");
+        }
+        let ptr = result?;
+        unsafe { write_out(dptr, ptr) }
     }))
 }
 
