@@ -276,28 +276,47 @@ impl Event {
     }
 }
 
-/// A module or a library, loaded on one server.
+/// A module (of one context) or a library (of every context: loaded on the server of the
+/// context it was loaded in, and on another server the first time a context there uses it).
 #[repr(C)]
 pub struct Image {
     cookie: Cookie,
     pub conn: Arc<Connection>,
     pub kind: ImageKind,
     pub remote: Id,
+    pub hash: [u8; 32],
+    /// A library's image, kept when there are several servers to load it on later.
+    pub bytes: Option<Arc<[u8]>>,
+    /// Its id on servers other than `conn`'s, by [`server_key`].
+    pub other_servers: Mutex<HashMap<usize, Id>>,
     /// Functions (modules) or kernels (libraries) already looked up, by name.
     pub functions: Mutex<HashMap<String, usize>>,
 }
 cookie_type!(Image, Image, *mut std::ffi::c_void);
 
 impl Image {
-    pub fn new(conn: &Arc<Connection>, kind: ImageKind) -> Box<Image> {
+    pub fn new(
+        conn: &Arc<Connection>,
+        kind: ImageKind,
+        hash: [u8; 32],
+        bytes: Option<Arc<[u8]>>,
+    ) -> Box<Image> {
         Box::new(Image {
             cookie: Cookie::Image,
             conn: conn.clone(),
             kind,
             remote: conn.new_id(),
+            hash,
+            bytes,
+            other_servers: Mutex::new(HashMap::new()),
             functions: Mutex::new(HashMap::new()),
         })
     }
+}
+
+/// Names a server connection in the per-server maps of images and kernels.
+pub fn server_key(conn: &Arc<Connection>) -> usize {
+    Arc::as_ptr(conn) as usize
 }
 
 /// A module function or a library kernel; the driver lets either be launched.
@@ -308,6 +327,10 @@ pub struct Function {
     pub remote: Id,
     pub is_kernel: bool,
     pub name: String,
+    /// Library kernels: the library's handle, to find the kernel on other servers.
+    pub library: usize,
+    /// Library kernels: the kernel's id on servers other than `conn`'s, by [`server_key`].
+    pub other_servers: Mutex<HashMap<usize, Id>>,
     /// `(offset, size)` of each parameter.
     pub params: Vec<(u32, u32)>,
     /// Bytes of the packed parameter buffer.
@@ -346,6 +369,8 @@ impl Function {
             remote,
             is_kernel,
             name: name.to_string(),
+            library: 0,
+            other_servers: Mutex::new(HashMap::new()),
             params: info.params,
             params_size,
             attributes: Mutex::new(attributes),

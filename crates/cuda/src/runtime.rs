@@ -15,6 +15,8 @@ pub const API_VERSION: i32 = 13000;
 
 pub struct Runtime {
     pub devices: Vec<Device>,
+    /// Servers with at least one device.
+    pub servers: usize,
     /// The lowest driver version among the servers, capped at [`API_VERSION`].
     pub driver_version: i32,
 }
@@ -83,6 +85,7 @@ fn connect() -> Result<Runtime, CUresult> {
         return Err(CUresult::CUDA_ERROR_NO_DEVICE);
     }
     let mut devices = Vec::new();
+    let mut servers = 0;
     let mut driver_version = API_VERSION;
     for (endpoint, result) in config.servers.iter().zip(config.connect_all()) {
         let inventory =
@@ -98,6 +101,7 @@ fn connect() -> Result<Runtime, CUresult> {
                     log::info!("rgpu: server {endpoint} has no CUDA devices");
                     continue;
                 }
+                servers += 1;
                 driver_version = driver_version.min(inventory.driver_version);
                 // Launches and async copies are posted; they must reach the GPU while the
                 // program goes on posting, not only at its next synchronizing call.
@@ -115,6 +119,7 @@ fn connect() -> Result<Runtime, CUresult> {
     }
     Ok(Runtime {
         devices,
+        servers,
         driver_version,
     })
 }

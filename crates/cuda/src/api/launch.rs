@@ -73,14 +73,11 @@ unsafe fn pack_params(
     Ok(())
 }
 
-/// The function, checked to live on the context's server.
-fn launchable<'a>(f: *mut c_void, ctx: &Context) -> Result<&'a Function, CUresult> {
+/// The function, and its id on the context's server.
+fn launchable<'a>(f: *mut c_void, ctx: &Context) -> Result<(&'a Function, u64), CUresult> {
     let function = Function::from_handle(f).ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
-    if !std::sync::Arc::ptr_eq(&function.conn, &ctx.conn) {
-        // A function of another server's GPU.
-        return Err(CUresult::CUDA_ERROR_INVALID_HANDLE);
-    }
-    Ok(function)
+    let remote = super::module::function_on(function, ctx)?;
+    Ok((function, remote))
 }
 
 unsafe fn launch(
@@ -94,13 +91,13 @@ unsafe fn launch(
     attributes: Vec<LaunchAttribute>,
 ) -> Result<(), CUresult> {
     let (ctx, stream) = resolve_stream(stream)?;
-    let function = launchable(f, ctx)?;
+    let (function, remote) = launchable(f, ctx)?;
     PARAMS.with(|buffer| {
         let mut buffer = buffer.borrow_mut();
         unsafe { pack_params(function, params, extra, &mut buffer)? };
         let request = CuRequest::Launch {
             ctx: ctx.remote,
-            function: function.remote,
+            function: remote,
             stream,
             grid,
             block,
@@ -219,20 +216,21 @@ pub unsafe extern "C" fn cuLaunchCooperativeKernel(
 
 // ---- occupancy ---------------------------------------------------------------------------
 
-/// Asks the server an occupancy question once per function and arguments.
+/// Asks the server an occupancy question once per function and arguments; `query` builds the
+/// question from the function's id on the current context's server.
 fn occupancy(
     f: *mut c_void,
     key: (u8, i64, i64, u32),
-    query: OccupancyQuery,
+    query: impl FnOnce(u64) -> OccupancyQuery,
 ) -> Result<i64, CUresult> {
     let ctx = current_context()?;
-    let function = launchable(f, ctx)?;
+    let (function, remote) = launchable(f, ctx)?;
     if let Some(&answer) = function.occupancy.lock().unwrap().get(&key) {
         return Ok(answer);
     }
     let request = CuRequest::Occupancy {
         ctx: ctx.remote,
-        query,
+        query: query(remote),
     };
     let answer = match call(ctx, request)? {
         CuReply::Value { status, value } => {
@@ -245,12 +243,6 @@ fn occupancy(
     Ok(answer)
 }
 
-fn remote_id(f: *mut c_void) -> Result<u64, CUresult> {
-    Function::from_handle(f)
-        .map(|f| f.remote)
-        .ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)
-}
-
 #[no_mangle]
 pub unsafe extern "C" fn cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(
     blocks: *mut c_int,
@@ -259,17 +251,17 @@ pub unsafe extern "C" fn cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(
     shared_mem: usize,
     flags: c_uint,
 ) -> CUresult {
-    status(remote_id(f.cast()).and_then(|function| {
-        let query = OccupancyQuery::MaxActiveBlocks {
-            function,
-            block_size,
-            shared_mem: shared_mem as u64,
-            flags,
-        };
-        let key = (0, block_size as i64, shared_mem as i64, flags);
-        let answer = occupancy(f.cast(), key, query)?;
-        unsafe { write_out(blocks, answer as c_int) }
-    }))
+    let key = (0, block_size as i64, shared_mem as i64, flags);
+    let query = |function| OccupancyQuery::MaxActiveBlocks {
+        function,
+        block_size,
+        shared_mem: shared_mem as u64,
+        flags,
+    };
+    status(
+        occupancy(f.cast(), key, query)
+            .and_then(|answer| unsafe { write_out(blocks, answer as c_int) }),
+    )
 }
 
 #[no_mangle]
@@ -291,16 +283,16 @@ pub unsafe extern "C" fn cuOccupancyAvailableDynamicSMemPerBlock(
     num_blocks: c_int,
     block_size: c_int,
 ) -> CUresult {
-    status(remote_id(f.cast()).and_then(|function| {
-        let query = OccupancyQuery::AvailableDynamicSharedMem {
-            function,
-            num_blocks,
-            block_size,
-        };
-        let key = (1, num_blocks as i64, block_size as i64, 0);
-        let answer = occupancy(f.cast(), key, query)?;
-        unsafe { write_out(bytes, answer as usize) }
-    }))
+    let key = (1, num_blocks as i64, block_size as i64, 0);
+    let query = |function| OccupancyQuery::AvailableDynamicSharedMem {
+        function,
+        num_blocks,
+        block_size,
+    };
+    status(
+        occupancy(f.cast(), key, query)
+            .and_then(|answer| unsafe { write_out(bytes, answer as usize) }),
+    )
 }
 
 #[no_mangle]
@@ -319,19 +311,16 @@ pub unsafe extern "C" fn cuOccupancyMaxPotentialBlockSizeWithFlags(
             "cuOccupancyMaxPotentialBlockSize with a shared-memory callback",
         );
     }
-    status(remote_id(f.cast()).and_then(|function| {
-        let query = OccupancyQuery::MaxPotentialBlockSize {
-            function,
-            shared_mem: shared_mem as u64,
-            block_size_limit,
-            flags,
-        };
-        let key = (2, shared_mem as i64, block_size_limit as i64, flags);
-        let answer = occupancy(f.cast(), key, query)?;
-        unsafe {
-            write_out(min_grid, (answer >> 32) as c_int)?;
-            write_out(block, answer as u32 as c_int)
-        }
+    let key = (2, shared_mem as i64, block_size_limit as i64, flags);
+    let query = |function| OccupancyQuery::MaxPotentialBlockSize {
+        function,
+        shared_mem: shared_mem as u64,
+        block_size_limit,
+        flags,
+    };
+    status(occupancy(f.cast(), key, query).and_then(|answer| unsafe {
+        write_out(min_grid, (answer >> 32) as c_int)?;
+        write_out(block, answer as u32 as c_int)
     }))
 }
 
@@ -368,24 +357,21 @@ pub unsafe extern "C" fn cuOccupancyMaxActiveClusters(
     }
     // SAFETY: non-null, and the API contract makes it a valid configuration.
     let config = unsafe { &*config };
-    status(remote_id(f.cast()).and_then(|function| {
-        let attributes = unsafe { wire_attributes(config.attrs, config.numAttrs) };
-        let grid = [config.gridDimX, config.gridDimY, config.gridDimZ];
-        let block = [config.blockDimX, config.blockDimY, config.blockDimZ];
-        let key_grid = ((grid[0] as i64) << 32) | (block[0] as i64);
-        let key_rest = ((config.sharedMemBytes as i64) << 32) | attributes.len() as i64;
-        let query = OccupancyQuery::MaxActiveClusters {
-            function,
-            grid,
-            block,
-            shared_mem: config.sharedMemBytes,
-            attributes,
-        };
-        let answer = occupancy(
-            f.cast(),
-            (3, key_grid, key_rest, grid[1] ^ block[1] << 16),
-            query,
-        )?;
-        unsafe { write_out(clusters, answer as c_int) }
-    }))
+    let attributes = unsafe { wire_attributes(config.attrs, config.numAttrs) };
+    let grid = [config.gridDimX, config.gridDimY, config.gridDimZ];
+    let block = [config.blockDimX, config.blockDimY, config.blockDimZ];
+    let key_grid = ((grid[0] as i64) << 32) | (block[0] as i64);
+    let key_rest = ((config.sharedMemBytes as i64) << 32) | attributes.len() as i64;
+    let key = (3, key_grid, key_rest, grid[1] ^ (block[1] << 16));
+    let query = |function| OccupancyQuery::MaxActiveClusters {
+        function,
+        grid,
+        block,
+        shared_mem: config.sharedMemBytes,
+        attributes,
+    };
+    status(
+        occupancy(f.cast(), key, query)
+            .and_then(|answer| unsafe { write_out(clusters, answer as c_int) }),
+    )
 }

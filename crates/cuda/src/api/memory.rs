@@ -125,7 +125,13 @@ pub unsafe extern "C" fn cuMemAlloc_v2(dptr: *mut CUdeviceptr, size: usize) -> C
             break;
         }
         for &ptr in &colliding {
-            let _ = call_status(ctx, CuRequest::MemFree { ctx: ctx.remote, ptr });
+            let _ = call_status(
+                ctx,
+                CuRequest::MemFree {
+                    ctx: ctx.remote,
+                    ptr,
+                },
+            );
         }
         if result.is_err() && !colliding.is_empty() {
             log::error!("rgpu: no device memory at an address distinct from other servers'");
@@ -777,10 +783,18 @@ unsafe fn sides(p: &CUDA_MEMCPY2D) -> Result<(Side, Side), CUresult> {
             MEMORYTYPE_DEVICE => true,
             // CU_MEMORYTYPE_UNIFIED: wherever the address lives.
             4 => device_range(device).is_some(),
-            3 => return Err(crate::unsupported::not_supported("2D copies to or from CUDA arrays")),
+            3 => {
+                return Err(crate::unsupported::not_supported(
+                    "2D copies to or from CUDA arrays",
+                ))
+            }
             _ => return Err(CUresult::CUDA_ERROR_INVALID_VALUE),
         };
-        let base = if on_device || memory_type == 4 { device } else { host };
+        let base = if on_device || memory_type == 4 {
+            device
+        } else {
+            host
+        };
         Ok(Side {
             start: base + (y * pitch + x) as u64,
             pitch,
@@ -833,16 +847,35 @@ unsafe fn copy_2d(p: *const CUDA_MEMCPY2D, stream: Option<CUstream>) -> Result<(
     match (src.on_device, dst.on_device) {
         (false, true) => (0..rows).try_for_each(|r| {
             let from = (src.start + (r * src.pitch) as u64) as *const c_void;
-            write_device(ctx, stream_id, dst.start + (r * dst.pitch) as u64, from, row_len)
+            write_device(
+                ctx,
+                stream_id,
+                dst.start + (r * dst.pitch) as u64,
+                from,
+                row_len,
+            )
         }),
         (true, true) => (0..rows).try_for_each(|r| {
             let from = src.start + (r * src.pitch) as u64;
-            copy_device_to_device(ctx, stream_id, dst.start + (r * dst.pitch) as u64, from, row_len)
+            copy_device_to_device(
+                ctx,
+                stream_id,
+                dst.start + (r * dst.pitch) as u64,
+                from,
+                row_len,
+            )
         }),
         (true, false) => {
             let span = (height - 1) * src.pitch + width;
             let mut staged = vec![0u8; span];
-            read_device(ctx, stream_id, staged.as_mut_ptr().cast(), src.start, span, true)?;
+            read_device(
+                ctx,
+                stream_id,
+                staged.as_mut_ptr().cast(),
+                src.start,
+                span,
+                true,
+            )?;
             for r in 0..height {
                 let row = &staged[r * src.pitch..r * src.pitch + width];
                 // SAFETY: the API contract: the destination holds `height` rows of `width`

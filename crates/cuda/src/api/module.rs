@@ -3,27 +3,32 @@
 //! A function's parameter layout and attributes come with its lookup and are cached here.
 
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
+use std::sync::Arc;
 
 use rgpu_cuda_api::image::image_bytes;
 use rgpu_cuda_api::sys::*;
-use rgpu_protocol::cuda::{CuReply, CuRequest, FunctionInfo, ImageKind};
+use rgpu_protocol::cuda::{CuReply, CuRequest, FunctionInfo, Id, ImageKind};
 use sha2::{Digest, Sha256};
 
 use super::context::{call, unexpected};
 use super::{from_remote, status, write_out};
-use crate::objects::{current_context, Context, Function, Image};
+use crate::objects::{current_context, server_key, Context, Function, Image};
 
 /// Images up to this size go with the first request; larger ones only when the server asks.
 const SEND_WITH_FIRST_REQUEST: usize = 64 << 10;
 
-fn load(ctx: &Context, kind: ImageKind, image: *const c_void) -> Result<Box<Image>, CUresult> {
-    // SAFETY: the API contract: `image` points at a module image (fatbin, cubin or PTX).
-    let bytes = unsafe { image_bytes(image) }.ok_or(CUresult::CUDA_ERROR_INVALID_IMAGE)?;
-    let hash: [u8; 32] = Sha256::digest(bytes).into();
-    let object = Image::new(&ctx.conn, kind);
+/// Loads an image on the server of `ctx` under session id `id`: by hash first when it is
+/// large (the server may hold it already), with the bytes when the server asks.
+fn send_image(
+    ctx: &Context,
+    kind: ImageKind,
+    id: Id,
+    hash: [u8; 32],
+    bytes: &[u8],
+) -> Result<(), CUresult> {
     let request = |with_image: bool| {
         let request = CuRequest::LoadImage {
-            id: object.remote,
+            id,
             ctx: ctx.remote,
             kind,
             hash,
@@ -45,11 +50,66 @@ fn load(ctx: &Context, kind: ImageKind, image: *const c_void) -> Result<Box<Imag
             if !log.is_empty() {
                 log::warn!("rgpu: module load: {log}");
             }
-            from_remote(status)?;
-            Ok(object)
+            from_remote(status)
         }
         other => Err(unexpected(other)),
     }
+}
+
+fn load(ctx: &Context, kind: ImageKind, image: *const c_void) -> Result<Box<Image>, CUresult> {
+    // SAFETY: the API contract: `image` points at a module image (fatbin, cubin or PTX).
+    let bytes = unsafe { image_bytes(image) }.ok_or(CUresult::CUDA_ERROR_INVALID_IMAGE)?;
+    let hash: [u8; 32] = Sha256::digest(bytes).into();
+    // A library may be used on every server; keep its bytes for the others.
+    let several_servers = crate::runtime::runtime().is_ok_and(|rt| rt.servers > 1);
+    let kept = (kind == ImageKind::Library && several_servers).then(|| Arc::from(bytes));
+    let object = Image::new(&ctx.conn, kind, hash, kept);
+    send_image(ctx, kind, object.remote, hash, bytes)?;
+    Ok(object)
+}
+
+/// The id of a library on the server of `ctx`, loading it there on first use.
+fn image_on(image: &Image, ctx: &Context) -> Result<Id, CUresult> {
+    if Arc::ptr_eq(&image.conn, &ctx.conn) {
+        return Ok(image.remote);
+    }
+    let key = server_key(&ctx.conn);
+    if let Some(&id) = image.other_servers.lock().unwrap().get(&key) {
+        return Ok(id);
+    }
+    // Modules belong to their context; only libraries travel.
+    let bytes = image
+        .bytes
+        .as_ref()
+        .ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
+    let id = ctx.conn.new_id();
+    send_image(ctx, image.kind, id, image.hash, bytes)?;
+    image.other_servers.lock().unwrap().insert(key, id);
+    Ok(id)
+}
+
+/// The id of a function on the server of `ctx`: library kernels are looked up there on first
+/// use; a module function exists only where its module is.
+pub(crate) fn function_on(function: &Function, ctx: &Context) -> Result<Id, CUresult> {
+    if Arc::ptr_eq(&function.conn, &ctx.conn) {
+        return Ok(function.remote);
+    }
+    let key = server_key(&ctx.conn);
+    if let Some(&id) = function.other_servers.lock().unwrap().get(&key) {
+        return Ok(id);
+    }
+    let image = Image::from_handle(function.library as *mut c_void)
+        .ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
+    let image_id = image_on(image, ctx)?;
+    let id = ctx.conn.new_id();
+    let request = CuRequest::GetFunction {
+        id,
+        image: image_id,
+        name: function.name.clone(),
+    };
+    function_info(call(ctx, request)?)?;
+    function.other_servers.lock().unwrap().insert(key, id);
+    Ok(id)
 }
 
 #[no_mangle]
@@ -168,7 +228,11 @@ unsafe fn get_function(image: *mut c_void, name: *const c_char) -> Result<*mut c
             .map_err(crate::runtime::client_error)?,
     )?;
     let is_kernel = image.kind == ImageKind::Library;
-    let handle = Function::new(&image.conn, id, is_kernel, &name, info).into_handle();
+    let mut function = Function::new(&image.conn, id, is_kernel, &name, info);
+    if is_kernel {
+        function.library = image as *const Image as usize;
+    }
+    let handle = function.into_handle();
     image
         .functions
         .lock()
@@ -225,7 +289,7 @@ pub unsafe extern "C" fn cuKernelGetFunction(
         let id = ctx.conn.new_id();
         let request = CuRequest::KernelGetFunction {
             id,
-            kernel: kernel.remote,
+            kernel: function_on(kernel, ctx)?,
             ctx: ctx.remote,
         };
         let info = function_info(call(ctx, request)?)?;
@@ -312,7 +376,11 @@ fn function_attribute(f: &Function, attribute: c_uint, device: u32) -> Result<c_
         attribute,
         device,
     };
-    match f.conn.call_cu(request, &[]).map_err(crate::runtime::client_error)? {
+    match f
+        .conn
+        .call_cu(request, &[])
+        .map_err(crate::runtime::client_error)?
+    {
         CuReply::Value { status, value } => {
             from_remote(status)?;
             f.set_attribute(attribute, value as c_int);

@@ -1219,7 +1219,10 @@ fn function_attribute_raw(
     // the kernel itself refers to the device's primary context, which sessions do not use).
     let mut in_context = null_mut();
     let function = if function.is_kernel
-        && cu_call!(driver, cuKernelGetFunction(&mut in_context, function.raw.cast())) == SUCCESS
+        && cu_call!(
+            driver,
+            cuKernelGetFunction(&mut in_context, function.raw.cast())
+        ) == SUCCESS
     {
         Function {
             raw: in_context,
@@ -1237,7 +1240,14 @@ fn function_attribute_raw(
         let entry: unsafe extern "C" fn(*mut i32, u32, CUkernel, CUdevice) -> Status =
             unsafe { std::mem::transmute(entry) };
         // SAFETY: a valid out-pointer and kernel handle.
-        unsafe { entry(&mut value, attribute, function.raw.cast(), device as CUdevice) }
+        unsafe {
+            entry(
+                &mut value,
+                attribute,
+                function.raw.cast(),
+                device as CUdevice,
+            )
+        }
     } else {
         let Some(entry) = driver.fns.cuFuncGetAttribute else {
             return Err(NOT_SUPPORTED);
