@@ -203,6 +203,38 @@ for name in "${py_names[@]}"; do
     check_one "$name" "$python" "tests/cuda/$name.py"
 done
 
+# ---- session cleanup: a client killed while holding 2 GiB of GPU memory; once the server has
+# seen it go, the GPU's memory use is back where it was.
+gpu_used_mib() { nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i 0 | head -n1; }
+if selected session_cleanup && command -v nvidia-smi >/dev/null; then
+    before_mib=$(gpu_used_mib)
+    timeout -k 10 "$run_timeout" "$bin/rgpu" run --servers "$endpoint" -- "$python" -c '
+import ctypes, os, signal
+cuda = ctypes.CDLL("libcuda.so.1")
+ptr, ctx = ctypes.c_uint64(), ctypes.c_void_p()
+assert cuda.cuInit(0) == 0 and cuda.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), 0) == 0
+assert cuda.cuCtxSetCurrent(ctx) == 0
+assert cuda.cuMemAlloc_v2(ctypes.byref(ptr), ctypes.c_size_t(2 << 30)) == 0
+assert cuda.cuMemsetD8_v2(ptr, 1, ctypes.c_size_t(2 << 30)) == 0 and cuda.cuCtxSynchronize() == 0
+print("holding", flush=True)
+os.kill(os.getpid(), signal.SIGKILL)' >"$out/session_cleanup.out" 2>&1
+    held_mib=$(gpu_used_mib)
+    after_mib=$held_mib
+    for _ in $(seq 100); do
+        after_mib=$(gpu_used_mib)
+        [ "$after_mib" -le $((before_mib + 64)) ] && break
+        sleep 0.1
+    done
+    if ! grep -q holding "$out/session_cleanup.out"; then
+        fail "session_cleanup: the client did not get its memory"
+        tail_of "$out/session_cleanup.out"
+    elif [ "$after_mib" -le $((before_mib + 64)) ]; then
+        pass "session_cleanup (GPU memory used: $before_mib MiB before, $after_mib MiB after the killed client)"
+    else
+        fail "session_cleanup: GPU memory used $before_mib MiB before, still $after_mib MiB 10 s after the client was killed"
+    fi
+fi
+
 # ---- (f) stop the servers; one that died during the checks is a failure too.
 for pid in $server $server2; do
     if ! kill -0 $pid 2>/dev/null; then

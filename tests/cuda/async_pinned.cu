@@ -15,17 +15,7 @@
 #include <vector>
 
 #define PROG "async_pinned"
-#define CK_WHAT(what, call)                                                               \
-    do {                                                                                  \
-        cudaError_t e_ = (call);                                                          \
-        if (e_ != cudaSuccess) {                                                          \
-            printf("FAIL " PROG ": %s%s:%d: %s -> %s (%s)\n", what, __FILE__, __LINE__,     \
-                   #call, cudaGetErrorName(e_), cudaGetErrorString(e_));                  \
-            fflush(stdout);                                                               \
-            exit(1);                                                                      \
-        }                                                                                 \
-    } while (0)
-#define CK(call) CK_WHAT("", call)
+#include "check.h"
 // The pitched (2D) section's checks: their failures name the section.
 #define CK2D(call) CK_WHAT("memcpy2d ", call)
 

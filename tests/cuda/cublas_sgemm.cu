@@ -16,16 +16,7 @@
 #include <vector>
 
 #define PROG "cublas_sgemm"
-#define CK(call)                                                                          \
-    do {                                                                                  \
-        cudaError_t e_ = (call);                                                          \
-        if (e_ != cudaSuccess) {                                                          \
-            printf("FAIL " PROG ": %s:%d: %s -> %s (%s)\n", __FILE__, __LINE__, #call,      \
-                   cudaGetErrorName(e_), cudaGetErrorString(e_));                         \
-            fflush(stdout);                                                               \
-            exit(1);                                                                      \
-        }                                                                                 \
-    } while (0)
+#include "check.h"
 #define CKB(call)                                                                         \
     do {                                                                                  \
         cublasStatus_t s_ = (call);                                                       \

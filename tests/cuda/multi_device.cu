@@ -11,15 +11,7 @@
 #include <vector>
 
 #define PROG "multi_device"
-#define CK(call)                                                                          \
-    do {                                                                                  \
-        cudaError_t e_ = (call);                                                          \
-        if (e_ != cudaSuccess) {                                                          \
-            printf("FAIL " PROG ": %s:%d: %s -> %s\n", __FILE__, __LINE__, #call,        \
-                   cudaGetErrorString(e_));                                               \
-            exit(1);                                                                      \
-        }                                                                                 \
-    } while (0)
+#include "check.h"
 
 __global__ void scale_add(const float *in, float *out, float factor, int n) {
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)

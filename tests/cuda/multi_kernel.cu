@@ -21,31 +21,7 @@
 #include <vector>
 
 #define PROG "multi_kernel"
-#define CK(call)                                                                          \
-    do {                                                                                  \
-        cudaError_t e_ = (call);                                                          \
-        if (e_ != cudaSuccess) {                                                          \
-            printf("FAIL " PROG ": %s:%d: %s -> %s (%s)\n", __FILE__, __LINE__, #call,      \
-                   cudaGetErrorName(e_), cudaGetErrorString(e_));                         \
-            fflush(stdout);                                                               \
-            exit(1);                                                                      \
-        }                                                                                 \
-    } while (0)
-#define CK_LAUNCH()                  \
-    do {                             \
-        CK(cudaGetLastError());      \
-        CK(cudaDeviceSynchronize()); \
-    } while (0)
-
-#define EXPECT(cond, ...)                          \
-    do {                                           \
-        if (!(cond)) {                             \
-            printf("FAIL " PROG ": " __VA_ARGS__); \
-            printf("\n");                          \
-            fflush(stdout);                        \
-            exit(1);                               \
-        }                                          \
-    } while (0)
+#include "check.h"
 
 #define NPOLY 8
 

@@ -14,16 +14,7 @@
 #include <vector>
 
 #define PROG "streams_events"
-#define CK(call)                                                                          \
-    do {                                                                                  \
-        cudaError_t e_ = (call);                                                          \
-        if (e_ != cudaSuccess) {                                                          \
-            printf("FAIL " PROG ": %s:%d: %s -> %s (%s)\n", __FILE__, __LINE__, #call,      \
-                   cudaGetErrorName(e_), cudaGetErrorString(e_));                         \
-            fflush(stdout);                                                               \
-            exit(1);                                                                      \
-        }                                                                                 \
-    } while (0)
+#include "check.h"
 
 #define NSTREAMS 4
 #define ITERS 64

@@ -14,22 +14,7 @@
 #include <vector>
 
 #define PROG "vector_add"
-#define CK(call)                                                                          \
-    do {                                                                                  \
-        cudaError_t e_ = (call);                                                          \
-        if (e_ != cudaSuccess) {                                                          \
-            printf("FAIL " PROG ": %s:%d: %s -> %s (%s)\n", __FILE__, __LINE__, #call,      \
-                   cudaGetErrorName(e_), cudaGetErrorString(e_));                         \
-            fflush(stdout);                                                               \
-            exit(1);                                                                      \
-        }                                                                                 \
-    } while (0)
-// After a kernel launch: launch errors, then (with the sync) execution errors.
-#define CK_LAUNCH()                       \
-    do {                                  \
-        CK(cudaGetLastError());           \
-        CK(cudaDeviceSynchronize());      \
-    } while (0)
+#include "check.h"
 
 static void fail(const char *why) {
     printf("FAIL " PROG ": %s\n", why);

@@ -2,12 +2,14 @@
 //! connections, ids and replies; it knows nothing of OpenCL semantics.
 
 mod connection;
+mod once;
 mod wait;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 pub use connection::{Connection, ReadSink, SendPtr};
+pub use once::first_time;
 pub use rgpu_transport::{load_client_token, Endpoint, Token};
 pub use wait::Handoff;
 

@@ -141,18 +141,7 @@ pub fn run(args: CudaBenchArgs) -> Result<ExitCode, String> {
     eprintln!("measuring raw loopback TCP...");
     let raw_tcp = tcp::measure(256 << 20, 3, 1000).map_err(|e| format!("loopback TCP: {e}"))?;
 
-    let local_server = match args.servers {
-        Some(_) => None,
-        None => {
-            eprintln!("starting a local rgpu server...");
-            Some(LocalServer::start()?)
-        }
-    };
-    let servers = match (&args.servers, &local_server) {
-        (Some(list), _) => list.clone(),
-        (None, Some(server)) => server.endpoint().to_string(),
-        (None, None) => unreachable!("a local server runs when no servers are given"),
-    };
+    let (servers, local_server) = LocalServer::unless_given(args.servers.as_deref())?;
     let env = RgpuEnv::prepare(&servers, args.token_file.as_deref())?;
     env.apply_to_this_process();
     let rgpu_library = env

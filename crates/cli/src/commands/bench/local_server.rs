@@ -16,6 +16,19 @@ pub struct LocalServer {
 }
 
 impl LocalServer {
+    /// The servers to benchmark against: `given`, else a local server started for the run
+    /// (returned too, so that it lives as long as the measurements).
+    pub fn unless_given(given: Option<&str>) -> Result<(String, Option<LocalServer>), String> {
+        match given {
+            Some(list) => Ok((list.to_string(), None)),
+            None => {
+                eprintln!("starting a local rgpu server...");
+                let server = LocalServer::start()?;
+                Ok((server.endpoint().to_string(), Some(server)))
+            }
+        }
+    }
+
     /// Starts `rgpu server` (this same executable) on a free loopback port and waits for its
     /// "listening" line. It inherits this process's environment, so call this before
     /// [`crate::rgpu_env::RgpuEnv::apply_to_this_process`]: the server must see the machine's

@@ -175,18 +175,7 @@ pub fn run(args: OpenclBenchArgs) -> Result<ExitCode, String> {
         .collect::<std::io::Result<Vec<f64>>>()
         .map_err(|e| format!("loopback TCP measurement: {e}"))?;
 
-    let local_server = match args.servers {
-        Some(_) => None,
-        None => {
-            eprintln!("starting a local rgpu server...");
-            Some(LocalServer::start()?)
-        }
-    };
-    let servers = match (&args.servers, &local_server) {
-        (Some(list), _) => list.clone(),
-        (None, Some(server)) => server.endpoint().to_string(),
-        (None, None) => unreachable!("a local server runs when no servers are given"),
-    };
+    let (servers, local_server) = LocalServer::unless_given(args.servers.as_deref())?;
     let env = RgpuEnv::prepare(&servers, args.token_file.as_deref())?;
     env.apply_to_this_process();
     let native = NativeOpenCl::load(None)?;
