@@ -248,15 +248,39 @@ def render_api(symbols, functions, versions, results, enums, cudarc_version):
     return "".join(out)
 
 
-def render_client(symbols, functions, implemented, cudarc_version):
+def split_params(params):
+    """`a: T, b: *mut U` -> ["a: T", "b: *mut U"] (no parameter type contains a comma)."""
+    return [p for p in (part.strip() for part in params.split(",")) if p]
+
+
+def render_client(symbols, functions, implemented, enums, cudarc_version):
+    enum_names = set(enums) | {name[: -len("_enum")] for name in enums if name.endswith("_enum")}
     out = [header("The client's exported symbols: stubs for what it does not implement.", cudarc_version)]
     out.append(
         "#![allow(non_snake_case, clippy::missing_safety_doc)]\n\n"
-        "use rgpu_cuda_api::sys::CUresult;\n\n"
-        "use crate::api::*;\nuse crate::unsupported::not_supported;\n\n"
+        "use rgpu_cuda_api::sys::*;\n\n"
+        "use crate::unsupported::not_supported;\n\n"
     )
     stubs = [s for s in symbols if s not in implemented]
     for symbol in stubs:
+        base = base_symbol(symbol)
+        params = signature_of(symbol, functions)
+        if base != symbol and base in implemented and params is not None:
+            # A per-thread-default-stream variant of an implemented entry point: rgpu runs a
+            # program's default streams as the legacy default stream (stricter ordering, same
+            # results), so the variant is the entry point itself.
+            # Enum-typed parameters (or pointers to enums) are plain integers in the
+            # implementations (callers may pass values the enum lacks): cast them.
+            names = [
+                f"{name} as _" if set(re.findall(r"\w+", ty)) & enum_names else name
+                for name, ty in (p.split(":", 1) for p in split_params(params))
+            ]
+            names = [n.strip() for n in names]
+            out.append(
+                f"#[no_mangle]\npub unsafe extern \"C\" fn {symbol}({params}) -> CUresult {{\n"
+                f"    crate::api::{base}({', '.join(names)})\n}}\n\n"
+            )
+            continue
         out.append(
             f"#[no_mangle]\npub unsafe extern \"C\" fn {symbol}() -> CUresult {{\n"
             f"    not_supported(\"{symbol}\")\n}}\n\n"
@@ -268,7 +292,9 @@ def render_client(symbols, functions, implemented, cudarc_version):
         f"pub static EXPORTS: [(&str, crate::proc_address::EntryPoint); {len(exported)}] = [\n"
     )
     for symbol in exported:
-        out.append(f'    ("{symbol}", crate::proc_address::EntryPoint({symbol} as *const ())),\n')
+        # Qualified: cudarc's wrappers of the same names are in scope through `sys::*`.
+        path = f"crate::api::{symbol}" if symbol in implemented else f"self::{symbol}"
+        out.append(f'    ("{symbol}", crate::proc_address::EntryPoint({path} as *const ())),\n')
     out.append("];\n")
     return "".join(out)
 
@@ -299,7 +325,7 @@ def main():
         outputs = [(API_OUTPUT, rustfmt(render_api(symbols, functions, versions, results, enums, cudarc_version)))]
         if (CLIENT_DIR / "Cargo.toml").exists():
             implemented = find_implemented(CLIENT_DIR / "src" / "api")
-            outputs.append((CLIENT_OUTPUT, rustfmt(render_client(symbols, functions, implemented, cudarc_version))))
+            outputs.append((CLIENT_OUTPUT, rustfmt(render_client(symbols, functions, implemented, enums, cudarc_version))))
             print(f"{len(symbols)} driver symbols; {len(implemented & set(symbols))} implemented "
                   f"in crates/cuda/src/api", file=sys.stderr)
         unknown = [s for s in symbols if signature_of(s, functions) is None]

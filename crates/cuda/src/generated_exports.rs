@@ -4,9 +4,8 @@
 
 #![allow(non_snake_case, clippy::missing_safety_doc)]
 
-use rgpu_cuda_api::sys::CUresult;
+use rgpu_cuda_api::sys::*;
 
-use crate::api::*;
 use crate::unsupported::not_supported;
 
 #[no_mangle]
@@ -375,13 +374,17 @@ pub unsafe extern "C" fn cuEventDestroy() -> CUresult {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuEventRecordWithFlags_ptsz() -> CUresult {
-    not_supported("cuEventRecordWithFlags_ptsz")
+pub unsafe extern "C" fn cuEventRecordWithFlags_ptsz(
+    hEvent: CUevent,
+    hStream: CUstream,
+    flags: ::core::ffi::c_uint,
+) -> CUresult {
+    crate::api::cuEventRecordWithFlags(hEvent, hStream, flags)
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuEventRecord_ptsz() -> CUresult {
-    not_supported("cuEventRecord_ptsz")
+pub unsafe extern "C" fn cuEventRecord_ptsz(hEvent: CUevent, hStream: CUstream) -> CUresult {
+    crate::api::cuEventRecord(hEvent, hStream)
 }
 
 #[no_mangle]
@@ -1145,8 +1148,30 @@ pub unsafe extern "C" fn cuLaunchCooperativeKernelMultiDevice() -> CUresult {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuLaunchCooperativeKernel_ptsz() -> CUresult {
-    not_supported("cuLaunchCooperativeKernel_ptsz")
+pub unsafe extern "C" fn cuLaunchCooperativeKernel_ptsz(
+    f: CUfunction,
+    gridDimX: ::core::ffi::c_uint,
+    gridDimY: ::core::ffi::c_uint,
+    gridDimZ: ::core::ffi::c_uint,
+    blockDimX: ::core::ffi::c_uint,
+    blockDimY: ::core::ffi::c_uint,
+    blockDimZ: ::core::ffi::c_uint,
+    sharedMemBytes: ::core::ffi::c_uint,
+    hStream: CUstream,
+    kernelParams: *mut *mut ::core::ffi::c_void,
+) -> CUresult {
+    crate::api::cuLaunchCooperativeKernel(
+        f,
+        gridDimX,
+        gridDimY,
+        gridDimZ,
+        blockDimX,
+        blockDimY,
+        blockDimZ,
+        sharedMemBytes,
+        hStream,
+        kernelParams,
+    )
 }
 
 #[no_mangle]
@@ -1160,23 +1185,51 @@ pub unsafe extern "C" fn cuLaunchGridAsync() -> CUresult {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuLaunchHostFunc() -> CUresult {
-    not_supported("cuLaunchHostFunc")
+pub unsafe extern "C" fn cuLaunchHostFunc_ptsz(
+    hStream: CUstream,
+    fn_: CUhostFn,
+    userData: *mut ::core::ffi::c_void,
+) -> CUresult {
+    crate::api::cuLaunchHostFunc(hStream, fn_, userData)
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuLaunchHostFunc_ptsz() -> CUresult {
-    not_supported("cuLaunchHostFunc_ptsz")
+pub unsafe extern "C" fn cuLaunchKernelEx_ptsz(
+    config: *const CUlaunchConfig,
+    f: CUfunction,
+    kernelParams: *mut *mut ::core::ffi::c_void,
+    extra: *mut *mut ::core::ffi::c_void,
+) -> CUresult {
+    crate::api::cuLaunchKernelEx(config, f, kernelParams, extra)
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuLaunchKernelEx_ptsz() -> CUresult {
-    not_supported("cuLaunchKernelEx_ptsz")
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn cuLaunchKernel_ptsz() -> CUresult {
-    not_supported("cuLaunchKernel_ptsz")
+pub unsafe extern "C" fn cuLaunchKernel_ptsz(
+    f: CUfunction,
+    gridDimX: ::core::ffi::c_uint,
+    gridDimY: ::core::ffi::c_uint,
+    gridDimZ: ::core::ffi::c_uint,
+    blockDimX: ::core::ffi::c_uint,
+    blockDimY: ::core::ffi::c_uint,
+    blockDimZ: ::core::ffi::c_uint,
+    sharedMemBytes: ::core::ffi::c_uint,
+    hStream: CUstream,
+    kernelParams: *mut *mut ::core::ffi::c_void,
+    extra: *mut *mut ::core::ffi::c_void,
+) -> CUresult {
+    crate::api::cuLaunchKernel(
+        f,
+        gridDimX,
+        gridDimY,
+        gridDimZ,
+        blockDimX,
+        blockDimY,
+        blockDimZ,
+        sharedMemBytes,
+        hStream,
+        kernelParams,
+        extra,
+    )
 }
 
 #[no_mangle]
@@ -1605,8 +1658,11 @@ pub unsafe extern "C" fn cuMemcpy2DAsync() -> CUresult {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemcpy2DAsync_v2_ptsz() -> CUresult {
-    not_supported("cuMemcpy2DAsync_v2_ptsz")
+pub unsafe extern "C" fn cuMemcpy2DAsync_v2_ptsz(
+    pCopy: *const CUDA_MEMCPY2D,
+    hStream: CUstream,
+) -> CUresult {
+    crate::api::cuMemcpy2DAsync_v2(pCopy, hStream)
 }
 
 #[no_mangle]
@@ -1615,13 +1671,13 @@ pub unsafe extern "C" fn cuMemcpy2DUnaligned() -> CUresult {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemcpy2DUnaligned_v2_ptds() -> CUresult {
-    not_supported("cuMemcpy2DUnaligned_v2_ptds")
+pub unsafe extern "C" fn cuMemcpy2DUnaligned_v2_ptds(pCopy: *const CUDA_MEMCPY2D) -> CUresult {
+    crate::api::cuMemcpy2DUnaligned_v2(pCopy)
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemcpy2D_v2_ptds() -> CUresult {
-    not_supported("cuMemcpy2D_v2_ptds")
+pub unsafe extern "C" fn cuMemcpy2D_v2_ptds(pCopy: *const CUDA_MEMCPY2D) -> CUresult {
+    crate::api::cuMemcpy2D_v2(pCopy)
 }
 
 #[no_mangle]
@@ -1695,8 +1751,13 @@ pub unsafe extern "C" fn cuMemcpy3D_v2_ptds() -> CUresult {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemcpyAsync_ptsz() -> CUresult {
-    not_supported("cuMemcpyAsync_ptsz")
+pub unsafe extern "C" fn cuMemcpyAsync_ptsz(
+    dst: CUdeviceptr,
+    src: CUdeviceptr,
+    ByteCount: usize,
+    hStream: CUstream,
+) -> CUresult {
+    crate::api::cuMemcpyAsync(dst, src, ByteCount, hStream)
 }
 
 #[no_mangle]
@@ -1805,13 +1866,22 @@ pub unsafe extern "C" fn cuMemcpyDtoDAsync() -> CUresult {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemcpyDtoDAsync_v2_ptsz() -> CUresult {
-    not_supported("cuMemcpyDtoDAsync_v2_ptsz")
+pub unsafe extern "C" fn cuMemcpyDtoDAsync_v2_ptsz(
+    dstDevice: CUdeviceptr,
+    srcDevice: CUdeviceptr,
+    ByteCount: usize,
+    hStream: CUstream,
+) -> CUresult {
+    crate::api::cuMemcpyDtoDAsync_v2(dstDevice, srcDevice, ByteCount, hStream)
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemcpyDtoD_v2_ptds() -> CUresult {
-    not_supported("cuMemcpyDtoD_v2_ptds")
+pub unsafe extern "C" fn cuMemcpyDtoD_v2_ptds(
+    dstDevice: CUdeviceptr,
+    srcDevice: CUdeviceptr,
+    ByteCount: usize,
+) -> CUresult {
+    crate::api::cuMemcpyDtoD_v2(dstDevice, srcDevice, ByteCount)
 }
 
 #[no_mangle]
@@ -1825,13 +1895,22 @@ pub unsafe extern "C" fn cuMemcpyDtoHAsync() -> CUresult {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemcpyDtoHAsync_v2_ptsz() -> CUresult {
-    not_supported("cuMemcpyDtoHAsync_v2_ptsz")
+pub unsafe extern "C" fn cuMemcpyDtoHAsync_v2_ptsz(
+    dstHost: *mut ::core::ffi::c_void,
+    srcDevice: CUdeviceptr,
+    ByteCount: usize,
+    hStream: CUstream,
+) -> CUresult {
+    crate::api::cuMemcpyDtoHAsync_v2(dstHost, srcDevice, ByteCount, hStream)
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemcpyDtoH_v2_ptds() -> CUresult {
-    not_supported("cuMemcpyDtoH_v2_ptds")
+pub unsafe extern "C" fn cuMemcpyDtoH_v2_ptds(
+    dstHost: *mut ::core::ffi::c_void,
+    srcDevice: CUdeviceptr,
+    ByteCount: usize,
+) -> CUresult {
+    crate::api::cuMemcpyDtoH_v2(dstHost, srcDevice, ByteCount)
 }
 
 #[no_mangle]
@@ -1875,13 +1954,22 @@ pub unsafe extern "C" fn cuMemcpyHtoDAsync() -> CUresult {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemcpyHtoDAsync_v2_ptsz() -> CUresult {
-    not_supported("cuMemcpyHtoDAsync_v2_ptsz")
+pub unsafe extern "C" fn cuMemcpyHtoDAsync_v2_ptsz(
+    dstDevice: CUdeviceptr,
+    srcHost: *const ::core::ffi::c_void,
+    ByteCount: usize,
+    hStream: CUstream,
+) -> CUresult {
+    crate::api::cuMemcpyHtoDAsync_v2(dstDevice, srcHost, ByteCount, hStream)
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemcpyHtoD_v2_ptds() -> CUresult {
-    not_supported("cuMemcpyHtoD_v2_ptds")
+pub unsafe extern "C" fn cuMemcpyHtoD_v2_ptds(
+    dstDevice: CUdeviceptr,
+    srcHost: *const ::core::ffi::c_void,
+    ByteCount: usize,
+) -> CUresult {
+    crate::api::cuMemcpyHtoD_v2(dstDevice, srcHost, ByteCount)
 }
 
 #[no_mangle]
@@ -1905,8 +1993,12 @@ pub unsafe extern "C" fn cuMemcpyPeer_ptds() -> CUresult {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemcpy_ptds() -> CUresult {
-    not_supported("cuMemcpy_ptds")
+pub unsafe extern "C" fn cuMemcpy_ptds(
+    dst: CUdeviceptr,
+    src: CUdeviceptr,
+    ByteCount: usize,
+) -> CUresult {
+    crate::api::cuMemcpy(dst, src, ByteCount)
 }
 
 #[no_mangle]
@@ -1915,13 +2007,22 @@ pub unsafe extern "C" fn cuMemsetD16() -> CUresult {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemsetD16Async_ptsz() -> CUresult {
-    not_supported("cuMemsetD16Async_ptsz")
+pub unsafe extern "C" fn cuMemsetD16Async_ptsz(
+    dstDevice: CUdeviceptr,
+    us: ::core::ffi::c_ushort,
+    N: usize,
+    hStream: CUstream,
+) -> CUresult {
+    crate::api::cuMemsetD16Async(dstDevice, us, N, hStream)
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemsetD16_v2_ptds() -> CUresult {
-    not_supported("cuMemsetD16_v2_ptds")
+pub unsafe extern "C" fn cuMemsetD16_v2_ptds(
+    dstDevice: CUdeviceptr,
+    us: ::core::ffi::c_ushort,
+    N: usize,
+) -> CUresult {
+    crate::api::cuMemsetD16_v2(dstDevice, us, N)
 }
 
 #[no_mangle]
@@ -1955,13 +2056,26 @@ pub unsafe extern "C" fn cuMemsetD2D32() -> CUresult {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemsetD2D32Async_ptsz() -> CUresult {
-    not_supported("cuMemsetD2D32Async_ptsz")
+pub unsafe extern "C" fn cuMemsetD2D32Async_ptsz(
+    dstDevice: CUdeviceptr,
+    dstPitch: usize,
+    ui: ::core::ffi::c_uint,
+    Width: usize,
+    Height: usize,
+    hStream: CUstream,
+) -> CUresult {
+    crate::api::cuMemsetD2D32Async(dstDevice, dstPitch, ui, Width, Height, hStream)
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemsetD2D32_v2_ptds() -> CUresult {
-    not_supported("cuMemsetD2D32_v2_ptds")
+pub unsafe extern "C" fn cuMemsetD2D32_v2_ptds(
+    dstDevice: CUdeviceptr,
+    dstPitch: usize,
+    ui: ::core::ffi::c_uint,
+    Width: usize,
+    Height: usize,
+) -> CUresult {
+    crate::api::cuMemsetD2D32_v2(dstDevice, dstPitch, ui, Width, Height)
 }
 
 #[no_mangle]
@@ -1970,13 +2084,26 @@ pub unsafe extern "C" fn cuMemsetD2D8() -> CUresult {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemsetD2D8Async_ptsz() -> CUresult {
-    not_supported("cuMemsetD2D8Async_ptsz")
+pub unsafe extern "C" fn cuMemsetD2D8Async_ptsz(
+    dstDevice: CUdeviceptr,
+    dstPitch: usize,
+    uc: ::core::ffi::c_uchar,
+    Width: usize,
+    Height: usize,
+    hStream: CUstream,
+) -> CUresult {
+    crate::api::cuMemsetD2D8Async(dstDevice, dstPitch, uc, Width, Height, hStream)
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemsetD2D8_v2_ptds() -> CUresult {
-    not_supported("cuMemsetD2D8_v2_ptds")
+pub unsafe extern "C" fn cuMemsetD2D8_v2_ptds(
+    dstDevice: CUdeviceptr,
+    dstPitch: usize,
+    uc: ::core::ffi::c_uchar,
+    Width: usize,
+    Height: usize,
+) -> CUresult {
+    crate::api::cuMemsetD2D8_v2(dstDevice, dstPitch, uc, Width, Height)
 }
 
 #[no_mangle]
@@ -1985,13 +2112,22 @@ pub unsafe extern "C" fn cuMemsetD32() -> CUresult {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemsetD32Async_ptsz() -> CUresult {
-    not_supported("cuMemsetD32Async_ptsz")
+pub unsafe extern "C" fn cuMemsetD32Async_ptsz(
+    dstDevice: CUdeviceptr,
+    ui: ::core::ffi::c_uint,
+    N: usize,
+    hStream: CUstream,
+) -> CUresult {
+    crate::api::cuMemsetD32Async(dstDevice, ui, N, hStream)
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemsetD32_v2_ptds() -> CUresult {
-    not_supported("cuMemsetD32_v2_ptds")
+pub unsafe extern "C" fn cuMemsetD32_v2_ptds(
+    dstDevice: CUdeviceptr,
+    ui: ::core::ffi::c_uint,
+    N: usize,
+) -> CUresult {
+    crate::api::cuMemsetD32_v2(dstDevice, ui, N)
 }
 
 #[no_mangle]
@@ -2000,13 +2136,22 @@ pub unsafe extern "C" fn cuMemsetD8() -> CUresult {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemsetD8Async_ptsz() -> CUresult {
-    not_supported("cuMemsetD8Async_ptsz")
+pub unsafe extern "C" fn cuMemsetD8Async_ptsz(
+    dstDevice: CUdeviceptr,
+    uc: ::core::ffi::c_uchar,
+    N: usize,
+    hStream: CUstream,
+) -> CUresult {
+    crate::api::cuMemsetD8Async(dstDevice, uc, N, hStream)
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemsetD8_v2_ptds() -> CUresult {
-    not_supported("cuMemsetD8_v2_ptds")
+pub unsafe extern "C" fn cuMemsetD8_v2_ptds(
+    dstDevice: CUdeviceptr,
+    uc: ::core::ffi::c_uchar,
+    N: usize,
+) -> CUresult {
+    crate::api::cuMemsetD8_v2(dstDevice, uc, N)
 }
 
 #[no_mangle]
@@ -2155,13 +2300,13 @@ pub unsafe extern "C" fn cuSignalExternalSemaphoresAsync_ptsz() -> CUresult {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuStreamAddCallback() -> CUresult {
-    not_supported("cuStreamAddCallback")
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn cuStreamAddCallback_ptsz() -> CUresult {
-    not_supported("cuStreamAddCallback_ptsz")
+pub unsafe extern "C" fn cuStreamAddCallback_ptsz(
+    hStream: CUstream,
+    callback: CUstreamCallback,
+    userData: *mut ::core::ffi::c_void,
+    flags: ::core::ffi::c_uint,
+) -> CUresult {
+    crate::api::cuStreamAddCallback(hStream, callback, userData, flags)
 }
 
 #[no_mangle]
@@ -2275,13 +2420,29 @@ pub unsafe extern "C" fn cuStreamGetCaptureInfo_v2_ptsz() -> CUresult {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuStreamGetCaptureInfo_v3_ptsz() -> CUresult {
-    not_supported("cuStreamGetCaptureInfo_v3_ptsz")
+pub unsafe extern "C" fn cuStreamGetCaptureInfo_v3_ptsz(
+    hStream: CUstream,
+    captureStatus_out: *mut CUstreamCaptureStatus,
+    id_out: *mut cuuint64_t,
+    graph_out: *mut CUgraph,
+    dependencies_out: *mut *const CUgraphNode,
+    edgeData_out: *mut *const CUgraphEdgeData,
+    numDependencies_out: *mut usize,
+) -> CUresult {
+    crate::api::cuStreamGetCaptureInfo_v3(
+        hStream,
+        captureStatus_out as _,
+        id_out,
+        graph_out,
+        dependencies_out,
+        edgeData_out,
+        numDependencies_out,
+    )
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuStreamGetCtx_ptsz() -> CUresult {
-    not_supported("cuStreamGetCtx_ptsz")
+pub unsafe extern "C" fn cuStreamGetCtx_ptsz(hStream: CUstream, pctx: *mut CUcontext) -> CUresult {
+    crate::api::cuStreamGetCtx(hStream, pctx)
 }
 
 #[no_mangle]
@@ -2305,8 +2466,11 @@ pub unsafe extern "C" fn cuStreamGetDevice_ptsz() -> CUresult {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuStreamGetFlags_ptsz() -> CUresult {
-    not_supported("cuStreamGetFlags_ptsz")
+pub unsafe extern "C" fn cuStreamGetFlags_ptsz(
+    hStream: CUstream,
+    flags: *mut ::core::ffi::c_uint,
+) -> CUresult {
+    crate::api::cuStreamGetFlags(hStream, flags)
 }
 
 #[no_mangle]
@@ -2315,23 +2479,32 @@ pub unsafe extern "C" fn cuStreamGetGreenCtx() -> CUresult {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuStreamGetId_ptsz() -> CUresult {
-    not_supported("cuStreamGetId_ptsz")
+pub unsafe extern "C" fn cuStreamGetId_ptsz(
+    hStream: CUstream,
+    streamId: *mut ::core::ffi::c_ulonglong,
+) -> CUresult {
+    crate::api::cuStreamGetId(hStream, streamId)
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuStreamGetPriority_ptsz() -> CUresult {
-    not_supported("cuStreamGetPriority_ptsz")
+pub unsafe extern "C" fn cuStreamGetPriority_ptsz(
+    hStream: CUstream,
+    priority: *mut ::core::ffi::c_int,
+) -> CUresult {
+    crate::api::cuStreamGetPriority(hStream, priority)
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuStreamIsCapturing_ptsz() -> CUresult {
-    not_supported("cuStreamIsCapturing_ptsz")
+pub unsafe extern "C" fn cuStreamIsCapturing_ptsz(
+    hStream: CUstream,
+    captureStatus: *mut CUstreamCaptureStatus,
+) -> CUresult {
+    crate::api::cuStreamIsCapturing(hStream, captureStatus as _)
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuStreamQuery_ptsz() -> CUresult {
-    not_supported("cuStreamQuery_ptsz")
+pub unsafe extern "C" fn cuStreamQuery_ptsz(hStream: CUstream) -> CUresult {
+    crate::api::cuStreamQuery(hStream)
 }
 
 #[no_mangle]
@@ -2345,8 +2518,8 @@ pub unsafe extern "C" fn cuStreamSetAttribute_ptsz() -> CUresult {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuStreamSynchronize_ptsz() -> CUresult {
-    not_supported("cuStreamSynchronize_ptsz")
+pub unsafe extern "C" fn cuStreamSynchronize_ptsz(hStream: CUstream) -> CUresult {
+    crate::api::cuStreamSynchronize(hStream)
 }
 
 #[no_mangle]
@@ -2370,8 +2543,12 @@ pub unsafe extern "C" fn cuStreamUpdateCaptureDependencies_v2_ptsz() -> CUresult
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuStreamWaitEvent_ptsz() -> CUresult {
-    not_supported("cuStreamWaitEvent_ptsz")
+pub unsafe extern "C" fn cuStreamWaitEvent_ptsz(
+    hStream: CUstream,
+    hEvent: CUevent,
+    Flags: ::core::ffi::c_uint,
+) -> CUresult {
+    crate::api::cuStreamWaitEvent(hStream, hEvent, Flags)
 }
 
 #[no_mangle]
@@ -2894,2836 +3071,2854 @@ pub unsafe extern "C" fn cudbgUseExternalDebugger() -> CUresult {
 pub static EXPORTS: [(&str, crate::proc_address::EntryPoint); 707] = [
     (
         "cuArray3DCreate",
-        crate::proc_address::EntryPoint(cuArray3DCreate as *const ()),
+        crate::proc_address::EntryPoint(self::cuArray3DCreate as *const ()),
     ),
     (
         "cuArray3DCreate_v2",
-        crate::proc_address::EntryPoint(cuArray3DCreate_v2 as *const ()),
+        crate::proc_address::EntryPoint(self::cuArray3DCreate_v2 as *const ()),
     ),
     (
         "cuArray3DGetDescriptor",
-        crate::proc_address::EntryPoint(cuArray3DGetDescriptor as *const ()),
+        crate::proc_address::EntryPoint(self::cuArray3DGetDescriptor as *const ()),
     ),
     (
         "cuArray3DGetDescriptor_v2",
-        crate::proc_address::EntryPoint(cuArray3DGetDescriptor_v2 as *const ()),
+        crate::proc_address::EntryPoint(self::cuArray3DGetDescriptor_v2 as *const ()),
     ),
     (
         "cuArrayCreate",
-        crate::proc_address::EntryPoint(cuArrayCreate as *const ()),
+        crate::proc_address::EntryPoint(self::cuArrayCreate as *const ()),
     ),
     (
         "cuArrayCreate_v2",
-        crate::proc_address::EntryPoint(cuArrayCreate_v2 as *const ()),
+        crate::proc_address::EntryPoint(self::cuArrayCreate_v2 as *const ()),
     ),
     (
         "cuArrayDestroy",
-        crate::proc_address::EntryPoint(cuArrayDestroy as *const ()),
+        crate::proc_address::EntryPoint(self::cuArrayDestroy as *const ()),
     ),
     (
         "cuArrayGetDescriptor",
-        crate::proc_address::EntryPoint(cuArrayGetDescriptor as *const ()),
+        crate::proc_address::EntryPoint(self::cuArrayGetDescriptor as *const ()),
     ),
     (
         "cuArrayGetDescriptor_v2",
-        crate::proc_address::EntryPoint(cuArrayGetDescriptor_v2 as *const ()),
+        crate::proc_address::EntryPoint(self::cuArrayGetDescriptor_v2 as *const ()),
     ),
     (
         "cuArrayGetMemoryRequirements",
-        crate::proc_address::EntryPoint(cuArrayGetMemoryRequirements as *const ()),
+        crate::proc_address::EntryPoint(self::cuArrayGetMemoryRequirements as *const ()),
     ),
     (
         "cuArrayGetPlane",
-        crate::proc_address::EntryPoint(cuArrayGetPlane as *const ()),
+        crate::proc_address::EntryPoint(self::cuArrayGetPlane as *const ()),
     ),
     (
         "cuArrayGetSparseProperties",
-        crate::proc_address::EntryPoint(cuArrayGetSparseProperties as *const ()),
+        crate::proc_address::EntryPoint(self::cuArrayGetSparseProperties as *const ()),
     ),
     (
         "cuCheckpointProcessCheckpoint",
-        crate::proc_address::EntryPoint(cuCheckpointProcessCheckpoint as *const ()),
+        crate::proc_address::EntryPoint(self::cuCheckpointProcessCheckpoint as *const ()),
     ),
     (
         "cuCheckpointProcessGetRestoreThreadId",
-        crate::proc_address::EntryPoint(cuCheckpointProcessGetRestoreThreadId as *const ()),
+        crate::proc_address::EntryPoint(self::cuCheckpointProcessGetRestoreThreadId as *const ()),
     ),
     (
         "cuCheckpointProcessGetState",
-        crate::proc_address::EntryPoint(cuCheckpointProcessGetState as *const ()),
+        crate::proc_address::EntryPoint(self::cuCheckpointProcessGetState as *const ()),
     ),
     (
         "cuCheckpointProcessLock",
-        crate::proc_address::EntryPoint(cuCheckpointProcessLock as *const ()),
+        crate::proc_address::EntryPoint(self::cuCheckpointProcessLock as *const ()),
     ),
     (
         "cuCheckpointProcessRestore",
-        crate::proc_address::EntryPoint(cuCheckpointProcessRestore as *const ()),
+        crate::proc_address::EntryPoint(self::cuCheckpointProcessRestore as *const ()),
     ),
     (
         "cuCheckpointProcessUnlock",
-        crate::proc_address::EntryPoint(cuCheckpointProcessUnlock as *const ()),
+        crate::proc_address::EntryPoint(self::cuCheckpointProcessUnlock as *const ()),
     ),
     (
         "cuCoredumpGetAttribute",
-        crate::proc_address::EntryPoint(cuCoredumpGetAttribute as *const ()),
+        crate::proc_address::EntryPoint(self::cuCoredumpGetAttribute as *const ()),
     ),
     (
         "cuCoredumpGetAttributeGlobal",
-        crate::proc_address::EntryPoint(cuCoredumpGetAttributeGlobal as *const ()),
+        crate::proc_address::EntryPoint(self::cuCoredumpGetAttributeGlobal as *const ()),
     ),
     (
         "cuCoredumpSetAttribute",
-        crate::proc_address::EntryPoint(cuCoredumpSetAttribute as *const ()),
+        crate::proc_address::EntryPoint(self::cuCoredumpSetAttribute as *const ()),
     ),
     (
         "cuCoredumpSetAttributeGlobal",
-        crate::proc_address::EntryPoint(cuCoredumpSetAttributeGlobal as *const ()),
+        crate::proc_address::EntryPoint(self::cuCoredumpSetAttributeGlobal as *const ()),
     ),
     (
         "cuCtxAttach",
-        crate::proc_address::EntryPoint(cuCtxAttach as *const ()),
+        crate::proc_address::EntryPoint(self::cuCtxAttach as *const ()),
     ),
     (
         "cuCtxCreate",
-        crate::proc_address::EntryPoint(cuCtxCreate as *const ()),
+        crate::proc_address::EntryPoint(self::cuCtxCreate as *const ()),
     ),
     (
         "cuCtxCreate_v2",
-        crate::proc_address::EntryPoint(cuCtxCreate_v2 as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuCtxCreate_v2 as *const ()),
     ),
     (
         "cuCtxCreate_v3",
-        crate::proc_address::EntryPoint(cuCtxCreate_v3 as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuCtxCreate_v3 as *const ()),
     ),
     (
         "cuCtxCreate_v4",
-        crate::proc_address::EntryPoint(cuCtxCreate_v4 as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuCtxCreate_v4 as *const ()),
     ),
     (
         "cuCtxDestroy",
-        crate::proc_address::EntryPoint(cuCtxDestroy as *const ()),
+        crate::proc_address::EntryPoint(self::cuCtxDestroy as *const ()),
     ),
     (
         "cuCtxDestroy_v2",
-        crate::proc_address::EntryPoint(cuCtxDestroy_v2 as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuCtxDestroy_v2 as *const ()),
     ),
     (
         "cuCtxDetach",
-        crate::proc_address::EntryPoint(cuCtxDetach as *const ()),
+        crate::proc_address::EntryPoint(self::cuCtxDetach as *const ()),
     ),
     (
         "cuCtxDisablePeerAccess",
-        crate::proc_address::EntryPoint(cuCtxDisablePeerAccess as *const ()),
+        crate::proc_address::EntryPoint(self::cuCtxDisablePeerAccess as *const ()),
     ),
     (
         "cuCtxEnablePeerAccess",
-        crate::proc_address::EntryPoint(cuCtxEnablePeerAccess as *const ()),
+        crate::proc_address::EntryPoint(self::cuCtxEnablePeerAccess as *const ()),
     ),
     (
         "cuCtxFromGreenCtx",
-        crate::proc_address::EntryPoint(cuCtxFromGreenCtx as *const ()),
+        crate::proc_address::EntryPoint(self::cuCtxFromGreenCtx as *const ()),
     ),
     (
         "cuCtxGetApiVersion",
-        crate::proc_address::EntryPoint(cuCtxGetApiVersion as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuCtxGetApiVersion as *const ()),
     ),
     (
         "cuCtxGetCacheConfig",
-        crate::proc_address::EntryPoint(cuCtxGetCacheConfig as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuCtxGetCacheConfig as *const ()),
     ),
     (
         "cuCtxGetCurrent",
-        crate::proc_address::EntryPoint(cuCtxGetCurrent as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuCtxGetCurrent as *const ()),
     ),
     (
         "cuCtxGetDevResource",
-        crate::proc_address::EntryPoint(cuCtxGetDevResource as *const ()),
+        crate::proc_address::EntryPoint(self::cuCtxGetDevResource as *const ()),
     ),
     (
         "cuCtxGetDevice",
-        crate::proc_address::EntryPoint(cuCtxGetDevice as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuCtxGetDevice as *const ()),
     ),
     (
         "cuCtxGetDevice_v2",
-        crate::proc_address::EntryPoint(cuCtxGetDevice_v2 as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuCtxGetDevice_v2 as *const ()),
     ),
     (
         "cuCtxGetExecAffinity",
-        crate::proc_address::EntryPoint(cuCtxGetExecAffinity as *const ()),
+        crate::proc_address::EntryPoint(self::cuCtxGetExecAffinity as *const ()),
     ),
     (
         "cuCtxGetFlags",
-        crate::proc_address::EntryPoint(cuCtxGetFlags as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuCtxGetFlags as *const ()),
     ),
     (
         "cuCtxGetId",
-        crate::proc_address::EntryPoint(cuCtxGetId as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuCtxGetId as *const ()),
     ),
     (
         "cuCtxGetLimit",
-        crate::proc_address::EntryPoint(cuCtxGetLimit as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuCtxGetLimit as *const ()),
     ),
     (
         "cuCtxGetSharedMemConfig",
-        crate::proc_address::EntryPoint(cuCtxGetSharedMemConfig as *const ()),
+        crate::proc_address::EntryPoint(self::cuCtxGetSharedMemConfig as *const ()),
     ),
     (
         "cuCtxGetStreamPriorityRange",
-        crate::proc_address::EntryPoint(cuCtxGetStreamPriorityRange as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuCtxGetStreamPriorityRange as *const ()),
     ),
     (
         "cuCtxPopCurrent",
-        crate::proc_address::EntryPoint(cuCtxPopCurrent as *const ()),
+        crate::proc_address::EntryPoint(self::cuCtxPopCurrent as *const ()),
     ),
     (
         "cuCtxPopCurrent_v2",
-        crate::proc_address::EntryPoint(cuCtxPopCurrent_v2 as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuCtxPopCurrent_v2 as *const ()),
     ),
     (
         "cuCtxPushCurrent",
-        crate::proc_address::EntryPoint(cuCtxPushCurrent as *const ()),
+        crate::proc_address::EntryPoint(self::cuCtxPushCurrent as *const ()),
     ),
     (
         "cuCtxPushCurrent_v2",
-        crate::proc_address::EntryPoint(cuCtxPushCurrent_v2 as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuCtxPushCurrent_v2 as *const ()),
     ),
     (
         "cuCtxRecordEvent",
-        crate::proc_address::EntryPoint(cuCtxRecordEvent as *const ()),
+        crate::proc_address::EntryPoint(self::cuCtxRecordEvent as *const ()),
     ),
     (
         "cuCtxResetPersistingL2Cache",
-        crate::proc_address::EntryPoint(cuCtxResetPersistingL2Cache as *const ()),
+        crate::proc_address::EntryPoint(self::cuCtxResetPersistingL2Cache as *const ()),
     ),
     (
         "cuCtxSetCacheConfig",
-        crate::proc_address::EntryPoint(cuCtxSetCacheConfig as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuCtxSetCacheConfig as *const ()),
     ),
     (
         "cuCtxSetCurrent",
-        crate::proc_address::EntryPoint(cuCtxSetCurrent as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuCtxSetCurrent as *const ()),
     ),
     (
         "cuCtxSetFlags",
-        crate::proc_address::EntryPoint(cuCtxSetFlags as *const ()),
+        crate::proc_address::EntryPoint(self::cuCtxSetFlags as *const ()),
     ),
     (
         "cuCtxSetLimit",
-        crate::proc_address::EntryPoint(cuCtxSetLimit as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuCtxSetLimit as *const ()),
     ),
     (
         "cuCtxSetSharedMemConfig",
-        crate::proc_address::EntryPoint(cuCtxSetSharedMemConfig as *const ()),
+        crate::proc_address::EntryPoint(self::cuCtxSetSharedMemConfig as *const ()),
     ),
     (
         "cuCtxSynchronize",
-        crate::proc_address::EntryPoint(cuCtxSynchronize as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuCtxSynchronize as *const ()),
     ),
     (
         "cuCtxSynchronize_v2",
-        crate::proc_address::EntryPoint(cuCtxSynchronize_v2 as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuCtxSynchronize_v2 as *const ()),
     ),
     (
         "cuCtxWaitEvent",
-        crate::proc_address::EntryPoint(cuCtxWaitEvent as *const ()),
+        crate::proc_address::EntryPoint(self::cuCtxWaitEvent as *const ()),
     ),
     (
         "cuDestroyExternalMemory",
-        crate::proc_address::EntryPoint(cuDestroyExternalMemory as *const ()),
+        crate::proc_address::EntryPoint(self::cuDestroyExternalMemory as *const ()),
     ),
     (
         "cuDestroyExternalSemaphore",
-        crate::proc_address::EntryPoint(cuDestroyExternalSemaphore as *const ()),
+        crate::proc_address::EntryPoint(self::cuDestroyExternalSemaphore as *const ()),
     ),
     (
         "cuDevResourceGenerateDesc",
-        crate::proc_address::EntryPoint(cuDevResourceGenerateDesc as *const ()),
+        crate::proc_address::EntryPoint(self::cuDevResourceGenerateDesc as *const ()),
     ),
     (
         "cuDevSmResourceSplitByCount",
-        crate::proc_address::EntryPoint(cuDevSmResourceSplitByCount as *const ()),
+        crate::proc_address::EntryPoint(self::cuDevSmResourceSplitByCount as *const ()),
     ),
     (
         "cuDeviceCanAccessPeer",
-        crate::proc_address::EntryPoint(cuDeviceCanAccessPeer as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuDeviceCanAccessPeer as *const ()),
     ),
     (
         "cuDeviceComputeCapability",
-        crate::proc_address::EntryPoint(cuDeviceComputeCapability as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuDeviceComputeCapability as *const ()),
     ),
     (
         "cuDeviceGet",
-        crate::proc_address::EntryPoint(cuDeviceGet as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuDeviceGet as *const ()),
     ),
     (
         "cuDeviceGetAttribute",
-        crate::proc_address::EntryPoint(cuDeviceGetAttribute as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuDeviceGetAttribute as *const ()),
     ),
     (
         "cuDeviceGetByPCIBusId",
-        crate::proc_address::EntryPoint(cuDeviceGetByPCIBusId as *const ()),
+        crate::proc_address::EntryPoint(self::cuDeviceGetByPCIBusId as *const ()),
     ),
     (
         "cuDeviceGetCount",
-        crate::proc_address::EntryPoint(cuDeviceGetCount as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuDeviceGetCount as *const ()),
     ),
     (
         "cuDeviceGetDefaultMemPool",
-        crate::proc_address::EntryPoint(cuDeviceGetDefaultMemPool as *const ()),
+        crate::proc_address::EntryPoint(self::cuDeviceGetDefaultMemPool as *const ()),
     ),
     (
         "cuDeviceGetDevResource",
-        crate::proc_address::EntryPoint(cuDeviceGetDevResource as *const ()),
+        crate::proc_address::EntryPoint(self::cuDeviceGetDevResource as *const ()),
     ),
     (
         "cuDeviceGetExecAffinitySupport",
-        crate::proc_address::EntryPoint(cuDeviceGetExecAffinitySupport as *const ()),
+        crate::proc_address::EntryPoint(self::cuDeviceGetExecAffinitySupport as *const ()),
     ),
     (
         "cuDeviceGetGraphMemAttribute",
-        crate::proc_address::EntryPoint(cuDeviceGetGraphMemAttribute as *const ()),
+        crate::proc_address::EntryPoint(self::cuDeviceGetGraphMemAttribute as *const ()),
     ),
     (
         "cuDeviceGetHostAtomicCapabilities",
-        crate::proc_address::EntryPoint(cuDeviceGetHostAtomicCapabilities as *const ()),
+        crate::proc_address::EntryPoint(self::cuDeviceGetHostAtomicCapabilities as *const ()),
     ),
     (
         "cuDeviceGetLuid",
-        crate::proc_address::EntryPoint(cuDeviceGetLuid as *const ()),
+        crate::proc_address::EntryPoint(self::cuDeviceGetLuid as *const ()),
     ),
     (
         "cuDeviceGetMemPool",
-        crate::proc_address::EntryPoint(cuDeviceGetMemPool as *const ()),
+        crate::proc_address::EntryPoint(self::cuDeviceGetMemPool as *const ()),
     ),
     (
         "cuDeviceGetName",
-        crate::proc_address::EntryPoint(cuDeviceGetName as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuDeviceGetName as *const ()),
     ),
     (
         "cuDeviceGetNvSciSyncAttributes",
-        crate::proc_address::EntryPoint(cuDeviceGetNvSciSyncAttributes as *const ()),
+        crate::proc_address::EntryPoint(self::cuDeviceGetNvSciSyncAttributes as *const ()),
     ),
     (
         "cuDeviceGetP2PAtomicCapabilities",
-        crate::proc_address::EntryPoint(cuDeviceGetP2PAtomicCapabilities as *const ()),
+        crate::proc_address::EntryPoint(self::cuDeviceGetP2PAtomicCapabilities as *const ()),
     ),
     (
         "cuDeviceGetP2PAttribute",
-        crate::proc_address::EntryPoint(cuDeviceGetP2PAttribute as *const ()),
+        crate::proc_address::EntryPoint(self::cuDeviceGetP2PAttribute as *const ()),
     ),
     (
         "cuDeviceGetPCIBusId",
-        crate::proc_address::EntryPoint(cuDeviceGetPCIBusId as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuDeviceGetPCIBusId as *const ()),
     ),
     (
         "cuDeviceGetProperties",
-        crate::proc_address::EntryPoint(cuDeviceGetProperties as *const ()),
+        crate::proc_address::EntryPoint(self::cuDeviceGetProperties as *const ()),
     ),
     (
         "cuDeviceGetTexture1DLinearMaxWidth",
-        crate::proc_address::EntryPoint(cuDeviceGetTexture1DLinearMaxWidth as *const ()),
+        crate::proc_address::EntryPoint(self::cuDeviceGetTexture1DLinearMaxWidth as *const ()),
     ),
     (
         "cuDeviceGetUuid",
-        crate::proc_address::EntryPoint(cuDeviceGetUuid as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuDeviceGetUuid as *const ()),
     ),
     (
         "cuDeviceGetUuid_v2",
-        crate::proc_address::EntryPoint(cuDeviceGetUuid_v2 as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuDeviceGetUuid_v2 as *const ()),
     ),
     (
         "cuDeviceGraphMemTrim",
-        crate::proc_address::EntryPoint(cuDeviceGraphMemTrim as *const ()),
+        crate::proc_address::EntryPoint(self::cuDeviceGraphMemTrim as *const ()),
     ),
     (
         "cuDevicePrimaryCtxGetState",
-        crate::proc_address::EntryPoint(cuDevicePrimaryCtxGetState as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuDevicePrimaryCtxGetState as *const ()),
     ),
     (
         "cuDevicePrimaryCtxRelease",
-        crate::proc_address::EntryPoint(cuDevicePrimaryCtxRelease as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuDevicePrimaryCtxRelease as *const ()),
     ),
     (
         "cuDevicePrimaryCtxRelease_v2",
-        crate::proc_address::EntryPoint(cuDevicePrimaryCtxRelease_v2 as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuDevicePrimaryCtxRelease_v2 as *const ()),
     ),
     (
         "cuDevicePrimaryCtxReset",
-        crate::proc_address::EntryPoint(cuDevicePrimaryCtxReset as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuDevicePrimaryCtxReset as *const ()),
     ),
     (
         "cuDevicePrimaryCtxReset_v2",
-        crate::proc_address::EntryPoint(cuDevicePrimaryCtxReset_v2 as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuDevicePrimaryCtxReset_v2 as *const ()),
     ),
     (
         "cuDevicePrimaryCtxRetain",
-        crate::proc_address::EntryPoint(cuDevicePrimaryCtxRetain as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuDevicePrimaryCtxRetain as *const ()),
     ),
     (
         "cuDevicePrimaryCtxSetFlags",
-        crate::proc_address::EntryPoint(cuDevicePrimaryCtxSetFlags as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuDevicePrimaryCtxSetFlags as *const ()),
     ),
     (
         "cuDevicePrimaryCtxSetFlags_v2",
-        crate::proc_address::EntryPoint(cuDevicePrimaryCtxSetFlags_v2 as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuDevicePrimaryCtxSetFlags_v2 as *const ()),
     ),
     (
         "cuDeviceRegisterAsyncNotification",
-        crate::proc_address::EntryPoint(cuDeviceRegisterAsyncNotification as *const ()),
+        crate::proc_address::EntryPoint(self::cuDeviceRegisterAsyncNotification as *const ()),
     ),
     (
         "cuDeviceSetGraphMemAttribute",
-        crate::proc_address::EntryPoint(cuDeviceSetGraphMemAttribute as *const ()),
+        crate::proc_address::EntryPoint(self::cuDeviceSetGraphMemAttribute as *const ()),
     ),
     (
         "cuDeviceSetMemPool",
-        crate::proc_address::EntryPoint(cuDeviceSetMemPool as *const ()),
+        crate::proc_address::EntryPoint(self::cuDeviceSetMemPool as *const ()),
     ),
     (
         "cuDeviceTotalMem",
-        crate::proc_address::EntryPoint(cuDeviceTotalMem as *const ()),
+        crate::proc_address::EntryPoint(self::cuDeviceTotalMem as *const ()),
     ),
     (
         "cuDeviceTotalMem_v2",
-        crate::proc_address::EntryPoint(cuDeviceTotalMem_v2 as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuDeviceTotalMem_v2 as *const ()),
     ),
     (
         "cuDeviceUnregisterAsyncNotification",
-        crate::proc_address::EntryPoint(cuDeviceUnregisterAsyncNotification as *const ()),
+        crate::proc_address::EntryPoint(self::cuDeviceUnregisterAsyncNotification as *const ()),
     ),
     (
         "cuDriverGetVersion",
-        crate::proc_address::EntryPoint(cuDriverGetVersion as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuDriverGetVersion as *const ()),
     ),
     (
         "cuEGLApiInit",
-        crate::proc_address::EntryPoint(cuEGLApiInit as *const ()),
+        crate::proc_address::EntryPoint(self::cuEGLApiInit as *const ()),
     ),
     (
         "cuEGLStreamConsumerAcquireFrame",
-        crate::proc_address::EntryPoint(cuEGLStreamConsumerAcquireFrame as *const ()),
+        crate::proc_address::EntryPoint(self::cuEGLStreamConsumerAcquireFrame as *const ()),
     ),
     (
         "cuEGLStreamConsumerConnect",
-        crate::proc_address::EntryPoint(cuEGLStreamConsumerConnect as *const ()),
+        crate::proc_address::EntryPoint(self::cuEGLStreamConsumerConnect as *const ()),
     ),
     (
         "cuEGLStreamConsumerConnectWithFlags",
-        crate::proc_address::EntryPoint(cuEGLStreamConsumerConnectWithFlags as *const ()),
+        crate::proc_address::EntryPoint(self::cuEGLStreamConsumerConnectWithFlags as *const ()),
     ),
     (
         "cuEGLStreamConsumerDisconnect",
-        crate::proc_address::EntryPoint(cuEGLStreamConsumerDisconnect as *const ()),
+        crate::proc_address::EntryPoint(self::cuEGLStreamConsumerDisconnect as *const ()),
     ),
     (
         "cuEGLStreamConsumerReleaseFrame",
-        crate::proc_address::EntryPoint(cuEGLStreamConsumerReleaseFrame as *const ()),
+        crate::proc_address::EntryPoint(self::cuEGLStreamConsumerReleaseFrame as *const ()),
     ),
     (
         "cuEGLStreamProducerConnect",
-        crate::proc_address::EntryPoint(cuEGLStreamProducerConnect as *const ()),
+        crate::proc_address::EntryPoint(self::cuEGLStreamProducerConnect as *const ()),
     ),
     (
         "cuEGLStreamProducerDisconnect",
-        crate::proc_address::EntryPoint(cuEGLStreamProducerDisconnect as *const ()),
+        crate::proc_address::EntryPoint(self::cuEGLStreamProducerDisconnect as *const ()),
     ),
     (
         "cuEGLStreamProducerPresentFrame",
-        crate::proc_address::EntryPoint(cuEGLStreamProducerPresentFrame as *const ()),
+        crate::proc_address::EntryPoint(self::cuEGLStreamProducerPresentFrame as *const ()),
     ),
     (
         "cuEGLStreamProducerReturnFrame",
-        crate::proc_address::EntryPoint(cuEGLStreamProducerReturnFrame as *const ()),
+        crate::proc_address::EntryPoint(self::cuEGLStreamProducerReturnFrame as *const ()),
     ),
     (
         "cuEventCreate",
-        crate::proc_address::EntryPoint(cuEventCreate as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuEventCreate as *const ()),
     ),
     (
         "cuEventDestroy",
-        crate::proc_address::EntryPoint(cuEventDestroy as *const ()),
+        crate::proc_address::EntryPoint(self::cuEventDestroy as *const ()),
     ),
     (
         "cuEventDestroy_v2",
-        crate::proc_address::EntryPoint(cuEventDestroy_v2 as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuEventDestroy_v2 as *const ()),
     ),
     (
         "cuEventElapsedTime",
-        crate::proc_address::EntryPoint(cuEventElapsedTime as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuEventElapsedTime as *const ()),
     ),
     (
         "cuEventElapsedTime_v2",
-        crate::proc_address::EntryPoint(cuEventElapsedTime_v2 as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuEventElapsedTime_v2 as *const ()),
     ),
     (
         "cuEventQuery",
-        crate::proc_address::EntryPoint(cuEventQuery as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuEventQuery as *const ()),
     ),
     (
         "cuEventRecord",
-        crate::proc_address::EntryPoint(cuEventRecord as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuEventRecord as *const ()),
     ),
     (
         "cuEventRecordWithFlags",
-        crate::proc_address::EntryPoint(cuEventRecordWithFlags as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuEventRecordWithFlags as *const ()),
     ),
     (
         "cuEventRecordWithFlags_ptsz",
-        crate::proc_address::EntryPoint(cuEventRecordWithFlags_ptsz as *const ()),
+        crate::proc_address::EntryPoint(self::cuEventRecordWithFlags_ptsz as *const ()),
     ),
     (
         "cuEventRecord_ptsz",
-        crate::proc_address::EntryPoint(cuEventRecord_ptsz as *const ()),
+        crate::proc_address::EntryPoint(self::cuEventRecord_ptsz as *const ()),
     ),
     (
         "cuEventSynchronize",
-        crate::proc_address::EntryPoint(cuEventSynchronize as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuEventSynchronize as *const ()),
     ),
     (
         "cuExternalMemoryGetMappedBuffer",
-        crate::proc_address::EntryPoint(cuExternalMemoryGetMappedBuffer as *const ()),
+        crate::proc_address::EntryPoint(self::cuExternalMemoryGetMappedBuffer as *const ()),
     ),
     (
         "cuExternalMemoryGetMappedMipmappedArray",
-        crate::proc_address::EntryPoint(cuExternalMemoryGetMappedMipmappedArray as *const ()),
+        crate::proc_address::EntryPoint(self::cuExternalMemoryGetMappedMipmappedArray as *const ()),
     ),
     (
         "cuFlushGPUDirectRDMAWrites",
-        crate::proc_address::EntryPoint(cuFlushGPUDirectRDMAWrites as *const ()),
+        crate::proc_address::EntryPoint(self::cuFlushGPUDirectRDMAWrites as *const ()),
     ),
     (
         "cuFuncGetAttribute",
-        crate::proc_address::EntryPoint(cuFuncGetAttribute as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuFuncGetAttribute as *const ()),
     ),
     (
         "cuFuncGetModule",
-        crate::proc_address::EntryPoint(cuFuncGetModule as *const ()),
+        crate::proc_address::EntryPoint(self::cuFuncGetModule as *const ()),
     ),
     (
         "cuFuncGetName",
-        crate::proc_address::EntryPoint(cuFuncGetName as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuFuncGetName as *const ()),
     ),
     (
         "cuFuncGetParamInfo",
-        crate::proc_address::EntryPoint(cuFuncGetParamInfo as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuFuncGetParamInfo as *const ()),
     ),
     (
         "cuFuncIsLoaded",
-        crate::proc_address::EntryPoint(cuFuncIsLoaded as *const ()),
+        crate::proc_address::EntryPoint(self::cuFuncIsLoaded as *const ()),
     ),
     (
         "cuFuncLoad",
-        crate::proc_address::EntryPoint(cuFuncLoad as *const ()),
+        crate::proc_address::EntryPoint(self::cuFuncLoad as *const ()),
     ),
     (
         "cuFuncSetAttribute",
-        crate::proc_address::EntryPoint(cuFuncSetAttribute as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuFuncSetAttribute as *const ()),
     ),
     (
         "cuFuncSetBlockShape",
-        crate::proc_address::EntryPoint(cuFuncSetBlockShape as *const ()),
+        crate::proc_address::EntryPoint(self::cuFuncSetBlockShape as *const ()),
     ),
     (
         "cuFuncSetCacheConfig",
-        crate::proc_address::EntryPoint(cuFuncSetCacheConfig as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuFuncSetCacheConfig as *const ()),
     ),
     (
         "cuFuncSetSharedMemConfig",
-        crate::proc_address::EntryPoint(cuFuncSetSharedMemConfig as *const ()),
+        crate::proc_address::EntryPoint(self::cuFuncSetSharedMemConfig as *const ()),
     ),
     (
         "cuFuncSetSharedSize",
-        crate::proc_address::EntryPoint(cuFuncSetSharedSize as *const ()),
+        crate::proc_address::EntryPoint(self::cuFuncSetSharedSize as *const ()),
     ),
     (
         "cuGLCtxCreate",
-        crate::proc_address::EntryPoint(cuGLCtxCreate as *const ()),
+        crate::proc_address::EntryPoint(self::cuGLCtxCreate as *const ()),
     ),
     (
         "cuGLCtxCreate_v2",
-        crate::proc_address::EntryPoint(cuGLCtxCreate_v2 as *const ()),
+        crate::proc_address::EntryPoint(self::cuGLCtxCreate_v2 as *const ()),
     ),
     (
         "cuGLGetDevices",
-        crate::proc_address::EntryPoint(cuGLGetDevices as *const ()),
+        crate::proc_address::EntryPoint(self::cuGLGetDevices as *const ()),
     ),
     (
         "cuGLGetDevices_v2",
-        crate::proc_address::EntryPoint(cuGLGetDevices_v2 as *const ()),
+        crate::proc_address::EntryPoint(self::cuGLGetDevices_v2 as *const ()),
     ),
     (
         "cuGLInit",
-        crate::proc_address::EntryPoint(cuGLInit as *const ()),
+        crate::proc_address::EntryPoint(self::cuGLInit as *const ()),
     ),
     (
         "cuGLMapBufferObject",
-        crate::proc_address::EntryPoint(cuGLMapBufferObject as *const ()),
+        crate::proc_address::EntryPoint(self::cuGLMapBufferObject as *const ()),
     ),
     (
         "cuGLMapBufferObjectAsync",
-        crate::proc_address::EntryPoint(cuGLMapBufferObjectAsync as *const ()),
+        crate::proc_address::EntryPoint(self::cuGLMapBufferObjectAsync as *const ()),
     ),
     (
         "cuGLMapBufferObjectAsync_v2",
-        crate::proc_address::EntryPoint(cuGLMapBufferObjectAsync_v2 as *const ()),
+        crate::proc_address::EntryPoint(self::cuGLMapBufferObjectAsync_v2 as *const ()),
     ),
     (
         "cuGLMapBufferObjectAsync_v2_ptsz",
-        crate::proc_address::EntryPoint(cuGLMapBufferObjectAsync_v2_ptsz as *const ()),
+        crate::proc_address::EntryPoint(self::cuGLMapBufferObjectAsync_v2_ptsz as *const ()),
     ),
     (
         "cuGLMapBufferObject_v2",
-        crate::proc_address::EntryPoint(cuGLMapBufferObject_v2 as *const ()),
+        crate::proc_address::EntryPoint(self::cuGLMapBufferObject_v2 as *const ()),
     ),
     (
         "cuGLMapBufferObject_v2_ptds",
-        crate::proc_address::EntryPoint(cuGLMapBufferObject_v2_ptds as *const ()),
+        crate::proc_address::EntryPoint(self::cuGLMapBufferObject_v2_ptds as *const ()),
     ),
     (
         "cuGLRegisterBufferObject",
-        crate::proc_address::EntryPoint(cuGLRegisterBufferObject as *const ()),
+        crate::proc_address::EntryPoint(self::cuGLRegisterBufferObject as *const ()),
     ),
     (
         "cuGLSetBufferObjectMapFlags",
-        crate::proc_address::EntryPoint(cuGLSetBufferObjectMapFlags as *const ()),
+        crate::proc_address::EntryPoint(self::cuGLSetBufferObjectMapFlags as *const ()),
     ),
     (
         "cuGLUnmapBufferObject",
-        crate::proc_address::EntryPoint(cuGLUnmapBufferObject as *const ()),
+        crate::proc_address::EntryPoint(self::cuGLUnmapBufferObject as *const ()),
     ),
     (
         "cuGLUnmapBufferObjectAsync",
-        crate::proc_address::EntryPoint(cuGLUnmapBufferObjectAsync as *const ()),
+        crate::proc_address::EntryPoint(self::cuGLUnmapBufferObjectAsync as *const ()),
     ),
     (
         "cuGLUnregisterBufferObject",
-        crate::proc_address::EntryPoint(cuGLUnregisterBufferObject as *const ()),
+        crate::proc_address::EntryPoint(self::cuGLUnregisterBufferObject as *const ()),
     ),
     (
         "cuGetErrorName",
-        crate::proc_address::EntryPoint(cuGetErrorName as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuGetErrorName as *const ()),
     ),
     (
         "cuGetErrorString",
-        crate::proc_address::EntryPoint(cuGetErrorString as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuGetErrorString as *const ()),
     ),
     (
         "cuGetExportTable",
-        crate::proc_address::EntryPoint(cuGetExportTable as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuGetExportTable as *const ()),
     ),
     (
         "cuGetProcAddress",
-        crate::proc_address::EntryPoint(cuGetProcAddress as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuGetProcAddress as *const ()),
     ),
     (
         "cuGetProcAddress_v2",
-        crate::proc_address::EntryPoint(cuGetProcAddress_v2 as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuGetProcAddress_v2 as *const ()),
     ),
     (
         "cuGraphAddBatchMemOpNode",
-        crate::proc_address::EntryPoint(cuGraphAddBatchMemOpNode as *const ()),
+        crate::proc_address::EntryPoint(self::cuGraphAddBatchMemOpNode as *const ()),
     ),
     (
         "cuGraphAddChildGraphNode",
-        crate::proc_address::EntryPoint(cuGraphAddChildGraphNode as *const ()),
+        crate::proc_address::EntryPoint(self::cuGraphAddChildGraphNode as *const ()),
     ),
     (
         "cuGraphAddDependencies",
-        crate::proc_address::EntryPoint(cuGraphAddDependencies as *const ()),
+        crate::proc_address::EntryPoint(self::cuGraphAddDependencies as *const ()),
     ),
     (
         "cuGraphAddDependencies_v2",
-        crate::proc_address::EntryPoint(cuGraphAddDependencies_v2 as *const ()),
+        crate::proc_address::EntryPoint(self::cuGraphAddDependencies_v2 as *const ()),
     ),
     (
         "cuGraphAddEmptyNode",
-        crate::proc_address::EntryPoint(cuGraphAddEmptyNode as *const ()),
+        crate::proc_address::EntryPoint(self::cuGraphAddEmptyNode as *const ()),
     ),
     (
         "cuGraphAddEventRecordNode",
-        crate::proc_address::EntryPoint(cuGraphAddEventRecordNode as *const ()),
+        crate::proc_address::EntryPoint(self::cuGraphAddEventRecordNode as *const ()),
     ),
     (
         "cuGraphAddEventWaitNode",
-        crate::proc_address::EntryPoint(cuGraphAddEventWaitNode as *const ()),
+        crate::proc_address::EntryPoint(self::cuGraphAddEventWaitNode as *const ()),
     ),
     (
         "cuGraphAddExternalSemaphoresSignalNode",
-        crate::proc_address::EntryPoint(cuGraphAddExternalSemaphoresSignalNode as *const ()),
+        crate::proc_address::EntryPoint(self::cuGraphAddExternalSemaphoresSignalNode as *const ()),
     ),
     (
         "cuGraphAddExternalSemaphoresWaitNode",
-        crate::proc_address::EntryPoint(cuGraphAddExternalSemaphoresWaitNode as *const ()),
+        crate::proc_address::EntryPoint(self::cuGraphAddExternalSemaphoresWaitNode as *const ()),
     ),
     (
         "cuGraphAddHostNode",
-        crate::proc_address::EntryPoint(cuGraphAddHostNode as *const ()),
+        crate::proc_address::EntryPoint(self::cuGraphAddHostNode as *const ()),
     ),
     (
         "cuGraphAddKernelNode",
-        crate::proc_address::EntryPoint(cuGraphAddKernelNode as *const ()),
+        crate::proc_address::EntryPoint(self::cuGraphAddKernelNode as *const ()),
     ),
     (
         "cuGraphAddKernelNode_v2",
-        crate::proc_address::EntryPoint(cuGraphAddKernelNode_v2 as *const ()),
+        crate::proc_address::EntryPoint(self::cuGraphAddKernelNode_v2 as *const ()),
     ),
     (
         "cuGraphAddMemAllocNode",
-        crate::proc_address::EntryPoint(cuGraphAddMemAllocNode as *const ()),
+        crate::proc_address::EntryPoint(self::cuGraphAddMemAllocNode as *const ()),
     ),
     (
         "cuGraphAddMemFreeNode",
-        crate::proc_address::EntryPoint(cuGraphAddMemFreeNode as *const ()),
+        crate::proc_address::EntryPoint(self::cuGraphAddMemFreeNode as *const ()),
     ),
     (
         "cuGraphAddMemcpyNode",
-        crate::proc_address::EntryPoint(cuGraphAddMemcpyNode as *const ()),
+        crate::proc_address::EntryPoint(self::cuGraphAddMemcpyNode as *const ()),
     ),
     (
         "cuGraphAddMemsetNode",
-        crate::proc_address::EntryPoint(cuGraphAddMemsetNode as *const ()),
+        crate::proc_address::EntryPoint(self::cuGraphAddMemsetNode as *const ()),
     ),
     (
         "cuGraphAddNode",
-        crate::proc_address::EntryPoint(cuGraphAddNode as *const ()),
+        crate::proc_address::EntryPoint(self::cuGraphAddNode as *const ()),
     ),
     (
         "cuGraphAddNode_v2",
-        crate::proc_address::EntryPoint(cuGraphAddNode_v2 as *const ()),
+        crate::proc_address::EntryPoint(self::cuGraphAddNode_v2 as *const ()),
     ),
     (
         "cuGraphBatchMemOpNodeGetParams",
-        crate::proc_address::EntryPoint(cuGraphBatchMemOpNodeGetParams as *const ()),
+        crate::proc_address::EntryPoint(self::cuGraphBatchMemOpNodeGetParams as *const ()),
     ),
     (
         "cuGraphBatchMemOpNodeSetParams",
-        crate::proc_address::EntryPoint(cuGraphBatchMemOpNodeSetParams as *const ()),
+        crate::proc_address::EntryPoint(self::cuGraphBatchMemOpNodeSetParams as *const ()),
     ),
     (
         "cuGraphChildGraphNodeGetGraph",
-        crate::proc_address::EntryPoint(cuGraphChildGraphNodeGetGraph as *const ()),
+        crate::proc_address::EntryPoint(self::cuGraphChildGraphNodeGetGraph as *const ()),
     ),
     (
         "cuGraphClone",
-        crate::proc_address::EntryPoint(cuGraphClone as *const ()),
+        crate::proc_address::EntryPoint(self::cuGraphClone as *const ()),
     ),
     (
         "cuGraphConditionalHandleCreate",
-        crate::proc_address::EntryPoint(cuGraphConditionalHandleCreate as *const ()),
+        crate::proc_address::EntryPoint(self::cuGraphConditionalHandleCreate as *const ()),
     ),
     (
         "cuGraphCreate",
-        crate::proc_address::EntryPoint(cuGraphCreate as *const ()),
+        crate::proc_address::EntryPoint(self::cuGraphCreate as *const ()),
     ),
     (
         "cuGraphDebugDotPrint",
-        crate::proc_address::EntryPoint(cuGraphDebugDotPrint as *const ()),
+        crate::proc_address::EntryPoint(self::cuGraphDebugDotPrint as *const ()),
     ),
     (
         "cuGraphDestroy",
-        crate::proc_address::EntryPoint(cuGraphDestroy as *const ()),
+        crate::proc_address::EntryPoint(self::cuGraphDestroy as *const ()),
     ),
     (
         "cuGraphDestroyNode",
-        crate::proc_address::EntryPoint(cuGraphDestroyNode as *const ()),
+        crate::proc_address::EntryPoint(self::cuGraphDestroyNode as *const ()),
     ),
     (
         "cuGraphEventRecordNodeGetEvent",
-        crate::proc_address::EntryPoint(cuGraphEventRecordNodeGetEvent as *const ()),
+        crate::proc_address::EntryPoint(self::cuGraphEventRecordNodeGetEvent as *const ()),
     ),
     (
         "cuGraphEventRecordNodeSetEvent",
-        crate::proc_address::EntryPoint(cuGraphEventRecordNodeSetEvent as *const ()),
+        crate::proc_address::EntryPoint(self::cuGraphEventRecordNodeSetEvent as *const ()),
     ),
     (
         "cuGraphEventWaitNodeGetEvent",
-        crate::proc_address::EntryPoint(cuGraphEventWaitNodeGetEvent as *const ()),
+        crate::proc_address::EntryPoint(self::cuGraphEventWaitNodeGetEvent as *const ()),
     ),
     (
         "cuGraphEventWaitNodeSetEvent",
-        crate::proc_address::EntryPoint(cuGraphEventWaitNodeSetEvent as *const ()),
+        crate::proc_address::EntryPoint(self::cuGraphEventWaitNodeSetEvent as *const ()),
     ),
     (
         "cuGraphExecBatchMemOpNodeSetParams",
-        crate::proc_address::EntryPoint(cuGraphExecBatchMemOpNodeSetParams as *const ()),
+        crate::proc_address::EntryPoint(self::cuGraphExecBatchMemOpNodeSetParams as *const ()),
     ),
     (
         "cuGraphExecChildGraphNodeSetParams",
-        crate::proc_address::EntryPoint(cuGraphExecChildGraphNodeSetParams as *const ()),
+        crate::proc_address::EntryPoint(self::cuGraphExecChildGraphNodeSetParams as *const ()),
     ),
     (
         "cuGraphExecDestroy",
-        crate::proc_address::EntryPoint(cuGraphExecDestroy as *const ()),
+        crate::proc_address::EntryPoint(self::cuGraphExecDestroy as *const ()),
     ),
     (
         "cuGraphExecEventRecordNodeSetEvent",
-        crate::proc_address::EntryPoint(cuGraphExecEventRecordNodeSetEvent as *const ()),
+        crate::proc_address::EntryPoint(self::cuGraphExecEventRecordNodeSetEvent as *const ()),
     ),
     (
         "cuGraphExecEventWaitNodeSetEvent",
-        crate::proc_address::EntryPoint(cuGraphExecEventWaitNodeSetEvent as *const ()),
+        crate::proc_address::EntryPoint(self::cuGraphExecEventWaitNodeSetEvent as *const ()),
     ),
     (
         "cuGraphExecExternalSemaphoresSignalNodeSetParams",
         crate::proc_address::EntryPoint(
-            cuGraphExecExternalSemaphoresSignalNodeSetParams as *const (),
+            self::cuGraphExecExternalSemaphoresSignalNodeSetParams as *const (),
         ),
     ),
     (
         "cuGraphExecExternalSemaphoresWaitNodeSetParams",
         crate::proc_address::EntryPoint(
-            cuGraphExecExternalSemaphoresWaitNodeSetParams as *const (),
+            self::cuGraphExecExternalSemaphoresWaitNodeSetParams as *const (),
         ),
     ),
     (
         "cuGraphExecGetFlags",
-        crate::proc_address::EntryPoint(cuGraphExecGetFlags as *const ()),
+        crate::proc_address::EntryPoint(self::cuGraphExecGetFlags as *const ()),
     ),
     (
         "cuGraphExecHostNodeSetParams",
-        crate::proc_address::EntryPoint(cuGraphExecHostNodeSetParams as *const ()),
+        crate::proc_address::EntryPoint(self::cuGraphExecHostNodeSetParams as *const ()),
     ),
     (
         "cuGraphExecKernelNodeSetParams",
-        crate::proc_address::EntryPoint(cuGraphExecKernelNodeSetParams as *const ()),
+        crate::proc_address::EntryPoint(self::cuGraphExecKernelNodeSetParams as *const ()),
     ),
     (
         "cuGraphExecKernelNodeSetParams_v2",
-        crate::proc_address::EntryPoint(cuGraphExecKernelNodeSetParams_v2 as *const ()),
+        crate::proc_address::EntryPoint(self::cuGraphExecKernelNodeSetParams_v2 as *const ()),
     ),
     (
         "cuGraphExecMemcpyNodeSetParams",
-        crate::proc_address::EntryPoint(cuGraphExecMemcpyNodeSetParams as *const ()),
+        crate::proc_address::EntryPoint(self::cuGraphExecMemcpyNodeSetParams as *const ()),
     ),
     (
         "cuGraphExecMemsetNodeSetParams",
-        crate::proc_address::EntryPoint(cuGraphExecMemsetNodeSetParams as *const ()),
+        crate::proc_address::EntryPoint(self::cuGraphExecMemsetNodeSetParams as *const ()),
     ),
     (
         "cuGraphExecNodeSetParams",
-        crate::proc_address::EntryPoint(cuGraphExecNodeSetParams as *const ()),
+        crate::proc_address::EntryPoint(self::cuGraphExecNodeSetParams as *const ()),
     ),
     (
         "cuGraphExecUpdate",
-        crate::proc_address::EntryPoint(cuGraphExecUpdate as *const ()),
+        crate::proc_address::EntryPoint(self::cuGraphExecUpdate as *const ()),
     ),
     (
         "cuGraphExecUpdate_v2",
-        crate::proc_address::EntryPoint(cuGraphExecUpdate_v2 as *const ()),
+        crate::proc_address::EntryPoint(self::cuGraphExecUpdate_v2 as *const ()),
     ),
     (
         "cuGraphExternalSemaphoresSignalNodeGetParams",
-        crate::proc_address::EntryPoint(cuGraphExternalSemaphoresSignalNodeGetParams as *const ()),
+        crate::proc_address::EntryPoint(
+            self::cuGraphExternalSemaphoresSignalNodeGetParams as *const (),
+        ),
     ),
     (
         "cuGraphExternalSemaphoresSignalNodeSetParams",
-        crate::proc_address::EntryPoint(cuGraphExternalSemaphoresSignalNodeSetParams as *const ()),
+        crate::proc_address::EntryPoint(
+            self::cuGraphExternalSemaphoresSignalNodeSetParams as *const (),
+        ),
     ),
     (
         "cuGraphExternalSemaphoresWaitNodeGetParams",
-        crate::proc_address::EntryPoint(cuGraphExternalSemaphoresWaitNodeGetParams as *const ()),
+        crate::proc_address::EntryPoint(
+            self::cuGraphExternalSemaphoresWaitNodeGetParams as *const (),
+        ),
     ),
     (
         "cuGraphExternalSemaphoresWaitNodeSetParams",
-        crate::proc_address::EntryPoint(cuGraphExternalSemaphoresWaitNodeSetParams as *const ()),
+        crate::proc_address::EntryPoint(
+            self::cuGraphExternalSemaphoresWaitNodeSetParams as *const (),
+        ),
     ),
     (
         "cuGraphGetEdges",
-        crate::proc_address::EntryPoint(cuGraphGetEdges as *const ()),
+        crate::proc_address::EntryPoint(self::cuGraphGetEdges as *const ()),
     ),
     (
         "cuGraphGetEdges_v2",
-        crate::proc_address::EntryPoint(cuGraphGetEdges_v2 as *const ()),
+        crate::proc_address::EntryPoint(self::cuGraphGetEdges_v2 as *const ()),
     ),
     (
         "cuGraphGetNodes",
-        crate::proc_address::EntryPoint(cuGraphGetNodes as *const ()),
+        crate::proc_address::EntryPoint(self::cuGraphGetNodes as *const ()),
     ),
     (
         "cuGraphGetRootNodes",
-        crate::proc_address::EntryPoint(cuGraphGetRootNodes as *const ()),
+        crate::proc_address::EntryPoint(self::cuGraphGetRootNodes as *const ()),
     ),
     (
         "cuGraphHostNodeGetParams",
-        crate::proc_address::EntryPoint(cuGraphHostNodeGetParams as *const ()),
+        crate::proc_address::EntryPoint(self::cuGraphHostNodeGetParams as *const ()),
     ),
     (
         "cuGraphHostNodeSetParams",
-        crate::proc_address::EntryPoint(cuGraphHostNodeSetParams as *const ()),
+        crate::proc_address::EntryPoint(self::cuGraphHostNodeSetParams as *const ()),
     ),
     (
         "cuGraphInstantiate",
-        crate::proc_address::EntryPoint(cuGraphInstantiate as *const ()),
+        crate::proc_address::EntryPoint(self::cuGraphInstantiate as *const ()),
     ),
     (
         "cuGraphInstantiateWithFlags",
-        crate::proc_address::EntryPoint(cuGraphInstantiateWithFlags as *const ()),
+        crate::proc_address::EntryPoint(self::cuGraphInstantiateWithFlags as *const ()),
     ),
     (
         "cuGraphInstantiateWithParams",
-        crate::proc_address::EntryPoint(cuGraphInstantiateWithParams as *const ()),
+        crate::proc_address::EntryPoint(self::cuGraphInstantiateWithParams as *const ()),
     ),
     (
         "cuGraphInstantiateWithParams_ptsz",
-        crate::proc_address::EntryPoint(cuGraphInstantiateWithParams_ptsz as *const ()),
+        crate::proc_address::EntryPoint(self::cuGraphInstantiateWithParams_ptsz as *const ()),
     ),
     (
         "cuGraphInstantiate_v2",
-        crate::proc_address::EntryPoint(cuGraphInstantiate_v2 as *const ()),
+        crate::proc_address::EntryPoint(self::cuGraphInstantiate_v2 as *const ()),
     ),
     (
         "cuGraphKernelNodeCopyAttributes",
-        crate::proc_address::EntryPoint(cuGraphKernelNodeCopyAttributes as *const ()),
+        crate::proc_address::EntryPoint(self::cuGraphKernelNodeCopyAttributes as *const ()),
     ),
     (
         "cuGraphKernelNodeGetAttribute",
-        crate::proc_address::EntryPoint(cuGraphKernelNodeGetAttribute as *const ()),
+        crate::proc_address::EntryPoint(self::cuGraphKernelNodeGetAttribute as *const ()),
     ),
     (
         "cuGraphKernelNodeGetParams",
-        crate::proc_address::EntryPoint(cuGraphKernelNodeGetParams as *const ()),
+        crate::proc_address::EntryPoint(self::cuGraphKernelNodeGetParams as *const ()),
     ),
     (
         "cuGraphKernelNodeGetParams_v2",
-        crate::proc_address::EntryPoint(cuGraphKernelNodeGetParams_v2 as *const ()),
+        crate::proc_address::EntryPoint(self::cuGraphKernelNodeGetParams_v2 as *const ()),
     ),
     (
         "cuGraphKernelNodeSetAttribute",
-        crate::proc_address::EntryPoint(cuGraphKernelNodeSetAttribute as *const ()),
+        crate::proc_address::EntryPoint(self::cuGraphKernelNodeSetAttribute as *const ()),
     ),
     (
         "cuGraphKernelNodeSetParams",
-        crate::proc_address::EntryPoint(cuGraphKernelNodeSetParams as *const ()),
+        crate::proc_address::EntryPoint(self::cuGraphKernelNodeSetParams as *const ()),
     ),
     (
         "cuGraphKernelNodeSetParams_v2",
-        crate::proc_address::EntryPoint(cuGraphKernelNodeSetParams_v2 as *const ()),
+        crate::proc_address::EntryPoint(self::cuGraphKernelNodeSetParams_v2 as *const ()),
     ),
     (
         "cuGraphLaunch",
-        crate::proc_address::EntryPoint(cuGraphLaunch as *const ()),
+        crate::proc_address::EntryPoint(self::cuGraphLaunch as *const ()),
     ),
     (
         "cuGraphLaunch_ptsz",
-        crate::proc_address::EntryPoint(cuGraphLaunch_ptsz as *const ()),
+        crate::proc_address::EntryPoint(self::cuGraphLaunch_ptsz as *const ()),
     ),
     (
         "cuGraphMemAllocNodeGetParams",
-        crate::proc_address::EntryPoint(cuGraphMemAllocNodeGetParams as *const ()),
+        crate::proc_address::EntryPoint(self::cuGraphMemAllocNodeGetParams as *const ()),
     ),
     (
         "cuGraphMemFreeNodeGetParams",
-        crate::proc_address::EntryPoint(cuGraphMemFreeNodeGetParams as *const ()),
+        crate::proc_address::EntryPoint(self::cuGraphMemFreeNodeGetParams as *const ()),
     ),
     (
         "cuGraphMemcpyNodeGetParams",
-        crate::proc_address::EntryPoint(cuGraphMemcpyNodeGetParams as *const ()),
+        crate::proc_address::EntryPoint(self::cuGraphMemcpyNodeGetParams as *const ()),
     ),
     (
         "cuGraphMemcpyNodeSetParams",
-        crate::proc_address::EntryPoint(cuGraphMemcpyNodeSetParams as *const ()),
+        crate::proc_address::EntryPoint(self::cuGraphMemcpyNodeSetParams as *const ()),
     ),
     (
         "cuGraphMemsetNodeGetParams",
-        crate::proc_address::EntryPoint(cuGraphMemsetNodeGetParams as *const ()),
+        crate::proc_address::EntryPoint(self::cuGraphMemsetNodeGetParams as *const ()),
     ),
     (
         "cuGraphMemsetNodeSetParams",
-        crate::proc_address::EntryPoint(cuGraphMemsetNodeSetParams as *const ()),
+        crate::proc_address::EntryPoint(self::cuGraphMemsetNodeSetParams as *const ()),
     ),
     (
         "cuGraphNodeFindInClone",
-        crate::proc_address::EntryPoint(cuGraphNodeFindInClone as *const ()),
+        crate::proc_address::EntryPoint(self::cuGraphNodeFindInClone as *const ()),
     ),
     (
         "cuGraphNodeGetDependencies",
-        crate::proc_address::EntryPoint(cuGraphNodeGetDependencies as *const ()),
+        crate::proc_address::EntryPoint(self::cuGraphNodeGetDependencies as *const ()),
     ),
     (
         "cuGraphNodeGetDependencies_v2",
-        crate::proc_address::EntryPoint(cuGraphNodeGetDependencies_v2 as *const ()),
+        crate::proc_address::EntryPoint(self::cuGraphNodeGetDependencies_v2 as *const ()),
     ),
     (
         "cuGraphNodeGetDependentNodes",
-        crate::proc_address::EntryPoint(cuGraphNodeGetDependentNodes as *const ()),
+        crate::proc_address::EntryPoint(self::cuGraphNodeGetDependentNodes as *const ()),
     ),
     (
         "cuGraphNodeGetDependentNodes_v2",
-        crate::proc_address::EntryPoint(cuGraphNodeGetDependentNodes_v2 as *const ()),
+        crate::proc_address::EntryPoint(self::cuGraphNodeGetDependentNodes_v2 as *const ()),
     ),
     (
         "cuGraphNodeGetEnabled",
-        crate::proc_address::EntryPoint(cuGraphNodeGetEnabled as *const ()),
+        crate::proc_address::EntryPoint(self::cuGraphNodeGetEnabled as *const ()),
     ),
     (
         "cuGraphNodeGetType",
-        crate::proc_address::EntryPoint(cuGraphNodeGetType as *const ()),
+        crate::proc_address::EntryPoint(self::cuGraphNodeGetType as *const ()),
     ),
     (
         "cuGraphNodeSetEnabled",
-        crate::proc_address::EntryPoint(cuGraphNodeSetEnabled as *const ()),
+        crate::proc_address::EntryPoint(self::cuGraphNodeSetEnabled as *const ()),
     ),
     (
         "cuGraphNodeSetParams",
-        crate::proc_address::EntryPoint(cuGraphNodeSetParams as *const ()),
+        crate::proc_address::EntryPoint(self::cuGraphNodeSetParams as *const ()),
     ),
     (
         "cuGraphReleaseUserObject",
-        crate::proc_address::EntryPoint(cuGraphReleaseUserObject as *const ()),
+        crate::proc_address::EntryPoint(self::cuGraphReleaseUserObject as *const ()),
     ),
     (
         "cuGraphRemoveDependencies",
-        crate::proc_address::EntryPoint(cuGraphRemoveDependencies as *const ()),
+        crate::proc_address::EntryPoint(self::cuGraphRemoveDependencies as *const ()),
     ),
     (
         "cuGraphRemoveDependencies_v2",
-        crate::proc_address::EntryPoint(cuGraphRemoveDependencies_v2 as *const ()),
+        crate::proc_address::EntryPoint(self::cuGraphRemoveDependencies_v2 as *const ()),
     ),
     (
         "cuGraphRetainUserObject",
-        crate::proc_address::EntryPoint(cuGraphRetainUserObject as *const ()),
+        crate::proc_address::EntryPoint(self::cuGraphRetainUserObject as *const ()),
     ),
     (
         "cuGraphUpload",
-        crate::proc_address::EntryPoint(cuGraphUpload as *const ()),
+        crate::proc_address::EntryPoint(self::cuGraphUpload as *const ()),
     ),
     (
         "cuGraphUpload_ptsz",
-        crate::proc_address::EntryPoint(cuGraphUpload_ptsz as *const ()),
+        crate::proc_address::EntryPoint(self::cuGraphUpload_ptsz as *const ()),
     ),
     (
         "cuGraphicsEGLRegisterImage",
-        crate::proc_address::EntryPoint(cuGraphicsEGLRegisterImage as *const ()),
+        crate::proc_address::EntryPoint(self::cuGraphicsEGLRegisterImage as *const ()),
     ),
     (
         "cuGraphicsGLRegisterBuffer",
-        crate::proc_address::EntryPoint(cuGraphicsGLRegisterBuffer as *const ()),
+        crate::proc_address::EntryPoint(self::cuGraphicsGLRegisterBuffer as *const ()),
     ),
     (
         "cuGraphicsGLRegisterImage",
-        crate::proc_address::EntryPoint(cuGraphicsGLRegisterImage as *const ()),
+        crate::proc_address::EntryPoint(self::cuGraphicsGLRegisterImage as *const ()),
     ),
     (
         "cuGraphicsMapResources",
-        crate::proc_address::EntryPoint(cuGraphicsMapResources as *const ()),
+        crate::proc_address::EntryPoint(self::cuGraphicsMapResources as *const ()),
     ),
     (
         "cuGraphicsMapResources_ptsz",
-        crate::proc_address::EntryPoint(cuGraphicsMapResources_ptsz as *const ()),
+        crate::proc_address::EntryPoint(self::cuGraphicsMapResources_ptsz as *const ()),
     ),
     (
         "cuGraphicsResourceGetMappedEglFrame",
-        crate::proc_address::EntryPoint(cuGraphicsResourceGetMappedEglFrame as *const ()),
+        crate::proc_address::EntryPoint(self::cuGraphicsResourceGetMappedEglFrame as *const ()),
     ),
     (
         "cuGraphicsResourceGetMappedMipmappedArray",
-        crate::proc_address::EntryPoint(cuGraphicsResourceGetMappedMipmappedArray as *const ()),
+        crate::proc_address::EntryPoint(
+            self::cuGraphicsResourceGetMappedMipmappedArray as *const (),
+        ),
     ),
     (
         "cuGraphicsResourceGetMappedPointer",
-        crate::proc_address::EntryPoint(cuGraphicsResourceGetMappedPointer as *const ()),
+        crate::proc_address::EntryPoint(self::cuGraphicsResourceGetMappedPointer as *const ()),
     ),
     (
         "cuGraphicsResourceGetMappedPointer_v2",
-        crate::proc_address::EntryPoint(cuGraphicsResourceGetMappedPointer_v2 as *const ()),
+        crate::proc_address::EntryPoint(self::cuGraphicsResourceGetMappedPointer_v2 as *const ()),
     ),
     (
         "cuGraphicsResourceSetMapFlags",
-        crate::proc_address::EntryPoint(cuGraphicsResourceSetMapFlags as *const ()),
+        crate::proc_address::EntryPoint(self::cuGraphicsResourceSetMapFlags as *const ()),
     ),
     (
         "cuGraphicsResourceSetMapFlags_v2",
-        crate::proc_address::EntryPoint(cuGraphicsResourceSetMapFlags_v2 as *const ()),
+        crate::proc_address::EntryPoint(self::cuGraphicsResourceSetMapFlags_v2 as *const ()),
     ),
     (
         "cuGraphicsSubResourceGetMappedArray",
-        crate::proc_address::EntryPoint(cuGraphicsSubResourceGetMappedArray as *const ()),
+        crate::proc_address::EntryPoint(self::cuGraphicsSubResourceGetMappedArray as *const ()),
     ),
     (
         "cuGraphicsUnmapResources",
-        crate::proc_address::EntryPoint(cuGraphicsUnmapResources as *const ()),
+        crate::proc_address::EntryPoint(self::cuGraphicsUnmapResources as *const ()),
     ),
     (
         "cuGraphicsUnmapResources_ptsz",
-        crate::proc_address::EntryPoint(cuGraphicsUnmapResources_ptsz as *const ()),
+        crate::proc_address::EntryPoint(self::cuGraphicsUnmapResources_ptsz as *const ()),
     ),
     (
         "cuGraphicsUnregisterResource",
-        crate::proc_address::EntryPoint(cuGraphicsUnregisterResource as *const ()),
+        crate::proc_address::EntryPoint(self::cuGraphicsUnregisterResource as *const ()),
     ),
     (
         "cuGraphicsVDPAURegisterOutputSurface",
-        crate::proc_address::EntryPoint(cuGraphicsVDPAURegisterOutputSurface as *const ()),
+        crate::proc_address::EntryPoint(self::cuGraphicsVDPAURegisterOutputSurface as *const ()),
     ),
     (
         "cuGraphicsVDPAURegisterVideoSurface",
-        crate::proc_address::EntryPoint(cuGraphicsVDPAURegisterVideoSurface as *const ()),
+        crate::proc_address::EntryPoint(self::cuGraphicsVDPAURegisterVideoSurface as *const ()),
     ),
     (
         "cuGreenCtxCreate",
-        crate::proc_address::EntryPoint(cuGreenCtxCreate as *const ()),
+        crate::proc_address::EntryPoint(self::cuGreenCtxCreate as *const ()),
     ),
     (
         "cuGreenCtxDestroy",
-        crate::proc_address::EntryPoint(cuGreenCtxDestroy as *const ()),
+        crate::proc_address::EntryPoint(self::cuGreenCtxDestroy as *const ()),
     ),
     (
         "cuGreenCtxGetDevResource",
-        crate::proc_address::EntryPoint(cuGreenCtxGetDevResource as *const ()),
+        crate::proc_address::EntryPoint(self::cuGreenCtxGetDevResource as *const ()),
     ),
     (
         "cuGreenCtxGetId",
-        crate::proc_address::EntryPoint(cuGreenCtxGetId as *const ()),
+        crate::proc_address::EntryPoint(self::cuGreenCtxGetId as *const ()),
     ),
     (
         "cuGreenCtxRecordEvent",
-        crate::proc_address::EntryPoint(cuGreenCtxRecordEvent as *const ()),
+        crate::proc_address::EntryPoint(self::cuGreenCtxRecordEvent as *const ()),
     ),
     (
         "cuGreenCtxStreamCreate",
-        crate::proc_address::EntryPoint(cuGreenCtxStreamCreate as *const ()),
+        crate::proc_address::EntryPoint(self::cuGreenCtxStreamCreate as *const ()),
     ),
     (
         "cuGreenCtxWaitEvent",
-        crate::proc_address::EntryPoint(cuGreenCtxWaitEvent as *const ()),
+        crate::proc_address::EntryPoint(self::cuGreenCtxWaitEvent as *const ()),
     ),
     (
         "cuImportExternalMemory",
-        crate::proc_address::EntryPoint(cuImportExternalMemory as *const ()),
+        crate::proc_address::EntryPoint(self::cuImportExternalMemory as *const ()),
     ),
     (
         "cuImportExternalSemaphore",
-        crate::proc_address::EntryPoint(cuImportExternalSemaphore as *const ()),
+        crate::proc_address::EntryPoint(self::cuImportExternalSemaphore as *const ()),
     ),
     (
         "cuInit",
-        crate::proc_address::EntryPoint(cuInit as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuInit as *const ()),
     ),
     (
         "cuIpcCloseMemHandle",
-        crate::proc_address::EntryPoint(cuIpcCloseMemHandle as *const ()),
+        crate::proc_address::EntryPoint(self::cuIpcCloseMemHandle as *const ()),
     ),
     (
         "cuIpcGetEventHandle",
-        crate::proc_address::EntryPoint(cuIpcGetEventHandle as *const ()),
+        crate::proc_address::EntryPoint(self::cuIpcGetEventHandle as *const ()),
     ),
     (
         "cuIpcGetMemHandle",
-        crate::proc_address::EntryPoint(cuIpcGetMemHandle as *const ()),
+        crate::proc_address::EntryPoint(self::cuIpcGetMemHandle as *const ()),
     ),
     (
         "cuIpcOpenEventHandle",
-        crate::proc_address::EntryPoint(cuIpcOpenEventHandle as *const ()),
+        crate::proc_address::EntryPoint(self::cuIpcOpenEventHandle as *const ()),
     ),
     (
         "cuIpcOpenMemHandle",
-        crate::proc_address::EntryPoint(cuIpcOpenMemHandle as *const ()),
+        crate::proc_address::EntryPoint(self::cuIpcOpenMemHandle as *const ()),
     ),
     (
         "cuIpcOpenMemHandle_v2",
-        crate::proc_address::EntryPoint(cuIpcOpenMemHandle_v2 as *const ()),
+        crate::proc_address::EntryPoint(self::cuIpcOpenMemHandle_v2 as *const ()),
     ),
     (
         "cuKernelGetAttribute",
-        crate::proc_address::EntryPoint(cuKernelGetAttribute as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuKernelGetAttribute as *const ()),
     ),
     (
         "cuKernelGetFunction",
-        crate::proc_address::EntryPoint(cuKernelGetFunction as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuKernelGetFunction as *const ()),
     ),
     (
         "cuKernelGetLibrary",
-        crate::proc_address::EntryPoint(cuKernelGetLibrary as *const ()),
+        crate::proc_address::EntryPoint(self::cuKernelGetLibrary as *const ()),
     ),
     (
         "cuKernelGetName",
-        crate::proc_address::EntryPoint(cuKernelGetName as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuKernelGetName as *const ()),
     ),
     (
         "cuKernelGetParamInfo",
-        crate::proc_address::EntryPoint(cuKernelGetParamInfo as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuKernelGetParamInfo as *const ()),
     ),
     (
         "cuKernelSetAttribute",
-        crate::proc_address::EntryPoint(cuKernelSetAttribute as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuKernelSetAttribute as *const ()),
     ),
     (
         "cuKernelSetCacheConfig",
-        crate::proc_address::EntryPoint(cuKernelSetCacheConfig as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuKernelSetCacheConfig as *const ()),
     ),
     (
         "cuLaunch",
-        crate::proc_address::EntryPoint(cuLaunch as *const ()),
+        crate::proc_address::EntryPoint(self::cuLaunch as *const ()),
     ),
     (
         "cuLaunchCooperativeKernel",
-        crate::proc_address::EntryPoint(cuLaunchCooperativeKernel as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuLaunchCooperativeKernel as *const ()),
     ),
     (
         "cuLaunchCooperativeKernelMultiDevice",
-        crate::proc_address::EntryPoint(cuLaunchCooperativeKernelMultiDevice as *const ()),
+        crate::proc_address::EntryPoint(self::cuLaunchCooperativeKernelMultiDevice as *const ()),
     ),
     (
         "cuLaunchCooperativeKernel_ptsz",
-        crate::proc_address::EntryPoint(cuLaunchCooperativeKernel_ptsz as *const ()),
+        crate::proc_address::EntryPoint(self::cuLaunchCooperativeKernel_ptsz as *const ()),
     ),
     (
         "cuLaunchGrid",
-        crate::proc_address::EntryPoint(cuLaunchGrid as *const ()),
+        crate::proc_address::EntryPoint(self::cuLaunchGrid as *const ()),
     ),
     (
         "cuLaunchGridAsync",
-        crate::proc_address::EntryPoint(cuLaunchGridAsync as *const ()),
+        crate::proc_address::EntryPoint(self::cuLaunchGridAsync as *const ()),
     ),
     (
         "cuLaunchHostFunc",
-        crate::proc_address::EntryPoint(cuLaunchHostFunc as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuLaunchHostFunc as *const ()),
     ),
     (
         "cuLaunchHostFunc_ptsz",
-        crate::proc_address::EntryPoint(cuLaunchHostFunc_ptsz as *const ()),
+        crate::proc_address::EntryPoint(self::cuLaunchHostFunc_ptsz as *const ()),
     ),
     (
         "cuLaunchKernel",
-        crate::proc_address::EntryPoint(cuLaunchKernel as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuLaunchKernel as *const ()),
     ),
     (
         "cuLaunchKernelEx",
-        crate::proc_address::EntryPoint(cuLaunchKernelEx as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuLaunchKernelEx as *const ()),
     ),
     (
         "cuLaunchKernelEx_ptsz",
-        crate::proc_address::EntryPoint(cuLaunchKernelEx_ptsz as *const ()),
+        crate::proc_address::EntryPoint(self::cuLaunchKernelEx_ptsz as *const ()),
     ),
     (
         "cuLaunchKernel_ptsz",
-        crate::proc_address::EntryPoint(cuLaunchKernel_ptsz as *const ()),
+        crate::proc_address::EntryPoint(self::cuLaunchKernel_ptsz as *const ()),
     ),
     (
         "cuLibraryEnumerateKernels",
-        crate::proc_address::EntryPoint(cuLibraryEnumerateKernels as *const ()),
+        crate::proc_address::EntryPoint(self::cuLibraryEnumerateKernels as *const ()),
     ),
     (
         "cuLibraryGetGlobal",
-        crate::proc_address::EntryPoint(cuLibraryGetGlobal as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuLibraryGetGlobal as *const ()),
     ),
     (
         "cuLibraryGetKernel",
-        crate::proc_address::EntryPoint(cuLibraryGetKernel as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuLibraryGetKernel as *const ()),
     ),
     (
         "cuLibraryGetKernelCount",
-        crate::proc_address::EntryPoint(cuLibraryGetKernelCount as *const ()),
+        crate::proc_address::EntryPoint(self::cuLibraryGetKernelCount as *const ()),
     ),
     (
         "cuLibraryGetManaged",
-        crate::proc_address::EntryPoint(cuLibraryGetManaged as *const ()),
+        crate::proc_address::EntryPoint(self::cuLibraryGetManaged as *const ()),
     ),
     (
         "cuLibraryGetModule",
-        crate::proc_address::EntryPoint(cuLibraryGetModule as *const ()),
+        crate::proc_address::EntryPoint(self::cuLibraryGetModule as *const ()),
     ),
     (
         "cuLibraryGetUnifiedFunction",
-        crate::proc_address::EntryPoint(cuLibraryGetUnifiedFunction as *const ()),
+        crate::proc_address::EntryPoint(self::cuLibraryGetUnifiedFunction as *const ()),
     ),
     (
         "cuLibraryLoadData",
-        crate::proc_address::EntryPoint(cuLibraryLoadData as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuLibraryLoadData as *const ()),
     ),
     (
         "cuLibraryLoadFromFile",
-        crate::proc_address::EntryPoint(cuLibraryLoadFromFile as *const ()),
+        crate::proc_address::EntryPoint(self::cuLibraryLoadFromFile as *const ()),
     ),
     (
         "cuLibraryUnload",
-        crate::proc_address::EntryPoint(cuLibraryUnload as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuLibraryUnload as *const ()),
     ),
     (
         "cuLinkAddData",
-        crate::proc_address::EntryPoint(cuLinkAddData as *const ()),
+        crate::proc_address::EntryPoint(self::cuLinkAddData as *const ()),
     ),
     (
         "cuLinkAddData_v2",
-        crate::proc_address::EntryPoint(cuLinkAddData_v2 as *const ()),
+        crate::proc_address::EntryPoint(self::cuLinkAddData_v2 as *const ()),
     ),
     (
         "cuLinkAddFile",
-        crate::proc_address::EntryPoint(cuLinkAddFile as *const ()),
+        crate::proc_address::EntryPoint(self::cuLinkAddFile as *const ()),
     ),
     (
         "cuLinkAddFile_v2",
-        crate::proc_address::EntryPoint(cuLinkAddFile_v2 as *const ()),
+        crate::proc_address::EntryPoint(self::cuLinkAddFile_v2 as *const ()),
     ),
     (
         "cuLinkComplete",
-        crate::proc_address::EntryPoint(cuLinkComplete as *const ()),
+        crate::proc_address::EntryPoint(self::cuLinkComplete as *const ()),
     ),
     (
         "cuLinkCreate",
-        crate::proc_address::EntryPoint(cuLinkCreate as *const ()),
+        crate::proc_address::EntryPoint(self::cuLinkCreate as *const ()),
     ),
     (
         "cuLinkCreate_v2",
-        crate::proc_address::EntryPoint(cuLinkCreate_v2 as *const ()),
+        crate::proc_address::EntryPoint(self::cuLinkCreate_v2 as *const ()),
     ),
     (
         "cuLinkDestroy",
-        crate::proc_address::EntryPoint(cuLinkDestroy as *const ()),
+        crate::proc_address::EntryPoint(self::cuLinkDestroy as *const ()),
     ),
     (
         "cuLogsCurrent",
-        crate::proc_address::EntryPoint(cuLogsCurrent as *const ()),
+        crate::proc_address::EntryPoint(self::cuLogsCurrent as *const ()),
     ),
     (
         "cuLogsDumpToFile",
-        crate::proc_address::EntryPoint(cuLogsDumpToFile as *const ()),
+        crate::proc_address::EntryPoint(self::cuLogsDumpToFile as *const ()),
     ),
     (
         "cuLogsDumpToMemory",
-        crate::proc_address::EntryPoint(cuLogsDumpToMemory as *const ()),
+        crate::proc_address::EntryPoint(self::cuLogsDumpToMemory as *const ()),
     ),
     (
         "cuLogsRegisterCallback",
-        crate::proc_address::EntryPoint(cuLogsRegisterCallback as *const ()),
+        crate::proc_address::EntryPoint(self::cuLogsRegisterCallback as *const ()),
     ),
     (
         "cuLogsUnregisterCallback",
-        crate::proc_address::EntryPoint(cuLogsUnregisterCallback as *const ()),
+        crate::proc_address::EntryPoint(self::cuLogsUnregisterCallback as *const ()),
     ),
     (
         "cuMemAddressFree",
-        crate::proc_address::EntryPoint(cuMemAddressFree as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemAddressFree as *const ()),
     ),
     (
         "cuMemAddressReserve",
-        crate::proc_address::EntryPoint(cuMemAddressReserve as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemAddressReserve as *const ()),
     ),
     (
         "cuMemAdvise",
-        crate::proc_address::EntryPoint(cuMemAdvise as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemAdvise as *const ()),
     ),
     (
         "cuMemAdvise_v2",
-        crate::proc_address::EntryPoint(cuMemAdvise_v2 as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemAdvise_v2 as *const ()),
     ),
     (
         "cuMemAlloc",
-        crate::proc_address::EntryPoint(cuMemAlloc as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemAlloc as *const ()),
     ),
     (
         "cuMemAllocAsync",
-        crate::proc_address::EntryPoint(cuMemAllocAsync as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemAllocAsync as *const ()),
     ),
     (
         "cuMemAllocAsync_ptsz",
-        crate::proc_address::EntryPoint(cuMemAllocAsync_ptsz as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemAllocAsync_ptsz as *const ()),
     ),
     (
         "cuMemAllocFromPoolAsync",
-        crate::proc_address::EntryPoint(cuMemAllocFromPoolAsync as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemAllocFromPoolAsync as *const ()),
     ),
     (
         "cuMemAllocFromPoolAsync_ptsz",
-        crate::proc_address::EntryPoint(cuMemAllocFromPoolAsync_ptsz as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemAllocFromPoolAsync_ptsz as *const ()),
     ),
     (
         "cuMemAllocHost",
-        crate::proc_address::EntryPoint(cuMemAllocHost as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemAllocHost as *const ()),
     ),
     (
         "cuMemAllocHost_v2",
-        crate::proc_address::EntryPoint(cuMemAllocHost_v2 as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuMemAllocHost_v2 as *const ()),
     ),
     (
         "cuMemAllocManaged",
-        crate::proc_address::EntryPoint(cuMemAllocManaged as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemAllocManaged as *const ()),
     ),
     (
         "cuMemAllocPitch",
-        crate::proc_address::EntryPoint(cuMemAllocPitch as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemAllocPitch as *const ()),
     ),
     (
         "cuMemAllocPitch_v2",
-        crate::proc_address::EntryPoint(cuMemAllocPitch_v2 as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuMemAllocPitch_v2 as *const ()),
     ),
     (
         "cuMemAlloc_v2",
-        crate::proc_address::EntryPoint(cuMemAlloc_v2 as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuMemAlloc_v2 as *const ()),
     ),
     (
         "cuMemBatchDecompressAsync",
-        crate::proc_address::EntryPoint(cuMemBatchDecompressAsync as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemBatchDecompressAsync as *const ()),
     ),
     (
         "cuMemBatchDecompressAsync_ptsz",
-        crate::proc_address::EntryPoint(cuMemBatchDecompressAsync_ptsz as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemBatchDecompressAsync_ptsz as *const ()),
     ),
     (
         "cuMemCreate",
-        crate::proc_address::EntryPoint(cuMemCreate as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemCreate as *const ()),
     ),
     (
         "cuMemDiscardAndPrefetchBatchAsync",
-        crate::proc_address::EntryPoint(cuMemDiscardAndPrefetchBatchAsync as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemDiscardAndPrefetchBatchAsync as *const ()),
     ),
     (
         "cuMemDiscardAndPrefetchBatchAsync_ptsz",
-        crate::proc_address::EntryPoint(cuMemDiscardAndPrefetchBatchAsync_ptsz as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemDiscardAndPrefetchBatchAsync_ptsz as *const ()),
     ),
     (
         "cuMemDiscardBatchAsync",
-        crate::proc_address::EntryPoint(cuMemDiscardBatchAsync as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemDiscardBatchAsync as *const ()),
     ),
     (
         "cuMemDiscardBatchAsync_ptsz",
-        crate::proc_address::EntryPoint(cuMemDiscardBatchAsync_ptsz as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemDiscardBatchAsync_ptsz as *const ()),
     ),
     (
         "cuMemExportToShareableHandle",
-        crate::proc_address::EntryPoint(cuMemExportToShareableHandle as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemExportToShareableHandle as *const ()),
     ),
     (
         "cuMemFree",
-        crate::proc_address::EntryPoint(cuMemFree as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemFree as *const ()),
     ),
     (
         "cuMemFreeAsync",
-        crate::proc_address::EntryPoint(cuMemFreeAsync as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemFreeAsync as *const ()),
     ),
     (
         "cuMemFreeAsync_ptsz",
-        crate::proc_address::EntryPoint(cuMemFreeAsync_ptsz as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemFreeAsync_ptsz as *const ()),
     ),
     (
         "cuMemFreeHost",
-        crate::proc_address::EntryPoint(cuMemFreeHost as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuMemFreeHost as *const ()),
     ),
     (
         "cuMemFree_v2",
-        crate::proc_address::EntryPoint(cuMemFree_v2 as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuMemFree_v2 as *const ()),
     ),
     (
         "cuMemGetAccess",
-        crate::proc_address::EntryPoint(cuMemGetAccess as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemGetAccess as *const ()),
     ),
     (
         "cuMemGetAddressRange",
-        crate::proc_address::EntryPoint(cuMemGetAddressRange as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemGetAddressRange as *const ()),
     ),
     (
         "cuMemGetAddressRange_v2",
-        crate::proc_address::EntryPoint(cuMemGetAddressRange_v2 as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuMemGetAddressRange_v2 as *const ()),
     ),
     (
         "cuMemGetAllocationGranularity",
-        crate::proc_address::EntryPoint(cuMemGetAllocationGranularity as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemGetAllocationGranularity as *const ()),
     ),
     (
         "cuMemGetAllocationPropertiesFromHandle",
-        crate::proc_address::EntryPoint(cuMemGetAllocationPropertiesFromHandle as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemGetAllocationPropertiesFromHandle as *const ()),
     ),
     (
         "cuMemGetAttribute",
-        crate::proc_address::EntryPoint(cuMemGetAttribute as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemGetAttribute as *const ()),
     ),
     (
         "cuMemGetAttribute_v2",
-        crate::proc_address::EntryPoint(cuMemGetAttribute_v2 as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemGetAttribute_v2 as *const ()),
     ),
     (
         "cuMemGetDefaultMemPool",
-        crate::proc_address::EntryPoint(cuMemGetDefaultMemPool as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemGetDefaultMemPool as *const ()),
     ),
     (
         "cuMemGetHandleForAddressRange",
-        crate::proc_address::EntryPoint(cuMemGetHandleForAddressRange as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemGetHandleForAddressRange as *const ()),
     ),
     (
         "cuMemGetInfo",
-        crate::proc_address::EntryPoint(cuMemGetInfo as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemGetInfo as *const ()),
     ),
     (
         "cuMemGetInfo_v2",
-        crate::proc_address::EntryPoint(cuMemGetInfo_v2 as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuMemGetInfo_v2 as *const ()),
     ),
     (
         "cuMemGetMemPool",
-        crate::proc_address::EntryPoint(cuMemGetMemPool as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemGetMemPool as *const ()),
     ),
     (
         "cuMemHostAlloc",
-        crate::proc_address::EntryPoint(cuMemHostAlloc as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuMemHostAlloc as *const ()),
     ),
     (
         "cuMemHostGetDevicePointer",
-        crate::proc_address::EntryPoint(cuMemHostGetDevicePointer as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemHostGetDevicePointer as *const ()),
     ),
     (
         "cuMemHostGetDevicePointer_v2",
-        crate::proc_address::EntryPoint(cuMemHostGetDevicePointer_v2 as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemHostGetDevicePointer_v2 as *const ()),
     ),
     (
         "cuMemHostGetFlags",
-        crate::proc_address::EntryPoint(cuMemHostGetFlags as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuMemHostGetFlags as *const ()),
     ),
     (
         "cuMemHostRegister",
-        crate::proc_address::EntryPoint(cuMemHostRegister as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemHostRegister as *const ()),
     ),
     (
         "cuMemHostRegister_v2",
-        crate::proc_address::EntryPoint(cuMemHostRegister_v2 as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuMemHostRegister_v2 as *const ()),
     ),
     (
         "cuMemHostUnregister",
-        crate::proc_address::EntryPoint(cuMemHostUnregister as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuMemHostUnregister as *const ()),
     ),
     (
         "cuMemImportFromShareableHandle",
-        crate::proc_address::EntryPoint(cuMemImportFromShareableHandle as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemImportFromShareableHandle as *const ()),
     ),
     (
         "cuMemMap",
-        crate::proc_address::EntryPoint(cuMemMap as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemMap as *const ()),
     ),
     (
         "cuMemMapArrayAsync",
-        crate::proc_address::EntryPoint(cuMemMapArrayAsync as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemMapArrayAsync as *const ()),
     ),
     (
         "cuMemMapArrayAsync_ptsz",
-        crate::proc_address::EntryPoint(cuMemMapArrayAsync_ptsz as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemMapArrayAsync_ptsz as *const ()),
     ),
     (
         "cuMemPoolCreate",
-        crate::proc_address::EntryPoint(cuMemPoolCreate as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemPoolCreate as *const ()),
     ),
     (
         "cuMemPoolDestroy",
-        crate::proc_address::EntryPoint(cuMemPoolDestroy as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemPoolDestroy as *const ()),
     ),
     (
         "cuMemPoolExportPointer",
-        crate::proc_address::EntryPoint(cuMemPoolExportPointer as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemPoolExportPointer as *const ()),
     ),
     (
         "cuMemPoolExportToShareableHandle",
-        crate::proc_address::EntryPoint(cuMemPoolExportToShareableHandle as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemPoolExportToShareableHandle as *const ()),
     ),
     (
         "cuMemPoolGetAccess",
-        crate::proc_address::EntryPoint(cuMemPoolGetAccess as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemPoolGetAccess as *const ()),
     ),
     (
         "cuMemPoolGetAttribute",
-        crate::proc_address::EntryPoint(cuMemPoolGetAttribute as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemPoolGetAttribute as *const ()),
     ),
     (
         "cuMemPoolImportFromShareableHandle",
-        crate::proc_address::EntryPoint(cuMemPoolImportFromShareableHandle as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemPoolImportFromShareableHandle as *const ()),
     ),
     (
         "cuMemPoolImportPointer",
-        crate::proc_address::EntryPoint(cuMemPoolImportPointer as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemPoolImportPointer as *const ()),
     ),
     (
         "cuMemPoolSetAccess",
-        crate::proc_address::EntryPoint(cuMemPoolSetAccess as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemPoolSetAccess as *const ()),
     ),
     (
         "cuMemPoolSetAttribute",
-        crate::proc_address::EntryPoint(cuMemPoolSetAttribute as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemPoolSetAttribute as *const ()),
     ),
     (
         "cuMemPoolTrimTo",
-        crate::proc_address::EntryPoint(cuMemPoolTrimTo as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemPoolTrimTo as *const ()),
     ),
     (
         "cuMemPrefetchAsync",
-        crate::proc_address::EntryPoint(cuMemPrefetchAsync as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemPrefetchAsync as *const ()),
     ),
     (
         "cuMemPrefetchAsync_ptsz",
-        crate::proc_address::EntryPoint(cuMemPrefetchAsync_ptsz as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemPrefetchAsync_ptsz as *const ()),
     ),
     (
         "cuMemPrefetchAsync_v2",
-        crate::proc_address::EntryPoint(cuMemPrefetchAsync_v2 as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemPrefetchAsync_v2 as *const ()),
     ),
     (
         "cuMemPrefetchAsync_v2_ptsz",
-        crate::proc_address::EntryPoint(cuMemPrefetchAsync_v2_ptsz as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemPrefetchAsync_v2_ptsz as *const ()),
     ),
     (
         "cuMemPrefetchBatchAsync",
-        crate::proc_address::EntryPoint(cuMemPrefetchBatchAsync as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemPrefetchBatchAsync as *const ()),
     ),
     (
         "cuMemPrefetchBatchAsync_ptsz",
-        crate::proc_address::EntryPoint(cuMemPrefetchBatchAsync_ptsz as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemPrefetchBatchAsync_ptsz as *const ()),
     ),
     (
         "cuMemRangeGetAttribute",
-        crate::proc_address::EntryPoint(cuMemRangeGetAttribute as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemRangeGetAttribute as *const ()),
     ),
     (
         "cuMemRangeGetAttributes",
-        crate::proc_address::EntryPoint(cuMemRangeGetAttributes as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemRangeGetAttributes as *const ()),
     ),
     (
         "cuMemRelease",
-        crate::proc_address::EntryPoint(cuMemRelease as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemRelease as *const ()),
     ),
     (
         "cuMemRetainAllocationHandle",
-        crate::proc_address::EntryPoint(cuMemRetainAllocationHandle as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemRetainAllocationHandle as *const ()),
     ),
     (
         "cuMemSetAccess",
-        crate::proc_address::EntryPoint(cuMemSetAccess as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemSetAccess as *const ()),
     ),
     (
         "cuMemSetMemPool",
-        crate::proc_address::EntryPoint(cuMemSetMemPool as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemSetMemPool as *const ()),
     ),
     (
         "cuMemUnmap",
-        crate::proc_address::EntryPoint(cuMemUnmap as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemUnmap as *const ()),
     ),
     (
         "cuMemcpy",
-        crate::proc_address::EntryPoint(cuMemcpy as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuMemcpy as *const ()),
     ),
     (
         "cuMemcpy2D",
-        crate::proc_address::EntryPoint(cuMemcpy2D as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemcpy2D as *const ()),
     ),
     (
         "cuMemcpy2DAsync",
-        crate::proc_address::EntryPoint(cuMemcpy2DAsync as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemcpy2DAsync as *const ()),
     ),
     (
         "cuMemcpy2DAsync_v2",
-        crate::proc_address::EntryPoint(cuMemcpy2DAsync_v2 as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuMemcpy2DAsync_v2 as *const ()),
     ),
     (
         "cuMemcpy2DAsync_v2_ptsz",
-        crate::proc_address::EntryPoint(cuMemcpy2DAsync_v2_ptsz as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemcpy2DAsync_v2_ptsz as *const ()),
     ),
     (
         "cuMemcpy2DUnaligned",
-        crate::proc_address::EntryPoint(cuMemcpy2DUnaligned as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemcpy2DUnaligned as *const ()),
     ),
     (
         "cuMemcpy2DUnaligned_v2",
-        crate::proc_address::EntryPoint(cuMemcpy2DUnaligned_v2 as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuMemcpy2DUnaligned_v2 as *const ()),
     ),
     (
         "cuMemcpy2DUnaligned_v2_ptds",
-        crate::proc_address::EntryPoint(cuMemcpy2DUnaligned_v2_ptds as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemcpy2DUnaligned_v2_ptds as *const ()),
     ),
     (
         "cuMemcpy2D_v2",
-        crate::proc_address::EntryPoint(cuMemcpy2D_v2 as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuMemcpy2D_v2 as *const ()),
     ),
     (
         "cuMemcpy2D_v2_ptds",
-        crate::proc_address::EntryPoint(cuMemcpy2D_v2_ptds as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemcpy2D_v2_ptds as *const ()),
     ),
     (
         "cuMemcpy3D",
-        crate::proc_address::EntryPoint(cuMemcpy3D as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemcpy3D as *const ()),
     ),
     (
         "cuMemcpy3DAsync",
-        crate::proc_address::EntryPoint(cuMemcpy3DAsync as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemcpy3DAsync as *const ()),
     ),
     (
         "cuMemcpy3DAsync_v2",
-        crate::proc_address::EntryPoint(cuMemcpy3DAsync_v2 as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemcpy3DAsync_v2 as *const ()),
     ),
     (
         "cuMemcpy3DAsync_v2_ptsz",
-        crate::proc_address::EntryPoint(cuMemcpy3DAsync_v2_ptsz as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemcpy3DAsync_v2_ptsz as *const ()),
     ),
     (
         "cuMemcpy3DBatchAsync",
-        crate::proc_address::EntryPoint(cuMemcpy3DBatchAsync as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemcpy3DBatchAsync as *const ()),
     ),
     (
         "cuMemcpy3DBatchAsync_ptsz",
-        crate::proc_address::EntryPoint(cuMemcpy3DBatchAsync_ptsz as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemcpy3DBatchAsync_ptsz as *const ()),
     ),
     (
         "cuMemcpy3DBatchAsync_v2",
-        crate::proc_address::EntryPoint(cuMemcpy3DBatchAsync_v2 as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemcpy3DBatchAsync_v2 as *const ()),
     ),
     (
         "cuMemcpy3DBatchAsync_v2_ptsz",
-        crate::proc_address::EntryPoint(cuMemcpy3DBatchAsync_v2_ptsz as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemcpy3DBatchAsync_v2_ptsz as *const ()),
     ),
     (
         "cuMemcpy3DPeer",
-        crate::proc_address::EntryPoint(cuMemcpy3DPeer as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemcpy3DPeer as *const ()),
     ),
     (
         "cuMemcpy3DPeerAsync",
-        crate::proc_address::EntryPoint(cuMemcpy3DPeerAsync as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemcpy3DPeerAsync as *const ()),
     ),
     (
         "cuMemcpy3DPeerAsync_ptsz",
-        crate::proc_address::EntryPoint(cuMemcpy3DPeerAsync_ptsz as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemcpy3DPeerAsync_ptsz as *const ()),
     ),
     (
         "cuMemcpy3DPeer_ptds",
-        crate::proc_address::EntryPoint(cuMemcpy3DPeer_ptds as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemcpy3DPeer_ptds as *const ()),
     ),
     (
         "cuMemcpy3D_v2",
-        crate::proc_address::EntryPoint(cuMemcpy3D_v2 as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemcpy3D_v2 as *const ()),
     ),
     (
         "cuMemcpy3D_v2_ptds",
-        crate::proc_address::EntryPoint(cuMemcpy3D_v2_ptds as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemcpy3D_v2_ptds as *const ()),
     ),
     (
         "cuMemcpyAsync",
-        crate::proc_address::EntryPoint(cuMemcpyAsync as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuMemcpyAsync as *const ()),
     ),
     (
         "cuMemcpyAsync_ptsz",
-        crate::proc_address::EntryPoint(cuMemcpyAsync_ptsz as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemcpyAsync_ptsz as *const ()),
     ),
     (
         "cuMemcpyAtoA",
-        crate::proc_address::EntryPoint(cuMemcpyAtoA as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemcpyAtoA as *const ()),
     ),
     (
         "cuMemcpyAtoA_v2",
-        crate::proc_address::EntryPoint(cuMemcpyAtoA_v2 as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemcpyAtoA_v2 as *const ()),
     ),
     (
         "cuMemcpyAtoA_v2_ptds",
-        crate::proc_address::EntryPoint(cuMemcpyAtoA_v2_ptds as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemcpyAtoA_v2_ptds as *const ()),
     ),
     (
         "cuMemcpyAtoD",
-        crate::proc_address::EntryPoint(cuMemcpyAtoD as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemcpyAtoD as *const ()),
     ),
     (
         "cuMemcpyAtoD_v2",
-        crate::proc_address::EntryPoint(cuMemcpyAtoD_v2 as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemcpyAtoD_v2 as *const ()),
     ),
     (
         "cuMemcpyAtoD_v2_ptds",
-        crate::proc_address::EntryPoint(cuMemcpyAtoD_v2_ptds as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemcpyAtoD_v2_ptds as *const ()),
     ),
     (
         "cuMemcpyAtoH",
-        crate::proc_address::EntryPoint(cuMemcpyAtoH as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemcpyAtoH as *const ()),
     ),
     (
         "cuMemcpyAtoHAsync",
-        crate::proc_address::EntryPoint(cuMemcpyAtoHAsync as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemcpyAtoHAsync as *const ()),
     ),
     (
         "cuMemcpyAtoHAsync_v2",
-        crate::proc_address::EntryPoint(cuMemcpyAtoHAsync_v2 as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemcpyAtoHAsync_v2 as *const ()),
     ),
     (
         "cuMemcpyAtoHAsync_v2_ptsz",
-        crate::proc_address::EntryPoint(cuMemcpyAtoHAsync_v2_ptsz as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemcpyAtoHAsync_v2_ptsz as *const ()),
     ),
     (
         "cuMemcpyAtoH_v2",
-        crate::proc_address::EntryPoint(cuMemcpyAtoH_v2 as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemcpyAtoH_v2 as *const ()),
     ),
     (
         "cuMemcpyAtoH_v2_ptds",
-        crate::proc_address::EntryPoint(cuMemcpyAtoH_v2_ptds as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemcpyAtoH_v2_ptds as *const ()),
     ),
     (
         "cuMemcpyBatchAsync",
-        crate::proc_address::EntryPoint(cuMemcpyBatchAsync as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemcpyBatchAsync as *const ()),
     ),
     (
         "cuMemcpyBatchAsync_ptsz",
-        crate::proc_address::EntryPoint(cuMemcpyBatchAsync_ptsz as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemcpyBatchAsync_ptsz as *const ()),
     ),
     (
         "cuMemcpyBatchAsync_v2",
-        crate::proc_address::EntryPoint(cuMemcpyBatchAsync_v2 as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemcpyBatchAsync_v2 as *const ()),
     ),
     (
         "cuMemcpyBatchAsync_v2_ptsz",
-        crate::proc_address::EntryPoint(cuMemcpyBatchAsync_v2_ptsz as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemcpyBatchAsync_v2_ptsz as *const ()),
     ),
     (
         "cuMemcpyDtoA",
-        crate::proc_address::EntryPoint(cuMemcpyDtoA as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemcpyDtoA as *const ()),
     ),
     (
         "cuMemcpyDtoA_v2",
-        crate::proc_address::EntryPoint(cuMemcpyDtoA_v2 as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemcpyDtoA_v2 as *const ()),
     ),
     (
         "cuMemcpyDtoA_v2_ptds",
-        crate::proc_address::EntryPoint(cuMemcpyDtoA_v2_ptds as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemcpyDtoA_v2_ptds as *const ()),
     ),
     (
         "cuMemcpyDtoD",
-        crate::proc_address::EntryPoint(cuMemcpyDtoD as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemcpyDtoD as *const ()),
     ),
     (
         "cuMemcpyDtoDAsync",
-        crate::proc_address::EntryPoint(cuMemcpyDtoDAsync as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemcpyDtoDAsync as *const ()),
     ),
     (
         "cuMemcpyDtoDAsync_v2",
-        crate::proc_address::EntryPoint(cuMemcpyDtoDAsync_v2 as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuMemcpyDtoDAsync_v2 as *const ()),
     ),
     (
         "cuMemcpyDtoDAsync_v2_ptsz",
-        crate::proc_address::EntryPoint(cuMemcpyDtoDAsync_v2_ptsz as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemcpyDtoDAsync_v2_ptsz as *const ()),
     ),
     (
         "cuMemcpyDtoD_v2",
-        crate::proc_address::EntryPoint(cuMemcpyDtoD_v2 as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuMemcpyDtoD_v2 as *const ()),
     ),
     (
         "cuMemcpyDtoD_v2_ptds",
-        crate::proc_address::EntryPoint(cuMemcpyDtoD_v2_ptds as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemcpyDtoD_v2_ptds as *const ()),
     ),
     (
         "cuMemcpyDtoH",
-        crate::proc_address::EntryPoint(cuMemcpyDtoH as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemcpyDtoH as *const ()),
     ),
     (
         "cuMemcpyDtoHAsync",
-        crate::proc_address::EntryPoint(cuMemcpyDtoHAsync as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemcpyDtoHAsync as *const ()),
     ),
     (
         "cuMemcpyDtoHAsync_v2",
-        crate::proc_address::EntryPoint(cuMemcpyDtoHAsync_v2 as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuMemcpyDtoHAsync_v2 as *const ()),
     ),
     (
         "cuMemcpyDtoHAsync_v2_ptsz",
-        crate::proc_address::EntryPoint(cuMemcpyDtoHAsync_v2_ptsz as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemcpyDtoHAsync_v2_ptsz as *const ()),
     ),
     (
         "cuMemcpyDtoH_v2",
-        crate::proc_address::EntryPoint(cuMemcpyDtoH_v2 as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuMemcpyDtoH_v2 as *const ()),
     ),
     (
         "cuMemcpyDtoH_v2_ptds",
-        crate::proc_address::EntryPoint(cuMemcpyDtoH_v2_ptds as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemcpyDtoH_v2_ptds as *const ()),
     ),
     (
         "cuMemcpyHtoA",
-        crate::proc_address::EntryPoint(cuMemcpyHtoA as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemcpyHtoA as *const ()),
     ),
     (
         "cuMemcpyHtoAAsync",
-        crate::proc_address::EntryPoint(cuMemcpyHtoAAsync as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemcpyHtoAAsync as *const ()),
     ),
     (
         "cuMemcpyHtoAAsync_v2",
-        crate::proc_address::EntryPoint(cuMemcpyHtoAAsync_v2 as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemcpyHtoAAsync_v2 as *const ()),
     ),
     (
         "cuMemcpyHtoAAsync_v2_ptsz",
-        crate::proc_address::EntryPoint(cuMemcpyHtoAAsync_v2_ptsz as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemcpyHtoAAsync_v2_ptsz as *const ()),
     ),
     (
         "cuMemcpyHtoA_v2",
-        crate::proc_address::EntryPoint(cuMemcpyHtoA_v2 as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemcpyHtoA_v2 as *const ()),
     ),
     (
         "cuMemcpyHtoA_v2_ptds",
-        crate::proc_address::EntryPoint(cuMemcpyHtoA_v2_ptds as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemcpyHtoA_v2_ptds as *const ()),
     ),
     (
         "cuMemcpyHtoD",
-        crate::proc_address::EntryPoint(cuMemcpyHtoD as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemcpyHtoD as *const ()),
     ),
     (
         "cuMemcpyHtoDAsync",
-        crate::proc_address::EntryPoint(cuMemcpyHtoDAsync as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemcpyHtoDAsync as *const ()),
     ),
     (
         "cuMemcpyHtoDAsync_v2",
-        crate::proc_address::EntryPoint(cuMemcpyHtoDAsync_v2 as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuMemcpyHtoDAsync_v2 as *const ()),
     ),
     (
         "cuMemcpyHtoDAsync_v2_ptsz",
-        crate::proc_address::EntryPoint(cuMemcpyHtoDAsync_v2_ptsz as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemcpyHtoDAsync_v2_ptsz as *const ()),
     ),
     (
         "cuMemcpyHtoD_v2",
-        crate::proc_address::EntryPoint(cuMemcpyHtoD_v2 as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuMemcpyHtoD_v2 as *const ()),
     ),
     (
         "cuMemcpyHtoD_v2_ptds",
-        crate::proc_address::EntryPoint(cuMemcpyHtoD_v2_ptds as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemcpyHtoD_v2_ptds as *const ()),
     ),
     (
         "cuMemcpyPeer",
-        crate::proc_address::EntryPoint(cuMemcpyPeer as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemcpyPeer as *const ()),
     ),
     (
         "cuMemcpyPeerAsync",
-        crate::proc_address::EntryPoint(cuMemcpyPeerAsync as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemcpyPeerAsync as *const ()),
     ),
     (
         "cuMemcpyPeerAsync_ptsz",
-        crate::proc_address::EntryPoint(cuMemcpyPeerAsync_ptsz as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemcpyPeerAsync_ptsz as *const ()),
     ),
     (
         "cuMemcpyPeer_ptds",
-        crate::proc_address::EntryPoint(cuMemcpyPeer_ptds as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemcpyPeer_ptds as *const ()),
     ),
     (
         "cuMemcpy_ptds",
-        crate::proc_address::EntryPoint(cuMemcpy_ptds as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemcpy_ptds as *const ()),
     ),
     (
         "cuMemsetD16",
-        crate::proc_address::EntryPoint(cuMemsetD16 as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemsetD16 as *const ()),
     ),
     (
         "cuMemsetD16Async",
-        crate::proc_address::EntryPoint(cuMemsetD16Async as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuMemsetD16Async as *const ()),
     ),
     (
         "cuMemsetD16Async_ptsz",
-        crate::proc_address::EntryPoint(cuMemsetD16Async_ptsz as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemsetD16Async_ptsz as *const ()),
     ),
     (
         "cuMemsetD16_v2",
-        crate::proc_address::EntryPoint(cuMemsetD16_v2 as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuMemsetD16_v2 as *const ()),
     ),
     (
         "cuMemsetD16_v2_ptds",
-        crate::proc_address::EntryPoint(cuMemsetD16_v2_ptds as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemsetD16_v2_ptds as *const ()),
     ),
     (
         "cuMemsetD2D16",
-        crate::proc_address::EntryPoint(cuMemsetD2D16 as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemsetD2D16 as *const ()),
     ),
     (
         "cuMemsetD2D16Async",
-        crate::proc_address::EntryPoint(cuMemsetD2D16Async as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemsetD2D16Async as *const ()),
     ),
     (
         "cuMemsetD2D16Async_ptsz",
-        crate::proc_address::EntryPoint(cuMemsetD2D16Async_ptsz as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemsetD2D16Async_ptsz as *const ()),
     ),
     (
         "cuMemsetD2D16_v2",
-        crate::proc_address::EntryPoint(cuMemsetD2D16_v2 as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemsetD2D16_v2 as *const ()),
     ),
     (
         "cuMemsetD2D16_v2_ptds",
-        crate::proc_address::EntryPoint(cuMemsetD2D16_v2_ptds as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemsetD2D16_v2_ptds as *const ()),
     ),
     (
         "cuMemsetD2D32",
-        crate::proc_address::EntryPoint(cuMemsetD2D32 as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemsetD2D32 as *const ()),
     ),
     (
         "cuMemsetD2D32Async",
-        crate::proc_address::EntryPoint(cuMemsetD2D32Async as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuMemsetD2D32Async as *const ()),
     ),
     (
         "cuMemsetD2D32Async_ptsz",
-        crate::proc_address::EntryPoint(cuMemsetD2D32Async_ptsz as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemsetD2D32Async_ptsz as *const ()),
     ),
     (
         "cuMemsetD2D32_v2",
-        crate::proc_address::EntryPoint(cuMemsetD2D32_v2 as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuMemsetD2D32_v2 as *const ()),
     ),
     (
         "cuMemsetD2D32_v2_ptds",
-        crate::proc_address::EntryPoint(cuMemsetD2D32_v2_ptds as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemsetD2D32_v2_ptds as *const ()),
     ),
     (
         "cuMemsetD2D8",
-        crate::proc_address::EntryPoint(cuMemsetD2D8 as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemsetD2D8 as *const ()),
     ),
     (
         "cuMemsetD2D8Async",
-        crate::proc_address::EntryPoint(cuMemsetD2D8Async as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuMemsetD2D8Async as *const ()),
     ),
     (
         "cuMemsetD2D8Async_ptsz",
-        crate::proc_address::EntryPoint(cuMemsetD2D8Async_ptsz as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemsetD2D8Async_ptsz as *const ()),
     ),
     (
         "cuMemsetD2D8_v2",
-        crate::proc_address::EntryPoint(cuMemsetD2D8_v2 as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuMemsetD2D8_v2 as *const ()),
     ),
     (
         "cuMemsetD2D8_v2_ptds",
-        crate::proc_address::EntryPoint(cuMemsetD2D8_v2_ptds as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemsetD2D8_v2_ptds as *const ()),
     ),
     (
         "cuMemsetD32",
-        crate::proc_address::EntryPoint(cuMemsetD32 as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemsetD32 as *const ()),
     ),
     (
         "cuMemsetD32Async",
-        crate::proc_address::EntryPoint(cuMemsetD32Async as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuMemsetD32Async as *const ()),
     ),
     (
         "cuMemsetD32Async_ptsz",
-        crate::proc_address::EntryPoint(cuMemsetD32Async_ptsz as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemsetD32Async_ptsz as *const ()),
     ),
     (
         "cuMemsetD32_v2",
-        crate::proc_address::EntryPoint(cuMemsetD32_v2 as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuMemsetD32_v2 as *const ()),
     ),
     (
         "cuMemsetD32_v2_ptds",
-        crate::proc_address::EntryPoint(cuMemsetD32_v2_ptds as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemsetD32_v2_ptds as *const ()),
     ),
     (
         "cuMemsetD8",
-        crate::proc_address::EntryPoint(cuMemsetD8 as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemsetD8 as *const ()),
     ),
     (
         "cuMemsetD8Async",
-        crate::proc_address::EntryPoint(cuMemsetD8Async as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuMemsetD8Async as *const ()),
     ),
     (
         "cuMemsetD8Async_ptsz",
-        crate::proc_address::EntryPoint(cuMemsetD8Async_ptsz as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemsetD8Async_ptsz as *const ()),
     ),
     (
         "cuMemsetD8_v2",
-        crate::proc_address::EntryPoint(cuMemsetD8_v2 as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuMemsetD8_v2 as *const ()),
     ),
     (
         "cuMemsetD8_v2_ptds",
-        crate::proc_address::EntryPoint(cuMemsetD8_v2_ptds as *const ()),
+        crate::proc_address::EntryPoint(self::cuMemsetD8_v2_ptds as *const ()),
     ),
     (
         "cuMipmappedArrayCreate",
-        crate::proc_address::EntryPoint(cuMipmappedArrayCreate as *const ()),
+        crate::proc_address::EntryPoint(self::cuMipmappedArrayCreate as *const ()),
     ),
     (
         "cuMipmappedArrayDestroy",
-        crate::proc_address::EntryPoint(cuMipmappedArrayDestroy as *const ()),
+        crate::proc_address::EntryPoint(self::cuMipmappedArrayDestroy as *const ()),
     ),
     (
         "cuMipmappedArrayGetLevel",
-        crate::proc_address::EntryPoint(cuMipmappedArrayGetLevel as *const ()),
+        crate::proc_address::EntryPoint(self::cuMipmappedArrayGetLevel as *const ()),
     ),
     (
         "cuMipmappedArrayGetMemoryRequirements",
-        crate::proc_address::EntryPoint(cuMipmappedArrayGetMemoryRequirements as *const ()),
+        crate::proc_address::EntryPoint(self::cuMipmappedArrayGetMemoryRequirements as *const ()),
     ),
     (
         "cuMipmappedArrayGetSparseProperties",
-        crate::proc_address::EntryPoint(cuMipmappedArrayGetSparseProperties as *const ()),
+        crate::proc_address::EntryPoint(self::cuMipmappedArrayGetSparseProperties as *const ()),
     ),
     (
         "cuModuleEnumerateFunctions",
-        crate::proc_address::EntryPoint(cuModuleEnumerateFunctions as *const ()),
+        crate::proc_address::EntryPoint(self::cuModuleEnumerateFunctions as *const ()),
     ),
     (
         "cuModuleGetFunction",
-        crate::proc_address::EntryPoint(cuModuleGetFunction as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuModuleGetFunction as *const ()),
     ),
     (
         "cuModuleGetFunctionCount",
-        crate::proc_address::EntryPoint(cuModuleGetFunctionCount as *const ()),
+        crate::proc_address::EntryPoint(self::cuModuleGetFunctionCount as *const ()),
     ),
     (
         "cuModuleGetGlobal",
-        crate::proc_address::EntryPoint(cuModuleGetGlobal as *const ()),
+        crate::proc_address::EntryPoint(self::cuModuleGetGlobal as *const ()),
     ),
     (
         "cuModuleGetGlobal_v2",
-        crate::proc_address::EntryPoint(cuModuleGetGlobal_v2 as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuModuleGetGlobal_v2 as *const ()),
     ),
     (
         "cuModuleGetLoadingMode",
-        crate::proc_address::EntryPoint(cuModuleGetLoadingMode as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuModuleGetLoadingMode as *const ()),
     ),
     (
         "cuModuleGetSurfRef",
-        crate::proc_address::EntryPoint(cuModuleGetSurfRef as *const ()),
+        crate::proc_address::EntryPoint(self::cuModuleGetSurfRef as *const ()),
     ),
     (
         "cuModuleGetTexRef",
-        crate::proc_address::EntryPoint(cuModuleGetTexRef as *const ()),
+        crate::proc_address::EntryPoint(self::cuModuleGetTexRef as *const ()),
     ),
     (
         "cuModuleLoad",
-        crate::proc_address::EntryPoint(cuModuleLoad as *const ()),
+        crate::proc_address::EntryPoint(self::cuModuleLoad as *const ()),
     ),
     (
         "cuModuleLoadData",
-        crate::proc_address::EntryPoint(cuModuleLoadData as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuModuleLoadData as *const ()),
     ),
     (
         "cuModuleLoadDataEx",
-        crate::proc_address::EntryPoint(cuModuleLoadDataEx as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuModuleLoadDataEx as *const ()),
     ),
     (
         "cuModuleLoadFatBinary",
-        crate::proc_address::EntryPoint(cuModuleLoadFatBinary as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuModuleLoadFatBinary as *const ()),
     ),
     (
         "cuModuleUnload",
-        crate::proc_address::EntryPoint(cuModuleUnload as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuModuleUnload as *const ()),
     ),
     (
         "cuMulticastAddDevice",
-        crate::proc_address::EntryPoint(cuMulticastAddDevice as *const ()),
+        crate::proc_address::EntryPoint(self::cuMulticastAddDevice as *const ()),
     ),
     (
         "cuMulticastBindAddr",
-        crate::proc_address::EntryPoint(cuMulticastBindAddr as *const ()),
+        crate::proc_address::EntryPoint(self::cuMulticastBindAddr as *const ()),
     ),
     (
         "cuMulticastBindMem",
-        crate::proc_address::EntryPoint(cuMulticastBindMem as *const ()),
+        crate::proc_address::EntryPoint(self::cuMulticastBindMem as *const ()),
     ),
     (
         "cuMulticastCreate",
-        crate::proc_address::EntryPoint(cuMulticastCreate as *const ()),
+        crate::proc_address::EntryPoint(self::cuMulticastCreate as *const ()),
     ),
     (
         "cuMulticastGetGranularity",
-        crate::proc_address::EntryPoint(cuMulticastGetGranularity as *const ()),
+        crate::proc_address::EntryPoint(self::cuMulticastGetGranularity as *const ()),
     ),
     (
         "cuMulticastUnbind",
-        crate::proc_address::EntryPoint(cuMulticastUnbind as *const ()),
+        crate::proc_address::EntryPoint(self::cuMulticastUnbind as *const ()),
     ),
     (
         "cuOccupancyAvailableDynamicSMemPerBlock",
-        crate::proc_address::EntryPoint(cuOccupancyAvailableDynamicSMemPerBlock as *const ()),
+        crate::proc_address::EntryPoint(
+            crate::api::cuOccupancyAvailableDynamicSMemPerBlock as *const (),
+        ),
     ),
     (
         "cuOccupancyMaxActiveBlocksPerMultiprocessor",
-        crate::proc_address::EntryPoint(cuOccupancyMaxActiveBlocksPerMultiprocessor as *const ()),
+        crate::proc_address::EntryPoint(
+            crate::api::cuOccupancyMaxActiveBlocksPerMultiprocessor as *const (),
+        ),
     ),
     (
         "cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags",
         crate::proc_address::EntryPoint(
-            cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags as *const (),
+            crate::api::cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags as *const (),
         ),
     ),
     (
         "cuOccupancyMaxActiveClusters",
-        crate::proc_address::EntryPoint(cuOccupancyMaxActiveClusters as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuOccupancyMaxActiveClusters as *const ()),
     ),
     (
         "cuOccupancyMaxPotentialBlockSize",
-        crate::proc_address::EntryPoint(cuOccupancyMaxPotentialBlockSize as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuOccupancyMaxPotentialBlockSize as *const ()),
     ),
     (
         "cuOccupancyMaxPotentialBlockSizeWithFlags",
-        crate::proc_address::EntryPoint(cuOccupancyMaxPotentialBlockSizeWithFlags as *const ()),
+        crate::proc_address::EntryPoint(
+            crate::api::cuOccupancyMaxPotentialBlockSizeWithFlags as *const (),
+        ),
     ),
     (
         "cuOccupancyMaxPotentialClusterSize",
-        crate::proc_address::EntryPoint(cuOccupancyMaxPotentialClusterSize as *const ()),
+        crate::proc_address::EntryPoint(self::cuOccupancyMaxPotentialClusterSize as *const ()),
     ),
     (
         "cuParamSetSize",
-        crate::proc_address::EntryPoint(cuParamSetSize as *const ()),
+        crate::proc_address::EntryPoint(self::cuParamSetSize as *const ()),
     ),
     (
         "cuParamSetTexRef",
-        crate::proc_address::EntryPoint(cuParamSetTexRef as *const ()),
+        crate::proc_address::EntryPoint(self::cuParamSetTexRef as *const ()),
     ),
     (
         "cuParamSetf",
-        crate::proc_address::EntryPoint(cuParamSetf as *const ()),
+        crate::proc_address::EntryPoint(self::cuParamSetf as *const ()),
     ),
     (
         "cuParamSeti",
-        crate::proc_address::EntryPoint(cuParamSeti as *const ()),
+        crate::proc_address::EntryPoint(self::cuParamSeti as *const ()),
     ),
     (
         "cuParamSetv",
-        crate::proc_address::EntryPoint(cuParamSetv as *const ()),
+        crate::proc_address::EntryPoint(self::cuParamSetv as *const ()),
     ),
     (
         "cuPointerGetAttribute",
-        crate::proc_address::EntryPoint(cuPointerGetAttribute as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuPointerGetAttribute as *const ()),
     ),
     (
         "cuPointerGetAttributes",
-        crate::proc_address::EntryPoint(cuPointerGetAttributes as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuPointerGetAttributes as *const ()),
     ),
     (
         "cuPointerSetAttribute",
-        crate::proc_address::EntryPoint(cuPointerSetAttribute as *const ()),
+        crate::proc_address::EntryPoint(self::cuPointerSetAttribute as *const ()),
     ),
     (
         "cuProfilerInitialize",
-        crate::proc_address::EntryPoint(cuProfilerInitialize as *const ()),
+        crate::proc_address::EntryPoint(self::cuProfilerInitialize as *const ()),
     ),
     (
         "cuProfilerStart",
-        crate::proc_address::EntryPoint(cuProfilerStart as *const ()),
+        crate::proc_address::EntryPoint(self::cuProfilerStart as *const ()),
     ),
     (
         "cuProfilerStop",
-        crate::proc_address::EntryPoint(cuProfilerStop as *const ()),
+        crate::proc_address::EntryPoint(self::cuProfilerStop as *const ()),
     ),
     (
         "cuSignalExternalSemaphoresAsync",
-        crate::proc_address::EntryPoint(cuSignalExternalSemaphoresAsync as *const ()),
+        crate::proc_address::EntryPoint(self::cuSignalExternalSemaphoresAsync as *const ()),
     ),
     (
         "cuSignalExternalSemaphoresAsync_ptsz",
-        crate::proc_address::EntryPoint(cuSignalExternalSemaphoresAsync_ptsz as *const ()),
+        crate::proc_address::EntryPoint(self::cuSignalExternalSemaphoresAsync_ptsz as *const ()),
     ),
     (
         "cuStreamAddCallback",
-        crate::proc_address::EntryPoint(cuStreamAddCallback as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuStreamAddCallback as *const ()),
     ),
     (
         "cuStreamAddCallback_ptsz",
-        crate::proc_address::EntryPoint(cuStreamAddCallback_ptsz as *const ()),
+        crate::proc_address::EntryPoint(self::cuStreamAddCallback_ptsz as *const ()),
     ),
     (
         "cuStreamAttachMemAsync",
-        crate::proc_address::EntryPoint(cuStreamAttachMemAsync as *const ()),
+        crate::proc_address::EntryPoint(self::cuStreamAttachMemAsync as *const ()),
     ),
     (
         "cuStreamAttachMemAsync_ptsz",
-        crate::proc_address::EntryPoint(cuStreamAttachMemAsync_ptsz as *const ()),
+        crate::proc_address::EntryPoint(self::cuStreamAttachMemAsync_ptsz as *const ()),
     ),
     (
         "cuStreamBatchMemOp",
-        crate::proc_address::EntryPoint(cuStreamBatchMemOp as *const ()),
+        crate::proc_address::EntryPoint(self::cuStreamBatchMemOp as *const ()),
     ),
     (
         "cuStreamBatchMemOp_ptsz",
-        crate::proc_address::EntryPoint(cuStreamBatchMemOp_ptsz as *const ()),
+        crate::proc_address::EntryPoint(self::cuStreamBatchMemOp_ptsz as *const ()),
     ),
     (
         "cuStreamBatchMemOp_v2",
-        crate::proc_address::EntryPoint(cuStreamBatchMemOp_v2 as *const ()),
+        crate::proc_address::EntryPoint(self::cuStreamBatchMemOp_v2 as *const ()),
     ),
     (
         "cuStreamBatchMemOp_v2_ptsz",
-        crate::proc_address::EntryPoint(cuStreamBatchMemOp_v2_ptsz as *const ()),
+        crate::proc_address::EntryPoint(self::cuStreamBatchMemOp_v2_ptsz as *const ()),
     ),
     (
         "cuStreamBeginCapture",
-        crate::proc_address::EntryPoint(cuStreamBeginCapture as *const ()),
+        crate::proc_address::EntryPoint(self::cuStreamBeginCapture as *const ()),
     ),
     (
         "cuStreamBeginCaptureToGraph",
-        crate::proc_address::EntryPoint(cuStreamBeginCaptureToGraph as *const ()),
+        crate::proc_address::EntryPoint(self::cuStreamBeginCaptureToGraph as *const ()),
     ),
     (
         "cuStreamBeginCaptureToGraph_ptsz",
-        crate::proc_address::EntryPoint(cuStreamBeginCaptureToGraph_ptsz as *const ()),
+        crate::proc_address::EntryPoint(self::cuStreamBeginCaptureToGraph_ptsz as *const ()),
     ),
     (
         "cuStreamBeginCapture_ptsz",
-        crate::proc_address::EntryPoint(cuStreamBeginCapture_ptsz as *const ()),
+        crate::proc_address::EntryPoint(self::cuStreamBeginCapture_ptsz as *const ()),
     ),
     (
         "cuStreamBeginCapture_v2",
-        crate::proc_address::EntryPoint(cuStreamBeginCapture_v2 as *const ()),
+        crate::proc_address::EntryPoint(self::cuStreamBeginCapture_v2 as *const ()),
     ),
     (
         "cuStreamBeginCapture_v2_ptsz",
-        crate::proc_address::EntryPoint(cuStreamBeginCapture_v2_ptsz as *const ()),
+        crate::proc_address::EntryPoint(self::cuStreamBeginCapture_v2_ptsz as *const ()),
     ),
     (
         "cuStreamCopyAttributes",
-        crate::proc_address::EntryPoint(cuStreamCopyAttributes as *const ()),
+        crate::proc_address::EntryPoint(self::cuStreamCopyAttributes as *const ()),
     ),
     (
         "cuStreamCopyAttributes_ptsz",
-        crate::proc_address::EntryPoint(cuStreamCopyAttributes_ptsz as *const ()),
+        crate::proc_address::EntryPoint(self::cuStreamCopyAttributes_ptsz as *const ()),
     ),
     (
         "cuStreamCreate",
-        crate::proc_address::EntryPoint(cuStreamCreate as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuStreamCreate as *const ()),
     ),
     (
         "cuStreamCreateWithPriority",
-        crate::proc_address::EntryPoint(cuStreamCreateWithPriority as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuStreamCreateWithPriority as *const ()),
     ),
     (
         "cuStreamDestroy",
-        crate::proc_address::EntryPoint(cuStreamDestroy as *const ()),
+        crate::proc_address::EntryPoint(self::cuStreamDestroy as *const ()),
     ),
     (
         "cuStreamDestroy_v2",
-        crate::proc_address::EntryPoint(cuStreamDestroy_v2 as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuStreamDestroy_v2 as *const ()),
     ),
     (
         "cuStreamEndCapture",
-        crate::proc_address::EntryPoint(cuStreamEndCapture as *const ()),
+        crate::proc_address::EntryPoint(self::cuStreamEndCapture as *const ()),
     ),
     (
         "cuStreamEndCapture_ptsz",
-        crate::proc_address::EntryPoint(cuStreamEndCapture_ptsz as *const ()),
+        crate::proc_address::EntryPoint(self::cuStreamEndCapture_ptsz as *const ()),
     ),
     (
         "cuStreamGetAttribute",
-        crate::proc_address::EntryPoint(cuStreamGetAttribute as *const ()),
+        crate::proc_address::EntryPoint(self::cuStreamGetAttribute as *const ()),
     ),
     (
         "cuStreamGetAttribute_ptsz",
-        crate::proc_address::EntryPoint(cuStreamGetAttribute_ptsz as *const ()),
+        crate::proc_address::EntryPoint(self::cuStreamGetAttribute_ptsz as *const ()),
     ),
     (
         "cuStreamGetCaptureInfo",
-        crate::proc_address::EntryPoint(cuStreamGetCaptureInfo as *const ()),
+        crate::proc_address::EntryPoint(self::cuStreamGetCaptureInfo as *const ()),
     ),
     (
         "cuStreamGetCaptureInfo_ptsz",
-        crate::proc_address::EntryPoint(cuStreamGetCaptureInfo_ptsz as *const ()),
+        crate::proc_address::EntryPoint(self::cuStreamGetCaptureInfo_ptsz as *const ()),
     ),
     (
         "cuStreamGetCaptureInfo_v2",
-        crate::proc_address::EntryPoint(cuStreamGetCaptureInfo_v2 as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuStreamGetCaptureInfo_v2 as *const ()),
     ),
     (
         "cuStreamGetCaptureInfo_v2_ptsz",
-        crate::proc_address::EntryPoint(cuStreamGetCaptureInfo_v2_ptsz as *const ()),
+        crate::proc_address::EntryPoint(self::cuStreamGetCaptureInfo_v2_ptsz as *const ()),
     ),
     (
         "cuStreamGetCaptureInfo_v3",
-        crate::proc_address::EntryPoint(cuStreamGetCaptureInfo_v3 as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuStreamGetCaptureInfo_v3 as *const ()),
     ),
     (
         "cuStreamGetCaptureInfo_v3_ptsz",
-        crate::proc_address::EntryPoint(cuStreamGetCaptureInfo_v3_ptsz as *const ()),
+        crate::proc_address::EntryPoint(self::cuStreamGetCaptureInfo_v3_ptsz as *const ()),
     ),
     (
         "cuStreamGetCtx",
-        crate::proc_address::EntryPoint(cuStreamGetCtx as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuStreamGetCtx as *const ()),
     ),
     (
         "cuStreamGetCtx_ptsz",
-        crate::proc_address::EntryPoint(cuStreamGetCtx_ptsz as *const ()),
+        crate::proc_address::EntryPoint(self::cuStreamGetCtx_ptsz as *const ()),
     ),
     (
         "cuStreamGetCtx_v2",
-        crate::proc_address::EntryPoint(cuStreamGetCtx_v2 as *const ()),
+        crate::proc_address::EntryPoint(self::cuStreamGetCtx_v2 as *const ()),
     ),
     (
         "cuStreamGetCtx_v2_ptsz",
-        crate::proc_address::EntryPoint(cuStreamGetCtx_v2_ptsz as *const ()),
+        crate::proc_address::EntryPoint(self::cuStreamGetCtx_v2_ptsz as *const ()),
     ),
     (
         "cuStreamGetDevice",
-        crate::proc_address::EntryPoint(cuStreamGetDevice as *const ()),
+        crate::proc_address::EntryPoint(self::cuStreamGetDevice as *const ()),
     ),
     (
         "cuStreamGetDevice_ptsz",
-        crate::proc_address::EntryPoint(cuStreamGetDevice_ptsz as *const ()),
+        crate::proc_address::EntryPoint(self::cuStreamGetDevice_ptsz as *const ()),
     ),
     (
         "cuStreamGetFlags",
-        crate::proc_address::EntryPoint(cuStreamGetFlags as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuStreamGetFlags as *const ()),
     ),
     (
         "cuStreamGetFlags_ptsz",
-        crate::proc_address::EntryPoint(cuStreamGetFlags_ptsz as *const ()),
+        crate::proc_address::EntryPoint(self::cuStreamGetFlags_ptsz as *const ()),
     ),
     (
         "cuStreamGetGreenCtx",
-        crate::proc_address::EntryPoint(cuStreamGetGreenCtx as *const ()),
+        crate::proc_address::EntryPoint(self::cuStreamGetGreenCtx as *const ()),
     ),
     (
         "cuStreamGetId",
-        crate::proc_address::EntryPoint(cuStreamGetId as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuStreamGetId as *const ()),
     ),
     (
         "cuStreamGetId_ptsz",
-        crate::proc_address::EntryPoint(cuStreamGetId_ptsz as *const ()),
+        crate::proc_address::EntryPoint(self::cuStreamGetId_ptsz as *const ()),
     ),
     (
         "cuStreamGetPriority",
-        crate::proc_address::EntryPoint(cuStreamGetPriority as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuStreamGetPriority as *const ()),
     ),
     (
         "cuStreamGetPriority_ptsz",
-        crate::proc_address::EntryPoint(cuStreamGetPriority_ptsz as *const ()),
+        crate::proc_address::EntryPoint(self::cuStreamGetPriority_ptsz as *const ()),
     ),
     (
         "cuStreamIsCapturing",
-        crate::proc_address::EntryPoint(cuStreamIsCapturing as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuStreamIsCapturing as *const ()),
     ),
     (
         "cuStreamIsCapturing_ptsz",
-        crate::proc_address::EntryPoint(cuStreamIsCapturing_ptsz as *const ()),
+        crate::proc_address::EntryPoint(self::cuStreamIsCapturing_ptsz as *const ()),
     ),
     (
         "cuStreamQuery",
-        crate::proc_address::EntryPoint(cuStreamQuery as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuStreamQuery as *const ()),
     ),
     (
         "cuStreamQuery_ptsz",
-        crate::proc_address::EntryPoint(cuStreamQuery_ptsz as *const ()),
+        crate::proc_address::EntryPoint(self::cuStreamQuery_ptsz as *const ()),
     ),
     (
         "cuStreamSetAttribute",
-        crate::proc_address::EntryPoint(cuStreamSetAttribute as *const ()),
+        crate::proc_address::EntryPoint(self::cuStreamSetAttribute as *const ()),
     ),
     (
         "cuStreamSetAttribute_ptsz",
-        crate::proc_address::EntryPoint(cuStreamSetAttribute_ptsz as *const ()),
+        crate::proc_address::EntryPoint(self::cuStreamSetAttribute_ptsz as *const ()),
     ),
     (
         "cuStreamSynchronize",
-        crate::proc_address::EntryPoint(cuStreamSynchronize as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuStreamSynchronize as *const ()),
     ),
     (
         "cuStreamSynchronize_ptsz",
-        crate::proc_address::EntryPoint(cuStreamSynchronize_ptsz as *const ()),
+        crate::proc_address::EntryPoint(self::cuStreamSynchronize_ptsz as *const ()),
     ),
     (
         "cuStreamUpdateCaptureDependencies",
-        crate::proc_address::EntryPoint(cuStreamUpdateCaptureDependencies as *const ()),
+        crate::proc_address::EntryPoint(self::cuStreamUpdateCaptureDependencies as *const ()),
     ),
     (
         "cuStreamUpdateCaptureDependencies_ptsz",
-        crate::proc_address::EntryPoint(cuStreamUpdateCaptureDependencies_ptsz as *const ()),
+        crate::proc_address::EntryPoint(self::cuStreamUpdateCaptureDependencies_ptsz as *const ()),
     ),
     (
         "cuStreamUpdateCaptureDependencies_v2",
-        crate::proc_address::EntryPoint(cuStreamUpdateCaptureDependencies_v2 as *const ()),
+        crate::proc_address::EntryPoint(self::cuStreamUpdateCaptureDependencies_v2 as *const ()),
     ),
     (
         "cuStreamUpdateCaptureDependencies_v2_ptsz",
-        crate::proc_address::EntryPoint(cuStreamUpdateCaptureDependencies_v2_ptsz as *const ()),
+        crate::proc_address::EntryPoint(
+            self::cuStreamUpdateCaptureDependencies_v2_ptsz as *const (),
+        ),
     ),
     (
         "cuStreamWaitEvent",
-        crate::proc_address::EntryPoint(cuStreamWaitEvent as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuStreamWaitEvent as *const ()),
     ),
     (
         "cuStreamWaitEvent_ptsz",
-        crate::proc_address::EntryPoint(cuStreamWaitEvent_ptsz as *const ()),
+        crate::proc_address::EntryPoint(self::cuStreamWaitEvent_ptsz as *const ()),
     ),
     (
         "cuStreamWaitValue32",
-        crate::proc_address::EntryPoint(cuStreamWaitValue32 as *const ()),
+        crate::proc_address::EntryPoint(self::cuStreamWaitValue32 as *const ()),
     ),
     (
         "cuStreamWaitValue32_ptsz",
-        crate::proc_address::EntryPoint(cuStreamWaitValue32_ptsz as *const ()),
+        crate::proc_address::EntryPoint(self::cuStreamWaitValue32_ptsz as *const ()),
     ),
     (
         "cuStreamWaitValue32_v2",
-        crate::proc_address::EntryPoint(cuStreamWaitValue32_v2 as *const ()),
+        crate::proc_address::EntryPoint(self::cuStreamWaitValue32_v2 as *const ()),
     ),
     (
         "cuStreamWaitValue32_v2_ptsz",
-        crate::proc_address::EntryPoint(cuStreamWaitValue32_v2_ptsz as *const ()),
+        crate::proc_address::EntryPoint(self::cuStreamWaitValue32_v2_ptsz as *const ()),
     ),
     (
         "cuStreamWaitValue64",
-        crate::proc_address::EntryPoint(cuStreamWaitValue64 as *const ()),
+        crate::proc_address::EntryPoint(self::cuStreamWaitValue64 as *const ()),
     ),
     (
         "cuStreamWaitValue64_ptsz",
-        crate::proc_address::EntryPoint(cuStreamWaitValue64_ptsz as *const ()),
+        crate::proc_address::EntryPoint(self::cuStreamWaitValue64_ptsz as *const ()),
     ),
     (
         "cuStreamWaitValue64_v2",
-        crate::proc_address::EntryPoint(cuStreamWaitValue64_v2 as *const ()),
+        crate::proc_address::EntryPoint(self::cuStreamWaitValue64_v2 as *const ()),
     ),
     (
         "cuStreamWaitValue64_v2_ptsz",
-        crate::proc_address::EntryPoint(cuStreamWaitValue64_v2_ptsz as *const ()),
+        crate::proc_address::EntryPoint(self::cuStreamWaitValue64_v2_ptsz as *const ()),
     ),
     (
         "cuStreamWriteValue32",
-        crate::proc_address::EntryPoint(cuStreamWriteValue32 as *const ()),
+        crate::proc_address::EntryPoint(self::cuStreamWriteValue32 as *const ()),
     ),
     (
         "cuStreamWriteValue32_ptsz",
-        crate::proc_address::EntryPoint(cuStreamWriteValue32_ptsz as *const ()),
+        crate::proc_address::EntryPoint(self::cuStreamWriteValue32_ptsz as *const ()),
     ),
     (
         "cuStreamWriteValue32_v2",
-        crate::proc_address::EntryPoint(cuStreamWriteValue32_v2 as *const ()),
+        crate::proc_address::EntryPoint(self::cuStreamWriteValue32_v2 as *const ()),
     ),
     (
         "cuStreamWriteValue32_v2_ptsz",
-        crate::proc_address::EntryPoint(cuStreamWriteValue32_v2_ptsz as *const ()),
+        crate::proc_address::EntryPoint(self::cuStreamWriteValue32_v2_ptsz as *const ()),
     ),
     (
         "cuStreamWriteValue64",
-        crate::proc_address::EntryPoint(cuStreamWriteValue64 as *const ()),
+        crate::proc_address::EntryPoint(self::cuStreamWriteValue64 as *const ()),
     ),
     (
         "cuStreamWriteValue64_ptsz",
-        crate::proc_address::EntryPoint(cuStreamWriteValue64_ptsz as *const ()),
+        crate::proc_address::EntryPoint(self::cuStreamWriteValue64_ptsz as *const ()),
     ),
     (
         "cuStreamWriteValue64_v2",
-        crate::proc_address::EntryPoint(cuStreamWriteValue64_v2 as *const ()),
+        crate::proc_address::EntryPoint(self::cuStreamWriteValue64_v2 as *const ()),
     ),
     (
         "cuStreamWriteValue64_v2_ptsz",
-        crate::proc_address::EntryPoint(cuStreamWriteValue64_v2_ptsz as *const ()),
+        crate::proc_address::EntryPoint(self::cuStreamWriteValue64_v2_ptsz as *const ()),
     ),
     (
         "cuSurfObjectCreate",
-        crate::proc_address::EntryPoint(cuSurfObjectCreate as *const ()),
+        crate::proc_address::EntryPoint(self::cuSurfObjectCreate as *const ()),
     ),
     (
         "cuSurfObjectDestroy",
-        crate::proc_address::EntryPoint(cuSurfObjectDestroy as *const ()),
+        crate::proc_address::EntryPoint(self::cuSurfObjectDestroy as *const ()),
     ),
     (
         "cuSurfObjectGetResourceDesc",
-        crate::proc_address::EntryPoint(cuSurfObjectGetResourceDesc as *const ()),
+        crate::proc_address::EntryPoint(self::cuSurfObjectGetResourceDesc as *const ()),
     ),
     (
         "cuSurfRefGetArray",
-        crate::proc_address::EntryPoint(cuSurfRefGetArray as *const ()),
+        crate::proc_address::EntryPoint(self::cuSurfRefGetArray as *const ()),
     ),
     (
         "cuSurfRefSetArray",
-        crate::proc_address::EntryPoint(cuSurfRefSetArray as *const ()),
+        crate::proc_address::EntryPoint(self::cuSurfRefSetArray as *const ()),
     ),
     (
         "cuTensorMapEncodeIm2col",
-        crate::proc_address::EntryPoint(cuTensorMapEncodeIm2col as *const ()),
+        crate::proc_address::EntryPoint(self::cuTensorMapEncodeIm2col as *const ()),
     ),
     (
         "cuTensorMapEncodeIm2colWide",
-        crate::proc_address::EntryPoint(cuTensorMapEncodeIm2colWide as *const ()),
+        crate::proc_address::EntryPoint(self::cuTensorMapEncodeIm2colWide as *const ()),
     ),
     (
         "cuTensorMapEncodeTiled",
-        crate::proc_address::EntryPoint(cuTensorMapEncodeTiled as *const ()),
+        crate::proc_address::EntryPoint(self::cuTensorMapEncodeTiled as *const ()),
     ),
     (
         "cuTensorMapReplaceAddress",
-        crate::proc_address::EntryPoint(cuTensorMapReplaceAddress as *const ()),
+        crate::proc_address::EntryPoint(self::cuTensorMapReplaceAddress as *const ()),
     ),
     (
         "cuTexObjectCreate",
-        crate::proc_address::EntryPoint(cuTexObjectCreate as *const ()),
+        crate::proc_address::EntryPoint(self::cuTexObjectCreate as *const ()),
     ),
     (
         "cuTexObjectDestroy",
-        crate::proc_address::EntryPoint(cuTexObjectDestroy as *const ()),
+        crate::proc_address::EntryPoint(self::cuTexObjectDestroy as *const ()),
     ),
     (
         "cuTexObjectGetResourceDesc",
-        crate::proc_address::EntryPoint(cuTexObjectGetResourceDesc as *const ()),
+        crate::proc_address::EntryPoint(self::cuTexObjectGetResourceDesc as *const ()),
     ),
     (
         "cuTexObjectGetResourceViewDesc",
-        crate::proc_address::EntryPoint(cuTexObjectGetResourceViewDesc as *const ()),
+        crate::proc_address::EntryPoint(self::cuTexObjectGetResourceViewDesc as *const ()),
     ),
     (
         "cuTexObjectGetTextureDesc",
-        crate::proc_address::EntryPoint(cuTexObjectGetTextureDesc as *const ()),
+        crate::proc_address::EntryPoint(self::cuTexObjectGetTextureDesc as *const ()),
     ),
     (
         "cuTexRefCreate",
-        crate::proc_address::EntryPoint(cuTexRefCreate as *const ()),
+        crate::proc_address::EntryPoint(self::cuTexRefCreate as *const ()),
     ),
     (
         "cuTexRefDestroy",
-        crate::proc_address::EntryPoint(cuTexRefDestroy as *const ()),
+        crate::proc_address::EntryPoint(self::cuTexRefDestroy as *const ()),
     ),
     (
         "cuTexRefGetAddress",
-        crate::proc_address::EntryPoint(cuTexRefGetAddress as *const ()),
+        crate::proc_address::EntryPoint(self::cuTexRefGetAddress as *const ()),
     ),
     (
         "cuTexRefGetAddressMode",
-        crate::proc_address::EntryPoint(cuTexRefGetAddressMode as *const ()),
+        crate::proc_address::EntryPoint(self::cuTexRefGetAddressMode as *const ()),
     ),
     (
         "cuTexRefGetAddress_v2",
-        crate::proc_address::EntryPoint(cuTexRefGetAddress_v2 as *const ()),
+        crate::proc_address::EntryPoint(self::cuTexRefGetAddress_v2 as *const ()),
     ),
     (
         "cuTexRefGetArray",
-        crate::proc_address::EntryPoint(cuTexRefGetArray as *const ()),
+        crate::proc_address::EntryPoint(self::cuTexRefGetArray as *const ()),
     ),
     (
         "cuTexRefGetBorderColor",
-        crate::proc_address::EntryPoint(cuTexRefGetBorderColor as *const ()),
+        crate::proc_address::EntryPoint(self::cuTexRefGetBorderColor as *const ()),
     ),
     (
         "cuTexRefGetFilterMode",
-        crate::proc_address::EntryPoint(cuTexRefGetFilterMode as *const ()),
+        crate::proc_address::EntryPoint(self::cuTexRefGetFilterMode as *const ()),
     ),
     (
         "cuTexRefGetFlags",
-        crate::proc_address::EntryPoint(cuTexRefGetFlags as *const ()),
+        crate::proc_address::EntryPoint(self::cuTexRefGetFlags as *const ()),
     ),
     (
         "cuTexRefGetFormat",
-        crate::proc_address::EntryPoint(cuTexRefGetFormat as *const ()),
+        crate::proc_address::EntryPoint(self::cuTexRefGetFormat as *const ()),
     ),
     (
         "cuTexRefGetMaxAnisotropy",
-        crate::proc_address::EntryPoint(cuTexRefGetMaxAnisotropy as *const ()),
+        crate::proc_address::EntryPoint(self::cuTexRefGetMaxAnisotropy as *const ()),
     ),
     (
         "cuTexRefGetMipmapFilterMode",
-        crate::proc_address::EntryPoint(cuTexRefGetMipmapFilterMode as *const ()),
+        crate::proc_address::EntryPoint(self::cuTexRefGetMipmapFilterMode as *const ()),
     ),
     (
         "cuTexRefGetMipmapLevelBias",
-        crate::proc_address::EntryPoint(cuTexRefGetMipmapLevelBias as *const ()),
+        crate::proc_address::EntryPoint(self::cuTexRefGetMipmapLevelBias as *const ()),
     ),
     (
         "cuTexRefGetMipmapLevelClamp",
-        crate::proc_address::EntryPoint(cuTexRefGetMipmapLevelClamp as *const ()),
+        crate::proc_address::EntryPoint(self::cuTexRefGetMipmapLevelClamp as *const ()),
     ),
     (
         "cuTexRefGetMipmappedArray",
-        crate::proc_address::EntryPoint(cuTexRefGetMipmappedArray as *const ()),
+        crate::proc_address::EntryPoint(self::cuTexRefGetMipmappedArray as *const ()),
     ),
     (
         "cuTexRefSetAddress",
-        crate::proc_address::EntryPoint(cuTexRefSetAddress as *const ()),
+        crate::proc_address::EntryPoint(self::cuTexRefSetAddress as *const ()),
     ),
     (
         "cuTexRefSetAddress2D",
-        crate::proc_address::EntryPoint(cuTexRefSetAddress2D as *const ()),
+        crate::proc_address::EntryPoint(self::cuTexRefSetAddress2D as *const ()),
     ),
     (
         "cuTexRefSetAddress2D_v2",
-        crate::proc_address::EntryPoint(cuTexRefSetAddress2D_v2 as *const ()),
+        crate::proc_address::EntryPoint(self::cuTexRefSetAddress2D_v2 as *const ()),
     ),
     (
         "cuTexRefSetAddress2D_v3",
-        crate::proc_address::EntryPoint(cuTexRefSetAddress2D_v3 as *const ()),
+        crate::proc_address::EntryPoint(self::cuTexRefSetAddress2D_v3 as *const ()),
     ),
     (
         "cuTexRefSetAddressMode",
-        crate::proc_address::EntryPoint(cuTexRefSetAddressMode as *const ()),
+        crate::proc_address::EntryPoint(self::cuTexRefSetAddressMode as *const ()),
     ),
     (
         "cuTexRefSetAddress_v2",
-        crate::proc_address::EntryPoint(cuTexRefSetAddress_v2 as *const ()),
+        crate::proc_address::EntryPoint(self::cuTexRefSetAddress_v2 as *const ()),
     ),
     (
         "cuTexRefSetArray",
-        crate::proc_address::EntryPoint(cuTexRefSetArray as *const ()),
+        crate::proc_address::EntryPoint(self::cuTexRefSetArray as *const ()),
     ),
     (
         "cuTexRefSetBorderColor",
-        crate::proc_address::EntryPoint(cuTexRefSetBorderColor as *const ()),
+        crate::proc_address::EntryPoint(self::cuTexRefSetBorderColor as *const ()),
     ),
     (
         "cuTexRefSetFilterMode",
-        crate::proc_address::EntryPoint(cuTexRefSetFilterMode as *const ()),
+        crate::proc_address::EntryPoint(self::cuTexRefSetFilterMode as *const ()),
     ),
     (
         "cuTexRefSetFlags",
-        crate::proc_address::EntryPoint(cuTexRefSetFlags as *const ()),
+        crate::proc_address::EntryPoint(self::cuTexRefSetFlags as *const ()),
     ),
     (
         "cuTexRefSetFormat",
-        crate::proc_address::EntryPoint(cuTexRefSetFormat as *const ()),
+        crate::proc_address::EntryPoint(self::cuTexRefSetFormat as *const ()),
     ),
     (
         "cuTexRefSetMaxAnisotropy",
-        crate::proc_address::EntryPoint(cuTexRefSetMaxAnisotropy as *const ()),
+        crate::proc_address::EntryPoint(self::cuTexRefSetMaxAnisotropy as *const ()),
     ),
     (
         "cuTexRefSetMipmapFilterMode",
-        crate::proc_address::EntryPoint(cuTexRefSetMipmapFilterMode as *const ()),
+        crate::proc_address::EntryPoint(self::cuTexRefSetMipmapFilterMode as *const ()),
     ),
     (
         "cuTexRefSetMipmapLevelBias",
-        crate::proc_address::EntryPoint(cuTexRefSetMipmapLevelBias as *const ()),
+        crate::proc_address::EntryPoint(self::cuTexRefSetMipmapLevelBias as *const ()),
     ),
     (
         "cuTexRefSetMipmapLevelClamp",
-        crate::proc_address::EntryPoint(cuTexRefSetMipmapLevelClamp as *const ()),
+        crate::proc_address::EntryPoint(self::cuTexRefSetMipmapLevelClamp as *const ()),
     ),
     (
         "cuTexRefSetMipmappedArray",
-        crate::proc_address::EntryPoint(cuTexRefSetMipmappedArray as *const ()),
+        crate::proc_address::EntryPoint(self::cuTexRefSetMipmappedArray as *const ()),
     ),
     (
         "cuThreadExchangeStreamCaptureMode",
-        crate::proc_address::EntryPoint(cuThreadExchangeStreamCaptureMode as *const ()),
+        crate::proc_address::EntryPoint(self::cuThreadExchangeStreamCaptureMode as *const ()),
     ),
     (
         "cuUserObjectCreate",
-        crate::proc_address::EntryPoint(cuUserObjectCreate as *const ()),
+        crate::proc_address::EntryPoint(self::cuUserObjectCreate as *const ()),
     ),
     (
         "cuUserObjectRelease",
-        crate::proc_address::EntryPoint(cuUserObjectRelease as *const ()),
+        crate::proc_address::EntryPoint(self::cuUserObjectRelease as *const ()),
     ),
     (
         "cuUserObjectRetain",
-        crate::proc_address::EntryPoint(cuUserObjectRetain as *const ()),
+        crate::proc_address::EntryPoint(self::cuUserObjectRetain as *const ()),
     ),
     (
         "cuVDPAUCtxCreate",
-        crate::proc_address::EntryPoint(cuVDPAUCtxCreate as *const ()),
+        crate::proc_address::EntryPoint(self::cuVDPAUCtxCreate as *const ()),
     ),
     (
         "cuVDPAUCtxCreate_v2",
-        crate::proc_address::EntryPoint(cuVDPAUCtxCreate_v2 as *const ()),
+        crate::proc_address::EntryPoint(self::cuVDPAUCtxCreate_v2 as *const ()),
     ),
     (
         "cuVDPAUGetDevice",
-        crate::proc_address::EntryPoint(cuVDPAUGetDevice as *const ()),
+        crate::proc_address::EntryPoint(self::cuVDPAUGetDevice as *const ()),
     ),
     (
         "cuWaitExternalSemaphoresAsync",
-        crate::proc_address::EntryPoint(cuWaitExternalSemaphoresAsync as *const ()),
+        crate::proc_address::EntryPoint(self::cuWaitExternalSemaphoresAsync as *const ()),
     ),
     (
         "cuWaitExternalSemaphoresAsync_ptsz",
-        crate::proc_address::EntryPoint(cuWaitExternalSemaphoresAsync_ptsz as *const ()),
+        crate::proc_address::EntryPoint(self::cuWaitExternalSemaphoresAsync_ptsz as *const ()),
     ),
     (
         "cudbgApiAttach",
-        crate::proc_address::EntryPoint(cudbgApiAttach as *const ()),
+        crate::proc_address::EntryPoint(self::cudbgApiAttach as *const ()),
     ),
     (
         "cudbgApiClientPid",
-        crate::proc_address::EntryPoint(cudbgApiClientPid as *const ()),
+        crate::proc_address::EntryPoint(self::cudbgApiClientPid as *const ()),
     ),
     (
         "cudbgApiClientRevision",
-        crate::proc_address::EntryPoint(cudbgApiClientRevision as *const ()),
+        crate::proc_address::EntryPoint(self::cudbgApiClientRevision as *const ()),
     ),
     (
         "cudbgApiDetach",
-        crate::proc_address::EntryPoint(cudbgApiDetach as *const ()),
+        crate::proc_address::EntryPoint(self::cudbgApiDetach as *const ()),
     ),
     (
         "cudbgApiInit",
-        crate::proc_address::EntryPoint(cudbgApiInit as *const ()),
+        crate::proc_address::EntryPoint(self::cudbgApiInit as *const ()),
     ),
     (
         "cudbgAttachHandlerAvailable",
-        crate::proc_address::EntryPoint(cudbgAttachHandlerAvailable as *const ()),
+        crate::proc_address::EntryPoint(self::cudbgAttachHandlerAvailable as *const ()),
     ),
     (
         "cudbgDebuggerCapabilities",
-        crate::proc_address::EntryPoint(cudbgDebuggerCapabilities as *const ()),
+        crate::proc_address::EntryPoint(self::cudbgDebuggerCapabilities as *const ()),
     ),
     (
         "cudbgDebuggerInitialized",
-        crate::proc_address::EntryPoint(cudbgDebuggerInitialized as *const ()),
+        crate::proc_address::EntryPoint(self::cudbgDebuggerInitialized as *const ()),
     ),
     (
         "cudbgDetachSuspendedDevicesMask",
-        crate::proc_address::EntryPoint(cudbgDetachSuspendedDevicesMask as *const ()),
+        crate::proc_address::EntryPoint(self::cudbgDetachSuspendedDevicesMask as *const ()),
     ),
     (
         "cudbgEnableIntegratedMemcheck",
-        crate::proc_address::EntryPoint(cudbgEnableIntegratedMemcheck as *const ()),
+        crate::proc_address::EntryPoint(self::cudbgEnableIntegratedMemcheck as *const ()),
     ),
     (
         "cudbgEnableLaunchBlocking",
-        crate::proc_address::EntryPoint(cudbgEnableLaunchBlocking as *const ()),
+        crate::proc_address::EntryPoint(self::cudbgEnableLaunchBlocking as *const ()),
     ),
     (
         "cudbgEnablePreemptionDebugging",
-        crate::proc_address::EntryPoint(cudbgEnablePreemptionDebugging as *const ()),
+        crate::proc_address::EntryPoint(self::cudbgEnablePreemptionDebugging as *const ()),
     ),
     (
         "cudbgGetAPI",
-        crate::proc_address::EntryPoint(cudbgGetAPI as *const ()),
+        crate::proc_address::EntryPoint(self::cudbgGetAPI as *const ()),
     ),
     (
         "cudbgGetAPIVersion",
-        crate::proc_address::EntryPoint(cudbgGetAPIVersion as *const ()),
+        crate::proc_address::EntryPoint(self::cudbgGetAPIVersion as *const ()),
     ),
     (
         "cudbgInjectionPath",
-        crate::proc_address::EntryPoint(cudbgInjectionPath as *const ()),
+        crate::proc_address::EntryPoint(self::cudbgInjectionPath as *const ()),
     ),
     (
         "cudbgIpcFlag",
-        crate::proc_address::EntryPoint(cudbgIpcFlag as *const ()),
+        crate::proc_address::EntryPoint(self::cudbgIpcFlag as *const ()),
     ),
     (
         "cudbgMain",
-        crate::proc_address::EntryPoint(cudbgMain as *const ()),
+        crate::proc_address::EntryPoint(self::cudbgMain as *const ()),
     ),
     (
         "cudbgReportDriverApiError",
-        crate::proc_address::EntryPoint(cudbgReportDriverApiError as *const ()),
+        crate::proc_address::EntryPoint(self::cudbgReportDriverApiError as *const ()),
     ),
     (
         "cudbgReportDriverApiErrorFlags",
-        crate::proc_address::EntryPoint(cudbgReportDriverApiErrorFlags as *const ()),
+        crate::proc_address::EntryPoint(self::cudbgReportDriverApiErrorFlags as *const ()),
     ),
     (
         "cudbgReportDriverInternalError",
-        crate::proc_address::EntryPoint(cudbgReportDriverInternalError as *const ()),
+        crate::proc_address::EntryPoint(self::cudbgReportDriverInternalError as *const ()),
     ),
     (
         "cudbgReportedDriverApiErrorCode",
-        crate::proc_address::EntryPoint(cudbgReportedDriverApiErrorCode as *const ()),
+        crate::proc_address::EntryPoint(self::cudbgReportedDriverApiErrorCode as *const ()),
     ),
     (
         "cudbgReportedDriverApiErrorFuncNameAddr",
-        crate::proc_address::EntryPoint(cudbgReportedDriverApiErrorFuncNameAddr as *const ()),
+        crate::proc_address::EntryPoint(self::cudbgReportedDriverApiErrorFuncNameAddr as *const ()),
     ),
     (
         "cudbgReportedDriverApiErrorFuncNameSize",
-        crate::proc_address::EntryPoint(cudbgReportedDriverApiErrorFuncNameSize as *const ()),
+        crate::proc_address::EntryPoint(self::cudbgReportedDriverApiErrorFuncNameSize as *const ()),
     ),
     (
         "cudbgReportedDriverApiErrorNameAddr",
-        crate::proc_address::EntryPoint(cudbgReportedDriverApiErrorNameAddr as *const ()),
+        crate::proc_address::EntryPoint(self::cudbgReportedDriverApiErrorNameAddr as *const ()),
     ),
     (
         "cudbgReportedDriverApiErrorNameSize",
-        crate::proc_address::EntryPoint(cudbgReportedDriverApiErrorNameSize as *const ()),
+        crate::proc_address::EntryPoint(self::cudbgReportedDriverApiErrorNameSize as *const ()),
     ),
     (
         "cudbgReportedDriverApiErrorSource",
-        crate::proc_address::EntryPoint(cudbgReportedDriverApiErrorSource as *const ()),
+        crate::proc_address::EntryPoint(self::cudbgReportedDriverApiErrorSource as *const ()),
     ),
     (
         "cudbgReportedDriverApiErrorStringAddr",
-        crate::proc_address::EntryPoint(cudbgReportedDriverApiErrorStringAddr as *const ()),
+        crate::proc_address::EntryPoint(self::cudbgReportedDriverApiErrorStringAddr as *const ()),
     ),
     (
         "cudbgReportedDriverApiErrorStringSize",
-        crate::proc_address::EntryPoint(cudbgReportedDriverApiErrorStringSize as *const ()),
+        crate::proc_address::EntryPoint(self::cudbgReportedDriverApiErrorStringSize as *const ()),
     ),
     (
         "cudbgReportedDriverInternalErrorCode",
-        crate::proc_address::EntryPoint(cudbgReportedDriverInternalErrorCode as *const ()),
+        crate::proc_address::EntryPoint(self::cudbgReportedDriverInternalErrorCode as *const ()),
     ),
     (
         "cudbgResumeForAttachDetach",
-        crate::proc_address::EntryPoint(cudbgResumeForAttachDetach as *const ()),
+        crate::proc_address::EntryPoint(self::cudbgResumeForAttachDetach as *const ()),
     ),
     (
         "cudbgRpcEnabled",
-        crate::proc_address::EntryPoint(cudbgRpcEnabled as *const ()),
+        crate::proc_address::EntryPoint(self::cudbgRpcEnabled as *const ()),
     ),
     (
         "cudbgSessionId",
-        crate::proc_address::EntryPoint(cudbgSessionId as *const ()),
+        crate::proc_address::EntryPoint(self::cudbgSessionId as *const ()),
     ),
     (
         "cudbgUseExternalDebugger",
-        crate::proc_address::EntryPoint(cudbgUseExternalDebugger as *const ()),
+        crate::proc_address::EntryPoint(self::cudbgUseExternalDebugger as *const ()),
     ),
 ];

@@ -171,3 +171,45 @@ unsafe fn for_optional<T>(out: *mut T, value: T) {
         unsafe { out.write(value) };
     }
 }
+
+/// Host functions run on the client, in stream order: the call waits for the stream's earlier
+/// work, then runs the function on the calling thread, so work queued after it starts after it.
+#[no_mangle]
+pub unsafe extern "C" fn cuLaunchHostFunc(
+    stream: CUstream,
+    function: CUhostFn,
+    user_data: *mut std::ffi::c_void,
+) -> CUresult {
+    let Some(function) = function else {
+        return CUresult::CUDA_ERROR_INVALID_VALUE;
+    };
+    status(resolve_stream(stream).and_then(|(ctx, id)| {
+        synchronize_stream(ctx, id)?;
+        // SAFETY: the program's callback with the program's data, as the driver would call it.
+        unsafe { function(user_data) };
+        Ok(())
+    }))
+}
+
+/// Like [`cuLaunchHostFunc`]; the callback also gets the stream and the status of its work.
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamAddCallback(
+    stream: CUstream,
+    callback: CUstreamCallback,
+    user_data: *mut std::ffi::c_void,
+    flags: c_uint,
+) -> CUresult {
+    let Some(callback) = callback else {
+        return CUresult::CUDA_ERROR_INVALID_VALUE;
+    };
+    if flags != 0 {
+        return CUresult::CUDA_ERROR_INVALID_VALUE;
+    }
+    status(resolve_stream(stream).and_then(|(ctx, id)| {
+        let outcome = synchronize_stream(ctx, id);
+        let code = outcome.err().unwrap_or(CUresult::CUDA_SUCCESS);
+        // SAFETY: as above.
+        unsafe { callback(stream, code, user_data) };
+        Ok(())
+    }))
+}
