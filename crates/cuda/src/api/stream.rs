@@ -205,11 +205,10 @@ pub unsafe extern "C" fn cuStreamAddCallback(
     if flags != 0 {
         return CUresult::CUDA_ERROR_INVALID_VALUE;
     }
-    status(resolve_stream(stream).and_then(|(ctx, id)| {
+    status(resolve_stream(stream).map(|(ctx, id)| {
         let outcome = synchronize_stream(ctx, id);
         let code = outcome.err().unwrap_or(CUresult::CUDA_SUCCESS);
         // SAFETY: as above.
         unsafe { callback(stream, code, user_data) };
-        Ok(())
     }))
 }
