@@ -29,8 +29,9 @@ const KERNELS_PTX: &str = include_str!("cuda_kernels.ptx");
     long_about = "Measure the CUDA driver API through rgpu against the same GPU natively: \
                   host<->device bandwidth from pinned and pageable memory, the latency of a \
                   small synchronous call, the asynchronous launch rate of an empty kernel and \
-                  a compute-bound SGEMM, with the raw loopback TCP bandwidth of this machine \
-                  measured in the same run. Prints a table and writes JSON. Needs a CUDA GPU \
+                  a compute-bound SGEMM, with the loopback TCP bandwidth of this machine \
+                  measured in the same run (raw: one cached 1 MiB buffer; TCP-same: the \
+                  copies' own sizes and counts). Prints a table and writes JSON. Needs a CUDA GPU \
                   and driver on this machine; starts its own local server unless --servers \
                   names one (which must serve this machine's GPU for the ratios to mean much)."
 )]
@@ -98,6 +99,9 @@ struct CopyResult {
     rgpu_gbps: f64,
     ratio_to_native: f64,
     ratio_to_raw_tcp: f64,
+    /// Plain loopback TCP moving the same bytes from and into buffers of the copy's size.
+    tcp_same_size_gbps: f64,
+    ratio_to_tcp_same_size: f64,
 }
 
 #[derive(Serialize)]
@@ -140,6 +144,12 @@ pub fn run(args: CudaBenchArgs) -> Result<ExitCode, String> {
     }
     eprintln!("measuring raw loopback TCP...");
     let raw_tcp = tcp::measure(256 << 20, 3, 1000).map_err(|e| format!("loopback TCP: {e}"))?;
+    let tcp_same_size = args
+        .sizes
+        .iter()
+        .map(|&size| tcp::sized_bandwidth(size, copies_per_run(size), args.repetitions))
+        .collect::<std::io::Result<Vec<f64>>>()
+        .map_err(|e| format!("loopback TCP: {e}"))?;
 
     let (servers, local_server) = LocalServer::unless_given(args.servers.as_deref())?;
     let env = RgpuEnv::prepare(&servers, args.token_file.as_deref())?;
@@ -163,7 +173,7 @@ pub fn run(args: CudaBenchArgs) -> Result<ExitCode, String> {
     let mut index = 0;
     for direction in DIRECTIONS {
         for memory in MEMORY {
-            for &size in &args.sizes {
+            for (i, &size) in args.sizes.iter().enumerate() {
                 let native_gbps = median(&native_samples.copies[index]);
                 let rgpu_gbps = median(&rgpu_samples.copies[index]);
                 copies.push(CopyResult {
@@ -174,6 +184,8 @@ pub fn run(args: CudaBenchArgs) -> Result<ExitCode, String> {
                     rgpu_gbps,
                     ratio_to_native: rgpu_gbps / native_gbps,
                     ratio_to_raw_tcp: rgpu_gbps / raw_tcp.bandwidth_gbps,
+                    tcp_same_size_gbps: tcp_same_size[i],
+                    ratio_to_tcp_same_size: rgpu_gbps / tcp_same_size[i],
                 });
                 index += 1;
             }
@@ -402,8 +414,7 @@ fn measure(driver: &Driver, args: &CudaBenchArgs) -> Result<Samples, String> {
     for to_device in [true, false] {
         for pinned in [true, false] {
             for &size in &args.sizes {
-                // About 256 MiB per timed run, at least 2 copies.
-                let count = ((256usize << 20) / size).clamp(2, 64);
+                let count = copies_per_run(size);
                 session.copy_gbps(to_device, pinned, size, 1)?; // warm-up
                 let runs = (0..args.repetitions)
                     .map(|_| session.copy_gbps(to_device, pinned, size, count))
@@ -444,6 +455,11 @@ fn measure(driver: &Driver, args: &CudaBenchArgs) -> Result<Samples, String> {
         launch_rate,
         sgemm_ms,
     })
+}
+
+/// Copies per timed run: about 256 MiB in all, at least 2.
+fn copies_per_run(size: usize) -> usize {
+    ((256usize << 20) / size).clamp(2, 64)
 }
 
 fn time_calls(
@@ -531,23 +547,28 @@ fn render(report: &Report) -> Result<String, fmt::Error> {
         report.raw_tcp.bandwidth_best_gbps,
         report.raw_tcp.round_trip_us
     )?;
+    writeln!(
+        out,
+        "TCP-same: plain loopback TCP moving the same bytes from and into buffers of the copy's size"
+    )?;
     writeln!(out)?;
     writeln!(
         out,
-        "{:<16} {:<9} {:>8} {:>11} {:>11} {:>9} {:>9}",
-        "copy", "memory", "size", "native GB/s", "rgpu GB/s", "/native", "/raw TCP"
+        "{:<16} {:<9} {:>8} {:>11} {:>11} {:>9} {:>9} {:>10}",
+        "copy", "memory", "size", "native GB/s", "rgpu GB/s", "/native", "/raw TCP", "/TCP-same"
     )?;
     for copy in &report.copies {
         writeln!(
             out,
-            "{:<16} {:<9} {:>8} {:>11.2} {:>11.2} {:>9.2} {:>9.2}",
+            "{:<16} {:<9} {:>8} {:>11.2} {:>11.2} {:>9.2} {:>9.2} {:>10.2}",
             copy.direction,
             copy.memory,
             size_label(copy.size_bytes),
             copy.native_gbps,
             copy.rgpu_gbps,
             copy.ratio_to_native,
-            copy.ratio_to_raw_tcp
+            copy.ratio_to_raw_tcp,
+            copy.ratio_to_tcp_same_size
         )?;
     }
     writeln!(out)?;
@@ -585,5 +606,72 @@ fn size_label(bytes: usize) -> String {
         format!("{}M", bytes >> 20)
     } else {
         format!("{}K", bytes >> 10)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn compared(name: &'static str) -> Compared {
+        Compared {
+            name,
+            native: 1.0,
+            rgpu: 2.0,
+            ratio: 2.0,
+        }
+    }
+
+    #[test]
+    fn the_report_renders_every_measure() {
+        let report = Report {
+            device: "GPU".into(),
+            rgpu_server: "127.0.0.1:1".into(),
+            repetitions: 1,
+            copies: vec![CopyResult {
+                direction: DIRECTIONS[0],
+                memory: MEMORY[0],
+                size_bytes: 64 << 20,
+                native_gbps: 50.0,
+                rgpu_gbps: 3.0,
+                ratio_to_native: 0.06,
+                ratio_to_raw_tcp: 0.95,
+                tcp_same_size_gbps: 2.9,
+                ratio_to_tcp_same_size: 1.03,
+            }],
+            latency: vec![compared("a"), compared("b")],
+            launch_rate_per_s: compared("launches"),
+            sgemm: SgemmResult {
+                n: 64,
+                native_ms: 1.0,
+                rgpu_ms: 1.0,
+                native_tflops: 1.0,
+                rgpu_tflops: 1.0,
+                ratio: 1.0,
+            },
+            raw_tcp: TcpBaseline {
+                bandwidth_gbps: 3.16,
+                bandwidth_best_gbps: 3.2,
+                bytes_per_run: 1,
+                write_size: 1,
+                round_trip_us: 40.0,
+                round_trip_min_us: 30.0,
+                ping_bytes: 64,
+                pings: 1,
+            },
+        };
+        let text = render(&report).unwrap();
+        assert!(
+            text.contains("host to device   pinned         64M"),
+            "{text}"
+        );
+        assert!(text.contains("1.03"), "{text}");
+        assert!(
+            text.contains("launches") && text.contains("SGEMM 64x64"),
+            "{text}"
+        );
+        assert!(serde_json::to_string(&report)
+            .unwrap()
+            .contains("ratio_to_tcp_same_size"));
     }
 }
