@@ -48,6 +48,7 @@ static bool approx_eq(float got, float ref) {
 }
 
 static int pitched_section();
+static int stream_ordered_section();
 
 int main() {
     CK(cudaSetDevice(0));
@@ -143,6 +144,7 @@ int main() {
     CK(cudaFreeHost(h_out));
 
     if (pitched_section() != 0) return 1;
+    if (stream_ordered_section() != 0) return 1;
     printf("PASS " PROG "\n");
     return 0;
 }
@@ -208,5 +210,37 @@ static int pitched_section() {
         }
     printf("CHECK pitched_sub %.6e %.6e\n", sub[0], sub[sub.size() - 1]);
     CK2D(cudaFree(d));
+    return 0;
+}
+
+// --- stream-ordered allocation: cudaMallocAsync / cudaFreeAsync from the default pool, used
+// on the stream between them. Failures say `mallocasync`.
+#define CKA(call) CK_WHAT("mallocasync ", call)
+
+static int stream_ordered_section() {
+    const int n = 1 << 20;
+    cudaStream_t stream;
+    CKA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    std::vector<float> host(n), back(n);
+    for (int i = 0; i < n; ++i) host[i] = input_value(i);
+    float *a = nullptr, *b = nullptr;
+    CKA(cudaMallocAsync((void **)&a, n * sizeof(float), stream));
+    CKA(cudaMallocAsync((void **)&b, n * sizeof(float), stream));
+    CKA(cudaMemcpyAsync(a, host.data(), n * sizeof(float), cudaMemcpyHostToDevice, stream));
+    CKA(cudaMemsetAsync(b, 0, n * sizeof(float), stream));
+    CKA(cudaMemcpyAsync(b, a, n / 2 * sizeof(float), cudaMemcpyDeviceToDevice, stream));
+    CKA(cudaMemcpyAsync(back.data(), b, n * sizeof(float), cudaMemcpyDeviceToHost, stream));
+    CKA(cudaFreeAsync(a, stream));
+    CKA(cudaFreeAsync(b, stream));
+    CKA(cudaStreamSynchronize(stream));
+    for (int i = 0; i < n; ++i) {
+        float want = i < n / 2 ? host[i] : 0.0f;
+        if (back[i] != want) {
+            printf("FAIL " PROG ": mallocasync element %d = %g, want %g\n", i, back[i], want);
+            return 1;
+        }
+    }
+    printf("CHECK mallocasync %.6e %.6e\n", back[1], back[n / 2 - 1]);
+    CKA(cudaStreamDestroy(stream));
     return 0;
 }

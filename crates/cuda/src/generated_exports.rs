@@ -1353,13 +1353,12 @@ pub unsafe extern "C" fn cuMemAlloc() -> CUresult {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemAllocAsync() -> CUresult {
-    not_supported("cuMemAllocAsync")
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn cuMemAllocAsync_ptsz() -> CUresult {
-    not_supported("cuMemAllocAsync_ptsz")
+pub unsafe extern "C" fn cuMemAllocAsync_ptsz(
+    dptr: *mut CUdeviceptr,
+    bytesize: usize,
+    hStream: CUstream,
+) -> CUresult {
+    crate::api::cuMemAllocAsync(dptr, bytesize, hStream)
 }
 
 #[no_mangle]
@@ -1433,13 +1432,8 @@ pub unsafe extern "C" fn cuMemFree() -> CUresult {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemFreeAsync() -> CUresult {
-    not_supported("cuMemFreeAsync")
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn cuMemFreeAsync_ptsz() -> CUresult {
-    not_supported("cuMemFreeAsync_ptsz")
+pub unsafe extern "C" fn cuMemFreeAsync_ptsz(dptr: CUdeviceptr, hStream: CUstream) -> CUresult {
+    crate::api::cuMemFreeAsync(dptr, hStream)
 }
 
 #[no_mangle]
@@ -4401,7 +4395,7 @@ pub static EXPORTS: [(&str, crate::proc_address::EntryPoint); 707] = [
     ),
     (
         "cuMemAllocAsync",
-        crate::proc_address::EntryPoint(self::cuMemAllocAsync as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuMemAllocAsync as *const ()),
     ),
     (
         "cuMemAllocAsync_ptsz",
@@ -4477,7 +4471,7 @@ pub static EXPORTS: [(&str, crate::proc_address::EntryPoint); 707] = [
     ),
     (
         "cuMemFreeAsync",
-        crate::proc_address::EntryPoint(self::cuMemFreeAsync as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuMemFreeAsync as *const ()),
     ),
     (
         "cuMemFreeAsync_ptsz",

@@ -80,6 +80,10 @@ pub enum CuRequest {
     MemAlloc { ctx: Id, size: u64 },
     /// Reply: `Status`.
     MemFree { ctx: Id, ptr: DevicePtr },
+    /// `cuMemAllocAsync` from the device's default pool, ordered on `stream`. Reply: `Pointer`.
+    MemAllocAsync { ctx: Id, stream: Id, size: u64 },
+    /// `cuMemFreeAsync`. No reply.
+    MemFreeAsync { ctx: Id, stream: Id, ptr: DevicePtr },
     /// Bulk: the bytes to write at `dst`, in stream order. No reply.
     MemcpyHtoD { ctx: Id, stream: Id, dst: DevicePtr },
     /// Replies: `Data` frames with the bytes, then `Status`.
@@ -234,6 +238,7 @@ impl CuRequest {
                 | CuRequest::DestroyContext { .. }
                 | CuRequest::MemcpyHtoD { .. }
                 | CuRequest::MemcpyDtoD { .. }
+                | CuRequest::MemFreeAsync { .. }
                 | CuRequest::Memset { .. }
                 | CuRequest::UnloadImage { .. }
                 | CuRequest::SetFunctionCacheConfig { .. }

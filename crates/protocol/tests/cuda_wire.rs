@@ -44,6 +44,16 @@ fn all_requests() -> Vec<CuRequest> {
             ctx: 1,
             ptr: 0x7f00_0000_0000,
         },
+        CuRequest::MemAllocAsync {
+            ctx: 1,
+            stream: 3,
+            size: 4096,
+        },
+        CuRequest::MemFreeAsync {
+            ctx: 1,
+            stream: 3,
+            ptr: 0x7f00_0000_0000,
+        },
         CuRequest::MemcpyHtoD {
             ctx: 1,
             stream: 0,
@@ -258,6 +268,7 @@ fn asynchronous_requests_expect_no_reply() {
                 | CuRequest::DestroyContext { .. }
                 | CuRequest::MemcpyHtoD { .. }
                 | CuRequest::MemcpyDtoD { .. }
+                | CuRequest::MemFreeAsync { .. }
                 | CuRequest::Memset { .. }
                 | CuRequest::UnloadImage { .. }
                 | CuRequest::SetFunctionCacheConfig { .. }

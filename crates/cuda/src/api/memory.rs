@@ -85,15 +85,51 @@ fn overlaps_known_range(ptr: u64, size: u64) -> bool {
 /// Allocations that collided with another server's, tried again this many times.
 const DISTINCT_ADDRESS_TRIES: usize = 16;
 
-fn allocate(ctx: &Context, size: usize) -> Result<u64, CUresult> {
-    let request = CuRequest::MemAlloc {
-        ctx: ctx.remote,
-        size: size as u64,
-    };
+/// One allocation on the server (`MemAlloc` or `MemAllocAsync`).
+fn allocate_once(ctx: &Context, request: CuRequest) -> Result<u64, CUresult> {
     match call(ctx, request)? {
         CuReply::Pointer { status, ptr } => from_remote(status).map(|()| ptr),
         other => Err(unexpected(other)),
     }
+}
+
+/// Allocates `size` bytes at an address no other server's memory of the program overlaps.
+///
+/// Device pointers are the servers' own addresses (kernels get them inside their parameters,
+/// which rgpu cannot rewrite). Two servers may hand out the same address: then the colliding
+/// block is held while the server is asked again, so every pointer the program holds names one
+/// server's memory, and copies find their server by address.
+fn allocate(
+    ctx: &Context,
+    size: usize,
+    request: impl Fn() -> CuRequest,
+    free: impl Fn(u64) -> Result<(), CUresult>,
+) -> Result<u64, CUresult> {
+    let mut colliding = Vec::new();
+    let mut result = Err(CUresult::CUDA_ERROR_OUT_OF_MEMORY);
+    for _ in 0..DISTINCT_ADDRESS_TRIES {
+        let ptr = match allocate_once(ctx, request()) {
+            Ok(ptr) => ptr,
+            Err(e) => {
+                result = Err(e);
+                break;
+            }
+        };
+        if overlaps_known_range(ptr, size as u64) {
+            colliding.push(ptr);
+            continue;
+        }
+        record_device_range(ptr, size as u64, ctx);
+        result = Ok(ptr);
+        break;
+    }
+    for &ptr in &colliding {
+        let _ = free(ptr);
+    }
+    if result.is_err() && !colliding.is_empty() {
+        log::error!("rgpu: no device memory at an address distinct from other servers'");
+    }
+    result
 }
 
 #[no_mangle]
@@ -102,42 +138,61 @@ pub unsafe extern "C" fn cuMemAlloc_v2(dptr: *mut CUdeviceptr, size: usize) -> C
         if dptr.is_null() {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
         }
-        // Device pointers are the servers' own addresses (kernels get them inside their
-        // parameters, which rgpu cannot rewrite). Two servers may hand out the same address:
-        // then the colliding block is held while the server is asked again, so every pointer
-        // the program holds names one server's memory, and copies find their server by address.
-        let mut colliding = Vec::new();
-        let mut result = Err(CUresult::CUDA_ERROR_OUT_OF_MEMORY);
-        for _ in 0..DISTINCT_ADDRESS_TRIES {
-            let ptr = match allocate(ctx, size) {
-                Ok(ptr) => ptr,
-                Err(e) => {
-                    result = Err(e);
-                    break;
-                }
-            };
-            if overlaps_known_range(ptr, size as u64) {
-                colliding.push(ptr);
-                continue;
-            }
-            record_device_range(ptr, size as u64, ctx);
-            result = Ok(ptr);
-            break;
-        }
-        for &ptr in &colliding {
-            let _ = call_status(
+        let request = || CuRequest::MemAlloc {
+            ctx: ctx.remote,
+            size: size as u64,
+        };
+        let free = |ptr| {
+            call_status(
                 ctx,
                 CuRequest::MemFree {
                     ctx: ctx.remote,
                     ptr,
                 },
-            );
-        }
-        if result.is_err() && !colliding.is_empty() {
-            log::error!("rgpu: no device memory at an address distinct from other servers'");
-        }
-        let ptr = result?;
+            )
+        };
+        let ptr = allocate(ctx, size, request, free)?;
         unsafe { write_out(dptr, ptr) }
+    }))
+}
+
+/// Stream-ordered allocation from the device's default pool.
+#[no_mangle]
+pub unsafe extern "C" fn cuMemAllocAsync(
+    dptr: *mut CUdeviceptr,
+    size: usize,
+    stream: CUstream,
+) -> CUresult {
+    status(resolve_stream(stream).and_then(|(ctx, stream)| {
+        if dptr.is_null() {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        let request = || CuRequest::MemAllocAsync {
+            ctx: ctx.remote,
+            stream,
+            size: size as u64,
+        };
+        let free = |ptr| free_async(ctx, stream, ptr);
+        let ptr = allocate(ctx, size, request, free)?;
+        unsafe { write_out(dptr, ptr) }
+    }))
+}
+
+fn free_async(ctx: &Context, stream: Id, ptr: u64) -> Result<(), CUresult> {
+    let request = CuRequest::MemFreeAsync {
+        ctx: ctx.remote,
+        stream,
+        ptr,
+    };
+    post(ctx, request, &[])
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemFreeAsync(ptr: CUdeviceptr, stream: CUstream) -> CUresult {
+    status(resolve_stream(stream).and_then(|(ctx, stream)| {
+        free_async(ctx, stream, ptr)?;
+        DEVICE_RANGES.write().unwrap().remove(&ptr);
+        Ok(())
     }))
 }
 

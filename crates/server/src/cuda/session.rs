@@ -65,6 +65,9 @@ pub(crate) struct CudaSession {
     events: HashMap<Id, CUevent>,
     images: HashMap<Id, Image>,
     functions: HashMap<Id, Function>,
+    /// Stream-ordered allocations not yet freed, with their context: they come from the
+    /// device's pool, which outlives contexts, so the session frees them itself at the end.
+    async_allocations: HashMap<u64, CUcontext>,
     staging: Staging,
     /// The launch parameter buffer, reused across launches.
     params: Vec<u8>,
@@ -84,6 +87,7 @@ impl CudaSession {
             events: HashMap::new(),
             images: HashMap::new(),
             functions: HashMap::new(),
+            async_allocations: HashMap::new(),
             staging: Staging::default(),
             params: Vec::new(),
             deferred: None,
@@ -106,6 +110,11 @@ impl CudaSession {
                 .map(|c| c.raw)
                 .filter(|raw| !self.primary.values().any(|p| p == raw)),
         );
+        for (ptr, ctx) in self.async_allocations.drain() {
+            cu_call!(driver, cuCtxSetCurrent(ctx));
+            cu_call!(driver, cuMemFreeAsync(ptr, null_mut()));
+            cu_call!(driver, cuCtxSynchronize());
+        }
         for &raw in &raws {
             cu_call!(driver, cuCtxSetCurrent(raw));
             self.staging.forget_context(driver, raw);
@@ -772,6 +781,35 @@ impl Session {
                     .enter(ctx)
                     .and_then(|()| check(cu_call!(cuda.backend.driver, cuMemFree_v2(ptr))));
                 self.cu_reply(seq, status_reply(status))
+            }
+            CuRequest::MemAllocAsync { ctx, stream, size } => {
+                let mut ptr = 0u64;
+                let status = cuda.enter(ctx).and_then(|()| {
+                    let stream = cuda.stream(stream)?;
+                    check(cu_call!(
+                        cuda.backend.driver,
+                        cuMemAllocAsync(&mut ptr, size as usize, stream)
+                    ))
+                });
+                if status.is_ok() {
+                    cuda.async_allocations.insert(ptr, cuda.current);
+                }
+                let reply = CuReply::Pointer {
+                    status: status.err().unwrap_or(SUCCESS),
+                    ptr,
+                };
+                self.cu_reply(seq, reply)
+            }
+            CuRequest::MemFreeAsync { ctx, stream, ptr } => {
+                let status = cuda.enter(ctx).and_then(|()| {
+                    let stream = cuda.stream(stream)?;
+                    check(cu_call!(cuda.backend.driver, cuMemFreeAsync(ptr, stream)))
+                });
+                if status.is_ok() {
+                    cuda.async_allocations.remove(&ptr);
+                }
+                cuda.defer("cuMemFreeAsync", status.err().unwrap_or(SUCCESS));
+                Ok(())
             }
             CuRequest::MemcpyHtoD { ctx, stream, dst } => {
                 let status = self.write_to_device(cuda, ctx, stream, dst, bulk_len)?;
