@@ -167,6 +167,12 @@ def import_driver(typedefs_path, symbols_path):
     del exported, suffix
 
 
+# Where the driver's answer does not follow from cudaTypedefs.h: from CUDA 12.0 on,
+# cuGetProcAddress("cuGraphInstantiate") hands out cuGraphInstantiateWithFlags (cuda.h maps the
+# name so), not the older cuGraphInstantiate_v2.
+PROC_OVERRIDES = [("cuGraphInstantiate", 12000, "cuGraphInstantiateWithFlags", False)]
+
+
 def load_data():
     symbols = [s for s in SYMBOLS_FILE.read_text().split() if s]
     versions = []
@@ -224,7 +230,7 @@ def render_api(symbols, functions, versions, results, enums, cudarc_version):
         "/// the symbol of the highest version not above the one asked for. Sorted by name, version.\n"
         f"pub const PROC_VERSIONS: &[(&str, u32, &str, bool)] = &[\n"
     )
-    for name, version, symbol, ptds in sorted(versions):
+    for name, version, symbol, ptds in sorted(versions + PROC_OVERRIDES):
         out.append(f'    ("{name}", {version}, "{symbol}", {"true" if ptds else "false"}),\n')
     out.append("];\n\n")
     for enum, function in CHECKED_ENUMS:

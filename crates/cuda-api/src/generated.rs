@@ -1198,6 +1198,12 @@ pub const PROC_VERSIONS: &[(&str, u32, &str, bool)] = &[
     ("cuGraphInstantiate", 10000, "cuGraphInstantiate", false),
     ("cuGraphInstantiate", 11000, "cuGraphInstantiate_v2", false),
     (
+        "cuGraphInstantiate",
+        12000,
+        "cuGraphInstantiateWithFlags",
+        false,
+    ),
+    (
         "cuGraphInstantiateWithFlags",
         11040,
         "cuGraphInstantiateWithFlags",

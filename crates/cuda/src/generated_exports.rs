@@ -638,11 +638,6 @@ pub unsafe extern "C" fn cuGraphDebugDotPrint() -> CUresult {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuGraphDestroy() -> CUresult {
-    not_supported("cuGraphDestroy")
-}
-
-#[no_mangle]
 pub unsafe extern "C" fn cuGraphDestroyNode() -> CUresult {
     not_supported("cuGraphDestroyNode")
 }
@@ -675,11 +670,6 @@ pub unsafe extern "C" fn cuGraphExecBatchMemOpNodeSetParams() -> CUresult {
 #[no_mangle]
 pub unsafe extern "C" fn cuGraphExecChildGraphNodeSetParams() -> CUresult {
     not_supported("cuGraphExecChildGraphNodeSetParams")
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn cuGraphExecDestroy() -> CUresult {
-    not_supported("cuGraphExecDestroy")
 }
 
 #[no_mangle]
@@ -803,18 +793,12 @@ pub unsafe extern "C" fn cuGraphInstantiate() -> CUresult {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuGraphInstantiateWithFlags() -> CUresult {
-    not_supported("cuGraphInstantiateWithFlags")
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn cuGraphInstantiateWithParams() -> CUresult {
-    not_supported("cuGraphInstantiateWithParams")
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn cuGraphInstantiateWithParams_ptsz() -> CUresult {
-    not_supported("cuGraphInstantiateWithParams_ptsz")
+pub unsafe extern "C" fn cuGraphInstantiateWithParams_ptsz(
+    phGraphExec: *mut CUgraphExec,
+    hGraph: CUgraph,
+    instantiateParams: *mut CUDA_GRAPH_INSTANTIATE_PARAMS,
+) -> CUresult {
+    crate::api::cuGraphInstantiateWithParams(phGraphExec, hGraph, instantiateParams)
 }
 
 #[no_mangle]
@@ -858,13 +842,11 @@ pub unsafe extern "C" fn cuGraphKernelNodeSetParams_v2() -> CUresult {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuGraphLaunch() -> CUresult {
-    not_supported("cuGraphLaunch")
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn cuGraphLaunch_ptsz() -> CUresult {
-    not_supported("cuGraphLaunch_ptsz")
+pub unsafe extern "C" fn cuGraphLaunch_ptsz(
+    hGraphExec: CUgraphExec,
+    hStream: CUstream,
+) -> CUresult {
+    crate::api::cuGraphLaunch(hGraphExec, hStream)
 }
 
 #[no_mangle]
@@ -963,13 +945,11 @@ pub unsafe extern "C" fn cuGraphRetainUserObject() -> CUresult {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuGraphUpload() -> CUresult {
-    not_supported("cuGraphUpload")
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn cuGraphUpload_ptsz() -> CUresult {
-    not_supported("cuGraphUpload_ptsz")
+pub unsafe extern "C" fn cuGraphUpload_ptsz(
+    hGraphExec: CUgraphExec,
+    hStream: CUstream,
+) -> CUresult {
+    crate::api::cuGraphUpload(hGraphExec, hStream)
 }
 
 #[no_mangle]
@@ -2334,11 +2314,6 @@ pub unsafe extern "C" fn cuStreamBatchMemOp_v2_ptsz() -> CUresult {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuStreamBeginCapture() -> CUresult {
-    not_supported("cuStreamBeginCapture")
-}
-
-#[no_mangle]
 pub unsafe extern "C" fn cuStreamBeginCaptureToGraph() -> CUresult {
     not_supported("cuStreamBeginCaptureToGraph")
 }
@@ -2354,13 +2329,11 @@ pub unsafe extern "C" fn cuStreamBeginCapture_ptsz() -> CUresult {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuStreamBeginCapture_v2() -> CUresult {
-    not_supported("cuStreamBeginCapture_v2")
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn cuStreamBeginCapture_v2_ptsz() -> CUresult {
-    not_supported("cuStreamBeginCapture_v2_ptsz")
+pub unsafe extern "C" fn cuStreamBeginCapture_v2_ptsz(
+    hStream: CUstream,
+    mode: CUstreamCaptureMode,
+) -> CUresult {
+    crate::api::cuStreamBeginCapture_v2(hStream, mode as _)
 }
 
 #[no_mangle]
@@ -2379,13 +2352,11 @@ pub unsafe extern "C" fn cuStreamDestroy() -> CUresult {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuStreamEndCapture() -> CUresult {
-    not_supported("cuStreamEndCapture")
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn cuStreamEndCapture_ptsz() -> CUresult {
-    not_supported("cuStreamEndCapture_ptsz")
+pub unsafe extern "C" fn cuStreamEndCapture_ptsz(
+    hStream: CUstream,
+    phGraph: *mut CUgraph,
+) -> CUresult {
+    crate::api::cuStreamEndCapture(hStream, phGraph)
 }
 
 #[no_mangle]
@@ -2848,11 +2819,6 @@ pub unsafe extern "C" fn cuTexRefSetMipmapLevelClamp() -> CUresult {
 #[no_mangle]
 pub unsafe extern "C" fn cuTexRefSetMipmappedArray() -> CUresult {
     not_supported("cuTexRefSetMipmappedArray")
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn cuThreadExchangeStreamCaptureMode() -> CUresult {
-    not_supported("cuThreadExchangeStreamCaptureMode")
 }
 
 #[no_mangle]
@@ -3793,7 +3759,7 @@ pub static EXPORTS: [(&str, crate::proc_address::EntryPoint); 707] = [
     ),
     (
         "cuGraphDestroy",
-        crate::proc_address::EntryPoint(self::cuGraphDestroy as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuGraphDestroy as *const ()),
     ),
     (
         "cuGraphDestroyNode",
@@ -3825,7 +3791,7 @@ pub static EXPORTS: [(&str, crate::proc_address::EntryPoint); 707] = [
     ),
     (
         "cuGraphExecDestroy",
-        crate::proc_address::EntryPoint(self::cuGraphExecDestroy as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuGraphExecDestroy as *const ()),
     ),
     (
         "cuGraphExecEventRecordNodeSetEvent",
@@ -3937,11 +3903,11 @@ pub static EXPORTS: [(&str, crate::proc_address::EntryPoint); 707] = [
     ),
     (
         "cuGraphInstantiateWithFlags",
-        crate::proc_address::EntryPoint(self::cuGraphInstantiateWithFlags as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuGraphInstantiateWithFlags as *const ()),
     ),
     (
         "cuGraphInstantiateWithParams",
-        crate::proc_address::EntryPoint(self::cuGraphInstantiateWithParams as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuGraphInstantiateWithParams as *const ()),
     ),
     (
         "cuGraphInstantiateWithParams_ptsz",
@@ -3981,7 +3947,7 @@ pub static EXPORTS: [(&str, crate::proc_address::EntryPoint); 707] = [
     ),
     (
         "cuGraphLaunch",
-        crate::proc_address::EntryPoint(self::cuGraphLaunch as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuGraphLaunch as *const ()),
     ),
     (
         "cuGraphLaunch_ptsz",
@@ -4065,7 +4031,7 @@ pub static EXPORTS: [(&str, crate::proc_address::EntryPoint); 707] = [
     ),
     (
         "cuGraphUpload",
-        crate::proc_address::EntryPoint(self::cuGraphUpload as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuGraphUpload as *const ()),
     ),
     (
         "cuGraphUpload_ptsz",
@@ -5307,7 +5273,7 @@ pub static EXPORTS: [(&str, crate::proc_address::EntryPoint); 707] = [
     ),
     (
         "cuStreamBeginCapture",
-        crate::proc_address::EntryPoint(self::cuStreamBeginCapture as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuStreamBeginCapture as *const ()),
     ),
     (
         "cuStreamBeginCaptureToGraph",
@@ -5323,7 +5289,7 @@ pub static EXPORTS: [(&str, crate::proc_address::EntryPoint); 707] = [
     ),
     (
         "cuStreamBeginCapture_v2",
-        crate::proc_address::EntryPoint(self::cuStreamBeginCapture_v2 as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuStreamBeginCapture_v2 as *const ()),
     ),
     (
         "cuStreamBeginCapture_v2_ptsz",
@@ -5355,7 +5321,7 @@ pub static EXPORTS: [(&str, crate::proc_address::EntryPoint); 707] = [
     ),
     (
         "cuStreamEndCapture",
-        crate::proc_address::EntryPoint(self::cuStreamEndCapture as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuStreamEndCapture as *const ()),
     ),
     (
         "cuStreamEndCapture_ptsz",
@@ -5749,7 +5715,7 @@ pub static EXPORTS: [(&str, crate::proc_address::EntryPoint); 707] = [
     ),
     (
         "cuThreadExchangeStreamCaptureMode",
-        crate::proc_address::EntryPoint(self::cuThreadExchangeStreamCaptureMode as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuThreadExchangeStreamCaptureMode as *const ()),
     ),
     (
         "cuUserObjectCreate",

@@ -21,7 +21,14 @@ enum Cookie {
     Event = 0x7267_7075_6576_7403,
     Image = 0x7267_7075_696d_6704,
     Function = 0x7267_7075_666e_6305,
+    Graph = 0x7267_7075_6772_6806,
+    GraphExec = 0x7267_7075_6765_7807,
     Dead = 0xdead_dead_dead_dead,
+}
+
+/// An id for a stream capture, unique in the process (0 means "not capturing").
+pub fn next_capture_id() -> u64 {
+    next_unique_id()
 }
 
 /// A value for the `*Id` queries (cuCtxGetId, cuStreamGetId): unique in the process.
@@ -219,6 +226,8 @@ pub struct Stream {
     pub flags: u32,
     pub priority: i32,
     pub unique_id: u64,
+    /// The id of the capture in progress on this stream (0: not capturing).
+    pub capture: AtomicU64,
 }
 cookie_type!(Stream, Stream, CUstream);
 
@@ -231,6 +240,7 @@ impl Stream {
             flags,
             priority,
             unique_id: next_unique_id(),
+            capture: AtomicU64::new(0),
         })
     }
 }
@@ -393,6 +403,52 @@ impl Function {
             attributes.resize(attribute as usize + 1, -1);
         }
         attributes[attribute as usize] = value;
+    }
+}
+
+/// A graph captured on a server.
+#[repr(C)]
+pub struct Graph {
+    cookie: Cookie,
+    pub conn: Arc<Connection>,
+    pub remote: Id,
+}
+cookie_type!(Graph, Graph, CUgraph);
+
+/// An executable graph on a server.
+#[repr(C)]
+pub struct GraphExec {
+    cookie: Cookie,
+    pub conn: Arc<Connection>,
+    pub remote: Id,
+}
+cookie_type!(GraphExec, GraphExec, CUgraphExec);
+
+impl Graph {
+    pub fn new(conn: &Arc<Connection>) -> Box<Graph> {
+        Box::new(Graph {
+            cookie: Cookie::Graph,
+            conn: conn.clone(),
+            remote: conn.new_id(),
+        })
+    }
+}
+
+impl GraphExec {
+    pub fn new(conn: &Arc<Connection>) -> Box<GraphExec> {
+        Box::new(GraphExec {
+            cookie: Cookie::GraphExec,
+            conn: conn.clone(),
+            remote: conn.new_id(),
+        })
+    }
+}
+
+/// The id of the capture in progress on `stream` (0: none; default streams never capture).
+pub fn capture_of(stream: CUstream) -> u64 {
+    match stream as usize {
+        0 | STREAM_LEGACY | STREAM_PER_THREAD => 0,
+        _ => Stream::from_handle(stream).map_or(0, |s| s.capture.load(Ordering::Acquire)),
     }
 }
 

@@ -196,6 +196,29 @@ pub enum CuRequest {
     EventElapsedTime { start: Id, end: Id },
     /// The occupancy calculator. Reply: `Value`.
     Occupancy { ctx: Id, query: OccupancyQuery },
+    /// `cuStreamBeginCapture`: the stream's work from now on is recorded into a graph on the
+    /// server. Reply: `Status`.
+    BeginCapture { ctx: Id, stream: Id, mode: u32 },
+    /// `cuStreamEndCapture`: the recorded graph becomes `graph`. Reply: `Status`.
+    EndCapture { ctx: Id, stream: Id, graph: Id },
+    /// `cuGraphInstantiateWithFlags`. Reply: `Status`.
+    GraphInstantiate {
+        ctx: Id,
+        graph: Id,
+        exec: Id,
+        flags: u64,
+    },
+    /// `cuGraphLaunch` (`upload`: `cuGraphUpload`). No reply.
+    GraphLaunch {
+        ctx: Id,
+        exec: Id,
+        stream: Id,
+        upload: bool,
+    },
+    /// No reply.
+    GraphDestroy { graph: Id },
+    /// No reply.
+    GraphExecDestroy { exec: Id },
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -249,6 +272,9 @@ impl CuRequest {
                 | CuRequest::CreateEvent { .. }
                 | CuRequest::DestroyEvent { .. }
                 | CuRequest::RecordEvent { .. }
+                | CuRequest::GraphLaunch { .. }
+                | CuRequest::GraphDestroy { .. }
+                | CuRequest::GraphExecDestroy { .. }
         )
     }
 

@@ -194,6 +194,30 @@ fn all_requests() -> Vec<CuRequest> {
                 attributes: vec![attribute()],
             },
         },
+        CuRequest::BeginCapture {
+            ctx: 1,
+            stream: 3,
+            mode: 0,
+        },
+        CuRequest::EndCapture {
+            ctx: 1,
+            stream: 3,
+            graph: 10,
+        },
+        CuRequest::GraphInstantiate {
+            ctx: 1,
+            graph: 10,
+            exec: 11,
+            flags: 0,
+        },
+        CuRequest::GraphLaunch {
+            ctx: 1,
+            exec: 11,
+            stream: 3,
+            upload: false,
+        },
+        CuRequest::GraphDestroy { graph: 10 },
+        CuRequest::GraphExecDestroy { exec: 11 },
     ]
 }
 
@@ -279,6 +303,9 @@ fn asynchronous_requests_expect_no_reply() {
                 | CuRequest::CreateEvent { .. }
                 | CuRequest::DestroyEvent { .. }
                 | CuRequest::RecordEvent { .. }
+                | CuRequest::GraphLaunch { .. }
+                | CuRequest::GraphDestroy { .. }
+                | CuRequest::GraphExecDestroy { .. }
         );
         assert_eq!(request.expects_reply(), !asynchronous, "{request:?}");
         let bulk = matches!(

@@ -423,6 +423,17 @@ fn read_device(
     }
 }
 
+/// Copies between the host and the device cannot join a stream capture: the server would
+/// record its staging buffers, not the program's memory.
+fn refuse_if_capturing(stream: CUstream) -> Result<(), CUresult> {
+    if crate::objects::capture_of(stream) != 0 {
+        return Err(crate::unsupported::not_supported(
+            "host<->device copies during stream capture",
+        ));
+    }
+    Ok(())
+}
+
 /// Whether `ptr..ptr+size` is page-locked host memory (so an async read may land later).
 fn is_page_locked(ptr: *mut c_void, size: usize) -> bool {
     host_range(ptr as usize).is_some_and(|(start, len, _)| ptr as usize + size <= start + len)
@@ -465,7 +476,9 @@ pub unsafe extern "C" fn cuMemcpyHtoDAsync_v2(
     stream: CUstream,
 ) -> CUresult {
     status(
-        resolve_stream(stream).and_then(|(ctx, stream)| write_device(ctx, stream, dst, src, size)),
+        refuse_if_capturing(stream)
+            .and_then(|()| resolve_stream(stream))
+            .and_then(|(ctx, stream)| write_device(ctx, stream, dst, src, size)),
     )
 }
 
@@ -485,9 +498,13 @@ pub unsafe extern "C" fn cuMemcpyDtoHAsync_v2(
     size: usize,
     stream: CUstream,
 ) -> CUresult {
-    status(resolve_stream(stream).and_then(|(ctx, stream)| {
-        read_device(ctx, stream, dst, src, size, !is_page_locked(dst, size))
-    }))
+    status(
+        refuse_if_capturing(stream)
+            .and_then(|()| resolve_stream(stream))
+            .and_then(|(ctx, stream)| {
+                read_device(ctx, stream, dst, src, size, !is_page_locked(dst, size))
+            }),
+    )
 }
 
 #[no_mangle]
@@ -517,6 +534,9 @@ fn copy_unified(stream: Option<CUstream>, dst: u64, src: u64, size: usize) -> Re
     let (dst_on_device, src_on_device) = (device_range(dst).is_some(), device_range(src).is_some());
     let (ctx, stream_id, asynchronous) = match stream {
         Some(stream) => {
+            if !(dst_on_device && src_on_device) {
+                refuse_if_capturing(stream)?;
+            }
             let (ctx, id) = resolve_stream(stream)?;
             (ctx, id, true)
         }
@@ -890,6 +910,9 @@ unsafe fn copy_2d(p: *const CUDA_MEMCPY2D, stream: Option<CUstream>) -> Result<(
     }
     if (height > 1) && (src.pitch < width || dst.pitch < width) {
         return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+    }
+    if let Some(stream) = stream.filter(|_| !(src.on_device && dst.on_device)) {
+        refuse_if_capturing(stream)?;
     }
     let device_side = if dst.on_device { dst.start } else { src.start };
     let (ctx, stream_id) = match stream {

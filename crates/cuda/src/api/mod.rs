@@ -5,6 +5,7 @@
 pub mod context;
 pub mod device;
 pub mod event;
+pub mod graph;
 pub mod init;
 pub mod launch;
 pub mod loader;
@@ -15,6 +16,7 @@ pub mod stream;
 pub use context::*;
 pub use device::*;
 pub use event::*;
+pub use graph::*;
 pub use init::*;
 pub use launch::*;
 pub use loader::*;

@@ -8,7 +8,7 @@ use rgpu_protocol::cuda::{CuRequest, Id};
 use super::context::{call_status, post};
 use super::memory::take_async_read_error;
 use super::{status, write_out};
-use crate::objects::{current_context, resolve_stream, Context, Event, Stream};
+use crate::objects::{capture_of, current_context, resolve_stream, Context, Event, Stream};
 
 #[no_mangle]
 pub unsafe extern "C" fn cuStreamCreate(stream: *mut CUstream, flags: c_uint) -> CUresult {
@@ -123,13 +123,18 @@ pub unsafe extern "C" fn cuStreamGetId(stream: CUstream, id: *mut u64) -> CUresu
     }))
 }
 
-/// rgpu does not capture graphs: streams are never capturing.
+/// Capture state is kept on the client (the server records the stream's work): answering
+/// these costs nothing, which matters because allocators ask before every allocation.
 #[no_mangle]
 pub unsafe extern "C" fn cuStreamIsCapturing(
     stream: CUstream,
     capture_status: *mut c_uint,
 ) -> CUresult {
-    status(resolve_stream(stream).and_then(|_| unsafe { write_out(capture_status, 0) }))
+    status(
+        resolve_stream(stream).and_then(|_| unsafe {
+            write_out(capture_status, (capture_of(stream) != 0) as c_uint)
+        }),
+    )
 }
 
 #[no_mangle]
@@ -142,8 +147,10 @@ pub unsafe extern "C" fn cuStreamGetCaptureInfo_v2(
     count: *mut usize,
 ) -> CUresult {
     status(resolve_stream(stream).and_then(|_| unsafe {
-        write_out(capture_status, 0)?;
-        for_optional(id, 0);
+        let capture = capture_of(stream);
+        write_out(capture_status, (capture != 0) as c_uint)?;
+        for_optional(id, capture);
+        // The graph being built lives on the server; node-level access is not offered.
         for_optional(graph, std::ptr::null_mut());
         for_optional(dependencies, std::ptr::null());
         for_optional(count, 0);

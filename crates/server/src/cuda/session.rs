@@ -68,6 +68,9 @@ pub(crate) struct CudaSession {
     /// Stream-ordered allocations not yet freed, with their context: they come from the
     /// device's pool, which outlives contexts, so the session frees them itself at the end.
     async_allocations: HashMap<u64, CUcontext>,
+    /// Graphs captured from streams, and their executable instances.
+    graphs: HashMap<Id, CUgraph>,
+    graph_execs: HashMap<Id, CUgraphExec>,
     staging: Staging,
     /// The launch parameter buffer, reused across launches.
     params: Vec<u8>,
@@ -88,6 +91,8 @@ impl CudaSession {
             images: HashMap::new(),
             functions: HashMap::new(),
             async_allocations: HashMap::new(),
+            graphs: HashMap::new(),
+            graph_execs: HashMap::new(),
             staging: Staging::default(),
             params: Vec::new(),
             deferred: None,
@@ -110,6 +115,12 @@ impl CudaSession {
                 .map(|c| c.raw)
                 .filter(|raw| !self.primary.values().any(|p| p == raw)),
         );
+        for (_, exec) in self.graph_execs.drain() {
+            cu_call!(driver, cuGraphExecDestroy(exec));
+        }
+        for (_, graph) in self.graphs.drain() {
+            cu_call!(driver, cuGraphDestroy(graph));
+        }
         for (ptr, ctx) in self.async_allocations.drain() {
             cu_call!(driver, cuCtxSetCurrent(ctx));
             cu_call!(driver, cuMemFreeAsync(ptr, null_mut()));
@@ -1115,6 +1126,83 @@ impl Session {
                 let result = cuda.occupancy(ctx, &query);
                 self.cu_reply(seq, value_reply(result))
             }
+            CuRequest::BeginCapture { ctx, stream, mode } => {
+                let status = cuda.enter(ctx).and_then(|()| {
+                    let stream = cuda.stream(stream)?;
+                    let mode = capture_mode(mode).ok_or(INVALID_VALUE)?;
+                    check(cu_call!(
+                        cuda.backend.driver,
+                        cuStreamBeginCapture_v2(stream, mode)
+                    ))
+                });
+                self.cu_reply(seq, status_reply(status))
+            }
+            CuRequest::EndCapture { ctx, stream, graph } => {
+                let mut raw = null_mut();
+                let status = cuda.enter(ctx).and_then(|()| {
+                    let stream = cuda.stream(stream)?;
+                    check(cu_call!(
+                        cuda.backend.driver,
+                        cuStreamEndCapture(stream, &mut raw)
+                    ))
+                });
+                if status.is_ok() {
+                    cuda.graphs.insert(graph, raw);
+                }
+                self.cu_reply(seq, status_reply(status))
+            }
+            CuRequest::GraphInstantiate {
+                ctx,
+                graph,
+                exec,
+                flags,
+            } => {
+                let mut raw = null_mut();
+                let status = cuda.enter(ctx).and_then(|()| {
+                    let graph = *cuda.graphs.get(&graph).ok_or(INVALID_HANDLE)?;
+                    check(cu_call!(
+                        cuda.backend.driver,
+                        cuGraphInstantiateWithFlags(&mut raw, graph, flags)
+                    ))
+                });
+                if status.is_ok() {
+                    cuda.graph_execs.insert(exec, raw);
+                }
+                self.cu_reply(seq, status_reply(status))
+            }
+            CuRequest::GraphLaunch {
+                ctx,
+                exec,
+                stream,
+                upload,
+            } => {
+                let status = cuda.enter(ctx).and_then(|()| {
+                    let stream = cuda.stream(stream)?;
+                    let exec = *cuda.graph_execs.get(&exec).ok_or(INVALID_HANDLE)?;
+                    let driver = &cuda.backend.driver;
+                    check(if upload {
+                        cu_call!(driver, cuGraphUpload(exec, stream))
+                    } else {
+                        cu_call!(driver, cuGraphLaunch(exec, stream))
+                    })
+                });
+                cuda.defer("cuGraphLaunch", status.err().unwrap_or(SUCCESS));
+                Ok(())
+            }
+            CuRequest::GraphDestroy { graph } => {
+                if let Some(raw) = cuda.graphs.remove(&graph) {
+                    let status = cu_call!(cuda.backend.driver, cuGraphDestroy(raw));
+                    cuda.defer("cuGraphDestroy", status);
+                }
+                Ok(())
+            }
+            CuRequest::GraphExecDestroy { exec } => {
+                if let Some(raw) = cuda.graph_execs.remove(&exec) {
+                    let status = cu_call!(cuda.backend.driver, cuGraphExecDestroy(raw));
+                    cuda.defer("cuGraphExecDestroy", status);
+                }
+                Ok(())
+            }
         }
     }
 
@@ -1297,6 +1385,17 @@ fn function_attribute_raw(
         unsafe { entry(&mut value, attribute, function.raw) }
     };
     check(status).map(|()| value)
+}
+
+/// `CUstreamCaptureMode` from the wire.
+fn capture_mode(mode: u32) -> Option<CUstreamCaptureMode> {
+    use CUstreamCaptureMode_enum::*;
+    Some(match mode {
+        0 => CU_STREAM_CAPTURE_MODE_GLOBAL,
+        1 => CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+        2 => CU_STREAM_CAPTURE_MODE_RELAXED,
+        _ => return None,
+    })
 }
 
 fn value_reply(result: Result<i64, Status>) -> CuReply {

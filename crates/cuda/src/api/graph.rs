@@ -1,0 +1,215 @@
+//! CUDA graphs by stream capture. The server records a capturing stream's work into a graph of
+//! its own (the program's launches and device copies reach it in order anyway); the client
+//! keeps each stream's capture state, and holds graphs and executable graphs as handles.
+//! Building graphs node by node is not offered.
+
+use std::cell::Cell;
+use std::ffi::c_uint;
+use std::sync::atomic::Ordering;
+
+use rgpu_cuda_api::sys::*;
+use rgpu_protocol::cuda::CuRequest;
+
+use super::context::{call_status, post};
+use super::{status, write_out};
+use crate::objects::{resolve_stream, Context, Graph, GraphExec, Stream};
+
+thread_local! {
+    /// This thread's capture interaction mode (cuThreadExchangeStreamCaptureMode).
+    static CAPTURE_MODE: Cell<c_uint> = const { Cell::new(0) };
+}
+
+/// CU_STREAM_CAPTURE_MODE_RELAXED, the largest mode value.
+const LAST_CAPTURE_MODE: c_uint = 2;
+
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamBeginCapture_v2(stream: CUstream, mode: c_uint) -> CUresult {
+    status((|| {
+        // The default streams cannot be captured.
+        let object =
+            Stream::from_handle(stream).ok_or(CUresult::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED)?;
+        if mode > LAST_CAPTURE_MODE {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        if object.capture.load(Ordering::Acquire) != 0 {
+            return Err(CUresult::CUDA_ERROR_ILLEGAL_STATE);
+        }
+        let (ctx, id) = resolve_stream(stream)?;
+        let request = CuRequest::BeginCapture {
+            ctx: ctx.remote,
+            stream: id,
+            mode,
+        };
+        call_status(ctx, request)?;
+        object
+            .capture
+            .store(crate::objects::next_capture_id(), Ordering::Release);
+        Ok(())
+    })())
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamBeginCapture(stream: CUstream) -> CUresult {
+    unsafe { cuStreamBeginCapture_v2(stream, 0) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamEndCapture(stream: CUstream, graph: *mut CUgraph) -> CUresult {
+    status((|| {
+        let object = Stream::from_handle(stream).ok_or(CUresult::CUDA_ERROR_ILLEGAL_STATE)?;
+        if graph.is_null() {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        if object.capture.load(Ordering::Acquire) == 0 {
+            return Err(CUresult::CUDA_ERROR_ILLEGAL_STATE);
+        }
+        let (ctx, id) = resolve_stream(stream)?;
+        let captured = Graph::new(&ctx.conn);
+        let request = CuRequest::EndCapture {
+            ctx: ctx.remote,
+            stream: id,
+            graph: captured.remote,
+        };
+        let ended = call_status(ctx, request);
+        // The capture is over either way (the driver ends it, also on failure).
+        object.capture.store(0, Ordering::Release);
+        ended?;
+        unsafe { write_out(graph, captured.into_handle()) }
+    })())
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuThreadExchangeStreamCaptureMode(mode: *mut c_uint) -> CUresult {
+    if mode.is_null() {
+        return CUresult::CUDA_ERROR_INVALID_VALUE;
+    }
+    // SAFETY: non-null, and the API contract makes it a valid in/out mode.
+    let wanted = unsafe { mode.read() };
+    if wanted > LAST_CAPTURE_MODE {
+        return CUresult::CUDA_ERROR_INVALID_VALUE;
+    }
+    let previous = CAPTURE_MODE.with(|current| current.replace(wanted));
+    // SAFETY: as above.
+    unsafe { mode.write(previous) };
+    CUresult::CUDA_SUCCESS
+}
+
+/// The context whose server holds `graph`: the current one, which must be on that server.
+fn graph_context<'a>(graph: &Graph) -> Result<&'a Context, CUresult> {
+    let ctx = crate::objects::current_context()?;
+    if !std::sync::Arc::ptr_eq(&ctx.conn, &graph.conn) {
+        return Err(CUresult::CUDA_ERROR_INVALID_CONTEXT);
+    }
+    Ok(ctx)
+}
+
+fn instantiate(graph: CUgraph, flags: u64) -> Result<CUgraphExec, CUresult> {
+    let graph = Graph::from_handle(graph).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+    let ctx = graph_context(graph)?;
+    let exec = GraphExec::new(&ctx.conn);
+    let request = CuRequest::GraphInstantiate {
+        ctx: ctx.remote,
+        graph: graph.remote,
+        exec: exec.remote,
+        flags,
+    };
+    call_status(ctx, request)?;
+    Ok(exec.into_handle())
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphInstantiateWithFlags(
+    exec: *mut CUgraphExec,
+    graph: CUgraph,
+    flags: u64,
+) -> CUresult {
+    status(instantiate(graph, flags).and_then(|handle| unsafe { write_out(exec, handle) }))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphInstantiateWithParams(
+    exec: *mut CUgraphExec,
+    graph: CUgraph,
+    params: *mut CUDA_GRAPH_INSTANTIATE_PARAMS,
+) -> CUresult {
+    if params.is_null() {
+        return CUresult::CUDA_ERROR_INVALID_VALUE;
+    }
+    // SAFETY: non-null, and the API contract makes it valid parameters.
+    let (flags, upload_stream) = unsafe { ((*params).flags, (*params).hUploadStream) };
+    let result = instantiate(graph, flags).and_then(|handle| {
+        // CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD: upload on the given stream right away.
+        if flags & 2 != 0 {
+            launch(handle, upload_stream, true)?;
+        }
+        unsafe { write_out(exec, handle) }
+    });
+    // CUgraphInstantiateResult: 0 success, 1 error; written as an integer.
+    let outcome: u32 = if result.is_ok() { 0 } else { 1 };
+    // SAFETY: as above; the enum field is a 32-bit integer.
+    unsafe {
+        std::ptr::addr_of_mut!((*params).result_out)
+            .cast::<u32>()
+            .write(outcome)
+    };
+    status(result.map(|_| ()))
+}
+
+fn launch(exec: CUgraphExec, stream: CUstream, upload: bool) -> Result<(), CUresult> {
+    let exec = GraphExec::from_handle(exec).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+    let (ctx, stream) = resolve_stream(stream)?;
+    if !std::sync::Arc::ptr_eq(&ctx.conn, &exec.conn) {
+        return Err(CUresult::CUDA_ERROR_INVALID_CONTEXT);
+    }
+    let request = CuRequest::GraphLaunch {
+        ctx: ctx.remote,
+        exec: exec.remote,
+        stream,
+        upload,
+    };
+    post(ctx, request, &[])
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphLaunch(exec: CUgraphExec, stream: CUstream) -> CUresult {
+    status(launch(exec, stream, false))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphUpload(exec: CUgraphExec, stream: CUstream) -> CUresult {
+    status(launch(exec, stream, true))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphDestroy(graph: CUgraph) -> CUresult {
+    status((|| {
+        let object = Graph::from_handle(graph).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+        let request = CuRequest::GraphDestroy {
+            graph: object.remote,
+        };
+        object
+            .conn
+            .post_cu(request, &[])
+            .map_err(crate::runtime::client_error)?;
+        // SAFETY: the program gives the handle up by destroying it.
+        drop(unsafe { Graph::destroy(graph) });
+        Ok(())
+    })())
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphExecDestroy(exec: CUgraphExec) -> CUresult {
+    status((|| {
+        let object = GraphExec::from_handle(exec).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+        let request = CuRequest::GraphExecDestroy {
+            exec: object.remote,
+        };
+        object
+            .conn
+            .post_cu(request, &[])
+            .map_err(crate::runtime::client_error)?;
+        // SAFETY: the program gives the handle up by destroying it.
+        drop(unsafe { GraphExec::destroy(exec) });
+        Ok(())
+    })())
+}
