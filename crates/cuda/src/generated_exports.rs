@@ -1308,16 +1308,6 @@ pub unsafe extern "C" fn cuLogsUnregisterCallback() -> CUresult {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemAddressFree() -> CUresult {
-    not_supported("cuMemAddressFree")
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn cuMemAddressReserve() -> CUresult {
-    not_supported("cuMemAddressReserve")
-}
-
-#[no_mangle]
 pub unsafe extern "C" fn cuMemAdvise() -> CUresult {
     not_supported("cuMemAdvise")
 }
@@ -1377,11 +1367,6 @@ pub unsafe extern "C" fn cuMemBatchDecompressAsync_ptsz() -> CUresult {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemCreate() -> CUresult {
-    not_supported("cuMemCreate")
-}
-
-#[no_mangle]
 pub unsafe extern "C" fn cuMemDiscardAndPrefetchBatchAsync() -> CUresult {
     not_supported("cuMemDiscardAndPrefetchBatchAsync")
 }
@@ -1424,11 +1409,6 @@ pub unsafe extern "C" fn cuMemGetAccess() -> CUresult {
 #[no_mangle]
 pub unsafe extern "C" fn cuMemGetAddressRange() -> CUresult {
     not_supported("cuMemGetAddressRange")
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn cuMemGetAllocationGranularity() -> CUresult {
-    not_supported("cuMemGetAllocationGranularity")
 }
 
 #[no_mangle]
@@ -1484,11 +1464,6 @@ pub unsafe extern "C" fn cuMemHostRegister() -> CUresult {
 #[no_mangle]
 pub unsafe extern "C" fn cuMemImportFromShareableHandle() -> CUresult {
     not_supported("cuMemImportFromShareableHandle")
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn cuMemMap() -> CUresult {
-    not_supported("cuMemMap")
 }
 
 #[no_mangle]
@@ -1597,28 +1572,13 @@ pub unsafe extern "C" fn cuMemRangeGetAttributes() -> CUresult {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemRelease() -> CUresult {
-    not_supported("cuMemRelease")
-}
-
-#[no_mangle]
 pub unsafe extern "C" fn cuMemRetainAllocationHandle() -> CUresult {
     not_supported("cuMemRetainAllocationHandle")
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemSetAccess() -> CUresult {
-    not_supported("cuMemSetAccess")
-}
-
-#[no_mangle]
 pub unsafe extern "C" fn cuMemSetMemPool() -> CUresult {
     not_supported("cuMemSetMemPool")
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn cuMemUnmap() -> CUresult {
-    not_supported("cuMemUnmap")
 }
 
 #[no_mangle]
@@ -4341,11 +4301,11 @@ pub static EXPORTS: [(&str, crate::proc_address::EntryPoint); 707] = [
     ),
     (
         "cuMemAddressFree",
-        crate::proc_address::EntryPoint(self::cuMemAddressFree as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuMemAddressFree as *const ()),
     ),
     (
         "cuMemAddressReserve",
-        crate::proc_address::EntryPoint(self::cuMemAddressReserve as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuMemAddressReserve as *const ()),
     ),
     (
         "cuMemAdvise",
@@ -4409,7 +4369,7 @@ pub static EXPORTS: [(&str, crate::proc_address::EntryPoint); 707] = [
     ),
     (
         "cuMemCreate",
-        crate::proc_address::EntryPoint(self::cuMemCreate as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuMemCreate as *const ()),
     ),
     (
         "cuMemDiscardAndPrefetchBatchAsync",
@@ -4465,7 +4425,7 @@ pub static EXPORTS: [(&str, crate::proc_address::EntryPoint); 707] = [
     ),
     (
         "cuMemGetAllocationGranularity",
-        crate::proc_address::EntryPoint(self::cuMemGetAllocationGranularity as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuMemGetAllocationGranularity as *const ()),
     ),
     (
         "cuMemGetAllocationPropertiesFromHandle",
@@ -4533,7 +4493,7 @@ pub static EXPORTS: [(&str, crate::proc_address::EntryPoint); 707] = [
     ),
     (
         "cuMemMap",
-        crate::proc_address::EntryPoint(self::cuMemMap as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuMemMap as *const ()),
     ),
     (
         "cuMemMapArrayAsync",
@@ -4621,7 +4581,7 @@ pub static EXPORTS: [(&str, crate::proc_address::EntryPoint); 707] = [
     ),
     (
         "cuMemRelease",
-        crate::proc_address::EntryPoint(self::cuMemRelease as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuMemRelease as *const ()),
     ),
     (
         "cuMemRetainAllocationHandle",
@@ -4629,7 +4589,7 @@ pub static EXPORTS: [(&str, crate::proc_address::EntryPoint); 707] = [
     ),
     (
         "cuMemSetAccess",
-        crate::proc_address::EntryPoint(self::cuMemSetAccess as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuMemSetAccess as *const ()),
     ),
     (
         "cuMemSetMemPool",
@@ -4637,7 +4597,7 @@ pub static EXPORTS: [(&str, crate::proc_address::EntryPoint); 707] = [
     ),
     (
         "cuMemUnmap",
-        crate::proc_address::EntryPoint(self::cuMemUnmap as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuMemUnmap as *const ()),
     ),
     (
         "cuMemcpy",

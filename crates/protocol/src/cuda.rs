@@ -219,6 +219,73 @@ pub enum CuRequest {
     GraphDestroy { graph: Id },
     /// No reply.
     GraphExecDestroy { exec: Id },
+    /// The virtual memory management calls (`cuMem{GetAllocationGranularity,AddressReserve,
+    /// Create,Map,SetAccess,Unmap,Release,AddressFree}`). Reply: `Value` (granularity),
+    /// `Pointer` (reserve) or `Status`.
+    Vmm { ctx: Id, op: VmmOp },
+}
+
+/// `CUmemAllocationProp`, with device ordinals already the server's.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MemProp {
+    pub kind: u32,
+    pub handle_types: u32,
+    pub location_type: u32,
+    pub location_id: i32,
+    /// The `allocFlags` bytes (compression type, GPUDirect RDMA, usage).
+    pub alloc_flags: [u8; 8],
+}
+
+/// `CUmemAccessDesc`, with device ordinals already the server's.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MemAccess {
+    pub location_type: u32,
+    pub location_id: i32,
+    pub flags: u32,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum VmmOp {
+    Granularity {
+        prop: MemProp,
+        option: u32,
+    },
+    Reserve {
+        size: u64,
+        alignment: u64,
+        addr: DevicePtr,
+        flags: u64,
+    },
+    /// The physical allocation gets the client-chosen `handle` id.
+    Create {
+        handle: Id,
+        size: u64,
+        prop: MemProp,
+        flags: u64,
+    },
+    Map {
+        ptr: DevicePtr,
+        size: u64,
+        offset: u64,
+        handle: Id,
+        flags: u64,
+    },
+    SetAccess {
+        ptr: DevicePtr,
+        size: u64,
+        access: Vec<MemAccess>,
+    },
+    Unmap {
+        ptr: DevicePtr,
+        size: u64,
+    },
+    Release {
+        handle: Id,
+    },
+    AddressFree {
+        ptr: DevicePtr,
+        size: u64,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

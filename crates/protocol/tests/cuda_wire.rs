@@ -219,6 +219,66 @@ fn all_requests() -> Vec<CuRequest> {
         CuRequest::GraphDestroy { graph: 10 },
         CuRequest::GraphExecDestroy { exec: 11 },
     ]
+    .into_iter()
+    .chain(
+        vmm_ops()
+            .into_iter()
+            .map(|op| CuRequest::Vmm { ctx: 1, op }),
+    )
+    .collect()
+}
+
+fn vmm_ops() -> Vec<VmmOp> {
+    let prop = MemProp {
+        kind: 1,
+        handle_types: 0,
+        location_type: 1,
+        location_id: 0,
+        alloc_flags: [0; 8],
+    };
+    vec![
+        VmmOp::Granularity {
+            prop: prop.clone(),
+            option: 1,
+        },
+        VmmOp::Reserve {
+            size: 1 << 30,
+            alignment: 0,
+            addr: 0,
+            flags: 0,
+        },
+        VmmOp::Create {
+            handle: 12,
+            size: 2 << 20,
+            prop,
+            flags: 0,
+        },
+        VmmOp::Map {
+            ptr: 0x7f00_0000_0000,
+            size: 2 << 20,
+            offset: 0,
+            handle: 12,
+            flags: 0,
+        },
+        VmmOp::SetAccess {
+            ptr: 0x7f00_0000_0000,
+            size: 2 << 20,
+            access: vec![MemAccess {
+                location_type: 1,
+                location_id: 0,
+                flags: 3,
+            }],
+        },
+        VmmOp::Unmap {
+            ptr: 0x7f00_0000_0000,
+            size: 2 << 20,
+        },
+        VmmOp::Release { handle: 12 },
+        VmmOp::AddressFree {
+            ptr: 0x7f00_0000_0000,
+            size: 1 << 30,
+        },
+    ]
 }
 
 #[test]

@@ -53,7 +53,7 @@ fn host_range(ptr: usize) -> Option<(usize, usize, u32)> {
 }
 
 /// The context a device pointer belongs to, else the current one.
-fn context_of<'a>(ptr: u64) -> Result<&'a Context, CUresult> {
+pub(crate) fn context_of<'a>(ptr: u64) -> Result<&'a Context, CUresult> {
     match device_range(ptr).and_then(|(_, _, ctx)| Context::from_handle(ctx as CUcontext)) {
         Some(ctx) => {
             ctx.ensure_created()?;
@@ -99,7 +99,7 @@ fn allocate_once(ctx: &Context, request: CuRequest) -> Result<u64, CUresult> {
 /// which rgpu cannot rewrite). Two servers may hand out the same address: then the colliding
 /// block is held while the server is asked again, so every pointer the program holds names one
 /// server's memory, and copies find their server by address.
-fn allocate(
+pub(crate) fn allocate(
     ctx: &Context,
     size: usize,
     request: impl Fn() -> CuRequest,
@@ -997,4 +997,9 @@ pub unsafe extern "C" fn cuMemcpy2DUnaligned_v2(p: *const CUDA_MEMCPY2D) -> CUre
 #[no_mangle]
 pub unsafe extern "C" fn cuMemcpy2DAsync_v2(p: *const CUDA_MEMCPY2D, stream: CUstream) -> CUresult {
     status(unsafe { copy_2d(p, Some(stream)) })
+}
+
+/// Forgets a device range (freed or unreserved).
+pub(crate) fn forget_device_range(ptr: u64) {
+    DEVICE_RANGES.write().unwrap().remove(&ptr);
 }

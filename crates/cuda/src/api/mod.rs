@@ -12,6 +12,7 @@ pub mod loader;
 pub mod memory;
 pub mod module;
 pub mod stream;
+pub mod vmm;
 
 pub use context::*;
 pub use device::*;
@@ -23,6 +24,7 @@ pub use loader::*;
 pub use memory::*;
 pub use module::*;
 pub use stream::*;
+pub use vmm::*;
 
 use rgpu_cuda_api::sys::CUresult;
 

@@ -15,7 +15,8 @@ use rgpu_cuda_api::generated::{func_cache, function_attribute, limit, FUNCTION_A
 use rgpu_cuda_api::launch_param;
 use rgpu_cuda_api::sys::*;
 use rgpu_protocol::cuda::{
-    CuReply, CuRequest, FunctionInfo, Id, ImageKind, LaunchAttribute, OccupancyQuery,
+    CuReply, CuRequest, FunctionInfo, Id, ImageKind, LaunchAttribute, MemAccess, MemProp,
+    OccupancyQuery, VmmOp,
 };
 use rgpu_protocol::ServerMsg;
 use sha2::{Digest, Sha256};
@@ -71,6 +72,11 @@ pub(crate) struct CudaSession {
     /// Graphs captured from streams, and their executable instances.
     graphs: HashMap<Id, CUgraph>,
     graph_execs: HashMap<Id, CUgraphExec>,
+    /// Virtual memory management: physical allocations, mappings and address reservations.
+    /// They belong to the device, not to a context, so the session undoes them at its end.
+    vmm_handles: HashMap<Id, CUmemGenericAllocationHandle>,
+    vmm_mappings: HashMap<u64, u64>,
+    vmm_reservations: HashMap<u64, u64>,
     staging: Staging,
     /// The launch parameter buffer, reused across launches.
     params: Vec<u8>,
@@ -93,6 +99,9 @@ impl CudaSession {
             async_allocations: HashMap::new(),
             graphs: HashMap::new(),
             graph_execs: HashMap::new(),
+            vmm_handles: HashMap::new(),
+            vmm_mappings: HashMap::new(),
+            vmm_reservations: HashMap::new(),
             staging: Staging::default(),
             params: Vec::new(),
             deferred: None,
@@ -115,6 +124,21 @@ impl CudaSession {
                 .map(|c| c.raw)
                 .filter(|raw| !self.primary.values().any(|p| p == raw)),
         );
+        if !self.vmm_mappings.is_empty() || !self.vmm_handles.is_empty() {
+            if let Some(&any) = raws.first() {
+                cu_call!(driver, cuCtxSetCurrent(any));
+                cu_call!(driver, cuCtxSynchronize());
+            }
+        }
+        for (ptr, size) in self.vmm_mappings.drain() {
+            cu_call!(driver, cuMemUnmap(ptr, size as usize));
+        }
+        for (_, handle) in self.vmm_handles.drain() {
+            cu_call!(driver, cuMemRelease(handle));
+        }
+        for (ptr, size) in self.vmm_reservations.drain() {
+            cu_call!(driver, cuMemAddressFree(ptr, size as usize));
+        }
         for (_, exec) in self.graph_execs.drain() {
             cu_call!(driver, cuGraphExecDestroy(exec));
         }
@@ -599,6 +623,149 @@ impl CudaSession {
                 Ok(clusters as i64)
             }
         }
+    }
+}
+
+impl CudaSession {
+    /// The virtual memory management calls, in the current context.
+    fn vmm(&mut self, op: VmmOp) -> CuReply {
+        let driver = &self.backend.driver;
+        match op {
+            VmmOp::Granularity { prop, option } => {
+                let prop = allocation_prop(&prop);
+                let mut granularity = 0usize;
+                let Some(entry) = driver.fns.cuMemGetAllocationGranularity else {
+                    return CuReply::Status(NOT_SUPPORTED);
+                };
+                // SAFETY: the option enum is a 32-bit integer in the C ABI; the driver checks it.
+                let entry: unsafe extern "C" fn(
+                    *mut usize,
+                    *const CUmemAllocationProp,
+                    u32,
+                ) -> Status = unsafe { std::mem::transmute(entry) };
+                // SAFETY: valid out-pointer and property struct.
+                let status = unsafe { entry(&mut granularity, &prop, option) };
+                value_reply(check(status).map(|()| granularity as i64))
+            }
+            VmmOp::Reserve {
+                size,
+                alignment,
+                addr,
+                flags,
+            } => {
+                let mut ptr = 0u64;
+                let status = cu_call!(
+                    driver,
+                    cuMemAddressReserve(&mut ptr, size as usize, alignment as usize, addr, flags)
+                );
+                if status == SUCCESS {
+                    self.vmm_reservations.insert(ptr, size);
+                }
+                CuReply::Pointer { status, ptr }
+            }
+            VmmOp::Create {
+                handle,
+                size,
+                prop,
+                flags,
+            } => {
+                let prop = allocation_prop(&prop);
+                let mut raw = 0;
+                let status = cu_call!(driver, cuMemCreate(&mut raw, size as usize, &prop, flags));
+                if status == SUCCESS {
+                    self.vmm_handles.insert(handle, raw);
+                }
+                CuReply::Status(status)
+            }
+            VmmOp::Map {
+                ptr,
+                size,
+                offset,
+                handle,
+                flags,
+            } => {
+                let Some(&raw) = self.vmm_handles.get(&handle) else {
+                    return CuReply::Status(INVALID_HANDLE);
+                };
+                let status = cu_call!(
+                    driver,
+                    cuMemMap(ptr, size as usize, offset as usize, raw, flags)
+                );
+                if status == SUCCESS {
+                    self.vmm_mappings.insert(ptr, size);
+                }
+                CuReply::Status(status)
+            }
+            VmmOp::SetAccess { ptr, size, access } => {
+                let descs: Vec<CUmemAccessDesc> = access.iter().map(access_desc).collect();
+                CuReply::Status(cu_call!(
+                    driver,
+                    cuMemSetAccess(ptr, size as usize, descs.as_ptr(), descs.len())
+                ))
+            }
+            VmmOp::Unmap { ptr, size } => {
+                let status = cu_call!(driver, cuMemUnmap(ptr, size as usize));
+                if status == SUCCESS {
+                    self.vmm_mappings.remove(&ptr);
+                }
+                CuReply::Status(status)
+            }
+            VmmOp::Release { handle } => match self.vmm_handles.remove(&handle) {
+                Some(raw) => CuReply::Status(cu_call!(driver, cuMemRelease(raw))),
+                None => CuReply::Status(INVALID_HANDLE),
+            },
+            VmmOp::AddressFree { ptr, size } => {
+                let status = cu_call!(driver, cuMemAddressFree(ptr, size as usize));
+                if status == SUCCESS {
+                    self.vmm_reservations.remove(&ptr);
+                }
+                CuReply::Status(status)
+            }
+        }
+    }
+}
+
+// `allocation_prop` writes the allocation flags as 8 bytes.
+const _: () = assert!(std::mem::size_of::<CUmemAllocationProp_st__bindgen_ty_1>() == 8);
+
+/// `CUmemAllocationProp` from its wire form. Its enum fields are written as the integers the
+/// client sent (the driver checks them), never as Rust enum values.
+fn allocation_prop(prop: &MemProp) -> CUmemAllocationProp {
+    // SAFETY: plain data for which all-zero bytes are valid; fields are written through raw
+    // pointers at their offsets, each an integer of the written width.
+    unsafe {
+        let mut raw: CUmemAllocationProp = std::mem::zeroed();
+        let base = std::ptr::addr_of_mut!(raw);
+        std::ptr::addr_of_mut!((*base).type_)
+            .cast::<u32>()
+            .write(prop.kind);
+        std::ptr::addr_of_mut!((*base).requestedHandleTypes)
+            .cast::<u32>()
+            .write(prop.handle_types);
+        std::ptr::addr_of_mut!((*base).location.type_)
+            .cast::<u32>()
+            .write(prop.location_type);
+        (*base).location.id = prop.location_id;
+        std::ptr::addr_of_mut!((*base).allocFlags)
+            .cast::<[u8; 8]>()
+            .write_unaligned(prop.alloc_flags);
+        raw
+    }
+}
+
+fn access_desc(access: &MemAccess) -> CUmemAccessDesc {
+    // SAFETY: as in `allocation_prop`.
+    unsafe {
+        let mut raw: CUmemAccessDesc = std::mem::zeroed();
+        let base = std::ptr::addr_of_mut!(raw);
+        std::ptr::addr_of_mut!((*base).location.type_)
+            .cast::<u32>()
+            .write(access.location_type);
+        (*base).location.id = access.location_id;
+        std::ptr::addr_of_mut!((*base).flags)
+            .cast::<u32>()
+            .write(access.flags);
+        raw
     }
 }
 
@@ -1195,6 +1362,13 @@ impl Session {
                     cuda.defer("cuGraphDestroy", status);
                 }
                 Ok(())
+            }
+            CuRequest::Vmm { ctx, op } => {
+                let reply = match cuda.enter(ctx) {
+                    Ok(()) => cuda.vmm(op),
+                    Err(status) => CuReply::Status(status),
+                };
+                self.cu_reply(seq, reply)
             }
             CuRequest::GraphExecDestroy { exec } => {
                 if let Some(raw) = cuda.graph_execs.remove(&exec) {

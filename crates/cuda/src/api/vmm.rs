@@ -1,0 +1,272 @@
+//! Virtual memory management (`cuMemAddressReserve`, `cuMemCreate`, `cuMemMap`, …), as caching
+//! allocators use it (PyTorch's expandable segments). Address reservations, physical
+//! allocations and mappings live on the server of the device (or context) they concern; their
+//! device ordinals are translated to the server's, and reserved ranges join the map of device
+//! memory, so copies and other servers' allocations treat them as device memory.
+
+use std::collections::BTreeMap;
+use std::ffi::c_uint;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use rgpu_cuda_api::sys::*;
+use rgpu_protocol::cuda::{CuReply, CuRequest, MemAccess, MemProp, VmmOp};
+
+use super::context::{call, unexpected};
+use super::memory::{allocate, context_of, forget_device_range};
+use super::{from_remote, status, write_out};
+use crate::objects::{current_context, Context};
+
+/// CU_MEM_LOCATION_TYPE_DEVICE: a location whose id is a device ordinal.
+const LOCATION_DEVICE: u32 = 1;
+
+/// The physical allocations the program holds: its handle value -> the context (address) whose
+/// server holds it. The handle value is also the allocation's id on that server.
+static HANDLES: Mutex<BTreeMap<u64, usize>> = Mutex::new(BTreeMap::new());
+
+fn next_handle() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+/// Sends a VMM request in `ctx` and returns the reply.
+fn vmm(ctx: &Context, op: VmmOp) -> Result<CuReply, CUresult> {
+    call(
+        ctx,
+        CuRequest::Vmm {
+            ctx: ctx.remote,
+            op,
+        },
+    )
+}
+
+fn vmm_status(ctx: &Context, op: VmmOp) -> Result<(), CUresult> {
+    match vmm(ctx, op)? {
+        CuReply::Status(status) => from_remote(status),
+        other => Err(unexpected(other)),
+    }
+}
+
+/// A device location of the program as its server's ordinal, with the device's primary context
+/// (made if need be) to reach that server through.
+fn device_location<'a>(location_type: u32, id: i32) -> Result<(i32, &'a Context), CUresult> {
+    if location_type != LOCATION_DEVICE {
+        return Ok((id, current_context()?));
+    }
+    let device = crate::runtime::device(id)?;
+    device.primary.ensure_created()?;
+    Ok((device.remote_ordinal as i32, &*device.primary))
+}
+
+/// Reads a `CUmemAllocationProp` as integers (its enum fields may hold values the enums lack)
+/// and translates its device.
+unsafe fn read_prop<'a>(
+    prop: *const CUmemAllocationProp,
+) -> Result<(MemProp, &'a Context), CUresult> {
+    if prop.is_null() {
+        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+    }
+    // SAFETY: non-null, and the API contract makes it a valid property struct; each field is
+    // read as an integer of its width.
+    let (kind, handle_types, location_type, location_id, alloc_flags) = unsafe {
+        (
+            std::ptr::addr_of!((*prop).type_).cast::<u32>().read(),
+            std::ptr::addr_of!((*prop).requestedHandleTypes)
+                .cast::<u32>()
+                .read(),
+            std::ptr::addr_of!((*prop).location.type_)
+                .cast::<u32>()
+                .read(),
+            (*prop).location.id,
+            std::ptr::addr_of!((*prop).allocFlags)
+                .cast::<[u8; 8]>()
+                .read_unaligned(),
+        )
+    };
+    let (location_id, ctx) = device_location(location_type, location_id)?;
+    let prop = MemProp {
+        kind,
+        handle_types,
+        location_type,
+        location_id,
+        alloc_flags,
+    };
+    Ok((prop, ctx))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemGetAllocationGranularity(
+    granularity: *mut usize,
+    prop: *const CUmemAllocationProp,
+    option: c_uint,
+) -> CUresult {
+    status(unsafe { read_prop(prop) }.and_then(|(prop, ctx)| {
+        match vmm(ctx, VmmOp::Granularity { prop, option })? {
+            CuReply::Value { status, value } => {
+                from_remote(status)?;
+                unsafe { write_out(granularity, value as usize) }
+            }
+            other => Err(unexpected(other)),
+        }
+    }))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemAddressReserve(
+    ptr: *mut CUdeviceptr,
+    size: usize,
+    alignment: usize,
+    addr: CUdeviceptr,
+    flags: u64,
+) -> CUresult {
+    status(current_context().and_then(|ctx| {
+        if ptr.is_null() {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        let request = || CuRequest::Vmm {
+            ctx: ctx.remote,
+            op: VmmOp::Reserve {
+                size: size as u64,
+                alignment: alignment as u64,
+                addr,
+                flags,
+            },
+        };
+        let free = |at| {
+            let op = VmmOp::AddressFree {
+                ptr: at,
+                size: size as u64,
+            };
+            vmm_status(ctx, op)
+        };
+        let reserved = allocate(ctx, size, request, free)?;
+        unsafe { write_out(ptr, reserved) }
+    }))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemAddressFree(ptr: CUdeviceptr, size: usize) -> CUresult {
+    status(context_of(ptr).and_then(|ctx| {
+        vmm_status(
+            ctx,
+            VmmOp::AddressFree {
+                ptr,
+                size: size as u64,
+            },
+        )?;
+        forget_device_range(ptr);
+        Ok(())
+    }))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemCreate(
+    handle: *mut CUmemGenericAllocationHandle,
+    size: usize,
+    prop: *const CUmemAllocationProp,
+    flags: u64,
+) -> CUresult {
+    status(unsafe { read_prop(prop) }.and_then(|(prop, ctx)| {
+        if handle.is_null() {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        let id = next_handle();
+        let op = VmmOp::Create {
+            handle: id,
+            size: size as u64,
+            prop,
+            flags,
+        };
+        vmm_status(ctx, op)?;
+        HANDLES.lock().unwrap().insert(id, ctx.handle() as usize);
+        unsafe { write_out(handle, id) }
+    }))
+}
+
+/// The context whose server holds a physical allocation.
+fn handle_context<'a>(handle: u64) -> Result<&'a Context, CUresult> {
+    let ctx = HANDLES.lock().unwrap().get(&handle).copied();
+    ctx.and_then(|ctx| Context::from_handle(ctx as CUcontext))
+        .ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemMap(
+    ptr: CUdeviceptr,
+    size: usize,
+    offset: usize,
+    handle: CUmemGenericAllocationHandle,
+    flags: u64,
+) -> CUresult {
+    status(handle_context(handle).and_then(|ctx| {
+        let op = VmmOp::Map {
+            ptr,
+            size: size as u64,
+            offset: offset as u64,
+            handle,
+            flags,
+        };
+        vmm_status(ctx, op)
+    }))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemRelease(handle: CUmemGenericAllocationHandle) -> CUresult {
+    status(handle_context(handle).and_then(|ctx| {
+        vmm_status(ctx, VmmOp::Release { handle })?;
+        HANDLES.lock().unwrap().remove(&handle);
+        Ok(())
+    }))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemSetAccess(
+    ptr: CUdeviceptr,
+    size: usize,
+    desc: *const CUmemAccessDesc,
+    count: usize,
+) -> CUresult {
+    status(context_of(ptr).and_then(|ctx| {
+        if desc.is_null() && count > 0 {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        let access = (0..count)
+            .map(|i| {
+                // SAFETY: the caller passes `count` descriptors; read as integers.
+                let (location_type, id, flags) = unsafe {
+                    let d = desc.add(i);
+                    (
+                        std::ptr::addr_of!((*d).location.type_).cast::<u32>().read(),
+                        (*d).location.id,
+                        std::ptr::addr_of!((*d).flags).cast::<u32>().read(),
+                    )
+                };
+                let (location_id, _) = device_location(location_type, id)?;
+                Ok(MemAccess {
+                    location_type,
+                    location_id,
+                    flags,
+                })
+            })
+            .collect::<Result<Vec<_>, CUresult>>()?;
+        let op = VmmOp::SetAccess {
+            ptr,
+            size: size as u64,
+            access,
+        };
+        vmm_status(ctx, op)
+    }))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemUnmap(ptr: CUdeviceptr, size: usize) -> CUresult {
+    status(context_of(ptr).and_then(|ctx| {
+        vmm_status(
+            ctx,
+            VmmOp::Unmap {
+                ptr,
+                size: size as u64,
+            },
+        )
+    }))
+}
