@@ -17,6 +17,7 @@ mod export_tables;
 mod generated_exports;
 mod objects;
 pub mod proc_address;
+mod ranges;
 mod runtime;
 mod unsupported;
 

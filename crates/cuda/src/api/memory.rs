@@ -8,7 +8,6 @@
 //! arrives (any later synchronizing reply comes after it on the same socket).
 
 use std::alloc::Layout;
-use std::collections::BTreeMap;
 use std::ffi::{c_uint, c_void};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -21,35 +20,33 @@ use rgpu_protocol::ClientMsg;
 use super::context::{call, call_status, post, unexpected};
 use super::{from_remote, status, write_out};
 use crate::objects::{current_context, resolve_stream, Context};
+use crate::ranges::RangeMap;
 use crate::runtime::client_error;
 
 const PAGE: usize = 4096;
 
-/// Device memory of the program: start -> (size, owning context handle).
-static DEVICE_RANGES: RwLock<BTreeMap<u64, (u64, usize)>> = RwLock::new(BTreeMap::new());
+/// Device memory of the program, with the owning context's handle.
+static DEVICE_RANGES: RwLock<RangeMap<usize>> = RwLock::new(RangeMap::new());
 
-/// Page-locked host memory: start -> (size, flags, allocated by us).
-static HOST_RANGES: Mutex<BTreeMap<usize, (usize, u32, bool)>> = Mutex::new(BTreeMap::new());
+/// Page-locked host memory, with its flags and whether rgpu allocated it.
+static HOST_RANGES: Mutex<RangeMap<(u32, bool)>> = Mutex::new(RangeMap::new());
 
 /// The first failure of a read nobody waited for, reported at the next synchronization.
 static ASYNC_READ_ERROR: AtomicU32 = AtomicU32::new(0);
 
 pub(crate) fn record_device_range(ptr: u64, size: u64, ctx: &Context) {
     let mut ranges = DEVICE_RANGES.write().unwrap();
-    ranges.insert(ptr, (size, ctx.handle() as usize));
+    ranges.insert(ptr, size, ctx.handle() as usize);
 }
 
 /// The device range holding `ptr`: (start, size, context handle).
 fn device_range(ptr: u64) -> Option<(u64, u64, usize)> {
-    let ranges = DEVICE_RANGES.read().unwrap();
-    let (&start, &(size, ctx)) = ranges.range(..=ptr).next_back()?;
-    (ptr < start + size.max(1)).then_some((start, size, ctx))
+    DEVICE_RANGES.read().unwrap().find(ptr)
 }
 
 fn host_range(ptr: usize) -> Option<(usize, usize, u32)> {
-    let ranges = HOST_RANGES.lock().unwrap();
-    let (&start, &(size, flags, _)) = ranges.range(..=ptr).next_back()?;
-    (ptr < start + size.max(1)).then_some((start, size, flags))
+    let (start, size, (flags, _)) = HOST_RANGES.lock().unwrap().find(ptr as u64)?;
+    Some((start as usize, size as usize, flags))
 }
 
 /// The context a device pointer belongs to, else the current one.
@@ -74,12 +71,7 @@ pub(crate) fn take_async_read_error() -> Result<(), CUresult> {
 /// Whether `[ptr, ptr+size)` overlaps device memory the program already has (only possible
 /// for memory of another server: each server's driver has its own address space).
 fn overlaps_known_range(ptr: u64, size: u64) -> bool {
-    let ranges = DEVICE_RANGES.read().unwrap();
-    let end = ptr + size.max(1);
-    ranges
-        .range(..end)
-        .next_back()
-        .is_some_and(|(&start, &(len, _))| start + len.max(1) > ptr)
+    DEVICE_RANGES.read().unwrap().overlaps(ptr, size)
 }
 
 /// Allocations that collided with another server's, tried again this many times.
@@ -191,7 +183,7 @@ fn free_async(ctx: &Context, stream: Id, ptr: u64) -> Result<(), CUresult> {
 pub unsafe extern "C" fn cuMemFreeAsync(ptr: CUdeviceptr, stream: CUstream) -> CUresult {
     status(resolve_stream(stream).and_then(|(ctx, stream)| {
         free_async(ctx, stream, ptr)?;
-        DEVICE_RANGES.write().unwrap().remove(&ptr);
+        DEVICE_RANGES.write().unwrap().remove(ptr);
         Ok(())
     }))
 }
@@ -209,7 +201,7 @@ pub unsafe extern "C" fn cuMemFree_v2(ptr: CUdeviceptr) -> CUresult {
                 ptr,
             },
         )?;
-        DEVICE_RANGES.write().unwrap().remove(&ptr);
+        DEVICE_RANGES.write().unwrap().remove(ptr);
         Ok(())
     }))
 }
@@ -276,7 +268,7 @@ pub unsafe extern "C" fn cuMemHostAlloc(
         HOST_RANGES
             .lock()
             .unwrap()
-            .insert(memory as usize, (size.max(1), flags, true));
+            .insert(memory as u64, size.max(1) as u64, (flags, true));
         unsafe { write_out(pp, memory.cast()) }
     }))
 }
@@ -288,18 +280,17 @@ pub unsafe extern "C" fn cuMemAllocHost_v2(pp: *mut *mut c_void, size: usize) ->
 
 #[no_mangle]
 pub unsafe extern "C" fn cuMemFreeHost(p: *mut c_void) -> CUresult {
-    let removed = HOST_RANGES.lock().unwrap().remove(&(p as usize));
-    match removed {
-        Some((size, _, true)) => {
+    let mut ranges = HOST_RANGES.lock().unwrap();
+    match ranges.get(p as u64) {
+        Some((size, (_, true))) => {
+            ranges.remove(p as u64);
             // SAFETY: allocated by cuMemHostAlloc with this layout.
-            unsafe { std::alloc::dealloc(p.cast(), Layout::from_size_align_unchecked(size, PAGE)) };
+            let layout = unsafe { Layout::from_size_align_unchecked(size as usize, PAGE) };
+            // SAFETY: as above; the range is forgotten, so it is freed once.
+            unsafe { std::alloc::dealloc(p.cast(), layout) };
             CUresult::CUDA_SUCCESS
         }
-        Some(entry) => {
-            HOST_RANGES.lock().unwrap().insert(p as usize, entry);
-            CUresult::CUDA_ERROR_INVALID_VALUE
-        }
-        None => CUresult::CUDA_ERROR_INVALID_VALUE,
+        _ => CUresult::CUDA_ERROR_INVALID_VALUE,
     }
 }
 
@@ -314,10 +305,10 @@ pub unsafe extern "C" fn cuMemHostRegister_v2(
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
         }
         let mut ranges = HOST_RANGES.lock().unwrap();
-        if ranges.contains_key(&(p as usize)) {
+        if ranges.overlaps(p as u64, size as u64) {
             return Err(CUresult::CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED);
         }
-        ranges.insert(p as usize, (size, flags, false));
+        ranges.insert(p as u64, size as u64, (flags, false));
         Ok(())
     }))
 }
@@ -325,9 +316,9 @@ pub unsafe extern "C" fn cuMemHostRegister_v2(
 #[no_mangle]
 pub unsafe extern "C" fn cuMemHostUnregister(p: *mut c_void) -> CUresult {
     let mut ranges = HOST_RANGES.lock().unwrap();
-    match ranges.get(&(p as usize)) {
-        Some(&(_, _, false)) => {
-            ranges.remove(&(p as usize));
+    match ranges.get(p as u64) {
+        Some((_, (_, false))) => {
+            ranges.remove(p as u64);
             CUresult::CUDA_SUCCESS
         }
         _ => CUresult::CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED,
@@ -1001,5 +992,5 @@ pub unsafe extern "C" fn cuMemcpy2DAsync_v2(p: *const CUDA_MEMCPY2D, stream: CUs
 
 /// Forgets a device range (freed or unreserved).
 pub(crate) fn forget_device_range(ptr: u64) {
-    DEVICE_RANGES.write().unwrap().remove(&ptr);
+    DEVICE_RANGES.write().unwrap().remove(ptr);
 }
