@@ -111,10 +111,10 @@ pub unsafe extern "C" fn cuDeviceCanAccessPeer(
     peer: CUdevice,
 ) -> CUresult {
     status((|| {
-        let (a, b) = (device(dev)?, device(peer)?);
-        // Peer access needs both GPUs in one server (and is then the driver's business); GPUs
-        // of different servers never share memory.
-        let _ = (a, b);
+        // Both must be devices of the program. rgpu offers no peer access: GPUs of different
+        // servers never share memory, and peer copies are not forwarded yet.
+        device(dev)?;
+        device(peer)?;
         unsafe { write_out(can_access, 0) }
     })())
 }

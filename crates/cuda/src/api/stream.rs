@@ -40,10 +40,10 @@ pub unsafe extern "C" fn cuStreamCreateWithPriority(
 #[no_mangle]
 pub unsafe extern "C" fn cuStreamDestroy_v2(stream: CUstream) -> CUresult {
     status((|| {
-        let object = Stream::from_handle(stream).ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
+        // Only a stream of the program's own (not a default stream) can be destroyed.
+        Stream::from_handle(stream).ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
         let (ctx, id) = resolve_stream(stream)?;
         post(ctx, CuRequest::DestroyStream { id }, &[])?;
-        let _ = object;
         // SAFETY: the program gives the handle up by destroying it.
         drop(unsafe { Stream::destroy(stream) });
         Ok(())
