@@ -42,8 +42,6 @@ API_OUTPUT = API_DIR / "src" / "generated.rs"
 CLIENT_DIR = REPO_ROOT / "crates" / "cuda"
 CLIENT_OUTPUT = CLIENT_DIR / "src" / "generated_exports.rs"
 CUDA_FEATURE = "cuda-13000"
-# Implemented by hand with signatures of their own, never stubbed or listed for the server.
-SPECIAL = set()
 
 
 class GenError(Exception):
@@ -141,11 +139,9 @@ def import_driver(typedefs_path, symbols_path):
         r"PFN_(cu\w+?)_v(\d+)(_ptds|_ptsz)?\)", Path(typedefs_path).read_text()
     ):
         pfns.setdefault((name, bool(ptds)), set()).add(int(version))
-    exported = set(symbols)
     rows = []
     unmatched = []
     for (name, ptds), versions in sorted(pfns.items()):
-        suffix = ("_ptds", "_ptsz")
         variants = [
             s for s in symbols
             if re.fullmatch(re.escape(name) + r"(_v\d+)?" + ("(_ptds|_ptsz)" if ptds else ""), s)
@@ -164,7 +160,6 @@ def import_driver(typedefs_path, symbols_path):
     VERSIONS_FILE.write_text("\n".join(rows) + "\n")
     print(f"{len(symbols)} symbols, {len(rows)} versioned names; no exported symbol for: "
           f"{' '.join(unmatched) or 'none'}", file=sys.stderr)
-    del exported, suffix
 
 
 # Where the driver's answer does not follow from cudaTypedefs.h: from CUDA 12.0 on,
@@ -220,9 +215,8 @@ def render_api(symbols, functions, versions, results, enums, cudarc_version):
     )
     for symbol in symbols:
         params = signature_of(symbol, functions)
-        if params is None or symbol in SPECIAL:
+        if params is None:
             continue
-        params = re.sub(r"::core::ffi::", "::core::ffi::", params)
         out.append(f"            {symbol}({params});\n")
     out.append("        }\n    };\n}\n\n")
     out.append(
