@@ -7,6 +7,11 @@
 #   RGPU_BUILD_DIR=dist bash scripts/gpu-check.sh
 #   ONLY=vector_add,cupy_check bash scripts/gpu-check.sh     # a subset, by name
 #
+# The build directory holds rgpu, librgpu_cuda.so and librgpu_opencl.so, and optionally the
+# server's CUDA wire test as server-cuda-tests:
+#   cp "$(cargo test --release -p rgpu-server --test cuda --no-run 2>&1 |
+#       grep -o 'target/release/deps/cuda-[0-9a-f]*' | head -n1)" dist/server-cuda-tests
+#
 # Prints one line per program, `PASS <name> (native Xs, rgpu Ys)` or `FAIL <name>: <reason>`
 # (the tail of the failing output follows, indented), `SKIP <name>: ...` for a Python check
 # whose module is not installed, and last `N passed, M failed`; exits 1 if any failed.
@@ -69,12 +74,15 @@ for name in cupy_check torch_check; do
     all_names+=("$name")
     selected "$name" && py_names+=("$name")
 done
+all_names+=(server_wire session_cleanup)
 only=${ONLY:-}
 for name in ${only//,/ }; do
     [[ " ${all_names[*]} " == *" $name "* ]] ||
         echo "warning: ONLY names an unknown program: $name (known: ${all_names[*]})"
 done
-if [ ${#cu_names[@]} -eq 0 ] && [ ${#py_names[@]} -eq 0 ]; then
+any_selected=""
+for name in "${all_names[@]}"; do selected "$name" && any_selected=1; done
+if [ -z "$any_selected" ]; then
     fail "setup: ONLY=${ONLY:-} selects no program"
     summary
     exit 1
@@ -107,7 +115,8 @@ if [ ${#cu_names[@]} -gt 0 ]; then
 fi
 
 # ---- (c) the servers, on free loopback ports (port 0: each picks one and logs it). The
-# second serves the same GPU again, so that multi_device sees two devices on two servers.
+# second serves the same GPU again, so that multi_device and copies see two devices on two
+# servers.
 # start_server LOG: starts a server logging to LOG; sets server_pid and server_endpoint.
 start_server() {
     "$bin/rgpu" server --listen 127.0.0.1:0 >"$1" 2>&1 &
@@ -192,8 +201,9 @@ for name in "${cu_names[@]}"; do
         tail_of "$out/$name.build.log"
         continue
     fi
-    if [ "$name" = multi_device ]; then
-        # Every GPU of every server is a device of the program: two here.
+    if [ "$name" = multi_device ] || [ "$name" = copies ]; then
+        # Every GPU of every server is a device of the program: two here (copies between them
+        # are peer copies across servers).
         servers="$endpoint,$endpoint2" check_one "$name" "$out/bin/$name"
         if [ -f "$out/$name.rgpu.out" ] && ! grep -q "^devices 2$" "$out/$name.rgpu.out"; then
             fail "$name: the program did not see the two servers' devices"
@@ -205,6 +215,19 @@ done
 for name in "${py_names[@]}"; do
     check_one "$name" "$python" "tests/cuda/$name.py"
 done
+
+# ---- the server's CUDA requests straight over the wire (crates/server/tests/cuda.rs: linear
+# and pitched 3D copies through the staging buffers), when the build directory carries that
+# test's binary as server-cuda-tests (see the build line at the top).
+if selected server_wire && [ -x "$bin/server-cuda-tests" ]; then
+    if timeout -k 10 "$run_timeout" "$bin/server-cuda-tests" --test-threads=1 \
+        >"$out/server_wire.out" 2>&1; then
+        pass "server_wire ($(grep -m1 -o '[0-9]* passed' "$out/server_wire.out"))"
+    else
+        fail "server_wire: the server's CUDA wire tests failed"
+        tail_of "$out/server_wire.out" 20
+    fi
+fi
 
 # ---- session cleanup: a client killed while holding 2 GiB of GPU memory; once the server has
 # seen it go, the GPU's memory use is back where it was.

@@ -44,6 +44,32 @@ PROBE = textwrap.dedent(r"""
     table = ctypes.POINTER(ctypes.c_uint64)()
     assert cuda.cuGetExportTable(ctypes.byref(table), uuid) == 0
     assert table[0] == 3 * 8, table[0]
+    # 3D copy descriptors: a box of 2 slices x 3 rows x 5 bytes from (x 1, row 1, slice 1) of
+    # pitched host rows (8 bytes apart, 4 rows a slice) into packed rows. Host to host needs no
+    # device, so the descriptor's reading is checked here.
+    class Memcpy3D(ctypes.Structure):
+        side = [("XInBytes", ctypes.c_size_t), ("Y", ctypes.c_size_t), ("Z", ctypes.c_size_t),
+                ("LOD", ctypes.c_size_t), ("MemoryType", ctypes.c_uint), ("Host", ctypes.c_void_p),
+                ("Device", ctypes.c_uint64), ("Array", ctypes.c_void_p),
+                ("reserved", ctypes.c_void_p), ("Pitch", ctypes.c_size_t),
+                ("Height", ctypes.c_size_t)]
+        _fields_ = ([("src" + n, t) for n, t in side] + [("dst" + n, t) for n, t in side]
+                    + [("WidthInBytes", ctypes.c_size_t), ("Height", ctypes.c_size_t),
+                       ("Depth", ctypes.c_size_t)])
+    src = (ctypes.c_ubyte * (3 * 4 * 8))(*range(3 * 4 * 8))
+    dst = (ctypes.c_ubyte * (2 * 3 * 5))()
+    copy = Memcpy3D(srcXInBytes=1, srcY=1, srcZ=1, srcMemoryType=1,
+                    srcHost=ctypes.cast(src, ctypes.c_void_p), srcPitch=8, srcHeight=4,
+                    dstMemoryType=1, dstHost=ctypes.cast(dst, ctypes.c_void_p), dstPitch=5,
+                    dstHeight=3, WidthInBytes=5, Height=3, Depth=2)
+    assert cuda.cuMemcpy3D_v2(ctypes.byref(copy)) == 0
+    want = [((1 + z) * 4 + 1 + y) * 8 + 1 + x for z in range(2) for y in range(3) for x in range(5)]
+    assert list(dst) == want, list(dst)
+    # Rows wider than their pitch overlap: CUDA_ERROR_INVALID_VALUE; arrays: NOT_SUPPORTED.
+    copy.srcPitch = 4
+    assert cuda.cuMemcpy3D_v2(ctypes.byref(copy)) == 1
+    copy.srcPitch, copy.srcMemoryType = 8, 3
+    assert cuda.cuMemcpy3D_v2(ctypes.byref(copy)) == 801
     # An entry point rgpu does not implement: CUDA_ERROR_NOT_SUPPORTED.
     assert cuda.cuGraphCreate(ctypes.byref(ctypes.c_void_p()), 0) == 801
     print("PASS")

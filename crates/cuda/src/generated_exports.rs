@@ -139,16 +139,6 @@ pub unsafe extern "C" fn cuCtxDetach() -> CUresult {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuCtxDisablePeerAccess() -> CUresult {
-    not_supported("cuCtxDisablePeerAccess")
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn cuCtxEnablePeerAccess() -> CUresult {
-    not_supported("cuCtxEnablePeerAccess")
-}
-
-#[no_mangle]
 pub unsafe extern "C" fn cuCtxFromGreenCtx() -> CUresult {
     not_supported("cuCtxFromGreenCtx")
 }
@@ -271,11 +261,6 @@ pub unsafe extern "C" fn cuDeviceGetNvSciSyncAttributes() -> CUresult {
 #[no_mangle]
 pub unsafe extern "C" fn cuDeviceGetP2PAtomicCapabilities() -> CUresult {
     not_supported("cuDeviceGetP2PAtomicCapabilities")
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn cuDeviceGetP2PAttribute() -> CUresult {
-    not_supported("cuDeviceGetP2PAttribute")
 }
 
 #[no_mangle]
@@ -1625,13 +1610,11 @@ pub unsafe extern "C" fn cuMemcpy3DAsync() -> CUresult {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemcpy3DAsync_v2() -> CUresult {
-    not_supported("cuMemcpy3DAsync_v2")
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn cuMemcpy3DAsync_v2_ptsz() -> CUresult {
-    not_supported("cuMemcpy3DAsync_v2_ptsz")
+pub unsafe extern "C" fn cuMemcpy3DAsync_v2_ptsz(
+    pCopy: *const CUDA_MEMCPY3D,
+    hStream: CUstream,
+) -> CUresult {
+    crate::api::cuMemcpy3DAsync_v2(pCopy, hStream)
 }
 
 #[no_mangle]
@@ -1655,33 +1638,21 @@ pub unsafe extern "C" fn cuMemcpy3DBatchAsync_v2_ptsz() -> CUresult {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemcpy3DPeer() -> CUresult {
-    not_supported("cuMemcpy3DPeer")
+pub unsafe extern "C" fn cuMemcpy3DPeerAsync_ptsz(
+    pCopy: *const CUDA_MEMCPY3D_PEER,
+    hStream: CUstream,
+) -> CUresult {
+    crate::api::cuMemcpy3DPeerAsync(pCopy, hStream)
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemcpy3DPeerAsync() -> CUresult {
-    not_supported("cuMemcpy3DPeerAsync")
+pub unsafe extern "C" fn cuMemcpy3DPeer_ptds(pCopy: *const CUDA_MEMCPY3D_PEER) -> CUresult {
+    crate::api::cuMemcpy3DPeer(pCopy)
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemcpy3DPeerAsync_ptsz() -> CUresult {
-    not_supported("cuMemcpy3DPeerAsync_ptsz")
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn cuMemcpy3DPeer_ptds() -> CUresult {
-    not_supported("cuMemcpy3DPeer_ptds")
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn cuMemcpy3D_v2() -> CUresult {
-    not_supported("cuMemcpy3D_v2")
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn cuMemcpy3D_v2_ptds() -> CUresult {
-    not_supported("cuMemcpy3D_v2_ptds")
+pub unsafe extern "C" fn cuMemcpy3D_v2_ptds(pCopy: *const CUDA_MEMCPY3D) -> CUresult {
+    crate::api::cuMemcpy3D_v2(pCopy)
 }
 
 #[no_mangle]
@@ -1907,23 +1878,28 @@ pub unsafe extern "C" fn cuMemcpyHtoD_v2_ptds(
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemcpyPeer() -> CUresult {
-    not_supported("cuMemcpyPeer")
+pub unsafe extern "C" fn cuMemcpyPeerAsync_ptsz(
+    dstDevice: CUdeviceptr,
+    dstContext: CUcontext,
+    srcDevice: CUdeviceptr,
+    srcContext: CUcontext,
+    ByteCount: usize,
+    hStream: CUstream,
+) -> CUresult {
+    crate::api::cuMemcpyPeerAsync(
+        dstDevice, dstContext, srcDevice, srcContext, ByteCount, hStream,
+    )
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemcpyPeerAsync() -> CUresult {
-    not_supported("cuMemcpyPeerAsync")
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn cuMemcpyPeerAsync_ptsz() -> CUresult {
-    not_supported("cuMemcpyPeerAsync_ptsz")
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn cuMemcpyPeer_ptds() -> CUresult {
-    not_supported("cuMemcpyPeer_ptds")
+pub unsafe extern "C" fn cuMemcpyPeer_ptds(
+    dstDevice: CUdeviceptr,
+    dstContext: CUcontext,
+    srcDevice: CUdeviceptr,
+    srcContext: CUcontext,
+    ByteCount: usize,
+) -> CUresult {
+    crate::api::cuMemcpyPeer(dstDevice, dstContext, srcDevice, srcContext, ByteCount)
 }
 
 #[no_mangle]
@@ -1965,23 +1941,26 @@ pub unsafe extern "C" fn cuMemsetD2D16() -> CUresult {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemsetD2D16Async() -> CUresult {
-    not_supported("cuMemsetD2D16Async")
+pub unsafe extern "C" fn cuMemsetD2D16Async_ptsz(
+    dstDevice: CUdeviceptr,
+    dstPitch: usize,
+    us: ::core::ffi::c_ushort,
+    Width: usize,
+    Height: usize,
+    hStream: CUstream,
+) -> CUresult {
+    crate::api::cuMemsetD2D16Async(dstDevice, dstPitch, us, Width, Height, hStream)
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemsetD2D16Async_ptsz() -> CUresult {
-    not_supported("cuMemsetD2D16Async_ptsz")
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn cuMemsetD2D16_v2() -> CUresult {
-    not_supported("cuMemsetD2D16_v2")
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn cuMemsetD2D16_v2_ptds() -> CUresult {
-    not_supported("cuMemsetD2D16_v2_ptds")
+pub unsafe extern "C" fn cuMemsetD2D16_v2_ptds(
+    dstDevice: CUdeviceptr,
+    dstPitch: usize,
+    us: ::core::ffi::c_ushort,
+    Width: usize,
+    Height: usize,
+) -> CUresult {
+    crate::api::cuMemsetD2D16_v2(dstDevice, dstPitch, us, Width, Height)
 }
 
 #[no_mangle]
@@ -3111,11 +3090,11 @@ pub static EXPORTS: [(&str, crate::proc_address::EntryPoint); 707] = [
     ),
     (
         "cuCtxDisablePeerAccess",
-        crate::proc_address::EntryPoint(self::cuCtxDisablePeerAccess as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuCtxDisablePeerAccess as *const ()),
     ),
     (
         "cuCtxEnablePeerAccess",
-        crate::proc_address::EntryPoint(self::cuCtxEnablePeerAccess as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuCtxEnablePeerAccess as *const ()),
     ),
     (
         "cuCtxFromGreenCtx",
@@ -3307,7 +3286,7 @@ pub static EXPORTS: [(&str, crate::proc_address::EntryPoint); 707] = [
     ),
     (
         "cuDeviceGetP2PAttribute",
-        crate::proc_address::EntryPoint(self::cuDeviceGetP2PAttribute as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuDeviceGetP2PAttribute as *const ()),
     ),
     (
         "cuDeviceGetPCIBusId",
@@ -4649,7 +4628,7 @@ pub static EXPORTS: [(&str, crate::proc_address::EntryPoint); 707] = [
     ),
     (
         "cuMemcpy3DAsync_v2",
-        crate::proc_address::EntryPoint(self::cuMemcpy3DAsync_v2 as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuMemcpy3DAsync_v2 as *const ()),
     ),
     (
         "cuMemcpy3DAsync_v2_ptsz",
@@ -4673,11 +4652,11 @@ pub static EXPORTS: [(&str, crate::proc_address::EntryPoint); 707] = [
     ),
     (
         "cuMemcpy3DPeer",
-        crate::proc_address::EntryPoint(self::cuMemcpy3DPeer as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuMemcpy3DPeer as *const ()),
     ),
     (
         "cuMemcpy3DPeerAsync",
-        crate::proc_address::EntryPoint(self::cuMemcpy3DPeerAsync as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuMemcpy3DPeerAsync as *const ()),
     ),
     (
         "cuMemcpy3DPeerAsync_ptsz",
@@ -4689,7 +4668,7 @@ pub static EXPORTS: [(&str, crate::proc_address::EntryPoint); 707] = [
     ),
     (
         "cuMemcpy3D_v2",
-        crate::proc_address::EntryPoint(self::cuMemcpy3D_v2 as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuMemcpy3D_v2 as *const ()),
     ),
     (
         "cuMemcpy3D_v2_ptds",
@@ -4877,11 +4856,11 @@ pub static EXPORTS: [(&str, crate::proc_address::EntryPoint); 707] = [
     ),
     (
         "cuMemcpyPeer",
-        crate::proc_address::EntryPoint(self::cuMemcpyPeer as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuMemcpyPeer as *const ()),
     ),
     (
         "cuMemcpyPeerAsync",
-        crate::proc_address::EntryPoint(self::cuMemcpyPeerAsync as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuMemcpyPeerAsync as *const ()),
     ),
     (
         "cuMemcpyPeerAsync_ptsz",
@@ -4921,7 +4900,7 @@ pub static EXPORTS: [(&str, crate::proc_address::EntryPoint); 707] = [
     ),
     (
         "cuMemsetD2D16Async",
-        crate::proc_address::EntryPoint(self::cuMemsetD2D16Async as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuMemsetD2D16Async as *const ()),
     ),
     (
         "cuMemsetD2D16Async_ptsz",
@@ -4929,7 +4908,7 @@ pub static EXPORTS: [(&str, crate::proc_address::EntryPoint); 707] = [
     ),
     (
         "cuMemsetD2D16_v2",
-        crate::proc_address::EntryPoint(self::cuMemsetD2D16_v2 as *const ()),
+        crate::proc_address::EntryPoint(crate::api::cuMemsetD2D16_v2 as *const ()),
     ),
     (
         "cuMemsetD2D16_v2_ptds",

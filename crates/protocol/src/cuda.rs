@@ -37,6 +37,93 @@ pub struct CuDevice {
     pub attributes: Vec<(u32, i32)>,
     /// `cuDeviceGetPCIBusId`, e.g. "0000:1b:00.0".
     pub pci_bus_id: String,
+    /// How this device reaches each other device of the same server.
+    pub peers: Vec<CuPeer>,
+}
+
+/// What `cuDeviceCanAccessPeer` and `cuDeviceGetP2PAttribute` say of a device and `device`,
+/// another device of the same server (devices of different servers never reach each other).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct CuPeer {
+    /// The other device's ordinal on the server.
+    pub device: u32,
+    pub can_access: bool,
+    /// `(CUdevice_P2PAttribute, value)` for every attribute the driver answers.
+    pub attributes: Vec<(u32, i32)>,
+}
+
+/// The shape of a copy: `depth` slices of `height` rows of `width` bytes. However the rows lie
+/// in memory, they travel packed (row after row, slice after slice) as bulk or `Data` frames.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Extent {
+    pub width: u64,
+    pub height: u64,
+    pub depth: u64,
+}
+
+/// Where the rows of a copy lie in one side's memory: row `y` of slice `z` starts
+/// `(z * slice_rows + y) * row` bytes after the copy's first byte.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Pitch {
+    pub row: u64,
+    pub slice_rows: u64,
+}
+
+impl Extent {
+    /// `size` contiguous bytes.
+    pub fn linear(size: u64) -> Extent {
+        Extent {
+            width: size,
+            height: 1,
+            depth: 1,
+        }
+    }
+
+    /// Bytes copied (the packed size); `None` if it overflows.
+    pub fn bytes(&self) -> Option<u64> {
+        self.width.checked_mul(self.height)?.checked_mul(self.depth)
+    }
+
+    /// The pitch of these rows packed one after another.
+    pub fn packed(&self) -> Pitch {
+        Pitch {
+            row: self.width,
+            slice_rows: self.height,
+        }
+    }
+
+    /// Whether rows laid out by `pitch` fit without overlapping (each row within its pitch,
+    /// each slice within its rows) and the farthest byte is addressable.
+    pub fn fits(&self, pitch: Pitch) -> bool {
+        let rows_ok = self.height <= 1 || pitch.row >= self.width;
+        let slices_ok = self.depth <= 1 || pitch.slice_rows >= self.height;
+        rows_ok && slices_ok && self.span(pitch).is_some()
+    }
+
+    /// Bytes from the first byte to one past the last, rows laid out by `pitch`.
+    pub fn span(&self, pitch: Pitch) -> Option<u64> {
+        if self.bytes()? == 0 {
+            return Some(0);
+        }
+        let last_row = (self.depth - 1)
+            .checked_mul(pitch.slice_rows)?
+            .checked_add(self.height - 1)?;
+        last_row.checked_mul(pitch.row)?.checked_add(self.width)
+    }
+
+    /// Whether rows laid out by `pitch` are one contiguous run of bytes.
+    pub fn is_contiguous(&self, pitch: Pitch) -> bool {
+        (self.height <= 1 || pitch.row == self.width)
+            && (self.depth <= 1 || pitch.slice_rows == self.height)
+    }
+
+    /// The offset of each row's first byte, rows laid out by `pitch`, in packed order.
+    pub fn row_offsets(&self, pitch: Pitch) -> impl Iterator<Item = u64> {
+        // Wrapping: with one slice the slice pitch is never used (and may be anything).
+        let slice = pitch.row.wrapping_mul(pitch.slice_rows);
+        let (height, row) = (self.height, pitch.row);
+        (0..self.depth).flat_map(move |z| (0..height).map(move |y| z * slice + y * row))
+    }
 }
 
 /// Whether a loaded image is a module (`cuModuleLoadData*`) or a library (`cuLibraryLoadData`).
@@ -70,6 +157,11 @@ pub enum CuRequest {
     DestroyContext { id: Id },
     /// `cuCtxSynchronize`. Reply: `Status`.
     Synchronize { ctx: Id },
+    /// `cuCtxEnablePeerAccess`: `ctx` may use the memory of `peer` (a context of another
+    /// device of this server). Reply: `Status`.
+    EnablePeerAccess { ctx: Id, peer: Id, flags: u32 },
+    /// `cuCtxDisablePeerAccess`. Reply: `Status`.
+    DisablePeerAccess { ctx: Id, peer: Id },
     /// `cuCtxGetLimit`. Reply: `Value`.
     GetLimit { ctx: Id, limit: u32 },
     /// `cuCtxSetLimit`. Reply: `Status`.
@@ -84,22 +176,35 @@ pub enum CuRequest {
     MemAllocAsync { ctx: Id, stream: Id, size: u64 },
     /// `cuMemFreeAsync`. No reply.
     MemFreeAsync { ctx: Id, stream: Id, ptr: DevicePtr },
-    /// Bulk: the bytes to write at `dst`, in stream order. No reply.
-    MemcpyHtoD { ctx: Id, stream: Id, dst: DevicePtr },
-    /// Replies: `Data` frames with the bytes, then `Status`.
+    /// Bulk: the rows to write at `dst` (laid out there by `pitch`), packed, in stream order.
+    /// No reply.
+    MemcpyHtoD {
+        ctx: Id,
+        stream: Id,
+        dst: DevicePtr,
+        extent: Extent,
+        pitch: Pitch,
+    },
+    /// Reads the rows at `src` (laid out there by `pitch`). Replies: `Data` frames with the
+    /// rows packed (offsets into the packed bytes), then `Status`.
     MemcpyDtoH {
         ctx: Id,
         stream: Id,
         src: DevicePtr,
-        size: u64,
+        extent: Extent,
+        pitch: Pitch,
     },
-    /// No reply.
+    /// Copies rows between device addresses of this server, ordered on `stream` of `ctx`.
+    /// `src_ctx`: the context of `src` when it is not `ctx` (a peer copy), else 0. No reply.
     MemcpyDtoD {
         ctx: Id,
         stream: Id,
         dst: DevicePtr,
+        dst_pitch: Pitch,
         src: DevicePtr,
-        size: u64,
+        src_pitch: Pitch,
+        src_ctx: Id,
+        extent: Extent,
     },
     /// `cuMemsetD8/16/32[Async]` (`element_size` 1, 2 or 4) and their 2D forms (`height` > 1,
     /// rows `pitch` bytes apart, `width` elements each). No reply.

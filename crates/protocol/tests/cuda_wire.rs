@@ -14,6 +14,13 @@ where
     assert_eq!(&decoded, msg);
 }
 
+/// A 3D copy's shape: 2 slices of 30 rows of 100 bytes.
+const BOX: Extent = Extent {
+    width: 100,
+    height: 30,
+    depth: 2,
+};
+
 fn attribute() -> LaunchAttribute {
     LaunchAttribute {
         id: 2,
@@ -58,20 +65,38 @@ fn all_requests() -> Vec<CuRequest> {
             ctx: 1,
             stream: 0,
             dst: 0x7f00_0000_0000,
+            extent: Extent::linear(64),
+            pitch: Extent::linear(64).packed(),
         },
         CuRequest::MemcpyDtoH {
             ctx: 1,
             stream: 3,
             src: 0x7f00_0000_0000,
-            size: 64,
+            extent: BOX,
+            pitch: Pitch {
+                row: 512,
+                slice_rows: 40,
+            },
         },
         CuRequest::MemcpyDtoD {
             ctx: 1,
             stream: 3,
             dst: 1,
+            dst_pitch: BOX.packed(),
             src: 2,
-            size: 3,
+            src_pitch: Pitch {
+                row: 1024,
+                slice_rows: 32,
+            },
+            src_ctx: 2,
+            extent: BOX,
         },
+        CuRequest::EnablePeerAccess {
+            ctx: 1,
+            peer: 2,
+            flags: 0,
+        },
+        CuRequest::DisablePeerAccess { ctx: 1, peer: 2 },
         CuRequest::Memset {
             ctx: 1,
             stream: 0,
@@ -301,6 +326,11 @@ fn every_cuda_reply_round_trips() {
                 total_mem: 80 << 30,
                 attributes: vec![(1, 1024), (75, 9), (76, 0)],
                 pci_bus_id: "0000:1b:00.0".into(),
+                peers: vec![CuPeer {
+                    device: 1,
+                    can_access: true,
+                    attributes: vec![(1, 0), (2, 1)],
+                }],
             }],
         }),
         CuReply::Value {
@@ -374,4 +404,48 @@ fn asynchronous_requests_expect_no_reply() {
         );
         assert_eq!(request.takes_bulk(), bulk, "{request:?}");
     }
+}
+
+#[test]
+fn copy_shapes_measure_and_place_their_rows() {
+    let pitch = Pitch {
+        row: 128,
+        slice_rows: 32,
+    };
+    assert_eq!(BOX.bytes(), Some(6000));
+    assert!(BOX.fits(pitch));
+    // The last row: slice 1, row 29.
+    assert_eq!(BOX.span(pitch), Some((32 + 29) * 128 + 100));
+    let offsets: Vec<u64> = BOX.row_offsets(pitch).collect();
+    assert_eq!(offsets.len(), 60);
+    assert_eq!(&offsets[..2], &[0, 128]);
+    assert_eq!(offsets[30], 32 * 128);
+    assert_eq!(BOX.span(BOX.packed()), BOX.bytes());
+    assert!(BOX.is_contiguous(BOX.packed()));
+    assert!(!BOX.is_contiguous(pitch));
+
+    // Rows wider than their pitch, or slices taller than theirs, overlap.
+    let narrow = Pitch {
+        row: 99,
+        slice_rows: 32,
+    };
+    let short = Pitch {
+        row: 128,
+        slice_rows: 29,
+    };
+    assert!(!BOX.fits(narrow) && !BOX.fits(short));
+    // One row or one slice needs no pitch.
+    assert!(Extent::linear(7).fits(Pitch {
+        row: 0,
+        slice_rows: 0
+    }));
+    assert_eq!(Extent::linear(0).span(BOX.packed()), Some(0));
+    // Overflow is caught, not wrapped.
+    let huge = Extent {
+        width: 1 << 40,
+        height: 1 << 30,
+        depth: 1,
+    };
+    assert_eq!(huge.bytes(), None);
+    assert!(!huge.fits(huge.packed()));
 }

@@ -1,15 +1,20 @@
 //! The CUDA side of a real server over a real socket. CI machines have no CUDA driver: there
 //! the server must still start, report no CUDA devices, refuse CUDA work with
 //! CUDA_ERROR_NOT_SUPPORTED and consume the bulk data of refused requests, so the session goes
-//! on. Where a GPU is present, memory round-trips through it.
+//! on. Where a GPU is present (`cargo test -p rgpu-server --test cuda` on the GPU machine, or
+//! the test binary carried there), memory round-trips through it: linear, and as 3D boxes of
+//! pitched rows, narrow and wider than a staging buffer, host to device, device to device and
+//! back.
 
 mod common;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
-use rgpu_client::Connection;
-use rgpu_protocol::cuda::{CuReply, CuRequest};
+use rgpu_client::{Connection, Handoff, ReadSink, SendPtr};
+use rgpu_protocol::cuda::{CuReply, CuRequest, Extent, Pitch};
+use rgpu_protocol::ClientMsg;
 
 const NOT_SUPPORTED: u32 = 801;
 
@@ -41,6 +46,8 @@ fn cuda_requests_on_any_server() {
             ctx: 1,
             stream: 0,
             dst: 0x1000,
+            extent: Extent::linear(100_000),
+            pitch: Extent::linear(100_000).packed(),
         };
         conn.post_cu(write, &[7u8; 100_000]).unwrap();
         conn.ping()
@@ -67,18 +74,92 @@ fn cuda_requests_on_any_server() {
         other => panic!("allocation failed: {other:?}"),
     };
     let data: Vec<u8> = (0..size as usize).map(|i| (i * 7 % 251) as u8).collect();
-    let write = CuRequest::MemcpyHtoD {
-        ctx: 1,
-        stream: 0,
-        dst: ptr,
-    };
-    conn.post_cu(write, &data).unwrap();
-    let reply = conn
-        .call_cu(CuRequest::Synchronize { ctx: 1 }, &[])
-        .unwrap();
-    assert_eq!(reply, CuReply::Status(0));
+    let linear = Extent::linear(size);
+    write(&conn, ptr, linear, linear.packed(), &data);
+    assert_eq!(read(&conn, ptr, linear, linear.packed()), data);
+
+    // Boxes of pitched rows: narrow rows (several per staging buffer) and rows wider than one.
+    let boxes = [
+        (
+            Extent {
+                width: 1000,
+                height: 30,
+                depth: 3,
+            },
+            Pitch {
+                row: 1024,
+                slice_rows: 32,
+            },
+        ),
+        (
+            Extent {
+                width: 1_500_000,
+                height: 2,
+                depth: 1,
+            },
+            Pitch {
+                row: 2 << 20,
+                slice_rows: 2,
+            },
+        ),
+    ];
+    let copy_at = ptr + (size / 2);
+    for (extent, pitch) in boxes {
+        let packed = &data[..extent.bytes().unwrap() as usize];
+        write(&conn, ptr, extent, pitch, packed);
+        assert_eq!(read(&conn, ptr, extent, pitch), packed, "{extent:?}");
+        // Device to device, from the pitched rows into packed ones.
+        let copy = CuRequest::MemcpyDtoD {
+            ctx: 1,
+            stream: 0,
+            dst: copy_at,
+            dst_pitch: extent.packed(),
+            src: ptr,
+            src_pitch: pitch,
+            src_ctx: 0,
+            extent,
+        };
+        conn.post_cu(copy, &[]).unwrap();
+        let whole = Extent::linear(extent.bytes().unwrap());
+        assert_eq!(read(&conn, copy_at, whole, whole.packed()), packed);
+    }
     let free = CuRequest::MemFree { ctx: 1, ptr };
     assert_eq!(conn.call_cu(free, &[]).unwrap(), CuReply::Status(0));
+}
+
+/// Posts a write of `data` (the rows of `extent`, packed) to `dst` in context 1.
+fn write(conn: &Connection, dst: u64, extent: Extent, pitch: Pitch, data: &[u8]) {
+    let request = CuRequest::MemcpyHtoD {
+        ctx: 1,
+        stream: 0,
+        dst,
+        extent,
+        pitch,
+    };
+    conn.post_cu(request, data).unwrap();
+}
+
+/// Reads the rows of `extent` at `src` in context 1, packed.
+fn read(conn: &Connection, src: u64, extent: Extent, pitch: Pitch) -> Vec<u8> {
+    let mut bytes = vec![0u8; extent.bytes().unwrap() as usize];
+    let done = Arc::new(Handoff::default());
+    let signal = done.clone();
+    let sink = ReadSink {
+        dst: SendPtr(bytes.as_mut_ptr()),
+        len: bytes.len(),
+        done: Box::new(move |result| signal.fill(result)),
+    };
+    let request = ClientMsg::Cu(CuRequest::MemcpyDtoH {
+        ctx: 1,
+        stream: 0,
+        src,
+        extent,
+        pitch,
+    });
+    conn.start_read(&request, sink).unwrap();
+    let status = done.wait(Duration::from_secs(60)).expect("the read ends");
+    assert_eq!(status.unwrap(), 0, "read of {extent:?}");
+    bytes
 }
 
 #[test]

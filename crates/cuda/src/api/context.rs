@@ -234,3 +234,40 @@ pub unsafe extern "C" fn cuCtxSetCacheConfig(config: c_uint) -> CUresult {
     // A preference only; the server's GPUs decide their cache split per kernel.
     status(current_context().map(|ctx| ctx.cache_config.store(config, Ordering::Relaxed)))
 }
+
+/// `cuCtxEnablePeerAccess` (`flags` given) or `cuCtxDisablePeerAccess` from the current
+/// context to `peer`: the server of both decides; contexts of different servers never share
+/// memory.
+fn peer_access(peer: CUcontext, flags: Option<c_uint>) -> Result<(), CUresult> {
+    let ctx = current_context()?;
+    let peer = Context::from_handle(peer).ok_or(CUresult::CUDA_ERROR_INVALID_CONTEXT)?;
+    if !std::sync::Arc::ptr_eq(&ctx.conn, &peer.conn) {
+        return Err(match flags {
+            Some(_) => CUresult::CUDA_ERROR_PEER_ACCESS_UNSUPPORTED,
+            None => CUresult::CUDA_ERROR_PEER_ACCESS_NOT_ENABLED,
+        });
+    }
+    peer.ensure_created()?;
+    let request = match flags {
+        Some(flags) => CuRequest::EnablePeerAccess {
+            ctx: ctx.remote,
+            peer: peer.remote,
+            flags,
+        },
+        None => CuRequest::DisablePeerAccess {
+            ctx: ctx.remote,
+            peer: peer.remote,
+        },
+    };
+    call_status(ctx, request)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxEnablePeerAccess(peer: CUcontext, flags: c_uint) -> CUresult {
+    status(peer_access(peer, Some(flags)))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxDisablePeerAccess(peer: CUcontext) -> CUresult {
+    status(peer_access(peer, None))
+}

@@ -2,8 +2,10 @@
 
 use std::ffi::{c_char, c_int, c_uint};
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use rgpu_cuda_api::sys::*;
+use rgpu_protocol::cuda::CuPeer;
 
 use super::{status, write_out};
 use crate::runtime::{self, device};
@@ -104,19 +106,57 @@ pub unsafe extern "C" fn cuDeviceGetPCIBusId(
     }))
 }
 
+/// What the server of `dev` says of reaching `peer`: `None` when they are the same device or
+/// on different servers (whose GPUs never share memory).
+fn peer_link(dev: CUdevice, peer: CUdevice) -> Result<Option<&'static CuPeer>, CUresult> {
+    let (device, other) = (device(dev)?, device(peer)?);
+    if !Arc::ptr_eq(&device.conn, &other.conn) {
+        return Ok(None);
+    }
+    let link = device
+        .info
+        .peers
+        .iter()
+        .find(|p| p.device == other.remote_ordinal);
+    Ok(link)
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn cuDeviceCanAccessPeer(
     can_access: *mut c_int,
     dev: CUdevice,
     peer: CUdevice,
 ) -> CUresult {
-    status((|| {
-        // Both must be devices of the program. rgpu offers no peer access: GPUs of different
-        // servers never share memory, and peer copies are not forwarded yet.
-        device(dev)?;
-        device(peer)?;
-        unsafe { write_out(can_access, 0) }
-    })())
+    status(peer_link(dev, peer).and_then(|link| {
+        let can = link.is_some_and(|link| link.can_access);
+        unsafe { write_out(can_access, can as c_int) }
+    }))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuDeviceGetP2PAttribute(
+    value: *mut c_int,
+    attribute: c_uint,
+    src: CUdevice,
+    dst: CUdevice,
+) -> CUresult {
+    if src == dst {
+        return CUresult::CUDA_ERROR_INVALID_DEVICE;
+    }
+    status(peer_link(src, dst).and_then(|link| {
+        let answer = match link {
+            Some(link) => link
+                .attributes
+                .iter()
+                .find(|(id, _)| *id == attribute)
+                .map(|&(_, value)| value)
+                .ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?,
+            // Devices that cannot reach each other: every capability 0.
+            None if (1..=4).contains(&attribute) => 0,
+            None => return Err(CUresult::CUDA_ERROR_INVALID_VALUE),
+        };
+        unsafe { write_out(value, answer) }
+    }))
 }
 
 #[no_mangle]

@@ -1,27 +1,23 @@
 //! Memory: device allocations (on the server), host allocations (here: "pinned" memory of a
-//! remote GPU is ordinary client memory, since the network, not PCIe, moves it), copies and
-//! memsets, pointer queries.
+//! remote GPU is ordinary client memory, since the network, not PCIe, moves it), memsets,
+//! pointer queries, and the maps of device and page-locked memory that copies ([`super::copy`])
+//! consult.
 //!
-//! Copies to the device and memsets are posted: they leave with the next flush, in stream order,
-//! and report failures at the next synchronizing call. A copy to the host waits for its data,
-//! except an async copy into page-locked memory, whose data the reader thread writes when it
-//! arrives (any later synchronizing reply comes after it on the same socket).
+//! Memsets are posted: they leave with the next flush, in stream order, and report failures at
+//! the next synchronizing call.
 
 use std::alloc::Layout;
 use std::ffi::{c_uint, c_void};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Mutex, RwLock};
 
-use rgpu_client::{Handoff, ReadSink, SendPtr};
 use rgpu_cuda_api::sys::*;
-use rgpu_protocol::cuda::{CuReply, CuRequest, DevicePtr, Id};
-use rgpu_protocol::ClientMsg;
+use rgpu_protocol::cuda::{CuReply, CuRequest, Id};
 
 use super::context::{call, call_status, post, unexpected};
 use super::{from_remote, status, write_out};
 use crate::objects::{current_context, resolve_stream, Context};
 use crate::ranges::RangeMap;
-use crate::runtime::client_error;
 
 const PAGE: usize = 4096;
 
@@ -44,6 +40,11 @@ fn device_range(ptr: u64) -> Option<(u64, u64, usize)> {
     DEVICE_RANGES.read().unwrap().find(ptr)
 }
 
+/// Whether `ptr` lies in device memory of the program.
+pub(crate) fn is_device_memory(ptr: u64) -> bool {
+    device_range(ptr).is_some()
+}
+
 fn host_range(ptr: usize) -> Option<(usize, usize, u32)> {
     let (start, size, (flags, _)) = HOST_RANGES.lock().unwrap().find(ptr as u64)?;
     Some((start as usize, size as usize, flags))
@@ -57,6 +58,18 @@ pub(crate) fn context_of<'a>(ptr: u64) -> Result<&'a Context, CUresult> {
             Ok(ctx)
         }
         None => current_context(),
+    }
+}
+
+/// Whether `ptr..ptr+size` is page-locked host memory (so an async read may land later).
+pub(crate) fn is_page_locked(ptr: *mut c_void, size: usize) -> bool {
+    host_range(ptr as usize).is_some_and(|(start, len, _)| ptr as usize + size <= start + len)
+}
+
+/// Keeps the first failure (`code` not 0) of a read nobody waits for.
+pub(crate) fn note_async_read_error(code: u32) {
+    if code != 0 {
+        let _ = ASYNC_READ_ERROR.compare_exchange(0, code, Ordering::AcqRel, Ordering::Acquire);
     }
 }
 
@@ -333,241 +346,6 @@ pub unsafe extern "C" fn cuMemHostGetFlags(flags: *mut c_uint, p: *mut c_void) -
     }
 }
 
-// ---- copies -------------------------------------------------------------------------------
-
-/// Posts a copy of `size` bytes at `src` to device address `dst`, ordered on `stream`.
-fn write_device(
-    ctx: &Context,
-    stream: Id,
-    dst: DevicePtr,
-    src: *const c_void,
-    size: usize,
-) -> Result<(), CUresult> {
-    if size == 0 {
-        return Ok(());
-    }
-    if src.is_null() {
-        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
-    }
-    // SAFETY: the API contract: `src` holds `size` readable bytes for the duration of the call.
-    let data = unsafe { std::slice::from_raw_parts(src.cast::<u8>(), size) };
-    let request = CuRequest::MemcpyHtoD {
-        ctx: ctx.remote,
-        stream,
-        dst,
-    };
-    post(ctx, request, data)
-}
-
-/// Reads `size` bytes at device address `src` into `dst`; waits unless `wait` is false.
-fn read_device(
-    ctx: &Context,
-    stream: Id,
-    dst: *mut c_void,
-    src: DevicePtr,
-    size: usize,
-    wait: bool,
-) -> Result<(), CUresult> {
-    if size == 0 {
-        return Ok(());
-    }
-    if dst.is_null() {
-        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
-    }
-    let request = ClientMsg::Cu(CuRequest::MemcpyDtoH {
-        ctx: ctx.remote,
-        stream,
-        src,
-        size: size as u64,
-    });
-    let done = wait.then(|| Arc::new(Handoff::<Result<i32, rgpu_client::ClientError>>::default()));
-    let signal = done.clone();
-    let sink = ReadSink {
-        dst: SendPtr(dst.cast()),
-        len: size,
-        done: Box::new(move |result| match signal {
-            Some(signal) => signal.fill(result),
-            None => {
-                let code = match result {
-                    Ok(status) => status as u32,
-                    Err(_) => CUresult::CUDA_ERROR_DEVICE_UNAVAILABLE as u32,
-                };
-                if code != 0 {
-                    let _ = ASYNC_READ_ERROR.compare_exchange(
-                        0,
-                        code,
-                        Ordering::AcqRel,
-                        Ordering::Acquire,
-                    );
-                }
-            }
-        }),
-    };
-    ctx.conn.start_read(&request, sink).map_err(client_error)?;
-    let Some(done) = done else {
-        return Ok(());
-    };
-    match done.wait(rgpu_client::reply_timeout_from_env()) {
-        Some(Ok(status)) => from_remote(status as u32),
-        Some(Err(e)) => Err(client_error(e)),
-        None => Err(CUresult::CUDA_ERROR_LAUNCH_TIMEOUT),
-    }
-}
-
-/// Copies between the host and the device cannot join a stream capture: the server would
-/// record its staging buffers, not the program's memory.
-fn refuse_if_capturing(stream: CUstream) -> Result<(), CUresult> {
-    if crate::objects::capture_of(stream) != 0 {
-        return Err(crate::unsupported::not_supported(
-            "host<->device copies during stream capture",
-        ));
-    }
-    Ok(())
-}
-
-/// Whether `ptr..ptr+size` is page-locked host memory (so an async read may land later).
-fn is_page_locked(ptr: *mut c_void, size: usize) -> bool {
-    host_range(ptr as usize).is_some_and(|(start, len, _)| ptr as usize + size <= start + len)
-}
-
-fn copy_device_to_device(
-    ctx: &Context,
-    stream: Id,
-    dst: DevicePtr,
-    src: DevicePtr,
-    size: usize,
-) -> Result<(), CUresult> {
-    if size == 0 {
-        return Ok(());
-    }
-    let request = CuRequest::MemcpyDtoD {
-        ctx: ctx.remote,
-        stream,
-        dst,
-        src,
-        size: size as u64,
-    };
-    post(ctx, request, &[])
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn cuMemcpyHtoD_v2(
-    dst: CUdeviceptr,
-    src: *const c_void,
-    size: usize,
-) -> CUresult {
-    status(context_of(dst).and_then(|ctx| write_device(ctx, 0, dst, src, size)))
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn cuMemcpyHtoDAsync_v2(
-    dst: CUdeviceptr,
-    src: *const c_void,
-    size: usize,
-    stream: CUstream,
-) -> CUresult {
-    status(
-        refuse_if_capturing(stream)
-            .and_then(|()| resolve_stream(stream))
-            .and_then(|(ctx, stream)| write_device(ctx, stream, dst, src, size)),
-    )
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn cuMemcpyDtoH_v2(
-    dst: *mut c_void,
-    src: CUdeviceptr,
-    size: usize,
-) -> CUresult {
-    status(context_of(src).and_then(|ctx| read_device(ctx, 0, dst, src, size, true)))
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn cuMemcpyDtoHAsync_v2(
-    dst: *mut c_void,
-    src: CUdeviceptr,
-    size: usize,
-    stream: CUstream,
-) -> CUresult {
-    status(
-        refuse_if_capturing(stream)
-            .and_then(|()| resolve_stream(stream))
-            .and_then(|(ctx, stream)| {
-                read_device(ctx, stream, dst, src, size, !is_page_locked(dst, size))
-            }),
-    )
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn cuMemcpyDtoD_v2(
-    dst: CUdeviceptr,
-    src: CUdeviceptr,
-    size: usize,
-) -> CUresult {
-    status(context_of(dst).and_then(|ctx| copy_device_to_device(ctx, 0, dst, src, size)))
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn cuMemcpyDtoDAsync_v2(
-    dst: CUdeviceptr,
-    src: CUdeviceptr,
-    size: usize,
-    stream: CUstream,
-) -> CUresult {
-    status(
-        resolve_stream(stream)
-            .and_then(|(ctx, stream)| copy_device_to_device(ctx, stream, dst, src, size)),
-    )
-}
-
-/// A unified-addressing copy: the direction comes from which side each pointer lives on.
-fn copy_unified(stream: Option<CUstream>, dst: u64, src: u64, size: usize) -> Result<(), CUresult> {
-    let (dst_on_device, src_on_device) = (device_range(dst).is_some(), device_range(src).is_some());
-    let (ctx, stream_id, asynchronous) = match stream {
-        Some(stream) => {
-            if !(dst_on_device && src_on_device) {
-                refuse_if_capturing(stream)?;
-            }
-            let (ctx, id) = resolve_stream(stream)?;
-            (ctx, id, true)
-        }
-        None => (context_of(if dst_on_device { dst } else { src })?, 0, false),
-    };
-    match (dst_on_device, src_on_device) {
-        (true, true) => copy_device_to_device(ctx, stream_id, dst, src, size),
-        (true, false) => write_device(ctx, stream_id, dst, src as *const c_void, size),
-        (false, true) => {
-            let dst = dst as *mut c_void;
-            let wait = !asynchronous || !is_page_locked(dst, size);
-            read_device(ctx, stream_id, dst, src, size, wait)
-        }
-        (false, false) => {
-            // Host to host: the driver copies; so do we, after the stream's earlier work.
-            if asynchronous {
-                super::stream::synchronize_stream(ctx, stream_id)?;
-            }
-            // SAFETY: the API contract: both ranges hold `size` bytes.
-            unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, size) };
-            Ok(())
-        }
-    }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn cuMemcpy(dst: CUdeviceptr, src: CUdeviceptr, size: usize) -> CUresult {
-    status(copy_unified(None, dst, src, size))
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn cuMemcpyAsync(
-    dst: CUdeviceptr,
-    src: CUdeviceptr,
-    size: usize,
-    stream: CUstream,
-) -> CUresult {
-    status(copy_unified(Some(stream), dst, src, size))
-}
-
 // ---- memset -------------------------------------------------------------------------------
 
 fn memset(
@@ -653,6 +431,17 @@ pub unsafe extern "C" fn cuMemsetD2D8_v2(
 }
 
 #[no_mangle]
+pub unsafe extern "C" fn cuMemsetD2D16_v2(
+    dst: CUdeviceptr,
+    pitch: usize,
+    value: u16,
+    width: usize,
+    height: usize,
+) -> CUresult {
+    status(memset(None, dst, value as u32, 2, width, height, pitch))
+}
+
+#[no_mangle]
 pub unsafe extern "C" fn cuMemsetD2D32_v2(
     dst: CUdeviceptr,
     pitch: usize,
@@ -677,6 +466,26 @@ pub unsafe extern "C" fn cuMemsetD2D8Async(
         dst,
         value as u32,
         1,
+        width,
+        height,
+        pitch,
+    ))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemsetD2D16Async(
+    dst: CUdeviceptr,
+    pitch: usize,
+    value: u16,
+    width: usize,
+    height: usize,
+    stream: CUstream,
+) -> CUresult {
+    status(memset(
+        Some(stream),
+        dst,
+        value as u32,
+        2,
         width,
         height,
         pitch,
@@ -804,7 +613,7 @@ pub unsafe extern "C" fn cuPointerGetAttributes(
     }))
 }
 
-// ---- pitched memory and 2D copies --------------------------------------------------------
+// ---- pitched memory -------------------------------------------------------------------------
 
 /// Row pitch of cuMemAllocPitch: rows start at multiples of this many bytes, as the driver
 /// does on every current GPU.
@@ -830,164 +639,6 @@ pub unsafe extern "C" fn cuMemAllocPitch_v2(
         unsafe { pitch.write(row) };
     }
     status
-}
-
-/// One side of a 2D copy: where its first byte is and whether it is device memory.
-struct Side {
-    start: u64,
-    pitch: usize,
-    on_device: bool,
-}
-
-/// The source and destination of a CUDA_MEMCPY2D; arrays are not supported.
-unsafe fn sides(p: &CUDA_MEMCPY2D) -> Result<(Side, Side), CUresult> {
-    // Read as integers: the caller's memory types may be values the enum does not have.
-    let kind = |field: *const CUmemorytype| unsafe { field.cast::<u32>().read() };
-    let side = |memory_type: u32, host: u64, device: u64, x: usize, y: usize, pitch: usize| {
-        let on_device = match memory_type {
-            MEMORYTYPE_HOST => false,
-            MEMORYTYPE_DEVICE => true,
-            // CU_MEMORYTYPE_UNIFIED: wherever the address lives.
-            4 => device_range(device).is_some(),
-            3 => {
-                return Err(crate::unsupported::not_supported(
-                    "2D copies to or from CUDA arrays",
-                ))
-            }
-            _ => return Err(CUresult::CUDA_ERROR_INVALID_VALUE),
-        };
-        let base = if on_device || memory_type == 4 {
-            device
-        } else {
-            host
-        };
-        Ok(Side {
-            start: base + (y * pitch + x) as u64,
-            pitch,
-            on_device,
-        })
-    };
-    let src = side(
-        kind(std::ptr::addr_of!(p.srcMemoryType)),
-        p.srcHost as u64,
-        p.srcDevice,
-        p.srcXInBytes,
-        p.srcY,
-        p.srcPitch,
-    )?;
-    let dst = side(
-        kind(std::ptr::addr_of!(p.dstMemoryType)),
-        p.dstHost as u64,
-        p.dstDevice,
-        p.dstXInBytes,
-        p.dstY,
-        p.dstPitch,
-    )?;
-    Ok((src, dst))
-}
-
-/// A 2D copy as row copies (one request when both sides are contiguous). A read from the
-/// device fetches the whole span once and scatters its rows here.
-unsafe fn copy_2d(p: *const CUDA_MEMCPY2D, stream: Option<CUstream>) -> Result<(), CUresult> {
-    if p.is_null() {
-        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
-    }
-    // SAFETY: non-null, and the API contract makes it a valid descriptor.
-    let p = unsafe { &*p };
-    let (src, dst) = unsafe { sides(p)? };
-    let (width, height) = (p.WidthInBytes, p.Height);
-    if width == 0 || height == 0 {
-        return Ok(());
-    }
-    if (height > 1) && (src.pitch < width || dst.pitch < width) {
-        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
-    }
-    if let Some(stream) = stream.filter(|_| !(src.on_device && dst.on_device)) {
-        refuse_if_capturing(stream)?;
-    }
-    let device_side = if dst.on_device { dst.start } else { src.start };
-    let (ctx, stream_id) = match stream {
-        Some(stream) => resolve_stream(stream)?,
-        None => (context_of(device_side)?, 0),
-    };
-    let contiguous = height == 1 || (src.pitch == width && dst.pitch == width);
-    let rows = if contiguous { 1 } else { height };
-    let row_len = if contiguous { width * height } else { width };
-    match (src.on_device, dst.on_device) {
-        (false, true) => (0..rows).try_for_each(|r| {
-            let from = (src.start + (r * src.pitch) as u64) as *const c_void;
-            write_device(
-                ctx,
-                stream_id,
-                dst.start + (r * dst.pitch) as u64,
-                from,
-                row_len,
-            )
-        }),
-        (true, true) => (0..rows).try_for_each(|r| {
-            let from = src.start + (r * src.pitch) as u64;
-            copy_device_to_device(
-                ctx,
-                stream_id,
-                dst.start + (r * dst.pitch) as u64,
-                from,
-                row_len,
-            )
-        }),
-        (true, false) => {
-            let span = (height - 1) * src.pitch + width;
-            let mut staged = vec![0u8; span];
-            read_device(
-                ctx,
-                stream_id,
-                staged.as_mut_ptr().cast(),
-                src.start,
-                span,
-                true,
-            )?;
-            for r in 0..height {
-                let row = &staged[r * src.pitch..r * src.pitch + width];
-                // SAFETY: the API contract: the destination holds `height` rows of `width`
-                // bytes, `pitch` apart.
-                unsafe {
-                    let to = (dst.start as usize + r * dst.pitch) as *mut u8;
-                    std::ptr::copy_nonoverlapping(row.as_ptr(), to, width);
-                }
-            }
-            Ok(())
-        }
-        (false, false) => {
-            if stream.is_some() {
-                super::stream::synchronize_stream(ctx, stream_id)?;
-            }
-            for r in 0..height {
-                // SAFETY: as above, for both sides.
-                unsafe {
-                    std::ptr::copy(
-                        (src.start as usize + r * src.pitch) as *const u8,
-                        (dst.start as usize + r * dst.pitch) as *mut u8,
-                        width,
-                    )
-                };
-            }
-            Ok(())
-        }
-    }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn cuMemcpy2D_v2(p: *const CUDA_MEMCPY2D) -> CUresult {
-    status(unsafe { copy_2d(p, None) })
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn cuMemcpy2DUnaligned_v2(p: *const CUDA_MEMCPY2D) -> CUresult {
-    status(unsafe { copy_2d(p, None) })
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn cuMemcpy2DAsync_v2(p: *const CUDA_MEMCPY2D, stream: CUstream) -> CUresult {
-    status(unsafe { copy_2d(p, Some(stream)) })
 }
 
 /// Forgets a device range (freed or unreserved).

@@ -3,6 +3,7 @@
 //! NOT_SUPPORTED stub for every other driver symbol.
 
 pub mod context;
+pub mod copy;
 pub mod device;
 pub mod event;
 pub mod graph;
@@ -15,6 +16,7 @@ pub mod stream;
 pub mod vmm;
 
 pub use context::*;
+pub use copy::*;
 pub use device::*;
 pub use event::*;
 pub use graph::*;

@@ -2,6 +2,7 @@
 //! once at start, the cache of module images shared by all sessions, and the per-session state
 //! that carries out CUDA requests ([`session`]).
 
+mod pieces;
 mod session;
 mod staging;
 
@@ -11,7 +12,7 @@ use std::sync::{Arc, Mutex};
 
 use rgpu_cuda_api::generated::{device_attribute, DEVICE_ATTRIBUTE_VALUES};
 use rgpu_cuda_api::sys::*;
-use rgpu_protocol::cuda::{CuDevice, CuInventory};
+use rgpu_protocol::cuda::{CuDevice, CuInventory, CuPeer};
 
 use rgpu_cuda_api::cu_call;
 pub use rgpu_cuda_api::native::{self as driver, Driver};
@@ -79,7 +80,12 @@ fn take_inventory(driver: &Driver) -> Result<CuInventory, String> {
         .map_err(|s| format!("cuDeviceGetCount failed: CUDA error {s}"))?;
     let mut devices = Vec::new();
     for ordinal in 0..count {
-        devices.push(describe_device(driver, ordinal)?);
+        let mut device = describe_device(driver, ordinal)?;
+        device.peers = (0..count)
+            .filter(|&other| other != ordinal)
+            .map(|other| describe_peer(driver, ordinal, other))
+            .collect();
+        devices.push(device);
     }
     Ok(CuInventory {
         driver_version: version,
@@ -120,7 +126,39 @@ fn describe_device(driver: &Driver, ordinal: i32) -> Result<CuDevice, String> {
         total_mem: total_mem as u64,
         attributes,
         pci_bus_id: c_string(&bus_id),
+        peers: Vec::new(),
     })
+}
+
+/// How device `ordinal` reaches device `other` (both ordinals are devices of the driver).
+fn describe_peer(driver: &Driver, ordinal: i32, other: i32) -> CuPeer {
+    use CUdevice_P2PAttribute::*;
+    let (mut device, mut peer): (CUdevice, CUdevice) = (0, 0);
+    cu_call!(driver, cuDeviceGet(&mut device, ordinal));
+    cu_call!(driver, cuDeviceGet(&mut peer, other));
+    let mut can_access = 0;
+    cu_call!(driver, cuDeviceCanAccessPeer(&mut can_access, device, peer));
+    let attributes = [
+        CU_DEVICE_P2P_ATTRIBUTE_PERFORMANCE_RANK,
+        CU_DEVICE_P2P_ATTRIBUTE_ACCESS_SUPPORTED,
+        CU_DEVICE_P2P_ATTRIBUTE_NATIVE_ATOMIC_SUPPORTED,
+        CU_DEVICE_P2P_ATTRIBUTE_ACCESS_ACCESS_SUPPORTED,
+    ]
+    .into_iter()
+    .filter_map(|attribute| {
+        let mut value = 0;
+        let status = cu_call!(
+            driver,
+            cuDeviceGetP2PAttribute(&mut value, attribute, device, peer)
+        );
+        (status == driver::SUCCESS).then_some((attribute as u32, value))
+    })
+    .collect();
+    CuPeer {
+        device: other as u32,
+        can_access: can_access != 0,
+        attributes,
+    }
 }
 
 fn c_string(raw: &[c_char]) -> String {

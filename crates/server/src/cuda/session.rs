@@ -15,12 +15,13 @@ use rgpu_cuda_api::generated::{func_cache, function_attribute, limit, FUNCTION_A
 use rgpu_cuda_api::launch_param;
 use rgpu_cuda_api::sys::*;
 use rgpu_protocol::cuda::{
-    CuReply, CuRequest, FunctionInfo, Id, ImageKind, LaunchAttribute, MemAccess, MemProp,
-    OccupancyQuery, VmmOp,
+    CuReply, CuRequest, Extent, FunctionInfo, Id, ImageKind, LaunchAttribute, MemAccess, MemProp,
+    OccupancyQuery, Pitch, VmmOp,
 };
 use rgpu_protocol::ServerMsg;
 use sha2::{Digest, Sha256};
 
+use super::pieces::{pieces, Piece};
 use super::staging::{Staging, CHUNK};
 use super::Backend;
 use crate::session::{End, Session};
@@ -53,6 +54,80 @@ struct Image {
 struct Function {
     raw: CUfunction,
     is_kernel: bool,
+}
+
+/// The rows of a device-to-device copy: `extent`, lying `src_pitch` / `dst_pitch` apart.
+#[derive(Clone, Copy)]
+struct DeviceCopy {
+    dst: u64,
+    dst_pitch: Pitch,
+    src: u64,
+    src_pitch: Pitch,
+    extent: Extent,
+}
+
+impl DeviceCopy {
+    fn descriptor(&self) -> CUDA_MEMCPY3D {
+        let device = CUmemorytype::CU_MEMORYTYPE_DEVICE;
+        CUDA_MEMCPY3D {
+            srcXInBytes: 0,
+            srcY: 0,
+            srcZ: 0,
+            srcLOD: 0,
+            srcMemoryType: device,
+            srcHost: std::ptr::null(),
+            srcDevice: self.src,
+            srcArray: null_mut(),
+            reserved0: null_mut(),
+            srcPitch: self.src_pitch.row as usize,
+            srcHeight: self.src_pitch.slice_rows as usize,
+            dstXInBytes: 0,
+            dstY: 0,
+            dstZ: 0,
+            dstLOD: 0,
+            dstMemoryType: device,
+            dstHost: null_mut(),
+            dstDevice: self.dst,
+            dstArray: null_mut(),
+            reserved1: null_mut(),
+            dstPitch: self.dst_pitch.row as usize,
+            dstHeight: self.dst_pitch.slice_rows as usize,
+            WidthInBytes: self.extent.width as usize,
+            Height: self.extent.height as usize,
+            Depth: self.extent.depth as usize,
+        }
+    }
+
+    fn peer_descriptor(&self, dst_ctx: CUcontext, src_ctx: CUcontext) -> CUDA_MEMCPY3D_PEER {
+        let d = self.descriptor();
+        CUDA_MEMCPY3D_PEER {
+            srcXInBytes: 0,
+            srcY: 0,
+            srcZ: 0,
+            srcLOD: 0,
+            srcMemoryType: d.srcMemoryType,
+            srcHost: d.srcHost,
+            srcDevice: d.srcDevice,
+            srcArray: null_mut(),
+            srcContext: src_ctx,
+            srcPitch: d.srcPitch,
+            srcHeight: d.srcHeight,
+            dstXInBytes: 0,
+            dstY: 0,
+            dstZ: 0,
+            dstLOD: 0,
+            dstMemoryType: d.dstMemoryType,
+            dstHost: d.dstHost,
+            dstDevice: d.dstDevice,
+            dstArray: null_mut(),
+            dstContext: dst_ctx,
+            dstPitch: d.dstPitch,
+            dstHeight: d.dstHeight,
+            WidthInBytes: d.WidthInBytes,
+            Height: d.Height,
+            Depth: d.Depth,
+        }
+    }
 }
 
 pub(crate) struct CudaSession {
@@ -265,6 +340,57 @@ impl CudaSession {
             self.current = null_mut();
         }
         cu_call!(driver, cuCtxDestroy_v2(context.raw))
+    }
+
+    /// A device-to-device copy on `stream` of `ctx`; `src_ctx` (when not 0) is the context of
+    /// `src`, of another device of this server (a peer copy).
+    fn copy_on_device(
+        &mut self,
+        ctx: Id,
+        stream: Id,
+        src_ctx: Id,
+        copy: DeviceCopy,
+    ) -> Result<(), Status> {
+        if !copy.extent.fits(copy.src_pitch) || !copy.extent.fits(copy.dst_pitch) {
+            return Err(INVALID_VALUE);
+        }
+        let peer = match src_ctx {
+            0 => None,
+            id => Some(self.contexts.get(&id).ok_or(INVALID_CONTEXT)?.raw),
+        };
+        self.enter(ctx)?;
+        let stream = self.stream(stream)?;
+        let driver = &self.backend.driver;
+        let DeviceCopy {
+            dst, src, extent, ..
+        } = copy;
+        let contiguous =
+            extent.is_contiguous(copy.src_pitch) && extent.is_contiguous(copy.dst_pitch);
+        let size = extent.bytes().ok_or(INVALID_VALUE)? as usize;
+        let status = match (peer, contiguous) {
+            (None, true) => cu_call!(driver, cuMemcpyDtoDAsync_v2(dst, src, size, stream)),
+            (Some(src_ctx), true) => cu_call!(
+                driver,
+                cuMemcpyPeerAsync(dst, self.current, src, src_ctx, size, stream)
+            ),
+            (None, false) => cu_call!(driver, cuMemcpy3DAsync_v2(&copy.descriptor(), stream)),
+            (Some(src_ctx), false) => {
+                let peer_copy = copy.peer_descriptor(self.current, src_ctx);
+                cu_call!(driver, cuMemcpy3DPeerAsync(&peer_copy, stream))
+            }
+        };
+        check(status)
+    }
+
+    /// `cuCtxEnablePeerAccess` (`flags` given) or `cuCtxDisablePeerAccess` in `ctx` for `peer`.
+    fn peer_access(&mut self, ctx: Id, peer: Id, flags: Option<u32>) -> Result<(), Status> {
+        let peer = self.contexts.get(&peer).ok_or(INVALID_CONTEXT)?.raw;
+        self.enter(ctx)?;
+        let driver = &self.backend.driver;
+        check(match flags {
+            Some(flags) => cu_call!(driver, cuCtxEnablePeerAccess(peer, flags)),
+            None => cu_call!(driver, cuCtxDisablePeerAccess(peer)),
+        })
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -989,8 +1115,15 @@ impl Session {
                 cuda.defer("cuMemFreeAsync", status.err().unwrap_or(SUCCESS));
                 Ok(())
             }
-            CuRequest::MemcpyHtoD { ctx, stream, dst } => {
-                let status = self.write_to_device(cuda, ctx, stream, dst, bulk_len)?;
+            CuRequest::MemcpyHtoD {
+                ctx,
+                stream,
+                dst,
+                extent,
+                pitch,
+            } => {
+                let status =
+                    self.write_to_device(cuda, ctx, stream, dst, extent, pitch, bulk_len)?;
                 cuda.defer("host-to-device copy", status);
                 Ok(())
             }
@@ -998,24 +1131,37 @@ impl Session {
                 ctx,
                 stream,
                 src,
-                size,
-            } => self.read_from_device(cuda, seq, ctx, stream, src, size),
+                extent,
+                pitch,
+            } => self.read_from_device(cuda, seq, ctx, stream, src, extent, pitch),
             CuRequest::MemcpyDtoD {
                 ctx,
                 stream,
                 dst,
+                dst_pitch,
                 src,
-                size,
+                src_pitch,
+                src_ctx,
+                extent,
             } => {
-                let status = cuda.enter(ctx).and_then(|()| {
-                    let stream = cuda.stream(stream)?;
-                    check(cu_call!(
-                        cuda.backend.driver,
-                        cuMemcpyDtoDAsync_v2(dst, src, size as usize, stream)
-                    ))
-                });
+                let copy = DeviceCopy {
+                    dst,
+                    dst_pitch,
+                    src,
+                    src_pitch,
+                    extent,
+                };
+                let status = cuda.copy_on_device(ctx, stream, src_ctx, copy);
                 cuda.defer("device-to-device copy", status.err().unwrap_or(SUCCESS));
                 Ok(())
+            }
+            CuRequest::EnablePeerAccess { ctx, peer, flags } => {
+                let status = cuda.peer_access(ctx, peer, Some(flags));
+                self.cu_reply(seq, CuReply::Status(status.err().unwrap_or(SUCCESS)))
+            }
+            CuRequest::DisablePeerAccess { ctx, peer } => {
+                let status = cuda.peer_access(ctx, peer, None);
+                self.cu_reply(seq, CuReply::Status(status.err().unwrap_or(SUCCESS)))
             }
             CuRequest::Memset {
                 ctx,
@@ -1380,18 +1526,26 @@ impl Session {
         }
     }
 
-    /// Streams the request's bulk data to `dst` through the staging buffers. Returns the copy's
-    /// status (the bulk is consumed whatever happens); `Err` only if the connection failed.
+    /// Streams the request's bulk data (`extent`'s rows, packed) to `dst`, where the rows lie
+    /// `pitch` apart, through the staging buffers. Returns the copy's status (the bulk is
+    /// consumed whatever happens); `Err` only if the connection failed.
+    #[allow(clippy::too_many_arguments)]
     fn write_to_device(
         &mut self,
         cuda: &mut CudaSession,
         ctx: Id,
         stream: Id,
         dst: u64,
+        extent: Extent,
+        pitch: Pitch,
         len: u64,
     ) -> Result<Status, End> {
         let target = cuda.enter(ctx).and_then(|()| cuda.stream(stream));
         let stream = match target {
+            Ok(_) if !extent.fits(pitch) || extent.bytes() != Some(len) => Err(INVALID_VALUE),
+            other => other,
+        };
+        let stream = match stream {
             Ok(stream) => stream,
             Err(status) => {
                 self.skip_bulk(len)?;
@@ -1399,9 +1553,8 @@ impl Session {
             }
         };
         let driver = &cuda.backend.driver;
-        let mut offset = 0u64;
-        while offset < len {
-            let n = (len - offset).min(CHUNK as u64) as usize;
+        let mut consumed = 0u64;
+        for piece in pieces(extent, pitch, CHUNK) {
             let slot = cuda
                 .staging
                 .next_slot(driver, cuda.current)
@@ -1409,30 +1562,29 @@ impl Session {
             let (slot, buffer) = match slot {
                 Ok(found) => found,
                 Err(status) => {
-                    self.skip_bulk(len - offset)?;
+                    self.skip_bulk(len - consumed)?;
                     return Ok(status);
                 }
             };
+            let buffer = &mut buffer[..piece.bytes()];
             self.reader
-                .read_bulk(&mut buffer[..n])
+                .read_bulk(buffer)
                 .map_err(|e| End::Broken(e.to_string()))?;
-            let copy = cu_call!(
-                driver,
-                cuMemcpyHtoDAsync_v2(dst + offset, buffer.as_ptr().cast(), n, stream)
-            );
-            let guarded =
-                check(copy).and_then(|()| cuda.staging.guard(driver, slot, cuda.current, stream));
-            offset += n as u64;
-            if let Err(status) = guarded {
-                self.skip_bulk(len - offset)?;
+            consumed += buffer.len() as u64;
+            let copied = copy_piece(driver, Direction::ToDevice, dst, piece, buffer, stream)
+                .and_then(|()| cuda.staging.guard(driver, slot, cuda.current, stream));
+            if let Err(status) = copied {
+                self.skip_bulk(len - consumed)?;
                 return Ok(status);
             }
         }
         Ok(SUCCESS)
     }
 
-    /// Copies `size` bytes at `src` to the client in chunks: several chunks are in flight on
-    /// the GPU while earlier ones are sent. Ends with the status (deferred errors included).
+    /// Sends `extent`'s rows at `src` (lying `pitch` apart) to the client, packed, in chunks:
+    /// several chunks are in flight on the GPU while earlier ones are sent. Ends with the
+    /// status (deferred errors included).
+    #[allow(clippy::too_many_arguments)]
     fn read_from_device(
         &mut self,
         cuda: &mut CudaSession,
@@ -1440,10 +1592,12 @@ impl Session {
         ctx: Id,
         stream: Id,
         src: u64,
-        size: u64,
+        extent: Extent,
+        pitch: Pitch,
     ) -> Result<(), End> {
         let status = match cuda.enter(ctx).and_then(|()| cuda.stream(stream)) {
-            Ok(stream) => self.stream_out(cuda, seq, stream, src, size)?,
+            Ok(_) if !extent.fits(pitch) => INVALID_VALUE,
+            Ok(stream) => self.stream_out(cuda, seq, stream, src, extent, pitch)?,
             Err(status) => status,
         };
         let status = cuda.sync_status(status);
@@ -1456,54 +1610,101 @@ impl Session {
         seq: u64,
         stream: CUstream,
         src: u64,
-        size: u64,
+        extent: Extent,
+        pitch: Pitch,
     ) -> Result<Status, End> {
         let driver = &cuda.backend.driver;
-        let chunks = size.div_ceil(CHUNK as u64) as usize;
-        let chunk_len = |i: usize| (size - i as u64 * CHUNK as u64).min(CHUNK as u64) as usize;
-        let mut in_flight = std::collections::VecDeque::new();
-        let mut issued = 0;
-        let mut sent = 0;
-        while sent < chunks {
+        let mut to_issue = pieces(extent, pitch, CHUNK);
+        // (slot, packed offset, bytes) of the pieces on their way to staging, oldest first.
+        let mut in_flight = std::collections::VecDeque::with_capacity(super::staging::SLOTS);
+        let mut packed_offset = 0u64;
+        loop {
             // Keep the pipeline full: staging slots minus the one being sent.
-            while issued < chunks && in_flight.len() < super::staging::SLOTS - 1 {
-                let offset = issued as u64 * CHUNK as u64;
-                let n = chunk_len(issued);
+            while in_flight.len() < super::staging::SLOTS - 1 {
+                let Some(piece) = to_issue.next() else { break };
                 let issue = cuda
                     .staging
                     .next_slot(driver, cuda.current)
                     .and_then(|slot| {
                         let buffer = cuda.staging.buffer(driver, slot)?;
-                        check(cu_call!(
-                            driver,
-                            cuMemcpyDtoHAsync_v2(
-                                buffer.as_mut_ptr().cast(),
-                                src + offset,
-                                n,
-                                stream
-                            )
-                        ))?;
+                        let buffer = &mut buffer[..piece.bytes()];
+                        copy_piece(driver, Direction::FromDevice, src, piece, buffer, stream)?;
                         cuda.staging.guard(driver, slot, cuda.current, stream)?;
                         Ok(slot)
                     });
                 match issue {
-                    Ok(slot) => in_flight.push_back(slot),
+                    Ok(slot) => in_flight.push_back((slot, packed_offset, piece.bytes())),
                     Err(status) => return Ok(status),
                 }
-                issued += 1;
+                packed_offset += piece.bytes() as u64;
             }
-            let slot = in_flight.pop_front().expect("a chunk is in flight");
+            let Some((slot, offset, len)) = in_flight.pop_front() else {
+                return Ok(SUCCESS);
+            };
             let buffer = match cuda.staging.buffer(driver, slot) {
                 Ok(buffer) => buffer,
                 Err(status) => return Ok(status),
             };
-            let offset = sent as u64 * CHUNK as u64;
-            let data = ServerMsg::Data { offset };
-            self.send(&data, seq, &buffer[..chunk_len(sent)])?;
-            sent += 1;
+            self.send(&ServerMsg::Data { offset }, seq, &buffer[..len])?;
         }
-        Ok(SUCCESS)
     }
+}
+
+#[derive(Clone, Copy)]
+enum Direction {
+    ToDevice,
+    FromDevice,
+}
+
+/// Issues on `stream` the copy of one piece between `staging` (its rows packed) and the device
+/// rows at `base + piece.device_offset`: one 1D copy for a single row, else one 2D copy.
+fn copy_piece(
+    driver: &rgpu_cuda_api::native::Driver,
+    direction: Direction,
+    base: u64,
+    piece: Piece,
+    staging: &mut [u8],
+    stream: CUstream,
+) -> Result<(), Status> {
+    let device = base + piece.device_offset;
+    let host = staging.as_mut_ptr().cast::<c_void>();
+    let status = match (direction, piece.rows) {
+        (Direction::ToDevice, 1) => cu_call!(
+            driver,
+            cuMemcpyHtoDAsync_v2(device, host, piece.width, stream)
+        ),
+        (Direction::FromDevice, 1) => cu_call!(
+            driver,
+            cuMemcpyDtoHAsync_v2(host, device, piece.width, stream)
+        ),
+        (direction, rows) => {
+            let (host_type, device_type) = (
+                CUmemorytype::CU_MEMORYTYPE_HOST,
+                CUmemorytype::CU_MEMORYTYPE_DEVICE,
+            );
+            let to_device = matches!(direction, Direction::ToDevice);
+            let copy = CUDA_MEMCPY2D {
+                srcXInBytes: 0,
+                srcY: 0,
+                srcMemoryType: if to_device { host_type } else { device_type },
+                srcHost: host,
+                srcDevice: device,
+                srcArray: null_mut(),
+                srcPitch: if to_device { piece.width } else { piece.pitch },
+                dstXInBytes: 0,
+                dstY: 0,
+                dstMemoryType: if to_device { device_type } else { host_type },
+                dstHost: host,
+                dstDevice: device,
+                dstArray: null_mut(),
+                dstPitch: if to_device { piece.pitch } else { piece.width },
+                WidthInBytes: piece.width,
+                Height: rows,
+            };
+            cu_call!(driver, cuMemcpy2DAsync_v2(&copy, stream))
+        }
+    };
+    check(status)
 }
 
 /// A function attribute by number, whether or not this build's enum knows it (the wire carries

@@ -1,0 +1,738 @@
+//! Copies in every form: host↔device and device↔device, 1D, 2D and 3D, synchronous and
+//! ordered on a stream, unified (`cuMemcpy`) and peer.
+//!
+//! Every copy becomes one [`Transfer`]: an [`Extent`] of rows and, for each side, where its first
+//! byte is, how its rows lie ([`Pitch`]) and whose memory it is. Rows travel packed: the rows of
+//! a host side that are not contiguous are packed here before a write and unpacked after a
+//! read; a device side's pitch goes to its server, which copies between its staging buffers and
+//! the device rows. Devices of one server copy between themselves on that server; a copy
+//! between devices of different servers is relayed through this process.
+//!
+//! Copies to the device are posted: they leave with the next flush, in stream order, and report
+//! failures at the next synchronizing call. A copy to the host waits for its data, except an
+//! async copy into page-locked memory, whose data the reader thread writes when it arrives (any
+//! later synchronizing reply comes after it on the same socket).
+
+use std::ffi::c_void;
+use std::sync::Arc;
+
+use rgpu_client::{Handoff, ReadSink, SendPtr};
+use rgpu_cuda_api::sys::*;
+use rgpu_protocol::cuda::{CuRequest, DevicePtr, Extent, Id, Pitch};
+use rgpu_protocol::ClientMsg;
+
+use super::context::post;
+use super::memory::{context_of, is_device_memory, is_page_locked, note_async_read_error};
+use super::stream::synchronize_stream;
+use super::{from_remote, status};
+use crate::objects::{capture_of, resolve_stream, Context};
+use crate::runtime::client_error;
+
+/// Bytes per step of a copy relayed between devices of different servers.
+const RELAY_CHUNK: u64 = 8 << 20;
+
+/// `CUmemorytype` values, read as integers: a descriptor may hold values the enum lacks.
+const MEMORY_HOST: u32 = 1;
+const MEMORY_DEVICE: u32 = 2;
+const MEMORY_ARRAY: u32 = 3;
+const MEMORY_UNIFIED: u32 = 4;
+
+#[derive(Clone, Copy)]
+enum Memory<'a> {
+    Host,
+    /// Device memory, with the context that owns it.
+    Device(&'a Context),
+}
+
+/// One side of a copy: its first byte, how its rows lie, and whose memory it is.
+#[derive(Clone, Copy)]
+struct Side<'a> {
+    start: u64,
+    pitch: Pitch,
+    memory: Memory<'a>,
+}
+
+impl<'a> Side<'a> {
+    fn host(start: usize, pitch: Pitch) -> Side<'a> {
+        Side {
+            start: start as u64,
+            pitch,
+            memory: Memory::Host,
+        }
+    }
+
+    /// Device memory at `start`, owned by `ctx` (null: the context of the allocation holding
+    /// `start`, else the current one).
+    fn device(start: u64, pitch: Pitch, ctx: CUcontext) -> Result<Side<'a>, CUresult> {
+        let owner = if ctx.is_null() {
+            context_of(start)?
+        } else {
+            let owner = Context::from_handle(ctx).ok_or(CUresult::CUDA_ERROR_INVALID_CONTEXT)?;
+            owner.ensure_created()?;
+            owner
+        };
+        Ok(Side {
+            start,
+            pitch,
+            memory: Memory::Device(owner),
+        })
+    }
+
+    /// Device memory if `start` is in a device allocation, else host memory (unified
+    /// addressing, as `cuMemcpy` and CU_MEMORYTYPE_UNIFIED use it).
+    fn unified(start: u64, pitch: Pitch) -> Result<Side<'a>, CUresult> {
+        if is_device_memory(start) {
+            Side::device(start, pitch, std::ptr::null_mut())
+        } else {
+            Ok(Side::host(start as usize, pitch))
+        }
+    }
+}
+
+/// A copy of `extent`'s rows from `src` to `dst`.
+struct Transfer<'a> {
+    src: Side<'a>,
+    dst: Side<'a>,
+    extent: Extent,
+}
+
+/// Carries out a copy: on `stream` when given (asynchronous), else synchronously.
+fn transfer(copy: Transfer, stream: Option<CUstream>) -> Result<(), CUresult> {
+    let Transfer { src, dst, extent } = copy;
+    match extent.bytes() {
+        None => return Err(CUresult::CUDA_ERROR_INVALID_VALUE),
+        Some(0) => return Ok(()),
+        Some(_) => {}
+    }
+    if !extent.fits(src.pitch) || !extent.fits(dst.pitch) {
+        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+    }
+    let touches_host = matches!(src.memory, Memory::Host) || matches!(dst.memory, Memory::Host);
+    if let Some(stream) = stream.filter(|_| touches_host) {
+        refuse_if_capturing(stream)?;
+    }
+    let queue = stream.map(resolve_stream).transpose()?;
+    match (src.memory, dst.memory) {
+        (Memory::Host, Memory::Device(owner)) => {
+            let (ctx, stream) = queue_on(owner, queue)?;
+            write_rows(ctx, stream, dst, src, extent)
+        }
+        (Memory::Device(owner), Memory::Host) => {
+            let (ctx, stream_id) = queue_on(owner, queue)?;
+            let span = extent.span(dst.pitch).unwrap_or(0) as usize;
+            let wait = stream.is_none() || !is_page_locked(dst.start as *mut c_void, span);
+            read_rows(ctx, stream_id, src, dst, extent, wait)
+        }
+        (Memory::Device(from), Memory::Device(to)) if Arc::ptr_eq(&from.conn, &to.conn) => {
+            let (ctx, stream) = queue_on(to, queue)?;
+            // Memory of another device of the server: the server copies between peers.
+            let src_ctx = if from.device != ctx.device {
+                from.remote
+            } else {
+                0
+            };
+            let request = CuRequest::MemcpyDtoD {
+                ctx: ctx.remote,
+                stream,
+                dst: dst.start,
+                dst_pitch: dst.pitch,
+                src: src.start,
+                src_pitch: src.pitch,
+                src_ctx,
+                extent,
+            };
+            post(ctx, request, &[])
+        }
+        (Memory::Device(from), Memory::Device(to)) => relay(from, src, to, dst, extent, queue),
+        (Memory::Host, Memory::Host) => {
+            // The driver copies host to host itself; so do we, after the stream's earlier work.
+            if let Some((ctx, stream)) = queue {
+                synchronize_stream(ctx, stream)?;
+            }
+            let rows = extent
+                .row_offsets(src.pitch)
+                .zip(extent.row_offsets(dst.pitch));
+            for (from, to) in rows {
+                // SAFETY: the API contract: both sides hold the extent's rows.
+                unsafe {
+                    std::ptr::copy(
+                        (src.start + from) as *const u8,
+                        (dst.start + to) as *mut u8,
+                        extent.width as usize,
+                    )
+                };
+            }
+            Ok(())
+        }
+    }
+}
+
+/// The context and stream that order a copy touching `owner`'s memory: the program's stream
+/// when it is on `owner`'s server; when it is on another server, its earlier work is waited
+/// for and the copy goes on `owner`'s default stream; without one, `owner`'s default stream.
+fn queue_on<'a>(
+    owner: &'a Context,
+    queue: Option<(&'a Context, Id)>,
+) -> Result<(&'a Context, Id), CUresult> {
+    match queue {
+        None => Ok((owner, 0)),
+        Some((ctx, stream)) if Arc::ptr_eq(&ctx.conn, &owner.conn) => Ok((ctx, stream)),
+        Some((ctx, stream)) => {
+            synchronize_stream(ctx, stream)?;
+            Ok((owner, 0))
+        }
+    }
+}
+
+/// The shape a device side is sent with: one linear run when its rows are contiguous.
+fn device_shape(extent: Extent, pitch: Pitch) -> (Extent, Pitch) {
+    if extent.is_contiguous(pitch) {
+        let linear = Extent::linear(extent.bytes().unwrap_or(0));
+        (linear, linear.packed())
+    } else {
+        (extent, pitch)
+    }
+}
+
+/// Posts the write of `src`'s rows (host memory) to the device rows of `dst`.
+fn write_rows(
+    ctx: &Context,
+    stream: Id,
+    dst: Side,
+    src: Side,
+    extent: Extent,
+) -> Result<(), CUresult> {
+    let bytes = extent.bytes().unwrap_or(0) as usize;
+    let packed;
+    let data: &[u8] = if extent.is_contiguous(src.pitch) {
+        // SAFETY: the API contract: the source holds the extent's rows, here one run.
+        unsafe { std::slice::from_raw_parts(src.start as *const u8, bytes) }
+    } else {
+        let mut rows = Vec::with_capacity(bytes);
+        for offset in extent.row_offsets(src.pitch) {
+            // SAFETY: as above, row by row.
+            rows.extend_from_slice(unsafe {
+                std::slice::from_raw_parts((src.start + offset) as *const u8, extent.width as usize)
+            });
+        }
+        packed = rows;
+        &packed
+    };
+    write_device(ctx, stream, dst.start, extent, dst.pitch, data)
+}
+
+fn write_device(
+    ctx: &Context,
+    stream: Id,
+    dst: DevicePtr,
+    extent: Extent,
+    pitch: Pitch,
+    data: &[u8],
+) -> Result<(), CUresult> {
+    let (extent, pitch) = device_shape(extent, pitch);
+    let request = CuRequest::MemcpyHtoD {
+        ctx: ctx.remote,
+        stream,
+        dst,
+        extent,
+        pitch,
+    };
+    post(ctx, request, data)
+}
+
+/// Reads the device rows of `src` into the host rows of `dst`; waits unless `wait` is false
+/// (then `dst`'s rows must be one contiguous run).
+fn read_rows(
+    ctx: &Context,
+    stream: Id,
+    src: Side,
+    dst: Side,
+    extent: Extent,
+    wait: bool,
+) -> Result<(), CUresult> {
+    if extent.is_contiguous(dst.pitch) {
+        let into = dst.start as *mut u8;
+        return read_device(ctx, stream, into, src.start, extent, src.pitch, wait);
+    }
+    let mut packed = vec![0u8; extent.bytes().unwrap_or(0) as usize];
+    read_device(
+        ctx,
+        stream,
+        packed.as_mut_ptr(),
+        src.start,
+        extent,
+        src.pitch,
+        true,
+    )?;
+    let width = extent.width as usize;
+    for (row, offset) in packed
+        .chunks_exact(width)
+        .zip(extent.row_offsets(dst.pitch))
+    {
+        // SAFETY: the API contract: the destination holds the extent's rows.
+        unsafe {
+            std::ptr::copy_nonoverlapping(row.as_ptr(), (dst.start + offset) as *mut u8, width)
+        };
+    }
+    Ok(())
+}
+
+/// Reads `extent`'s rows at device address `src` (lying `pitch` apart) into `into`, packed;
+/// waits unless `wait` is false.
+fn read_device(
+    ctx: &Context,
+    stream: Id,
+    into: *mut u8,
+    src: DevicePtr,
+    extent: Extent,
+    pitch: Pitch,
+    wait: bool,
+) -> Result<(), CUresult> {
+    if into.is_null() {
+        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+    }
+    let len = extent.bytes().unwrap_or(0) as usize;
+    let (extent, pitch) = device_shape(extent, pitch);
+    let request = ClientMsg::Cu(CuRequest::MemcpyDtoH {
+        ctx: ctx.remote,
+        stream,
+        src,
+        extent,
+        pitch,
+    });
+    let done = wait.then(|| Arc::new(Handoff::<Result<i32, rgpu_client::ClientError>>::default()));
+    let signal = done.clone();
+    let sink = ReadSink {
+        dst: SendPtr(into),
+        len,
+        done: Box::new(move |result| match signal {
+            Some(signal) => signal.fill(result),
+            None => note_async_read_error(match result {
+                Ok(status) => status as u32,
+                Err(_) => CUresult::CUDA_ERROR_DEVICE_UNAVAILABLE as u32,
+            }),
+        }),
+    };
+    ctx.conn.start_read(&request, sink).map_err(client_error)?;
+    let Some(done) = done else {
+        return Ok(());
+    };
+    match done.wait(rgpu_client::reply_timeout_from_env()) {
+        Some(Ok(status)) => from_remote(status as u32),
+        Some(Err(e)) => Err(client_error(e)),
+        None => Err(CUresult::CUDA_ERROR_LAUNCH_TIMEOUT),
+    }
+}
+
+/// A copy between devices of different servers, through this process: read from one, write
+/// to the other (in chunks when both sides are contiguous). Ordered after the stream's earlier
+/// work, and complete on return unless the write joins a stream of the destination's server.
+fn relay(
+    from: &Context,
+    src: Side,
+    to: &Context,
+    dst: Side,
+    extent: Extent,
+    queue: Option<(&Context, Id)>,
+) -> Result<(), CUresult> {
+    // The write joins the program's stream if it is on the destination's server; else earlier
+    // work on the stream is waited for, and the write is waited for at the end.
+    let write_stream = match queue {
+        Some((ctx, stream)) if Arc::ptr_eq(&ctx.conn, &to.conn) => Some((ctx, stream)),
+        Some((ctx, stream)) => {
+            synchronize_stream(ctx, stream)?;
+            None
+        }
+        None => None,
+    };
+    let (write_ctx, write_id) = write_stream.unwrap_or((to, 0));
+    if extent.is_contiguous(src.pitch) && extent.is_contiguous(dst.pitch) {
+        let total = extent.bytes().unwrap_or(0);
+        let mut buffer = vec![0u8; total.min(RELAY_CHUNK) as usize];
+        let mut offset = 0;
+        while offset < total {
+            let piece = Extent::linear((total - offset).min(RELAY_CHUNK));
+            let chunk = &mut buffer[..piece.width as usize];
+            let at = src.start + offset;
+            read_device(from, 0, chunk.as_mut_ptr(), at, piece, piece.packed(), true)?;
+            // A posted write has left (or been copied) when post returns: the buffer is free.
+            let at = dst.start + offset;
+            write_device(write_ctx, write_id, at, piece, piece.packed(), chunk)?;
+            offset += piece.width;
+        }
+    } else {
+        let mut packed = vec![0u8; extent.bytes().unwrap_or(0) as usize];
+        let into = packed.as_mut_ptr();
+        read_device(from, 0, into, src.start, extent, src.pitch, true)?;
+        write_device(write_ctx, write_id, dst.start, extent, dst.pitch, &packed)?;
+    }
+    if write_stream.is_none() {
+        synchronize_stream(to, 0)?;
+    }
+    Ok(())
+}
+
+/// Copies between the host and the device cannot join a stream capture: the server would
+/// record its staging buffers, not the program's memory.
+fn refuse_if_capturing(stream: CUstream) -> Result<(), CUresult> {
+    if capture_of(stream) != 0 {
+        return Err(crate::unsupported::not_supported(
+            "host<->device copies during stream capture",
+        ));
+    }
+    Ok(())
+}
+
+// ---- 1D copies ----------------------------------------------------------------------------
+
+/// `size` contiguous bytes.
+fn linear(size: usize) -> (Extent, Pitch) {
+    let extent = Extent::linear(size as u64);
+    (extent, extent.packed())
+}
+
+fn copy_to_device(dst: u64, src: *const c_void, size: usize, stream: Option<CUstream>) -> CUresult {
+    let (extent, pitch) = linear(size);
+    status(
+        Side::device(dst, pitch, std::ptr::null_mut()).and_then(|dst| {
+            let src = Side::host(src as usize, pitch);
+            transfer(Transfer { src, dst, extent }, stream)
+        }),
+    )
+}
+
+fn copy_to_host(dst: *mut c_void, src: u64, size: usize, stream: Option<CUstream>) -> CUresult {
+    let (extent, pitch) = linear(size);
+    status(
+        Side::device(src, pitch, std::ptr::null_mut()).and_then(|src| {
+            let dst = Side::host(dst as usize, pitch);
+            transfer(Transfer { src, dst, extent }, stream)
+        }),
+    )
+}
+
+fn copy_on_devices(dst: u64, src: u64, size: usize, stream: Option<CUstream>) -> CUresult {
+    let (extent, pitch) = linear(size);
+    let null = std::ptr::null_mut();
+    status((|| {
+        let src = Side::device(src, pitch, null)?;
+        let dst = Side::device(dst, pitch, null)?;
+        transfer(Transfer { src, dst, extent }, stream)
+    })())
+}
+
+/// A unified-addressing copy: each side is device memory if it lies in a device allocation.
+fn copy_unified(dst: u64, src: u64, size: usize, stream: Option<CUstream>) -> CUresult {
+    let (extent, pitch) = linear(size);
+    status((|| {
+        let src = Side::unified(src, pitch)?;
+        let dst = Side::unified(dst, pitch)?;
+        transfer(Transfer { src, dst, extent }, stream)
+    })())
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemcpyHtoD_v2(
+    dst: CUdeviceptr,
+    src: *const c_void,
+    size: usize,
+) -> CUresult {
+    copy_to_device(dst, src, size, None)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemcpyHtoDAsync_v2(
+    dst: CUdeviceptr,
+    src: *const c_void,
+    size: usize,
+    stream: CUstream,
+) -> CUresult {
+    copy_to_device(dst, src, size, Some(stream))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemcpyDtoH_v2(
+    dst: *mut c_void,
+    src: CUdeviceptr,
+    size: usize,
+) -> CUresult {
+    copy_to_host(dst, src, size, None)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemcpyDtoHAsync_v2(
+    dst: *mut c_void,
+    src: CUdeviceptr,
+    size: usize,
+    stream: CUstream,
+) -> CUresult {
+    copy_to_host(dst, src, size, Some(stream))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemcpyDtoD_v2(
+    dst: CUdeviceptr,
+    src: CUdeviceptr,
+    size: usize,
+) -> CUresult {
+    copy_on_devices(dst, src, size, None)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemcpyDtoDAsync_v2(
+    dst: CUdeviceptr,
+    src: CUdeviceptr,
+    size: usize,
+    stream: CUstream,
+) -> CUresult {
+    copy_on_devices(dst, src, size, Some(stream))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemcpy(dst: CUdeviceptr, src: CUdeviceptr, size: usize) -> CUresult {
+    copy_unified(dst, src, size, None)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemcpyAsync(
+    dst: CUdeviceptr,
+    src: CUdeviceptr,
+    size: usize,
+    stream: CUstream,
+) -> CUresult {
+    copy_unified(dst, src, size, Some(stream))
+}
+
+fn copy_peer(
+    dst: u64,
+    dst_ctx: CUcontext,
+    src: u64,
+    src_ctx: CUcontext,
+    size: usize,
+    stream: Option<CUstream>,
+) -> CUresult {
+    let (extent, pitch) = linear(size);
+    status((|| {
+        let src = Side::device(src, pitch, src_ctx)?;
+        let dst = Side::device(dst, pitch, dst_ctx)?;
+        transfer(Transfer { src, dst, extent }, stream)
+    })())
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemcpyPeer(
+    dst: CUdeviceptr,
+    dst_ctx: CUcontext,
+    src: CUdeviceptr,
+    src_ctx: CUcontext,
+    size: usize,
+) -> CUresult {
+    copy_peer(dst, dst_ctx, src, src_ctx, size, None)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemcpyPeerAsync(
+    dst: CUdeviceptr,
+    dst_ctx: CUcontext,
+    src: CUdeviceptr,
+    src_ctx: CUcontext,
+    size: usize,
+    stream: CUstream,
+) -> CUresult {
+    copy_peer(dst, dst_ctx, src, src_ctx, size, Some(stream))
+}
+
+// ---- 2D and 3D copies ---------------------------------------------------------------------
+
+/// One side of a 2D or 3D copy descriptor, from its fields: the memory type (as an integer),
+/// both base addresses, the offset of the first byte (x bytes, row y, slice z), the row pitch,
+/// the rows per slice and, for peer copies, the context.
+struct Described {
+    memory_type: u32,
+    host: u64,
+    device: u64,
+    xyz: (usize, usize, usize),
+    pitch: usize,
+    slice_rows: usize,
+    ctx: CUcontext,
+}
+
+impl Described {
+    fn side<'a>(&self) -> Result<Side<'a>, CUresult> {
+        let (x, y, z) = self.xyz;
+        let pitch = Pitch {
+            row: self.pitch as u64,
+            slice_rows: self.slice_rows as u64,
+        };
+        // Checked: a descriptor may hold anything.
+        let offset = (z as u64)
+            .checked_mul(pitch.slice_rows)
+            .and_then(|rows| rows.checked_add(y as u64))
+            .and_then(|rows| rows.checked_mul(pitch.row))
+            .and_then(|bytes| bytes.checked_add(x as u64))
+            .ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+        match self.memory_type {
+            MEMORY_HOST => Ok(Side::host((self.host + offset) as usize, pitch)),
+            MEMORY_DEVICE => Side::device(self.device + offset, pitch, self.ctx),
+            MEMORY_UNIFIED => {
+                let side = Side::unified(self.device, pitch)?;
+                Ok(Side {
+                    start: side.start + offset,
+                    ..side
+                })
+            }
+            MEMORY_ARRAY => Err(crate::unsupported::not_supported(
+                "copies to or from CUDA arrays",
+            )),
+            _ => Err(CUresult::CUDA_ERROR_INVALID_VALUE),
+        }
+    }
+}
+
+/// Reads a `CUmemorytype` field as an integer.
+///
+/// # Safety
+/// `field` points to an initialized 32-bit field.
+unsafe fn memory_type(field: *const CUmemorytype) -> u32 {
+    // SAFETY: the caller's guarantee; an enum field may hold values the enum lacks.
+    unsafe { field.cast::<u32>().read() }
+}
+
+/// # Safety
+/// `p` is null or points to a valid `CUDA_MEMCPY2D`.
+unsafe fn copy_2d(p: *const CUDA_MEMCPY2D, stream: Option<CUstream>) -> CUresult {
+    // SAFETY: the caller's guarantee.
+    let Some(p) = (unsafe { p.as_ref() }) else {
+        return CUresult::CUDA_ERROR_INVALID_VALUE;
+    };
+    let extent = Extent {
+        width: p.WidthInBytes as u64,
+        height: p.Height as u64,
+        depth: 1,
+    };
+    let null = std::ptr::null_mut();
+    let src = Described {
+        // SAFETY: a field of a valid descriptor.
+        memory_type: unsafe { memory_type(std::ptr::addr_of!(p.srcMemoryType)) },
+        host: p.srcHost as u64,
+        device: p.srcDevice,
+        xyz: (p.srcXInBytes, p.srcY, 0),
+        pitch: p.srcPitch,
+        slice_rows: p.Height,
+        ctx: null,
+    };
+    let dst = Described {
+        // SAFETY: as above.
+        memory_type: unsafe { memory_type(std::ptr::addr_of!(p.dstMemoryType)) },
+        host: p.dstHost as u64,
+        device: p.dstDevice,
+        xyz: (p.dstXInBytes, p.dstY, 0),
+        pitch: p.dstPitch,
+        slice_rows: p.Height,
+        ctx: null,
+    };
+    status((|| {
+        let (src, dst) = (src.side()?, dst.side()?);
+        transfer(Transfer { src, dst, extent }, stream)
+    })())
+}
+
+/// The fields `CUDA_MEMCPY3D` and `CUDA_MEMCPY3D_PEER` share, as a 3D copy; `contexts` are
+/// the peer descriptor's (source, destination), null for a plain 3D copy.
+macro_rules! copy_3d_from {
+    ($p:expr, $contexts:expr, $stream:expr) => {{
+        let p = $p;
+        let (src_ctx, dst_ctx) = $contexts;
+        if p.srcLOD != 0 || p.dstLOD != 0 {
+            return CUresult::CUDA_ERROR_INVALID_VALUE;
+        }
+        let extent = Extent {
+            width: p.WidthInBytes as u64,
+            height: p.Height as u64,
+            depth: p.Depth as u64,
+        };
+        let src = Described {
+            // SAFETY: a field of a valid descriptor.
+            memory_type: unsafe { memory_type(std::ptr::addr_of!(p.srcMemoryType)) },
+            host: p.srcHost as u64,
+            device: p.srcDevice,
+            xyz: (p.srcXInBytes, p.srcY, p.srcZ),
+            pitch: p.srcPitch,
+            slice_rows: p.srcHeight,
+            ctx: src_ctx,
+        };
+        let dst = Described {
+            // SAFETY: as above.
+            memory_type: unsafe { memory_type(std::ptr::addr_of!(p.dstMemoryType)) },
+            host: p.dstHost as u64,
+            device: p.dstDevice,
+            xyz: (p.dstXInBytes, p.dstY, p.dstZ),
+            pitch: p.dstPitch,
+            slice_rows: p.dstHeight,
+            ctx: dst_ctx,
+        };
+        status((|| {
+            let (src, dst) = (src.side()?, dst.side()?);
+            transfer(Transfer { src, dst, extent }, $stream)
+        })())
+    }};
+}
+
+/// # Safety
+/// `p` is null or points to a valid `CUDA_MEMCPY3D`.
+unsafe fn copy_3d(p: *const CUDA_MEMCPY3D, stream: Option<CUstream>) -> CUresult {
+    // SAFETY: the caller's guarantee.
+    let Some(p) = (unsafe { p.as_ref() }) else {
+        return CUresult::CUDA_ERROR_INVALID_VALUE;
+    };
+    let null = std::ptr::null_mut();
+    copy_3d_from!(p, (null, null), stream)
+}
+
+/// # Safety
+/// `p` is null or points to a valid `CUDA_MEMCPY3D_PEER`.
+unsafe fn copy_3d_peer(p: *const CUDA_MEMCPY3D_PEER, stream: Option<CUstream>) -> CUresult {
+    // SAFETY: the caller's guarantee.
+    let Some(p) = (unsafe { p.as_ref() }) else {
+        return CUresult::CUDA_ERROR_INVALID_VALUE;
+    };
+    copy_3d_from!(p, (p.srcContext, p.dstContext), stream)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemcpy2D_v2(p: *const CUDA_MEMCPY2D) -> CUresult {
+    unsafe { copy_2d(p, None) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemcpy2DUnaligned_v2(p: *const CUDA_MEMCPY2D) -> CUresult {
+    unsafe { copy_2d(p, None) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemcpy2DAsync_v2(p: *const CUDA_MEMCPY2D, stream: CUstream) -> CUresult {
+    unsafe { copy_2d(p, Some(stream)) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemcpy3D_v2(p: *const CUDA_MEMCPY3D) -> CUresult {
+    unsafe { copy_3d(p, None) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemcpy3DAsync_v2(p: *const CUDA_MEMCPY3D, stream: CUstream) -> CUresult {
+    unsafe { copy_3d(p, Some(stream)) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemcpy3DPeer(p: *const CUDA_MEMCPY3D_PEER) -> CUresult {
+    unsafe { copy_3d_peer(p, None) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemcpy3DPeerAsync(
+    p: *const CUDA_MEMCPY3D_PEER,
+    stream: CUstream,
+) -> CUresult {
+    unsafe { copy_3d_peer(p, Some(stream)) }
+}
