@@ -157,9 +157,7 @@ impl Context {
             flags: self.flags.load(Ordering::Relaxed),
             primary: self.kind == ContextKind::Primary,
         };
-        self.conn
-            .post_cu(request, &[])
-            .map_err(crate::runtime::client_error)?;
+        crate::api::context::post_on(&self.conn, request, &[])?;
         self.created.store(true, Ordering::Release);
         Ok(())
     }

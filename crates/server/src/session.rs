@@ -36,19 +36,20 @@ impl Writer {
         writer.send(msg, seq, bulk)
     }
 
-    /// Sends a read's data and its final status in one write (small synchronous reads are
-    /// latency-bound: one system call and one wake-up of the client, not two).
+    /// Sends a read's last data (`(offset, bytes)`) and its final reply in one write (small
+    /// synchronous reads are latency-bound: one system call and one wake-up of the client, not
+    /// two).
     pub fn send_read(
         &self,
         seq: u64,
-        data: Option<&[u8]>,
-        status: i32,
+        data: Option<(u64, &[u8])>,
+        last: &ServerMsg,
     ) -> Result<(), TransportError> {
         let mut writer = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(data) = data {
-            writer.queue(&ServerMsg::Data { offset: 0 }, seq, data)?;
+        if let Some((offset, data)) = data {
+            writer.queue(&ServerMsg::Data { offset }, seq, data)?;
         }
-        writer.send(&ServerMsg::Cl(ClReply::Status(status)), seq, &[])
+        writer.send(last, seq, &[])
     }
 }
 
@@ -487,6 +488,18 @@ impl Session {
     pub(crate) fn send(&self, msg: &ServerMsg, seq: u64, bulk: &[u8]) -> Result<(), End> {
         self.writer
             .send(msg, seq, bulk)
+            .map_err(|e| End::from_transport(e, self.shared.stopping()))
+    }
+
+    /// [`Writer::send_read`] from the request thread.
+    pub(crate) fn send_read(
+        &self,
+        seq: u64,
+        data: Option<(u64, &[u8])>,
+        last: &ServerMsg,
+    ) -> Result<(), End> {
+        self.writer
+            .send_read(seq, data, last)
             .map_err(|e| End::from_transport(e, self.shared.stopping()))
     }
 

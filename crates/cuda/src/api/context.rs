@@ -4,6 +4,7 @@
 use std::ffi::{c_int, c_uint};
 use std::sync::atomic::Ordering;
 
+use rgpu_client::Connection;
 use rgpu_cuda_api::sys::*;
 use rgpu_protocol::cuda::{CuReply, CuRequest};
 
@@ -11,17 +12,36 @@ use super::{from_remote, status, write_out};
 use crate::objects::{self, context_or_current, current_context, Context, ContextKind};
 use crate::runtime::{self, client_error, device};
 
+/// Sends a request that waits, on `conn`, and returns the reply.
+pub(crate) fn call_on(
+    conn: &Connection,
+    request: CuRequest,
+    bulk: &[u8],
+) -> Result<CuReply, CUresult> {
+    conn.call_cu(request, bulk).map_err(client_error)
+}
+
+/// Queues a request without a reply on `conn`.
+pub(crate) fn post_on(conn: &Connection, request: CuRequest, bulk: &[u8]) -> Result<(), CUresult> {
+    conn.post_cu(request, bulk).map_err(client_error)
+}
+
+/// The outcome a `Status` reply reports.
+pub(crate) fn status_of(reply: CuReply) -> Result<(), CUresult> {
+    match reply {
+        CuReply::Status(status) => from_remote(status),
+        other => Err(unexpected(other)),
+    }
+}
+
 /// Sends a request that waits, on the connection of `ctx`, and returns the reply.
 pub(crate) fn call(ctx: &Context, request: CuRequest) -> Result<CuReply, CUresult> {
-    ctx.conn.call_cu(request, &[]).map_err(client_error)
+    call_on(&ctx.conn, request, &[])
 }
 
 /// Sends a request whose reply is a status.
 pub(crate) fn call_status(ctx: &Context, request: CuRequest) -> Result<(), CUresult> {
-    match call(ctx, request)? {
-        CuReply::Status(status) => from_remote(status),
-        other => Err(unexpected(other)),
-    }
+    status_of(call(ctx, request)?)
 }
 
 pub(crate) fn unexpected(reply: CuReply) -> CUresult {
@@ -31,7 +51,7 @@ pub(crate) fn unexpected(reply: CuReply) -> CUresult {
 
 /// Queues a request without a reply on the connection of `ctx`.
 pub(crate) fn post(ctx: &Context, request: CuRequest, bulk: &[u8]) -> Result<(), CUresult> {
-    ctx.conn.post_cu(request, bulk).map_err(client_error)
+    post_on(&ctx.conn, request, bulk)
 }
 
 #[no_mangle]

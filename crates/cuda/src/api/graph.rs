@@ -10,7 +10,7 @@ use std::sync::atomic::Ordering;
 use rgpu_cuda_api::sys::*;
 use rgpu_protocol::cuda::CuRequest;
 
-use super::context::{call_status, post};
+use super::context::{call_status, post, post_on};
 use super::{status, write_out};
 use crate::objects::{resolve_stream, Context, Graph, GraphExec, Stream};
 
@@ -187,10 +187,7 @@ pub unsafe extern "C" fn cuGraphDestroy(graph: CUgraph) -> CUresult {
         let request = CuRequest::GraphDestroy {
             graph: object.remote,
         };
-        object
-            .conn
-            .post_cu(request, &[])
-            .map_err(crate::runtime::client_error)?;
+        post_on(&object.conn, request, &[])?;
         // SAFETY: the program gives the handle up by destroying it.
         drop(unsafe { Graph::destroy(graph) });
         Ok(())
@@ -204,10 +201,7 @@ pub unsafe extern "C" fn cuGraphExecDestroy(exec: CUgraphExec) -> CUresult {
         let request = CuRequest::GraphExecDestroy {
             exec: object.remote,
         };
-        object
-            .conn
-            .post_cu(request, &[])
-            .map_err(crate::runtime::client_error)?;
+        post_on(&object.conn, request, &[])?;
         // SAFETY: the program gives the handle up by destroying it.
         drop(unsafe { GraphExec::destroy(exec) });
         Ok(())

@@ -11,10 +11,9 @@ use rgpu_cuda_api::launch_param;
 use rgpu_cuda_api::sys::*;
 use rgpu_protocol::cuda::{CuReply, CuRequest, LaunchAttribute, OccupancyQuery};
 
-use super::context::{call, unexpected};
+use super::context::{call, post, unexpected};
 use super::{from_remote, status, write_out};
 use crate::objects::{current_context, resolve_stream, Context, Function};
-use crate::runtime::client_error;
 
 thread_local! {
     static PARAMS: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
@@ -104,7 +103,7 @@ unsafe fn launch(
             shared_mem,
             attributes,
         };
-        ctx.conn.post_cu(request, &buffer).map_err(client_error)
+        post(ctx, request, &buffer)
     })
 }
 

@@ -10,7 +10,7 @@ use rgpu_cuda_api::sys::*;
 use rgpu_protocol::cuda::{CuReply, CuRequest, FunctionInfo, Id, ImageKind};
 use sha2::{Digest, Sha256};
 
-use super::context::{call, unexpected};
+use super::context::{call, call_on, post_on, status_of, unexpected};
 use super::{from_remote, status, write_out};
 use crate::objects::{current_context, server_key, Context, Function, Image};
 
@@ -34,9 +34,7 @@ fn send_image(
             hash,
         };
         let bulk: &[u8] = if with_image { bytes } else { &[] };
-        ctx.conn
-            .call_cu(request, bulk)
-            .map_err(crate::runtime::client_error)
+        call_on(&ctx.conn, request, bulk)
     };
     let mut reply = request(bytes.len() <= SEND_WITH_FIRST_REQUEST)?;
     if let CuReply::Loaded {
@@ -151,10 +149,11 @@ pub unsafe extern "C" fn cuModuleUnload(module: CUmodule) -> CUresult {
 unsafe fn unload(handle: *mut c_void) -> CUresult {
     status((|| {
         let image = Image::from_handle(handle).ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
-        image
-            .conn
-            .post_cu(CuRequest::UnloadImage { id: image.remote }, &[])
-            .map_err(crate::runtime::client_error)?;
+        post_on(
+            &image.conn,
+            CuRequest::UnloadImage { id: image.remote },
+            &[],
+        )?;
         // SAFETY: the program gives the handle up by unloading it.
         drop(unsafe { Image::destroy(handle) });
         Ok(())
@@ -221,12 +220,7 @@ unsafe fn get_function(image: *mut c_void, name: *const c_char) -> Result<*mut c
         image: image.remote,
         name: name.clone(),
     };
-    let info = function_info(
-        image
-            .conn
-            .call_cu(request, &[])
-            .map_err(crate::runtime::client_error)?,
-    )?;
+    let info = function_info(call_on(&image.conn, request, &[])?)?;
     let is_kernel = image.kind == ImageKind::Library;
     let mut function = Function::new(&image.conn, id, is_kernel, &name, info);
     if is_kernel {
@@ -376,11 +370,7 @@ fn function_attribute(f: &Function, attribute: c_uint, device: u32) -> Result<c_
         attribute,
         device,
     };
-    match f
-        .conn
-        .call_cu(request, &[])
-        .map_err(crate::runtime::client_error)?
-    {
+    match call_on(&f.conn, request, &[])? {
         CuReply::Value { status, value } => {
             from_remote(status)?;
             f.set_attribute(attribute, value as c_int);
@@ -432,14 +422,7 @@ fn set_attribute(
         value,
         device,
     };
-    match f
-        .conn
-        .call_cu(request, &[])
-        .map_err(crate::runtime::client_error)?
-    {
-        CuReply::Status(status) => from_remote(status)?,
-        other => return Err(unexpected(other)),
-    }
+    status_of(call_on(&f.conn, request, &[])?)?;
     f.set_attribute(attribute, value);
     Ok(())
 }
@@ -473,9 +456,7 @@ pub unsafe extern "C" fn cuFuncSetCacheConfig(f: CUfunction, config: c_uint) -> 
             function: func.remote,
             config,
         };
-        func.conn
-            .post_cu(request, &[])
-            .map_err(crate::runtime::client_error)
+        post_on(&func.conn, request, &[])
     }))
 }
 

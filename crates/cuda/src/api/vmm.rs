@@ -12,7 +12,7 @@ use std::sync::Mutex;
 use rgpu_cuda_api::sys::*;
 use rgpu_protocol::cuda::{CuReply, CuRequest, MemAccess, MemProp, VmmOp};
 
-use super::context::{call, unexpected};
+use super::context::{call, status_of, unexpected};
 use super::memory::{allocate, context_of, forget_device_range};
 use super::{from_remote, status, write_out};
 use crate::objects::{current_context, Context};
@@ -41,10 +41,7 @@ fn vmm(ctx: &Context, op: VmmOp) -> Result<CuReply, CUresult> {
 }
 
 fn vmm_status(ctx: &Context, op: VmmOp) -> Result<(), CUresult> {
-    match vmm(ctx, op)? {
-        CuReply::Status(status) => from_remote(status),
-        other => Err(unexpected(other)),
-    }
+    status_of(vmm(ctx, op)?)
 }
 
 /// A device location of the program as its server's ordinal, with the device's primary context

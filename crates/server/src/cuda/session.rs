@@ -69,6 +69,12 @@ struct DeviceCopy {
 impl DeviceCopy {
     fn descriptor(&self) -> CUDA_MEMCPY3D {
         let device = CUmemorytype::CU_MEMORYTYPE_DEVICE;
+        // With one slice the rows per slice do not matter; the driver still wants them to hold
+        // the copy's rows.
+        let slice_rows = |pitch: Pitch| match self.extent.depth {
+            0 | 1 => pitch.slice_rows.max(self.extent.height) as usize,
+            _ => pitch.slice_rows as usize,
+        };
         CUDA_MEMCPY3D {
             srcXInBytes: 0,
             srcY: 0,
@@ -80,7 +86,7 @@ impl DeviceCopy {
             srcArray: null_mut(),
             reserved0: null_mut(),
             srcPitch: self.src_pitch.row as usize,
-            srcHeight: self.src_pitch.slice_rows as usize,
+            srcHeight: slice_rows(self.src_pitch),
             dstXInBytes: 0,
             dstY: 0,
             dstZ: 0,
@@ -91,7 +97,7 @@ impl DeviceCopy {
             dstArray: null_mut(),
             reserved1: null_mut(),
             dstPitch: self.dst_pitch.row as usize,
-            dstHeight: self.dst_pitch.slice_rows as usize,
+            dstHeight: slice_rows(self.dst_pitch),
             WidthInBytes: self.extent.width as usize,
             Height: self.extent.height as usize,
             Depth: self.extent.depth as usize,
@@ -997,8 +1003,7 @@ impl Session {
         bulk_len: u64,
         request: CuRequest,
     ) -> Result<(), End> {
-        let status_reply =
-            |status: Result<(), Status>| CuReply::Status(status.err().unwrap_or(SUCCESS));
+        let status_reply = |status: Result<(), Status>| CuReply::Status(code(status));
         match request {
             CuRequest::GetInventory => {
                 self.cu_reply(seq, CuReply::Inventory(cuda.backend.inventory.clone()))
@@ -1022,7 +1027,7 @@ impl Session {
                 let status = cuda
                     .enter(ctx)
                     .and_then(|()| check(cu_call!(cuda.backend.driver, cuCtxSynchronize())));
-                let status = cuda.sync_status(status.err().unwrap_or(SUCCESS));
+                let status = cuda.sync_status(code(status));
                 self.cu_reply(seq, CuReply::Status(status))
             }
             CuRequest::GetLimit { ctx, limit: which } => {
@@ -1060,7 +1065,7 @@ impl Session {
                     ))
                 });
                 let reply = CuReply::MemInfo {
-                    status: status.err().unwrap_or(SUCCESS),
+                    status: code(status),
                     free: free as u64,
                     total: total as u64,
                 };
@@ -1075,7 +1080,7 @@ impl Session {
                     ))
                 });
                 let reply = CuReply::Pointer {
-                    status: status.err().unwrap_or(SUCCESS),
+                    status: code(status),
                     ptr,
                 };
                 self.cu_reply(seq, reply)
@@ -1099,7 +1104,7 @@ impl Session {
                     cuda.async_allocations.insert(ptr, cuda.current);
                 }
                 let reply = CuReply::Pointer {
-                    status: status.err().unwrap_or(SUCCESS),
+                    status: code(status),
                     ptr,
                 };
                 self.cu_reply(seq, reply)
@@ -1112,7 +1117,7 @@ impl Session {
                 if status.is_ok() {
                     cuda.async_allocations.remove(&ptr);
                 }
-                cuda.defer("cuMemFreeAsync", status.err().unwrap_or(SUCCESS));
+                cuda.defer("cuMemFreeAsync", code(status));
                 Ok(())
             }
             CuRequest::MemcpyHtoD {
@@ -1152,16 +1157,16 @@ impl Session {
                     extent,
                 };
                 let status = cuda.copy_on_device(ctx, stream, src_ctx, copy);
-                cuda.defer("device-to-device copy", status.err().unwrap_or(SUCCESS));
+                cuda.defer("device-to-device copy", code(status));
                 Ok(())
             }
             CuRequest::EnablePeerAccess { ctx, peer, flags } => {
                 let status = cuda.peer_access(ctx, peer, Some(flags));
-                self.cu_reply(seq, CuReply::Status(status.err().unwrap_or(SUCCESS)))
+                self.cu_reply(seq, status_reply(status))
             }
             CuRequest::DisablePeerAccess { ctx, peer } => {
                 let status = cuda.peer_access(ctx, peer, None);
-                self.cu_reply(seq, CuReply::Status(status.err().unwrap_or(SUCCESS)))
+                self.cu_reply(seq, status_reply(status))
             }
             CuRequest::Memset {
                 ctx,
@@ -1341,7 +1346,7 @@ impl Session {
                     let stream = cuda.stream(stream)?;
                     check(cu_call!(cuda.backend.driver, cuStreamSynchronize(stream)))
                 });
-                let status = cuda.sync_status(status.err().unwrap_or(SUCCESS));
+                let status = cuda.sync_status(code(status));
                 self.cu_reply(seq, CuReply::Status(status))
             }
             CuRequest::StreamQuery { ctx, stream } => {
@@ -1349,7 +1354,7 @@ impl Session {
                     let stream = cuda.stream(stream)?;
                     check(cu_call!(cuda.backend.driver, cuStreamQuery(stream)))
                 });
-                let status = cuda.sync_status(status.err().unwrap_or(SUCCESS));
+                let status = cuda.sync_status(code(status));
                 self.cu_reply(seq, CuReply::Status(status))
             }
             CuRequest::StreamWaitEvent {
@@ -1365,7 +1370,7 @@ impl Session {
                         cuStreamWaitEvent(stream, event, flags)
                     ))
                 });
-                cuda.defer("cuStreamWaitEvent", status.err().unwrap_or(SUCCESS));
+                cuda.defer("cuStreamWaitEvent", code(status));
                 Ok(())
             }
             CuRequest::CreateEvent { id, ctx, flags } => {
@@ -1404,14 +1409,14 @@ impl Session {
                         cuEventRecordWithFlags(event, stream, flags)
                     ))
                 });
-                cuda.defer("cuEventRecord", status.err().unwrap_or(SUCCESS));
+                cuda.defer("cuEventRecord", code(status));
                 Ok(())
             }
             CuRequest::EventSynchronize { event } => {
                 let status = cuda.event(event).and_then(|event| {
                     check(cu_call!(cuda.backend.driver, cuEventSynchronize(event)))
                 });
-                let status = cuda.sync_status(status.err().unwrap_or(SUCCESS));
+                let status = cuda.sync_status(code(status));
                 self.cu_reply(seq, CuReply::Status(status))
             }
             CuRequest::EventQuery { event } => {
@@ -1430,7 +1435,7 @@ impl Session {
                     ))
                 });
                 let reply = CuReply::Elapsed {
-                    status: status.err().unwrap_or(SUCCESS),
+                    status: code(status),
                     milliseconds,
                 };
                 self.cu_reply(seq, reply)
@@ -1499,7 +1504,7 @@ impl Session {
                         cu_call!(driver, cuGraphLaunch(exec, stream))
                     })
                 });
-                cuda.defer("cuGraphLaunch", status.err().unwrap_or(SUCCESS));
+                cuda.defer("cuGraphLaunch", code(status));
                 Ok(())
             }
             CuRequest::GraphDestroy { graph } => {
@@ -1583,7 +1588,7 @@ impl Session {
 
     /// Sends `extent`'s rows at `src` (lying `pitch` apart) to the client, packed, in chunks:
     /// several chunks are in flight on the GPU while earlier ones are sent. Ends with the
-    /// status (deferred errors included).
+    /// status (deferred errors included), in the same write as the last chunk.
     #[allow(clippy::too_many_arguments)]
     fn read_from_device(
         &mut self,
@@ -1595,15 +1600,32 @@ impl Session {
         extent: Extent,
         pitch: Pitch,
     ) -> Result<(), End> {
-        let status = match cuda.enter(ctx).and_then(|()| cuda.stream(stream)) {
-            Ok(_) if !extent.fits(pitch) => INVALID_VALUE,
+        let (status, last) = match cuda.enter(ctx).and_then(|()| cuda.stream(stream)) {
+            Ok(_) if !extent.fits(pitch) => (INVALID_VALUE, None),
             Ok(stream) => self.stream_out(cuda, seq, stream, src, extent, pitch)?,
-            Err(status) => status,
+            Err(status) => (status, None),
         };
-        let status = cuda.sync_status(status);
-        self.cu_reply(seq, CuReply::Status(status))
+        let mut status = cuda.sync_status(status);
+        let driver = &cuda.backend.driver;
+        let data = match last {
+            Some((slot, offset, len)) if status == SUCCESS => {
+                match cuda.staging.buffer(driver, slot) {
+                    Ok(buffer) => Some((offset, &buffer[..len])),
+                    Err(error) => {
+                        status = error;
+                        None
+                    }
+                }
+            }
+            _ => None,
+        };
+        let reply = ServerMsg::Cu(CuReply::Status(status));
+        self.send_read(seq, data, &reply)
     }
 
+    /// Issues the copies to staging and sends every piece but the last, which it returns as
+    /// (staging slot, packed offset, length), with the status so far.
+    #[allow(clippy::type_complexity)]
     fn stream_out(
         &mut self,
         cuda: &mut CudaSession,
@@ -1612,7 +1634,7 @@ impl Session {
         src: u64,
         extent: Extent,
         pitch: Pitch,
-    ) -> Result<Status, End> {
+    ) -> Result<(Status, Option<(usize, u64, usize)>), End> {
         let driver = &cuda.backend.driver;
         let mut to_issue = pieces(extent, pitch, CHUNK);
         // (slot, packed offset, bytes) of the pieces on their way to staging, oldest first.
@@ -1634,16 +1656,19 @@ impl Session {
                     });
                 match issue {
                     Ok(slot) => in_flight.push_back((slot, packed_offset, piece.bytes())),
-                    Err(status) => return Ok(status),
+                    Err(status) => return Ok((status, None)),
                 }
                 packed_offset += piece.bytes() as u64;
             }
             let Some((slot, offset, len)) = in_flight.pop_front() else {
-                return Ok(SUCCESS);
+                return Ok((SUCCESS, None));
             };
+            if in_flight.is_empty() {
+                return Ok((SUCCESS, Some((slot, offset, len))));
+            }
             let buffer = match cuda.staging.buffer(driver, slot) {
                 Ok(buffer) => buffer,
-                Err(status) => return Ok(status),
+                Err(status) => return Ok((status, None)),
             };
             self.send(&ServerMsg::Data { offset }, seq, &buffer[..len])?;
         }
@@ -1760,6 +1785,11 @@ fn function_attribute_raw(
         unsafe { entry(&mut value, attribute, function.raw) }
     };
     check(status).map(|()| value)
+}
+
+/// The `CUresult` of an outcome: SUCCESS or the error.
+fn code(outcome: Result<(), Status>) -> Status {
+    outcome.err().unwrap_or(SUCCESS)
 }
 
 /// `CUstreamCaptureMode` from the wire.

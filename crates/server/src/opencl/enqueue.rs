@@ -635,8 +635,9 @@ impl Session {
         };
         let data = buf
             .as_ref()
-            .map(|buf| &buf.as_slice()[..piece.len.min(buf.capacity())]);
-        let _ = self.writer.send_read(seq, data, status);
+            .map(|buf| (0, &buf.as_slice()[..piece.len.min(buf.capacity())]));
+        let last = ServerMsg::Cl(ClReply::Status(status));
+        let _ = self.writer.send_read(seq, data, &last);
     }
 
     /// Every command other than reads and writes: one native call.
