@@ -13,11 +13,12 @@ use std::time::{Duration, Instant};
 
 use rgpu_protocol::cuda::{CuReply, CuRequest};
 use rgpu_protocol::opencl::{ClReply, ClRequest, Id};
-use rgpu_protocol::{decode_body, ClientMsg, ServerMsg};
+use rgpu_protocol::{decode_body, ClientMsg, LaneKey, ServerMsg, MAX_LANES};
 use rgpu_transport::{
     client_handshake, Endpoint, FrameReader, FrameWriter, Stream, Token, TransportError,
 };
 
+use crate::lanes::Lanes;
 use crate::wait::Handoff;
 use crate::ClientError;
 
@@ -99,6 +100,13 @@ pub struct Connection {
     _reader: JoinHandle<()>,
     /// Set once background flushing is on ([`Connection::flush_in_background`]).
     flush_signal: OnceLock<Arc<FlushSignal>>,
+    /// What opening data lanes later takes.
+    token: Option<Token>,
+    connect_timeout: Duration,
+    client_name: String,
+    lane_key: LaneKey,
+    /// The data lanes, once asked for (`None` inside: none could be opened).
+    lanes: OnceLock<Option<Lanes>>,
 }
 
 /// Wakes the flusher thread when posted requests wait in the write buffer.
@@ -119,10 +127,11 @@ impl Connection {
         let mut stream = Stream::connect(endpoint, connect_timeout)
             .map_err(|e| ClientError::Connect(format!("{endpoint}: {e}")))?;
         let client_name = client_name();
-        let welcome = client_handshake(&mut stream, token, &client_name).map_err(|e| match e {
-            TransportError::Auth(why) => ClientError::Connect(format!("{endpoint}: {why}")),
-            other => ClientError::Connect(format!("{endpoint}: {other}")),
-        })?;
+        let welcome =
+            client_handshake(&mut stream, token, &client_name, None).map_err(|e| match e {
+                TransportError::Auth(why) => ClientError::Connect(format!("{endpoint}: {why}")),
+                other => ClientError::Connect(format!("{endpoint}: {other}")),
+            })?;
         let shared = Arc::new(Shared {
             pending: Mutex::new(HashMap::new()),
             broken: Mutex::new(None),
@@ -153,6 +162,11 @@ impl Connection {
             reply_timeout,
             _reader: reader,
             flush_signal: OnceLock::new(),
+            token: token.cloned(),
+            connect_timeout,
+            client_name,
+            lane_key: welcome.lane_key,
+            lanes: OnceLock::new(),
         }))
     }
 
@@ -290,6 +304,73 @@ impl Connection {
         Ok(())
     }
 
+    /// The number of data lanes for striped transfers ([`Connection::post_striped`]). The
+    /// first call opens `want` of them; if that fails, or `want` is 0, there are none (and
+    /// transfers go inline).
+    pub fn open_lanes(&self, want: usize) -> usize {
+        let lanes = self.lanes.get_or_init(|| {
+            if want == 0 {
+                return None;
+            }
+            let opened = Lanes::open(
+                &self.endpoint,
+                self.token.as_ref(),
+                self.connect_timeout,
+                &self.client_name,
+                self.session_id,
+                self.lane_key,
+                want.min(MAX_LANES as usize),
+            );
+            match opened {
+                Ok(lanes) => {
+                    log::debug!("{} data lanes to {}", lanes.count(), self.endpoint);
+                    Some(lanes)
+                }
+                Err(e) => {
+                    log::warn!("rgpu: no data lanes ({e}); large transfers use one connection");
+                    None
+                }
+            }
+        });
+        lanes.as_ref().map_or(0, Lanes::count)
+    }
+
+    /// The number of data lanes open now (none before [`Connection::open_lanes`]).
+    pub fn lane_count(&self) -> usize {
+        self.lanes
+            .get()
+            .and_then(Option::as_ref)
+            .map_or(0, Lanes::count)
+    }
+
+    /// Queues a request whose bulk `data` goes striped over the data lanes (the request says
+    /// over how many: [`Connection::open_lanes`]'s count) and returns once all of it is in the
+    /// sockets. The request and everything queued before it leave first.
+    pub fn post_striped(&self, msg: &ClientMsg, data: &[u8]) -> Result<(), ClientError> {
+        debug_assert!(
+            !msg.expects_reply(),
+            "post_striped() of a request with a reply"
+        );
+        let Some(lanes) = self.lanes.get().and_then(Option::as_ref) else {
+            return Err(ClientError::Protocol(
+                "a striped transfer without data lanes".into(),
+            ));
+        };
+        self.shared.check()?;
+        let turn = lanes.turn();
+        let seq = self.next_seq();
+        {
+            let mut writer = self.writer.lock().unwrap();
+            writer
+                .queue(msg, seq, &[])
+                .and_then(|()| writer.flush())
+                .map_err(|e| self.fail(e))?;
+        }
+        lanes
+            .send(&turn, data, self.reply_timeout)
+            .map_err(|why| self.break_off(why))
+    }
+
     /// Round trip time of an empty request.
     pub fn ping(&self) -> Result<Duration, ClientError> {
         let start = Instant::now();
@@ -317,8 +398,15 @@ impl Connection {
 
     /// A failed write makes the connection unusable: the stream position is unknown.
     fn fail(&self, e: TransportError) -> ClientError {
-        let why = format!("lost connection to {}: {e}", self.endpoint);
+        self.break_off(e.to_string())
+    }
+
+    fn break_off(&self, why: String) -> ClientError {
+        let why = format!("lost connection to {}: {why}", self.endpoint);
         self.control.shutdown();
+        if let Some(lanes) = self.lanes.get().and_then(Option::as_ref) {
+            lanes.shutdown();
+        }
         self.shared.break_with(why.clone());
         ClientError::Broken(why)
     }

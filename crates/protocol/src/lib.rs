@@ -92,6 +92,25 @@ impl Preamble {
 
 pub type Nonce = [u8; 32];
 pub type Proof = [u8; 32];
+/// The secret a session's data lanes present to join it (random, from the session's welcome).
+pub type LaneKey = [u8; 32];
+
+/// Bytes a striped transfer deals to each lane in turn: chunk `i` of the transfer's bytes goes
+/// over lane `i % lanes`, as raw bytes (no frame), in order.
+pub const LANE_CHUNK: u64 = 1 << 20;
+/// The most data lanes a session may have.
+pub const MAX_LANES: u32 = 8;
+
+/// What a connection says in its handshake to become data lane `index` of session `session`
+/// instead of a session of its own. A data lane carries only the raw bytes of striped
+/// transfers, which several lanes move in parallel (one TCP stream is bound by one core's
+/// copying); their requests travel on the session's own connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LaneAttach {
+    pub session: u64,
+    pub key: LaneKey,
+    pub index: u32,
+}
 
 /// Client to server.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -102,6 +121,8 @@ pub enum ClientMsg {
         proof: Option<Proof>,
         /// For the server's log: program name and pid.
         client_name: String,
+        /// Present when this connection is to be a data lane of an existing session.
+        lane: Option<LaneAttach>,
     },
     /// Reply: `ServerMsg::Pong`. Measures a round trip.
     Ping,
@@ -132,6 +153,8 @@ pub enum ServerMsg {
         session_id: u64,
         /// Proves to the client that the server holds the token too (zeros without a token).
         server_proof: Proof,
+        /// What this session's data lanes present to join it.
+        lane_key: LaneKey,
     },
     /// The session is over; the reason is meant for the user.
     Fatal {

@@ -316,11 +316,17 @@ fn every_client_message_round_trips() {
             client_nonce: [1; 32],
             proof: Some([2; 32]),
             client_name: "t[1]".into(),
+            lane: None,
         },
         ClientMsg::Authenticate {
             client_nonce: [1; 32],
             proof: None,
             client_name: String::new(),
+            lane: Some(LaneAttach {
+                session: 3,
+                key: [5; 32],
+                index: 1,
+            }),
         },
         ClientMsg::Ping,
     ];
@@ -388,6 +394,7 @@ fn every_server_message_round_trips() {
         ServerMsg::Welcome {
             session_id: 7,
             server_proof: [4; 32],
+            lane_key: [6; 32],
         },
         ServerMsg::Fatal {
             message: "wrong token".into(),

@@ -13,6 +13,7 @@ mod completion;
 mod cuda;
 mod handles;
 mod inventory;
+mod lanes;
 mod listener;
 mod native;
 mod opencl;

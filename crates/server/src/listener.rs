@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use rgpu_transport::{Listener, Stream, Token};
 
 use crate::inventory::Inventory;
+use crate::lanes::LaneRegistry;
 
 /// How often the accept loop looks at the shutdown flag.
 const POLL_INTERVAL: Duration = Duration::from_millis(50);
@@ -25,6 +26,8 @@ pub(crate) struct Shared {
     pub stop: AtomicBool,
     /// A handle on each live session's socket, to end them at shutdown.
     streams: Mutex<HashMap<u64, Stream>>,
+    /// The data lanes of the live sessions.
+    pub lanes: LaneRegistry,
     next_session: AtomicU64,
 }
 
@@ -42,6 +45,7 @@ impl Shared {
             name,
             stop: AtomicBool::new(false),
             streams: Mutex::new(HashMap::new()),
+            lanes: LaneRegistry::default(),
             next_session: AtomicU64::new(1),
         }
     }
@@ -69,6 +73,7 @@ impl Shared {
         for stream in self.streams_lock().values() {
             stream.shutdown();
         }
+        self.lanes.shutdown();
     }
 }
 

@@ -11,11 +11,14 @@ use std::sync::{Arc, Mutex};
 use rgpu_cl_api::{error_name, sys};
 use rgpu_protocol::opencl::{ClReply, ClRequest, Command, Id};
 use rgpu_protocol::{decode_body, ClientMsg, ServerMsg};
-use rgpu_transport::{server_handshake, FrameReader, FrameWriter, Stream, TransportError};
+use rgpu_transport::{
+    random_lane_key, server_handshake, FrameReader, FrameWriter, Stream, TransportError,
+};
 
 use crate::completion::{Completion, Job};
 use crate::handles::Handles;
 use crate::inventory::Inventory;
+use crate::lanes::{LaneReaders, Striped};
 use crate::listener::Shared;
 use crate::native::{Cl, ClResult, Event, Waker};
 use crate::staging::{StagingPool, CHUNK_SIZE, POOL_BUFFERS};
@@ -69,6 +72,16 @@ fn kernel_reply(created: ClResult<(u32, Vec<crate::handles::ArgClass>)>) -> ClRe
     }
 }
 
+/// Where the bulk bytes of a request come from.
+pub(crate) enum Incoming {
+    /// After the request's frame on the session's connection.
+    Inline { remaining: u64 },
+    /// Dealt over the session's data lanes.
+    Striped(Striped),
+}
+
+const NO_LANES: &str = "a striped request on a session without data lanes";
+
 /// Why a session's request loop stopped.
 pub enum End {
     /// The client closed the connection between frames.
@@ -102,16 +115,42 @@ pub(crate) fn run(mut stream: Stream, shared: Arc<Shared>, id: u64) {
         shared.unregister(id);
         return;
     }
-    let client = match server_handshake(&mut stream, shared.token.as_ref(), &shared.name, id) {
-        Ok(client) => client,
+    // Open to lanes before the welcome: the client may open them as soon as it has it.
+    let lane_key = random_lane_key();
+    let lanes = shared.lanes.open(id, lane_key);
+    let handshake = server_handshake(
+        &mut stream,
+        shared.token.as_ref(),
+        &shared.name,
+        id,
+        lane_key,
+        |attach, lane| shared.lanes.join(attach, lane),
+    );
+    let client = match handshake {
+        Ok(hello) => match hello.lane {
+            None => hello.name,
+            Some(lane) => {
+                // The registry holds the connection now; its session's thread reads it.
+                log::debug!(
+                    "session {}: data lane {} joined from {peer}",
+                    lane.session,
+                    lane.index
+                );
+                shared.lanes.close(id);
+                shared.unregister(id);
+                return;
+            }
+        },
         Err(TransportError::Closed) => {
             log::debug!("{peer}: closed the connection during the handshake");
+            shared.lanes.close(id);
             shared.unregister(id);
             return;
         }
         Err(e) => {
             log::warn!("{peer}: connection refused: {e}");
             stream.shutdown();
+            shared.lanes.close(id);
             shared.unregister(id);
             return;
         }
@@ -125,11 +164,13 @@ pub(crate) fn run(mut stream: Stream, shared: Arc<Shared>, id: u64) {
         Err(e) => {
             log::warn!("session {id}: cannot set up the connection: {e}");
             stream.shutdown();
+            shared.lanes.close(id);
             shared.unregister(id);
             return;
         }
     };
     let mut session = Session::new(id, shared.clone(), stream, read_half, write_half);
+    session.lanes = Some(LaneReaders::new(lanes));
     let end = session.serve();
     match &end {
         End::Closed => {}
@@ -138,6 +179,7 @@ pub(crate) fn run(mut stream: Stream, shared: Arc<Shared>, id: u64) {
         End::Broken(why) => log::warn!("session {id} ({client} at {peer}): connection lost: {why}"),
     }
     let released = session.close(matches!(end, End::Closed));
+    shared.lanes.close(id);
     shared.unregister(id);
     log::info!("session {id}: {client} disconnected; released {released} objects");
 }
@@ -162,6 +204,8 @@ pub struct Session {
     /// User events not yet given a status: while there are any, device work may wait on the
     /// client, so the completion thread must not block on it.
     pub(crate) pending_user_events: Arc<AtomicUsize>,
+    /// Reading handles on the session's data lanes (`None` only in tests of a bare session).
+    pub(crate) lanes: Option<LaneReaders>,
     /// The session's CUDA objects, from its first CUDA request on.
     pub(crate) cuda: Option<crate::cuda::CudaSession>,
 }
@@ -193,6 +237,7 @@ impl Session {
             deferred: None,
             user_events: Vec::new(),
             pending_user_events,
+            lanes: None,
             cuda: None,
         }
     }
@@ -501,6 +546,39 @@ impl Session {
         self.writer
             .send_read(seq, data, last)
             .map_err(|e| End::from_transport(e, self.shared.stopping()))
+    }
+
+    /// Reads the next `dst.len()` bytes of a request's bulk.
+    pub(crate) fn take_bulk(&mut self, from: &mut Incoming, dst: &mut [u8]) -> Result<(), End> {
+        match from {
+            Incoming::Inline { remaining } => {
+                self.reader
+                    .read_bulk(dst)
+                    .map_err(|e| End::from_transport(e, self.shared.stopping()))?;
+                *remaining -= dst.len() as u64;
+                Ok(())
+            }
+            Incoming::Striped(striped) => {
+                let lanes = self.lanes.as_mut().ok_or(End::Protocol(NO_LANES.into()))?;
+                striped.read(lanes, dst).map_err(End::Broken)
+            }
+        }
+    }
+
+    /// Reads and drops the rest of a request's bulk (a request that fails still consumes it).
+    pub(crate) fn drop_bulk(&mut self, from: &mut Incoming) -> Result<(), End> {
+        match from {
+            Incoming::Inline { remaining } => {
+                let left = std::mem::take(remaining);
+                self.reader
+                    .skip_bulk(left)
+                    .map_err(|e| End::from_transport(e, self.shared.stopping()))
+            }
+            Incoming::Striped(striped) => {
+                let lanes = self.lanes.as_mut().ok_or(End::Protocol(NO_LANES.into()))?;
+                striped.skip(lanes).map_err(End::Broken)
+            }
+        }
     }
 
     pub(crate) fn reply(&self, seq: u64, reply: ClReply) -> Result<(), End> {

@@ -37,21 +37,34 @@ fn cuda_requests_on_any_server() {
         other => panic!("unexpected reply {other:?}"),
     };
     if inventory.devices.is_empty() {
-        // No CUDA: refused, with the bulk of a posted write consumed.
+        // No CUDA: refused, with the bulk of a posted write consumed, inline or striped over
+        // data lanes (twice: the second finds the lanes where the first left them).
         let reply = conn
             .call_cu(CuRequest::MemAlloc { ctx: 1, size: 64 }, &[])
             .unwrap();
         assert_eq!(reply, CuReply::Status(NOT_SUPPORTED));
-        let write = CuRequest::MemcpyHtoD {
-            ctx: 1,
-            stream: 0,
-            dst: 0x1000,
-            extent: Extent::linear(100_000),
-            pitch: Extent::linear(100_000).packed(),
-        };
-        conn.post_cu(write, &[7u8; 100_000]).unwrap();
+        write(
+            &conn,
+            0x1000,
+            Extent::linear(100_000),
+            None,
+            &[7u8; 100_000],
+        );
         conn.ping()
             .expect("the session goes on after a refused write");
+        assert_eq!(conn.open_lanes(3), 3);
+        let data = vec![9u8; (5 << 20) + 5];
+        for _ in 0..2 {
+            write(
+                &conn,
+                0x1000,
+                Extent::linear(data.len() as u64),
+                None,
+                &data,
+            );
+            conn.ping()
+                .expect("the session goes on after a refused striped write");
+        }
         return;
     }
     // A GPU: one context, 8 MiB written and read back.
@@ -75,7 +88,22 @@ fn cuda_requests_on_any_server() {
     };
     let data: Vec<u8> = (0..size as usize).map(|i| (i * 7 % 251) as u8).collect();
     let linear = Extent::linear(size);
-    write(&conn, ptr, linear, linear.packed(), &data);
+    write(&conn, ptr, linear, None, &data);
+    assert_eq!(read(&conn, ptr, linear, linear.packed()), data);
+    // Striped over data lanes, into a buffer cleared first.
+    assert_eq!(conn.open_lanes(3), 3);
+    let memset = CuRequest::Memset {
+        ctx: 1,
+        stream: 0,
+        dst: ptr,
+        value: 0,
+        element_size: 1,
+        width: size,
+        height: 1,
+        pitch: size,
+    };
+    conn.post_cu(memset, &[]).unwrap();
+    write(&conn, ptr, linear, None, &data);
     assert_eq!(read(&conn, ptr, linear, linear.packed()), data);
 
     // Boxes of pitched rows: narrow rows (several per staging buffer) and rows wider than one.
@@ -106,7 +134,7 @@ fn cuda_requests_on_any_server() {
     let copy_at = ptr + (size / 2);
     for (extent, pitch) in boxes {
         let packed = &data[..extent.bytes().unwrap() as usize];
-        write(&conn, ptr, extent, pitch, packed);
+        write(&conn, ptr, extent, Some(pitch), packed);
         assert_eq!(read(&conn, ptr, extent, pitch), packed, "{extent:?}");
         // Device to device, from the pitched rows into packed ones.
         let copy = CuRequest::MemcpyDtoD {
@@ -127,16 +155,23 @@ fn cuda_requests_on_any_server() {
     assert_eq!(conn.call_cu(free, &[]).unwrap(), CuReply::Status(0));
 }
 
-/// Posts a write of `data` (the rows of `extent`, packed) to `dst` in context 1.
-fn write(conn: &Connection, dst: u64, extent: Extent, pitch: Pitch, data: &[u8]) {
+/// Posts a write of `data` (the rows of `extent`, packed; laid out by `pitch`, else packed) to
+/// `dst` in context 1: striped over the data lanes when the connection has them.
+fn write(conn: &Connection, dst: u64, extent: Extent, pitch: Option<Pitch>, data: &[u8]) {
+    let lanes = conn.lane_count();
     let request = CuRequest::MemcpyHtoD {
         ctx: 1,
         stream: 0,
         dst,
         extent,
-        pitch,
+        pitch: pitch.unwrap_or(extent.packed()),
+        lanes: lanes as u32,
     };
-    conn.post_cu(request, data).unwrap();
+    if lanes == 0 {
+        conn.post_cu(request, data).unwrap();
+    } else {
+        conn.post_striped(&ClientMsg::Cu(request), data).unwrap();
+    }
 }
 
 /// Reads the rows of `extent` at `src` in context 1, packed.

@@ -463,7 +463,7 @@ fn a_malformed_frame_ends_only_its_session() {
 
     // A body that does not decode.
     let mut stream = Stream::connect(&server.endpoint, Duration::from_secs(5)).unwrap();
-    client_handshake(&mut stream, None, "garbage").unwrap();
+    client_handshake(&mut stream, None, "garbage", None).unwrap();
     let header = rgpu_protocol::FrameHeader {
         body_len: 3,
         flags: 0,

@@ -5,7 +5,7 @@ use std::io::{Read, Write};
 use std::path::Path;
 use std::time::Duration;
 
-use rgpu_protocol::{auth, ClientMsg, Nonce, Preamble, ServerMsg};
+use rgpu_protocol::{auth, ClientMsg, LaneAttach, LaneKey, Nonce, Preamble, ServerMsg};
 
 use crate::{FrameReader, FrameWriter, Stream, TransportError};
 
@@ -57,6 +57,11 @@ pub fn load_client_token() -> Result<Option<Token>, String> {
     Ok(None)
 }
 
+/// A fresh random key for a session's data lanes.
+pub fn random_lane_key() -> LaneKey {
+    random_nonce()
+}
+
 fn random_nonce() -> Nonce {
     let mut nonce = [0u8; 32];
     getrandom::getrandom(&mut nonce).expect("the OS random source is available");
@@ -80,13 +85,17 @@ fn exchange_preambles(stream: &mut Stream) -> Result<(), TransportError> {
 pub struct ClientWelcome {
     pub session_id: u64,
     pub server_name: String,
+    /// What data lanes of this session present to join it.
+    pub lane_key: LaneKey,
 }
 
-/// Runs the client side of the handshake on a fresh connection.
+/// Runs the client side of the handshake on a fresh connection; with `lane`, the connection
+/// joins an existing session as one of its data lanes.
 pub fn client_handshake(
     stream: &mut Stream,
     token: Option<&Token>,
     client_name: &str,
+    lane: Option<LaneAttach>,
 ) -> Result<ClientWelcome, TransportError> {
     stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
     exchange_preambles(stream)?;
@@ -119,6 +128,7 @@ pub fn client_handshake(
             client_nonce,
             proof,
             client_name: client_name.to_string(),
+            lane,
         },
         0,
         &[],
@@ -128,6 +138,7 @@ pub fn client_handshake(
         ServerMsg::Welcome {
             session_id,
             server_proof,
+            lane_key,
         } => {
             if let (Some(token), true) = (token, token_required) {
                 if !auth::verify_server(
@@ -144,6 +155,7 @@ pub fn client_handshake(
             Ok(ClientWelcome {
                 session_id,
                 server_name,
+                lane_key,
             })
         }
         ServerMsg::Fatal { message } => Err(TransportError::Auth(message)),
@@ -155,14 +167,26 @@ pub fn client_handshake(
     result
 }
 
-/// Runs the server side of the handshake. On success returns the client's self-description.
-/// With a token, the client must prove it holds it; without one, only local clients are let in.
+/// What the server learns from a client's handshake.
+pub struct ClientHello {
+    /// The client's self-description, for logs.
+    pub name: String,
+    /// Set when the connection joined another session as its data lane (`admit_lane` took it).
+    pub lane: Option<LaneAttach>,
+}
+
+/// Runs the server side of the handshake. With a token, the client must prove it holds it;
+/// without one, only local clients are let in. A connection that asks to be a data lane is
+/// welcomed only if `admit_lane` takes it (and its stream); otherwise it gets `lane_key`, the
+/// key its own future lanes must present.
 pub fn server_handshake(
     stream: &mut Stream,
     token: Option<&Token>,
     server_name: &str,
     session_id: u64,
-) -> Result<String, TransportError> {
+    lane_key: LaneKey,
+    admit_lane: impl FnOnce(&LaneAttach, &Stream) -> Result<(), String>,
+) -> Result<ClientHello, TransportError> {
     stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
     exchange_preambles(stream)?;
     let mut reader = FrameReader::new(stream.try_clone()?);
@@ -196,6 +220,7 @@ pub fn server_handshake(
         client_nonce,
         proof,
         client_name,
+        lane,
     } = answer
     else {
         return Err(TransportError::Auth("client did not authenticate".into()));
@@ -220,14 +245,30 @@ pub fn server_handshake(
             auth::server_proof(token.as_bytes(), &server_nonce, &client_nonce)
         }
     };
+    if let Some(lane) = &lane {
+        if let Err(message) = admit_lane(lane, stream) {
+            let _ = writer.send(
+                &ServerMsg::Fatal {
+                    message: message.clone(),
+                },
+                0,
+                &[],
+            );
+            return Err(TransportError::Auth(message));
+        }
+    }
     writer.send(
         &ServerMsg::Welcome {
             session_id,
             server_proof,
+            lane_key,
         },
         0,
         &[],
     )?;
     stream.set_read_timeout(None)?;
-    Ok(client_name)
+    Ok(ClientHello {
+        name: client_name,
+        lane,
+    })
 }

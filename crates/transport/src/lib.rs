@@ -6,7 +6,10 @@ mod handshake;
 mod stream;
 
 pub use framed::{FrameReader, FrameWriter};
-pub use handshake::{client_handshake, load_client_token, server_handshake, ClientWelcome, Token};
+pub use handshake::{
+    client_handshake, load_client_token, random_lane_key, server_handshake, ClientHello,
+    ClientWelcome, Token,
+};
 pub use stream::{Endpoint, Listener, Stream};
 
 use rgpu_protocol::ProtocolError;

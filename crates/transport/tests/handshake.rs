@@ -4,8 +4,10 @@ use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::thread;
 
-use rgpu_protocol::{Preamble, PROTOCOL_VERSION};
+use rgpu_protocol::{LaneAttach, LaneKey, Preamble, PROTOCOL_VERSION};
 use rgpu_transport::{client_handshake, server_handshake, Stream, Token, TransportError};
+
+const KEY: LaneKey = [9; 32];
 
 fn token(text: &str) -> Token {
     Token::new(text.as_bytes().to_vec()).unwrap()
@@ -19,11 +21,19 @@ fn handshake(
     let (a, b) = UnixStream::pair().unwrap();
     let server = thread::spawn(move || {
         let mut stream = Stream::Unix(b);
-        server_handshake(&mut stream, server_token.as_ref(), "test-server", 77)
+        server_handshake(
+            &mut stream,
+            server_token.as_ref(),
+            "test-server",
+            77,
+            KEY,
+            |_, _| Err("no lanes here".into()),
+        )
+        .map(|hello| hello.name)
     });
     let mut stream = Stream::Unix(a);
-    let client =
-        client_handshake(&mut stream, client_token.as_ref(), "test-client").map(|w| w.session_id);
+    let client = client_handshake(&mut stream, client_token.as_ref(), "test-client", None)
+        .map(|w| w.session_id);
     drop(stream);
     (client, server.join().unwrap())
 }
@@ -79,10 +89,46 @@ fn version_mismatch_is_a_clear_error() {
         let _ = b.read_exact(&mut theirs);
     });
     let mut stream = Stream::Unix(a);
-    let err = client_handshake(&mut stream, None, "c")
+    let err = client_handshake(&mut stream, None, "c", None)
         .err()
         .unwrap()
         .to_string();
     assert!(err.contains("version mismatch"), "{err}");
     fake_server.join().unwrap();
+}
+
+/// A data lane joins only with the session's key: the server's admission decides, and a
+/// refused lane hears why.
+#[test]
+fn lanes_join_only_with_the_key() {
+    for (key, admitted) in [(KEY, true), ([1; 32], false)] {
+        let (a, b) = UnixStream::pair().unwrap();
+        let server = thread::spawn(move || {
+            let mut stream = Stream::Unix(b);
+            server_handshake(&mut stream, None, "s", 78, [0; 32], |lane, _| {
+                if lane.session == 77 && lane.key == KEY && lane.index == 2 {
+                    Ok(())
+                } else {
+                    Err("not a lane of a session here".into())
+                }
+            })
+            .map(|hello| hello.lane)
+        });
+        let mut stream = Stream::Unix(a);
+        let lane = LaneAttach {
+            session: 77,
+            key,
+            index: 2,
+        };
+        let client = client_handshake(&mut stream, None, "c", Some(lane));
+        let server = server.join().unwrap();
+        if admitted {
+            assert!(client.is_ok());
+            assert_eq!(server.unwrap(), Some(lane));
+        } else {
+            let err = client.err().expect("refused").to_string();
+            assert!(err.contains("not a lane"), "{err}");
+            assert!(server.is_err());
+        }
+    }
 }

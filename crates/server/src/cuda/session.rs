@@ -18,13 +18,14 @@ use rgpu_protocol::cuda::{
     CuReply, CuRequest, Extent, FunctionInfo, Id, ImageKind, LaunchAttribute, MemAccess, MemProp,
     OccupancyQuery, Pitch, VmmOp,
 };
-use rgpu_protocol::ServerMsg;
+use rgpu_protocol::{ServerMsg, MAX_LANES};
 use sha2::{Digest, Sha256};
 
 use super::pieces::{pieces, Piece};
 use super::staging::{Staging, CHUNK};
 use super::Backend;
-use crate::session::{End, Session};
+use crate::lanes::Striped;
+use crate::session::{End, Incoming, Session};
 use rgpu_cuda_api::cu_call;
 use rgpu_cuda_api::native::{check, Status, INVALID_HANDLE, INVALID_VALUE, NOT_SUPPORTED, SUCCESS};
 
@@ -976,7 +977,13 @@ impl Session {
 
     /// A server without CUDA: an empty inventory, and NOT_SUPPORTED for anything else.
     fn refuse_cuda(&mut self, seq: u64, bulk_len: u64, request: &CuRequest) -> Result<(), End> {
-        self.skip_bulk(bulk_len)?;
+        let mut bulk = match *request {
+            CuRequest::MemcpyHtoD { lanes, extent, .. } => incoming(bulk_len, lanes, extent)?,
+            _ => Incoming::Inline {
+                remaining: bulk_len,
+            },
+        };
+        self.drop_bulk(&mut bulk)?;
         match request {
             CuRequest::GetInventory => self.cu_reply(seq, CuReply::Inventory(Default::default())),
             request if request.expects_reply() => {
@@ -988,12 +995,6 @@ impl Session {
 
     fn cu_reply(&self, seq: u64, reply: CuReply) -> Result<(), End> {
         self.send(&ServerMsg::Cu(reply), seq, &[])
-    }
-
-    fn skip_bulk(&mut self, bulk_len: u64) -> Result<(), End> {
-        self.reader
-            .skip_bulk(bulk_len)
-            .map_err(|e| End::Broken(e.to_string()))
     }
 
     fn carry_out(
@@ -1126,9 +1127,11 @@ impl Session {
                 dst,
                 extent,
                 pitch,
+                lanes,
             } => {
+                let mut incoming = incoming(bulk_len, lanes, extent)?;
                 let status =
-                    self.write_to_device(cuda, ctx, stream, dst, extent, pitch, bulk_len)?;
+                    self.write_to_device(cuda, ctx, stream, dst, extent, pitch, &mut incoming)?;
                 cuda.defer("host-to-device copy", status);
                 Ok(())
             }
@@ -1543,8 +1546,12 @@ impl Session {
         dst: u64,
         extent: Extent,
         pitch: Pitch,
-        len: u64,
+        incoming: &mut Incoming,
     ) -> Result<Status, End> {
+        let len = match incoming {
+            Incoming::Inline { remaining } => *remaining,
+            Incoming::Striped(striped) => striped.remaining(),
+        };
         let target = cuda.enter(ctx).and_then(|()| cuda.stream(stream));
         let stream = match target {
             Ok(_) if !extent.fits(pitch) || extent.bytes() != Some(len) => Err(INVALID_VALUE),
@@ -1553,12 +1560,11 @@ impl Session {
         let stream = match stream {
             Ok(stream) => stream,
             Err(status) => {
-                self.skip_bulk(len)?;
+                self.drop_bulk(incoming)?;
                 return Ok(status);
             }
         };
         let driver = &cuda.backend.driver;
-        let mut consumed = 0u64;
         for piece in pieces(extent, pitch, CHUNK) {
             let slot = cuda
                 .staging
@@ -1567,19 +1573,16 @@ impl Session {
             let (slot, buffer) = match slot {
                 Ok(found) => found,
                 Err(status) => {
-                    self.skip_bulk(len - consumed)?;
+                    self.drop_bulk(incoming)?;
                     return Ok(status);
                 }
             };
             let buffer = &mut buffer[..piece.bytes()];
-            self.reader
-                .read_bulk(buffer)
-                .map_err(|e| End::Broken(e.to_string()))?;
-            consumed += buffer.len() as u64;
+            self.take_bulk(incoming, buffer)?;
             let copied = copy_piece(driver, Direction::ToDevice, dst, piece, buffer, stream)
                 .and_then(|()| cuda.staging.guard(driver, slot, cuda.current, stream));
             if let Err(status) = copied {
-                self.skip_bulk(len - consumed)?;
+                self.drop_bulk(incoming)?;
                 return Ok(status);
             }
         }
@@ -1785,6 +1788,23 @@ fn function_attribute_raw(
         unsafe { entry(&mut value, attribute, function.raw) }
     };
     check(status).map(|()| value)
+}
+
+/// Where a host-to-device copy's bytes come from: after its frame, or over `lanes` data lanes.
+fn incoming(bulk_len: u64, lanes: u32, extent: Extent) -> Result<Incoming, End> {
+    if lanes == 0 {
+        return Ok(Incoming::Inline {
+            remaining: bulk_len,
+        });
+    }
+    match extent.bytes() {
+        Some(len) if bulk_len == 0 && lanes <= MAX_LANES => {
+            Ok(Incoming::Striped(Striped::new(len, lanes)))
+        }
+        _ => Err(End::Protocol(format!(
+            "a striped copy over {lanes} lanes with {bulk_len} bytes of bulk and shape {extent:?}"
+        ))),
+    }
 }
 
 /// The `CUresult` of an outcome: SUCCESS or the error.

@@ -85,7 +85,7 @@ pub struct Client {
 impl Client {
     pub fn connect(endpoint: &Endpoint, token: Option<&Token>) -> Result<Client, String> {
         let mut stream = Stream::connect(endpoint, Duration::from_secs(5)).unwrap();
-        client_handshake(&mut stream, token, "server-test").map_err(|e| e.to_string())?;
+        client_handshake(&mut stream, token, "server-test", None).map_err(|e| e.to_string())?;
         stream
             .set_read_timeout(Some(Duration::from_secs(60)))
             .unwrap();
