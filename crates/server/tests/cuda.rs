@@ -213,3 +213,27 @@ fn a_bad_cuda_request_ends_only_its_session() {
     let good = connect(&server);
     good.ping().expect("another session is unaffected");
 }
+
+/// A data lane joins a session only with the key that session's welcome gave its client, and a
+/// refused lane does not disturb the session.
+#[test]
+fn a_lane_needs_its_sessions_key() {
+    use rgpu_protocol::LaneAttach;
+    use rgpu_transport::{client_handshake, Stream};
+
+    let server = Running::start(None);
+    let conn = connect(&server);
+    for (session, key) in [(conn.session_id(), [0u8; 32]), (999_999, [0u8; 32])] {
+        let mut stream = Stream::connect(&server.endpoint, Duration::from_secs(5)).unwrap();
+        let attach = LaneAttach {
+            session,
+            key,
+            index: 0,
+        };
+        let refused = client_handshake(&mut stream, None, "intruder", Some(attach));
+        let why = refused.err().expect("a lane with a wrong key is refused");
+        assert!(why.to_string().contains("not a data lane"), "{why}");
+    }
+    conn.ping().expect("the session is undisturbed");
+    assert_eq!(conn.open_lanes(2), 2, "its own client's lanes still join");
+}
