@@ -252,6 +252,7 @@ def preamble(version=None, magic=b"RGPU") -> bytes:
 
 
 def frame(body: bytes, seq: int, bulk: bytes = b"", flags: int = 0) -> bytes:
+    """A frame; `flags` is the header's second word (the data-lane count)."""
     return struct.pack("<IIQQ", len(body), flags, seq, len(bulk)) + body + bulk
 
 
@@ -355,10 +356,10 @@ def bad_sessions(server):
     s = handshake(server)
     s.sendall(frame(b"\x7f\x00\x00", 2))
     yield "unknown message variant", s
-    # Reserved flags set.
+    # Bulk striped over more data lanes than a session may have.
     s = handshake(server)
     s.sendall(frame(b"\x01", 2, flags=0x80))
-    yield "reserved flags", s
+    yield "too many lanes", s
     # A body length over the limit.
     s = handshake(server)
     s.sendall(struct.pack("<IIQQ", 0xFFFFFFF0, 0, 2, 0) + b"\x01" * 64)

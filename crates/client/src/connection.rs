@@ -19,6 +19,10 @@ use rgpu_transport::{
 };
 
 use crate::lanes::Lanes;
+
+/// Posted bulk of at least this many bytes goes striped over data lanes (one 1 MiB chunk per
+/// lane or more).
+pub const STRIPE_MIN: usize = 4 << 20;
 use crate::wait::Handoff;
 use crate::ClientError;
 
@@ -196,9 +200,14 @@ impl Connection {
         self.next_seq.fetch_add(1, Ordering::Relaxed)
     }
 
-    /// Queues a request that has no reply; it leaves with the next flush.
+    /// Queues a request that has no reply; it leaves with the next flush. Bulk of
+    /// [`STRIPE_MIN`] bytes or more goes striped over the data lanes (opened at the first such
+    /// request; `RGPU_LANES`), the request and everything before it leaving first.
     pub fn post(&self, msg: &ClientMsg, bulk: &[u8]) -> Result<(), ClientError> {
         debug_assert!(!msg.expects_reply(), "post() of a request with a reply");
+        if bulk.len() >= STRIPE_MIN && self.lanes_for_bulk() > 0 {
+            return self.post_striped(msg, bulk);
+        }
         self.shared.check()?;
         let seq = self.next_seq();
         let mut writer = self.writer.lock().unwrap();
@@ -304,11 +313,21 @@ impl Connection {
         Ok(())
     }
 
-    /// The number of data lanes for striped transfers ([`Connection::post_striped`]). The
-    /// first call opens `want` of them; if that fails, or `want` is 0, there are none (and
-    /// transfers go inline).
+    /// The number of data lanes for striped transfers. The first call opens `want` of them
+    /// (posting large bulk opens `RGPU_LANES`); if that fails, or `want` is 0, there are none,
+    /// and all bulk follows its request on the connection.
     pub fn open_lanes(&self, want: usize) -> usize {
+        self.lanes_opened_with(|| want)
+    }
+
+    /// The data lanes for large bulk: `RGPU_LANES` of them, opened at the first use.
+    fn lanes_for_bulk(&self) -> usize {
+        self.lanes_opened_with(crate::lanes_from_env)
+    }
+
+    fn lanes_opened_with(&self, want: impl FnOnce() -> usize) -> usize {
         let lanes = self.lanes.get_or_init(|| {
+            let want = want();
             if want == 0 {
                 return None;
             }
@@ -343,14 +362,9 @@ impl Connection {
             .map_or(0, Lanes::count)
     }
 
-    /// Queues a request whose bulk `data` goes striped over the data lanes (the request says
-    /// over how many: [`Connection::open_lanes`]'s count) and returns once all of it is in the
-    /// sockets. The request and everything queued before it leave first.
-    pub fn post_striped(&self, msg: &ClientMsg, data: &[u8]) -> Result<(), ClientError> {
-        debug_assert!(
-            !msg.expects_reply(),
-            "post_striped() of a request with a reply"
-        );
+    /// Queues a request whose bulk `data` goes striped over the data lanes and returns once
+    /// all of it is in the sockets. The request and everything queued before it leave first.
+    fn post_striped(&self, msg: &ClientMsg, data: &[u8]) -> Result<(), ClientError> {
         let Some(lanes) = self.lanes.get().and_then(Option::as_ref) else {
             return Err(ClientError::Protocol(
                 "a striped transfer without data lanes".into(),
@@ -361,8 +375,9 @@ impl Connection {
         let seq = self.next_seq();
         {
             let mut writer = self.writer.lock().unwrap();
+            let count = lanes.count() as u32;
             writer
-                .queue(msg, seq, &[])
+                .queue_striped(msg, seq, data.len() as u64, count)
                 .and_then(|()| writer.flush())
                 .map_err(|e| self.fail(e))?;
         }

@@ -177,15 +177,13 @@ pub enum CuRequest {
     /// `cuMemFreeAsync`. No reply.
     MemFreeAsync { ctx: Id, stream: Id, ptr: DevicePtr },
     /// Bulk: the rows to write at `dst` (laid out there by `pitch`), packed, in stream order.
-    /// With `lanes` > 0 the bytes come striped over the session's first `lanes` data lanes
-    /// (see [`crate::LANE_CHUNK`]) instead of after the frame. No reply.
+    /// No reply.
     MemcpyHtoD {
         ctx: Id,
         stream: Id,
         dst: DevicePtr,
         extent: Extent,
         pitch: Pitch,
-        lanes: u32,
     },
     /// Reads the rows at `src` (laid out there by `pitch`). Replies: `Data` frames with the
     /// rows packed (offsets into the packed bytes), then `Status`.

@@ -2,13 +2,15 @@
 //!
 //! ```text
 //! +-----------+-----------+-----------+-------------+----------------+-------------+
-//! | body_len  | flags     | seq       | bulk_len    | body           | bulk        |
+//! | body_len  | lanes     | seq       | bulk_len    | body           | bulk        |
 //! | u32 LE    | u32 LE    | u64 LE    | u64 LE      | postcard bytes | raw bytes   |
 //! +-----------+-----------+-----------+-------------+----------------+-------------+
 //! ```
 //!
 //! The body is a small postcard-encoded message; bulk data (buffer contents) follows it raw so
-//! that both ends can stream it straight between the socket and user or staging memory.
+//! that both ends can stream it straight between the socket and user or staging memory. A frame
+//! with `lanes` > 0 has its bulk striped over that many of the session's data lanes instead
+//! (see [`crate::LANE_CHUNK`]); nothing follows it.
 
 use crate::ProtocolError;
 
@@ -22,8 +24,8 @@ pub const MAX_BULK_LEN: u64 = 1 << 40;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct FrameHeader {
     pub body_len: u32,
-    /// Reserved; must be zero in this protocol version.
-    pub flags: u32,
+    /// 0, or the number of data lanes the bulk comes over (it then does not follow the frame).
+    pub lanes: u32,
     /// Request sequence number; a reply or data chunk carries the seq of its request.
     pub seq: u64,
     pub bulk_len: u64,
@@ -33,7 +35,7 @@ impl FrameHeader {
     pub fn encode(&self) -> [u8; HEADER_LEN] {
         let mut out = [0u8; HEADER_LEN];
         out[0..4].copy_from_slice(&self.body_len.to_le_bytes());
-        out[4..8].copy_from_slice(&self.flags.to_le_bytes());
+        out[4..8].copy_from_slice(&self.lanes.to_le_bytes());
         out[8..16].copy_from_slice(&self.seq.to_le_bytes());
         out[16..24].copy_from_slice(&self.bulk_len.to_le_bytes());
         out
@@ -45,14 +47,15 @@ impl FrameHeader {
         let u64_at = |i: usize| u64::from_le_bytes(raw[i..i + 8].try_into().unwrap());
         let header = FrameHeader {
             body_len: u32_at(0),
-            flags: u32_at(4),
+            lanes: u32_at(4),
             seq: u64_at(8),
             bulk_len: u64_at(16),
         };
-        if header.flags != 0 {
+        if header.lanes > crate::MAX_LANES {
             return Err(ProtocolError::Malformed(format!(
-                "unknown frame flags {:#x}",
-                header.flags
+                "bulk striped over {} lanes (at most {})",
+                header.lanes,
+                crate::MAX_LANES
             )));
         }
         if header.body_len == 0 || header.body_len > MAX_BODY_LEN {
@@ -79,6 +82,17 @@ pub fn encode_frame<T: serde::Serialize>(
     bulk_len: u64,
     out: &mut Vec<u8>,
 ) -> Result<(), ProtocolError> {
+    encode_frame_striped(msg, seq, bulk_len, 0, out)
+}
+
+/// Like [`encode_frame`], for a frame whose `bulk_len` bytes come over `lanes` data lanes.
+pub fn encode_frame_striped<T: serde::Serialize>(
+    msg: &T,
+    seq: u64,
+    bulk_len: u64,
+    lanes: u32,
+    out: &mut Vec<u8>,
+) -> Result<(), ProtocolError> {
     let start = out.len();
     out.extend_from_slice(&[0u8; HEADER_LEN]);
     let body_start = out.len();
@@ -94,7 +108,7 @@ pub fn encode_frame<T: serde::Serialize>(
     }
     let header = FrameHeader {
         body_len: body_len as u32,
-        flags: 0,
+        lanes,
         seq,
         bulk_len,
     };

@@ -13,7 +13,7 @@ pub mod opencl;
 
 use serde::{Deserialize, Serialize};
 
-pub use frame::{decode_body, encode_frame, FrameHeader, HEADER_LEN};
+pub use frame::{decode_body, encode_frame, encode_frame_striped, FrameHeader, HEADER_LEN};
 
 /// Bumped on every incompatible change of any message.
 pub const PROTOCOL_VERSION: u32 = 3;

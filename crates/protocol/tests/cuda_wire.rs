@@ -67,7 +67,6 @@ fn all_requests() -> Vec<CuRequest> {
             dst: 0x7f00_0000_0000,
             extent: Extent::linear(64),
             pitch: Extent::linear(64).packed(),
-            lanes: 4,
         },
         CuRequest::MemcpyDtoH {
             ctx: 1,

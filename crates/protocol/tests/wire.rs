@@ -445,10 +445,10 @@ fn reply_expectations_are_fixed_per_kind() {
     assert!(ClRequest::Finish { queue: 1 }.expects_reply());
 }
 
-fn header_bytes(body_len: u32, flags: u32, bulk_len: u64) -> [u8; HEADER_LEN] {
+fn header_bytes(body_len: u32, lanes: u32, bulk_len: u64) -> [u8; HEADER_LEN] {
     FrameHeader {
         body_len,
-        flags,
+        lanes,
         seq: 1,
         bulk_len,
     }
@@ -462,8 +462,13 @@ fn malformed_headers_are_rejected() {
         "empty body"
     );
     assert!(
-        FrameHeader::decode(&header_bytes(8, 1, 0)).is_err(),
-        "unknown flags"
+        FrameHeader::decode(&header_bytes(8, MAX_LANES + 1, 0)).is_err(),
+        "more lanes than a session may have"
+    );
+    assert_eq!(
+        FrameHeader::decode(&header_bytes(8, 4, 1 << 26)).map(|h| h.lanes),
+        Ok(4),
+        "bulk striped over 4 lanes"
     );
     assert!(
         FrameHeader::decode(&header_bytes(u32::MAX, 0, 0)).is_err(),

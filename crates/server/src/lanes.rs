@@ -153,6 +153,9 @@ impl Striped {
 
     /// Reads the next `dst.len()` bytes of the request from the lanes it was dealt over.
     pub fn read(&mut self, readers: &mut LaneReaders, dst: &mut [u8]) -> Result<(), String> {
+        if dst.len() as u64 > self.remaining() {
+            return Err("a request read past its striped bulk".into());
+        }
         let mut at = 0;
         while at < dst.len() {
             let chunk = self.taken / LANE_CHUNK;
@@ -169,12 +172,14 @@ impl Striped {
         Ok(())
     }
 
-    /// Reads and drops whatever of the request is left.
-    pub fn skip(&mut self, readers: &mut LaneReaders) -> Result<(), String> {
-        let mut scratch = vec![0u8; (LANE_CHUNK as usize).min(self.remaining() as usize)];
-        while self.remaining() > 0 {
-            let n = scratch.len().min(self.remaining() as usize);
+    /// Reads and drops the next `len` bytes of the request (at most what is left).
+    pub fn skip(&mut self, readers: &mut LaneReaders, len: u64) -> Result<(), String> {
+        let mut left = len.min(self.remaining());
+        let mut scratch = vec![0u8; (LANE_CHUNK.min(left)) as usize];
+        while left > 0 {
+            let n = scratch.len().min(left as usize);
             self.read(readers, &mut scratch[..n])?;
+            left -= n as u64;
         }
         Ok(())
     }
@@ -256,7 +261,7 @@ mod tests {
         let (second, third) = rest.split_at_mut(100);
         striped.read(&mut readers, second).unwrap();
         striped.read(&mut readers, &mut third[..2_000_000]).unwrap();
-        striped.skip(&mut readers).unwrap();
+        striped.skip(&mut readers, u64::MAX).unwrap();
         sender.join().unwrap();
         assert_eq!(back[..3_500_100], data[..3_500_100]);
         assert_eq!(striped.remaining(), 0);

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 
 use rgpu_cl_api::{error_name, sys};
 use rgpu_protocol::opencl::{ClReply, ClRequest, Command, Id};
-use rgpu_protocol::{decode_body, ClientMsg, ServerMsg};
+use rgpu_protocol::{decode_body, ClientMsg, FrameHeader, ServerMsg};
 use rgpu_transport::{
     random_lane_key, server_handshake, FrameReader, FrameWriter, Stream, TransportError,
 };
@@ -72,12 +72,30 @@ fn kernel_reply(created: ClResult<(u32, Vec<crate::handles::ArgClass>)>) -> ClRe
     }
 }
 
-/// Where the bulk bytes of a request come from.
-pub(crate) enum Incoming {
+/// Where the bulk bytes of a request come from, and how many are still to be read.
+enum Incoming {
     /// After the request's frame on the session's connection.
     Inline { remaining: u64 },
     /// Dealt over the session's data lanes.
     Striped(Striped),
+}
+
+impl Incoming {
+    fn of(header: &FrameHeader) -> Incoming {
+        match header.lanes {
+            0 => Incoming::Inline {
+                remaining: header.bulk_len,
+            },
+            lanes => Incoming::Striped(Striped::new(header.bulk_len, lanes)),
+        }
+    }
+
+    fn remaining(&self) -> u64 {
+        match self {
+            Incoming::Inline { remaining } => *remaining,
+            Incoming::Striped(striped) => striped.remaining(),
+        }
+    }
 }
 
 const NO_LANES: &str = "a striped request on a session without data lanes";
@@ -206,6 +224,8 @@ pub struct Session {
     pub(crate) pending_user_events: Arc<AtomicUsize>,
     /// Reading handles on the session's data lanes (`None` only in tests of a bare session).
     pub(crate) lanes: Option<LaneReaders>,
+    /// The current request's bulk bytes still to be read.
+    bulk: Incoming,
     /// The session's CUDA objects, from its first CUDA request on.
     pub(crate) cuda: Option<crate::cuda::CudaSession>,
 }
@@ -238,6 +258,7 @@ impl Session {
             user_events: Vec::new(),
             pending_user_events,
             lanes: None,
+            bulk: Incoming::Inline { remaining: 0 },
             cuda: None,
         }
     }
@@ -254,6 +275,7 @@ impl Session {
                 Ok(msg) => msg,
                 Err(e) => return End::Protocol(e.to_string()),
             };
+            self.bulk = Incoming::of(&header);
             let result = match msg {
                 ClientMsg::Ping if header.bulk_len == 0 => {
                     self.send(&ServerMsg::Pong, header.seq, &[])
@@ -267,6 +289,15 @@ impl Session {
             };
             if let Err(end) = result {
                 return end;
+            }
+            // Every handler takes its request's bulk; what one left would be read as the next
+            // frame.
+            let left = self.bulk.remaining();
+            if left > 0 {
+                log::error!("session {}: a request left {left} bulk bytes", self.id);
+                if let Err(end) = self.drop_bulk() {
+                    return end;
+                }
             }
         }
     }
@@ -548,10 +579,14 @@ impl Session {
             .map_err(|e| End::from_transport(e, self.shared.stopping()))
     }
 
-    /// Reads the next `dst.len()` bytes of a request's bulk.
-    pub(crate) fn take_bulk(&mut self, from: &mut Incoming, dst: &mut [u8]) -> Result<(), End> {
-        match from {
+    /// Reads the next `dst.len()` bytes of the current request's bulk.
+    pub(crate) fn take_bulk(&mut self, dst: &mut [u8]) -> Result<(), End> {
+        let lanes = &mut self.lanes;
+        match &mut self.bulk {
             Incoming::Inline { remaining } => {
+                if dst.len() as u64 > *remaining {
+                    return Err(End::Protocol("a request read past its bulk".into()));
+                }
                 self.reader
                     .read_bulk(dst)
                     .map_err(|e| End::from_transport(e, self.shared.stopping()))?;
@@ -559,26 +594,35 @@ impl Session {
                 Ok(())
             }
             Incoming::Striped(striped) => {
-                let lanes = self.lanes.as_mut().ok_or(End::Protocol(NO_LANES.into()))?;
+                let lanes = lanes.as_mut().ok_or(End::Protocol(NO_LANES.into()))?;
                 striped.read(lanes, dst).map_err(End::Broken)
             }
         }
     }
 
-    /// Reads and drops the rest of a request's bulk (a request that fails still consumes it).
-    pub(crate) fn drop_bulk(&mut self, from: &mut Incoming) -> Result<(), End> {
-        match from {
+    /// Reads and drops the next `len` bytes of the current request's bulk.
+    pub(crate) fn skip_bulk(&mut self, len: u64) -> Result<(), End> {
+        let lanes = &mut self.lanes;
+        match &mut self.bulk {
             Incoming::Inline { remaining } => {
-                let left = std::mem::take(remaining);
+                let len = len.min(*remaining);
+                *remaining -= len;
                 self.reader
-                    .skip_bulk(left)
+                    .skip_bulk(len)
                     .map_err(|e| End::from_transport(e, self.shared.stopping()))
             }
             Incoming::Striped(striped) => {
-                let lanes = self.lanes.as_mut().ok_or(End::Protocol(NO_LANES.into()))?;
-                striped.skip(lanes).map_err(End::Broken)
+                let lanes = lanes.as_mut().ok_or(End::Protocol(NO_LANES.into()))?;
+                striped.skip(lanes, len).map_err(End::Broken)
             }
         }
+    }
+
+    /// Reads and drops the rest of the current request's bulk (a request that fails still
+    /// consumes it).
+    pub(crate) fn drop_bulk(&mut self) -> Result<(), End> {
+        let left = self.bulk.remaining();
+        self.skip_bulk(left)
     }
 
     pub(crate) fn reply(&self, seq: u64, reply: ClReply) -> Result<(), End> {

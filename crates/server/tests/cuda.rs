@@ -2,9 +2,9 @@
 //! the server must still start, report no CUDA devices, refuse CUDA work with
 //! CUDA_ERROR_NOT_SUPPORTED and consume the bulk data of refused requests, so the session goes
 //! on. Where a GPU is present (`cargo test -p rgpu-server --test cuda` on the GPU machine, or
-//! the test binary carried there), memory round-trips through it: linear, and as 3D boxes of
-//! pitched rows, narrow and wider than a staging buffer, host to device, device to device and
-//! back.
+//! the test binary carried there), memory round-trips through it: linear (striped over data
+//! lanes), and as 3D boxes of pitched rows, narrow and wider than a staging buffer, host to
+//! device, device to device and back.
 
 mod common;
 
@@ -87,22 +87,9 @@ fn cuda_requests_on_any_server() {
         other => panic!("allocation failed: {other:?}"),
     };
     let data: Vec<u8> = (0..size as usize).map(|i| (i * 7 % 251) as u8).collect();
-    let linear = Extent::linear(size);
-    write(&conn, ptr, linear, None, &data);
-    assert_eq!(read(&conn, ptr, linear, linear.packed()), data);
-    // Striped over data lanes, into a buffer cleared first.
+    // 8 MiB: striped over three data lanes.
     assert_eq!(conn.open_lanes(3), 3);
-    let memset = CuRequest::Memset {
-        ctx: 1,
-        stream: 0,
-        dst: ptr,
-        value: 0,
-        element_size: 1,
-        width: size,
-        height: 1,
-        pitch: size,
-    };
-    conn.post_cu(memset, &[]).unwrap();
+    let linear = Extent::linear(size);
     write(&conn, ptr, linear, None, &data);
     assert_eq!(read(&conn, ptr, linear, linear.packed()), data);
 
@@ -156,22 +143,16 @@ fn cuda_requests_on_any_server() {
 }
 
 /// Posts a write of `data` (the rows of `extent`, packed; laid out by `pitch`, else packed) to
-/// `dst` in context 1: striped over the data lanes when the connection has them.
+/// `dst` in context 1 (from 4 MiB on, striped over the connection's data lanes).
 fn write(conn: &Connection, dst: u64, extent: Extent, pitch: Option<Pitch>, data: &[u8]) {
-    let lanes = conn.lane_count();
     let request = CuRequest::MemcpyHtoD {
         ctx: 1,
         stream: 0,
         dst,
         extent,
         pitch: pitch.unwrap_or(extent.packed()),
-        lanes: lanes as u32,
     };
-    if lanes == 0 {
-        conn.post_cu(request, data).unwrap();
-    } else {
-        conn.post_striped(&ClientMsg::Cu(request), data).unwrap();
-    }
+    conn.post_cu(request, data).unwrap();
 }
 
 /// Reads the rows of `extent` at `src` in context 1, packed.

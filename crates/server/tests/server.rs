@@ -466,7 +466,7 @@ fn a_malformed_frame_ends_only_its_session() {
     client_handshake(&mut stream, None, "garbage", None).unwrap();
     let header = rgpu_protocol::FrameHeader {
         body_len: 3,
-        flags: 0,
+        lanes: 0,
         seq: 1,
         bulk_len: 0,
     };

@@ -2,7 +2,9 @@
 
 use std::io::{self, BufReader, Read, Write};
 
-use rgpu_protocol::{decode_body, encode_frame, FrameHeader, ProtocolError, HEADER_LEN};
+use rgpu_protocol::{
+    decode_body, encode_frame, encode_frame_striped, FrameHeader, ProtocolError, HEADER_LEN,
+};
 use serde::{Deserialize, Serialize};
 
 use crate::TransportError;
@@ -121,6 +123,18 @@ impl<W: Write> FrameWriter<W> {
         bulk_len: u64,
     ) -> Result<(), TransportError> {
         encode_frame(msg, seq, bulk_len, &mut self.buf)?;
+        Ok(())
+    }
+
+    /// Queues a frame whose `bulk_len` bytes the caller sends over `lanes` data lanes.
+    pub fn queue_striped<T: Serialize>(
+        &mut self,
+        msg: &T,
+        seq: u64,
+        bulk_len: u64,
+        lanes: u32,
+    ) -> Result<(), TransportError> {
+        encode_frame_striped(msg, seq, bulk_len, lanes, &mut self.buf)?;
         Ok(())
     }
 

@@ -14,7 +14,7 @@
 //! later synchronizing reply comes after it on the same socket).
 
 use std::ffi::c_void;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use rgpu_client::{Handoff, ReadSink, SendPtr};
 use rgpu_cuda_api::sys::*;
@@ -27,12 +27,6 @@ use super::stream::synchronize_stream;
 use super::{from_remote, status};
 use crate::objects::{capture_of, resolve_stream, Context};
 use crate::runtime::client_error;
-
-/// Writes to the device of at least this many bytes go striped over the connection's data
-/// lanes (several threads copy them into sockets at once).
-const STRIPE_MIN: usize = 4 << 20;
-/// How many data lanes to ask for (`RGPU_LANES`).
-static LANES: OnceLock<usize> = OnceLock::new();
 
 /// Bytes per step of a copy relayed between devices of different servers.
 const RELAY_CHUNK: u64 = 8 << 20;
@@ -236,26 +230,15 @@ fn write_device(
     data: &[u8],
 ) -> Result<(), CUresult> {
     let (extent, pitch) = device_shape(extent, pitch);
-    let lanes = if data.len() >= STRIPE_MIN {
-        ctx.conn
-            .open_lanes(*LANES.get_or_init(rgpu_client::lanes_from_env))
-    } else {
-        0
-    };
     let request = CuRequest::MemcpyHtoD {
         ctx: ctx.remote,
         stream,
         dst,
         extent,
         pitch,
-        lanes: lanes as u32,
     };
-    if lanes == 0 {
-        return post(ctx, request, data);
-    }
-    ctx.conn
-        .post_striped(&ClientMsg::Cu(request), data)
-        .map_err(client_error)
+    // Large data leaves striped over the connection's data lanes.
+    post(ctx, request, data)
 }
 
 /// Reads the device rows of `src` into the host rows of `dst`; waits unless `wait` is false

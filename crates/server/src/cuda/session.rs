@@ -18,14 +18,13 @@ use rgpu_protocol::cuda::{
     CuReply, CuRequest, Extent, FunctionInfo, Id, ImageKind, LaunchAttribute, MemAccess, MemProp,
     OccupancyQuery, Pitch, VmmOp,
 };
-use rgpu_protocol::{ServerMsg, MAX_LANES};
+use rgpu_protocol::ServerMsg;
 use sha2::{Digest, Sha256};
 
 use super::pieces::{pieces, Piece};
 use super::staging::{Staging, CHUNK};
 use super::Backend;
-use crate::lanes::Striped;
-use crate::session::{End, Incoming, Session};
+use crate::session::{End, Session};
 use rgpu_cuda_api::cu_call;
 use rgpu_cuda_api::native::{check, Status, INVALID_HANDLE, INVALID_VALUE, NOT_SUPPORTED, SUCCESS};
 
@@ -964,7 +963,7 @@ impl Session {
             )));
         }
         let Some(backend) = self.shared.cuda.clone() else {
-            return self.refuse_cuda(seq, bulk_len, &request);
+            return self.refuse_cuda(seq, &request);
         };
         let mut cuda = self
             .cuda
@@ -976,14 +975,8 @@ impl Session {
     }
 
     /// A server without CUDA: an empty inventory, and NOT_SUPPORTED for anything else.
-    fn refuse_cuda(&mut self, seq: u64, bulk_len: u64, request: &CuRequest) -> Result<(), End> {
-        let mut bulk = match *request {
-            CuRequest::MemcpyHtoD { lanes, extent, .. } => incoming(bulk_len, lanes, extent)?,
-            _ => Incoming::Inline {
-                remaining: bulk_len,
-            },
-        };
-        self.drop_bulk(&mut bulk)?;
+    fn refuse_cuda(&mut self, seq: u64, request: &CuRequest) -> Result<(), End> {
+        self.drop_bulk()?;
         match request {
             CuRequest::GetInventory => self.cu_reply(seq, CuReply::Inventory(Default::default())),
             request if request.expects_reply() => {
@@ -1127,11 +1120,9 @@ impl Session {
                 dst,
                 extent,
                 pitch,
-                lanes,
             } => {
-                let mut incoming = incoming(bulk_len, lanes, extent)?;
                 let status =
-                    self.write_to_device(cuda, ctx, stream, dst, extent, pitch, &mut incoming)?;
+                    self.write_to_device(cuda, ctx, stream, dst, extent, pitch, bulk_len)?;
                 cuda.defer("host-to-device copy", status);
                 Ok(())
             }
@@ -1219,9 +1210,7 @@ impl Session {
                         return Err(End::Protocol(format!("a {bulk_len}-byte module image")));
                     }
                     let mut bytes = vec![0u8; bulk_len as usize];
-                    self.reader
-                        .read_bulk(&mut bytes)
-                        .map_err(|e| End::Broken(e.to_string()))?;
+                    self.take_bulk(&mut bytes)?;
                     if Sha256::digest(&bytes).as_slice() != hash {
                         return Err(End::Protocol("module image does not match its hash".into()));
                     }
@@ -1306,9 +1295,9 @@ impl Session {
             } => {
                 let mut params = std::mem::take(&mut cuda.params);
                 params.resize(bulk_len as usize, 0);
-                let read = self.reader.read_bulk(&mut params);
+                let read = self.take_bulk(&mut params);
                 cuda.params = params;
-                read.map_err(|e| End::Broken(e.to_string()))?;
+                read?;
                 let status = match cuda.enter(ctx) {
                     Ok(()) => cuda.launch(function, stream, grid, block, shared_mem, &attributes),
                     Err(status) => status,
@@ -1546,12 +1535,8 @@ impl Session {
         dst: u64,
         extent: Extent,
         pitch: Pitch,
-        incoming: &mut Incoming,
+        len: u64,
     ) -> Result<Status, End> {
-        let len = match incoming {
-            Incoming::Inline { remaining } => *remaining,
-            Incoming::Striped(striped) => striped.remaining(),
-        };
         let target = cuda.enter(ctx).and_then(|()| cuda.stream(stream));
         let stream = match target {
             Ok(_) if !extent.fits(pitch) || extent.bytes() != Some(len) => Err(INVALID_VALUE),
@@ -1560,7 +1545,7 @@ impl Session {
         let stream = match stream {
             Ok(stream) => stream,
             Err(status) => {
-                self.drop_bulk(incoming)?;
+                self.drop_bulk()?;
                 return Ok(status);
             }
         };
@@ -1573,16 +1558,16 @@ impl Session {
             let (slot, buffer) = match slot {
                 Ok(found) => found,
                 Err(status) => {
-                    self.drop_bulk(incoming)?;
+                    self.drop_bulk()?;
                     return Ok(status);
                 }
             };
             let buffer = &mut buffer[..piece.bytes()];
-            self.take_bulk(incoming, buffer)?;
+            self.take_bulk(buffer)?;
             let copied = copy_piece(driver, Direction::ToDevice, dst, piece, buffer, stream)
                 .and_then(|()| cuda.staging.guard(driver, slot, cuda.current, stream));
             if let Err(status) = copied {
-                self.drop_bulk(incoming)?;
+                self.drop_bulk()?;
                 return Ok(status);
             }
         }
@@ -1788,23 +1773,6 @@ fn function_attribute_raw(
         unsafe { entry(&mut value, attribute, function.raw) }
     };
     check(status).map(|()| value)
-}
-
-/// Where a host-to-device copy's bytes come from: after its frame, or over `lanes` data lanes.
-fn incoming(bulk_len: u64, lanes: u32, extent: Extent) -> Result<Incoming, End> {
-    if lanes == 0 {
-        return Ok(Incoming::Inline {
-            remaining: bulk_len,
-        });
-    }
-    match extent.bytes() {
-        Some(len) if bulk_len == 0 && lanes <= MAX_LANES => {
-            Ok(Incoming::Striped(Striped::new(len, lanes)))
-        }
-        _ => Err(End::Protocol(format!(
-            "a striped copy over {lanes} lanes with {bulk_len} bytes of bulk and shape {extent:?}"
-        ))),
-    }
 }
 
 /// The `CUresult` of an outcome: SUCCESS or the error.

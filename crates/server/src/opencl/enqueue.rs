@@ -358,9 +358,7 @@ impl Session {
             return Ok(false);
         };
         // On failure the mapping is undone as it drops.
-        self.reader
-            .read_bulk(mapping.as_mut_slice())
-            .map_err(|e| End::Protocol(e.to_string()))?;
+        self.take_bulk(mapping.as_mut_slice())?;
         match mapping.unmap() {
             Ok(native) => {
                 let _ = transfer.queue.flush();
@@ -477,9 +475,7 @@ impl Session {
             Ok(transfer) => transfer,
             Err(e) => {
                 // The data must still be taken off the connection.
-                self.reader
-                    .skip_bulk(bulk_len)
-                    .map_err(|e| End::Protocol(e.to_string()))?;
+                self.drop_bulk()?;
                 self.defer("write", e);
                 self.fail_event(event, Some(queue), e);
                 return Ok(());
@@ -495,15 +491,11 @@ impl Session {
         for index in 0..transfer.pieces.len() {
             let len = transfer.pieces[index].len;
             let Some(mut buf) = self.staging_for(&transfer, len).filter(|_| status.is_ok()) else {
-                self.reader
-                    .skip_bulk(len as u64)
-                    .map_err(|e| End::Protocol(e.to_string()))?;
+                self.skip_bulk(len as u64)?;
                 status = status.and(Err(sys::CL_OUT_OF_HOST_MEMORY));
                 continue;
             };
-            self.reader
-                .read_bulk(&mut buf.as_mut_slice()[..len])
-                .map_err(|e| End::Protocol(e.to_string()))?;
+            self.take_bulk(&mut buf.as_mut_slice()[..len])?;
             match transfer.start(false, index, buf, None) {
                 Ok(in_flight) => {
                     if event != 0 {

@@ -21,9 +21,7 @@ impl Session {
         let fits = expected.is_some_and(|e| e as u64 == bulk_len);
         let mut data = Vec::new();
         if !fits || data.try_reserve_exact(bulk_len as usize).is_err() {
-            self.reader
-                .skip_bulk(bulk_len)
-                .map_err(|e| End::Protocol(e.to_string()))?;
+            self.drop_bulk()?;
             return Ok(Err(if fits {
                 sys::CL_OUT_OF_HOST_MEMORY
             } else {
@@ -31,9 +29,7 @@ impl Session {
             }));
         }
         data.resize(bulk_len as usize, 0);
-        self.reader
-            .read_bulk(&mut data)
-            .map_err(|e| End::Protocol(e.to_string()))?;
+        self.take_bulk(&mut data)?;
         Ok(Ok(Some(data)))
     }
 
