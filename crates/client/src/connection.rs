@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use rgpu_protocol::cuda::{CuReply, CuRequest};
 use rgpu_protocol::opencl::{ClReply, ClRequest, Id};
-use rgpu_protocol::{decode_body, ClientMsg, FrameHeader, LaneKey, ServerMsg, MAX_LANES};
+use rgpu_protocol::{decode_body, ClientMsg, LaneKey, ServerMsg, MAX_LANES};
 use rgpu_transport::{
     client_handshake, Endpoint, FrameReader, FrameWriter, Stream, Token, TransportError,
 };
@@ -57,14 +57,6 @@ struct Shared {
     /// Why the connection can no longer be used, once it cannot.
     broken: Mutex<Option<String>>,
     event_listener: OnceLock<EventListener>,
-    /// The data lanes, once asked for (`None` inside: none could be opened).
-    lanes: OnceLock<Option<Lanes>>,
-}
-
-impl Shared {
-    fn lanes(&self) -> Option<&Lanes> {
-        self.lanes.get().and_then(Option::as_ref)
-    }
 }
 
 impl Shared {
@@ -117,6 +109,8 @@ pub struct Connection {
     connect_timeout: Duration,
     client_name: String,
     lane_key: LaneKey,
+    /// The data lanes, once asked for (`None` inside: none could be opened).
+    lanes: OnceLock<Option<Lanes>>,
 }
 
 /// Wakes the flusher thread when posted requests wait in the write buffer.
@@ -146,7 +140,6 @@ impl Connection {
             pending: Mutex::new(HashMap::new()),
             broken: Mutex::new(None),
             event_listener: OnceLock::new(),
-            lanes: OnceLock::new(),
         });
         let reader_stream = stream.try_clone().map_err(ClientError::io)?;
         let writer_stream = stream.try_clone().map_err(ClientError::io)?;
@@ -177,6 +170,7 @@ impl Connection {
             connect_timeout,
             client_name,
             lane_key: welcome.lane_key,
+            lanes: OnceLock::new(),
         }))
     }
 
@@ -211,7 +205,7 @@ impl Connection {
     /// request; `RGPU_LANES`), the request and everything before it leaving first.
     pub fn post(&self, msg: &ClientMsg, bulk: &[u8]) -> Result<(), ClientError> {
         debug_assert!(!msg.expects_reply(), "post() of a request with a reply");
-        if bulk.len() >= STRIPE_MIN && self.data_lanes() > 0 {
+        if bulk.len() >= STRIPE_MIN && self.lanes_for_bulk() > 0 {
             return self.post_striped(msg, bulk);
         }
         self.shared.check()?;
@@ -326,14 +320,13 @@ impl Connection {
         self.lanes_opened_with(|| want)
     }
 
-    /// The data lanes transfers of [`STRIPE_MIN`] bytes or more use: `RGPU_LANES` of them,
-    /// opened at the first use (0: none).
-    pub fn data_lanes(&self) -> usize {
+    /// The data lanes for large bulk: `RGPU_LANES` of them, opened at the first use.
+    fn lanes_for_bulk(&self) -> usize {
         self.lanes_opened_with(crate::lanes_from_env)
     }
 
     fn lanes_opened_with(&self, want: impl FnOnce() -> usize) -> usize {
-        let lanes = self.shared.lanes.get_or_init(|| {
+        let lanes = self.lanes.get_or_init(|| {
             let want = want();
             if want == 0 {
                 return None;
@@ -342,7 +335,6 @@ impl Connection {
                 &self.endpoint,
                 self.token.as_ref(),
                 self.connect_timeout,
-                self.reply_timeout,
                 &self.client_name,
                 self.session_id,
                 self.lane_key,
@@ -364,13 +356,16 @@ impl Connection {
 
     /// The number of data lanes open now (none before [`Connection::open_lanes`]).
     pub fn lane_count(&self) -> usize {
-        self.shared.lanes().map_or(0, Lanes::count)
+        self.lanes
+            .get()
+            .and_then(Option::as_ref)
+            .map_or(0, Lanes::count)
     }
 
     /// Queues a request whose bulk `data` goes striped over the data lanes and returns once
     /// all of it is in the sockets. The request and everything queued before it leave first.
     fn post_striped(&self, msg: &ClientMsg, data: &[u8]) -> Result<(), ClientError> {
-        let Some(lanes) = self.shared.lanes() else {
+        let Some(lanes) = self.lanes.get().and_then(Option::as_ref) else {
             return Err(ClientError::Protocol(
                 "a striped transfer without data lanes".into(),
             ));
@@ -386,7 +381,9 @@ impl Connection {
                 .and_then(|()| writer.flush())
                 .map_err(|e| self.fail(e))?;
         }
-        lanes.send(&turn, data).map_err(|why| self.break_off(why))
+        lanes
+            .send(&turn, data, self.reply_timeout)
+            .map_err(|why| self.break_off(why))
     }
 
     /// Round trip time of an empty request.
@@ -422,7 +419,7 @@ impl Connection {
     fn break_off(&self, why: String) -> ClientError {
         let why = format!("lost connection to {}: {why}", self.endpoint);
         self.control.shutdown();
-        if let Some(lanes) = self.shared.lanes() {
+        if let Some(lanes) = self.lanes.get().and_then(Option::as_ref) {
             lanes.shutdown();
         }
         self.shared.break_with(why.clone());
@@ -494,57 +491,11 @@ fn reader_loop(mut reader: FrameReader<Stream>, shared: Arc<Shared>) {
     shared.break_with(why);
 }
 
-/// The bytes of a `Data` frame that come striped over the data lanes: received into the read's
-/// destination by the lanes' threads before the reader takes the next frame, so that whatever
-/// follows the read on the connection finds its data in place.
-fn receive_striped(
-    header: &FrameHeader,
-    offset: u64,
-    shared: &Shared,
-) -> Result<(), TransportError> {
-    let malformed =
-        |why: String| TransportError::from(rgpu_protocol::ProtocolError::Malformed(why));
-    let Some(lanes) = shared
-        .lanes()
-        .filter(|l| l.count() == header.lanes as usize)
-    else {
-        return Err(malformed(format!(
-            "read data striped over {} lanes this client does not have",
-            header.lanes
-        )));
-    };
-    let target = match shared.pending.lock().unwrap().get(&header.seq) {
-        Some(Pending::Read(sink)) => Some((sink.dst, sink.len)),
-        _ => None,
-    };
-    let len = header.bulk_len;
-    let dst = match target {
-        Some((dst, dst_len)) => {
-            if offset
-                .checked_add(len)
-                .is_none_or(|end| end > dst_len as u64)
-            {
-                return Err(malformed(format!(
-                    "read data at {offset}+{len} exceeds the {dst_len}-byte destination"
-                )));
-            }
-            // SAFETY: in bounds of the read's destination, just checked.
-            unsafe { dst.0.add(offset as usize) }
-        }
-        // A read whose caller gave up (timeout): its data is dropped.
-        None => std::ptr::null_mut(),
-    };
-    lanes
-        .receive(dst, len as usize)
-        .map_err(|why| TransportError::Io(std::io::Error::other(why)))
-}
-
 fn read_one(reader: &mut FrameReader<Stream>, shared: &Shared) -> Result<(), TransportError> {
     let (header, body) = reader.read_frame()?;
     let msg: ServerMsg = decode_body(body)?;
     let seq = header.seq;
     match msg {
-        ServerMsg::Data { offset } if header.lanes > 0 => receive_striped(&header, offset, shared)?,
         ServerMsg::Data { offset } => {
             let target = match shared.pending.lock().unwrap().get(&seq) {
                 Some(Pending::Read(sink)) => Some((sink.dst, sink.len)),

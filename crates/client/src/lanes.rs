@@ -1,15 +1,12 @@
 //! Data lanes: extra connections of a session over which large transfers are striped. One TCP
-//! stream moves data only as fast as one core copies it into or out of the socket (on a 16-core
-//! H100 host: 3.1 GB/s from a 64 MiB buffer, 5.4 GB/s over four lanes into one reading thread),
-//! so each lane has threads that copy its share of a transfer while the others copy theirs: a
-//! sending thread for writes and a receiving thread for reads (separate, so that a write
-//! waiting for the server never holds up a read the server is sending).
+//! stream moves data only as fast as one core copies it into the socket (on a 16-core H100
+//! host: 3.1 GB/s from a 64 MiB buffer, 5.4 GB/s over four lanes into one reading thread), so
+//! each lane has a thread that copies its share of a transfer at the same time as the others.
 //!
 //! Chunk `i` of a transfer ([`LANE_CHUNK`] bytes) goes over lane `i % lanes`, as raw bytes; the
-//! server's session thread reads or writes them in that order (see the server's `lanes`
-//! module).
+//! server's session thread reads them back in that order (see the server's `lanes` module).
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -20,12 +17,11 @@ use rgpu_transport::{client_handshake, Endpoint, Stream, Token};
 
 use crate::ClientError;
 
-/// The caller's memory, lent to lane threads while the caller waits for them: the bytes to
-/// send, or where received bytes go (null: nowhere, they are dropped).
+/// The caller's bytes, read by lane threads while the caller waits for them.
 #[derive(Clone, Copy)]
-struct Bytes(*mut u8, usize);
-// SAFETY: lane threads touch the memory only while the caller that lent it waits for every
-// lane to be done with it (`Lanes::send`, `Lanes::receive`).
+struct Bytes(*const u8, usize);
+// SAFETY: lane threads only read the bytes, and only while the caller that lent them waits
+// for every lane to be done with them (`Lanes::send`).
 unsafe impl Send for Bytes {}
 
 struct Job {
@@ -74,29 +70,24 @@ impl Countdown {
 
 struct Lane {
     stream: Stream,
-    sends: mpsc::Sender<Job>,
-    receives: mpsc::Sender<Job>,
-    _threads: [JoinHandle<()>; 2],
+    jobs: mpsc::Sender<Job>,
+    _thread: JoinHandle<()>,
 }
 
 /// The data lanes of one connection.
 pub(crate) struct Lanes {
     lanes: Vec<Lane>,
-    /// One striped write at a time, so that writes use the lanes in the order their requests
-    /// left.
+    /// One striped transfer at a time, so that transfers use the lanes in the order their
+    /// requests left.
     turn: Mutex<()>,
-    /// How long a transfer may take.
-    timeout: Duration,
 }
 
 impl Lanes {
     /// Opens `count` lanes to `endpoint` joining session `session` with `key`.
-    #[allow(clippy::too_many_arguments)]
     pub fn open(
         endpoint: &Endpoint,
         token: Option<&Token>,
         connect_timeout: Duration,
-        timeout: Duration,
         client_name: &str,
         session: u64,
         key: LaneKey,
@@ -113,29 +104,21 @@ impl Lanes {
             };
             client_handshake(&mut stream, token, client_name, Some(attach))
                 .map_err(|e| ClientError::Connect(format!("{endpoint}: data lane: {e}")))?;
-            let spawn = |name: String, work: fn(Stream, mpsc::Receiver<Job>)| {
-                let stream = stream.try_clone().map_err(ClientError::io)?;
-                let (jobs, inbox) = mpsc::channel();
-                let thread = std::thread::Builder::new()
-                    .name(name)
-                    .spawn(move || work(stream, inbox))
-                    .map_err(ClientError::io)?;
-                Ok::<_, ClientError>((jobs, thread))
-            };
-            let (sends, sender) = spawn(format!("rgpu-lane{index}-out {endpoint}"), send_loop)?;
-            let (receives, receiver) =
-                spawn(format!("rgpu-lane{index}-in {endpoint}"), receive_loop)?;
+            let writer = stream.try_clone().map_err(ClientError::io)?;
+            let (jobs, inbox) = mpsc::channel();
+            let thread = std::thread::Builder::new()
+                .name(format!("rgpu-lane{index} {endpoint}"))
+                .spawn(move || lane_loop(writer, inbox))
+                .map_err(ClientError::io)?;
             lanes.push(Lane {
                 stream,
-                sends,
-                receives,
-                _threads: [sender, receiver],
+                jobs,
+                _thread: thread,
             });
         }
         Ok(Lanes {
             lanes,
             turn: Mutex::new(()),
-            timeout,
         })
     }
 
@@ -143,35 +126,25 @@ impl Lanes {
         self.lanes.len()
     }
 
-    /// Takes the lanes for one striped write; its request must leave while the turn is held.
+    /// Takes the lanes for one transfer; its request must leave while the turn is held.
     pub fn turn(&self) -> MutexGuard<'_, ()> {
         self.turn.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Sends `data` striped over every lane and waits until all of it is in the sockets (the
     /// caller may then reuse it). Needs the turn.
-    pub fn send(&self, _turn: &MutexGuard<'_, ()>, data: &[u8]) -> Result<(), String> {
-        let bytes = Bytes(data.as_ptr().cast_mut(), data.len());
-        self.deal(bytes, |lane| &lane.sends)
-    }
-
-    /// Receives `len` bytes striped over every lane into `dst` (null: drops them) and waits
-    /// for all of them. Only the connection's reader thread receives, one transfer at a time.
-    pub fn receive(&self, dst: *mut u8, len: usize) -> Result<(), String> {
-        self.deal(Bytes(dst, len), |lane| &lane.receives)
-    }
-
-    /// Gives each lane's thread (chosen by `queue`) its share of `bytes`, and waits.
-    fn deal(
+    pub fn send(
         &self,
-        bytes: Bytes,
-        queue: impl Fn(&Lane) -> &mpsc::Sender<Job>,
+        _turn: &MutexGuard<'_, ()>,
+        data: &[u8],
+        timeout: Duration,
     ) -> Result<(), String> {
         let count = self.lanes.len();
         let done = Arc::new(Countdown {
             state: Mutex::new((count, None)),
             zero: Condvar::new(),
         });
+        let bytes = Bytes(data.as_ptr(), data.len());
         for (lane, target) in self.lanes.iter().enumerate() {
             let job = Job {
                 bytes,
@@ -179,22 +152,19 @@ impl Lanes {
                 count,
                 done: done.clone(),
             };
-            if queue(target).send(job).is_err() {
+            if target.jobs.send(job).is_err() {
                 done.finish(Err(format!("data lane {lane} has stopped")));
             }
         }
-        match done.wait(Some(self.timeout)) {
+        match done.wait(Some(timeout)) {
             Ok(()) => Ok(()),
             Err(Some(why)) => Err(why),
             Err(None) => {
-                // The lanes must let go of the caller's memory before it returns: end them, so
-                // their transfers fail at once, and wait for that.
+                // The lanes must let go of the caller's bytes before it returns: end them, so
+                // their writes fail at once, and wait for that.
                 self.shutdown();
                 let _ = done.wait(None);
-                Err(format!(
-                    "data lanes did not finish within {:?}",
-                    self.timeout
-                ))
+                Err(format!("data lanes did not drain within {timeout:?}"))
             }
         }
     }
@@ -213,64 +183,18 @@ impl Drop for Lanes {
     }
 }
 
-/// The chunks of lane `lane` among `count` in `len` bytes: (offset, length) pairs.
-fn chunks_of(lane: usize, count: usize, len: usize) -> impl Iterator<Item = (usize, usize)> {
-    let chunk = LANE_CHUNK as usize;
-    (lane * chunk..len)
-        .step_by(chunk * count)
-        .map(move |at| (at, chunk.min(len - at)))
-}
-
-fn send_loop(mut stream: Stream, inbox: mpsc::Receiver<Job>) {
+fn lane_loop(mut stream: Stream, inbox: mpsc::Receiver<Job>) {
     while let Ok(job) = inbox.recv() {
         let Bytes(start, len) = job.bytes;
-        // SAFETY: the caller lent `len` readable bytes at `start` and waits until this job is
-        // done.
-        let data = unsafe { std::slice::from_raw_parts(start.cast_const(), len) };
-        let result = chunks_of(job.lane, job.count, len)
-            .try_for_each(|(at, n)| stream.write_all(&data[at..at + n]))
+        // SAFETY: the caller lent `len` bytes at `start` and waits until this job is done.
+        let data = unsafe { std::slice::from_raw_parts(start, len) };
+        let chunk = LANE_CHUNK as usize;
+        let result = data
+            .chunks(chunk)
+            .skip(job.lane)
+            .step_by(job.count)
+            .try_for_each(|piece| stream.write_all(piece))
             .map_err(|e| format!("data lane {}: {e}", job.lane));
         job.done.finish(result);
-    }
-}
-
-fn receive_loop(mut stream: Stream, inbox: mpsc::Receiver<Job>) {
-    let mut scratch = Vec::new();
-    while let Ok(job) = inbox.recv() {
-        let Bytes(start, len) = job.bytes;
-        let result = chunks_of(job.lane, job.count, len)
-            .try_for_each(|(at, n)| {
-                let into = if start.is_null() {
-                    scratch.resize(n, 0);
-                    &mut scratch[..n]
-                } else {
-                    // SAFETY: the caller lent `len` writable bytes at `start` and waits until
-                    // this job is done; each lane writes only its own chunks.
-                    unsafe { std::slice::from_raw_parts_mut(start.add(at), n) }
-                };
-                stream.read_exact(into)
-            })
-            .map_err(|e| format!("data lane {}: {e}", job.lane));
-        job.done.finish(result);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::chunks_of;
-
-    #[test]
-    fn lanes_take_every_chunk_once() {
-        let chunk = rgpu_protocol::LANE_CHUNK as usize;
-        let len = chunk * 5 + 10;
-        let mut seen: Vec<(usize, usize)> =
-            (0..3).flat_map(|lane| chunks_of(lane, 3, len)).collect();
-        seen.sort();
-        let expected: Vec<(usize, usize)> = (0..6)
-            .map(|i| (i * chunk, chunk.min(len - i * chunk)))
-            .collect();
-        assert_eq!(seen, expected);
-        assert_eq!(chunks_of(0, 2, chunk).collect::<Vec<_>>(), [(0, chunk)]);
-        assert_eq!(chunks_of(1, 2, chunk).count(), 0);
     }
 }

@@ -186,16 +186,13 @@ pub enum CuRequest {
         pitch: Pitch,
     },
     /// Reads the rows at `src` (laid out there by `pitch`). Replies: `Data` frames with the
-    /// rows packed (offsets into the packed bytes), then `Status`. With `lanes` > 0 (the data
-    /// lanes the client has ready) the server may send the data as one `Data` frame whose bulk
-    /// is striped over them.
+    /// rows packed (offsets into the packed bytes), then `Status`.
     MemcpyDtoH {
         ctx: Id,
         stream: Id,
         src: DevicePtr,
         extent: Extent,
         pitch: Pitch,
-        lanes: u32,
     },
     /// Copies rows between device addresses of this server, ordered on `stream` of `ctx`.
     /// `src_ctx`: the context of `src` when it is not `ctx` (a peer copy), else 0. No reply.

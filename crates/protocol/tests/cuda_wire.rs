@@ -77,7 +77,6 @@ fn all_requests() -> Vec<CuRequest> {
                 row: 512,
                 slice_rows: 40,
             },
-            lanes: 4,
         },
         CuRequest::MemcpyDtoD {
             ctx: 1,

@@ -6,12 +6,11 @@
 //! session's welcome gave its client ([`rgpu_protocol::LaneAttach`]). It carries raw bytes
 //! only: a striped request arrives on the session's own connection, and the session thread
 //! then reads the request's bytes from the lanes in the order they were dealt
-//! ([`rgpu_protocol::LANE_CHUNK`] bytes from each lane in turn); a striped reply is announced
-//! on the connection and its bytes dealt the same way. So requests and replies keep one order,
-//! and nothing but the session thread reads or writes a lane.
+//! ([`rgpu_protocol::LANE_CHUNK`] bytes from each lane in turn). So requests keep one order,
+//! and nothing but the session thread reads a lane.
 
 use std::collections::HashMap;
-use std::io::{Read, Write};
+use std::io::Read;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -153,7 +152,7 @@ impl Striped {
     }
 
     /// Reads the next `dst.len()` bytes of the request from the lanes it was dealt over.
-    pub fn read(&mut self, readers: &mut LaneStreams, dst: &mut [u8]) -> Result<(), String> {
+    pub fn read(&mut self, readers: &mut LaneReaders, dst: &mut [u8]) -> Result<(), String> {
         if dst.len() as u64 > self.remaining() {
             return Err("a request read past its striped bulk".into());
         }
@@ -174,7 +173,7 @@ impl Striped {
     }
 
     /// Reads and drops the next `len` bytes of the request (at most what is left).
-    pub fn skip(&mut self, readers: &mut LaneStreams, len: u64) -> Result<(), String> {
+    pub fn skip(&mut self, readers: &mut LaneReaders, len: u64) -> Result<(), String> {
         let mut left = len.min(self.remaining());
         let mut scratch = vec![0u8; (LANE_CHUNK.min(left)) as usize];
         while left > 0 {
@@ -186,61 +185,15 @@ impl Striped {
     }
 }
 
-/// The bytes of one striped reply: `len` bytes dealt over the first `count` lanes.
-pub(crate) struct StripedOut {
-    len: u64,
-    count: usize,
-    sent: u64,
-}
-
-impl StripedOut {
-    pub fn new(len: u64, count: u32) -> StripedOut {
-        StripedOut {
-            len,
-            count: count as usize,
-            sent: 0,
-        }
-    }
-
-    /// Sends the next bytes of the reply over the lanes they are dealt to.
-    pub fn write(&mut self, lanes: &mut LaneStreams, mut data: &[u8]) -> Result<(), String> {
-        if data.len() as u64 > self.len - self.sent {
-            return Err("a reply wrote past its striped bytes".into());
-        }
-        while !data.is_empty() {
-            let lane = ((self.sent / LANE_CHUNK) % self.count as u64) as usize;
-            let n = ((LANE_CHUNK - self.sent % LANE_CHUNK) as usize).min(data.len());
-            lanes
-                .lane(lane)?
-                .write_all(&data[..n])
-                .map_err(|e| format!("data lane {lane}: {e}"))?;
-            data = &data[n..];
-            self.sent += n as u64;
-        }
-        Ok(())
-    }
-
-    /// Sends zeros for whatever of the reply is left (a read that failed half-way still owes
-    /// the client every byte it announced).
-    pub fn finish(&mut self, lanes: &mut LaneStreams) -> Result<(), String> {
-        let zeros = vec![0u8; LANE_CHUNK.min(self.len - self.sent) as usize];
-        while self.sent < self.len {
-            let n = zeros.len().min((self.len - self.sent) as usize);
-            self.write(lanes, &zeros[..n])?;
-        }
-        Ok(())
-    }
-}
-
-/// The session thread's handles on its lanes, taken as they are first needed.
-pub(crate) struct LaneStreams {
+/// The session thread's reading handles on its lanes, taken as they are first needed.
+pub(crate) struct LaneReaders {
     lanes: Arc<SessionLanes>,
     readers: Vec<Option<Stream>>,
 }
 
-impl LaneStreams {
-    pub fn new(lanes: Arc<SessionLanes>) -> LaneStreams {
-        LaneStreams {
+impl LaneReaders {
+    pub fn new(lanes: Arc<SessionLanes>) -> LaneReaders {
+        LaneReaders {
             lanes,
             readers: Vec::new(),
         }
@@ -260,6 +213,7 @@ impl LaneStreams {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::Write;
     use std::os::unix::net::UnixStream;
 
     /// Deals `data` over `count` socket pairs as a client would, and reads it back through a
@@ -297,9 +251,8 @@ mod tests {
             for (i, chunk) in dealt.chunks(LANE_CHUNK as usize).enumerate() {
                 writers[i % count as usize].write_all(chunk).unwrap();
             }
-            writers
         });
-        let mut readers = LaneStreams::new(session);
+        let mut readers = LaneReaders::new(session);
         let mut striped = Striped::new(data.len() as u64, count);
         let mut back = vec![0u8; data.len()];
         // Pieces that straddle the chunks, as the server's staging pieces may.
@@ -309,25 +262,9 @@ mod tests {
         striped.read(&mut readers, second).unwrap();
         striped.read(&mut readers, &mut third[..2_000_000]).unwrap();
         striped.skip(&mut readers, u64::MAX).unwrap();
-        let mut clients = sender.join().unwrap();
+        sender.join().unwrap();
         assert_eq!(back[..3_500_100], data[..3_500_100]);
         assert_eq!(striped.remaining(), 0);
-
-        // The other way: a reply dealt by the session, read back lane by lane as a client.
-        let mut out = StripedOut::new(data.len() as u64, count);
-        let expected = data.clone();
-        let receiver = std::thread::spawn(move || {
-            let mut back = vec![0u8; expected.len()];
-            for (i, chunk) in back.chunks_mut(LANE_CHUNK as usize).enumerate() {
-                clients[i % count as usize].read_exact(chunk).unwrap();
-            }
-            back
-        });
-        out.write(&mut readers, &data[..2_500_000]).unwrap();
-        out.finish(&mut readers).unwrap();
-        let back = receiver.join().unwrap();
-        assert_eq!(back[..2_500_000], data[..2_500_000]);
-        assert!(back[2_500_000..].iter().all(|&b| b == 0));
         registry.close(1);
     }
 }

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 
 use rgpu_cl_api::{error_name, sys};
 use rgpu_protocol::opencl::{ClReply, ClRequest, Command, Id};
-use rgpu_protocol::{decode_body, ClientMsg, FrameHeader, ServerMsg, MAX_LANES};
+use rgpu_protocol::{decode_body, ClientMsg, FrameHeader, ServerMsg};
 use rgpu_transport::{
     random_lane_key, server_handshake, FrameReader, FrameWriter, Stream, TransportError,
 };
@@ -18,7 +18,7 @@ use rgpu_transport::{
 use crate::completion::{Completion, Job};
 use crate::handles::Handles;
 use crate::inventory::Inventory;
-use crate::lanes::{LaneStreams, Striped, StripedOut};
+use crate::lanes::{LaneReaders, Striped};
 use crate::listener::Shared;
 use crate::native::{Cl, ClResult, Event, Waker};
 use crate::staging::{StagingPool, CHUNK_SIZE, POOL_BUFFERS};
@@ -53,19 +53,6 @@ impl Writer {
             writer.queue(&ServerMsg::Data { offset }, seq, data)?;
         }
         writer.send(last, seq, &[])
-    }
-
-    /// Announces a read's data, `len` bytes from `offset`, coming striped over `lanes` lanes.
-    pub fn announce_striped(
-        &self,
-        seq: u64,
-        offset: u64,
-        len: u64,
-        lanes: u32,
-    ) -> Result<(), TransportError> {
-        let mut writer = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        writer.queue_striped(&ServerMsg::Data { offset }, seq, len, lanes)?;
-        writer.flush()
     }
 }
 
@@ -112,14 +99,6 @@ impl Incoming {
 }
 
 const NO_LANES: &str = "a striped request on a session without data lanes";
-
-/// Where a read's data goes.
-pub(crate) enum ReplyData {
-    /// `Data` frames on the session's connection.
-    Frames,
-    /// Dealt over the data lanes, announced by one `Data` frame.
-    Striped(StripedOut),
-}
 
 /// Why a session's request loop stopped.
 pub enum End {
@@ -209,7 +188,7 @@ pub(crate) fn run(mut stream: Stream, shared: Arc<Shared>, id: u64) {
         }
     };
     let mut session = Session::new(id, shared.clone(), stream, read_half, write_half);
-    session.lanes = Some(LaneStreams::new(lanes));
+    session.lanes = Some(LaneReaders::new(lanes));
     let end = session.serve();
     match &end {
         End::Closed => {}
@@ -244,7 +223,7 @@ pub struct Session {
     /// client, so the completion thread must not block on it.
     pub(crate) pending_user_events: Arc<AtomicUsize>,
     /// Reading handles on the session's data lanes (`None` only in tests of a bare session).
-    pub(crate) lanes: Option<LaneStreams>,
+    pub(crate) lanes: Option<LaneReaders>,
     /// The current request's bulk bytes still to be read.
     bulk: Incoming,
     /// The session's CUDA objects, from its first CUDA request on.
@@ -635,57 +614,6 @@ impl Session {
             Incoming::Striped(striped) => {
                 let lanes = lanes.as_mut().ok_or(End::Protocol(NO_LANES.into()))?;
                 striped.skip(lanes, len).map_err(End::Broken)
-            }
-        }
-    }
-
-    /// Where a read's data goes: `Data` frames on the connection, or, when the client offered
-    /// `lanes` data lanes, one `Data` frame announcing `len` bytes dealt over them.
-    pub(crate) fn reply_data(&mut self, seq: u64, len: u64, lanes: u32) -> Result<ReplyData, End> {
-        if lanes == 0 || lanes > MAX_LANES || len == 0 || self.lanes.is_none() {
-            return Ok(ReplyData::Frames);
-        }
-        self.writer
-            .announce_striped(seq, 0, len, lanes)
-            .map_err(|e| End::from_transport(e, self.shared.stopping()))?;
-        Ok(ReplyData::Striped(StripedOut::new(len, lanes)))
-    }
-
-    /// Sends the next piece of a read's data (`offset`: its place in the read).
-    pub(crate) fn send_data(
-        &mut self,
-        out: &mut ReplyData,
-        seq: u64,
-        offset: u64,
-        bytes: &[u8],
-    ) -> Result<(), End> {
-        match out {
-            ReplyData::Frames => self.send(&ServerMsg::Data { offset }, seq, bytes),
-            ReplyData::Striped(striped) => {
-                let lanes = self.lanes.as_mut().ok_or(End::Protocol(NO_LANES.into()))?;
-                striped.write(lanes, bytes).map_err(End::Broken)
-            }
-        }
-    }
-
-    /// Ends a read: its last piece (if any) and its final reply, in one write when they go on
-    /// the connection; a striped read's missing bytes are sent as zeros first.
-    pub(crate) fn end_read(
-        &mut self,
-        out: ReplyData,
-        seq: u64,
-        last_piece: Option<(u64, &[u8])>,
-        reply: &ServerMsg,
-    ) -> Result<(), End> {
-        match out {
-            ReplyData::Frames => self.send_read(seq, last_piece, reply),
-            ReplyData::Striped(mut striped) => {
-                let lanes = self.lanes.as_mut().ok_or(End::Protocol(NO_LANES.into()))?;
-                if let Some((_, bytes)) = last_piece {
-                    striped.write(lanes, bytes).map_err(End::Broken)?;
-                }
-                striped.finish(lanes).map_err(End::Broken)?;
-                self.send_read(seq, None, reply)
             }
         }
     }

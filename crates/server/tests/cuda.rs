@@ -171,7 +171,6 @@ fn read(conn: &Connection, src: u64, extent: Extent, pitch: Pitch) -> Vec<u8> {
         src,
         extent,
         pitch,
-        lanes: conn.lane_count() as u32,
     });
     conn.start_read(&request, sink).unwrap();
     let status = done.wait(Duration::from_secs(60)).expect("the read ends");

@@ -294,19 +294,12 @@ fn read_device(
     }
     let len = extent.bytes().unwrap_or(0) as usize;
     let (extent, pitch) = device_shape(extent, pitch);
-    // Large data may come striped over the connection's data lanes.
-    let lanes = if len >= rgpu_client::STRIPE_MIN {
-        ctx.conn.data_lanes() as u32
-    } else {
-        0
-    };
     let request = ClientMsg::Cu(CuRequest::MemcpyDtoH {
         ctx: ctx.remote,
         stream,
         src,
         extent,
         pitch,
-        lanes,
     });
     let done = wait.then(|| Arc::new(Handoff::<Result<i32, rgpu_client::ClientError>>::default()));
     let signal = done.clone();

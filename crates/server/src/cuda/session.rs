@@ -24,7 +24,7 @@ use sha2::{Digest, Sha256};
 use super::pieces::{pieces, Piece};
 use super::staging::{Staging, CHUNK};
 use super::Backend;
-use crate::session::{End, ReplyData, Session};
+use crate::session::{End, Session};
 use rgpu_cuda_api::cu_call;
 use rgpu_cuda_api::native::{check, Status, INVALID_HANDLE, INVALID_VALUE, NOT_SUPPORTED, SUCCESS};
 
@@ -1132,8 +1132,7 @@ impl Session {
                 src,
                 extent,
                 pitch,
-                lanes,
-            } => self.read_from_device(cuda, seq, ctx, stream, src, (extent, pitch), lanes),
+            } => self.read_from_device(cuda, seq, ctx, stream, src, extent, pitch),
             CuRequest::MemcpyDtoD {
                 ctx,
                 stream,
@@ -1586,18 +1585,12 @@ impl Session {
         ctx: Id,
         stream: Id,
         src: u64,
-        (extent, pitch): (Extent, Pitch),
-        lanes: u32,
+        extent: Extent,
+        pitch: Pitch,
     ) -> Result<(), End> {
-        let target = cuda.enter(ctx).and_then(|()| cuda.stream(stream));
-        let mut out = ReplyData::Frames;
-        let (status, last) = match target {
+        let (status, last) = match cuda.enter(ctx).and_then(|()| cuda.stream(stream)) {
             Ok(_) if !extent.fits(pitch) => (INVALID_VALUE, None),
-            Ok(stream) => {
-                let len = extent.bytes().unwrap_or(0);
-                out = self.reply_data(seq, len, lanes)?;
-                self.stream_out(cuda, seq, stream, src, (extent, pitch), &mut out)?
-            }
+            Ok(stream) => self.stream_out(cuda, seq, stream, src, extent, pitch)?,
             Err(status) => (status, None),
         };
         let mut status = cuda.sync_status(status);
@@ -1615,7 +1608,7 @@ impl Session {
             _ => None,
         };
         let reply = ServerMsg::Cu(CuReply::Status(status));
-        self.end_read(out, seq, data, &reply)
+        self.send_read(seq, data, &reply)
     }
 
     /// Issues the copies to staging and sends every piece but the last, which it returns as
@@ -1627,8 +1620,8 @@ impl Session {
         seq: u64,
         stream: CUstream,
         src: u64,
-        (extent, pitch): (Extent, Pitch),
-        out: &mut ReplyData,
+        extent: Extent,
+        pitch: Pitch,
     ) -> Result<(Status, Option<(usize, u64, usize)>), End> {
         let driver = &cuda.backend.driver;
         let mut to_issue = pieces(extent, pitch, CHUNK);
@@ -1665,7 +1658,7 @@ impl Session {
                 Ok(buffer) => buffer,
                 Err(status) => return Ok((status, None)),
             };
-            self.send_data(out, seq, offset, &buffer[..len])?;
+            self.send(&ServerMsg::Data { offset }, seq, &buffer[..len])?;
         }
     }
 }
