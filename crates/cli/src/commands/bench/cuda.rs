@@ -87,7 +87,10 @@ struct Report {
     latency: Vec<Compared>,
     launch_rate_per_s: Compared,
     sgemm: SgemmResult,
+    /// Pooled from samples taken before and after the measurements.
     raw_tcp: TcpBaseline,
+    raw_tcp_before_gbps: f64,
+    raw_tcp_after_gbps: f64,
 }
 
 #[derive(Serialize)]
@@ -132,6 +135,9 @@ struct Samples {
     sgemm_ms: Vec<f64>,
 }
 
+/// Bytes per run of the raw loopback TCP baseline.
+const RAW_TCP_BYTES: u64 = 256 << 20;
+
 const DIRECTIONS: [&str; 2] = ["host to device", "device to host"];
 const MEMORY: [&str; 2] = ["pinned", "pageable"];
 
@@ -142,8 +148,9 @@ pub fn run(args: CudaBenchArgs) -> Result<ExitCode, String> {
     if args.sgemm_n == 0 || !args.sgemm_n.is_multiple_of(64) {
         return Err("--sgemm-n must be a positive multiple of 64".into());
     }
+    let tcp_error = |e: std::io::Error| format!("loopback TCP: {e}");
     eprintln!("measuring raw loopback TCP...");
-    let raw_tcp = tcp::measure(256 << 20, 3, 1000).map_err(|e| format!("loopback TCP: {e}"))?;
+    let raw_before = tcp::bandwidth_samples(RAW_TCP_BYTES, 3).map_err(tcp_error)?;
     let tcp_same_size = args
         .sizes
         .iter()
@@ -168,6 +175,13 @@ pub fn run(args: CudaBenchArgs) -> Result<ExitCode, String> {
     let rgpu = Driver::load_any(Some(&rgpu_library), true)?;
     eprintln!("measuring rgpu: {device} via {servers}");
     let rgpu_samples = measure(&rgpu, &args)?;
+    // The loopback's speed drifts within a run (4.2 and 5.7 GB/s a minute apart have been
+    // seen on the H100 host), so the raw baseline is sampled before and after the
+    // measurements, and the ratios use all six samples.
+    eprintln!("measuring raw loopback TCP again...");
+    let raw_after = tcp::bandwidth_samples(RAW_TCP_BYTES, 3).map_err(tcp_error)?;
+    let pooled: Vec<f64> = raw_before.iter().chain(&raw_after).copied().collect();
+    let raw_tcp = tcp::baseline(&pooled, RAW_TCP_BYTES, 1000).map_err(tcp_error)?;
 
     let mut copies = Vec::new();
     let mut index = 0;
@@ -227,6 +241,8 @@ pub fn run(args: CudaBenchArgs) -> Result<ExitCode, String> {
             &native_samples.launch_rate,
             &rgpu_samples.launch_rate,
         ),
+        raw_tcp_before_gbps: median(&raw_before),
+        raw_tcp_after_gbps: median(&raw_after),
         sgemm: SgemmResult {
             n: args.sgemm_n,
             native_ms,
@@ -542,9 +558,12 @@ fn render(report: &Report) -> Result<String, fmt::Error> {
     )?;
     writeln!(
         out,
-        "raw loopback TCP: {:.2} GB/s (best {:.2}), round trip {:.1} us",
+        "raw loopback TCP: {:.2} GB/s (best {:.2}; before the measurements {:.2}, after {:.2}), \
+         round trip {:.1} us",
         report.raw_tcp.bandwidth_gbps,
         report.raw_tcp.bandwidth_best_gbps,
+        report.raw_tcp_before_gbps,
+        report.raw_tcp_after_gbps,
         report.raw_tcp.round_trip_us
     )?;
     writeln!(
@@ -659,8 +678,14 @@ mod tests {
                 ping_bytes: 64,
                 pings: 1,
             },
+            raw_tcp_before_gbps: 3.1,
+            raw_tcp_after_gbps: 3.2,
         };
         let text = render(&report).unwrap();
+        assert!(
+            text.contains("before the measurements 3.10, after 3.20"),
+            "{text}"
+        );
         assert!(
             text.contains("host to device   pinned         64M"),
             "{text}"

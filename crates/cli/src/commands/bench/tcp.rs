@@ -29,13 +29,23 @@ pub struct TcpBaseline {
 }
 
 pub fn measure(bytes_per_run: u64, runs: usize, pings: usize) -> io::Result<TcpBaseline> {
-    let bandwidths = (0..runs.max(1))
+    let bandwidths = bandwidth_samples(bytes_per_run, runs)?;
+    baseline(&bandwidths, bytes_per_run, pings)
+}
+
+/// GB/s of `runs` runs of the raw baseline's bandwidth test.
+pub fn bandwidth_samples(bytes_per_run: u64, runs: usize) -> io::Result<Vec<f64>> {
+    (0..runs.max(1))
         .map(|_| bandwidth_once(bytes_per_run))
-        .collect::<io::Result<Vec<f64>>>()?;
+        .collect()
+}
+
+/// The baseline from bandwidth samples already taken, with `pings` round trips measured now.
+pub fn baseline(bandwidths: &[f64], bytes_per_run: u64, pings: usize) -> io::Result<TcpBaseline> {
     let round_trips = round_trips(pings)?;
     Ok(TcpBaseline {
-        bandwidth_gbps: median(&bandwidths),
-        bandwidth_best_gbps: max(&bandwidths),
+        bandwidth_gbps: median(bandwidths),
+        bandwidth_best_gbps: max(bandwidths),
         bytes_per_run,
         write_size: WRITE_SIZE,
         round_trip_us: median(&round_trips),
