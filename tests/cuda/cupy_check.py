@@ -10,7 +10,8 @@ compare.py), then `PASS cupy`, or `FAIL cupy: why` and exit status 1. Without Cu
 prints `SKIP cupy: ...` and exits 77.
 """
 import sys
-import traceback
+
+from checks import CheckFailed, check, run
 
 try:
     import numpy as np
@@ -18,14 +19,6 @@ try:
 except Exception as e:  # noqa: BLE001 - any import failure means "not installed here"
     print(f"SKIP cupy: cannot import cupy/numpy: {e}")
     sys.exit(77)
-
-
-class CheckFailed(Exception):
-    pass
-
-
-def check(name, *values):
-    print(f"CHECK {name} " + " ".join(f"{float(v):.6e}" for v in values), flush=True)
 
 
 def expect_close(what, got, ref, rtol, atol):
@@ -137,14 +130,4 @@ def main():
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except CheckFailed as e:
-        print(f"FAIL cupy: {e}")
-        sys.exit(1)
-    except Exception as e:  # noqa: BLE001 - any CUDA error is a failure of the check
-        traceback.print_exc()
-        print(f"FAIL cupy: {type(e).__name__}: {e}")
-        sys.exit(1)
-    print("PASS cupy")
-    sys.exit(0)
+    run("cupy", main)

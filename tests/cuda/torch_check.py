@@ -12,7 +12,8 @@ with a CPU-only build) it prints `SKIP torch: ...` and exits 77.
 import math
 import os
 import sys
-import traceback
+
+from checks import CheckFailed, check, run
 
 # Deterministic cuBLAS workspaces, so both runs train bit-identically; must precede CUDA init.
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
@@ -25,14 +26,6 @@ except Exception as e:  # noqa: BLE001 - any import failure means "not installed
 if torch.version.cuda is None:
     print(f"SKIP torch: torch {torch.__version__} is a CPU-only build")
     sys.exit(77)
-
-
-class CheckFailed(Exception):
-    pass
-
-
-def check(name, *values):
-    print(f"CHECK {name} " + " ".join(f"{float(v):.6e}" for v in values), flush=True)
 
 
 def expect_close(what, got, ref, rtol, atol):
@@ -142,14 +135,4 @@ def main():
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except CheckFailed as e:
-        print(f"FAIL torch: {e}")
-        sys.exit(1)
-    except Exception as e:  # noqa: BLE001 - any CUDA error is a failure of the check
-        traceback.print_exc()
-        print(f"FAIL torch: {type(e).__name__}: {e}")
-        sys.exit(1)
-    print("PASS torch")
-    sys.exit(0)
+    run("torch", main)
