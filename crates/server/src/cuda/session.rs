@@ -280,6 +280,18 @@ impl CudaSession {
         Ok(())
     }
 
+    /// Makes a driver object in the client's context `ctx`: `make` fills in its handle.
+    fn create_in<T>(
+        &mut self,
+        ctx: Id,
+        make: impl FnOnce(&CudaSession, &mut *mut T) -> Result<(), Status>,
+    ) -> Result<*mut T, Status> {
+        self.enter(ctx)?;
+        let mut raw = null_mut();
+        make(self, &mut raw)?;
+        Ok(raw)
+    }
+
     fn stream(&self, id: Id) -> Result<CUstream, Status> {
         if id == 0 {
             return Ok(null_mut());
@@ -1311,15 +1323,14 @@ impl Session {
                 flags,
                 priority,
             } => {
-                let mut raw = null_mut();
-                let status = cuda.enter(ctx).and_then(|()| {
+                let made = cuda.create_in(ctx, |cuda, raw| {
                     check(cu_call!(
                         cuda.backend.driver,
-                        cuStreamCreateWithPriority(&mut raw, flags, priority)
+                        cuStreamCreateWithPriority(raw, flags, priority)
                     ))
                 });
-                match status {
-                    Ok(()) => {
+                match made {
+                    Ok(raw) => {
                         cuda.streams.insert(id, raw);
                     }
                     Err(status) => cuda.defer("cuStreamCreate", status),
@@ -1366,15 +1377,11 @@ impl Session {
                 Ok(())
             }
             CuRequest::CreateEvent { id, ctx, flags } => {
-                let mut raw = null_mut();
-                let status = cuda.enter(ctx).and_then(|()| {
-                    check(cu_call!(
-                        cuda.backend.driver,
-                        cuEventCreate(&mut raw, flags)
-                    ))
+                let made = cuda.create_in(ctx, |cuda, raw| {
+                    check(cu_call!(cuda.backend.driver, cuEventCreate(raw, flags)))
                 });
-                match status {
-                    Ok(()) => {
+                match made {
+                    Ok(raw) => {
                         cuda.events.insert(id, raw);
                     }
                     Err(status) => cuda.defer("cuEventCreate", status),
@@ -1448,17 +1455,16 @@ impl Session {
                 self.cu_reply(seq, status_reply(status))
             }
             CuRequest::EndCapture { ctx, stream, graph } => {
-                let mut raw = null_mut();
-                let status = cuda.enter(ctx).and_then(|()| {
+                let made = cuda.create_in(ctx, |cuda, raw| {
                     let stream = cuda.stream(stream)?;
                     check(cu_call!(
                         cuda.backend.driver,
-                        cuStreamEndCapture(stream, &mut raw)
+                        cuStreamEndCapture(stream, raw)
                     ))
                 });
-                if status.is_ok() {
+                let status = made.map(|raw| {
                     cuda.graphs.insert(graph, raw);
-                }
+                });
                 self.cu_reply(seq, status_reply(status))
             }
             CuRequest::GraphInstantiate {
@@ -1467,17 +1473,16 @@ impl Session {
                 exec,
                 flags,
             } => {
-                let mut raw = null_mut();
-                let status = cuda.enter(ctx).and_then(|()| {
+                let made = cuda.create_in(ctx, |cuda, raw| {
                     let graph = *cuda.graphs.get(&graph).ok_or(INVALID_HANDLE)?;
                     check(cu_call!(
                         cuda.backend.driver,
-                        cuGraphInstantiateWithFlags(&mut raw, graph, flags)
+                        cuGraphInstantiateWithFlags(raw, graph, flags)
                     ))
                 });
-                if status.is_ok() {
+                let status = made.map(|raw| {
                     cuda.graph_execs.insert(exec, raw);
-                }
+                });
                 self.cu_reply(seq, status_reply(status))
             }
             CuRequest::GraphLaunch {
