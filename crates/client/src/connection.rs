@@ -22,7 +22,7 @@ use crate::lanes::Lanes;
 
 /// Posted bulk of at least this many bytes goes striped over data lanes (one 1 MiB chunk per
 /// lane or more).
-pub const STRIPE_MIN: usize = 4 << 20;
+const STRIPE_MIN: usize = 4 << 20;
 use crate::wait::Handoff;
 use crate::ClientError;
 
@@ -352,14 +352,6 @@ impl Connection {
             }
         });
         lanes.as_ref().map_or(0, Lanes::count)
-    }
-
-    /// The number of data lanes open now (none before [`Connection::open_lanes`]).
-    pub fn lane_count(&self) -> usize {
-        self.lanes
-            .get()
-            .and_then(Option::as_ref)
-            .map_or(0, Lanes::count)
     }
 
     /// Queues a request whose bulk `data` goes striped over the data lanes and returns once

@@ -9,7 +9,7 @@ mod wait;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use connection::{Connection, ReadSink, SendPtr, STRIPE_MIN};
+pub use connection::{Connection, ReadSink, SendPtr};
 pub use once::first_time;
 pub use rgpu_transport::{load_client_token, Endpoint, Token};
 pub use wait::Handoff;
