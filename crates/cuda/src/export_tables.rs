@@ -555,7 +555,7 @@ mod md2 {
         data.resize(message.len() + pad, pad as u8);
         let mut checksum = [0u8; 16];
         let mut last = 0u8;
-        for block in data.chunks_exact(16) {
+        for block in data.as_chunks::<16>().0 {
             for (c, &m) in checksum.iter_mut().zip(block) {
                 *c ^= S[(m ^ last) as usize];
                 last = *c;
@@ -563,7 +563,7 @@ mod md2 {
         }
         data.extend_from_slice(&checksum);
         let mut state = [0u8; 48];
-        for block in data.chunks_exact(16) {
+        for block in data.as_chunks::<16>().0 {
             compress(&mut state, block);
         }
         state[..16].try_into().unwrap()

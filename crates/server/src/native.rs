@@ -117,7 +117,12 @@ impl Cl {
     ) -> ClResult<Context> {
         let mut props: Vec<sys::cl_context_properties> =
             vec![sys::CL_CONTEXT_PLATFORM, platform.raw() as isize];
-        for pair in properties.chunks_exact(2).take_while(|pair| pair[0] != 0) {
+        for pair in properties
+            .as_chunks::<2>()
+            .0
+            .iter()
+            .take_while(|pair| pair[0] != 0)
+        {
             props.extend([pair[0] as isize, pair[1] as isize]);
         }
         props.push(0);
@@ -1439,8 +1444,10 @@ impl Program {
     fn binaries(&self) -> ClResult<Vec<u8>> {
         let sizes: Vec<usize> = self
             .info(sys::CL_PROGRAM_BINARY_SIZES)?
-            .chunks_exact(std::mem::size_of::<usize>())
-            .map(decode_usize)
+            .as_chunks::<{ std::mem::size_of::<usize>() }>()
+            .0
+            .iter()
+            .map(|word| decode_usize(word))
             .collect();
         let mut binaries: Vec<Vec<u8>> = sizes.iter().map(|&s| vec![0u8; s]).collect();
         let mut pointers: Vec<*mut u8> = binaries

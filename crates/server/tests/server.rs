@@ -238,8 +238,10 @@ fn kernel_launch_with_args() {
     );
     assert_eq!(status, CL_SUCCESS);
     let got: Vec<f32> = back
-        .chunks_exact(4)
-        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .as_chunks::<4>()
+        .0
+        .iter()
+        .map(|&c| f32::from_le_bytes(c))
         .collect();
     assert!(got.iter().zip(&values).all(|(g, v)| *g == v * 2.5));
     assert_eq!(

@@ -175,7 +175,7 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxRelease_v2(dev: CUdevice) -> CUresult
             device
                 .primary
                 .retained
-                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
+                .try_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
         // The server keeps the session's stand-in until the session ends: a later retain is
         // cheap, and memory the program still points at stays valid.
         released

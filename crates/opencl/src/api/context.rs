@@ -39,8 +39,7 @@ pub fn call_status(
 /// send to the server (platform removed, zero-terminated).
 fn server_properties(props: &[cl_context_properties]) -> Result<Vec<u64>, cl_int> {
     let mut out = Vec::new();
-    let mut pairs = props.chunks_exact(2);
-    for pair in &mut pairs {
+    for pair in props.as_chunks::<2>().0 {
         let (key, value) = (pair[0], pair[1]);
         match key {
             k if k == CL_CONTEXT_PLATFORM as cl_context_properties => {

@@ -46,20 +46,17 @@ pub fn server_info(conn: &Connection, query: InfoQuery, param: u32) -> Result<Ve
 
 /// A list of `size_t` values as the server sends them (64-bit little-endian).
 pub fn size_list(value: &[u8]) -> Result<Vec<usize>, cl_int> {
-    if !value.chunks_exact(8).remainder().is_empty() {
+    let (words, rest) = value.as_chunks::<8>();
+    if !rest.is_empty() {
         log::error!(
             "rgpu: malformed size_t list of {} bytes from the server",
             value.len()
         );
         return Err(CL_OUT_OF_RESOURCES);
     }
-    value
-        .chunks_exact(8)
-        .map(|chunk| {
-            let mut raw = [0u8; 8];
-            raw.copy_from_slice(chunk);
-            usize::try_from(u64::from_le_bytes(raw)).map_err(|_| CL_OUT_OF_RESOURCES)
-        })
+    words
+        .iter()
+        .map(|&raw| usize::try_from(u64::from_le_bytes(raw)).map_err(|_| CL_OUT_OF_RESOURCES))
         .collect()
 }
 

@@ -44,7 +44,7 @@ fn create_queue(
     let conn = Arc::clone(&context.conn);
     let id = conn.new_id();
     let mut wire_props = vec![CL_QUEUE_PROPERTIES as u64, properties];
-    for pair in properties_array.chunks_exact(2) {
+    for pair in properties_array.as_chunks::<2>().0 {
         if pair[0] != CL_QUEUE_PROPERTIES as u64 {
             wire_props.extend_from_slice(pair);
         }
@@ -98,7 +98,7 @@ pub unsafe extern "C" fn clCreateCommandQueueWithProperties(
         let list = unsafe { property_list(properties) };
         let mut flags = 0;
         let mut valid = true;
-        for pair in list.chunks_exact(2) {
+        for pair in list.as_chunks::<2>().0 {
             match pair[0] as cl_uint {
                 CL_QUEUE_PROPERTIES => flags = pair[1],
                 CL_QUEUE_SIZE => {}

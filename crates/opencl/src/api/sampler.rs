@@ -124,7 +124,7 @@ fn parse_properties(list: &[cl_sampler_properties]) -> Result<SamplerState, cl_i
         extra: Vec::new(),
     };
     let mut seen: Vec<u64> = Vec::new();
-    for pair in list.chunks_exact(2) {
+    for pair in list.as_chunks::<2>().0 {
         let (key, value) = (pair[0], pair[1]);
         if seen.contains(&key) {
             return Err(CL_INVALID_VALUE);

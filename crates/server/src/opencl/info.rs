@@ -128,7 +128,9 @@ impl Session {
     /// Replaces each pointer-sized handle in `value` by the matching id.
     fn translate(&self, kind: HandleValue, value: &[u8]) -> Vec<u8> {
         let words: Vec<usize> = value
-            .chunks_exact(WORD)
+            .as_chunks::<WORD>()
+            .0
+            .iter()
             .map(|w| rgpu_cl_api::params::decode_unsigned(w) as usize)
             .collect();
         let ids: Vec<u64> = match kind {
