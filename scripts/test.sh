@@ -43,7 +43,7 @@ summary() {
     done
     if [ -f tests/work/pyopencl-results/summary.md ]; then
         echo
-        echo "pyopencl suite (native vs rgpu; details in docs/pyopencl-results.md):"
+        echo "pyopencl suite (native vs rgpu; details in tests/work/pyopencl-results/results.md):"
         grep -E '^\| ' tests/work/pyopencl-results/summary.md || true
     fi
     echo

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Run pyopencl's own test suite natively (PoCL) and through rgpu, and compare per test.
 
-    python3 tests/pyopencl/run_suite.py                 # both modes, all files, update the doc
+    python3 tests/pyopencl/run_suite.py                 # both modes, all files
+    python3 tests/pyopencl/run_suite.py --results docs/pyopencl-results.md   # ... and update the doc
     python3 tests/pyopencl/run_suite.py --mode native   # only the native baseline (no rgpu needed)
     python3 tests/pyopencl/run_suite.py --files test_wrapper.py --results /tmp/r.md
     python3 tests/pyopencl/run_suite.py --compare NATIVE RGPU   # compare two result files only
@@ -18,8 +19,10 @@ What it does:
    test that killed it, which is recorded as "crashed".
 3. Compares per test id (platform/device names normalised away): a test that passes natively and
    not through rgpu is a regression, unless tests/pyopencl/known_failures.txt lists it.
-4. Writes the per-file counts to docs/pyopencl-results.md (between the GENERATED markers; text
-   outside them is kept) and exits 1 if there is an unlisted regression, 2 on a setup problem.
+4. Writes the per-file counts to tests/work/pyopencl-results/results.md (git-ignored: a test run
+   leaves the clone clean), or to the file --results names, such as docs/pyopencl-results.md when
+   the published copy is updated on purpose (between the GENERATED markers; text outside them is
+   kept). Exits 1 if there is an unlisted regression, 2 on a setup problem.
 """
 
 from __future__ import annotations
@@ -595,8 +598,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--files", nargs="+", default=DEFAULT_FILES, metavar="FILE")
     ap.add_argument("--build-dir", default=os.environ.get("RGPU_BUILD_DIR",
                                                           str(REPO / "target" / "release")))
-    ap.add_argument("--results", default=str(REPO / "docs" / "pyopencl-results.md"),
-                    help="markdown file to update (default docs/pyopencl-results.md); "
+    ap.add_argument("--results", default=str(WORK / "pyopencl-results" / "results.md"),
+                    help="markdown file to update (default tests/work/pyopencl-results/"
+                         "results.md; docs/pyopencl-results.md is the published copy); "
                          "'-' for none")
     ap.add_argument("--known", default=str(HERE / "known_failures.txt"))
     ap.add_argument("--sdist", help="use this pyopencl sdist tarball instead of downloading")
