@@ -56,12 +56,13 @@ def rgpu_bins():
 
 @pytest.fixture
 def start_server(rgpu_bins):
-    """Factory: start_server(token_file=None, unix=False, args=()) -> running Server.
+    """Factory: start_server(token_file=None, unix=False, args=(), env=None, listen=...) ->
+    running Server (listen=None: where its --config file says).
     Every server started is stopped at teardown."""
     servers = []
 
-    def start(token_file=None, unix=False, args=(), env=None):
-        s = h.Server(token_file=token_file, unix=unix, args=tuple(args), env=env)
+    def start(token_file=None, unix=False, args=(), env=None, listen="127.0.0.1:0"):
+        s = h.Server(token_file=token_file, unix=unix, args=tuple(args), env=env, listen=listen)
         servers.append(s)
         return s
 

@@ -33,9 +33,12 @@ PROGRAM_TIMEOUT = float(os.environ.get("RGPU_TEST_TIMEOUT", "120"))
 NATIVE_PLATFORM = os.environ.get("RGPU_TEST_NATIVE", "Portable")
 LISTEN_RE = re.compile(r"rgpu server listening on (\S+)")
 
-# Variables that would change what a test program sees; cleared unless a test sets them.
-_CLIENT_VARS = ("RGPU_SERVERS", "RGPU_TOKEN", "RGPU_TOKEN_FILE", "RGPU_TEST_PLATFORM",
-                "RGPU_TEST_EXPECT_SERVER", "RGPU_TEST_NATIVE_COMPARE")
+# Variables that would change what a test program or server sees; cleared unless a test sets
+# them.
+_AMBIENT_VARS = ("RGPU_SERVERS", "RGPU_TOKEN", "RGPU_TOKEN_FILE", "RGPU_TEST_PLATFORM",
+                 "RGPU_TEST_EXPECT_SERVER", "RGPU_TEST_NATIVE_COMPARE", "RGPU_LISTEN",
+                 "RGPU_SERVER_CONFIG", "RGPU_SERVER_TOKEN_FILE", "RGPU_SERVER_NAME",
+                 "RGPU_SERVER_NO_CUDA")
 
 GROUPS = ["platform_device", "context_queue", "buffers", "images_samplers", "programs",
           "kernels", "events"]
@@ -51,7 +54,7 @@ def missing_binaries() -> str | None:
 
 
 def base_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in _CLIENT_VARS}
+    env = {k: v for k, v in os.environ.items() if k not in _AMBIENT_VARS}
     env.update({k: str(v) for k, v in extra.items() if v is not None})
     return env
 
@@ -111,11 +114,12 @@ _server_lock = threading.Lock()
 
 
 class Server:
-    """One `rgpu server` process on a free loopback port (or a Unix socket)."""
+    """One `rgpu server` process on a free loopback port (or a Unix socket; or where its config
+    file says, with listen=None)."""
 
     def __init__(self, token_file: Path | str | None = None, unix: bool = False,
                  args: tuple[str, ...] = (), env: dict[str, str] | None = None,
-                 verbose: bool = False):
+                 verbose: bool = False, listen: str | None = "127.0.0.1:0"):
         global _server_seq
         with _server_lock:
             _server_seq += 1
@@ -126,9 +130,9 @@ class Server:
         if unix:
             self._tmpdir = tempfile.mkdtemp(prefix="rgpu-test-")
             listen = f"unix:{self._tmpdir}/server.sock"
-        else:
-            listen = "127.0.0.1:0"
-        cmd = [str(RGPU)] + (["-v"] if verbose else []) + ["server", "--listen", listen]
+        cmd = [str(RGPU)] + (["-v"] if verbose else []) + ["server"]
+        if listen is not None:
+            cmd += ["--listen", listen]
         if token_file is not None:
             cmd += ["--token-file", str(token_file)]
         cmd += list(args)

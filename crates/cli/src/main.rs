@@ -9,7 +9,7 @@ mod rgpu_env;
 
 use std::process::ExitCode;
 
-use clap::{ArgAction, Parser, Subcommand};
+use clap::{ArgAction, CommandFactory, FromArgMatches, Parser, Subcommand};
 
 #[derive(Parser)]
 #[command(
@@ -36,6 +36,7 @@ enum Command {
     Run(commands::run::RunArgs),
     Devices(commands::devices::DevicesArgs),
     Bench(commands::bench::BenchArgs),
+    Token(commands::token::TokenArgs),
 }
 
 fn init_logging(verbose: u8, quiet_default: &str) {
@@ -70,7 +71,10 @@ pub fn write_stdout(text: &str) -> Result<(), String> {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    // The matches, not only the parsed values: the server asks them which settings the command
+    // line or the environment gave, so that its config file fills in only the others.
+    let matches = Cli::command().get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     // A server's connection log is its main output; the client commands stay quiet unless
     // something goes wrong.
     let quiet_default = match cli.command {
@@ -80,10 +84,14 @@ fn main() -> ExitCode {
     init_logging(cli.verbose, quiet_default);
 
     let result = match cli.command {
-        Command::Server(args) => commands::server::run(args),
+        Command::Server(args) => match matches.subcommand_matches("server") {
+            Some(server_matches) => commands::server::run(args, server_matches),
+            None => Err("internal: no matches for `server`".to_string()),
+        },
         Command::Run(args) => commands::run::run(args),
         Command::Devices(args) => commands::devices::run(args),
         Command::Bench(args) => commands::bench::run(args),
+        Command::Token(args) => commands::token::run(args),
     };
     match result {
         Ok(code) => code,

@@ -2,6 +2,7 @@
 //! shared token. Without a token a server only admits clients on its own machine.
 
 use std::io::{Read, Write};
+use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::time::Duration;
 
@@ -25,15 +26,44 @@ impl Token {
         Ok(Token(trimmed))
     }
 
+    /// Reads a token file; warns (once per read) when users other than its owner and group
+    /// may read or change it, as a secret should not allow.
     pub fn from_file(path: &Path) -> Result<Token, String> {
         let bytes = std::fs::read(path)
             .map_err(|e| format!("cannot read token file {}: {e}", path.display()))?;
+        if let Some(warning) = std::fs::metadata(path)
+            .ok()
+            .and_then(|meta| exposure_warning(path, meta.permissions().mode()))
+        {
+            log::warn!("{warning}");
+        }
         Token::new(bytes)
     }
 
     pub fn as_bytes(&self) -> &[u8] {
         &self.0
     }
+}
+
+/// A warning when a token file's `mode` lets other users read it, or anyone but its owner
+/// change it.
+fn exposure_warning(path: &Path, mode: u32) -> Option<String> {
+    let world_readable = mode & 0o004 != 0;
+    let writable_by_others = mode & 0o022 != 0;
+    (world_readable || writable_by_others).then(|| {
+        format!(
+            "token file {} has mode {:04o}: {}; make it private with `chmod 600 {}` \
+             (or 640 for a service's group)",
+            path.display(),
+            mode & 0o7777,
+            if world_readable {
+                "every user of this machine can read the token"
+            } else {
+                "users other than its owner can change the token"
+            },
+            path.display()
+        )
+    })
 }
 
 impl std::fmt::Debug for Token {
@@ -271,4 +301,25 @@ pub fn server_handshake(
         name: client_name,
         lane,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn token_files_others_can_read_or_change_are_reported() {
+        let path = Path::new("/etc/rgpu/token");
+        assert_eq!(exposure_warning(path, 0o100600), None);
+        assert_eq!(exposure_warning(path, 0o100640), None);
+        assert_eq!(exposure_warning(path, 0o100400), None);
+        let readable = exposure_warning(path, 0o100644).unwrap();
+        assert!(
+            readable.contains("every user of this machine can read"),
+            "{readable}"
+        );
+        assert!(readable.contains("0644"), "{readable}");
+        let writable = exposure_warning(path, 0o100620).unwrap();
+        assert!(writable.contains("can change"), "{writable}");
+    }
 }

@@ -4,3 +4,4 @@ pub mod bench;
 pub mod devices;
 pub mod run;
 pub mod server;
+pub mod token;

@@ -1,9 +1,12 @@
 //! `rgpu server`: serve this machine's OpenCL devices and CUDA GPUs.
 
+mod config;
+
 use std::net::ToSocketAddrs;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use clap::ArgMatches;
 use rgpu_server::{Server, ServerConfig};
 use rgpu_transport::{Endpoint, Token};
 use signal_hook::consts::{SIGINT, SIGTERM};
@@ -19,12 +22,33 @@ pub const LISTENING_PREFIX: &str = "rgpu server listening on ";
                   The devices come from the system's OpenCL ICD loader and CUDA driver \
                   (libcuda.so.1), both loaded at run time; a machine without one serves the \
                   other. \
-                  Without --token-file only clients on this machine (loopback TCP, Unix socket) \
-                  are admitted; with it, clients anywhere must prove they hold the same token \
-                  (RGPU_TOKEN or RGPU_TOKEN_FILE on their side). SIGINT or SIGTERM stops the \
-                  server cleanly."
+                  Without a token file only clients on this machine (loopback TCP, Unix socket) \
+                  are admitted; with one, clients anywhere must prove they hold the same token \
+                  (RGPU_TOKEN or RGPU_TOKEN_FILE on their side; `rgpu token new` makes one). \
+                  SIGINT or SIGTERM stops the server cleanly.\n\n\
+                  Every setting below can also come from the environment variable it names or \
+                  from a TOML file (--config) whose keys are the flag names with underscores \
+                  (listen = \"0.0.0.0:7450\", token_file = \"/etc/rgpu/token\", no_cuda = true, \
+                  ...). A flag wins over the environment, which wins over the file. \
+                  --print-config shows the result and where each value came from."
 )]
 pub struct ServerArgs {
+    #[command(flatten)]
+    settings: ServerSettings,
+
+    /// Read settings from this TOML file (keys: the flag names with underscores).
+    #[arg(long, value_name = "FILE", env = "RGPU_SERVER_CONFIG")]
+    config: Option<PathBuf>,
+
+    /// Print the effective settings (and where each came from) as TOML, then exit.
+    #[arg(long)]
+    print_config: bool,
+}
+
+/// The server's settings: each is a flag, an environment variable and a key of the config
+/// file, with one name (the flag's, with underscores) in the file and in --print-config.
+#[derive(clap::Args, Debug, serde::Serialize, serde::Deserialize)]
+pub struct ServerSettings {
     /// Where to listen: host:port (port 0 picks a free one) or unix:/path/to/socket.
     #[arg(
         long,
@@ -35,7 +59,7 @@ pub struct ServerArgs {
     listen: String,
 
     /// File holding the shared token (at least 16 characters) clients must prove they hold.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", env = "RGPU_SERVER_TOKEN_FILE")]
     token_file: Option<PathBuf>,
 
     /// Serve only platforms whose name contains SUBSTR (case-insensitive).
@@ -51,7 +75,7 @@ pub struct ServerArgs {
     opencl_library: Option<PathBuf>,
 
     /// Do not serve CUDA GPUs.
-    #[arg(long)]
+    #[arg(long, env = "RGPU_SERVER_NO_CUDA")]
     no_cuda: bool,
 
     /// The CUDA driver to load instead of the system's libcuda.so.1.
@@ -59,12 +83,20 @@ pub struct ServerArgs {
     cuda_library: Option<PathBuf>,
 
     /// The name clients see for this server (default: the host name).
-    #[arg(long)]
+    #[arg(long, env = "RGPU_SERVER_NAME")]
     name: Option<String>,
 }
 
-pub fn run(args: ServerArgs) -> Result<ExitCode, String> {
-    let listen = Endpoint::parse(&args.listen).map_err(|e| format!("--listen: {e}"))?;
+/// `matches` are the parsed command line of `rgpu server`: they tell which settings the
+/// command line or the environment gave (those win over the config file).
+pub fn run(args: ServerArgs, matches: &ArgMatches) -> Result<ExitCode, String> {
+    let resolved = config::resolve(args.settings, matches, args.config.as_deref())?;
+    if args.print_config {
+        crate::write_stdout(&resolved.render())?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let args = resolved.settings;
+    let listen = Endpoint::parse(&args.listen).map_err(|e| format!("listen: {e}"))?;
     let token = args
         .token_file
         .as_deref()
@@ -105,8 +137,9 @@ pub fn run(args: ServerArgs) -> Result<ExitCode, String> {
     eprintln!("{LISTENING_PREFIX}{}", server.local_endpoint());
     if refuses_remote_clients {
         eprintln!(
-            "rgpu server: no --token-file, so only clients on this machine are admitted; \
-             remote clients are refused until the server is started with --token-file"
+            "rgpu server: no token file, so only clients on this machine are admitted; \
+             remote clients are refused until it is given a token file \
+             (--token-file, RGPU_SERVER_TOKEN_FILE or token_file in the config file)"
         );
     }
     server.run()?;
