@@ -39,6 +39,16 @@ enum Command {
     Token(commands::token::TokenArgs),
 }
 
+/// `rgpu --version`: the release and the wire protocol it speaks (a client and a server must
+/// speak the same one; a mismatch is refused at connect with both numbers).
+fn version() -> String {
+    format!(
+        "{} (protocol {})",
+        env!("CARGO_PKG_VERSION"),
+        rgpu_protocol::PROTOCOL_VERSION
+    )
+}
+
 fn init_logging(verbose: u8, quiet_default: &str) {
     let default = match verbose {
         0 => quiet_default,
@@ -73,7 +83,7 @@ pub fn write_stdout(text: &str) -> Result<(), String> {
 fn main() -> ExitCode {
     // The matches, not only the parsed values: the server asks them which settings the command
     // line or the environment gave, so that its config file fills in only the others.
-    let matches = Cli::command().get_matches();
+    let matches = Cli::command().version(version()).get_matches();
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     // A server's connection log is its main output; the client commands stay quiet unless
     // something goes wrong.
