@@ -174,11 +174,28 @@ class Server:
         return self.proc.poll() is None
 
     def rss_kb(self) -> int:
-        with open(f"/proc/{self.pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1])
-        raise RuntimeError("no VmRSS")
+        """Resident memory of the server and its session workers together."""
+        total = _rss_kb(self.pid)
+        if total is None:
+            raise RuntimeError("no VmRSS")
+        return total + sum(_rss_kb(pid) or 0 for pid in self.worker_pids())
+
+    def worker_pids(self) -> list[int]:
+        """The server's child processes (its session workers, started ahead or serving)."""
+        children = []
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    stat = f.read()
+            except OSError:
+                continue
+            # The command name may hold spaces and parentheses: the fields follow the last ")".
+            fields = stat[stat.rindex(")") + 2:].split()
+            if int(fields[1]) == self.pid:
+                children.append(int(entry))
+        return children
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 15.0) -> int | None:
         """Stops the server with sig; SIGKILL if it has not exited after timeout. Returns the
@@ -204,6 +221,17 @@ class Server:
             shutil.rmtree(self._tmpdir, ignore_errors=True)
             self._tmpdir = None
         return code
+
+
+def _rss_kb(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return None
 
 
 def free_port() -> int:

@@ -37,6 +37,9 @@ enum Command {
     Devices(commands::devices::DevicesArgs),
     Bench(commands::bench::BenchArgs),
     Token(commands::token::TokenArgs),
+    /// One session's worker process (started by `rgpu server`, not by hand).
+    #[command(name = "server-worker", hide = true)]
+    ServerWorker,
 }
 
 /// `rgpu --version`: the release and the wire protocol it speaks (a client and a server must
@@ -88,7 +91,7 @@ fn main() -> ExitCode {
     // A server's connection log is its main output; the client commands stay quiet unless
     // something goes wrong.
     let quiet_default = match cli.command {
-        Command::Server(_) => "info",
+        Command::Server(_) | Command::ServerWorker => "info",
         _ => "warn",
     };
     init_logging(cli.verbose, quiet_default);
@@ -102,6 +105,7 @@ fn main() -> ExitCode {
         Command::Devices(args) => commands::devices::run(args),
         Command::Bench(args) => commands::bench::run(args),
         Command::Token(args) => commands::token::run(args),
+        Command::ServerWorker => commands::server::run_worker(),
     };
     match result {
         Ok(code) => code,

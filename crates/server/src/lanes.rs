@@ -85,6 +85,14 @@ impl LaneRegistry {
         lanes
     }
 
+    /// Session `id`'s lanes: the ones opened already, else opened now with `key`.
+    pub fn open_or_get(&self, id: u64, key: LaneKey) -> Arc<SessionLanes> {
+        if let Some(lanes) = self.lock().get(&id) {
+            return lanes.clone();
+        }
+        self.open(id, key)
+    }
+
     /// Closes session `id` to lanes and ends the ones it had.
     pub fn close(&self, id: u64) {
         if let Some(lanes) = self.lock().remove(&id) {
@@ -127,7 +135,7 @@ impl LaneRegistry {
 }
 
 /// Compares keys in time independent of where they differ.
-fn keys_match(a: &LaneKey, b: &LaneKey) -> bool {
+pub(crate) fn keys_match(a: &LaneKey, b: &LaneKey) -> bool {
     a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 

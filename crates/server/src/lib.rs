@@ -19,6 +19,9 @@ mod native;
 mod opencl;
 mod session;
 mod staging;
+mod workers;
+
+pub use workers::{run_worker, WorkerCommand, WorkerSettings, WorkerStop};
 
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
@@ -50,6 +53,9 @@ pub struct ServerConfig {
     pub cuda_library: Option<PathBuf>,
     /// The server's name in the handshake (the CLI uses the host name).
     pub name: String,
+    /// Serve each session in a worker process started with this command (see [`workers`]);
+    /// `None` serves them on threads of this process (tests of the library).
+    pub workers: Option<WorkerCommand>,
 }
 
 /// A bound server, ready to [`run`](Server::run).
@@ -76,35 +82,16 @@ impl Server {
     /// Loads OpenCL, takes the inventory and binds the listening socket. A machine without
     /// OpenCL still gets a server (with no devices) and a warning.
     pub fn bind(config: ServerConfig) -> Result<Server, String> {
-        forget_rgpu_servers();
-        let inventory = match Cl::load(config.opencl_library.as_deref()) {
-            Ok(cl) => {
-                log::info!("OpenCL library: {}", cl.library_path().display());
-                let filters = Filters {
-                    platform: config.platform_filter.as_deref(),
-                    device: config.device_filter.as_deref(),
-                };
-                Inventory::take(cl, &filters)
-            }
-            Err(e) => {
-                log::warn!("{e}; serving no devices");
-                Inventory::empty()
-            }
+        let settings = WorkerSettings {
+            platform_filter: config.platform_filter.clone(),
+            device_filter: config.device_filter.clone(),
+            opencl_library: config.opencl_library.clone(),
+            cuda: config.cuda,
+            cuda_library: config.cuda_library.clone(),
+            name: config.name.clone(),
         };
-        let cuda = if config.cuda {
-            match cuda::Backend::load(config.cuda_library.as_deref()) {
-                Ok(backend) => {
-                    log::info!("CUDA driver: {}", backend.driver.path().display());
-                    Some(backend)
-                }
-                Err(e) => {
-                    log::info!("{e}; serving no CUDA GPUs");
-                    None
-                }
-            }
-        } else {
-            None
-        };
+        let mut shared = load_shared(settings.clone(), true);
+        shared.token = config.token.clone();
         let listener = Listener::bind(&config.listen)
             .map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
         let endpoint = listener
@@ -113,12 +100,18 @@ impl Server {
         listener
             .set_nonblocking(true)
             .map_err(|e| format!("cannot set up the listening socket: {e}"))?;
-        log_start(&inventory, cuda.as_ref(), &endpoint, &config);
-        let shared = Arc::new(Shared::new(inventory, cuda, config.token, config.name));
+        log_start(&shared, &endpoint, &config);
+        if let Some(command) = config.workers {
+            let pool = workers::WorkerPool::new(command, settings);
+            pool.refill();
+            shared.workers = Some(pool);
+        } else {
+            log::info!("sessions run on threads of this process (no session isolation)");
+        }
         Ok(Server {
+            shared: Arc::new(shared),
             listener,
             endpoint,
-            shared,
         })
     }
 
@@ -141,6 +134,48 @@ impl Server {
     }
 }
 
+/// Loads the native libraries (OpenCL through the ICD loader, the CUDA driver) and takes the
+/// inventory of what they serve: the listener does it at start, and each session worker. A
+/// machine without OpenCL (or CUDA) serves the other, with a warning.
+pub(crate) fn load_shared(settings: WorkerSettings, announce: bool) -> Shared {
+    forget_rgpu_servers();
+    // The listener says which libraries it loaded; workers load the same ones quietly.
+    let level = if announce {
+        log::Level::Info
+    } else {
+        log::Level::Debug
+    };
+    let inventory = match Cl::load(settings.opencl_library.as_deref()) {
+        Ok(cl) => {
+            log::log!(level, "OpenCL library: {}", cl.library_path().display());
+            let filters = Filters {
+                platform: settings.platform_filter.as_deref(),
+                device: settings.device_filter.as_deref(),
+            };
+            Inventory::take(cl, &filters)
+        }
+        Err(e) => {
+            log::warn!("{e}; serving no devices");
+            Inventory::empty()
+        }
+    };
+    let cuda = if settings.cuda {
+        match cuda::Backend::load(settings.cuda_library.as_deref()) {
+            Ok(backend) => {
+                log::log!(level, "CUDA driver: {}", backend.driver.path().display());
+                Some(backend)
+            }
+            Err(e) => {
+                log::log!(level, "{e}; serving no CUDA GPUs");
+                None
+            }
+        }
+    } else {
+        None
+    };
+    Shared::new(inventory, cuda, None, settings.name)
+}
+
 /// The rgpu ICD, if the loader finds it, must not connect this server to servers (possibly
 /// itself). Changing the environment races with getenv in other threads (OpenCL
 /// implementations read theirs at any time), so it is done only when needed, once.
@@ -153,12 +188,9 @@ fn forget_rgpu_servers() {
     });
 }
 
-fn log_start(
-    inventory: &Inventory,
-    cuda: Option<&cuda::Backend>,
-    endpoint: &Endpoint,
-    config: &ServerConfig,
-) {
+fn log_start(shared: &Shared, endpoint: &Endpoint, config: &ServerConfig) {
+    let inventory = &shared.inventory;
+    let cuda = shared.cuda.as_deref();
     for (ordinal, gpu) in cuda
         .iter()
         .flat_map(|c| c.inventory.devices.iter().enumerate())

@@ -11,6 +11,7 @@ use rgpu_transport::{Listener, Stream, Token};
 
 use crate::inventory::Inventory;
 use crate::lanes::LaneRegistry;
+use crate::workers::WorkerPool;
 
 /// How often the accept loop looks at the shutdown flag.
 const POLL_INTERVAL: Duration = Duration::from_millis(50);
@@ -29,6 +30,8 @@ pub(crate) struct Shared {
     /// The data lanes of the live sessions.
     pub lanes: LaneRegistry,
     next_session: AtomicU64,
+    /// The session workers, when sessions run in processes of their own.
+    pub workers: Option<Arc<WorkerPool>>,
 }
 
 impl Shared {
@@ -47,6 +50,7 @@ impl Shared {
             streams: Mutex::new(HashMap::new()),
             lanes: LaneRegistry::default(),
             next_session: AtomicU64::new(1),
+            workers: None,
         }
     }
 
@@ -66,6 +70,12 @@ impl Shared {
 
     fn streams_lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Stream>> {
         self.streams.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Stops this process's sessions: they end as at shutdown (a session worker's way to stop).
+    pub fn stop_sessions(&self) {
+        self.stop.store(true, Ordering::SeqCst);
+        self.end_sessions();
     }
 
     /// Wakes every session's request thread with a closed socket.
@@ -88,7 +98,10 @@ pub(crate) fn accept_loop(listener: &Listener, shared: &Arc<Shared>) {
                 let session_shared = shared.clone();
                 let spawned = std::thread::Builder::new()
                     .name(format!("rgpu-s{id}"))
-                    .spawn(move || crate::session::run(stream, session_shared, id));
+                    .spawn(move || match session_shared.workers.clone() {
+                        Some(workers) => serve_in_worker(stream, &session_shared, &workers, id),
+                        None => crate::session::run(stream, session_shared, id),
+                    });
                 match spawned {
                     Ok(handle) => sessions.push(handle),
                     Err(e) => log::error!("cannot start a session thread: {e}"),
@@ -108,6 +121,9 @@ pub(crate) fn accept_loop(listener: &Listener, shared: &Arc<Shared>) {
         shared.streams_lock().len()
     );
     shared.end_sessions();
+    if let Some(workers) = &shared.workers {
+        workers.shutdown();
+    }
     let deadline = Instant::now() + SESSION_DRAIN_TIMEOUT;
     while sessions.iter().any(|s| !s.is_finished()) {
         if Instant::now() > deadline {
@@ -122,4 +138,30 @@ pub(crate) fn accept_loop(listener: &Listener, shared: &Arc<Shared>) {
         let _ = session.join();
     }
     log::info!("server stopped");
+}
+
+/// Authenticates a connection here, then serves its session in a worker process (a data lane
+/// goes to its session's worker). Returns when the session's worker has ended.
+fn serve_in_worker(stream: Stream, shared: &Shared, workers: &Arc<WorkerPool>, id: u64) {
+    shared.register(id, &stream);
+    if shared.stopping() {
+        stream.shutdown();
+        shared.unregister(id);
+        return;
+    }
+    let lane_key = rgpu_transport::random_lane_key();
+    workers.open(id, lane_key);
+    let admitted = crate::session::handshake(stream, shared, id, lane_key, |attach, lane| {
+        workers.join_lane(attach, lane)
+    });
+    // The worker owns the connection from here on; the listener keeps no handle on it.
+    shared.unregister(id);
+    match admitted {
+        Some(admitted) if !shared.stopping() => workers.serve(admitted, id),
+        Some(admitted) => {
+            admitted.stream.shutdown();
+            workers.close(id);
+        }
+        None => workers.close(id),
+    }
 }

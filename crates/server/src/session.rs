@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 
 use rgpu_cl_api::{error_name, sys};
 use rgpu_protocol::opencl::{ClReply, ClRequest, Command, Id};
-use rgpu_protocol::{decode_body, ClientMsg, FrameHeader, ServerMsg};
+use rgpu_protocol::{decode_body, ClientMsg, FrameHeader, LaneAttach, LaneKey, ServerMsg};
 use rgpu_transport::{
     random_lane_key, server_handshake, FrameReader, FrameWriter, Stream, TransportError,
 };
@@ -124,9 +124,67 @@ impl End {
     }
 }
 
-/// Runs a session on an accepted connection until it ends, then cleans up after it.
-pub(crate) fn run(mut stream: Stream, shared: Arc<Shared>, id: u64) {
+/// A connection that passed the handshake as a new session (not as a data lane).
+pub(crate) struct Admitted {
+    pub stream: Stream,
+    /// The client's self-description and address, for logs.
+    pub client: String,
+    pub peer: String,
+    /// The key the session's data lanes present.
+    pub lane_key: LaneKey,
+}
+
+/// Runs the handshake on an accepted connection. A new session comes back admitted; a data
+/// lane is handed to `admit_lane` (which checks its key against its session) and `None`
+/// comes back, as it does for a refused or vanished client (logged here).
+pub(crate) fn handshake(
+    mut stream: Stream,
+    shared: &Shared,
+    id: u64,
+    lane_key: LaneKey,
+    admit_lane: impl FnOnce(&LaneAttach, &Stream) -> Result<(), String>,
+) -> Option<Admitted> {
     let peer = stream.peer_description();
+    let hello = server_handshake(
+        &mut stream,
+        shared.token.as_ref(),
+        &shared.name,
+        id,
+        lane_key,
+        admit_lane,
+    );
+    match hello {
+        Ok(hello) => match hello.lane {
+            None => Some(Admitted {
+                stream,
+                client: hello.name,
+                peer,
+                lane_key,
+            }),
+            Some(lane) => {
+                // Its session's reader holds the connection now.
+                log::debug!(
+                    "session {}: data lane {} joined from {peer}",
+                    lane.session,
+                    lane.index
+                );
+                None
+            }
+        },
+        Err(TransportError::Closed) => {
+            log::debug!("{peer}: closed the connection during the handshake");
+            None
+        }
+        Err(e) => {
+            log::warn!("{peer}: connection refused: {e}");
+            stream.shutdown();
+            None
+        }
+    }
+}
+
+/// Runs a session on an accepted connection, in this process: handshake, requests, cleanup.
+pub(crate) fn run(stream: Stream, shared: Arc<Shared>, id: u64) {
     shared.register(id, &stream);
     if shared.stopping() {
         stream.shutdown();
@@ -135,44 +193,27 @@ pub(crate) fn run(mut stream: Stream, shared: Arc<Shared>, id: u64) {
     }
     // Open to lanes before the welcome: the client may open them as soon as it has it.
     let lane_key = random_lane_key();
-    let lanes = shared.lanes.open(id, lane_key);
-    let handshake = server_handshake(
-        &mut stream,
-        shared.token.as_ref(),
-        &shared.name,
-        id,
+    shared.lanes.open(id, lane_key);
+    let admitted = handshake(stream, &shared, id, lane_key, |attach, lane| {
+        shared.lanes.join(attach, lane)
+    });
+    if let Some(admitted) = admitted {
+        serve(admitted, &shared, id);
+    }
+    shared.lanes.close(id);
+    shared.unregister(id);
+}
+
+/// Serves an admitted session until it ends, then releases everything it created. Its data
+/// lanes join through `shared.lanes` (opened for `id` by the caller).
+pub(crate) fn serve(admitted: Admitted, shared: &Arc<Shared>, id: u64) {
+    let Admitted {
+        stream,
+        client,
+        peer,
         lane_key,
-        |attach, lane| shared.lanes.join(attach, lane),
-    );
-    let client = match handshake {
-        Ok(hello) => match hello.lane {
-            None => hello.name,
-            Some(lane) => {
-                // The registry holds the connection now; its session's thread reads it.
-                log::debug!(
-                    "session {}: data lane {} joined from {peer}",
-                    lane.session,
-                    lane.index
-                );
-                shared.lanes.close(id);
-                shared.unregister(id);
-                return;
-            }
-        },
-        Err(TransportError::Closed) => {
-            log::debug!("{peer}: closed the connection during the handshake");
-            shared.lanes.close(id);
-            shared.unregister(id);
-            return;
-        }
-        Err(e) => {
-            log::warn!("{peer}: connection refused: {e}");
-            stream.shutdown();
-            shared.lanes.close(id);
-            shared.unregister(id);
-            return;
-        }
-    };
+    } = admitted;
+    shared.register(id, &stream);
     log::info!("session {id}: {client} connected from {peer}");
     let halves = stream
         .try_clone()
@@ -182,11 +223,11 @@ pub(crate) fn run(mut stream: Stream, shared: Arc<Shared>, id: u64) {
         Err(e) => {
             log::warn!("session {id}: cannot set up the connection: {e}");
             stream.shutdown();
-            shared.lanes.close(id);
             shared.unregister(id);
             return;
         }
     };
+    let lanes = shared.lanes.open_or_get(id, lane_key);
     let mut session = Session::new(id, shared.clone(), stream, read_half, write_half);
     session.lanes = Some(LaneReaders::new(lanes));
     let end = session.serve();
@@ -197,7 +238,6 @@ pub(crate) fn run(mut stream: Stream, shared: Arc<Shared>, id: u64) {
         End::Broken(why) => log::warn!("session {id} ({client} at {peer}): connection lost: {why}"),
     }
     let released = session.close(matches!(end, End::Closed));
-    shared.lanes.close(id);
     shared.unregister(id);
     log::info!("session {id}: {client} disconnected; released {released} objects");
 }

@@ -10,7 +10,7 @@ pub use handshake::{
     client_handshake, load_client_token, random_lane_key, server_handshake, ClientHello,
     ClientWelcome, Token,
 };
-pub use stream::{Endpoint, Listener, Stream};
+pub use stream::{Endpoint, Listener, Stream, StreamKind};
 
 use rgpu_protocol::ProtocolError;
 

@@ -2,6 +2,7 @@
 
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::os::fd::OwnedFd;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -47,6 +48,13 @@ impl std::fmt::Display for Endpoint {
             Endpoint::Unix(path) => write!(f, "unix:{}", path.display()),
         }
     }
+}
+
+/// Which kind of socket a [`Stream`] is, for passing it between processes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum StreamKind {
+    Tcp,
+    Unix,
 }
 
 #[derive(Debug)]
@@ -96,6 +104,22 @@ impl Stream {
         match self {
             Stream::Tcp(s) => s.set_write_timeout(timeout),
             Stream::Unix(s) => s.set_write_timeout(timeout),
+        }
+    }
+
+    /// The stream's socket, to hand to another process (see [`Stream::from_fd`]).
+    pub fn into_fd(self) -> (StreamKind, OwnedFd) {
+        match self {
+            Stream::Tcp(s) => (StreamKind::Tcp, OwnedFd::from(s)),
+            Stream::Unix(s) => (StreamKind::Unix, OwnedFd::from(s)),
+        }
+    }
+
+    /// A stream on a socket another process handed over (made by [`Stream::into_fd`]).
+    pub fn from_fd(kind: StreamKind, fd: OwnedFd) -> Stream {
+        match kind {
+            StreamKind::Tcp => Stream::Tcp(TcpStream::from(fd)),
+            StreamKind::Unix => Stream::Unix(UnixStream::from(fd)),
         }
     }
 

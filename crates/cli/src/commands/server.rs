@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::ArgMatches;
-use rgpu_server::{Server, ServerConfig};
+use rgpu_server::{Server, ServerConfig, WorkerCommand};
 use rgpu_transport::{Endpoint, Token};
 use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
@@ -85,7 +85,38 @@ pub struct ServerSettings {
     /// The name clients see for this server (default: the host name).
     #[arg(long, env = "RGPU_SERVER_NAME")]
     name: Option<String>,
+
+    /// Where sessions run: `process` (each in a worker process of its own, so a crash or a
+    /// sticky GPU error ends only that session) or `thread` (all in this process; debugging).
+    #[arg(
+        long,
+        value_enum,
+        default_value = "process",
+        env = "RGPU_SERVER_ISOLATION"
+    )]
+    isolation: Isolation,
+
+    /// Session workers started ahead of need, so that a session does not wait for one.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 1,
+        env = "RGPU_SERVER_PRESTARTED_WORKERS"
+    )]
+    prestarted_workers: usize,
 }
+
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
+enum Isolation {
+    Process,
+    Thread,
+}
+
+/// The hidden subcommand a session worker runs as (`rgpu server` starts it).
+pub const WORKER_SUBCOMMAND: &str = "server-worker";
 
 /// `matches` are the parsed command line of `rgpu server`: they tell which settings the
 /// command line or the environment gave (those win over the config file).
@@ -114,6 +145,15 @@ pub fn run(args: ServerArgs, matches: &ArgMatches) -> Result<ExitCode, String> {
         cuda: !args.no_cuda,
         cuda_library: args.cuda_library,
         name: args.name.unwrap_or_else(host_name),
+        workers: match args.isolation {
+            Isolation::Thread => None,
+            Isolation::Process => Some(WorkerCommand {
+                program: std::env::current_exe()
+                    .map_err(|e| format!("cannot locate rgpu itself to start workers: {e}"))?,
+                args: vec![WORKER_SUBCOMMAND.to_string()],
+                prestarted: args.prestarted_workers,
+            }),
+        },
     };
     // Caught before OpenCL loads: an implementation built on LLVM (PoCL) installs handlers
     // that restore the previous disposition and re-raise. Installed after them, ours would
@@ -143,6 +183,23 @@ pub fn run(args: ServerArgs, matches: &ArgMatches) -> Result<ExitCode, String> {
         );
     }
     server.run()?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `rgpu server-worker`: one session's process, started and fed by `rgpu server`.
+pub fn run_worker() -> Result<ExitCode, String> {
+    rgpu_server::run_worker(|stop| {
+        // SIGTERM (the listener stopping, or the service manager) ends the session in order.
+        if let Ok(mut signals) = Signals::new([SIGINT, SIGTERM]) {
+            let _ = std::thread::Builder::new()
+                .name("rgpu-signals".into())
+                .spawn(move || {
+                    if signals.forever().next().is_some() {
+                        stop.stop();
+                    }
+                });
+        }
+    })?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -45,6 +45,8 @@ impl Running {
             cuda: true,
             cuda_library: None,
             name: "test-server".into(),
+            // Sessions on threads: a library test has no rgpu executable to start workers.
+            workers: None,
         })
         .expect("server binds");
         let endpoint = server.local_endpoint();

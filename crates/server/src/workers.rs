@@ -1,0 +1,608 @@
+//! A process per session. The listening process authenticates each connection and then hands
+//! its socket to a worker process of its own, which owns everything native the session does
+//! (OpenCL and CUDA contexts, memory, kernels). A crash, an abort, a kernel that corrupts
+//! memory or a sticky CUDA error ends that one process: its client sees the connection close,
+//! and the listener and every other session carry on. Workers cannot read each other's memory
+//! (separate address spaces; not dumpable, so not traceable by a process of the same user).
+//!
+//! Workers are the server's own executable started again (`rgpu server-worker`), talking with
+//! the listener over a Unix socket pair (fd 3 in the worker) that carries [`ToWorker`]
+//! messages and, with them, the sockets of the session and of its data lanes (SCM_RIGHTS).
+//! A few are started ahead and wait, native libraries loaded, so a session does not pay for
+//! the start. The listener notices a worker's end by its control socket closing, and logs how
+//! it ended (exit status or signal). Closing the control socket tells a worker to stop.
+
+use std::collections::HashMap;
+use std::io::{IoSlice, IoSliceMut};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use nix::sys::socket::{
+    recvmsg, sendmsg, socketpair, AddressFamily, ControlMessage, ControlMessageOwned, MsgFlags,
+    SockFlag, SockType,
+};
+use rgpu_protocol::{LaneAttach, LaneKey};
+use rgpu_transport::{Stream, StreamKind};
+use serde::{Deserialize, Serialize};
+
+use crate::listener::Shared;
+use crate::session::Admitted;
+
+/// The worker's end of the control socket.
+pub const CONTROL_FD: RawFd = 3;
+/// Largest control message (they are small: settings, ids, names).
+const MAX_CONTROL_MESSAGE: usize = 64 * 1024;
+/// How long a session waits for a worker to be ready before it is refused.
+const WORKER_START_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long shutdown waits for workers to end their sessions before killing them.
+const WORKER_STOP_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What a worker needs to know to serve sessions like the listener would.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct WorkerSettings {
+    pub platform_filter: Option<String>,
+    pub device_filter: Option<String>,
+    pub opencl_library: Option<PathBuf>,
+    pub cuda: bool,
+    pub cuda_library: Option<PathBuf>,
+    pub name: String,
+}
+
+/// How to start a worker: this program, with these arguments (`server-worker`).
+#[derive(Clone, Debug)]
+pub struct WorkerCommand {
+    pub program: PathBuf,
+    pub args: Vec<String>,
+    /// Workers kept started ahead, waiting for a session.
+    pub prestarted: usize,
+}
+
+/// Listener → worker.
+#[derive(Debug, Serialize, Deserialize)]
+enum ToWorker {
+    /// First message: load the native libraries with these settings, then say `Ready`.
+    Init(WorkerSettings),
+    /// Serve this session; its socket comes with the message.
+    Session {
+        id: u64,
+        kind: StreamKind,
+        client: String,
+        peer: String,
+        lane_key: LaneKey,
+    },
+    /// A data lane of the session (its key already checked); its socket comes with it.
+    Lane {
+        attach: LaneAttach,
+        kind: StreamKind,
+    },
+}
+
+/// Worker → listener.
+#[derive(Debug, Serialize, Deserialize)]
+enum FromWorker {
+    /// The native libraries are loaded; the worker waits for its session.
+    Ready { devices: usize, cuda_devices: usize },
+}
+
+/// One end of a control socket (SOCK_SEQPACKET: one message per send, fds attached).
+struct Control {
+    fd: OwnedFd,
+}
+
+impl Control {
+    fn pair() -> Result<(Control, OwnedFd), String> {
+        let (ours, theirs) = socketpair(
+            AddressFamily::Unix,
+            SockType::SeqPacket,
+            None,
+            SockFlag::SOCK_CLOEXEC,
+        )
+        .map_err(|e| format!("cannot make a control socket pair: {e}"))?;
+        Ok((Control { fd: ours }, theirs))
+    }
+
+    fn send<T: Serialize>(&self, message: &T, fd: Option<&OwnedFd>) -> Result<(), String> {
+        let bytes = postcard::to_stdvec(message).map_err(|e| e.to_string())?;
+        let raw = fd.map(|fd| [fd.as_raw_fd()]);
+        let rights = raw.as_ref().map(|raw| ControlMessage::ScmRights(raw));
+        let cmsgs: &[ControlMessage] = match &rights {
+            Some(rights) => std::slice::from_ref(rights),
+            None => &[],
+        };
+        sendmsg::<()>(
+            self.fd.as_raw_fd(),
+            &[IoSlice::new(&bytes)],
+            cmsgs,
+            MsgFlags::MSG_NOSIGNAL,
+            None,
+        )
+        .map(|_| ())
+        .map_err(|e| format!("control socket: {e}"))
+    }
+
+    /// The next message and the socket that came with it; `Ok(None)` when the peer closed.
+    fn recv<T: for<'de> Deserialize<'de>>(&self) -> Result<Option<(T, Option<OwnedFd>)>, String> {
+        let mut buf = vec![0u8; MAX_CONTROL_MESSAGE];
+        let mut space = nix::cmsg_space!([RawFd; 1]);
+        let (len, fd) = {
+            let mut iov = [IoSliceMut::new(&mut buf)];
+            let msg = loop {
+                match recvmsg::<()>(
+                    self.fd.as_raw_fd(),
+                    &mut iov,
+                    Some(&mut space),
+                    MsgFlags::MSG_CMSG_CLOEXEC,
+                ) {
+                    Err(nix::errno::Errno::EINTR) => continue,
+                    other => break other.map_err(|e| format!("control socket: {e}"))?,
+                }
+            };
+            let mut fd = None;
+            for cmsg in msg.cmsgs().map_err(|e| format!("control socket: {e}"))? {
+                if let ControlMessageOwned::ScmRights(fds) = cmsg {
+                    for raw in fds {
+                        // SAFETY: the kernel just gave this process the descriptor.
+                        let owned = unsafe { OwnedFd::from_raw_fd(raw) };
+                        if fd.is_none() {
+                            fd = Some(owned);
+                        }
+                    }
+                }
+            }
+            (msg.bytes, fd)
+        };
+        if len == 0 {
+            return Ok(None);
+        }
+        let message = postcard::from_bytes(&buf[..len]).map_err(|e| e.to_string())?;
+        Ok(Some((message, fd)))
+    }
+}
+
+// ------------------------------------------------------------------------------ listener side
+
+/// A started worker, ready for a session or serving one.
+struct Worker {
+    control: Control,
+    child: Child,
+}
+
+/// Where each live session's worker is, so that its data lanes follow it.
+enum Placement {
+    /// Handshake still running: lanes that join now wait here.
+    Pending(Vec<(LaneAttach, Stream)>),
+    Placed(Arc<Control>),
+}
+
+struct Entry {
+    key: LaneKey,
+    placement: Placement,
+}
+
+/// The listener's workers: those started ahead and those serving a session.
+pub(crate) struct WorkerPool {
+    command: WorkerCommand,
+    settings: WorkerSettings,
+    ready: Mutex<Vec<Worker>>,
+    ready_changed: Condvar,
+    /// Workers being started right now, and sessions waiting for one: the pool starts a
+    /// worker for each waiting session plus `prestarted` more.
+    starting: Mutex<usize>,
+    waiting: Mutex<usize>,
+    sessions: Mutex<HashMap<u64, Entry>>,
+    /// Process ids of the workers serving sessions, to stop them at shutdown.
+    live: Mutex<HashMap<u64, u32>>,
+    /// Set at shutdown: no more workers are started.
+    stopped: AtomicBool,
+}
+
+impl WorkerPool {
+    pub fn new(command: WorkerCommand, settings: WorkerSettings) -> Arc<WorkerPool> {
+        Arc::new(WorkerPool {
+            command,
+            settings,
+            ready: Mutex::new(Vec::new()),
+            ready_changed: Condvar::new(),
+            starting: Mutex::new(0),
+            waiting: Mutex::new(0),
+            sessions: Mutex::new(HashMap::new()),
+            live: Mutex::new(HashMap::new()),
+            stopped: AtomicBool::new(false),
+        })
+    }
+
+    /// Starts workers in the background until there are `prestarted` ready beyond those the
+    /// waiting sessions will take.
+    pub fn refill(self: &Arc<Self>) {
+        if self.stopped.load(Ordering::SeqCst) {
+            return;
+        }
+        let wanted = self.command.prestarted.max(1) + *lock(&self.waiting);
+        let mut starting = lock(&self.starting);
+        let have = lock(&self.ready).len() + *starting;
+        for _ in have..wanted {
+            *starting += 1;
+            let pool = self.clone();
+            let spawned = std::thread::Builder::new()
+                .name("rgpu-worker-start".into())
+                .spawn(move || {
+                    match pool.start_worker() {
+                        Ok(mut worker) if pool.stopped.load(Ordering::SeqCst) => {
+                            drop(worker.control);
+                            let _ = worker.child.wait();
+                        }
+                        Ok(worker) => lock(&pool.ready).push(worker),
+                        Err(e) => log::error!("cannot start a session worker: {e}"),
+                    }
+                    *lock(&pool.starting) -= 1;
+                    pool.ready_changed.notify_all();
+                });
+            if spawned.is_err() {
+                *starting -= 1;
+            }
+        }
+    }
+
+    fn start_worker(&self) -> Result<Worker, String> {
+        let (control, theirs) = Control::pair()?;
+        let mut command = Command::new(&self.command.program);
+        command.args(&self.command.args);
+        // Its own process group: a Ctrl-C at the terminal reaches the listener, which then
+        // stops the workers in order.
+        command.process_group(0);
+        let their_fd = theirs.as_raw_fd();
+        // SAFETY: only async-signal-safe calls between fork and exec.
+        unsafe {
+            command.pre_exec(move || {
+                if their_fd == CONTROL_FD {
+                    // dup2 onto itself keeps close-on-exec: clear it instead.
+                    let flags = libc::fcntl(CONTROL_FD, libc::F_GETFD);
+                    libc::fcntl(CONTROL_FD, libc::F_SETFD, flags & !libc::FD_CLOEXEC);
+                } else if libc::dup2(their_fd, CONTROL_FD) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let child = command.spawn().map_err(|e| {
+            format!(
+                "cannot run {} {}: {e}",
+                self.command.program.display(),
+                self.command.args.join(" ")
+            )
+        })?;
+        drop(theirs);
+        let mut worker = Worker { control, child };
+        let init = worker
+            .control
+            .send(&ToWorker::Init(self.settings.clone()), None)
+            .and_then(|()| worker.control.recv::<FromWorker>());
+        match init {
+            Ok(Some((FromWorker::Ready { .. }, _))) => {
+                log::debug!("session worker {} ready", worker.child.id());
+                Ok(worker)
+            }
+            Ok(None) | Err(_) => {
+                let status = worker.child.wait().ok();
+                Err(format!(
+                    "the worker ended before it was ready ({})",
+                    status.map_or("status unknown".into(), describe_exit)
+                ))
+            }
+        }
+    }
+
+    /// A ready worker, waiting (bounded) for one to start if none is.
+    fn take(self: &Arc<Self>) -> Option<Worker> {
+        *lock(&self.waiting) += 1;
+        let worker = self.wait_for_worker();
+        *lock(&self.waiting) -= 1;
+        self.refill();
+        worker
+    }
+
+    fn wait_for_worker(self: &Arc<Self>) -> Option<Worker> {
+        let deadline = Instant::now() + WORKER_START_TIMEOUT;
+        loop {
+            self.refill();
+            let ready = lock(&self.ready);
+            let left = deadline.saturating_duration_since(Instant::now());
+            let (mut ready, _) = self
+                .ready_changed
+                // Woken when a start ends; a start that failed (logged) is tried again each
+                // second rather than in a tight loop.
+                .wait_timeout_while(ready, left.min(Duration::from_secs(1)), |ready| {
+                    ready.is_empty()
+                })
+                .unwrap_or_else(|e| e.into_inner());
+            if let Some(worker) = ready.pop() {
+                return Some(worker);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+        }
+    }
+
+    /// Opens session `id` to lanes presenting `key`, before its handshake ends.
+    pub fn open(&self, id: u64, key: LaneKey) {
+        lock(&self.sessions).insert(
+            id,
+            Entry {
+                key,
+                placement: Placement::Pending(Vec::new()),
+            },
+        );
+    }
+
+    /// Takes a lane for its session: checks its key, then sends it to the session's worker
+    /// (or keeps it until the session has one).
+    pub fn join_lane(&self, attach: &LaneAttach, stream: &Stream) -> Result<(), String> {
+        let refused = || "not a data lane of a session on this server".to_string();
+        let mut sessions = lock(&self.sessions);
+        let entry = sessions.get_mut(&attach.session).ok_or_else(refused)?;
+        if !crate::lanes::keys_match(&entry.key, &attach.key) {
+            return Err(refused());
+        }
+        let stream = stream.try_clone().map_err(|e| e.to_string())?;
+        match &mut entry.placement {
+            Placement::Pending(waiting) => {
+                waiting.push((*attach, stream));
+                Ok(())
+            }
+            Placement::Placed(control) => send_lane(control, attach, stream),
+        }
+    }
+
+    /// Serves an admitted session in a worker of its own; returns when that worker has ended,
+    /// after logging how.
+    pub fn serve(self: &Arc<Self>, admitted: Admitted, id: u64) {
+        let Admitted {
+            stream,
+            client,
+            peer,
+            lane_key,
+        } = admitted;
+        let Some(mut worker) = self.take() else {
+            log::error!("session {id} ({client} at {peer}): no session worker could start");
+            stream.shutdown();
+            self.close(id);
+            return;
+        };
+        let pid = worker.child.id();
+        let (kind, fd) = stream.into_fd();
+        let control = Arc::new(worker.control);
+        let sent = control.send(
+            &ToWorker::Session {
+                id,
+                kind,
+                client: client.clone(),
+                peer: peer.clone(),
+                lane_key,
+            },
+            Some(&fd),
+        );
+        // The worker holds the session's socket now; the listener keeps no copy, so the
+        // client sees the connection close as soon as the worker ends, however it ends.
+        drop(fd);
+        if let Err(e) = sent {
+            log::error!("session {id}: cannot hand it to worker {pid}: {e}");
+        } else {
+            lock(&self.live).insert(id, pid);
+            self.place(id, &control);
+            // Waits for the worker to end: it sends nothing more, so the next read returns
+            // when its end of the control socket closes.
+            while let Ok(Some(_)) = control.recv::<FromWorker>() {}
+        }
+        let status = worker.child.wait();
+        lock(&self.live).remove(&id);
+        self.close(id);
+        match status {
+            Ok(status) if status.success() => {
+                log::debug!("session {id}: worker {pid} exited")
+            }
+            Ok(status) => log::warn!(
+                "session {id} ({client} at {peer}) ended abnormally: its worker process {pid} {}; \
+                 other sessions are not affected",
+                describe_exit(status)
+            ),
+            Err(e) => log::warn!("session {id}: cannot wait for worker {pid}: {e}"),
+        }
+    }
+
+    /// Sends the lanes that joined during the handshake and routes later ones to `control`.
+    fn place(&self, id: u64, control: &Arc<Control>) {
+        let mut sessions = lock(&self.sessions);
+        let Some(entry) = sessions.get_mut(&id) else {
+            return;
+        };
+        let placement = std::mem::replace(&mut entry.placement, Placement::Placed(control.clone()));
+        if let Placement::Pending(waiting) = placement {
+            for (attach, stream) in waiting {
+                if let Err(e) = send_lane(control, &attach, stream) {
+                    log::warn!("session {id}: {e}");
+                }
+            }
+        }
+    }
+
+    /// Forgets session `id` (its lanes are refused from now on).
+    pub fn close(&self, id: u64) {
+        lock(&self.sessions).remove(&id);
+    }
+
+    /// Stops every worker: closes the control sockets of the waiting ones, asks the serving
+    /// ones to end their sessions (SIGTERM), and kills those still running after a while.
+    pub fn shutdown(&self) {
+        self.stopped.store(true, Ordering::SeqCst);
+        let waiting: Vec<Worker> = lock(&self.ready).drain(..).collect();
+        for mut worker in waiting {
+            drop(worker.control);
+            let _ = worker.child.wait();
+        }
+        let pids: Vec<u32> = lock(&self.live).values().copied().collect();
+        for &pid in &pids {
+            signal(pid, libc::SIGTERM);
+        }
+        let deadline = Instant::now() + WORKER_STOP_TIMEOUT;
+        while !lock(&self.live).is_empty() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        for &pid in lock(&self.live).values() {
+            log::warn!("worker {pid} did not stop in time; killing it");
+            signal(pid, libc::SIGKILL);
+        }
+    }
+}
+
+fn send_lane(control: &Control, attach: &LaneAttach, stream: Stream) -> Result<(), String> {
+    let (kind, fd) = stream.into_fd();
+    control.send(
+        &ToWorker::Lane {
+            attach: *attach,
+            kind,
+        },
+        Some(&fd),
+    )
+}
+
+fn signal(pid: u32, signal: libc::c_int) {
+    if let Ok(pid) = libc::pid_t::try_from(pid) {
+        // SAFETY: plain system call; the pid is a child this process has not reaped yet.
+        unsafe { libc::kill(pid, signal) };
+    }
+}
+
+/// "exited with status 3", "was killed by signal 11 (SIGSEGV)".
+fn describe_exit(status: ExitStatus) -> String {
+    if let Some(code) = status.code() {
+        return format!("exited with status {code}");
+    }
+    match status.signal() {
+        Some(sig) => {
+            let name = nix::sys::signal::Signal::try_from(sig)
+                .map(|s| s.as_str())
+                .unwrap_or("?");
+            let core = if status.core_dumped() {
+                ", core dumped"
+            } else {
+                ""
+            };
+            format!("was killed by signal {sig} ({name}{core})")
+        }
+        None => "ended".to_string(),
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+// ------------------------------------------------------------------------------ worker side
+
+/// Stops a worker's session from another thread (a signal handler's).
+#[derive(Clone)]
+pub struct WorkerStop {
+    shared: Arc<Mutex<Option<Arc<Shared>>>>,
+}
+
+impl WorkerStop {
+    pub fn stop(&self) {
+        match lock(&self.shared).as_ref() {
+            Some(shared) => shared.stop_sessions(),
+            // Not serving yet: nothing to release.
+            None => std::process::exit(0),
+        }
+    }
+}
+
+/// A worker process: set up by the listener over [`CONTROL_FD`], serves one session, returns
+/// when it has ended. `on_start` gets a handle that stops it (for a signal thread).
+pub fn run_worker(on_start: impl FnOnce(WorkerStop)) -> Result<(), String> {
+    // Not dumpable: other processes of the same user (other sessions' workers) cannot attach
+    // to it or read its memory through /proc.
+    // SAFETY: prctl with plain integer arguments.
+    unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) };
+    // SAFETY: the listener put the control socket at this descriptor for this process alone.
+    let control = Control {
+        fd: unsafe { OwnedFd::from_raw_fd(CONTROL_FD) },
+    };
+    let stop = WorkerStop {
+        shared: Arc::new(Mutex::new(None)),
+    };
+    on_start(stop.clone());
+    let Some((ToWorker::Init(settings), _)) = control.recv()? else {
+        return Err("the listener sent no settings".into());
+    };
+    let shared = Arc::new(crate::load_shared(settings, false));
+    control.send(
+        &FromWorker::Ready {
+            devices: shared.inventory.devices.len(),
+            cuda_devices: shared
+                .cuda
+                .as_ref()
+                .map_or(0, |c| c.inventory.devices.len()),
+        },
+        None,
+    )?;
+    let session = match control.recv()? {
+        // The listener stopped before it had a session for this worker.
+        None => return Ok(()),
+        Some((ToWorker::Session { .. }, None)) => {
+            return Err("a session came without its socket".into())
+        }
+        Some((
+            ToWorker::Session {
+                id,
+                kind,
+                client,
+                peer,
+                lane_key,
+            },
+            Some(fd),
+        )) => (
+            id,
+            Admitted {
+                stream: Stream::from_fd(kind, fd),
+                client,
+                peer,
+                lane_key,
+            },
+        ),
+        Some((other, _)) => return Err(format!("unexpected control message {other:?}")),
+    };
+    let (id, admitted) = session;
+    *lock(&stop.shared) = Some(shared.clone());
+    shared.lanes.open(id, admitted.lane_key);
+    // Lanes arrive on the control socket for as long as the session lives; its closing means
+    // the listener is gone or stopping.
+    let lanes_shared = shared.clone();
+    std::thread::Builder::new()
+        .name("rgpu-control".into())
+        .spawn(move || {
+            loop {
+                match control.recv::<ToWorker>() {
+                    Ok(Some((ToWorker::Lane { attach, kind }, Some(fd)))) => {
+                        let lane = Stream::from_fd(kind, fd);
+                        if let Err(e) = lanes_shared.lanes.join(&attach, &lane) {
+                            log::warn!("session {}: {e}", attach.session);
+                        }
+                    }
+                    Ok(Some((other, _))) => {
+                        log::warn!("session worker: unexpected control message {other:?}")
+                    }
+                    Ok(None) | Err(_) => break,
+                }
+            }
+            lanes_shared.stop_sessions();
+        })
+        .map_err(|e| format!("cannot start the control thread: {e}"))?;
+    crate::session::serve(admitted, &shared, id);
+    shared.lanes.close(id);
+    Ok(())
+}

@@ -1,0 +1,92 @@
+/* Helper for the isolation tests (not an API group): what one client could do to others.
+ *   isolation crash              builds a program with the options "-D", which crashes PoCL's
+ *                                compiler; prints "RETURNED <code>" if the call comes back
+ *   isolation secret TEXT        keeps TEXT in a buffer, prints "ADDRESS <hex>" (the buffer's
+ *                                address in the server, as a kernel sees it) and "READY", then
+ *                                waits for a line on stdin, runs a kernel over its own buffer
+ *                                and checks TEXT is intact: "OK"
+ *   isolation peek ADDRESS LEN   runs a kernel that reads LEN bytes at ADDRESS (another
+ *                                session's buffer, on a CPU device) and prints "PEEKED <bytes>"
+ * Exit status 0 unless a check fails. */
+#include "common.h"
+
+static const char *ADDRESS_SRC =
+    "__kernel void address(__global const uchar *buf, __global ulong *out) {\n"
+    "    out[0] = (ulong)buf;\n"
+    "}\n"
+    "__kernel void touch(__global uchar *buf) {\n"
+    "    buf[get_global_id(0)] ^= 0;\n"
+    "}\n"
+    "__kernel void peek(ulong address, __global uchar *out, uint len) {\n"
+    "    __global const uchar *p = (__global const uchar *)address;\n"
+    "    for (uint i = 0; i < len; i++) out[i] = p[i];\n"
+    "}\n";
+
+static cl_program build(cl_context ctx, const char *options, cl_int *status) {
+    cl_program p = CHKE(clCreateProgramWithSource(ctx, 1, &ADDRESS_SRC, NULL, E));
+    *status = clBuildProgram(p, 1, &g_device, options, NULL, NULL);
+    return p;
+}
+
+int main(int argc, char **argv) {
+    REQUIRE(argc >= 2, "usage: isolation crash|secret TEXT|peek ADDRESS LEN");
+    select_device();
+    cl_context ctx = make_context();
+    cl_command_queue q = make_queue(ctx, 0);
+    cl_int status;
+
+    if (!strcmp(argv[1], "crash")) {
+        printf("BUILDING\n");
+        fflush(stdout);
+        build(ctx, "-D", &status);
+        printf("RETURNED %d (%s)\n", (int)status, cl_err_name(status));
+        return 0;
+    }
+
+    cl_program p = build(ctx, NULL, &status);
+    CHECK(status);
+    if (!strcmp(argv[1], "secret")) {
+        REQUIRE(argc >= 3, "secret TEXT");
+        size_t len = strlen(argv[2]) + 1;
+        cl_mem buf = CHKE(clCreateBuffer(ctx, CL_MEM_READ_WRITE, len, NULL, E));
+        cl_mem out = CHKE(clCreateBuffer(ctx, CL_MEM_WRITE_ONLY, sizeof(cl_ulong), NULL, E));
+        CHECK(clEnqueueWriteBuffer(q, buf, CL_TRUE, 0, len, argv[2], 0, NULL, NULL));
+        cl_kernel k = CHKE(clCreateKernel(p, "address", E));
+        CHECK(clSetKernelArg(k, 0, sizeof buf, &buf));
+        CHECK(clSetKernelArg(k, 1, sizeof out, &out));
+        size_t one = 1;
+        CHECK(clEnqueueNDRangeKernel(q, k, 1, NULL, &one, NULL, 0, NULL, NULL));
+        cl_ulong address = 0;
+        CHECK(clEnqueueReadBuffer(q, out, CL_TRUE, 0, sizeof address, &address, 0, NULL, NULL));
+        printf("ADDRESS %llx\nREADY\n", (unsigned long long)address);
+        fflush(stdout);
+        char line[64];
+        if (!fgets(line, sizeof line, stdin)) return 1;
+        cl_kernel touch = CHKE(clCreateKernel(p, "touch", E));
+        CHECK(clSetKernelArg(touch, 0, sizeof buf, &buf));
+        CHECK(clEnqueueNDRangeKernel(q, touch, 1, NULL, &len, NULL, 0, NULL, NULL));
+        char *back = calloc(len, 1);
+        CHECK(clEnqueueReadBuffer(q, buf, CL_TRUE, 0, len, back, 0, NULL, NULL));
+        REQUIRE(!memcmp(back, argv[2], len), "the secret changed: %s", back);
+        printf("OK\n");
+        return 0;
+    }
+    if (!strcmp(argv[1], "peek")) {
+        REQUIRE(argc >= 4, "peek ADDRESS LEN");
+        cl_ulong address = strtoull(argv[2], NULL, 16);
+        cl_uint len = (cl_uint)atoi(argv[3]);
+        cl_mem out = CHKE(clCreateBuffer(ctx, CL_MEM_WRITE_ONLY, len + 1, NULL, E));
+        cl_kernel k = CHKE(clCreateKernel(p, "peek", E));
+        CHECK(clSetKernelArg(k, 0, sizeof address, &address));
+        CHECK(clSetKernelArg(k, 1, sizeof out, &out));
+        CHECK(clSetKernelArg(k, 2, sizeof len, &len));
+        size_t one = 1;
+        char *got = calloc(len + 1, 1);
+        cl_int err = clEnqueueNDRangeKernel(q, k, 1, NULL, &one, NULL, 0, NULL, NULL);
+        if (err == CL_SUCCESS) err = clEnqueueReadBuffer(q, out, CL_TRUE, 0, len, got, 0, NULL, NULL);
+        printf("PEEKED %d %s\n", (int)err, got);
+        return 0;
+    }
+    REQUIRE(0, "unknown mode %s", argv[1]);
+    return 1;
+}

@@ -1,0 +1,76 @@
+"""A process per session: what one client does to its own session cannot reach another one.
+
+Each test runs a healthy client that keeps a secret in a buffer on the server's CPU device
+(PoCL) while other clients crash PoCL's compiler (clBuildProgram with "-D", a segfault inside
+PoCL) or run a kernel that reads the healthy client's buffer at its server address. The bad
+sessions end (the client gets an error, the server logs which signal ended the session's
+worker); the healthy client finishes with its secret intact, the server keeps serving."""
+
+import subprocess
+import time
+
+import rgpu_harness as h
+
+SECRET = "RGPU-SECRET-4f1d8a"
+
+
+def start_secret_keeper(c_program, server):
+    """A client holding SECRET in a buffer; returns (process, the buffer's server address)."""
+    cmd = h.rgpu_run_cmd([server], [c_program("isolation"), "secret", SECRET])
+    proc = subprocess.Popen(cmd, env=h.base_env(RGPU_TEST_PLATFORM="rgpu"), text=True,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    address = None
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        if line.startswith("ADDRESS "):
+            address = line.split()[1]
+        if line.strip() == "READY":
+            return proc, address
+    proc.kill()
+    raise AssertionError(f"the secret keeper did not get ready:\n{server.log_tail()}")
+
+
+def finish_secret_keeper(proc):
+    out, _ = proc.communicate("go\n", timeout=60)
+    assert proc.returncode == 0 and "OK" in out, out
+
+
+def test_crashing_session_ends_alone(start_server, c_program):
+    server = start_server()
+    keeper, _ = start_secret_keeper(c_program, server)
+    for attempt in range(2):
+        r = h.run_rgpu(c_program("isolation"), [server], args=["crash"], timeout=120)
+        assert not r.timed_out, r.describe()
+        # The call returns (with the device-lost error) instead of hanging or crashing.
+        assert "RETURNED -5" in r.stdout, r.describe() + server.log_tail()
+    log = server.log()
+    assert log.count("was killed by signal 11 (SIGSEGV)") == 2, server.log_tail()
+    assert server.alive()
+    finish_secret_keeper(keeper)
+    # New sessions are served as before.
+    h.assert_pass(h.run_rgpu(c_program("buffers"), [server]), "buffers", server)
+
+
+def test_a_kernel_cannot_read_another_sessions_buffer(start_server, c_program):
+    server = start_server()
+    keeper, address = start_secret_keeper(c_program, server)
+    assert address, "no address printed"
+    r = h.run_rgpu(c_program("isolation"), [server], args=["peek", address, "32"], timeout=120)
+    assert not r.timed_out, r.describe()
+    assert SECRET not in r.stdout + r.stderr, "another session's buffer was read:\n" + r.stdout
+    assert server.alive()
+    finish_secret_keeper(keeper)
+
+
+def test_thread_isolation_is_opt_in(start_server, c_program):
+    # `--isolation thread` serves sessions in the listener's process (for debugging); the
+    # default is a process per session.
+    server = start_server(args=["--isolation", "thread"])
+    assert "no session isolation" in server.log(), server.log_tail()
+    h.assert_pass(h.run_rgpu(c_program("buffers"), [server]), "buffers", server)
+    default = start_server()
+    assert "no session isolation" not in default.log(), default.log_tail()
