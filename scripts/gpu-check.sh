@@ -74,7 +74,7 @@ for name in cupy_check torch_check; do
     all_names+=("$name")
     selected "$name" && py_names+=("$name")
 done
-all_names+=(server_wire session_cleanup)
+all_names+=(server_wire session_cleanup sticky_error)
 only=${ONLY:-}
 for name in ${only//,/ }; do
     [[ " ${all_names[*]} " == *" $name "* ]] ||
@@ -258,6 +258,42 @@ os.kill(os.getpid(), signal.SIGKILL)' >"$out/session_cleanup.out" 2>&1
         pass "session_cleanup (GPU memory used: $before_mib MiB before, $after_mib MiB after the killed client)"
     else
         fail "session_cleanup: GPU memory used $before_mib MiB before, still $after_mib MiB 10 s after the client was killed"
+    fi
+fi
+
+# ---- sticky errors stay in their session: a healthy CuPy client holds GPU memory while another
+# client's kernel writes to an illegal address (which poisons a CUDA context for good); the
+# healthy one then computes correctly, and so does a client that starts afterwards. Each
+# session has a worker process of its own, so the lost context is the bad client's alone.
+if selected sticky_error && "$python" -c "import cupy" >/dev/null 2>&1; then
+    fifo=$out/sticky_error.fifo
+    rm -f "$fifo" && mkfifo "$fifo"
+    timeout -k 10 "$run_timeout" "$bin/rgpu" run --servers "$endpoint" -- \
+        "$python" tests/cuda/sticky_error.py healthy <"$fifo" >"$out/sticky_healthy.out" 2>&1 &
+    healthy_pid=$!
+    exec {fifo_fd}>"$fifo"
+    for _ in $(seq 600); do grep -q ready "$out/sticky_healthy.out" && break; sleep 0.1; done
+    timeout -k 10 "$run_timeout" "$bin/rgpu" run --servers "$endpoint" -- \
+        "$python" tests/cuda/sticky_error.py bad >"$out/sticky_bad.out" 2>&1
+    echo go >&"$fifo_fd"
+    exec {fifo_fd}>&-
+    wait $healthy_pid
+    healthy_rc=$?
+    timeout -k 10 "$run_timeout" "$bin/rgpu" run --servers "$endpoint" -- \
+        "$python" tests/cuda/sticky_error.py after >"$out/sticky_after.out" 2>&1
+    after_rc=$?
+    bad_line=$(grep -m1 "^bad got" "$out/sticky_bad.out" | cut -c1-160)
+    if [ $healthy_rc -ne 0 ] || ! grep -q "healthy ok" "$out/sticky_healthy.out"; then
+        fail "sticky_error: the healthy client failed beside the bad one (exit $healthy_rc)"
+        tail_of "$out/sticky_healthy.out"
+    elif [ $after_rc -ne 0 ] || ! grep -q "healthy ok" "$out/sticky_after.out"; then
+        fail "sticky_error: a client started after the bad one failed (exit $after_rc)"
+        tail_of "$out/sticky_after.out"
+    elif ! grep -q "^bad got .*[Ii]llegal" "$out/sticky_bad.out"; then
+        fail "sticky_error: the bad client did not get its illegal-address error"
+        tail_of "$out/sticky_bad.out"
+    else
+        pass "sticky_error (${bad_line}; the healthy client and a new one computed correctly)"
     fi
 fi
 
