@@ -130,6 +130,8 @@ impl Connection {
     ) -> Result<Arc<Connection>, ClientError> {
         let mut stream = Stream::connect(endpoint, connect_timeout)
             .map_err(|e| ClientError::Connect(format!("{endpoint}: {e}")))?;
+        crate::bound_waits(&stream, reply_timeout)
+            .map_err(|e| ClientError::Connect(format!("{endpoint}: {e}")))?;
         let client_name = client_name();
         let welcome =
             client_handshake(&mut stream, token, &client_name, None).map_err(|e| match e {
@@ -147,7 +149,10 @@ impl Connection {
         let name = format!("rgpu-reader {endpoint}");
         let reader = std::thread::Builder::new()
             .name(name)
-            .spawn(move || reader_loop(FrameReader::new(reader_stream), reader_shared))
+            .spawn({
+                let endpoint = endpoint.clone();
+                move || reader_loop(FrameReader::new(reader_stream), reader_shared, endpoint)
+            })
             .map_err(ClientError::io)?;
         log::debug!(
             "connected to {} ({endpoint}), session {}",
@@ -469,12 +474,17 @@ fn client_name() -> String {
     format!("{exe}[{}]", std::process::id())
 }
 
-fn reader_loop(mut reader: FrameReader<Stream>, shared: Arc<Shared>) {
+fn reader_loop(mut reader: FrameReader<Stream>, shared: Arc<Shared>, endpoint: Endpoint) {
     let why = loop {
         if let Err(e) = read_one(&mut reader, &shared) {
             break match e {
-                TransportError::Closed => "server closed the connection".to_string(),
-                other => other.to_string(),
+                TransportError::Closed => format!("server {endpoint} closed the connection"),
+                TransportError::Io(e) if e.kind() == std::io::ErrorKind::TimedOut => format!(
+                    "lost server {endpoint}: no answer for {:.0} s (RGPU_LIVENESS_TIMEOUT): the \
+                     network or the server's host is down",
+                    crate::liveness_timeout_from_env().as_secs_f64()
+                ),
+                other => format!("lost server {endpoint}: {other}"),
             };
         }
     };

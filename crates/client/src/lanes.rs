@@ -97,6 +97,8 @@ impl Lanes {
         for index in 0..count {
             let mut stream = Stream::connect(endpoint, connect_timeout)
                 .map_err(|e| ClientError::Connect(format!("{endpoint}: data lane: {e}")))?;
+            crate::bound_waits(&stream, crate::reply_timeout_from_env())
+                .map_err(|e| ClientError::Connect(format!("{endpoint}: data lane: {e}")))?;
             let attach = LaneAttach {
                 session,
                 key,

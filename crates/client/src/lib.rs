@@ -11,6 +11,7 @@ use std::time::Duration;
 
 pub use connection::{Connection, ReadSink, SendPtr};
 pub use once::first_time;
+use rgpu_transport::Stream;
 pub use rgpu_transport::{load_client_token, Endpoint, Token};
 pub use wait::Handoff;
 
@@ -49,6 +50,7 @@ impl std::error::Error for ClientError {}
 /// - `RGPU_SERVERS`: `host:port[,host:port|unix:/path...]`
 /// - `RGPU_TOKEN` / `RGPU_TOKEN_FILE`: the shared token
 /// - `RGPU_CONNECT_TIMEOUT` (seconds, default 5), `RGPU_TIMEOUT` (seconds a reply may take, default 600)
+/// - `RGPU_LIVENESS_TIMEOUT` (seconds an unreachable server is waited for, default 10)
 #[derive(Clone, Debug)]
 pub struct ClientConfig {
     pub servers: Vec<Endpoint>,
@@ -60,6 +62,21 @@ pub struct ClientConfig {
 /// How long a reply may take (`RGPU_TIMEOUT`, seconds, default 600).
 pub fn reply_timeout_from_env() -> Duration {
     seconds_from_env("RGPU_TIMEOUT", 600.0)
+}
+
+/// How long a server may stay unreachable before the connection to it is given up
+/// (`RGPU_LIVENESS_TIMEOUT`, seconds, default 10): a silent network partition or a vanished
+/// host then fails every call (a waiting one, an idle connection's next one) instead of hanging.
+pub fn liveness_timeout_from_env() -> Duration {
+    seconds_from_env("RGPU_LIVENESS_TIMEOUT", 10.0)
+}
+
+/// Bounds every wait on a new connection to a server: liveness (see
+/// [`liveness_timeout_from_env`]) and writes that the server does not take within
+/// `write_timeout`.
+pub(crate) fn bound_waits(stream: &Stream, write_timeout: Duration) -> std::io::Result<()> {
+    stream.set_liveness(liveness_timeout_from_env())?;
+    stream.set_write_timeout(Some(write_timeout))
 }
 
 /// Data lanes per server for large transfers (`RGPU_LANES`, default 4; 0: none).

@@ -53,6 +53,9 @@ pub struct ServerConfig {
     pub cuda_library: Option<PathBuf>,
     /// The server's name in the handshake (the CLI uses the host name).
     pub name: String,
+    /// How long a client may stay unreachable (a host gone, a silent partition) before its
+    /// session is ended and everything it held released (see `Stream::set_liveness`).
+    pub client_timeout: std::time::Duration,
     /// Serve each session in a worker process started with this command (see [`workers`]);
     /// `None` serves them on threads of this process (tests of the library).
     pub workers: Option<WorkerCommand>,
@@ -92,6 +95,7 @@ impl Server {
         };
         let mut shared = load_shared(settings.clone(), true);
         shared.token = config.token.clone();
+        shared.client_timeout = config.client_timeout;
         let listener = Listener::bind(&config.listen)
             .map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
         let endpoint = listener

@@ -15,6 +15,10 @@ use crate::workers::WorkerPool;
 
 /// How often the accept loop looks at the shutdown flag.
 const POLL_INTERVAL: Duration = Duration::from_millis(50);
+/// How long a client may stay unreachable before its session ends, unless configured.
+pub const DEFAULT_CLIENT_TIMEOUT: Duration = Duration::from_secs(30);
+/// The shortest time a write to a client may block (a client that stopped reading).
+const MIN_WRITE_TIMEOUT: Duration = Duration::from_secs(120);
 /// How long shutdown waits for sessions to release their objects.
 const SESSION_DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -32,6 +36,8 @@ pub(crate) struct Shared {
     next_session: AtomicU64,
     /// The session workers, when sessions run in processes of their own.
     pub workers: Option<Arc<WorkerPool>>,
+    /// How long a client may stay unreachable before its connections fail.
+    pub client_timeout: Duration,
 }
 
 impl Shared {
@@ -51,6 +57,7 @@ impl Shared {
             lanes: LaneRegistry::default(),
             next_session: AtomicU64::new(1),
             workers: None,
+            client_timeout: DEFAULT_CLIENT_TIMEOUT,
         }
     }
 
@@ -94,6 +101,13 @@ pub(crate) fn accept_loop(listener: &Listener, shared: &Arc<Shared>) {
     while !shared.stopping() {
         match listener.accept() {
             Ok(stream) => {
+                if let Err(e) = bound_waits(&stream, shared.client_timeout) {
+                    log::warn!(
+                        "{}: cannot set up the connection: {e}",
+                        stream.peer_description()
+                    );
+                    continue;
+                }
                 let id = shared.next_session.fetch_add(1, Ordering::SeqCst);
                 let session_shared = shared.clone();
                 let spawned = std::thread::Builder::new()
@@ -164,4 +178,13 @@ fn serve_in_worker(stream: Stream, shared: &Shared, workers: &Arc<WorkerPool>, i
         }
         None => workers.close(id),
     }
+}
+
+/// Bounds every wait on a client's connection (its fd keeps these settings in the session's
+/// worker): a client that vanished is noticed within `client_timeout`, and a write to a client
+/// that stopped reading fails after four times that (at least two minutes: a program stopped
+/// in a debugger is not a dead one).
+fn bound_waits(stream: &Stream, client_timeout: Duration) -> std::io::Result<()> {
+    stream.set_liveness(client_timeout)?;
+    stream.set_write_timeout(Some((client_timeout * 4).max(MIN_WRITE_TIMEOUT)))
 }

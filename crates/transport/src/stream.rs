@@ -123,6 +123,28 @@ impl Stream {
         }
     }
 
+    /// Makes a peer that vanished (a host gone, a silent network partition) an error within
+    /// about `timeout`, whether or not anything is being sent: TCP keepalive probes an idle
+    /// connection, and TCP_USER_TIMEOUT bounds how long sent data (or a probe) may stay
+    /// unacknowledged. A peer that is merely busy still acknowledges at the TCP level, so a
+    /// long-running request is not mistaken for a dead peer. A Unix socket's peer closing is
+    /// seen at once, so it needs nothing.
+    pub fn set_liveness(&self, timeout: Duration) -> io::Result<()> {
+        let Stream::Tcp(tcp) = self else {
+            return Ok(());
+        };
+        let socket = socket2::SockRef::from(tcp);
+        let idle = (timeout / 3).max(Duration::from_secs(1));
+        let interval = (timeout / 6).max(Duration::from_secs(1));
+        socket.set_tcp_keepalive(
+            &socket2::TcpKeepalive::new()
+                .with_time(idle)
+                .with_interval(interval)
+                .with_retries(6),
+        )?;
+        socket.set_tcp_user_timeout(Some(timeout))
+    }
+
     /// Ends both directions; a thread blocked reading the stream wakes up.
     pub fn shutdown(&self) {
         let _ = match self {

@@ -5,6 +5,7 @@ mod config;
 use std::net::ToSocketAddrs;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::ArgMatches;
 use rgpu_server::{Server, ServerConfig, WorkerCommand};
@@ -86,6 +87,16 @@ pub struct ServerSettings {
     #[arg(long, env = "RGPU_SERVER_NAME")]
     name: Option<String>,
 
+    /// Seconds a client may stay unreachable (host gone, silent network partition) before its
+    /// session is ended and what it held is released.
+    #[arg(
+        long,
+        value_name = "SECONDS",
+        default_value_t = 30.0,
+        env = "RGPU_SERVER_CLIENT_TIMEOUT"
+    )]
+    client_timeout: f64,
+
     /// Where sessions run: `process` (each in a worker process of its own, so a crash or a
     /// sticky GPU error ends only that session) or `thread` (all in this process; debugging).
     #[arg(
@@ -145,6 +156,7 @@ pub fn run(args: ServerArgs, matches: &ArgMatches) -> Result<ExitCode, String> {
         cuda: !args.no_cuda,
         cuda_library: args.cuda_library,
         name: args.name.unwrap_or_else(host_name),
+        client_timeout: positive_seconds("client_timeout", args.client_timeout)?,
         workers: match args.isolation {
             Isolation::Thread => None,
             Isolation::Process => Some(WorkerCommand {
@@ -201,6 +213,16 @@ pub fn run_worker() -> Result<ExitCode, String> {
         }
     })?;
     Ok(ExitCode::SUCCESS)
+}
+
+fn positive_seconds(name: &str, seconds: f64) -> Result<Duration, String> {
+    if seconds.is_finite() && seconds > 0.0 {
+        Ok(Duration::from_secs_f64(seconds))
+    } else {
+        Err(format!(
+            "{name}: {seconds} is not a positive number of seconds"
+        ))
+    }
 }
 
 /// Whether only this machine can reach `endpoint` (a Unix socket or a loopback address).

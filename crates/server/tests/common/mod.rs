@@ -47,6 +47,7 @@ impl Running {
             name: "test-server".into(),
             // Sessions on threads: a library test has no rgpu executable to start workers.
             workers: None,
+            client_timeout: std::time::Duration::from_secs(30),
         })
         .expect("server binds");
         let endpoint = server.local_endpoint();

@@ -1,0 +1,194 @@
+"""Dead peers are detected on both sides, through a real silent network partition.
+
+The client runs in a network namespace made for the test, joined to this machine by a veth
+pair; the server listens on this machine's end. nftables rules on both ends drop what arrives
+over the link, so the cut is silent (no reset, no ICMP, no local error for the sender), as a
+pulled cable or a dead switch would be. With short liveness
+times (client RGPU_LIVENESS_TIMEOUT=4, server --client-timeout 6):
+- a client waiting for a reply, and one in a loop of small writes, fail with an error within
+  about the liveness time instead of hanging;
+- the server ends a vanished client's session (and its worker) within about its client
+  timeout;
+- after the link heals, new clients are served.
+Needs root (network namespaces), iproute2 and nftables; skipped without root."""
+
+import os
+import re
+import shutil
+import subprocess
+import time
+
+import pytest
+
+import rgpu_harness as h
+
+CLIENT_LIVENESS = 4
+SERVER_CLIENT_TIMEOUT = 6
+# Detection takes about the liveness time; the margin covers process start and scheduling on
+# a loaded 2-core machine, not another timeout.
+MARGIN = 12
+
+
+def ip(*args, check=True):
+    return subprocess.run(["ip", *args], capture_output=True, text=True, check=check)
+
+
+class Link:
+    """A network namespace with a veth pair to this machine, and a switch to cut it."""
+
+    def __init__(self):
+        n = os.getpid() % 200 + 20
+        self.ns = f"rgpu-lv{os.getpid()}"
+        self.host_if, self.ns_if = f"rgl{os.getpid()}a", f"rgl{os.getpid()}b"
+        self.host_ip, self.ns_ip = f"10.213.{n}.1", f"10.213.{n}.2"
+        ip("netns", "add", self.ns)
+        ip("link", "add", self.host_if, "type", "veth", "peer", "name", self.ns_if)
+        ip("link", "set", self.ns_if, "netns", self.ns)
+        ip("addr", "add", f"{self.host_ip}/30", "dev", self.host_if)
+        ip("link", "set", self.host_if, "up")
+        self.in_ns("ip", "addr", "add", f"{self.ns_ip}/30", "dev", self.ns_if)
+        self.in_ns("ip", "link", "set", self.ns_if, "up")
+        self.in_ns("ip", "link", "set", "lo", "up")
+        self.cut_now = False
+        self.table = f"rgpu_liveness_{os.getpid()}"
+
+    def in_ns(self, *cmd):
+        return subprocess.run(["ip", "netns", "exec", self.ns, *cmd], capture_output=True,
+                              text=True, check=True)
+
+    def cut(self):
+        """Both directions, silently: each end drops what arrives from the other (a table of
+        this test's own on this machine, matching only its veth; and one in the namespace)."""
+        for prefix in ([], ["ip", "netns", "exec", self.ns]):
+            match = f'iifname "{self.host_if}" ' if not prefix else ""
+            script = (f"table inet {self.table} {{\n chain input {{\n"
+                      f"  type filter hook input priority 0; policy accept;\n  {match}drop\n"
+                      " }\n}\n")
+            subprocess.run(prefix + ["nft", "-f", "-"], input=script, text=True, check=True,
+                           capture_output=True)
+        self.cut_now = True
+
+    def heal(self):
+        if self.cut_now:
+            for prefix in ([], ["ip", "netns", "exec", self.ns]):
+                subprocess.run(prefix + ["nft", "delete", "table", "inet", self.table],
+                               capture_output=True)
+            self.cut_now = False
+
+    def remove(self):
+        self.heal()
+        ip("link", "del", self.host_if, check=False)
+        ip("netns", "del", self.ns, check=False)
+
+
+@pytest.fixture
+def link():
+    if os.geteuid() != 0:
+        pytest.skip("needs root to make a network namespace")
+    missing = [tool for tool in ("ip", "nft") if not shutil.which(tool)]
+    assert not missing, f"{missing} not installed (scripts/setup.sh installs iproute2, nftables)"
+    made = Link()
+    try:
+        yield made
+    finally:
+        made.remove()
+
+
+@pytest.fixture
+def partition_server(start_server, link, tmp_path):
+    token = tmp_path / "token"
+    subprocess.run([str(h.RGPU), "token", "new", str(token)], check=True, capture_output=True)
+    server = start_server(token_file=token, listen=f"{link.host_ip}:0",
+                          args=["--client-timeout", str(SERVER_CLIENT_TIMEOUT)])
+    return server, token
+
+
+class NsClient:
+    """A test program run through `rgpu run` inside the namespace; stdout read line by line."""
+
+    def __init__(self, link, server, token, cmd, **env):
+        full = ["ip", "netns", "exec", link.ns] + h.rgpu_run_cmd([server], cmd, token_file=token)
+        self.proc = subprocess.Popen(
+            full, env=h.base_env(RGPU_TEST_PLATFORM="rgpu",
+                                 RGPU_LIVENESS_TIMEOUT=str(CLIENT_LIVENESS), **env),
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            errors="replace", start_new_session=True)
+        self.out: list[str] = []
+
+    def wait_line(self, pattern, timeout):
+        rx = re.compile(pattern)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            line = self.proc.stdout.readline()
+            if not line:
+                return False
+            self.out.append(line.rstrip())
+            if rx.search(line):
+                return True
+        return False
+
+    def finish(self, timeout):
+        """Waits for the exit; returns (status or None on timeout, seconds waited)."""
+        t0 = time.monotonic()
+        try:
+            rest, _ = self.proc.communicate(timeout=timeout)
+            self.out += rest.splitlines()
+            return self.proc.returncode, time.monotonic() - t0
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, 9)
+            self.proc.communicate()
+            return None, time.monotonic() - t0
+
+    def describe(self):
+        return "\n".join(self.out[-30:])
+
+
+def test_a_waiting_call_fails_within_the_liveness_time(partition_server, link, c_program):
+    server, token = partition_server
+    client = NsClient(link, server, token, [c_program("isolation"), "secret", "s3cret-value"])
+    assert client.wait_line(r"^READY", 60), client.describe() + server.log_tail()
+    link.cut()
+    client.proc.stdin.write("go\n")
+    client.proc.stdin.flush()
+    status, waited = client.finish(CLIENT_LIVENESS + MARGIN)
+    assert status is not None, f"the client still hung {waited:.0f} s into the partition"
+    assert status != 0, client.describe()
+    assert waited <= CLIENT_LIVENESS + MARGIN
+
+
+@pytest.mark.parametrize("lanes", ["4", "0"])
+def test_small_writes_fail_within_the_liveness_time(partition_server, link, c_program, lanes):
+    server, token = partition_server
+    # 1 MiB writes, each followed by a small blocking read, in a loop.
+    client = NsClient(link, server, token, [c_program("stress_write"), "1", "0", "write"],
+                      RGPU_LANES=lanes)
+    assert client.wait_line(r"^WROTE 3$", 60), client.describe() + server.log_tail()
+    link.cut()
+    status, waited = client.finish(CLIENT_LIVENESS + MARGIN)
+    assert status is not None, f"the client still hung {waited:.0f} s into the partition"
+    assert status != 0, client.describe()
+
+
+def test_the_server_reclaims_a_vanished_client(partition_server, link, c_program):
+    server, token = partition_server
+    client = NsClient(link, server, token, [c_program("isolation"), "secret", "held"])
+    assert client.wait_line(r"^READY", 60), client.describe() + server.log_tail()
+    m = re.findall(r"session (\d+): isolation\[\d+\] connected", server.log())
+    assert m, server.log_tail()
+    session = m[-1]
+    link.cut()
+    t0 = time.monotonic()
+    ended = re.compile(rf"session {session}\b.*(connection lost|disconnected)")
+    while time.monotonic() - t0 < SERVER_CLIENT_TIMEOUT + MARGIN:
+        if ended.search(server.log()):
+            break
+        time.sleep(0.2)
+    waited = time.monotonic() - t0
+    assert ended.search(server.log()), (f"session {session} still open {waited:.0f} s into "
+                                        f"the partition\n{server.log_tail()}")
+    client.finish(1)
+    # The link heals: the server serves new clients from there.
+    link.heal()
+    again = NsClient(link, server, token, [c_program("buffers")])
+    status, _ = again.finish(120)
+    assert status == 0, again.describe() + server.log_tail()
