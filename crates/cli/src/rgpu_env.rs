@@ -166,8 +166,8 @@ impl Drop for RgpuEnv {
     }
 }
 
-/// `librgpu_opencl.so`: in `RGPU_LIBRARY_DIR`, else next to the `rgpu` executable (cargo
-/// builds both into the same directory), else in `../lib` of it (an installed layout).
+/// `librgpu_opencl.so` (and beside it `librgpu_cuda.so`): in `RGPU_LIBRARY_DIR`, else the
+/// first of [`icd_library_candidates`] of the `rgpu` executable that exists.
 pub fn find_icd_library() -> Result<PathBuf, String> {
     if let Some(dir) = std::env::var_os(LIBRARY_DIR_ENV).filter(|d| !d.is_empty()) {
         let path = Path::new(&dir).join(ICD_LIBRARY_NAME);
@@ -176,20 +176,30 @@ pub fn find_icd_library() -> Result<PathBuf, String> {
     }
     let exe = std::env::current_exe().map_err(|e| format!("cannot locate rgpu itself: {e}"))?;
     let exe_dir = exe.parent().unwrap_or(Path::new("."));
-    let candidates = [
-        exe_dir.join(ICD_LIBRARY_NAME),
-        exe_dir.join("../lib").join(ICD_LIBRARY_NAME),
-    ];
-    candidates
+    icd_library_candidates(exe_dir)
         .iter()
         .find_map(|path| std::fs::canonicalize(path).ok())
         .ok_or_else(|| {
             format!(
-                "cannot find {ICD_LIBRARY_NAME} next to {} (build it with `cargo build --release`, \
-                 which puts it beside target/release/rgpu, or set {LIBRARY_DIR_ENV})",
-                exe.display()
+                "cannot find {ICD_LIBRARY_NAME} next to {exe} nor in ../lib/rgpu or ../lib of it \
+                 (build it with `cargo build --release`, which puts it beside target/release/rgpu; \
+                 the packages install it in /usr/lib/rgpu; or set {LIBRARY_DIR_ENV})",
+                exe = exe.display()
             )
         })
+}
+
+/// Where `librgpu_opencl.so` may be, for an `rgpu` executable in `exe_dir`, in order: beside it
+/// (cargo builds both into the same directory), in `../lib/rgpu` (the installed layout:
+/// `/usr/bin/rgpu` and `/usr/lib/rgpu/`, or `bin/` and `lib/rgpu/` of the tarball; a private
+/// directory, because `librgpu_cuda.so` carries the soname `libcuda.so.1` and must stay out of
+/// the directories ldconfig scans), and in `../lib`.
+fn icd_library_candidates(exe_dir: &Path) -> [PathBuf; 3] {
+    [
+        exe_dir.join(ICD_LIBRARY_NAME),
+        exe_dir.join("../lib/rgpu").join(ICD_LIBRARY_NAME),
+        exe_dir.join("../lib").join(ICD_LIBRARY_NAME),
+    ]
 }
 
 /// `LD_LIBRARY_PATH` with `dir` first, so the program's `libcuda.so.1` is rgpu's.
@@ -286,6 +296,30 @@ mod tests {
         drop(env);
         assert!(!dir.exists());
         std::fs::remove_dir_all(lib_dir).unwrap();
+    }
+
+    #[test]
+    fn icd_library_is_found_in_the_installed_layout() {
+        // Canonical, as the paths found are.
+        let root = std::fs::canonicalize(create_private_dir().unwrap()).unwrap();
+        let bin = root.join("usr/bin");
+        let private_lib = root.join("usr/lib/rgpu");
+        std::fs::create_dir_all(&bin).unwrap();
+        std::fs::create_dir_all(&private_lib).unwrap();
+        let find = || {
+            icd_library_candidates(&bin)
+                .iter()
+                .find_map(|path| std::fs::canonicalize(path).ok())
+        };
+        assert_eq!(find(), None);
+        std::fs::write(root.join("usr/lib").join(ICD_LIBRARY_NAME), b"").unwrap();
+        assert_eq!(find(), Some(root.join("usr/lib").join(ICD_LIBRARY_NAME)));
+        // The private directory wins over ../lib, and the executable's own directory over both.
+        std::fs::write(private_lib.join(ICD_LIBRARY_NAME), b"").unwrap();
+        assert_eq!(find(), Some(private_lib.join(ICD_LIBRARY_NAME)));
+        std::fs::write(bin.join(ICD_LIBRARY_NAME), b"").unwrap();
+        assert_eq!(find(), Some(bin.join(ICD_LIBRARY_NAME)));
+        std::fs::remove_dir_all(root).unwrap();
     }
 
     #[test]

@@ -223,6 +223,27 @@ mod tests {
         assert_eq!(again.settings.listen, "127.0.0.1:7450");
     }
 
+    /// The packaged config (packaging/server.toml) documents every setting, each with its
+    /// environment variable, and is itself a valid config.
+    #[test]
+    fn packaged_config_documents_every_setting() {
+        let text = include_str!("../../../../../packaging/server.toml");
+        for key in keys() {
+            let line = format!("{} = ", key.name);
+            assert!(
+                text.lines()
+                    .any(|l| l.trim_start_matches('#').starts_with(&line)),
+                "packaging/server.toml does not show `{}`",
+                key.name
+            );
+            if let Some(env) = &key.env {
+                assert!(text.contains(env.as_str()), "packaging/server.toml lacks {env}");
+            }
+        }
+        let r = resolve_with(&[], Some(text)).unwrap();
+        assert_eq!(r.settings.listen, "127.0.0.1:7450");
+    }
+
     #[test]
     fn unknown_keys_and_wrong_types_are_errors() {
         let err = resolve_with(&[], Some("lisen = \"x\"\n")).unwrap_err();
