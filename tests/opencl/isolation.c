@@ -7,6 +7,9 @@
  *                                and checks TEXT is intact: "OK"
  *   isolation peek ADDRESS LEN   runs a kernel that reads LEN bytes at ADDRESS (another
  *                                session's buffer, on a CPU device) and prints "PEEKED <bytes>"
+ *   isolation allocate BYTES N   creates N buffers of BYTES each, writing each once: prints
+ *                                "ALLOCATED <i>" for each, or "REFUSED <i> <code>" at the first
+ *                                refusal (quotas), then "FREED" after releasing them
  * Exit status 0 unless a check fails. */
 #include "common.h"
 
@@ -40,6 +43,32 @@ int main(int argc, char **argv) {
         fflush(stdout);
         build(ctx, "-D", &status);
         printf("RETURNED %d (%s)\n", (int)status, cl_err_name(status));
+        return 0;
+    }
+
+    if (!strcmp(argv[1], "allocate")) {
+        REQUIRE(argc >= 4, "allocate BYTES N");
+        size_t bytes = (size_t)strtoull(argv[2], NULL, 10);
+        int n = atoi(argv[3]);
+        cl_mem *bufs = calloc((size_t)n, sizeof *bufs);
+        int made = 0;
+        for (; made < n; made++) {
+            cl_int err;
+            bufs[made] = clCreateBuffer(ctx, CL_MEM_READ_WRITE, bytes, NULL, &err);
+            if (err == CL_SUCCESS) {
+                unsigned char one = 1;
+                err = clEnqueueWriteBuffer(q, bufs[made], CL_TRUE, bytes - 1, 1, &one, 0, NULL,
+                                           NULL);
+            }
+            if (err != CL_SUCCESS) {
+                printf("REFUSED %d %d (%s)\n", made, (int)err, cl_err_name(err));
+                break;
+            }
+            printf("ALLOCATED %d\n", made);
+        }
+        fflush(stdout);
+        for (int i = 0; i < made; i++) CHECK(clReleaseMemObject(bufs[i]));
+        printf("FREED\n");
         return 0;
     }
 

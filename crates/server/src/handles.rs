@@ -2,23 +2,28 @@
 //! object. A client can only ever name what its own session created.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use rgpu_cl_api::sys;
 use rgpu_protocol::opencl::{Id, ObjKind};
 
+use crate::limits::Usage;
 use crate::native::{ClResult, Context, Event, Kernel, Mem, Program, Queue, Sampler};
 
-/// One kind's table. `missing` is the OpenCL error for an id that is not in it.
+/// One kind's table. `missing` is the OpenCL error for an id that is not in it. Every entry
+/// counts against the session's object quota.
 pub struct Table<T> {
     entries: HashMap<Id, T>,
     missing: i32,
+    usage: Arc<Usage>,
 }
 
 impl<T> Table<T> {
-    fn new(missing: i32) -> Table<T> {
+    fn new(missing: i32, usage: &Arc<Usage>) -> Table<T> {
         Table {
             entries: HashMap::new(),
             missing,
+            usage: usage.clone(),
         }
     }
 
@@ -30,10 +35,13 @@ impl<T> Table<T> {
         self.entries.get_mut(&id).ok_or(self.missing)
     }
 
-    /// Checks that a client-chosen id can name a new object (non-zero, not in use).
+    /// Checks that a client-chosen id can name a new object (non-zero, not in use) and that
+    /// the session's object quota has room for it.
     pub fn check_free(&self, id: Id) -> ClResult<()> {
         if id == 0 || self.entries.contains_key(&id) {
             Err(sys::CL_INVALID_VALUE)
+        } else if !self.usage.has_room_for_object() {
+            Err(sys::CL_OUT_OF_HOST_MEMORY)
         } else {
             Ok(())
         }
@@ -42,11 +50,14 @@ impl<T> Table<T> {
     pub fn insert(&mut self, id: Id, value: T) -> ClResult<()> {
         self.check_free(id)?;
         self.entries.insert(id, value);
+        self.usage.add_objects(1);
         Ok(())
     }
 
     pub fn remove(&mut self, id: Id) -> ClResult<T> {
-        self.entries.remove(&id).ok_or(self.missing)
+        let value = self.entries.remove(&id).ok_or(self.missing)?;
+        self.usage.remove_objects(1);
+        Ok(value)
     }
 
     pub fn iter(&self) -> impl Iterator<Item = (&Id, &T)> {
@@ -63,6 +74,7 @@ impl<T> Table<T> {
 
     /// Removes and drops (releases) every entry.
     fn clear(&mut self) {
+        self.usage.remove_objects(self.entries.len());
         self.entries.clear();
     }
 }
@@ -77,6 +89,8 @@ pub struct MemEntry {
     pub mem: Mem,
     /// A sub-buffer or an image made from another mem object: released before the others.
     pub derived: bool,
+    /// Bytes counted against the session's memory quota (given back at release).
+    pub charged: u64,
 }
 
 /// How a kernel argument may be set (from clGetKernelArgInfo); guards the server against a
@@ -97,18 +111,31 @@ pub struct Handles {
     pub programs: Table<Program>,
     pub kernels: Table<KernelEntry>,
     pub events: Table<Event>,
+    /// The session's memory and object counts (shared with its CUDA state).
+    pub usage: Arc<Usage>,
 }
 
 impl Handles {
-    pub fn new() -> Handles {
+    pub fn new(usage: Arc<Usage>) -> Handles {
         Handles {
-            contexts: Table::new(sys::CL_INVALID_CONTEXT),
-            queues: Table::new(sys::CL_INVALID_COMMAND_QUEUE),
-            mems: Table::new(sys::CL_INVALID_MEM_OBJECT),
-            samplers: Table::new(sys::CL_INVALID_SAMPLER),
-            programs: Table::new(sys::CL_INVALID_PROGRAM),
-            kernels: Table::new(sys::CL_INVALID_KERNEL),
-            events: Table::new(sys::CL_INVALID_EVENT),
+            contexts: Table::new(sys::CL_INVALID_CONTEXT, &usage),
+            queues: Table::new(sys::CL_INVALID_COMMAND_QUEUE, &usage),
+            mems: Table::new(sys::CL_INVALID_MEM_OBJECT, &usage),
+            samplers: Table::new(sys::CL_INVALID_SAMPLER, &usage),
+            programs: Table::new(sys::CL_INVALID_PROGRAM, &usage),
+            kernels: Table::new(sys::CL_INVALID_KERNEL, &usage),
+            events: Table::new(sys::CL_INVALID_EVENT, &usage),
+            usage,
+        }
+    }
+
+    /// Counts `bytes` of a new buffer or image against the memory quota; the caller gives
+    /// them back if the creation then fails.
+    pub fn charge_memory(&self, bytes: u64) -> ClResult<()> {
+        if self.usage.charge_memory(bytes) {
+            Ok(())
+        } else {
+            Err(sys::CL_OUT_OF_RESOURCES)
         }
     }
 
@@ -117,7 +144,10 @@ impl Handles {
         match kind {
             ObjKind::Context => self.contexts.remove(id).map(drop),
             ObjKind::Queue => self.queues.remove(id).map(drop),
-            ObjKind::Mem => self.mems.remove(id).map(drop),
+            ObjKind::Mem => self
+                .mems
+                .remove(id)
+                .map(|entry| self.usage.refund_memory(entry.charged)),
             ObjKind::Sampler => self.samplers.remove(id).map(drop),
             ObjKind::Program => self.programs.remove(id).map(drop),
             ObjKind::Kernel => self.kernels.remove(id).map(drop),

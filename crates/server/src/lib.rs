@@ -14,6 +14,7 @@ mod cuda;
 mod handles;
 mod inventory;
 mod lanes;
+mod limits;
 mod listener;
 mod native;
 mod opencl;
@@ -21,6 +22,7 @@ mod session;
 mod staging;
 mod workers;
 
+pub use limits::{parse_size, Limits};
 pub use workers::{run_worker, WorkerCommand, WorkerSettings, WorkerStop};
 
 use std::path::PathBuf;
@@ -56,6 +58,8 @@ pub struct ServerConfig {
     /// How long a client may stay unreachable (a host gone, a silent partition) before its
     /// session is ended and everything it held released (see `Stream::set_liveness`).
     pub client_timeout: std::time::Duration,
+    /// Quotas: sessions in all and per client, memory and objects per session, idle time.
+    pub limits: Limits,
     /// Serve each session in a worker process started with this command (see [`workers`]);
     /// `None` serves them on threads of this process (tests of the library).
     pub workers: Option<WorkerCommand>,
@@ -92,6 +96,7 @@ impl Server {
             cuda: config.cuda,
             cuda_library: config.cuda_library.clone(),
             name: config.name.clone(),
+            limits: config.limits.clone(),
         };
         let mut shared = load_shared(settings.clone(), true);
         shared.token = config.token.clone();
@@ -177,7 +182,9 @@ pub(crate) fn load_shared(settings: WorkerSettings, announce: bool) -> Shared {
     } else {
         None
     };
-    Shared::new(inventory, cuda, None, settings.name)
+    let mut shared = Shared::new(inventory, cuda, None, settings.name);
+    shared.limits = settings.limits;
+    shared
 }
 
 /// The rgpu ICD, if the loader finds it, must not connect this server to servers (possibly

@@ -7,10 +7,12 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use rgpu_protocol::LaneAttach;
 use rgpu_transport::{Listener, Stream, Token};
 
 use crate::inventory::Inventory;
 use crate::lanes::LaneRegistry;
+use crate::limits::{Admission, ClientKey, Limits, Slot};
 use crate::workers::WorkerPool;
 
 /// How often the accept loop looks at the shutdown flag.
@@ -38,6 +40,9 @@ pub(crate) struct Shared {
     pub workers: Option<Arc<WorkerPool>>,
     /// How long a client may stay unreachable before its connections fail.
     pub client_timeout: Duration,
+    /// The quotas, and the count of live sessions they limit.
+    pub limits: Limits,
+    pub admission: Arc<Admission>,
 }
 
 impl Shared {
@@ -58,6 +63,36 @@ impl Shared {
             next_session: AtomicU64::new(1),
             workers: None,
             client_timeout: DEFAULT_CLIENT_TIMEOUT,
+            limits: Limits::default(),
+            admission: Arc::default(),
+        }
+    }
+
+    /// Decides a handshake's admission: a data lane goes to `join_lane`, a new session takes
+    /// a place in `slot` if the session limits leave one.
+    pub fn admit(
+        &self,
+        lane: Option<&LaneAttach>,
+        stream: &Stream,
+        slot: &mut Option<Slot>,
+        join_lane: impl FnOnce(&LaneAttach, &Stream) -> Result<(), String>,
+    ) -> Result<(), String> {
+        match lane {
+            Some(lane) => join_lane(lane, stream),
+            None => {
+                let client = match stream.peer_ip() {
+                    Some(ip) => ClientKey::Address(ip),
+                    None => ClientKey::Local,
+                };
+                let taken = self
+                    .admission
+                    .admit(&self.limits, client)
+                    .inspect_err(|why| {
+                        log::warn!("{}: refused: {why}", stream.peer_description())
+                    })?;
+                *slot = Some(taken);
+                Ok(())
+            }
         }
     }
 
@@ -165,8 +200,12 @@ fn serve_in_worker(stream: Stream, shared: &Shared, workers: &Arc<WorkerPool>, i
     }
     let lane_key = rgpu_transport::random_lane_key();
     workers.open(id, lane_key);
-    let admitted = crate::session::handshake(stream, shared, id, lane_key, |attach, lane| {
-        workers.join_lane(attach, lane)
+    // Held until the session's worker has ended.
+    let mut slot = None;
+    let admitted = crate::session::handshake(stream, shared, id, lane_key, |lane, stream| {
+        shared.admit(lane, stream, &mut slot, |attach, lane| {
+            workers.join_lane(attach, lane)
+        })
     });
     // The worker owns the connection from here on; the listener keeps no handle on it.
     shared.unregister(id);

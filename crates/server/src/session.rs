@@ -19,6 +19,7 @@ use crate::completion::{Completion, Job};
 use crate::handles::Handles;
 use crate::inventory::Inventory;
 use crate::lanes::{LaneReaders, Striped};
+use crate::limits::IdleClock;
 use crate::listener::Shared;
 use crate::native::{Cl, ClResult, Event, Waker};
 use crate::staging::{StagingPool, CHUNK_SIZE, POOL_BUFFERS};
@@ -110,6 +111,8 @@ pub enum End {
     Protocol(String),
     /// The connection failed.
     Broken(String),
+    /// The client sent no request for the idle timeout (logged by the watchdog).
+    Idle,
 }
 
 impl End {
@@ -134,15 +137,15 @@ pub(crate) struct Admitted {
     pub lane_key: LaneKey,
 }
 
-/// Runs the handshake on an accepted connection. A new session comes back admitted; a data
-/// lane is handed to `admit_lane` (which checks its key against its session) and `None`
-/// comes back, as it does for a refused or vanished client (logged here).
+/// Runs the handshake on an accepted connection; `admit` decides (see `Shared::admit`). A new
+/// session comes back admitted; for a data lane (taken by `admit`) `None` comes back, as it
+/// does for a refused or vanished client (logged here).
 pub(crate) fn handshake(
     mut stream: Stream,
     shared: &Shared,
     id: u64,
     lane_key: LaneKey,
-    admit_lane: impl FnOnce(&LaneAttach, &Stream) -> Result<(), String>,
+    admit: impl FnOnce(Option<&LaneAttach>, &Stream) -> Result<(), String>,
 ) -> Option<Admitted> {
     let peer = stream.peer_description();
     let hello = server_handshake(
@@ -151,7 +154,7 @@ pub(crate) fn handshake(
         &shared.name,
         id,
         lane_key,
-        admit_lane,
+        admit,
     );
     match hello {
         Ok(hello) => match hello.lane {
@@ -194,8 +197,12 @@ pub(crate) fn run(stream: Stream, shared: Arc<Shared>, id: u64) {
     // Open to lanes before the welcome: the client may open them as soon as it has it.
     let lane_key = random_lane_key();
     shared.lanes.open(id, lane_key);
-    let admitted = handshake(stream, &shared, id, lane_key, |attach, lane| {
-        shared.lanes.join(attach, lane)
+    // Held until the session has ended.
+    let mut slot = None;
+    let admitted = handshake(stream, &shared, id, lane_key, |lane, stream| {
+        shared.admit(lane, stream, &mut slot, |attach, lane| {
+            shared.lanes.join(attach, lane)
+        })
     });
     if let Some(admitted) = admitted {
         serve(admitted, &shared, id);
@@ -228,11 +235,19 @@ pub(crate) fn serve(admitted: Admitted, shared: &Arc<Shared>, id: u64) {
         }
     };
     let lanes = shared.lanes.open_or_get(id, lane_key);
+    let idle = match (shared.limits.idle_timeout, stream.try_clone()) {
+        (Some(timeout), Ok(watched)) => Some(IdleClock::start(id, timeout, watched)),
+        _ => None,
+    };
     let mut session = Session::new(id, shared.clone(), stream, read_half, write_half);
     session.lanes = Some(LaneReaders::new(lanes));
+    session.idle = idle.clone();
     let end = session.serve();
+    if let Some(idle) = idle {
+        idle.end();
+    }
     match &end {
-        End::Closed => {}
+        End::Closed | End::Idle => {}
         End::Stopped => log::debug!("session {id}: server shutting down"),
         End::Protocol(why) => log::warn!("session {id} ({client} at {peer}): {why}; closing it"),
         End::Broken(why) => log::warn!("session {id} ({client} at {peer}): connection lost: {why}"),
@@ -268,6 +283,8 @@ pub struct Session {
     bulk: Incoming,
     /// The session's CUDA objects, from its first CUDA request on.
     pub(crate) cuda: Option<crate::cuda::CudaSession>,
+    /// Closes the session when it stays idle too long (with `idle_timeout` set).
+    idle: Option<Arc<IdleClock>>,
 }
 
 impl Session {
@@ -282,12 +299,13 @@ impl Session {
             inner: Mutex::new(FrameWriter::new(write_half)),
         });
         let pending_user_events = Arc::new(AtomicUsize::new(0));
+        let handles = Handles::new(crate::limits::Usage::new(id, &shared.limits));
         let completion = Completion::start(id, writer.clone(), pending_user_events.clone());
         Session {
             id,
             inventory: shared.inventory.clone(),
             shared,
-            handles: Handles::new(),
+            handles,
             stream,
             reader: FrameReader::new(read_half),
             writer,
@@ -300,13 +318,23 @@ impl Session {
             lanes: None,
             bulk: Incoming::Inline { remaining: 0 },
             cuda: None,
+            idle: None,
         }
     }
 
     /// The request loop.
     fn serve(&mut self) -> End {
         loop {
+            if let Some(idle) = &self.idle {
+                idle.waiting();
+            }
             let frame = self.reader.read_frame();
+            if let Some(idle) = &self.idle {
+                if idle.fired() {
+                    return End::Idle;
+                }
+                idle.working();
+            }
             let (header, msg) = match frame {
                 Ok((header, body)) => (header, decode_body::<ClientMsg>(body)),
                 Err(e) => return End::from_transport(e, self.shared.stopping()),

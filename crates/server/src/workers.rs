@@ -51,6 +51,7 @@ pub struct WorkerSettings {
     pub cuda: bool,
     pub cuda_library: Option<PathBuf>,
     pub name: String,
+    pub limits: crate::limits::Limits,
 }
 
 /// How to start a worker: this program, with these arguments (`server-worker`).

@@ -201,21 +201,22 @@ pub fn client_handshake(
 pub struct ClientHello {
     /// The client's self-description, for logs.
     pub name: String,
-    /// Set when the connection joined another session as its data lane (`admit_lane` took it).
+    /// Set when the connection joined another session as its data lane (`admit` took it).
     pub lane: Option<LaneAttach>,
 }
 
 /// Runs the server side of the handshake. With a token, the client must prove it holds it;
-/// without one, only local clients are let in. A connection that asks to be a data lane is
-/// welcomed only if `admit_lane` takes it (and its stream); otherwise it gets `lane_key`, the
-/// key its own future lanes must present.
+/// without one, only local clients are let in. Then `admit` decides, for a data lane
+/// (`Some(attach)`: it takes the lane's stream) or a new session (`None`: room for one more?);
+/// its `Err` reaches the client as the reason it was refused. A new session gets `lane_key`,
+/// the key its own future lanes must present.
 pub fn server_handshake(
     stream: &mut Stream,
     token: Option<&Token>,
     server_name: &str,
     session_id: u64,
     lane_key: LaneKey,
-    admit_lane: impl FnOnce(&LaneAttach, &Stream) -> Result<(), String>,
+    admit: impl FnOnce(Option<&LaneAttach>, &Stream) -> Result<(), String>,
 ) -> Result<ClientHello, TransportError> {
     stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
     exchange_preambles(stream)?;
@@ -275,17 +276,15 @@ pub fn server_handshake(
             auth::server_proof(token.as_bytes(), &server_nonce, &client_nonce)
         }
     };
-    if let Some(lane) = &lane {
-        if let Err(message) = admit_lane(lane, stream) {
-            let _ = writer.send(
-                &ServerMsg::Fatal {
-                    message: message.clone(),
-                },
-                0,
-                &[],
-            );
-            return Err(TransportError::Auth(message));
-        }
+    if let Err(message) = admit(lane.as_ref(), stream) {
+        let _ = writer.send(
+            &ServerMsg::Fatal {
+                message: message.clone(),
+            },
+            0,
+            &[],
+        );
+        return Err(TransportError::Auth(message));
     }
     writer.send(
         &ServerMsg::Welcome {

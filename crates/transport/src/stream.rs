@@ -161,6 +161,14 @@ impl Stream {
         }
     }
 
+    /// The peer's IP address (`None` for a Unix socket).
+    pub fn peer_ip(&self) -> Option<std::net::IpAddr> {
+        match self {
+            Stream::Unix(_) => None,
+            Stream::Tcp(s) => s.peer_addr().ok().map(|a| a.ip()),
+        }
+    }
+
     pub fn peer_description(&self) -> String {
         match self {
             Stream::Unix(_) => "unix socket peer".to_string(),

@@ -27,7 +27,10 @@ fn handshake(
             "test-server",
             77,
             KEY,
-            |_, _| Err("no lanes here".into()),
+            |lane, _| match lane {
+                None => Ok(()),
+                Some(_) => Err("no lanes here".into()),
+            },
         )
         .map(|hello| hello.name)
     });
@@ -106,6 +109,7 @@ fn lanes_join_only_with_the_key() {
         let server = thread::spawn(move || {
             let mut stream = Stream::Unix(b);
             server_handshake(&mut stream, None, "s", 78, [0; 32], |lane, _| {
+                let lane = lane.ok_or("expected a lane")?;
                 if lane.session == 77 && lane.key == KEY && lane.index == 2 {
                     Ok(())
                 } else {

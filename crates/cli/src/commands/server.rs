@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::ArgMatches;
-use rgpu_server::{Server, ServerConfig, WorkerCommand};
+use rgpu_server::{parse_size, Limits, Server, ServerConfig, WorkerCommand};
 use rgpu_transport::{Endpoint, Token};
 use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
@@ -97,6 +97,53 @@ pub struct ServerSettings {
     )]
     client_timeout: f64,
 
+    /// Sessions at once from all clients (0: no limit); one more is refused at connect.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 64,
+        env = "RGPU_SERVER_MAX_SESSIONS"
+    )]
+    max_sessions: usize,
+
+    /// Sessions at once from one client address (0: no limit).
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 16,
+        env = "RGPU_SERVER_MAX_SESSIONS_PER_CLIENT"
+    )]
+    max_sessions_per_client: usize,
+
+    /// Device memory one session may hold: buffers, images, CUDA allocations (e.g. 16G; 0: no
+    /// limit but the device's). Past it, allocations fail with the API's out-of-memory error.
+    #[arg(
+        long,
+        value_name = "SIZE",
+        default_value = "0",
+        env = "RGPU_SERVER_SESSION_MEMORY"
+    )]
+    session_memory: String,
+
+    /// Objects one session may hold at once (contexts, queues, buffers, kernels, events,
+    /// streams, ...; 0: no limit).
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 100_000,
+        env = "RGPU_SERVER_SESSION_OBJECTS"
+    )]
+    session_objects: usize,
+
+    /// Close a session that sends no request for this many seconds (0: never).
+    #[arg(
+        long,
+        value_name = "SECONDS",
+        default_value_t = 0.0,
+        env = "RGPU_SERVER_IDLE_TIMEOUT"
+    )]
+    idle_timeout: f64,
+
     /// Where sessions run: `process` (each in a worker process of its own, so a crash or a
     /// sticky GPU error ends only that session) or `thread` (all in this process; debugging).
     #[arg(
@@ -157,6 +204,17 @@ pub fn run(args: ServerArgs, matches: &ArgMatches) -> Result<ExitCode, String> {
         cuda_library: args.cuda_library,
         name: args.name.unwrap_or_else(host_name),
         client_timeout: positive_seconds("client_timeout", args.client_timeout)?,
+        limits: Limits {
+            max_sessions: args.max_sessions,
+            max_sessions_per_client: args.max_sessions_per_client,
+            idle_timeout: match args.idle_timeout {
+                0.0 => None,
+                seconds => Some(positive_seconds("idle_timeout", seconds)?),
+            },
+            session_memory: parse_size(&args.session_memory)
+                .map_err(|e| format!("session_memory: {e}"))?,
+            session_objects: args.session_objects,
+        },
         workers: match args.isolation {
             Isolation::Thread => None,
             Isolation::Process => Some(WorkerCommand {

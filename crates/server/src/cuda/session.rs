@@ -24,12 +24,14 @@ use sha2::{Digest, Sha256};
 use super::pieces::{pieces, Piece};
 use super::staging::{Staging, CHUNK};
 use super::Backend;
+use crate::limits::Usage;
 use crate::session::{End, Session};
 use rgpu_cuda_api::cu_call;
 use rgpu_cuda_api::native::{check, Status, INVALID_HANDLE, INVALID_VALUE, NOT_SUPPORTED, SUCCESS};
 
 const INVALID_CONTEXT: Status = cudaError_enum::CUDA_ERROR_INVALID_CONTEXT as u32;
 const INVALID_DEVICE: Status = cudaError_enum::CUDA_ERROR_INVALID_DEVICE as u32;
+const OUT_OF_MEMORY: Status = cudaError_enum::CUDA_ERROR_OUT_OF_MEMORY as u32;
 /// The largest module image a client may send.
 const MAX_IMAGE_BYTES: u64 = 4 << 30;
 
@@ -136,6 +138,13 @@ impl DeviceCopy {
     }
 }
 
+/// What a quota charge is kept by: a device pointer, or a VMM handle's id.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Charged {
+    Pointer(u64),
+    Handle(Id),
+}
+
 pub(crate) struct CudaSession {
     backend: Arc<Backend>,
     contexts: HashMap<Id, Context>,
@@ -150,6 +159,11 @@ pub(crate) struct CudaSession {
     /// Stream-ordered allocations not yet freed, with their context: they come from the
     /// device's pool, which outlives contexts, so the session frees them itself at the end.
     async_allocations: HashMap<u64, CUcontext>,
+    /// Bytes each allocation (plain, stream-ordered, VMM handle) counts against the session's
+    /// memory quota.
+    charged: HashMap<Charged, u64>,
+    /// The session's memory and object counts (shared with its OpenCL tables).
+    usage: Arc<Usage>,
     /// Graphs captured from streams, and their executable instances.
     graphs: HashMap<Id, CUgraph>,
     graph_execs: HashMap<Id, CUgraphExec>,
@@ -166,8 +180,10 @@ pub(crate) struct CudaSession {
 }
 
 impl CudaSession {
-    pub fn new(backend: Arc<Backend>) -> CudaSession {
+    pub fn new(backend: Arc<Backend>, usage: Arc<Usage>) -> CudaSession {
         CudaSession {
+            charged: HashMap::new(),
+            usage,
             backend,
             contexts: HashMap::new(),
             primary: HashMap::new(),
@@ -287,9 +303,50 @@ impl CudaSession {
         make: impl FnOnce(&CudaSession, &mut *mut T) -> Result<(), Status>,
     ) -> Result<*mut T, Status> {
         self.enter(ctx)?;
+        if !self.usage.has_room_for_object() {
+            return Err(OUT_OF_MEMORY);
+        }
         let mut raw = null_mut();
         make(self, &mut raw)?;
+        self.usage.add_objects(1);
         Ok(raw)
+    }
+
+    /// An object made by `create_in` was destroyed.
+    fn destroyed(&self) {
+        self.usage.remove_objects(1);
+    }
+
+    /// Runs `allocate` if the memory quota has room for `size` more bytes, and keeps them
+    /// counted (by the pointer or handle `allocate` returns) if it succeeds.
+    fn charged_allocation(
+        &mut self,
+        size: u64,
+        allocate: impl FnOnce(&mut CudaSession) -> Result<Charged, Status>,
+    ) -> Result<u64, Status> {
+        if !self.usage.charge_memory(size) {
+            return Err(OUT_OF_MEMORY);
+        }
+        match allocate(self) {
+            Ok(key) => {
+                self.charged.insert(key, size);
+                Ok(match key {
+                    Charged::Pointer(ptr) => ptr,
+                    Charged::Handle(id) => id,
+                })
+            }
+            Err(status) => {
+                self.usage.refund_memory(size);
+                Err(status)
+            }
+        }
+    }
+
+    /// Gives back what the allocation `key` counted.
+    fn uncharge(&mut self, key: Charged) {
+        if let Some(size) = self.charged.remove(&key) {
+            self.usage.refund_memory(size);
+        }
     }
 
     fn stream(&self, id: Id) -> Result<CUstream, Status> {
@@ -814,12 +871,16 @@ impl CudaSession {
                 flags,
             } => {
                 let prop = allocation_prop(&prop);
-                let mut raw = 0;
-                let status = cu_call!(driver, cuMemCreate(&mut raw, size as usize, &prop, flags));
-                if status == SUCCESS {
-                    self.vmm_handles.insert(handle, raw);
-                }
-                CuReply::Status(status)
+                let created = self.charged_allocation(size, |cuda| {
+                    let mut raw = 0;
+                    check(cu_call!(
+                        cuda.backend.driver,
+                        cuMemCreate(&mut raw, size as usize, &prop, flags)
+                    ))?;
+                    cuda.vmm_handles.insert(handle, raw);
+                    Ok(Charged::Handle(handle))
+                });
+                CuReply::Status(code(created.map(drop)))
             }
             VmmOp::Map {
                 ptr,
@@ -855,7 +916,11 @@ impl CudaSession {
                 CuReply::Status(status)
             }
             VmmOp::Release { handle } => match self.vmm_handles.remove(&handle) {
-                Some(raw) => CuReply::Status(cu_call!(driver, cuMemRelease(raw))),
+                Some(raw) => {
+                    let status = cu_call!(driver, cuMemRelease(raw));
+                    self.uncharge(Charged::Handle(handle));
+                    CuReply::Status(status)
+                }
                 None => CuReply::Status(INVALID_HANDLE),
             },
             VmmOp::AddressFree { ptr, size } => {
@@ -980,7 +1045,7 @@ impl Session {
         let mut cuda = self
             .cuda
             .take()
-            .unwrap_or_else(|| CudaSession::new(backend));
+            .unwrap_or_else(|| CudaSession::new(backend, self.handles.usage.clone()));
         let result = self.carry_out(&mut cuda, seq, bulk_len, request);
         self.cuda = Some(cuda);
         result
@@ -1078,16 +1143,19 @@ impl Session {
                 self.cu_reply(seq, reply)
             }
             CuRequest::MemAlloc { ctx, size } => {
-                let mut ptr = 0u64;
-                let status = cuda.enter(ctx).and_then(|()| {
-                    check(cu_call!(
-                        cuda.backend.driver,
-                        cuMemAlloc_v2(&mut ptr, size as usize)
-                    ))
+                let allocated = cuda.enter(ctx).and_then(|()| {
+                    cuda.charged_allocation(size, |cuda| {
+                        let mut ptr = 0u64;
+                        check(cu_call!(
+                            cuda.backend.driver,
+                            cuMemAlloc_v2(&mut ptr, size as usize)
+                        ))
+                        .map(|()| Charged::Pointer(ptr))
+                    })
                 });
                 let reply = CuReply::Pointer {
-                    status: code(status),
-                    ptr,
+                    status: code(allocated.map(drop)),
+                    ptr: allocated.unwrap_or(0),
                 };
                 self.cu_reply(seq, reply)
             }
@@ -1095,23 +1163,29 @@ impl Session {
                 let status = cuda
                     .enter(ctx)
                     .and_then(|()| check(cu_call!(cuda.backend.driver, cuMemFree_v2(ptr))));
+                if status.is_ok() {
+                    cuda.uncharge(Charged::Pointer(ptr));
+                }
                 self.cu_reply(seq, status_reply(status))
             }
             CuRequest::MemAllocAsync { ctx, stream, size } => {
-                let mut ptr = 0u64;
-                let status = cuda.enter(ctx).and_then(|()| {
+                let allocated = cuda.enter(ctx).and_then(|()| {
                     let stream = cuda.stream(stream)?;
-                    check(cu_call!(
-                        cuda.backend.driver,
-                        cuMemAllocAsync(&mut ptr, size as usize, stream)
-                    ))
+                    cuda.charged_allocation(size, |cuda| {
+                        let mut ptr = 0u64;
+                        check(cu_call!(
+                            cuda.backend.driver,
+                            cuMemAllocAsync(&mut ptr, size as usize, stream)
+                        ))
+                        .map(|()| Charged::Pointer(ptr))
+                    })
                 });
-                if status.is_ok() {
+                if let Ok(ptr) = allocated {
                     cuda.async_allocations.insert(ptr, cuda.current);
                 }
                 let reply = CuReply::Pointer {
-                    status: code(status),
-                    ptr,
+                    status: code(allocated.map(drop)),
+                    ptr: allocated.unwrap_or(0),
                 };
                 self.cu_reply(seq, reply)
             }
@@ -1122,6 +1196,7 @@ impl Session {
                 });
                 if status.is_ok() {
                     cuda.async_allocations.remove(&ptr);
+                    cuda.uncharge(Charged::Pointer(ptr));
                 }
                 cuda.defer("cuMemFreeAsync", code(status));
                 Ok(())
@@ -1339,6 +1414,7 @@ impl Session {
             }
             CuRequest::DestroyStream { id } => {
                 if let Some(raw) = cuda.streams.remove(&id) {
+                    cuda.destroyed();
                     let status = cu_call!(cuda.backend.driver, cuStreamDestroy_v2(raw));
                     cuda.defer("cuStreamDestroy", status);
                 }
@@ -1390,6 +1466,7 @@ impl Session {
             }
             CuRequest::DestroyEvent { id } => {
                 if let Some(raw) = cuda.events.remove(&id) {
+                    cuda.destroyed();
                     let status = cu_call!(cuda.backend.driver, cuEventDestroy_v2(raw));
                     cuda.defer("cuEventDestroy", status);
                 }
@@ -1506,6 +1583,7 @@ impl Session {
             }
             CuRequest::GraphDestroy { graph } => {
                 if let Some(raw) = cuda.graphs.remove(&graph) {
+                    cuda.destroyed();
                     let status = cu_call!(cuda.backend.driver, cuGraphDestroy(raw));
                     cuda.defer("cuGraphDestroy", status);
                 }
@@ -1520,6 +1598,7 @@ impl Session {
             }
             CuRequest::GraphExecDestroy { exec } => {
                 if let Some(raw) = cuda.graph_execs.remove(&exec) {
+                    cuda.destroyed();
                     let status = cu_call!(cuda.backend.driver, cuGraphExecDestroy(raw));
                     cuda.defer("cuGraphExecDestroy", status);
                 }

@@ -49,18 +49,19 @@ impl Session {
         };
         let result = (|| {
             self.handles.mems.check_free(id)?;
+            let bytes = size;
             let size = host_size(size)?;
-            let mem = self.handles.contexts.get(context)?.create_buffer(
-                flags,
-                size,
-                host.as_deref(),
-                properties,
-            )?;
+            let context = self.handles.contexts.get(context)?;
+            self.handles.charge_memory(bytes)?;
+            let mem = context
+                .create_buffer(flags, size, host.as_deref(), properties)
+                .inspect_err(|_| self.handles.usage.refund_memory(bytes))?;
             self.handles.mems.insert(
                 id,
                 MemEntry {
                     mem,
                     derived: false,
+                    charged: bytes,
                 },
             )
         })();
@@ -82,9 +83,14 @@ impl Session {
             .get(parent)?
             .mem
             .create_sub_buffer(flags, origin, size)?;
-        self.handles
-            .mems
-            .insert(id, MemEntry { mem, derived: true })
+        self.handles.mems.insert(
+            id,
+            MemEntry {
+                mem,
+                derived: true,
+                charged: 0,
+            },
+        )
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -159,15 +165,26 @@ impl Session {
                 num_samples: desc.num_samples,
                 mem_object: source,
             };
-            let mem = self.handles.contexts.get(context)?.create_image(
-                flags,
-                format,
-                &native_desc,
-                host.as_deref(),
-                properties,
-            )?;
+            let context = self.handles.contexts.get(context)?;
             let derived = desc.mem_object != 0;
-            self.handles.mems.insert(id, MemEntry { mem, derived })
+            // An image made from a buffer uses that buffer's memory.
+            let charged = if derived {
+                0
+            } else {
+                native::packed_image_size(format, &native_desc).unwrap_or(0) as u64
+            };
+            self.handles.charge_memory(charged)?;
+            let mem = context
+                .create_image(flags, format, &native_desc, host.as_deref(), properties)
+                .inspect_err(|_| self.handles.usage.refund_memory(charged))?;
+            self.handles.mems.insert(
+                id,
+                MemEntry {
+                    mem,
+                    derived,
+                    charged,
+                },
+            )
         })();
         Ok(result.err().unwrap_or(sys::CL_SUCCESS))
     }

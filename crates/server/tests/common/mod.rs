@@ -48,6 +48,7 @@ impl Running {
             // Sessions on threads: a library test has no rgpu executable to start workers.
             workers: None,
             client_timeout: std::time::Duration::from_secs(30),
+            limits: rgpu_server::Limits::default(),
         })
         .expect("server binds");
         let endpoint = server.local_endpoint();

@@ -1,0 +1,101 @@
+"""Quotas: sessions in all and per client, device memory and objects per session, idle
+sessions. Over a limit, the client gets the API's own error (or, for sessions, no device of
+that server) and the server logs why; what one session holds never counts against another."""
+
+import os
+import re
+import signal
+import subprocess
+import time
+
+import rgpu_harness as h
+
+MIB = 1 << 20
+
+
+def allocate(c_program, server, size, count):
+    r = h.run_rgpu(c_program("isolation"), [server], args=["allocate", str(size), str(count)],
+                   timeout=120)
+    assert not r.timed_out and r.returncode == 0, r.describe() + server.log_tail()
+    allocated = len(re.findall(r"^ALLOCATED \d+$", r.stdout, re.M))
+    refused = re.search(r"^REFUSED (\d+) (-?\d+)", r.stdout, re.M)
+    return allocated, (int(refused.group(2)) if refused else None), r
+
+
+def hold_session(c_program, server):
+    """A client that keeps its session open until it gets a line on stdin."""
+    proc = subprocess.Popen(
+        h.rgpu_run_cmd([server], [c_program("isolation"), "secret", "held"]),
+        env=h.base_env(RGPU_TEST_PLATFORM="rgpu"), text=True, stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line or line.strip() == "READY":
+            break
+    return proc
+
+
+def test_memory_quota_refuses_with_the_apis_error(start_server, c_program):
+    server = start_server(args=["--session-memory", "64M"])
+    allocated, code, r = allocate(c_program, server, 24 * MIB, 5)
+    assert allocated == 2 and code == -5, r.stdout  # CL_OUT_OF_RESOURCES at the third
+    assert "memory quota" in server.log(), server.log_tail()
+    # What a session released, and what another session holds, is not counted again.
+    allocated, code, r = allocate(c_program, server, 24 * MIB, 2)
+    assert allocated == 2 and code is None, r.stdout
+    assert server.alive()
+
+
+def test_object_quota(start_server, c_program):
+    server = start_server(args=["--session-objects", "40"])
+    allocated, code, r = allocate(c_program, server, 64, 100)
+    # The context, queue and the buffers count; the 40th object is refused.
+    assert 30 <= allocated < 40 and code == -6, r.stdout  # CL_OUT_OF_HOST_MEMORY
+    assert "object quota" in server.log(), server.log_tail()
+
+
+def test_session_limits_per_client_and_in_all(start_server, c_program):
+    server = start_server(args=["--max-sessions-per-client", "1"])
+    holder = hold_session(c_program, server)
+    try:
+        r = h.run_rgpu(c_program("platform_device"), [server], timeout=60)
+        assert not r.timed_out and r.returncode != 0, r.describe()
+        assert "max_sessions_per_client" in server.log(), server.log_tail()
+        assert "max_sessions_per_client" in r.stderr, r.describe()
+    finally:
+        holder.communicate("go\n", timeout=60)
+    assert holder.returncode == 0
+    # The place came back with the session.
+    h.assert_pass(h.run_rgpu(c_program("platform_device"), [server]), "platform_device", server)
+
+    full = start_server(args=["--max-sessions", "1"])
+    holder = hold_session(c_program, full)
+    try:
+        r = h.run_rgpu(c_program("platform_device"), [full], timeout=60)
+        assert r.returncode != 0 and "server is full" in full.log(), full.log_tail()
+    finally:
+        holder.communicate("go\n", timeout=60)
+
+
+def test_idle_sessions_are_closed_busy_ones_are_not(start_server, c_program):
+    server = start_server(args=["--idle-timeout", "2"])
+    holder = hold_session(c_program, server)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and "idle_timeout" not in server.log():
+        time.sleep(0.2)
+    assert "no request for 2 s (idle_timeout); closing it" in server.log(), server.log_tail()
+    out, _ = holder.communicate("go\n", timeout=60)
+    assert holder.returncode != 0, out  # its session is gone: the next calls fail
+    # A client that keeps calling (1 MiB rounds, without end) for three idle timeouts is never
+    # closed.
+    busy = subprocess.Popen(h.rgpu_run_cmd([server], [c_program("stress_write"), "1", "0"]),
+                            env=h.base_env(RGPU_TEST_PLATFORM="rgpu"), text=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            start_new_session=True)
+    time.sleep(6)
+    still_running = busy.poll() is None
+    os.killpg(busy.pid, signal.SIGKILL)
+    _, err = busy.communicate(timeout=30)
+    assert still_running, err
+    assert server.log().count("idle_timeout") == 1, server.log_tail()
