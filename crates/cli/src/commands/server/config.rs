@@ -237,7 +237,10 @@ mod tests {
                 key.name
             );
             if let Some(env) = &key.env {
-                assert!(text.contains(env.as_str()), "packaging/server.toml lacks {env}");
+                assert!(
+                    text.contains(env.as_str()),
+                    "packaging/server.toml lacks {env}"
+                );
             }
         }
         let r = resolve_with(&[], Some(text)).unwrap();
