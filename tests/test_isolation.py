@@ -1,8 +1,8 @@
 """A process per session: what one client does to its own session cannot reach another one.
 
 Each test runs a healthy client that keeps a secret in a buffer on the server's CPU device
-(PoCL) while other clients crash PoCL's compiler (clBuildProgram with "-D", a segfault inside
-PoCL) or run a kernel that reads the healthy client's buffer at its server address. The bad
+(PoCL) while other clients run a kernel that writes to an illegal address (a segfault of the
+process running it) or one that reads the healthy client's buffer at its server address. The bad
 sessions end (the client gets an error, the server logs which signal ended the session's
 worker); the healthy client finishes with its secret intact, the server keeps serving."""
 
@@ -53,6 +53,15 @@ def test_crashing_session_ends_alone(start_server, c_program):
     finish_secret_keeper(keeper)
     # New sessions are served as before.
     h.assert_pass(h.run_rgpu(c_program("buffers"), [server]), "buffers", server)
+
+
+def test_build_options_that_crash_pocl_are_refused(start_server, c_program):
+    # clBuildProgram(..., "-D", ...) segfaults PoCL's compiler: the client library refuses it
+    # at once, and so does the server for a request that comes without the library's check.
+    server = start_server()
+    r = h.run_rgpu(c_program("isolation"), [server], args=["badoptions"], timeout=120)
+    assert "RETURNED -43" in r.stdout, r.describe()  # CL_INVALID_BUILD_OPTIONS
+    assert "killed by signal" not in server.log(), server.log_tail()
 
 
 def test_a_kernel_cannot_read_another_sessions_buffer(start_server, c_program):

@@ -1,6 +1,9 @@
 /* Helper for the isolation tests (not an API group): what one client could do to others.
- *   isolation crash              builds a program with the options "-D", which crashes PoCL's
- *                                compiler; prints "RETURNED <code>" if the call comes back
+ *   isolation crash              runs a kernel that writes to address 0x10, which crashes the
+ *                                process running it on a CPU device (PoCL); prints
+ *                                "RETURNED <code>" when the call that waits for it comes back
+ *   isolation badoptions         builds with the options "-D" (no macro name; crashes PoCL's
+ *                                compiler when it gets there): prints "RETURNED <code>"
  *   isolation secret TEXT        keeps TEXT in a buffer, prints "ADDRESS <hex>" (the buffer's
  *                                address in the server, as a kernel sees it) and "READY", then
  *                                waits for a line on stdin, runs a kernel over its own buffer
@@ -20,6 +23,9 @@ static const char *ADDRESS_SRC =
     "__kernel void touch(__global uchar *buf) {\n"
     "    buf[get_global_id(0)] ^= 0;\n"
     "}\n"
+    "__kernel void scribble(__global int *unused) {\n"
+    "    *(__global volatile int *)(ulong)0x10 = 1;\n"
+    "}\n"
     "__kernel void peek(ulong address, __global uchar *out, uint len) {\n"
     "    __global const uchar *p = (__global const uchar *)address;\n"
     "    for (uint i = 0; i < len; i++) out[i] = p[i];\n"
@@ -38,10 +44,22 @@ int main(int argc, char **argv) {
     cl_command_queue q = make_queue(ctx, 0);
     cl_int status;
 
-    if (!strcmp(argv[1], "crash")) {
-        printf("BUILDING\n");
-        fflush(stdout);
+    if (!strcmp(argv[1], "badoptions")) {
         build(ctx, "-D", &status);
+        printf("RETURNED %d (%s)\n", (int)status, cl_err_name(status));
+        return 0;
+    }
+    if (!strcmp(argv[1], "crash")) {
+        cl_program p = build(ctx, NULL, &status);
+        CHECK(status);
+        cl_kernel k = CHKE(clCreateKernel(p, "scribble", E));
+        cl_mem unused = CHKE(clCreateBuffer(ctx, CL_MEM_READ_WRITE, 4, NULL, E));
+        CHECK(clSetKernelArg(k, 0, sizeof unused, &unused));
+        size_t one = 1;
+        printf("LAUNCHING\n");
+        fflush(stdout);
+        status = clEnqueueNDRangeKernel(q, k, 1, NULL, &one, NULL, 0, NULL, NULL);
+        if (status == CL_SUCCESS) status = clFinish(q);
         printf("RETURNED %d (%s)\n", (int)status, cl_err_name(status));
         return 0;
     }

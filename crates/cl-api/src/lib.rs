@@ -19,6 +19,7 @@ pub mod errors;
 mod generated;
 pub mod native;
 pub mod params;
+pub mod validate;
 
 pub use errors::{error_name, ClError};
 pub use generated::DISPATCH_SLOT_NAMES;

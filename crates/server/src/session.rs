@@ -8,7 +8,7 @@
 use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex};
 
-use rgpu_cl_api::{error_name, sys};
+use rgpu_cl_api::{error_name, sys, validate};
 use rgpu_protocol::opencl::{ClReply, ClRequest, Command, Id};
 use rgpu_protocol::{decode_body, ClientMsg, FrameHeader, LaneAttach, LaneKey, ServerMsg};
 use rgpu_transport::{
@@ -513,8 +513,8 @@ impl Session {
                 options,
                 includes,
             } => {
-                let result = self
-                    .stage_includes(&options, &includes)
+                let result = validate::build_options(&options)
+                    .and_then(|()| self.stage_includes(&options, &includes))
                     .and_then(|options| self.build_program(program, &devices, &options));
                 self.reply_status(seq, result)
             }
@@ -525,8 +525,8 @@ impl Session {
                 headers,
                 includes,
             } => {
-                let result = self
-                    .stage_includes(&options, &includes)
+                let result = validate::build_options(&options)
+                    .and_then(|()| self.stage_includes(&options, &includes))
                     .and_then(|options| {
                         self.compile_program(program, &devices, &options, &headers)
                     });
@@ -539,7 +539,10 @@ impl Session {
                 options,
                 inputs,
             } => {
-                let status = self.link_program(id, context, &devices, &options, &inputs);
+                let status = match validate::build_options(&options) {
+                    Ok(()) => self.link_program(id, context, &devices, &options, &inputs),
+                    Err(status) => status,
+                };
                 self.reply(seq, ClReply::Status(status))
             }
             ClRequest::CreateKernel { id, program, name } => {

@@ -643,3 +643,89 @@ fn serves_over_a_unix_socket() {
     server.stop();
     assert!(!path.exists(), "the socket file is removed at shutdown");
 }
+
+/// Requests no client library would send, whose arguments crash or abort PoCL when they reach
+/// it (`-D` without a name segfaults its compiler; mip-mapped images and on-device queues
+/// abort it): the server refuses them with the API's errors before any native call, and the
+/// session goes on. Sessions run on threads here, so a native crash would end the test.
+#[test]
+fn hand_crafted_requests_that_crash_pocl_get_the_apis_errors() {
+    use rgpu_protocol::opencl::{ImageDesc, ImageFormat};
+    const CL_INVALID_BUILD_OPTIONS: i32 = -43;
+    const CL_INVALID_IMAGE_DESCRIPTOR: i32 = -65;
+    const CL_INVALID_QUEUE_PROPERTIES: i32 = -35;
+    const CL_QUEUE_PROPERTIES: u64 = 0x1093;
+    const CL_QUEUE_ON_DEVICE: u64 = 1 << 2;
+    const CL_QUEUE_SIZE: u64 = 0x1094;
+    let server = Running::start(None);
+    let mut client = Client::connect(&server.endpoint, None).unwrap();
+    let Some(device) = client.setup() else { return };
+    assert_eq!(
+        client.status(ClRequest::CreateProgramWithSource {
+            id: 1,
+            context: 1,
+            source: "__kernel void k(__global int *x) { x[0] = 1; }".into(),
+        }),
+        CL_SUCCESS
+    );
+    for options in ["-D", "-I", "-DX -D", "-D -x"] {
+        let status = client.status(ClRequest::BuildProgram {
+            program: 1,
+            devices: vec![device],
+            options: options.into(),
+            includes: vec![],
+        });
+        assert_eq!(status, CL_INVALID_BUILD_OPTIONS, "{options}");
+    }
+    let seq = client.send(
+        ClRequest::CreateImage {
+            id: 5,
+            context: 1,
+            flags: CL_MEM_READ_WRITE,
+            format: ImageFormat {
+                channel_order: 0x10B5,     // CL_RGBA
+                channel_data_type: 0x10D2, // CL_UNORM_INT8
+            },
+            desc: ImageDesc {
+                image_type: 0x10F1, // CL_MEM_OBJECT_IMAGE2D
+                width: 64,
+                height: 64,
+                depth: 0,
+                array_size: 0,
+                row_pitch: 0,
+                slice_pitch: 0,
+                num_mip_levels: 4,
+                num_samples: 0,
+                mem_object: 0,
+            },
+            properties: vec![],
+        },
+        &[],
+    );
+    assert_eq!(
+        client.reply(seq),
+        ClReply::Status(CL_INVALID_IMAGE_DESCRIPTOR)
+    );
+    for properties in [
+        vec![CL_QUEUE_PROPERTIES, CL_QUEUE_ON_DEVICE, 0],
+        vec![CL_QUEUE_SIZE, 1 << 20, 0],
+    ] {
+        let status = client.status(ClRequest::CreateQueue {
+            id: 9,
+            context: 1,
+            device,
+            properties,
+        });
+        assert_eq!(status, CL_INVALID_QUEUE_PROPERTIES);
+    }
+    // The session carries on: the program builds with good options.
+    let status = client.status(ClRequest::BuildProgram {
+        program: 1,
+        devices: vec![device],
+        options: "-DN=4".into(),
+        includes: vec![],
+    });
+    assert_eq!(status, CL_SUCCESS);
+    drop(client);
+    server.stop();
+}

@@ -401,6 +401,7 @@ pub unsafe extern "C" fn clBuildProgram(
             }
             // SAFETY: a NUL-terminated string (or null).
             let options = unsafe { c_string(options) }.unwrap_or_default();
+            rgpu_cl_api::validate::build_options(&options)?;
             let status = crate::util::status(call_status(
                 &prog.conn,
                 ClRequest::BuildProgram {
@@ -468,6 +469,7 @@ pub unsafe extern "C" fn clCompileProgram(
             }
             // SAFETY: a NUL-terminated string (or null).
             let options = unsafe { c_string(options) }.unwrap_or_default();
+            rgpu_cl_api::validate::build_options(&options)?;
             let status = crate::util::status(call_status(
                 &prog.conn,
                 ClRequest::CompileProgram {
@@ -521,6 +523,7 @@ pub unsafe extern "C" fn clLinkProgram(
             }
             // SAFETY: a NUL-terminated string (or null).
             let options = unsafe { c_string(options) }.unwrap_or_default();
+            rgpu_cl_api::validate::build_options(&options)?;
             let id = context.conn.new_id();
             // On failure the server keeps no program under `id`, so there is nothing to return
             // (or release).

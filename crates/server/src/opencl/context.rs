@@ -49,6 +49,7 @@ impl Session {
         properties: &[u64],
     ) -> ClResult<()> {
         self.handles.queues.check_free(id)?;
+        rgpu_cl_api::validate::queue_properties(properties)?;
         let served = self
             .inventory
             .device(device)

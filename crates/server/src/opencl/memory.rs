@@ -141,6 +141,12 @@ impl Session {
         };
         let result = (|| {
             self.handles.mems.check_free(id)?;
+            rgpu_cl_api::validate::image_descriptor(
+                desc.image_type,
+                desc.width,
+                desc.num_mip_levels,
+                desc.num_samples,
+            )?;
             let [width, height, depth, array_size, row_pitch, slice_pitch] = sizes?;
             let source = match desc.mem_object {
                 0 => None,
