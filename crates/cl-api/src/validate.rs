@@ -48,8 +48,8 @@ pub fn build_options(options: &str) -> Result<(), i32> {
 
 /// Command-queue flags rgpu serves: out-of-order execution and profiling (no on-device queues).
 const QUEUE_FLAGS: u64 =
-    (sys::CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE | sys::CL_QUEUE_PROFILING_ENABLE) as u64;
-const ON_DEVICE_FLAGS: u64 = (sys::CL_QUEUE_ON_DEVICE | sys::CL_QUEUE_ON_DEVICE_DEFAULT) as u64;
+    sys::CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE | sys::CL_QUEUE_PROFILING_ENABLE;
+const ON_DEVICE_FLAGS: u64 = sys::CL_QUEUE_ON_DEVICE | sys::CL_QUEUE_ON_DEVICE_DEFAULT;
 
 const QUEUE_PRIORITY_KHR: u32 = 0x1096;
 const QUEUE_THROTTLE_KHR: u32 = 0x1097;
@@ -146,11 +146,11 @@ mod tests {
     #[test]
     fn queue_properties_served() {
         let props = sys::CL_QUEUE_PROPERTIES as u64;
-        let ooo = sys::CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE as u64;
+        let ooo = sys::CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE;
         assert_eq!(queue_properties(&[]), Ok(()));
         assert_eq!(queue_properties(&[0]), Ok(()));
         assert_eq!(queue_properties(&[props, ooo, 0]), Ok(()));
-        let on_device = sys::CL_QUEUE_ON_DEVICE as u64;
+        let on_device = sys::CL_QUEUE_ON_DEVICE;
         assert_eq!(
             queue_properties(&[props, ooo | on_device, 0]),
             Err(sys::CL_INVALID_QUEUE_PROPERTIES)
