@@ -99,3 +99,37 @@ def test_idle_sessions_are_closed_busy_ones_are_not(start_server, c_program):
     _, err = busy.communicate(timeout=30)
     assert still_running, err
     assert server.log().count("idle_timeout") == 1, server.log_tail()
+
+
+def test_a_flood_of_idle_authenticated_sessions_is_bounded(start_server):
+    """Sixty authenticated sessions that never send a request, against max_sessions 16: the
+    first 16 are served (each by a worker), the rest are refused at the handshake with the
+    reason; when the flood ends, the workers and their descriptors are gone."""
+    from test_robustness import handshake, ping, read_frame
+    server = start_server(args=["--max-sessions", "16", "--max-sessions-per-client", "0",
+                                "--prestarted-workers", "1"])
+    time.sleep(1)
+    before = len(server.worker_pids())
+    held, refused = [], 0
+    try:
+        for _ in range(60):
+            try:
+                held.append(handshake(server))
+            except AssertionError:
+                refused += 1
+        assert (len(held), refused) == (16, 44), (len(held), refused)
+        assert server.log().count("server is full") == 44, server.log_tail()
+        # The sessions that got in are served.
+        for n, s in enumerate(held):
+            ping(s, 100 + n)
+        # The listener's own descriptors stay few: refused connections were closed.
+        listener_fds = len(os.listdir(f"/proc/{server.pid}/fd"))
+        assert listener_fds < 64, listener_fds
+    finally:
+        for s in held:
+            s.close()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and len(server.worker_pids()) > before:
+        time.sleep(0.2)
+    assert len(server.worker_pids()) <= before, (before, server.worker_pids())
+    assert server.alive()

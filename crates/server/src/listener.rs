@@ -84,13 +84,8 @@ impl Shared {
                     Some(ip) => ClientKey::Address(ip),
                     None => ClientKey::Local,
                 };
-                let taken = self
-                    .admission
-                    .admit(&self.limits, client)
-                    .inspect_err(|why| {
-                        log::warn!("{}: refused: {why}", stream.peer_description())
-                    })?;
-                *slot = Some(taken);
+                // A refusal is logged with the handshake's outcome.
+                *slot = Some(self.admission.admit(&self.limits, client)?);
                 Ok(())
             }
         }

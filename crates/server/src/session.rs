@@ -178,6 +178,11 @@ pub(crate) fn handshake(
             log::debug!("{peer}: closed the connection during the handshake");
             None
         }
+        Err(TransportError::Auth(why)) => {
+            log::warn!("{peer}: refused: {why}");
+            stream.shutdown();
+            None
+        }
         Err(e) => {
             log::warn!("{peer}: connection refused: {e}");
             stream.shutdown();
