@@ -192,3 +192,22 @@ def test_the_server_reclaims_a_vanished_client(partition_server, link, c_program
     again = NsClient(link, server, token, [c_program("buffers")])
     status, _ = again.finish(120)
     assert status == 0, again.describe() + server.log_tail()
+
+
+def test_new_contexts_reconnect_after_a_server_restart(start_server, c_program):
+    """The server restarts under a running program: the program's old objects fail with a
+    device-lost error (the client names the lost server), and a new context on the same device
+    gets a session on the restarted server."""
+    port = h.free_port()
+    server = start_server(listen=f"127.0.0.1:{port}")
+    proc = subprocess.Popen(
+        h.rgpu_run_cmd([server], [c_program("isolation"), "recover"]),
+        env=h.base_env(RGPU_TEST_PLATFORM="rgpu"), text=True, stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    assert proc.stdout.readline().strip() == "READY"
+    server.stop()
+    start_server(listen=f"127.0.0.1:{port}")
+    out, err = proc.communicate("go\n", timeout=120)
+    assert proc.returncode == 0, out + err
+    assert re.search(r"^OLD -\d+", out, re.M) and "NEW OK" in out, out + err
+    assert f"127.0.0.1:{port}" in err, err  # the lost server is named

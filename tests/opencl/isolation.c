@@ -13,6 +13,10 @@
  *   isolation allocate BYTES N   creates N buffers of BYTES each, writing each once: prints
  *                                "ALLOCATED <i>" for each, or "REFUSED <i> <code>" at the first
  *                                refusal (quotas), then "FREED" after releasing them
+ *   isolation recover            makes a buffer, prints "READY" and waits for a line on stdin
+ *                                (meanwhile the test restarts the server); then reads the old
+ *                                buffer ("OLD <code>": a device-lost error) and makes a new
+ *                                context on the same device, whose buffer round-trips: "NEW OK"
  * Exit status 0 unless a check fails. */
 #include "common.h"
 
@@ -64,6 +68,28 @@ int main(int argc, char **argv) {
         return 0;
     }
 
+    if (!strcmp(argv[1], "recover")) {
+        cl_mem old = CHKE(clCreateBuffer(ctx, CL_MEM_READ_WRITE, 64, NULL, E));
+        printf("READY\n");
+        fflush(stdout);
+        char line[64];
+        if (!fgets(line, sizeof line, stdin)) return 1;
+        char byte;
+        cl_int err = clEnqueueReadBuffer(q, old, CL_TRUE, 0, 1, &byte, 0, NULL, NULL);
+        printf("OLD %d (%s)\n", (int)err, cl_err_name(err));
+        fflush(stdout);
+        REQUIRE(err != CL_SUCCESS, "the old session still answers");
+        cl_context fresh = make_context();
+        cl_command_queue fq = make_queue(fresh, 0);
+        cl_mem buf = CHKE(clCreateBuffer(fresh, CL_MEM_READ_WRITE, 16, NULL, E));
+        const char text[16] = "back again";
+        char back[16] = {0};
+        CHECK(clEnqueueWriteBuffer(fq, buf, CL_TRUE, 0, 16, text, 0, NULL, NULL));
+        CHECK(clEnqueueReadBuffer(fq, buf, CL_TRUE, 0, 16, back, 0, NULL, NULL));
+        REQUIRE(!memcmp(back, text, 16), "new session's buffer differs");
+        printf("NEW OK\n");
+        return 0;
+    }
     if (!strcmp(argv[1], "allocate")) {
         REQUIRE(argc >= 4, "allocate BYTES N");
         size_t bytes = (size_t)strtoull(argv[2], NULL, 10);

@@ -31,7 +31,8 @@ impl ClObject for Platform {
 }
 
 pub struct Device {
-    pub conn: Arc<Connection>,
+    /// Its server, and the session new contexts on it use.
+    pub link: Arc<crate::runtime::ServerLink>,
     pub id: Id,
     /// Every info value the server reported, with rgpu's adjustments applied.
     pub info: HashMap<u32, Vec<u8>>,

@@ -4,9 +4,10 @@
 use std::collections::HashMap;
 use std::sync::mpsc::{channel, Sender};
 use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 use opencl_sys::*;
-use rgpu_client::{ClientConfig, Connection};
+use rgpu_client::{ClientConfig, Connection, Endpoint};
 use rgpu_protocol::opencl::{ClReply, ClRequest, DeviceDesc, Id};
 
 use crate::handle::{self, Ref};
@@ -50,8 +51,14 @@ fn init() -> Option<Runtime> {
         match result.and_then(|conn| inventory_devices(&conn).map(|d| (conn, d))) {
             Ok((conn, descs)) => {
                 install_event_listener(&conn);
+                let link = Arc::new(ServerLink {
+                    endpoint: endpoint.clone(),
+                    config: config.clone(),
+                    devices: descs.iter().map(device_identity).collect(),
+                    current: Mutex::new((conn, None)),
+                });
                 for desc in descs {
-                    devices.push(make_device(&conn, endpoint.to_string(), desc));
+                    devices.push(make_device(&link, endpoint.to_string(), desc));
                 }
             }
             Err(e) => log::error!("rgpu: server {endpoint} is not available: {e}"),
@@ -84,7 +91,7 @@ fn inventory_devices(conn: &Arc<Connection>) -> Result<Vec<DeviceDesc>, rgpu_cli
 
 /// A device as the application sees it: the server's info, with the facts that differ for a
 /// remote device adjusted.
-fn make_device(conn: &Arc<Connection>, server: String, desc: DeviceDesc) -> Ref<Device> {
+fn make_device(link: &Arc<ServerLink>, server: String, desc: DeviceDesc) -> Ref<Device> {
     let mut info: HashMap<u32, Vec<u8>> = desc.info.into_iter().collect();
     let device_type = info
         .get(&CL_DEVICE_TYPE)
@@ -139,11 +146,81 @@ fn make_device(conn: &Arc<Connection>, server: String, desc: DeviceDesc) -> Ref<
     info.insert(CL_DEVICE_PARTITION_TYPE, Vec::new());
     info.insert(CL_DEVICE_RGPU_SERVER, crate::util::string_bytes(&server));
     handle::create(Device {
-        conn: Arc::clone(conn),
+        link: Arc::clone(link),
         id: desc.id,
         info,
         device_type,
     })
+}
+
+/// What identifies a served device across a restart of its server: its id and its name.
+fn device_identity(desc: &DeviceDesc) -> (Id, Vec<u8>) {
+    let name = desc
+        .info
+        .iter()
+        .find(|(param, _)| *param == CL_DEVICE_NAME)
+        .map(|(_, value)| value.clone())
+        .unwrap_or_default();
+    (desc.id, name)
+}
+
+/// How often a lost server is tried again, at most.
+const RECONNECT_INTERVAL: Duration = Duration::from_secs(1);
+
+/// One server of `RGPU_SERVERS` and the session the program has on it. When that session is
+/// lost (the server restarted, its worker crashed, the network failed), the objects made in it
+/// keep failing with device-lost errors, but a new context asks for a new session: if the
+/// server answers again and still serves the same devices, the new context lives there.
+pub struct ServerLink {
+    endpoint: Endpoint,
+    config: ClientConfig,
+    devices: Vec<(Id, Vec<u8>)>,
+    /// The current connection, and when reconnecting last failed.
+    current: Mutex<(Arc<Connection>, Option<Instant>)>,
+}
+
+impl ServerLink {
+    /// The connection new objects use: the current one, or a new session if it was lost and
+    /// the server is back (tried at most once a second).
+    pub fn connection(&self) -> Arc<Connection> {
+        let mut current = self.current.lock().unwrap_or_else(|e| e.into_inner());
+        let (conn, failed_at) = &mut *current;
+        if conn.is_alive() || failed_at.is_some_and(|t| t.elapsed() < RECONNECT_INTERVAL) {
+            return conn.clone();
+        }
+        match self.reconnect() {
+            Ok(fresh) => {
+                log::warn!(
+                    "rgpu: server {} is back: new contexts use a new session",
+                    self.endpoint
+                );
+                *conn = fresh;
+                *failed_at = None;
+            }
+            Err(e) => {
+                log::debug!("rgpu: server {} still lost: {e}", self.endpoint);
+                *failed_at = Some(Instant::now());
+            }
+        }
+        conn.clone()
+    }
+
+    fn reconnect(&self) -> Result<Arc<Connection>, String> {
+        let conn = Connection::connect(
+            &self.endpoint,
+            self.config.token.as_ref(),
+            self.config.connect_timeout,
+            self.config.reply_timeout,
+        )
+        .map_err(|e| e.to_string())?;
+        let devices = inventory_devices(&conn).map_err(|e| e.to_string())?;
+        let identities: Vec<(Id, Vec<u8>)> = devices.iter().map(device_identity).collect();
+        if identities != self.devices {
+            return Err("it serves other devices than before".into());
+        }
+        install_event_listener(&conn);
+        Ok(conn)
+    }
 }
 
 fn install_event_listener(conn: &Arc<Connection>) {

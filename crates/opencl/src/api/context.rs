@@ -65,12 +65,13 @@ fn create_context(
     let props = unsafe { property_list(properties) };
     let server_props = server_properties(&props)?;
     let first = devices.first().ok_or(CL_INVALID_VALUE)?;
-    let conn = Arc::clone(&first.conn);
-    if devices.iter().any(|d| !Arc::ptr_eq(&d.conn, &conn)) {
+    if devices.iter().any(|d| !Arc::ptr_eq(&d.link, &first.link)) {
         // A context spanning servers would need server-to-server data movement.
         log::warn!("rgpu: a context cannot span devices of different servers");
         return Err(CL_INVALID_DEVICE);
     }
+    // A new session if the server's was lost and it is back.
+    let conn = first.link.connection();
     let id = conn.new_id();
     crate::api::context::call_status(
         &conn,
@@ -149,10 +150,10 @@ pub unsafe extern "C" fn clCreateContextFromType(
             let Some(first) = chosen.first() else {
                 return Err(CL_DEVICE_NOT_FOUND);
             };
-            let conn = Arc::clone(&first.conn);
+            let link = Arc::clone(&first.link);
             let same_server: Vec<Ref<Device>> = chosen
                 .into_iter()
-                .filter(|d| Arc::ptr_eq(&d.conn, &conn))
+                .filter(|d| Arc::ptr_eq(&d.link, &link))
                 .collect();
             create_context(properties, same_server, pfn_notify, user_data)
         })();
