@@ -23,7 +23,7 @@ mod staging;
 mod workers;
 
 pub use limits::{parse_size, Limits};
-pub use workers::{run_worker, WorkerCommand, WorkerSettings, WorkerStop};
+pub use workers::{run_worker, WorkerCommand, WorkerStop};
 
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
@@ -42,6 +42,19 @@ pub struct ServerConfig {
     pub listen: Endpoint,
     /// Clients must prove they hold this token. Without one only local clients are served.
     pub token: Option<Token>,
+    /// How long a client may stay unreachable (a host gone, a silent partition) before its
+    /// session is ended and everything it held released (see `Stream::set_liveness`).
+    pub client_timeout: std::time::Duration,
+    /// What serves the sessions: libraries, devices, name, quotas (the workers get it too).
+    pub sessions: SessionSettings,
+    /// Serve each session in a worker process started with this command (see [`workers`]);
+    /// `None` serves them on threads of this process (tests of the library).
+    pub workers: Option<WorkerCommand>,
+}
+
+/// What a process that serves sessions (the listener, each session worker) needs to know.
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
+pub struct SessionSettings {
     /// Serve only platforms whose CL_PLATFORM_NAME contains this (case-insensitive).
     pub platform_filter: Option<String>,
     /// Serve only devices whose CL_DEVICE_NAME contains this (case-insensitive), or a comma
@@ -55,14 +68,8 @@ pub struct ServerConfig {
     pub cuda_library: Option<PathBuf>,
     /// The server's name in the handshake (the CLI uses the host name).
     pub name: String,
-    /// How long a client may stay unreachable (a host gone, a silent partition) before its
-    /// session is ended and everything it held released (see `Stream::set_liveness`).
-    pub client_timeout: std::time::Duration,
     /// Quotas: sessions in all and per client, memory and objects per session, idle time.
     pub limits: Limits,
-    /// Serve each session in a worker process started with this command (see [`workers`]);
-    /// `None` serves them on threads of this process (tests of the library).
-    pub workers: Option<WorkerCommand>,
 }
 
 /// A bound server, ready to [`run`](Server::run).
@@ -89,15 +96,7 @@ impl Server {
     /// Loads OpenCL, takes the inventory and binds the listening socket. A machine without
     /// OpenCL still gets a server (with no devices) and a warning.
     pub fn bind(config: ServerConfig) -> Result<Server, String> {
-        let settings = WorkerSettings {
-            platform_filter: config.platform_filter.clone(),
-            device_filter: config.device_filter.clone(),
-            opencl_library: config.opencl_library.clone(),
-            cuda: config.cuda,
-            cuda_library: config.cuda_library.clone(),
-            name: config.name.clone(),
-            limits: config.limits.clone(),
-        };
+        let settings = config.sessions.clone();
         let mut shared = load_shared(settings.clone(), true);
         shared.token = config.token.clone();
         shared.client_timeout = config.client_timeout;
@@ -146,7 +145,7 @@ impl Server {
 /// Loads the native libraries (OpenCL through the ICD loader, the CUDA driver) and takes the
 /// inventory of what they serve: the listener does it at start, and each session worker. A
 /// machine without OpenCL (or CUDA) serves the other, with a warning.
-pub(crate) fn load_shared(settings: WorkerSettings, announce: bool) -> Shared {
+pub(crate) fn load_shared(settings: SessionSettings, announce: bool) -> Shared {
     forget_rgpu_servers();
     // The listener says which libraries it loaded; workers load the same ones quietly.
     let level = if announce {

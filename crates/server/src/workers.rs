@@ -32,6 +32,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::listener::Shared;
 use crate::session::Admitted;
+use crate::SessionSettings;
 
 /// The worker's end of the control socket.
 pub const CONTROL_FD: RawFd = 3;
@@ -41,18 +42,6 @@ const MAX_CONTROL_MESSAGE: usize = 64 * 1024;
 const WORKER_START_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long shutdown waits for workers to end their sessions before killing them.
 const WORKER_STOP_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// What a worker needs to know to serve sessions like the listener would.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct WorkerSettings {
-    pub platform_filter: Option<String>,
-    pub device_filter: Option<String>,
-    pub opencl_library: Option<PathBuf>,
-    pub cuda: bool,
-    pub cuda_library: Option<PathBuf>,
-    pub name: String,
-    pub limits: crate::limits::Limits,
-}
 
 /// How to start a worker: this program, with these arguments (`server-worker`).
 #[derive(Clone, Debug)]
@@ -67,7 +56,7 @@ pub struct WorkerCommand {
 #[derive(Debug, Serialize, Deserialize)]
 enum ToWorker {
     /// First message: load the native libraries with these settings, then say `Ready`.
-    Init(WorkerSettings),
+    Init(SessionSettings),
     /// Serve this session; its socket comes with the message.
     Session {
         id: u64,
@@ -188,7 +177,7 @@ struct Entry {
 /// The listener's workers: those started ahead and those serving a session.
 pub(crate) struct WorkerPool {
     command: WorkerCommand,
-    settings: WorkerSettings,
+    settings: SessionSettings,
     ready: Mutex<Vec<Worker>>,
     ready_changed: Condvar,
     /// Workers being started right now, and sessions waiting for one: the pool starts a
@@ -203,7 +192,7 @@ pub(crate) struct WorkerPool {
 }
 
 impl WorkerPool {
-    pub fn new(command: WorkerCommand, settings: WorkerSettings) -> Arc<WorkerPool> {
+    pub fn new(command: WorkerCommand, settings: SessionSettings) -> Arc<WorkerPool> {
         Arc::new(WorkerPool {
             command,
             settings,

@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::ArgMatches;
-use rgpu_server::{parse_size, Limits, Server, ServerConfig, WorkerCommand};
+use rgpu_server::{parse_size, Limits, Server, ServerConfig, SessionSettings, WorkerCommand};
 use rgpu_transport::{Endpoint, Token};
 use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
@@ -197,23 +197,25 @@ pub fn run(args: ServerArgs, matches: &ArgMatches) -> Result<ExitCode, String> {
     let config = ServerConfig {
         listen,
         token,
-        platform_filter: args.platform,
-        device_filter: args.devices,
-        opencl_library: args.opencl_library,
-        cuda: !args.no_cuda,
-        cuda_library: args.cuda_library,
-        name: args.name.unwrap_or_else(host_name),
         client_timeout: positive_seconds("client_timeout", args.client_timeout)?,
-        limits: Limits {
-            max_sessions: args.max_sessions,
-            max_sessions_per_client: args.max_sessions_per_client,
-            idle_timeout: match args.idle_timeout {
-                0.0 => None,
-                seconds => Some(positive_seconds("idle_timeout", seconds)?),
+        sessions: SessionSettings {
+            platform_filter: args.platform,
+            device_filter: args.devices,
+            opencl_library: args.opencl_library,
+            cuda: !args.no_cuda,
+            cuda_library: args.cuda_library,
+            name: args.name.unwrap_or_else(host_name),
+            limits: Limits {
+                max_sessions: args.max_sessions,
+                max_sessions_per_client: args.max_sessions_per_client,
+                idle_timeout: match args.idle_timeout {
+                    0.0 => None,
+                    seconds => Some(positive_seconds("idle_timeout", seconds)?),
+                },
+                session_memory: parse_size(&args.session_memory)
+                    .map_err(|e| format!("session_memory: {e}"))?,
+                session_objects: args.session_objects,
             },
-            session_memory: parse_size(&args.session_memory)
-                .map_err(|e| format!("session_memory: {e}"))?,
-            session_objects: args.session_objects,
         },
         workers: match args.isolation {
             Isolation::Thread => None,

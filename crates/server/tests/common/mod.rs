@@ -39,16 +39,14 @@ impl Running {
         let server = Server::bind(ServerConfig {
             listen,
             token,
-            platform_filter: None,
-            device_filter: None,
-            opencl_library: None,
-            cuda: true,
-            cuda_library: None,
-            name: "test-server".into(),
+            client_timeout: std::time::Duration::from_secs(30),
+            sessions: rgpu_server::SessionSettings {
+                cuda: true,
+                name: "test-server".into(),
+                ..Default::default()
+            },
             // Sessions on threads: a library test has no rgpu executable to start workers.
             workers: None,
-            client_timeout: std::time::Duration::from_secs(30),
-            limits: rgpu_server::Limits::default(),
         })
         .expect("server binds");
         let endpoint = server.local_endpoint();
