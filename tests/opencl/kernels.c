@@ -210,8 +210,14 @@ static void test_info(void) {
 
     cl_kernel kl = CHKE(clCreateKernel(prog, "static_local", E));
     CHECK(clGetKernelWorkGroupInfo(kl, g_device, CL_KERNEL_LOCAL_MEM_SIZE, sizeof lm, &lm, NULL));
-    REQUIRE(lm >= 256 * sizeof(cl_int), "static __local: local mem size %llu",
-            (unsigned long long)lm);
+    /* PoCL up to 3.x counts the kernel's static __local array here; later versions report 0
+     * (they place it elsewhere). Either way rgpu must pass on the implementation's answer,
+     * which the native run of this program shows. */
+    if (lm == 0)
+        NOTE("static __local: the implementation reports CL_KERNEL_LOCAL_MEM_SIZE 0");
+    else
+        REQUIRE(lm >= 256 * sizeof(cl_int), "static __local: local mem size %llu",
+                (unsigned long long)lm);
     CHECK(clSetKernelArg(kl, 0, sizeof out, &out));
     size_t g1 = 128, l1 = 32;
     CHECK(clEnqueueNDRangeKernel(q, kl, 1, NULL, &g1, &l1, 0, NULL, NULL));
