@@ -83,3 +83,33 @@ def test_thread_isolation_is_opt_in(start_server, c_program):
     h.assert_pass(h.run_rgpu(c_program("buffers"), [server]), "buffers", server)
     default = start_server()
     assert "no session isolation" not in default.log(), default.log_tail()
+
+
+def test_workers_run_as_the_worker_user(start_server, c_program):
+    """A server run as root starts its session workers as worker_user (here `nobody`), so the
+    code that serves clients' requests never holds root."""
+    import os
+    import pwd
+
+    import pytest
+    if os.geteuid() != 0:
+        pytest.skip("needs a server running as root")
+    import tempfile
+    nobody = pwd.getpwnam("nobody")
+    # PoCL keeps compiled kernels in a cache directory its user must be able to write; the
+    # listener (root) loads PoCL too, so the directory is made for both beforehand.
+    cache = tempfile.mkdtemp(prefix="rgpu-nobody-cache-")
+    os.makedirs(os.path.join(cache, "pocl", "kcache"))
+    for dirpath, _, _ in os.walk(cache):
+        os.chown(dirpath, nobody.pw_uid, nobody.pw_gid)
+    os.chmod(cache, 0o777)
+    env = h.base_env(XDG_CACHE_HOME=cache)
+    server = start_server(args=["--worker-user", "nobody"], env=env)
+    h.assert_pass(h.run_rgpu(c_program("buffers"), [server]), "buffers", server)
+    uids = set()
+    for pid in server.worker_pids():
+        with open(f"/proc/{pid}/status") as f:
+            uids.update(int(line.split()[1]) for line in f if line.startswith("Uid:"))
+    assert uids == {nobody.pw_uid}, uids
+    import shutil
+    shutil.rmtree(cache, ignore_errors=True)

@@ -23,7 +23,7 @@ mod staging;
 mod workers;
 
 pub use limits::{parse_size, Limits};
-pub use workers::{run_worker, WorkerCommand, WorkerStop};
+pub use workers::{run_worker, WorkerCommand, WorkerStop, WorkerUser};
 
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
@@ -110,7 +110,14 @@ impl Server {
             .map_err(|e| format!("cannot set up the listening socket: {e}"))?;
         log_start(&shared, &endpoint, &config);
         if let Some(command) = config.workers {
-            let pool = workers::WorkerPool::new(command, settings);
+            let found = (
+                shared.inventory.devices.len(),
+                shared
+                    .cuda
+                    .as_ref()
+                    .map_or(0, |c| c.inventory.devices.len()),
+            );
+            let pool = workers::WorkerPool::new(command, settings, found);
             pool.refill();
             shared.workers = Some(pool);
         } else {

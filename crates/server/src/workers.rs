@@ -50,6 +50,40 @@ pub struct WorkerCommand {
     pub args: Vec<String>,
     /// Workers kept started ahead, waiting for a session.
     pub prestarted: usize,
+    /// The user workers run as, when the listener runs as root and should not hand that to
+    /// code that runs clients' requests.
+    pub user: Option<WorkerUser>,
+}
+
+/// A user to run workers as, resolved by name before any worker starts (the child of a fork
+/// may only make system calls, not read the user database).
+#[derive(Clone, Debug)]
+pub struct WorkerUser {
+    pub name: String,
+    pub uid: u32,
+    pub gid: u32,
+    /// Supplementary groups (e.g. video and render, for the GPU device nodes).
+    pub groups: Vec<u32>,
+    pub home: PathBuf,
+}
+
+impl WorkerUser {
+    /// Looks `name` up in the user database.
+    pub fn lookup(name: &str) -> Result<WorkerUser, String> {
+        let user = nix::unistd::User::from_name(name)
+            .map_err(|e| format!("looking up user {name}: {e}"))?
+            .ok_or_else(|| format!("no user named {name}"))?;
+        let c_name = std::ffi::CString::new(name).map_err(|_| format!("bad user name {name:?}"))?;
+        let groups = nix::unistd::getgrouplist(&c_name, user.gid)
+            .map_err(|e| format!("the groups of {name}: {e}"))?;
+        Ok(WorkerUser {
+            name: name.to_string(),
+            uid: user.uid.as_raw(),
+            gid: user.gid.as_raw(),
+            groups: groups.iter().map(|g| g.as_raw()).collect(),
+            home: user.dir,
+        })
+    }
 }
 
 /// Listener → worker.
@@ -178,6 +212,7 @@ struct Entry {
 pub(crate) struct WorkerPool {
     command: WorkerCommand,
     settings: SessionSettings,
+    expected: (usize, usize),
     ready: Mutex<Vec<Worker>>,
     ready_changed: Condvar,
     /// Workers being started right now, and sessions waiting for one: the pool starts a
@@ -192,10 +227,17 @@ pub(crate) struct WorkerPool {
 }
 
 impl WorkerPool {
-    pub fn new(command: WorkerCommand, settings: SessionSettings) -> Arc<WorkerPool> {
+    /// `expected` is what the listener found: (OpenCL devices, CUDA devices). A worker must
+    /// find the same, or its sessions would see other devices than the listener announced.
+    pub fn new(
+        command: WorkerCommand,
+        settings: SessionSettings,
+        expected: (usize, usize),
+    ) -> Arc<WorkerPool> {
         Arc::new(WorkerPool {
             command,
             settings,
+            expected,
             ready: Mutex::new(Vec::new()),
             ready_changed: Condvar::new(),
             starting: Mutex::new(0),
@@ -245,8 +287,15 @@ impl WorkerPool {
         // Its own process group: a Ctrl-C at the terminal reaches the listener, which then
         // stops the workers in order.
         command.process_group(0);
+        if let Some(user) = &self.command.user {
+            command
+                .env("HOME", &user.home)
+                .env("USER", &user.name)
+                .env("LOGNAME", &user.name);
+        }
+        let user = self.command.user.clone();
         let their_fd = theirs.as_raw_fd();
-        // SAFETY: only async-signal-safe calls between fork and exec.
+        // SAFETY: only async-signal-safe calls (plain system calls) between fork and exec.
         unsafe {
             command.pre_exec(move || {
                 if their_fd == CONTROL_FD {
@@ -255,6 +304,15 @@ impl WorkerPool {
                     libc::fcntl(CONTROL_FD, libc::F_SETFD, flags & !libc::FD_CLOEXEC);
                 } else if libc::dup2(their_fd, CONTROL_FD) < 0 {
                     return Err(std::io::Error::last_os_error());
+                }
+                if let Some(user) = &user {
+                    // Groups first, while still privileged; the user last.
+                    if libc::setgroups(user.groups.len(), user.groups.as_ptr()) != 0
+                        || libc::setgid(user.gid) != 0
+                        || libc::setuid(user.uid) != 0
+                    {
+                        return Err(std::io::Error::last_os_error());
+                    }
                 }
                 Ok(())
             });
@@ -273,7 +331,29 @@ impl WorkerPool {
             .send(&ToWorker::Init(self.settings.clone()), None)
             .and_then(|()| worker.control.recv::<FromWorker>());
         match init {
-            Ok(Some((FromWorker::Ready { .. }, _))) => {
+            Ok(Some((
+                FromWorker::Ready {
+                    devices,
+                    cuda_devices,
+                },
+                _,
+            ))) => {
+                if (devices, cuda_devices) != self.expected {
+                    drop(worker.control);
+                    let _ = worker.child.wait();
+                    return Err(format!(
+                        "a session worker finds {devices} OpenCL and {cuda_devices} CUDA \
+                         devices where the server found {} and {}: can its user{} use them \
+                         (device nodes, groups, a writable cache directory)?",
+                        self.expected.0,
+                        self.expected.1,
+                        self.command
+                            .user
+                            .as_ref()
+                            .map(|u| format!(" ({})", u.name))
+                            .unwrap_or_default()
+                    ));
+                }
                 log::debug!("session worker {} ready", worker.child.id());
                 Ok(worker)
             }

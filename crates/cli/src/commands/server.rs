@@ -8,7 +8,9 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::ArgMatches;
-use rgpu_server::{parse_size, Limits, Server, ServerConfig, SessionSettings, WorkerCommand};
+use rgpu_server::{
+    parse_size, Limits, Server, ServerConfig, SessionSettings, WorkerCommand, WorkerUser,
+};
 use rgpu_transport::{Endpoint, Token};
 use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
@@ -154,6 +156,11 @@ pub struct ServerSettings {
     )]
     isolation: Isolation,
 
+    /// The user session workers run as (with its groups), when the server runs as root;
+    /// e.g. the service's own user. Default: the server's user.
+    #[arg(long, value_name = "USER", env = "RGPU_SERVER_WORKER_USER")]
+    worker_user: Option<String>,
+
     /// Session workers started ahead of need, so that a session does not wait for one.
     #[arg(
         long,
@@ -224,6 +231,7 @@ pub fn run(args: ServerArgs, matches: &ArgMatches) -> Result<ExitCode, String> {
                     .map_err(|e| format!("cannot locate rgpu itself to start workers: {e}"))?,
                 args: vec![WORKER_SUBCOMMAND.to_string()],
                 prestarted: args.prestarted_workers,
+                user: worker_user(args.worker_user.as_deref())?,
             }),
         },
     };
@@ -273,6 +281,21 @@ pub fn run_worker() -> Result<ExitCode, String> {
         }
     })?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The user to run workers as: only a root server can switch to another one.
+fn worker_user(name: Option<&str>) -> Result<Option<WorkerUser>, String> {
+    let Some(name) = name else { return Ok(None) };
+    let user = WorkerUser::lookup(name).map_err(|e| format!("worker_user: {e}"))?;
+    // SAFETY: plain system calls.
+    let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+    if uid == 0 || (uid == user.uid && gid == user.gid) {
+        Ok(Some(user))
+    } else {
+        Err(format!(
+            "worker_user: the server runs as uid {uid}, not root: it cannot start workers as {name}"
+        ))
+    }
 }
 
 fn positive_seconds(name: &str, seconds: f64) -> Result<Duration, String> {
