@@ -41,6 +41,11 @@ class Link:
         self.ns = f"rgpu-lv{os.getpid()}"
         self.host_if, self.ns_if = f"rgl{os.getpid()}a", f"rgl{os.getpid()}b"
         self.host_ip, self.ns_ip = f"10.213.{n}.1", f"10.213.{n}.2"
+        self.cut_now = False
+        self.table = f"rgpu_liveness_{os.getpid()}"
+        # What an earlier run of this process left (it cannot be another process's).
+        ip("link", "del", self.host_if, check=False)
+        ip("netns", "del", self.ns, check=False)
         ip("netns", "add", self.ns)
         ip("link", "add", self.host_if, "type", "veth", "peer", "name", self.ns_if)
         ip("link", "set", self.ns_if, "netns", self.ns)
@@ -49,8 +54,6 @@ class Link:
         self.in_ns("ip", "addr", "add", f"{self.ns_ip}/30", "dev", self.ns_if)
         self.in_ns("ip", "link", "set", self.ns_if, "up")
         self.in_ns("ip", "link", "set", "lo", "up")
-        self.cut_now = False
-        self.table = f"rgpu_liveness_{os.getpid()}"
 
     def in_ns(self, *cmd):
         return subprocess.run(["ip", "netns", "exec", self.ns, *cmd], capture_output=True,
@@ -87,7 +90,14 @@ def link():
         pytest.skip("needs root to make a network namespace")
     missing = [tool for tool in ("ip", "nft") if not shutil.which(tool)]
     assert not missing, f"{missing} not installed (scripts/setup.sh installs iproute2, nftables)"
-    made = Link()
+    made = Link.__new__(Link)
+    try:
+        made.__init__()
+    except subprocess.CalledProcessError as e:
+        made.remove()
+        # A chroot without its own /sys and /run mounts, a container without CAP_SYS_ADMIN.
+        pytest.skip(f"cannot make a network namespace here: {' '.join(e.cmd)}: "
+                    f"{(e.stderr or '').strip()}")
     try:
         yield made
     finally:
