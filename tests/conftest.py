@@ -61,8 +61,10 @@ def start_server(rgpu_bins):
     Every server started is stopped at teardown."""
     servers = []
 
-    def start(token_file=None, unix=False, args=(), env=None, listen="127.0.0.1:0"):
-        s = h.Server(token_file=token_file, unix=unix, args=tuple(args), env=env, listen=listen)
+    def start(token_file=None, unix=False, args=(), env=None, listen="127.0.0.1:0",
+              program=None):
+        s = h.Server(token_file=token_file, unix=unix, args=tuple(args), env=env, listen=listen,
+                     program=program)
         servers.append(s)
         return s
 

@@ -119,7 +119,8 @@ class Server:
 
     def __init__(self, token_file: Path | str | None = None, unix: bool = False,
                  args: tuple[str, ...] = (), env: dict[str, str] | None = None,
-                 verbose: bool = False, listen: str | None = "127.0.0.1:0"):
+                 verbose: bool = False, listen: str | None = "127.0.0.1:0",
+                 program: Path | None = None):
         global _server_seq
         with _server_lock:
             _server_seq += 1
@@ -130,7 +131,7 @@ class Server:
         if unix:
             self._tmpdir = tempfile.mkdtemp(prefix="rgpu-test-")
             listen = f"unix:{self._tmpdir}/server.sock"
-        cmd = [str(RGPU)] + (["-v"] if verbose else []) + ["server"]
+        cmd = [str(program or RGPU)] + (["-v"] if verbose else []) + ["server"]
         if listen is not None:
             cmd += ["--listen", listen]
         if token_file is not None:

@@ -90,6 +90,7 @@ def test_workers_run_as_the_worker_user(start_server, c_program):
     code that serves clients' requests never holds root."""
     import os
     import pwd
+    import shutil
 
     import pytest
     if os.geteuid() != 0:
@@ -104,12 +105,17 @@ def test_workers_run_as_the_worker_user(start_server, c_program):
         os.chown(dirpath, nobody.pw_uid, nobody.pw_gid)
     os.chmod(cache, 0o777)
     env = h.base_env(XDG_CACHE_HOME=cache)
-    server = start_server(args=["--worker-user", "nobody"], env=env)
+    # Workers run the server's own executable: a copy nobody can reach (a clone under /root
+    # is not).
+    program = os.path.join(cache, "rgpu")
+    shutil.copy(h.RGPU, program)
+    os.chmod(program, 0o755)
+    server = start_server(args=["--worker-user", "nobody"], env=env, program=program)
     h.assert_pass(h.run_rgpu(c_program("buffers"), [server]), "buffers", server)
     uids = set()
     for pid in server.worker_pids():
         with open(f"/proc/{pid}/status") as f:
             uids.update(int(line.split()[1]) for line in f if line.startswith("Uid:"))
     assert uids == {nobody.pw_uid}, uids
-    import shutil
+    server.stop()
     shutil.rmtree(cache, ignore_errors=True)
