@@ -15,7 +15,14 @@ if [ "${SKIP_SETUP:-0}" != 1 ]; then
     say "installing prerequisites (scripts/setup.sh)"
     bash scripts/setup.sh
 fi
-[ -x "$HOME/.cargo/bin/cargo" ] && export PATH="$HOME/.cargo/bin:$PATH"
+# Rust from rustup and Python from the virtual environment setup.sh made (RGPU_VENV, default
+# .venv; `none`: python3 as found) first on PATH: every cargo and python3 below is theirs.
+CARGO_BIN=${CARGO_HOME:-$HOME/.cargo}/bin
+[ -x "$CARGO_BIN/cargo" ] && export PATH="$CARGO_BIN:$PATH"
+VENV=${RGPU_VENV:-$ROOT/.venv}
+if [ "$VENV" != none ] && [ -x "$VENV/bin/python3" ]; then
+    export VIRTUAL_ENV=$VENV PATH="$VENV/bin:$PATH"
+fi
 
 say "building rgpu (cargo build --release)"
 cargo build --release --quiet

@@ -11,7 +11,6 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 T0=$SECONDS
-[ -x "$HOME/.cargo/bin/cargo" ] && export PATH="$HOME/.cargo/bin:$PATH"
 export CARGO_TERM_COLOR=${CARGO_TERM_COLOR:-never}
 export RGPU_BUILD_DIR=${RGPU_BUILD_DIR:-$ROOT/target/release}
 
@@ -57,6 +56,15 @@ if [ "${SKIP_SETUP:-0}" = 1 ]; then
 elif ! step setup bash scripts/setup.sh; then
     summary
     exit 1
+fi
+# Rust from rustup and Python from the virtual environment setup.sh made (RGPU_VENV, default
+# .venv; `none`: python3 as found) first on PATH: every cargo and python3 below, and every one
+# the tests start, is theirs.
+CARGO_BIN=${CARGO_HOME:-$HOME/.cargo}/bin
+[ -x "$CARGO_BIN/cargo" ] && export PATH="$CARGO_BIN:$PATH"
+VENV=${RGPU_VENV:-$ROOT/.venv}
+if [ "$VENV" != none ] && [ -x "$VENV/bin/python3" ]; then
+    export VIRTUAL_ENV=$VENV PATH="$VENV/bin:$PATH"
 fi
 
 built=1
