@@ -38,7 +38,8 @@ LISTEN_RE = re.compile(r"rgpu server listening on (\S+)")
 _AMBIENT_VARS = ("RGPU_SERVERS", "RGPU_TOKEN", "RGPU_TOKEN_FILE", "RGPU_TEST_PLATFORM",
                  "RGPU_TEST_EXPECT_SERVER", "RGPU_TEST_NATIVE_COMPARE", "RGPU_LISTEN",
                  "RGPU_SERVER_CONFIG", "RGPU_SERVER_TOKEN_FILE", "RGPU_SERVER_NAME",
-                 "RGPU_SERVER_NO_CUDA")
+                 "RGPU_SERVER_NO_CUDA", "RGPU_TLS", "RGPU_TLS_FINGERPRINT", "RGPU_TLS_CA",
+                 "RGPU_SERVER_TLS_CERT", "RGPU_SERVER_TLS_KEY", "RGPU_SERVER_PLAINTEXT")
 
 GROUPS = ["platform_device", "context_queue", "buffers", "images_samplers", "programs",
           "kernels", "events"]
@@ -53,8 +54,32 @@ def missing_binaries() -> str | None:
             " (run `cargo build --release`, or set RGPU_BUILD_DIR)")
 
 
+# The test servers' TLS identity: made once, in the work directory (not the user's state
+# directory); every client the tests start pins it.
+TLS_CERT = WORK / "tls" / "server.crt"
+TLS_KEY = WORK / "tls" / "server.key"
+_fingerprint: str | None = None
+
+
+def tls_fingerprint() -> str:
+    """The test servers' certificate fingerprint (the identity is made on first use)."""
+    global _fingerprint
+    if _fingerprint is None:
+        env = {k: v for k, v in os.environ.items() if k not in _AMBIENT_VARS}
+        env.update(RGPU_SERVER_TLS_CERT=str(TLS_CERT), RGPU_SERVER_TLS_KEY=str(TLS_KEY))
+        r = subprocess.run([str(RGPU), "server", "--print-fingerprint"], env=env,
+                           capture_output=True, text=True, timeout=60)
+        if r.returncode != 0 or not r.stdout.startswith("sha256:"):
+            raise RuntimeError(f"rgpu server --print-fingerprint failed: {r.stderr}")
+        _fingerprint = r.stdout.strip()
+    return _fingerprint
+
+
 def base_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in _AMBIENT_VARS}
+    if RGPU.is_file():
+        env.update(RGPU_SERVER_TLS_CERT=str(TLS_CERT), RGPU_SERVER_TLS_KEY=str(TLS_KEY),
+                   RGPU_TLS_FINGERPRINT=tls_fingerprint())
     env.update({k: str(v) for k, v in extra.items() if v is not None})
     return env
 

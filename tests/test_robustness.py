@@ -246,9 +246,13 @@ def protocol_version() -> int:
     return int(m.group(1)) if m else 1
 
 
-def preamble(version=None, magic=b"RGPU") -> bytes:
+PREAMBLE_LEN = 20
+
+
+def preamble(version=None, magic=b"RGPU", flags=0) -> bytes:
+    """A client's preamble: magic, version, flags (1: TLS follows), the session a lane joins."""
     v = protocol_version() if version is None else version
-    return magic + v.to_bytes(4, "little") + bytes(4)
+    return magic + v.to_bytes(4, "little") + flags.to_bytes(4, "little") + bytes(8)
 
 
 def frame(body: bytes, seq: int, bulk: bytes = b"", flags: int = 0) -> bytes:
@@ -300,7 +304,7 @@ def handshake(server) -> socket.socket:
     """Connects and authenticates without a token (ClientMsg::Authenticate, postcard)."""
     s = connect(server)
     s.sendall(preamble())
-    theirs = read_exact(s, 12)
+    theirs = read_exact(s, PREAMBLE_LEN)
     assert theirs[:4] == b"RGPU", theirs
     _, body, _ = read_frame(s)
     assert body[0] == 0, f"expected Challenge, got {body[:8]!r}"  # ServerMsg::Challenge
@@ -347,6 +351,14 @@ def bad_sessions(server):
     s = connect(server)
     s.sendall(preamble(version=protocol_version() + 100))
     yield "wrong protocol version", s
+    # Asks for TLS, then sends what is not a TLS handshake.
+    s = connect(server)
+    s.sendall(preamble(flags=1) + os.urandom(4096))
+    yield "garbage instead of a TLS handshake", s
+    # Unknown preamble flags.
+    s = connect(server)
+    s.sendall(preamble(flags=0x80))
+    yield "unknown preamble flags", s
     # In a live session: a body that does not decode.
     s = handshake(server)
     ping(s, 2)

@@ -119,9 +119,10 @@ impl Drop for Server {
 }
 
 fn connect(endpoint: &Endpoint) -> Result<(FrameReader<Stream>, FrameWriter<Stream>), String> {
-    let mut stream =
-        Stream::connect(endpoint, Duration::from_secs(5)).map_err(|e| e.to_string())?;
-    client_handshake(&mut stream, None, "session-fuzz", None).map_err(|e| e.to_string())?;
+    let stream = Stream::connect(endpoint, Duration::from_secs(5)).map_err(|e| e.to_string())?;
+    let plain = rgpu_transport::TlsConnector::new(&Default::default())?;
+    let (stream, _) = client_handshake(stream, &plain, endpoint, None, "session-fuzz", None)
+        .map_err(|e| e.to_string())?;
     stream
         .set_read_timeout(Some(Duration::from_secs(30)))
         .map_err(|e| e.to_string())?;

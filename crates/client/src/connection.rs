@@ -15,10 +15,11 @@ use rgpu_protocol::cuda::{CuReply, CuRequest};
 use rgpu_protocol::opencl::{ClReply, ClRequest, Id};
 use rgpu_protocol::{decode_body, ClientMsg, LaneKey, ServerMsg, MAX_LANES};
 use rgpu_transport::{
-    client_handshake, Endpoint, FrameReader, FrameWriter, Stream, Token, TransportError,
+    client_handshake, Endpoint, FrameReader, FrameWriter, Stream, TransportError,
 };
 
 use crate::lanes::Lanes;
+use crate::ClientConfig;
 
 /// Posted bulk of at least this many bytes goes striped over data lanes (one 1 MiB chunk per
 /// lane or more).
@@ -105,8 +106,8 @@ pub struct Connection {
     /// Set once background flushing is on ([`Connection::flush_in_background`]).
     flush_signal: OnceLock<Arc<FlushSignal>>,
     /// What opening data lanes later takes.
-    token: Option<Token>,
-    connect_timeout: Duration,
+    /// How lanes connect: as the connection did.
+    config: ClientConfig,
     client_name: String,
     lane_key: LaneKey,
     /// The data lanes, once asked for (`None` inside: none could be opened).
@@ -122,22 +123,29 @@ struct FlushSignal {
 
 impl Connection {
     /// Connects, checks the protocol version and authenticates.
+    /// (`config.servers` is not used: `endpoint` is the server.)
     pub fn connect(
         endpoint: &Endpoint,
-        token: Option<&Token>,
-        connect_timeout: Duration,
-        reply_timeout: Duration,
+        config: &ClientConfig,
     ) -> Result<Arc<Connection>, ClientError> {
-        let mut stream = Stream::connect(endpoint, connect_timeout)
+        let reply_timeout = config.reply_timeout;
+        let stream = Stream::connect(endpoint, config.connect_timeout)
             .map_err(|e| ClientError::Connect(format!("{endpoint}: {e}")))?;
         crate::bound_waits(&stream, reply_timeout)
             .map_err(|e| ClientError::Connect(format!("{endpoint}: {e}")))?;
         let client_name = client_name();
-        let welcome =
-            client_handshake(&mut stream, token, &client_name, None).map_err(|e| match e {
-                TransportError::Auth(why) => ClientError::Connect(format!("{endpoint}: {why}")),
-                other => ClientError::Connect(format!("{endpoint}: {other}")),
-            })?;
+        let (stream, welcome) = client_handshake(
+            stream,
+            &config.tls,
+            endpoint,
+            config.token.as_ref(),
+            &client_name,
+            None,
+        )
+        .map_err(|e| match e {
+            TransportError::Auth(why) => ClientError::Connect(format!("{endpoint}: {why}")),
+            other => ClientError::Connect(format!("{endpoint}: {other}")),
+        })?;
         let shared = Arc::new(Shared {
             pending: Mutex::new(HashMap::new()),
             broken: Mutex::new(None),
@@ -171,8 +179,7 @@ impl Connection {
             reply_timeout,
             _reader: reader,
             flush_signal: OnceLock::new(),
-            token: token.cloned(),
-            connect_timeout,
+            config: config.clone(),
             client_name,
             lane_key: welcome.lane_key,
             lanes: OnceLock::new(),
@@ -338,8 +345,7 @@ impl Connection {
             }
             let opened = Lanes::open(
                 &self.endpoint,
-                self.token.as_ref(),
-                self.connect_timeout,
+                &self.config,
                 &self.client_name,
                 self.session_id,
                 self.lane_key,

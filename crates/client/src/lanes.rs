@@ -13,7 +13,9 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use rgpu_protocol::{LaneAttach, LaneKey, LANE_CHUNK};
-use rgpu_transport::{client_handshake, Endpoint, Stream, Token};
+use rgpu_transport::{client_handshake, Endpoint, Stream};
+
+use crate::ClientConfig;
 
 use crate::ClientError;
 
@@ -86,8 +88,7 @@ impl Lanes {
     /// Opens `count` lanes to `endpoint` joining session `session` with `key`.
     pub fn open(
         endpoint: &Endpoint,
-        token: Option<&Token>,
-        connect_timeout: Duration,
+        config: &ClientConfig,
         client_name: &str,
         session: u64,
         key: LaneKey,
@@ -95,7 +96,7 @@ impl Lanes {
     ) -> Result<Lanes, ClientError> {
         let mut lanes = Vec::with_capacity(count);
         for index in 0..count {
-            let mut stream = Stream::connect(endpoint, connect_timeout)
+            let stream = Stream::connect(endpoint, config.connect_timeout)
                 .map_err(|e| ClientError::Connect(format!("{endpoint}: data lane: {e}")))?;
             crate::bound_waits(&stream, crate::reply_timeout_from_env())
                 .map_err(|e| ClientError::Connect(format!("{endpoint}: data lane: {e}")))?;
@@ -104,8 +105,15 @@ impl Lanes {
                 key,
                 index: index as u32,
             };
-            client_handshake(&mut stream, token, client_name, Some(attach))
-                .map_err(|e| ClientError::Connect(format!("{endpoint}: data lane: {e}")))?;
+            let (stream, _) = client_handshake(
+                stream,
+                &config.tls,
+                endpoint,
+                config.token.as_ref(),
+                client_name,
+                Some(attach),
+            )
+            .map_err(|e| ClientError::Connect(format!("{endpoint}: data lane: {e}")))?;
             let writer = stream.try_clone().map_err(ClientError::io)?;
             let (jobs, inbox) = mpsc::channel();
             let thread = std::thread::Builder::new()

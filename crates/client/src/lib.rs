@@ -12,7 +12,7 @@ use std::time::Duration;
 pub use connection::{Connection, ReadSink, SendPtr};
 pub use once::first_time;
 use rgpu_transport::Stream;
-pub use rgpu_transport::{load_client_token, Endpoint, Token};
+pub use rgpu_transport::{load_client_token, ClientSecurity, Endpoint, TlsConnector, Token};
 pub use wait::Handoff;
 
 #[derive(Debug, Clone)]
@@ -51,12 +51,26 @@ impl std::error::Error for ClientError {}
 /// - `RGPU_TOKEN` / `RGPU_TOKEN_FILE`: the shared token
 /// - `RGPU_CONNECT_TIMEOUT` (seconds, default 5), `RGPU_TIMEOUT` (seconds a reply may take, default 600)
 /// - `RGPU_LIVENESS_TIMEOUT` (seconds an unreachable server is waited for, default 10)
-#[derive(Clone, Debug)]
+/// - `RGPU_TLS` (`auto`: TLS except to loopback and Unix sockets; `on`; `off`),
+///   `RGPU_TLS_FINGERPRINT` (the servers' certificates, pinned), `RGPU_TLS_CA` (a CA bundle)
+#[derive(Clone)]
 pub struct ClientConfig {
     pub servers: Vec<Endpoint>,
     pub token: Option<Token>,
+    pub tls: TlsConnector,
     pub connect_timeout: Duration,
     pub reply_timeout: Duration,
+}
+
+impl std::fmt::Debug for ClientConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientConfig")
+            .field("servers", &self.servers)
+            .field("token", &self.token)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("reply_timeout", &self.reply_timeout)
+            .finish_non_exhaustive()
+    }
 }
 
 /// How long a reply may take (`RGPU_TIMEOUT`, seconds, default 600).
@@ -109,9 +123,23 @@ impl ClientConfig {
         Ok(ClientConfig {
             servers,
             token: load_client_token()?,
+            tls: TlsConnector::new(&ClientSecurity::from_env()?)?,
             connect_timeout: seconds_from_env("RGPU_CONNECT_TIMEOUT", 5.0),
             reply_timeout: reply_timeout_from_env(),
         })
+    }
+
+    /// Settings for connecting to `servers` as a program on this machine would without any
+    /// environment: no token, TLS by default rules, default timeouts (tests, tools).
+    pub fn plain(servers: Vec<Endpoint>) -> ClientConfig {
+        ClientConfig {
+            servers,
+            token: None,
+            tls: TlsConnector::new(&ClientSecurity::default())
+                .expect("the default TLS settings read no file"),
+            connect_timeout: Duration::from_secs(5),
+            reply_timeout: reply_timeout_from_env(),
+        }
     }
 
     /// Connects to every server at once; each result is in the order of `servers`.
@@ -122,14 +150,7 @@ impl ClientConfig {
             .cloned()
             .map(|endpoint| {
                 let config = self.clone();
-                std::thread::spawn(move || {
-                    Connection::connect(
-                        &endpoint,
-                        config.token.as_ref(),
-                        config.connect_timeout,
-                        config.reply_timeout,
-                    )
-                })
+                std::thread::spawn(move || Connection::connect(&endpoint, &config))
             })
             .collect();
         handles

@@ -206,13 +206,7 @@ impl ServerLink {
     }
 
     fn reconnect(&self) -> Result<Arc<Connection>, String> {
-        let conn = Connection::connect(
-            &self.endpoint,
-            self.config.token.as_ref(),
-            self.config.connect_timeout,
-            self.config.reply_timeout,
-        )
-        .map_err(|e| e.to_string())?;
+        let conn = Connection::connect(&self.endpoint, &self.config).map_err(|e| e.to_string())?;
         let devices = inventory_devices(&conn).map_err(|e| e.to_string())?;
         let identities: Vec<(Id, Vec<u8>)> = devices.iter().map(device_identity).collect();
         if identities != self.devices {

@@ -2,7 +2,8 @@
 //! connection preamble and the authentication math. No I/O lives here.
 //!
 //! A connection starts with a fixed [`Preamble`] each way, so that a version mismatch is found
-//! before any message is decoded. Then the server sends a [`ServerMsg::Challenge`], the client
+//! before any message is decoded; it also says whether the connection continues in TLS. Then
+//! (inside TLS where agreed) the server sends a [`ServerMsg::Challenge`], the client
 //! answers with [`ClientMsg::Authenticate`] and the server with [`ServerMsg::Welcome`] (or
 //! [`ServerMsg::Fatal`]). After that the client sends requests and the server replies.
 
@@ -16,7 +17,7 @@ use serde::{Deserialize, Serialize};
 pub use frame::{decode_body, encode_frame, encode_frame_striped, FrameHeader, HEADER_LEN};
 
 /// Bumped on every incompatible change of any message.
-pub const PROTOCOL_VERSION: u32 = 3;
+pub const PROTOCOL_VERSION: u32 = 4;
 /// First bytes on the wire, each way.
 pub const MAGIC: [u8; 4] = *b"RGPU";
 
@@ -46,47 +47,99 @@ impl std::fmt::Display for ProtocolError {
 
 impl std::error::Error for ProtocolError {}
 
-/// The 12 bytes each side sends first: magic, protocol version, reserved.
+/// The bytes each side sends first, in the clear: magic, protocol version, flags, and (from a
+/// client) the session a data lane joins. The client's says whether it continues in TLS; the
+/// server's echoes that, or says the connection is refused (a [`ServerMsg::Fatal`] in the
+/// clear follows, saying why). The lane's session is only a routing hint for the listener (the
+/// lane's key is checked inside the authenticated handshake).
+///
+/// Each side reads the peer's first [`Preamble::HEAD_LEN`] bytes (magic and version) before
+/// the rest, so that peers of other versions, whose preambles may be shorter, get a clear
+/// version mismatch rather than a wait.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Preamble {
     pub version: u32,
+    pub flags: u32,
+    /// Set in a data lane's preamble: the session it joins.
+    pub lane_of: Option<u64>,
 }
 
 impl Preamble {
-    pub const LEN: usize = 12;
+    pub const LEN: usize = 20;
+    pub const HEAD_LEN: usize = 8;
+    /// The connection continues in TLS 1.3 after the preambles.
+    pub const TLS: u32 = 1;
+    /// Server only: the connection is refused; a Fatal frame in the clear says why.
+    pub const REFUSED: u32 = 2;
+    const KNOWN_FLAGS: u32 = Self::TLS | Self::REFUSED;
 
-    pub fn ours() -> Self {
+    /// A client's: TLS or not, and the session a data lane joins.
+    pub fn client(tls: bool, lane_of: Option<u64>) -> Self {
         Preamble {
             version: PROTOCOL_VERSION,
+            flags: if tls { Self::TLS } else { 0 },
+            lane_of,
         }
+    }
+
+    /// A server's, with these flags.
+    pub fn server(flags: u32) -> Self {
+        Preamble {
+            version: PROTOCOL_VERSION,
+            flags,
+            lane_of: None,
+        }
+    }
+
+    pub fn tls(&self) -> bool {
+        self.flags & Self::TLS != 0
+    }
+
+    pub fn refused(&self) -> bool {
+        self.flags & Self::REFUSED != 0
     }
 
     pub fn encode(&self) -> [u8; Self::LEN] {
         let mut out = [0u8; Self::LEN];
         out[0..4].copy_from_slice(&MAGIC);
         out[4..8].copy_from_slice(&self.version.to_le_bytes());
+        out[8..12].copy_from_slice(&self.flags.to_le_bytes());
+        out[12..20].copy_from_slice(&self.lane_of.unwrap_or(0).to_le_bytes());
         out
     }
 
-    pub fn decode(raw: &[u8; Self::LEN]) -> Result<Self, ProtocolError> {
+    /// Checks the magic and the version (the first [`Preamble::HEAD_LEN`] bytes).
+    pub fn check_head(raw: &[u8; Self::HEAD_LEN]) -> Result<(), ProtocolError> {
         if raw[0..4] != MAGIC {
             return Err(ProtocolError::Malformed(
                 "peer is not an rgpu endpoint (bad magic)".into(),
             ));
         }
-        let version = u32::from_le_bytes(raw[4..8].try_into().unwrap());
-        Ok(Preamble { version })
-    }
-
-    /// Checks the peer's preamble against ours.
-    pub fn check_compatible(&self) -> Result<(), ProtocolError> {
-        if self.version != PROTOCOL_VERSION {
+        let theirs = u32::from_le_bytes(raw[4..8].try_into().unwrap());
+        if theirs != PROTOCOL_VERSION {
             return Err(ProtocolError::VersionMismatch {
                 ours: PROTOCOL_VERSION,
-                theirs: self.version,
+                theirs,
             });
         }
         Ok(())
+    }
+
+    /// Decodes a whole preamble of this version.
+    pub fn decode(raw: &[u8; Self::LEN]) -> Result<Self, ProtocolError> {
+        Self::check_head(raw[..Self::HEAD_LEN].try_into().unwrap())?;
+        let flags = u32::from_le_bytes(raw[8..12].try_into().unwrap());
+        if flags & !Self::KNOWN_FLAGS != 0 {
+            return Err(ProtocolError::Malformed(format!(
+                "unknown preamble flags {flags:#x}"
+            )));
+        }
+        let lane_of = u64::from_le_bytes(raw[12..20].try_into().unwrap());
+        Ok(Preamble {
+            version: PROTOCOL_VERSION,
+            flags,
+            lane_of: (lane_of != 0).then_some(lane_of),
+        })
     }
 }
 

@@ -50,7 +50,7 @@ proptest! {
     #[test]
     fn preambles(raw in any::<[u8; Preamble::LEN]>()) {
         if let Ok(preamble) = Preamble::decode(&raw) {
-            let _ = preamble.check_compatible();
+            prop_assert_eq!(Preamble::decode(&preamble.encode()).unwrap(), preamble);
         }
     }
 }

@@ -503,18 +503,46 @@ fn malformed_bodies_are_rejected() {
 
 #[test]
 fn preamble_detects_version_and_magic() {
-    let ours = Preamble::ours().encode();
-    Preamble::decode(&ours).unwrap().check_compatible().unwrap();
+    let ours = Preamble::client(false, None).encode();
+    assert_eq!(
+        Preamble::decode(&ours).unwrap(),
+        Preamble::client(false, None)
+    );
     let mut other = ours;
     other[4..8].copy_from_slice(&(PROTOCOL_VERSION + 1).to_le_bytes());
-    let err = Preamble::decode(&other)
-        .unwrap()
-        .check_compatible()
-        .unwrap_err();
+    let err = Preamble::decode(&other).unwrap_err();
     assert!(err.to_string().contains("version mismatch"), "{err}");
+    // An older peer's shorter preamble: its head alone tells the mismatch.
+    let mut v3 = [0u8; 12];
+    v3[0..4].copy_from_slice(b"RGPU");
+    v3[4..8].copy_from_slice(&3u32.to_le_bytes());
+    let err = Preamble::check_head(v3[..8].try_into().unwrap()).unwrap_err();
+    assert!(err.to_string().contains("speaks version 3"), "{err}");
     let mut bad = ours;
     bad[0] = b'X';
     assert!(Preamble::decode(&bad).is_err());
+    let mut unknown_flag = ours;
+    unknown_flag[8] = 0x80;
+    assert!(Preamble::decode(&unknown_flag).is_err());
+}
+
+/// The preamble's bytes are pinned: magic, version, flags (TLS = 1, refused = 2) and the
+/// session a data lane joins, all little-endian.
+#[test]
+fn preamble_golden_bytes() {
+    let lane = Preamble::client(true, Some(0x0102030405060708)).encode();
+    let mut expected = Vec::new();
+    expected.extend_from_slice(b"RGPU");
+    expected.extend_from_slice(&PROTOCOL_VERSION.to_le_bytes());
+    expected.extend_from_slice(&[1, 0, 0, 0]);
+    expected.extend_from_slice(&[8, 7, 6, 5, 4, 3, 2, 1]);
+    assert_eq!(lane.to_vec(), expected);
+    assert_eq!(PROTOCOL_VERSION, 4);
+    let refused = Preamble::server(Preamble::REFUSED).encode();
+    assert_eq!(&refused[8..], &[2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+    let decoded = Preamble::decode(&lane).unwrap();
+    assert!(decoded.tls() && !decoded.refused());
+    assert_eq!(decoded.lane_of, Some(0x0102030405060708));
 }
 
 #[test]

@@ -29,7 +29,7 @@ use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use rgpu_transport::{Endpoint, Listener, Token};
+use rgpu_transport::{Endpoint, Listener, Plaintext, ServerSecurity, TlsIdentity, Token};
 
 use crate::inventory::{Filters, Inventory};
 use crate::listener::Shared;
@@ -40,8 +40,6 @@ use crate::native::Cl;
 pub struct ServerConfig {
     /// Where to listen (`host:port` or `unix:/path`).
     pub listen: Endpoint,
-    /// Clients must prove they hold this token. Without one only local clients are served.
-    pub token: Option<Token>,
     /// How long a client may stay unreachable (a host gone, a silent partition) before its
     /// session is ended and everything it held released (see `Stream::set_liveness`).
     pub client_timeout: std::time::Duration,
@@ -70,6 +68,12 @@ pub struct SessionSettings {
     pub name: String,
     /// Quotas: sessions in all and per client, memory and objects per session, idle time.
     pub limits: Limits,
+    /// Clients must prove they hold this token. Without one only local clients are served.
+    pub token: Option<Token>,
+    /// The server's TLS certificate and key; `None` offers no TLS.
+    pub tls: Option<TlsIdentity>,
+    /// Where connections in the clear are accepted.
+    pub plaintext: Plaintext,
 }
 
 /// A bound server, ready to [`run`](Server::run).
@@ -98,7 +102,6 @@ impl Server {
     pub fn bind(config: ServerConfig) -> Result<Server, String> {
         let settings = config.sessions.clone();
         let mut shared = load_shared(settings.clone(), true);
-        shared.token = config.token.clone();
         shared.client_timeout = config.client_timeout;
         let listener = Listener::bind(&config.listen)
             .map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
@@ -188,7 +191,21 @@ pub(crate) fn load_shared(settings: SessionSettings, announce: bool) -> Shared {
     } else {
         None
     };
-    let mut shared = Shared::new(inventory, cuda, None, settings.name);
+    let security = ServerSecurity {
+        tls: settings
+            .tls
+            .as_ref()
+            .and_then(|identity| match identity.server_config() {
+                Ok(config) => Some(config),
+                Err(e) => {
+                    log::error!("TLS identity: {e}; offering no TLS");
+                    None
+                }
+            }),
+        plaintext: settings.plaintext,
+    };
+    let mut shared = Shared::new(inventory, cuda, settings.token, settings.name);
+    shared.security = security;
     shared.limits = settings.limits;
     shared
 }
@@ -232,9 +249,24 @@ fn log_start(shared: &Shared, endpoint: &Endpoint, config: &ServerConfig) {
             platform
         );
     }
-    if config.token.is_some() {
+    if shared.token.is_some() {
         log::info!("listening on {endpoint}; clients must present the token");
     } else {
         log::info!("listening on {endpoint}; no token: serving only clients on this machine");
+    }
+    let settings = &config.sessions;
+    match (&settings.tls, settings.plaintext) {
+        (Some(identity), plaintext) => log::info!(
+            "TLS 1.3 certificate {} (clients pin it: RGPU_TLS_FINGERPRINT); plaintext {}",
+            identity
+                .fingerprint()
+                .map_or_else(|e| e.to_string(), |f| f.to_string()),
+            match plaintext {
+                Plaintext::Local => "from clients on this machine only",
+                Plaintext::Allow => "from anyone (plaintext = \"allow\")",
+                Plaintext::Never => "on Unix sockets only",
+            }
+        ),
+        (None, _) => log::warn!("no TLS: connections are not encrypted"),
     }
 }

@@ -8,7 +8,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use rgpu_protocol::LaneAttach;
-use rgpu_transport::{Listener, Stream, Token};
+use rgpu_transport::{Listener, ServerSecurity, Stream, Token};
 
 use crate::inventory::Inventory;
 use crate::lanes::LaneRegistry;
@@ -29,6 +29,8 @@ pub(crate) struct Shared {
     /// The CUDA backend, where the machine has a CUDA driver.
     pub cuda: Option<Arc<crate::cuda::Backend>>,
     pub token: Option<Token>,
+    /// TLS, and where plaintext is accepted.
+    pub security: ServerSecurity,
     pub name: String,
     pub stop: AtomicBool,
     /// A handle on each live session's socket, to end them at shutdown.
@@ -56,6 +58,7 @@ impl Shared {
             inventory: Arc::new(inventory),
             cuda: cuda.map(Arc::new),
             token,
+            security: ServerSecurity::default(),
             name,
             stop: AtomicBool::new(false),
             streams: Mutex::new(HashMap::new()),
@@ -80,15 +83,21 @@ impl Shared {
         match lane {
             Some(lane) => join_lane(lane, stream),
             None => {
-                let client = match stream.peer_ip() {
-                    Some(ip) => ClientKey::Address(ip),
-                    None => ClientKey::Local,
-                };
                 // A refusal is logged with the handshake's outcome.
-                *slot = Some(self.admission.admit(&self.limits, client)?);
+                *slot = Some(self.admit_session(stream.peer_ip())?);
                 Ok(())
             }
         }
+    }
+
+    /// A place for a new session from `peer` (`None`: a Unix socket), if the session limits
+    /// leave one.
+    pub fn admit_session(&self, peer: Option<std::net::IpAddr>) -> Result<Slot, String> {
+        let client = match peer {
+            Some(ip) => ClientKey::Address(ip),
+            None => ClientKey::Local,
+        };
+        self.admission.admit(&self.limits, client)
     }
 
     pub fn stopping(&self) -> bool {
@@ -184,33 +193,26 @@ pub(crate) fn accept_loop(listener: &Listener, shared: &Arc<Shared>) {
     log::info!("server stopped");
 }
 
-/// Authenticates a connection here, then serves its session in a worker process (a data lane
-/// goes to its session's worker). Returns when the session's worker has ended.
-fn serve_in_worker(stream: Stream, shared: &Shared, workers: &Arc<WorkerPool>, id: u64) {
+/// Reads a connection's preamble here, then hands it to a worker process: a new session to a
+/// worker of its own (which runs the rest of the handshake and, once admitted, serves it), a
+/// data lane to its session's worker. Returns when the session's worker has ended (or was
+/// given back to the pool, the handshake having failed).
+fn serve_in_worker(mut stream: Stream, shared: &Shared, workers: &Arc<WorkerPool>, id: u64) {
     shared.register(id, &stream);
-    if shared.stopping() {
-        stream.shutdown();
-        shared.unregister(id);
-        return;
-    }
-    let lane_key = rgpu_transport::random_lane_key();
-    workers.open(id, lane_key);
-    // Held until the session's worker has ended.
-    let mut slot = None;
-    let admitted = crate::session::handshake(stream, shared, id, lane_key, |lane, stream| {
-        shared.admit(lane, stream, &mut slot, |attach, lane| {
-            workers.join_lane(attach, lane)
-        })
-    });
+    let route = if shared.stopping() {
+        None
+    } else {
+        crate::session::preamble(&mut stream, shared)
+    };
     // The worker owns the connection from here on; the listener keeps no handle on it.
     shared.unregister(id);
-    match admitted {
-        Some(admitted) if !shared.stopping() => workers.serve(admitted, id),
-        Some(admitted) => {
-            admitted.stream.shutdown();
-            workers.close(id);
-        }
-        None => workers.close(id),
+    let Some(route) = route else {
+        stream.shutdown();
+        return;
+    };
+    match route.lane_of {
+        Some(session) => workers.route_lane(session, route, stream),
+        None => workers.serve(stream, route, shared, id),
     }
 }
 

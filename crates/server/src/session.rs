@@ -12,7 +12,8 @@ use rgpu_cl_api::{error_name, sys, validate};
 use rgpu_protocol::opencl::{ClReply, ClRequest, Command, Id};
 use rgpu_protocol::{decode_body, ClientMsg, FrameHeader, LaneAttach, LaneKey, ServerMsg};
 use rgpu_transport::{
-    random_lane_key, server_handshake, FrameReader, FrameWriter, Stream, TransportError,
+    accept_preamble, random_lane_key, server_handshake, FrameReader, FrameWriter, Route, Stream,
+    TransportError,
 };
 
 use crate::completion::{Completion, Job};
@@ -137,11 +138,35 @@ pub(crate) struct Admitted {
     pub lane_key: LaneKey,
 }
 
-/// Runs the handshake on an accepted connection; `admit` decides (see `Shared::admit`). A new
-/// session comes back admitted; for a data lane (taken by `admit`) `None` comes back, as it
-/// does for a refused or vanished client (logged here).
+/// Reads and answers a new connection's preamble (see `accept_preamble`); `None` (logged) when
+/// the connection is refused or vanished.
+pub(crate) fn preamble(stream: &mut Stream, shared: &Shared) -> Option<Route> {
+    match accept_preamble(stream, &shared.security) {
+        Ok(route) => Some(route),
+        Err(e) => {
+            log_refusal(&stream.peer_description(), e);
+            None
+        }
+    }
+}
+
+fn log_refusal(peer: &str, error: TransportError) {
+    match error {
+        TransportError::Closed => {
+            log::debug!("{peer}: closed the connection during the handshake")
+        }
+        TransportError::Auth(why) => log::warn!("{peer}: refused: {why}"),
+        e => log::warn!("{peer}: connection refused: {e}"),
+    }
+}
+
+/// Runs the rest of the handshake on a connection whose preamble asked for `route` (TLS,
+/// authentication); `admit` decides (see `Shared::admit`). A new session comes back admitted;
+/// for a data lane (taken by `admit`) `None` comes back, as it does for a refused or vanished
+/// client (logged here).
 pub(crate) fn handshake(
-    mut stream: Stream,
+    stream: Stream,
+    route: &Route,
     shared: &Shared,
     id: u64,
     lane_key: LaneKey,
@@ -149,7 +174,9 @@ pub(crate) fn handshake(
 ) -> Option<Admitted> {
     let peer = stream.peer_description();
     let hello = server_handshake(
-        &mut stream,
+        stream,
+        route,
+        &shared.security,
         shared.token.as_ref(),
         &shared.name,
         id,
@@ -157,11 +184,11 @@ pub(crate) fn handshake(
         admit,
     );
     match hello {
-        Ok(hello) => match hello.lane {
+        Ok((stream, hello)) => match hello.lane {
             None => Some(Admitted {
-                stream,
                 client: hello.name,
-                peer,
+                peer: stream.peer_description(),
+                stream,
                 lane_key,
             }),
             Some(lane) => {
@@ -174,37 +201,32 @@ pub(crate) fn handshake(
                 None
             }
         },
-        Err(TransportError::Closed) => {
-            log::debug!("{peer}: closed the connection during the handshake");
-            None
-        }
-        Err(TransportError::Auth(why)) => {
-            log::warn!("{peer}: refused: {why}");
-            stream.shutdown();
-            None
-        }
         Err(e) => {
-            log::warn!("{peer}: connection refused: {e}");
-            stream.shutdown();
+            log_refusal(&peer, e);
             None
         }
     }
 }
 
 /// Runs a session on an accepted connection, in this process: handshake, requests, cleanup.
-pub(crate) fn run(stream: Stream, shared: Arc<Shared>, id: u64) {
+pub(crate) fn run(mut stream: Stream, shared: Arc<Shared>, id: u64) {
     shared.register(id, &stream);
-    if shared.stopping() {
+    let route = if shared.stopping() {
+        None
+    } else {
+        preamble(&mut stream, &shared)
+    };
+    let Some(route) = route else {
         stream.shutdown();
         shared.unregister(id);
         return;
-    }
+    };
     // Open to lanes before the welcome: the client may open them as soon as it has it.
     let lane_key = random_lane_key();
     shared.lanes.open(id, lane_key);
     // Held until the session has ended.
     let mut slot = None;
-    let admitted = handshake(stream, &shared, id, lane_key, |lane, stream| {
+    let admitted = handshake(stream, &route, &shared, id, lane_key, |lane, stream| {
         shared.admit(lane, stream, &mut slot, |attach, lane| {
             shared.lanes.join(attach, lane)
         })

@@ -18,7 +18,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -26,12 +26,11 @@ use nix::sys::socket::{
     recvmsg, sendmsg, socketpair, AddressFamily, ControlMessage, ControlMessageOwned, MsgFlags,
     SockFlag, SockType,
 };
-use rgpu_protocol::{LaneAttach, LaneKey};
-use rgpu_transport::{Stream, StreamKind};
+use rgpu_protocol::LaneKey;
+use rgpu_transport::{Route, Stream, StreamKind};
 use serde::{Deserialize, Serialize};
 
 use crate::listener::Shared;
-use crate::session::Admitted;
 use crate::SessionSettings;
 
 /// The worker's end of the control socket.
@@ -91,19 +90,19 @@ impl WorkerUser {
 enum ToWorker {
     /// First message: load the native libraries with these settings, then say `Ready`.
     Init(SessionSettings),
-    /// Serve this session; its socket comes with the message.
+    /// A new connection, its preamble read: finish its handshake (TLS, authentication) and,
+    /// once admitted, serve it as session `id`. Its socket comes with the message.
     Session {
         id: u64,
         kind: StreamKind,
-        client: String,
-        peer: String,
+        route: Route,
         lane_key: LaneKey,
     },
-    /// A data lane of the session (its key already checked); its socket comes with it.
-    Lane {
-        attach: LaneAttach,
-        kind: StreamKind,
-    },
+    /// Whether the session may start (the listener counts sessions against the limits).
+    Admission(Result<(), String>),
+    /// A connection that says it is a data lane of the session: its handshake proves it (the
+    /// key). Its socket comes with it.
+    Lane { route: Route, kind: StreamKind },
 }
 
 /// Worker → listener.
@@ -111,6 +110,13 @@ enum ToWorker {
 enum FromWorker {
     /// The native libraries are loaded; the worker waits for its session.
     Ready { devices: usize, cuda_devices: usize },
+    /// The client authenticated: may its session start? (Answered by `Admission`.)
+    Authenticated,
+    /// The session started (the client's self-description, for the listener's logs).
+    Serving { client: String },
+    /// The handshake failed (logged by the worker): nothing ran for that client, and the
+    /// worker waits for another session.
+    Unused,
 }
 
 /// One end of a control socket (SOCK_SEQPACKET: one message per send, fds attached).
@@ -192,20 +198,8 @@ impl Control {
 
 /// A started worker, ready for a session or serving one.
 struct Worker {
-    control: Control,
+    control: Arc<Control>,
     child: Child,
-}
-
-/// Where each live session's worker is, so that its data lanes follow it.
-enum Placement {
-    /// Handshake still running: lanes that join now wait here.
-    Pending(Vec<(LaneAttach, Stream)>),
-    Placed(Arc<Control>),
-}
-
-struct Entry {
-    key: LaneKey,
-    placement: Placement,
 }
 
 /// The listener's workers: those started ahead and those serving a session.
@@ -219,7 +213,8 @@ pub(crate) struct WorkerPool {
     /// worker for each waiting session plus `prestarted` more.
     starting: Mutex<usize>,
     waiting: Mutex<usize>,
-    sessions: Mutex<HashMap<u64, Entry>>,
+    /// Each live session's worker, so that its data lanes follow it.
+    sessions: Mutex<HashMap<u64, Arc<Control>>>,
     /// Process ids of the workers serving sessions, to stop them at shutdown.
     live: Mutex<HashMap<u64, u32>>,
     /// Set at shutdown: no more workers are started.
@@ -325,7 +320,10 @@ impl WorkerPool {
             )
         })?;
         drop(theirs);
-        let mut worker = Worker { control, child };
+        let mut worker = Worker {
+            control: Arc::new(control),
+            child,
+        };
         let init = worker
             .control
             .send(&ToWorker::Init(self.settings.clone()), None)
@@ -357,7 +355,7 @@ impl WorkerPool {
                 log::debug!("session worker {} ready", worker.child.id());
                 Ok(worker)
             }
-            Ok(None) | Err(_) => {
+            Ok(_) | Err(_) => {
                 let status = worker.child.wait().ok();
                 Err(format!(
                     "the worker ended before it was ready ({})",
@@ -399,80 +397,99 @@ impl WorkerPool {
         }
     }
 
-    /// Opens session `id` to lanes presenting `key`, before its handshake ends.
-    pub fn open(&self, id: u64, key: LaneKey) {
-        lock(&self.sessions).insert(
-            id,
-            Entry {
-                key,
-                placement: Placement::Pending(Vec::new()),
-            },
-        );
-    }
-
-    /// Takes a lane for its session: checks its key, then sends it to the session's worker
-    /// (or keeps it until the session has one).
-    pub fn join_lane(&self, attach: &LaneAttach, stream: &Stream) -> Result<(), String> {
-        let refused = || "not a data lane of a session on this server".to_string();
-        let mut sessions = lock(&self.sessions);
-        let entry = sessions.get_mut(&attach.session).ok_or_else(refused)?;
-        if !crate::lanes::keys_match(&entry.key, &attach.key) {
-            return Err(refused());
-        }
-        let stream = stream.try_clone().map_err(|e| e.to_string())?;
-        match &mut entry.placement {
-            Placement::Pending(waiting) => {
-                waiting.push((*attach, stream));
-                Ok(())
-            }
-            Placement::Placed(control) => send_lane(control, attach, stream),
-        }
-    }
-
-    /// Serves an admitted session in a worker of its own; returns when that worker has ended,
-    /// after logging how.
-    pub fn serve(self: &Arc<Self>, admitted: Admitted, id: u64) {
-        let Admitted {
-            stream,
-            client,
-            peer,
-            lane_key,
-        } = admitted;
-        let Some(mut worker) = self.take() else {
-            log::error!("session {id} ({client} at {peer}): no session worker could start");
+    /// Sends a connection that says it is a data lane of `session` to that session's worker,
+    /// whose handshake checks the claim; a session this listener does not know gets none.
+    pub fn route_lane(&self, session: u64, route: Route, stream: Stream) {
+        let control = lock(&self.sessions).get(&session).cloned();
+        let Some(control) = control else {
+            log::debug!(
+                "{}: not a data lane of a session on this server",
+                stream.peer_description()
+            );
             stream.shutdown();
-            self.close(id);
+            return;
+        };
+        if let Err(e) = send_stream(&control, stream, |kind| ToWorker::Lane { route, kind }) {
+            log::warn!("session {session}: data lane: {e}");
+        }
+    }
+
+    /// Hands a new connection to a worker of its own, which runs its handshake and serves it;
+    /// returns when that worker has ended, after logging how, or when the handshake failed
+    /// and the worker came back to the pool.
+    pub fn serve(self: &Arc<Self>, stream: Stream, route: Route, shared: &Shared, id: u64) {
+        let peer = stream.peer_description();
+        let peer_ip = stream.peer_ip();
+        let Some(worker) = self.take() else {
+            log::error!("session {id} ({peer}): no session worker could start");
+            stream.shutdown();
             return;
         };
         let pid = worker.child.id();
-        let (kind, fd) = stream.into_fd();
-        let control = Arc::new(worker.control);
-        let sent = control.send(
-            &ToWorker::Session {
-                id,
-                kind,
-                client: client.clone(),
-                peer: peer.clone(),
-                lane_key,
-            },
-            Some(&fd),
-        );
+        let control = worker.control.clone();
+        let lane_key = rgpu_transport::random_lane_key();
         // The worker holds the session's socket now; the listener keeps no copy, so the
         // client sees the connection close as soon as the worker ends, however it ends.
-        drop(fd);
+        let sent = send_stream(&control, stream, |kind| ToWorker::Session {
+            id,
+            kind,
+            route,
+            lane_key,
+        });
         if let Err(e) = sent {
             log::error!("session {id}: cannot hand it to worker {pid}: {e}");
-        } else {
-            lock(&self.live).insert(id, pid);
-            self.place(id, &control);
-            // Waits for the worker to end: it sends nothing more, so the next read returns
-            // when its end of the control socket closes.
-            while let Ok(Some(_)) = control.recv::<FromWorker>() {}
+            drop(control);
+            self.reap(worker, id, &peer, "");
+            return;
         }
-        let status = worker.child.wait();
+        lock(&self.live).insert(id, pid);
+        lock(&self.sessions).insert(id, control.clone());
+        // Held until the session's worker has ended.
+        let mut slot = None;
+        let mut client = String::new();
+        let unused = loop {
+            match control.recv::<FromWorker>() {
+                Ok(Some((FromWorker::Authenticated, _))) => {
+                    let admission = shared.admit_session(peer_ip).map(|s| slot = Some(s));
+                    if control.send(&ToWorker::Admission(admission), None).is_err() {
+                        break false;
+                    }
+                }
+                Ok(Some((FromWorker::Serving { client: name }, _))) => client = name,
+                Ok(Some((FromWorker::Unused, _))) => break true,
+                Ok(Some((other, _))) => {
+                    log::warn!("session {id}: unexpected message from worker {pid}: {other:?}")
+                }
+                // The worker ended: its end of the control socket closed.
+                Ok(None) | Err(_) => break false,
+            }
+        };
         lock(&self.live).remove(&id);
         self.close(id);
-        match status {
+        drop(control);
+        if unused && !self.stopped.load(Ordering::SeqCst) {
+            // Back to the pool, unless it holds all that sessions waiting now and the
+            // prestarted ones need (a flood of refused connections leaves no crowd behind).
+            let wanted = self.command.prestarted.max(1) + *lock(&self.waiting);
+            let mut ready = lock(&self.ready);
+            if ready.len() < wanted {
+                log::debug!("session {id}: handshake failed; worker {pid} waits for another");
+                ready.push(worker);
+                drop(ready);
+                self.ready_changed.notify_all();
+                return;
+            }
+        }
+        self.reap(worker, id, &peer, &client);
+    }
+
+    /// Waits for a worker that is ending, and logs how it ended.
+    fn reap(&self, worker: Worker, id: u64, peer: &str, client: &str) {
+        let Worker { control, mut child } = worker;
+        // Closing the control socket tells a worker that still waits to stop.
+        drop(control);
+        let pid = child.id();
+        match child.wait() {
             Ok(status) if status.success() => {
                 log::debug!("session {id}: worker {pid} exited")
             }
@@ -482,22 +499,6 @@ impl WorkerPool {
                 describe_exit(status)
             ),
             Err(e) => log::warn!("session {id}: cannot wait for worker {pid}: {e}"),
-        }
-    }
-
-    /// Sends the lanes that joined during the handshake and routes later ones to `control`.
-    fn place(&self, id: u64, control: &Arc<Control>) {
-        let mut sessions = lock(&self.sessions);
-        let Some(entry) = sessions.get_mut(&id) else {
-            return;
-        };
-        let placement = std::mem::replace(&mut entry.placement, Placement::Placed(control.clone()));
-        if let Placement::Pending(waiting) = placement {
-            for (attach, stream) in waiting {
-                if let Err(e) = send_lane(control, &attach, stream) {
-                    log::warn!("session {id}: {e}");
-                }
-            }
         }
     }
 
@@ -530,15 +531,16 @@ impl WorkerPool {
     }
 }
 
-fn send_lane(control: &Control, attach: &LaneAttach, stream: Stream) -> Result<(), String> {
-    let (kind, fd) = stream.into_fd();
-    control.send(
-        &ToWorker::Lane {
-            attach: *attach,
-            kind,
-        },
-        Some(&fd),
-    )
+/// Sends `stream`'s socket with the message `message(kind)` makes.
+fn send_stream(
+    control: &Control,
+    stream: Stream,
+    message: impl FnOnce(StreamKind) -> ToWorker,
+) -> Result<(), String> {
+    let (kind, fd) = stream
+        .into_fd()
+        .map_err(|_| "a TLS connection cannot move to another process".to_string())?;
+    control.send(&message(kind), Some(&fd))
 }
 
 fn signal(pid: u32, signal: libc::c_int) {
@@ -620,48 +622,53 @@ pub fn run_worker(on_start: impl FnOnce(WorkerStop)) -> Result<(), String> {
         },
         None,
     )?;
-    let session = match control.recv()? {
-        // The listener stopped before it had a session for this worker.
-        None => return Ok(()),
-        Some((ToWorker::Session { .. }, None)) => {
-            return Err("a session came without its socket".into())
+    let control = Arc::new(control);
+    // Sessions whose handshake fails leave the worker as it was: it waits for the next.
+    let (id, admitted, early_lanes) = loop {
+        let Some((id, route, lane_key, stream)) = next_session(&control)? else {
+            // The listener stopped before it had a session for this worker.
+            return Ok(());
+        };
+        shared.lanes.open(id, lane_key);
+        let mut early_lanes = Vec::new();
+        let admitted =
+            crate::session::handshake(stream, &route, &shared, id, lane_key, |lane, _| {
+                if lane.is_some() {
+                    return Err("not a data lane of a session on this server".into());
+                }
+                ask_admission(&control, &mut early_lanes)
+            });
+        match admitted {
+            Some(admitted) => break (id, admitted, early_lanes),
+            None => {
+                shared.lanes.close(id);
+                control.send(&FromWorker::Unused, None)?;
+            }
         }
-        Some((
-            ToWorker::Session {
-                id,
-                kind,
-                client,
-                peer,
-                lane_key,
-            },
-            Some(fd),
-        )) => (
-            id,
-            Admitted {
-                stream: Stream::from_fd(kind, fd),
-                client,
-                peer,
-                lane_key,
-            },
-        ),
-        Some((other, _)) => return Err(format!("unexpected control message {other:?}")),
     };
-    let (id, admitted) = session;
+    control.send(
+        &FromWorker::Serving {
+            client: admitted.client.clone(),
+        },
+        None,
+    )?;
     *lock(&stop.shared) = Some(shared.clone());
-    shared.lanes.open(id, admitted.lane_key);
-    // Lanes arrive on the control socket for as long as the session lives; its closing means
-    // the listener is gone or stopping.
+    // Data lanes arrive on the control socket for as long as the session lives, each
+    // authenticated on a thread of its own; the socket's closing means the listener is gone or
+    // stopping.
     let lanes_shared = shared.clone();
     std::thread::Builder::new()
         .name("rgpu-control".into())
         .spawn(move || {
+            let joining = Arc::new(AtomicUsize::new(0));
+            for (route, lane) in early_lanes {
+                join_lane(&lanes_shared, &joining, id, route, lane);
+            }
             loop {
                 match control.recv::<ToWorker>() {
-                    Ok(Some((ToWorker::Lane { attach, kind }, Some(fd)))) => {
+                    Ok(Some((ToWorker::Lane { route, kind }, Some(fd)))) => {
                         let lane = Stream::from_fd(kind, fd);
-                        if let Err(e) = lanes_shared.lanes.join(&attach, &lane) {
-                            log::warn!("session {}: {e}", attach.session);
-                        }
+                        join_lane(&lanes_shared, &joining, id, route, lane);
                     }
                     Ok(Some((other, _))) => {
                         log::warn!("session worker: unexpected control message {other:?}")
@@ -675,4 +682,81 @@ pub fn run_worker(on_start: impl FnOnce(WorkerStop)) -> Result<(), String> {
     crate::session::serve(admitted, &shared, id);
     shared.lanes.close(id);
     Ok(())
+}
+
+/// The next connection to serve, from the listener; `None` when the listener closed the
+/// control socket first.
+fn next_session(control: &Control) -> Result<Option<(u64, Route, LaneKey, Stream)>, String> {
+    match control.recv()? {
+        None => Ok(None),
+        Some((
+            ToWorker::Session {
+                id,
+                kind,
+                route,
+                lane_key,
+            },
+            Some(fd),
+        )) => Ok(Some((id, route, lane_key, Stream::from_fd(kind, fd)))),
+        Some((ToWorker::Session { .. }, None)) => Err("a session came without its socket".into()),
+        Some((other, _)) => Err(format!("unexpected control message {other:?}")),
+    }
+}
+
+/// Asks the listener whether an authenticated session may start. Lanes that come meanwhile
+/// (claims only: no session here has a key yet) wait in `early_lanes`.
+fn ask_admission(control: &Control, early_lanes: &mut Vec<(Route, Stream)>) -> Result<(), String> {
+    control.send(&FromWorker::Authenticated, None)?;
+    loop {
+        match control.recv::<ToWorker>()? {
+            Some((ToWorker::Admission(decision), _)) => return decision,
+            Some((ToWorker::Lane { route, kind }, Some(fd))) => {
+                early_lanes.push((route, Stream::from_fd(kind, fd)))
+            }
+            Some((other, _)) => log::warn!("session worker: unexpected control message {other:?}"),
+            None => return Err("the server is stopping".into()),
+        }
+    }
+}
+
+/// Most data-lane handshakes a worker runs at once: a session has at most MAX_LANES lanes; more
+/// claims at once are not its client's.
+const MAX_JOINING_LANES: usize = 2 * rgpu_protocol::MAX_LANES as usize;
+
+/// Runs a data lane's handshake (TLS, token, the session's key) on a thread of its own; the
+/// lane joins session `id` if it proves it belongs.
+fn join_lane(
+    shared: &Arc<Shared>,
+    joining: &Arc<AtomicUsize>,
+    id: u64,
+    route: Route,
+    lane: Stream,
+) {
+    if joining.fetch_add(1, Ordering::SeqCst) >= MAX_JOINING_LANES {
+        joining.fetch_sub(1, Ordering::SeqCst);
+        log::warn!(
+            "session {id}: {}: too many data lanes joining at once; refused",
+            lane.peer_description()
+        );
+        return;
+    }
+    let shared = shared.clone();
+    let joining_now = joining.clone();
+    let spawned = std::thread::Builder::new()
+        .name("rgpu-lane-join".into())
+        .spawn(move || {
+            // A lane's welcome carries no key of its own.
+            crate::session::handshake(lane, &route, &shared, id, [0; 32], |attach, stream| {
+                match attach {
+                    Some(attach) if route.lane_of == Some(attach.session) => {
+                        shared.lanes.join(attach, stream)
+                    }
+                    _ => Err("not a data lane of a session on this server".into()),
+                }
+            });
+            joining_now.fetch_sub(1, Ordering::SeqCst);
+        });
+    if spawned.is_err() {
+        joining.fetch_sub(1, Ordering::SeqCst);
+    }
 }

@@ -19,13 +19,9 @@ use rgpu_protocol::ClientMsg;
 const NOT_SUPPORTED: u32 = 801;
 
 fn connect(server: &Running) -> std::sync::Arc<Connection> {
-    Connection::connect(
-        &server.endpoint,
-        None,
-        Duration::from_secs(5),
-        Duration::from_secs(60),
-    )
-    .expect("connects")
+    let mut config = rgpu_client::ClientConfig::plain(Vec::new());
+    config.reply_timeout = Duration::from_secs(60);
+    Connection::connect(&server.endpoint, &config).expect("connects")
 }
 
 #[test]
@@ -205,13 +201,21 @@ fn a_lane_needs_its_sessions_key() {
     let server = Running::start(None);
     let conn = connect(&server);
     for (session, key) in [(conn.session_id(), [0u8; 32]), (999_999, [0u8; 32])] {
-        let mut stream = Stream::connect(&server.endpoint, Duration::from_secs(5)).unwrap();
+        let stream = Stream::connect(&server.endpoint, Duration::from_secs(5)).unwrap();
         let attach = LaneAttach {
             session,
             key,
             index: 0,
         };
-        let refused = client_handshake(&mut stream, None, "intruder", Some(attach));
+        let plain = rgpu_transport::TlsConnector::new(&Default::default()).unwrap();
+        let refused = client_handshake(
+            stream,
+            &plain,
+            &server.endpoint,
+            None,
+            "intruder",
+            Some(attach),
+        );
         let why = refused.err().expect("a lane with a wrong key is refused");
         assert!(why.to_string().contains("not a data lane"), "{why}");
     }

@@ -464,8 +464,10 @@ fn a_malformed_frame_ends_only_its_session() {
     drop(dying);
 
     // A body that does not decode.
-    let mut stream = Stream::connect(&server.endpoint, Duration::from_secs(5)).unwrap();
-    client_handshake(&mut stream, None, "garbage", None).unwrap();
+    let stream = Stream::connect(&server.endpoint, Duration::from_secs(5)).unwrap();
+    let plain = rgpu_transport::TlsConnector::new(&Default::default()).unwrap();
+    let (mut stream, _) =
+        client_handshake(stream, &plain, &server.endpoint, None, "garbage", None).unwrap();
     let header = rgpu_protocol::FrameHeader {
         body_len: 3,
         lanes: 0,
@@ -490,6 +492,69 @@ fn a_malformed_frame_ends_only_its_session() {
         );
         assert_eq!((status, data), (CL_SUCCESS, pattern(1 << 20, 5)));
     }
+}
+
+/// A session over TLS 1.3 (the certificate pinned; plaintext refused even on loopback):
+/// requests, replies and 10 MiB of bulk each way.
+#[test]
+fn tls_sessions_carry_requests_and_bulk() {
+    use rgpu_transport::{ClientSecurity, Plaintext, TlsConnector, TlsIdentity, TlsMode};
+    let identity = TlsIdentity::generate(&["localhost".into()]).unwrap();
+    let fingerprint = identity.fingerprint().unwrap();
+    let server = Running::start_with(
+        rgpu_server::SessionSettings {
+            tls: Some(identity),
+            plaintext: Plaintext::Never,
+            ..Default::default()
+        },
+        rgpu_transport::Endpoint::Tcp("127.0.0.1:0".into()),
+    );
+    let refused = Client::connect(&server.endpoint, None).err().unwrap();
+    assert!(
+        refused.contains("accepts TLS connections only"),
+        "{refused}"
+    );
+    let tls = TlsConnector::new(&ClientSecurity {
+        mode: TlsMode::On,
+        pins: vec![fingerprint],
+        ca_file: None,
+    })
+    .unwrap();
+    let mut client = Client::connect_with(&server.endpoint, None, &tls).unwrap();
+    assert!(
+        matches!(client.stream, Stream::Tls(_)),
+        "{:?}",
+        client.stream
+    );
+    client.ping();
+    if client.setup().is_none() {
+        return;
+    }
+    const SIZE: usize = 10 << 20;
+    let data = pattern(SIZE, 3);
+    assert_eq!(client.create_buffer(1, SIZE as u64, &[]), CL_SUCCESS);
+    client.enqueue(
+        vec![],
+        7,
+        Command::WriteBuffer {
+            buffer: 1,
+            offset: 0,
+            size: SIZE as u64,
+        },
+        &data,
+    );
+    let (back, status) = client.read(
+        1,
+        Command::ReadBuffer {
+            buffer: 1,
+            offset: 0,
+            size: SIZE as u64,
+        },
+        SIZE,
+    );
+    assert_eq!(status, CL_SUCCESS);
+    assert!(back == data, "read-back data differs");
+    assert_eq!(client.finish(), CL_SUCCESS);
 }
 
 #[test]

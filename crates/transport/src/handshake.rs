@@ -1,20 +1,26 @@
-//! The connection handshake: preambles (version check), then challenge-response with the
-//! shared token. Without a token a server only admits clients on its own machine.
+//! The connection handshake: preambles (version check; TLS or not; where a data lane goes),
+//! TLS 1.3 where agreed, then challenge-response with the shared token inside it. Without a
+//! token a server only admits clients on its own machine.
 
 use std::io::{Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
-use rgpu_protocol::{auth, ClientMsg, LaneAttach, LaneKey, Nonce, Preamble, ServerMsg};
+use rgpu_protocol::{
+    auth, ClientMsg, LaneAttach, LaneKey, Nonce, Preamble, ProtocolError, ServerMsg,
+};
 
-use crate::{FrameReader, FrameWriter, Stream, TransportError};
+use crate::tls::{TlsConnector, TlsStream};
+use crate::{Endpoint, FrameReader, FrameWriter, Stream, TransportError};
 
 /// How long either side waits for the other during the handshake.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// A shared secret. Kept out of Debug output.
-#[derive(Clone)]
+/// A shared secret. Kept out of Debug output. (Serializable for the listener to hand it to its
+/// session workers over their private control socket.)
+#[derive(Clone, serde::Serialize, serde::Deserialize)]
 pub struct Token(Vec<u8>);
 
 impl Token {
@@ -98,18 +104,136 @@ fn random_nonce() -> Nonce {
     nonce
 }
 
-fn exchange_preambles(stream: &mut Stream) -> Result<(), TransportError> {
-    stream.write_all(&Preamble::ours().encode())?;
+/// Reads the peer's preamble: its head first (magic, version), so that a peer of another
+/// version is told apart before waiting for bytes it may never send.
+fn read_preamble(stream: &mut Stream) -> Result<Preamble, TransportError> {
     let mut raw = [0u8; Preamble::LEN];
-    stream.read_exact(&mut raw).map_err(|e| {
+    read_exact_or_closed(stream, &mut raw[..Preamble::HEAD_LEN])?;
+    Preamble::check_head(raw[..Preamble::HEAD_LEN].try_into().unwrap())?;
+    read_exact_or_closed(stream, &mut raw[Preamble::HEAD_LEN..])?;
+    Ok(Preamble::decode(&raw)?)
+}
+
+fn read_exact_or_closed(stream: &mut Stream, buf: &mut [u8]) -> Result<(), TransportError> {
+    stream.read_exact(buf).map_err(|e| {
         if e.kind() == std::io::ErrorKind::UnexpectedEof {
             TransportError::Closed
         } else {
             e.into()
         }
-    })?;
-    Preamble::decode(&raw)?.check_compatible()?;
-    Ok(())
+    })
+}
+
+/// Where a server accepts connections in the clear (outside TLS).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum Plaintext {
+    /// From clients on this machine (loopback addresses, Unix sockets) only.
+    #[default]
+    Local,
+    /// From anyone (a trusted network, or a tunnel that encrypts already).
+    Allow,
+    /// On Unix sockets only: loopback TCP clients use TLS too.
+    Never,
+}
+
+impl Plaintext {
+    pub fn parse(text: &str) -> Result<Plaintext, String> {
+        match text.trim().to_ascii_lowercase().as_str() {
+            "local" => Ok(Plaintext::Local),
+            "allow" => Ok(Plaintext::Allow),
+            "never" => Ok(Plaintext::Never),
+            other => Err(format!(
+                "plaintext = \"{other}\": expected \"local\", \"allow\" or \"never\""
+            )),
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Plaintext::Local => "local",
+            Plaintext::Allow => "allow",
+            Plaintext::Never => "never",
+        }
+    }
+
+    fn admits(self, stream: &Stream) -> bool {
+        match self {
+            Plaintext::Allow => true,
+            Plaintext::Local => stream.peer_is_local(),
+            Plaintext::Never => matches!(stream, Stream::Unix(_)),
+        }
+    }
+}
+
+/// A server's side of encryption: its TLS configuration (`None`: it offers no TLS) and where
+/// it accepts plaintext.
+#[derive(Clone, Default)]
+pub struct ServerSecurity {
+    pub tls: Option<Arc<rustls::ServerConfig>>,
+    pub plaintext: Plaintext,
+}
+
+/// What a client's preamble asked for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Route {
+    /// The connection continues in TLS.
+    pub tls: bool,
+    /// A data lane of this session (to be proven inside the handshake).
+    pub lane_of: Option<u64>,
+}
+
+/// The server's first step on a new connection: reads the client's preamble and answers it,
+/// accepting or refusing (with the reason, in the clear) what it asks for. The listener does
+/// this much itself, to know where the connection goes; the rest of the handshake
+/// ([`server_handshake`]) runs where the session will be served.
+pub fn accept_preamble(
+    stream: &mut Stream,
+    security: &ServerSecurity,
+) -> Result<Route, TransportError> {
+    stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
+    let theirs = match read_preamble(stream) {
+        Ok(theirs) => theirs,
+        Err(e) => {
+            if let TransportError::Protocol(ProtocolError::VersionMismatch { .. }) = e {
+                // Tell the client our version, so that it reports the mismatch too.
+                let _ = stream.write_all(&Preamble::server(0).encode());
+            }
+            return Err(e);
+        }
+    };
+    let tls = theirs.tls();
+    let refusal = if tls && security.tls.is_none() {
+        Some("this rgpu server does not offer TLS".to_string())
+    } else if !tls && !security.plaintext.admits(stream) {
+        Some(match security.plaintext {
+            Plaintext::Never => "this rgpu server accepts TLS connections only (plaintext = \
+                                 \"never\"): unset RGPU_TLS=off"
+                .to_string(),
+            _ => "this rgpu server accepts plaintext only from clients on its own machine: \
+                  connect with TLS (unset RGPU_TLS=off), or configure the server with \
+                  plaintext = \"allow\""
+                .to_string(),
+        })
+    } else {
+        None
+    };
+    if let Some(message) = refusal {
+        let _ = stream.write_all(&Preamble::server(Preamble::REFUSED).encode());
+        let mut writer = FrameWriter::new(stream.try_clone()?);
+        let _ = writer.send(
+            &ServerMsg::Fatal {
+                message: message.clone(),
+            },
+            0,
+            &[],
+        );
+        return Err(TransportError::Auth(message));
+    }
+    stream.write_all(&Preamble::server(if tls { Preamble::TLS } else { 0 }).encode())?;
+    Ok(Route {
+        tls,
+        lane_of: theirs.lane_of,
+    })
 }
 
 pub struct ClientWelcome {
@@ -119,19 +243,42 @@ pub struct ClientWelcome {
     pub lane_key: LaneKey,
 }
 
-/// Runs the client side of the handshake on a fresh connection; with `lane`, the connection
-/// joins an existing session as one of its data lanes.
+/// Runs the client side of the handshake on a fresh connection to `endpoint`: preambles, TLS
+/// where `tls` says so, then authentication. With `lane`, the connection joins an existing
+/// session as one of its data lanes. Returns the connection (in TLS or not) and the welcome.
 pub fn client_handshake(
-    stream: &mut Stream,
+    mut stream: Stream,
+    tls: &TlsConnector,
+    endpoint: &Endpoint,
     token: Option<&Token>,
     client_name: &str,
     lane: Option<LaneAttach>,
-) -> Result<ClientWelcome, TransportError> {
+) -> Result<(Stream, ClientWelcome), TransportError> {
     stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
-    exchange_preambles(stream)?;
+    let use_tls = tls.wants_tls(&stream);
+    stream.write_all(&Preamble::client(use_tls, lane.map(|l| l.session)).encode())?;
+    let theirs = read_preamble(&mut stream)?;
+    if theirs.refused() {
+        let mut reader = FrameReader::new(stream.try_clone()?);
+        return Err(TransportError::Auth(
+            match reader.read_message::<ServerMsg>() {
+                Ok((_, ServerMsg::Fatal { message })) => message,
+                _ => "the server refused the connection".to_string(),
+            },
+        ));
+    }
+    if theirs.tls() != use_tls {
+        return Err(TransportError::Protocol(ProtocolError::Malformed(
+            "the server answered for another kind of connection".into(),
+        )));
+    }
+    if use_tls {
+        stream = Stream::Tls(Box::new(tls.connect(stream, endpoint).map_err(|e| {
+            TransportError::Auth(format!("TLS handshake with {endpoint}: {}", tls_reason(&e)))
+        })?));
+    }
     let mut reader = FrameReader::new(stream.try_clone()?);
     let mut writer = FrameWriter::new(stream.try_clone()?);
-
     let (_, challenge) = reader.read_message::<ServerMsg>()?;
     let (server_nonce, token_required, server_name) = match challenge {
         ServerMsg::Challenge {
@@ -194,7 +341,7 @@ pub fn client_handshake(
         ))),
     };
     stream.set_read_timeout(None)?;
-    result
+    result.map(|welcome| (stream, welcome))
 }
 
 /// What the server learns from a client's handshake.
@@ -205,21 +352,35 @@ pub struct ClientHello {
     pub lane: Option<LaneAttach>,
 }
 
-/// Runs the server side of the handshake. With a token, the client must prove it holds it;
-/// without one, only local clients are let in. Then `admit` decides, for a data lane
+/// Runs the server side of the handshake after [`accept_preamble`]: TLS where `route` asked
+/// for it, then authentication. With a token, the client must prove it holds it; without one,
+/// only local clients are let in. Then `admit` decides, for a data lane
 /// (`Some(attach)`: it takes the lane's stream) or a new session (`None`: room for one more?);
 /// its `Err` reaches the client as the reason it was refused. A new session gets `lane_key`,
 /// the key its own future lanes must present.
+#[allow(clippy::too_many_arguments)]
 pub fn server_handshake(
-    stream: &mut Stream,
+    mut stream: Stream,
+    route: &Route,
+    security: &ServerSecurity,
     token: Option<&Token>,
     server_name: &str,
     session_id: u64,
     lane_key: LaneKey,
     admit: impl FnOnce(Option<&LaneAttach>, &Stream) -> Result<(), String>,
-) -> Result<ClientHello, TransportError> {
+) -> Result<(Stream, ClientHello), TransportError> {
     stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
-    exchange_preambles(stream)?;
+    if route.tls {
+        let Some(config) = &security.tls else {
+            return Err(TransportError::Auth(
+                "TLS asked of a server that has none".into(),
+            ));
+        };
+        stream = Stream::Tls(Box::new(
+            TlsStream::accept(stream, config.clone())
+                .map_err(|e| TransportError::Auth(format!("TLS handshake: {}", tls_reason(&e))))?,
+        ));
+    }
     let mut reader = FrameReader::new(stream.try_clone()?);
     let mut writer = FrameWriter::new(stream.try_clone()?);
 
@@ -276,7 +437,7 @@ pub fn server_handshake(
             auth::server_proof(token.as_bytes(), &server_nonce, &client_nonce)
         }
     };
-    if let Err(message) = admit(lane.as_ref(), stream) {
+    if let Err(message) = admit(lane.as_ref(), &stream) {
         let _ = writer.send(
             &ServerMsg::Fatal {
                 message: message.clone(),
@@ -296,10 +457,28 @@ pub fn server_handshake(
         &[],
     )?;
     stream.set_read_timeout(None)?;
-    Ok(ClientHello {
-        name: client_name,
-        lane,
-    })
+    Ok((
+        stream,
+        ClientHello {
+            name: client_name,
+            lane,
+        },
+    ))
+}
+
+/// A TLS failure in words: rustls's error where there is one (an untrusted certificate says
+/// which fingerprint it saw).
+fn tls_reason(e: &std::io::Error) -> String {
+    match e
+        .get_ref()
+        .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+    {
+        Some(rustls::Error::InvalidCertificate(rustls::CertificateError::Other(other))) => {
+            other.to_string()
+        }
+        Some(tls) => tls.to_string(),
+        None => e.to_string(),
+    }
 }
 
 #[cfg(test)]

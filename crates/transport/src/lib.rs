@@ -1,16 +1,19 @@
-//! rgpu transport: streams (TCP, Unix socket), framed I/O and the authenticated handshake.
+//! rgpu transport: streams (TCP, Unix socket, TLS over either), framed I/O and the
+//! authenticated handshake.
 //! Used by both the server and the client core; knows nothing of OpenCL or CUDA.
 
 mod framed;
 mod handshake;
 mod stream;
+pub mod tls;
 
 pub use framed::{FrameReader, FrameWriter};
 pub use handshake::{
-    client_handshake, load_client_token, random_lane_key, server_handshake, ClientHello,
-    ClientWelcome, Token,
+    accept_preamble, client_handshake, load_client_token, random_lane_key, server_handshake,
+    ClientHello, ClientWelcome, Plaintext, Route, ServerSecurity, Token,
 };
 pub use stream::{Endpoint, Listener, Stream, StreamKind};
+pub use tls::{ClientSecurity, Fingerprint, TlsConnector, TlsIdentity, TlsMode};
 
 use rgpu_protocol::ProtocolError;
 

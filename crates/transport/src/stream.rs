@@ -7,6 +7,8 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::tls::TlsStream;
+
 /// Where a server listens or a client connects: `host:port`, or `unix:/path/to/socket`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Endpoint {
@@ -61,6 +63,8 @@ pub enum StreamKind {
 pub enum Stream {
     Tcp(TcpStream),
     Unix(UnixStream),
+    /// TLS over one of the others (see [`crate::tls`]).
+    Tls(Box<TlsStream>),
 }
 
 impl Stream {
@@ -90,6 +94,7 @@ impl Stream {
         Ok(match self {
             Stream::Tcp(s) => Stream::Tcp(s.try_clone()?),
             Stream::Unix(s) => Stream::Unix(s.try_clone()?),
+            Stream::Tls(s) => Stream::Tls(Box::new(s.try_clone()?)),
         })
     }
 
@@ -97,6 +102,7 @@ impl Stream {
         match self {
             Stream::Tcp(s) => s.set_read_timeout(timeout),
             Stream::Unix(s) => s.set_read_timeout(timeout),
+            Stream::Tls(s) => s.socket().set_read_timeout(timeout),
         }
     }
 
@@ -104,14 +110,18 @@ impl Stream {
         match self {
             Stream::Tcp(s) => s.set_write_timeout(timeout),
             Stream::Unix(s) => s.set_write_timeout(timeout),
+            Stream::Tls(s) => s.socket().set_write_timeout(timeout),
         }
     }
 
-    /// The stream's socket, to hand to another process (see [`Stream::from_fd`]).
-    pub fn into_fd(self) -> (StreamKind, OwnedFd) {
+    /// The stream's socket, to hand to another process (see [`Stream::from_fd`]). Only a
+    /// plain socket can move: a TLS connection's state stays in this process (its streams
+    /// are handed over before the TLS handshake).
+    pub fn into_fd(self) -> Result<(StreamKind, OwnedFd), Stream> {
         match self {
-            Stream::Tcp(s) => (StreamKind::Tcp, OwnedFd::from(s)),
-            Stream::Unix(s) => (StreamKind::Unix, OwnedFd::from(s)),
+            Stream::Tcp(s) => Ok((StreamKind::Tcp, OwnedFd::from(s))),
+            Stream::Unix(s) => Ok((StreamKind::Unix, OwnedFd::from(s))),
+            tls @ Stream::Tls(_) => Err(tls),
         }
     }
 
@@ -130,8 +140,10 @@ impl Stream {
     /// long-running request is not mistaken for a dead peer. A Unix socket's peer closing is
     /// seen at once, so it needs nothing.
     pub fn set_liveness(&self, timeout: Duration) -> io::Result<()> {
-        let Stream::Tcp(tcp) = self else {
-            return Ok(());
+        let tcp = match self {
+            Stream::Tcp(tcp) => tcp,
+            Stream::Tls(tls) => return tls.socket().set_liveness(timeout),
+            Stream::Unix(_) => return Ok(()),
         };
         let socket = socket2::SockRef::from(tcp);
         let idle = (timeout / 3).max(Duration::from_secs(1));
@@ -150,6 +162,10 @@ impl Stream {
         let _ = match self {
             Stream::Tcp(s) => s.shutdown(Shutdown::Both),
             Stream::Unix(s) => s.shutdown(Shutdown::Both),
+            Stream::Tls(s) => {
+                s.socket().shutdown();
+                Ok(())
+            }
         };
     }
 
@@ -158,6 +174,7 @@ impl Stream {
         match self {
             Stream::Unix(_) => true,
             Stream::Tcp(s) => s.peer_addr().map(|a| a.ip().is_loopback()).unwrap_or(false),
+            Stream::Tls(s) => s.socket().peer_is_local(),
         }
     }
 
@@ -166,6 +183,7 @@ impl Stream {
         match self {
             Stream::Unix(_) => None,
             Stream::Tcp(s) => s.peer_addr().ok().map(|a| a.ip()),
+            Stream::Tls(s) => s.socket().peer_ip(),
         }
     }
 
@@ -176,6 +194,7 @@ impl Stream {
                 .peer_addr()
                 .map(|a| a.to_string())
                 .unwrap_or_else(|_| "unknown peer".into()),
+            Stream::Tls(s) => format!("{} (TLS)", s.socket().peer_description()),
         }
     }
 }
@@ -185,6 +204,7 @@ impl Read for Stream {
         match self {
             Stream::Tcp(s) => s.read(buf),
             Stream::Unix(s) => s.read(buf),
+            Stream::Tls(s) => s.read(buf),
         }
     }
 }
@@ -194,6 +214,7 @@ impl Write for Stream {
         match self {
             Stream::Tcp(s) => s.write(buf),
             Stream::Unix(s) => s.write(buf),
+            Stream::Tls(s) => s.write(buf),
         }
     }
 
@@ -201,6 +222,7 @@ impl Write for Stream {
         match self {
             Stream::Tcp(s) => s.write_vectored(bufs),
             Stream::Unix(s) => s.write_vectored(bufs),
+            Stream::Tls(s) => s.write_vectored(bufs),
         }
     }
 

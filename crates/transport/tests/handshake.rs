@@ -1,16 +1,59 @@
 //! The handshake over a real socket pair: tokens, refusals and version mismatches.
 
 use std::io::{Read, Write};
+use std::net::TcpListener;
 use std::os::unix::net::UnixStream;
 use std::thread;
+use std::time::Duration;
 
 use rgpu_protocol::{LaneAttach, LaneKey, Preamble, PROTOCOL_VERSION};
-use rgpu_transport::{client_handshake, server_handshake, Stream, Token, TransportError};
+use rgpu_transport::{
+    accept_preamble, client_handshake, server_handshake, ClientHello, ClientSecurity, Endpoint,
+    Fingerprint, Plaintext, ServerSecurity, Stream, TlsConnector, TlsIdentity, TlsMode, Token,
+    TransportError,
+};
 
 const KEY: LaneKey = [9; 32];
 
 fn token(text: &str) -> Token {
     Token::new(text.as_bytes().to_vec()).unwrap()
+}
+
+fn plain() -> TlsConnector {
+    TlsConnector::new(&ClientSecurity::default()).unwrap()
+}
+
+fn pair_endpoint() -> Endpoint {
+    Endpoint::Unix("socketpair".into())
+}
+
+type Admit = fn(Option<&LaneAttach>, &Stream) -> Result<(), String>;
+
+fn sessions_only(lane: Option<&LaneAttach>, _: &Stream) -> Result<(), String> {
+    match lane {
+        None => Ok(()),
+        Some(_) => Err("no lanes here".into()),
+    }
+}
+
+/// The server's whole side: the preamble, then the handshake.
+fn serve(
+    mut stream: Stream,
+    security: &ServerSecurity,
+    token: Option<&Token>,
+    admit: Admit,
+) -> Result<(Stream, ClientHello), TransportError> {
+    let route = accept_preamble(&mut stream, security)?;
+    server_handshake(
+        stream,
+        &route,
+        security,
+        token,
+        "test-server",
+        77,
+        KEY,
+        admit,
+    )
 }
 
 /// Runs both sides; returns (client result, server result).
@@ -20,24 +63,23 @@ fn handshake(
 ) -> (Result<u64, TransportError>, Result<String, TransportError>) {
     let (a, b) = UnixStream::pair().unwrap();
     let server = thread::spawn(move || {
-        let mut stream = Stream::Unix(b);
-        server_handshake(
-            &mut stream,
+        serve(
+            Stream::Unix(b),
+            &ServerSecurity::default(),
             server_token.as_ref(),
-            "test-server",
-            77,
-            KEY,
-            |lane, _| match lane {
-                None => Ok(()),
-                Some(_) => Err("no lanes here".into()),
-            },
+            sessions_only,
         )
-        .map(|hello| hello.name)
+        .map(|(_, hello)| hello.name)
     });
-    let mut stream = Stream::Unix(a);
-    let client = client_handshake(&mut stream, client_token.as_ref(), "test-client", None)
-        .map(|w| w.session_id);
-    drop(stream);
+    let client = client_handshake(
+        Stream::Unix(a),
+        &plain(),
+        &pair_endpoint(),
+        client_token.as_ref(),
+        "test-client",
+        None,
+    )
+    .map(|(_, w)| w.session_id);
     (client, server.join().unwrap())
 }
 
@@ -83,21 +125,49 @@ fn short_tokens_are_rejected() {
 
 #[test]
 fn version_mismatch_is_a_clear_error() {
-    let (a, mut b) = UnixStream::pair().unwrap();
-    let fake_server = thread::spawn(move || {
-        let mut preamble = Preamble::ours().encode();
-        preamble[4..8].copy_from_slice(&(PROTOCOL_VERSION + 1).to_le_bytes());
-        b.write_all(&preamble).unwrap();
-        let mut theirs = [0u8; Preamble::LEN];
-        let _ = b.read_exact(&mut theirs);
+    // A newer server, and an older one whose preamble is shorter (12 bytes in version 3).
+    for (version, len) in [(PROTOCOL_VERSION + 1, Preamble::LEN), (3, 12)] {
+        let (a, mut b) = UnixStream::pair().unwrap();
+        let fake_server = thread::spawn(move || {
+            let mut preamble = Preamble::server(0).encode();
+            preamble[4..8].copy_from_slice(&version.to_le_bytes());
+            b.write_all(&preamble[..len]).unwrap();
+            let mut theirs = [0u8; 12];
+            let _ = b.read_exact(&mut theirs);
+        });
+        let err = client_handshake(Stream::Unix(a), &plain(), &pair_endpoint(), None, "c", None)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(err.contains("version mismatch"), "{err}");
+        assert!(err.contains(&format!("speaks version {version}")), "{err}");
+        fake_server.join().unwrap();
+    }
+}
+
+/// An older client (a 12-byte preamble, then waiting for the server's) hears our version at
+/// once instead of waiting for bytes it will never send.
+#[test]
+fn an_older_client_hears_the_version_at_once() {
+    let (mut a, b) = UnixStream::pair().unwrap();
+    let server = thread::spawn(move || {
+        let mut stream = Stream::Unix(b);
+        accept_preamble(&mut stream, &ServerSecurity::default()).err()
     });
-    let mut stream = Stream::Unix(a);
-    let err = client_handshake(&mut stream, None, "c", None)
-        .err()
-        .unwrap()
-        .to_string();
+    let mut old = [0u8; 12];
+    old[0..4].copy_from_slice(b"RGPU");
+    old[4..8].copy_from_slice(&3u32.to_le_bytes());
+    a.write_all(&old).unwrap();
+    a.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut reply = [0u8; 12];
+    a.read_exact(&mut reply).unwrap();
+    assert_eq!(&reply[0..4], b"RGPU");
+    assert_eq!(
+        u32::from_le_bytes(reply[4..8].try_into().unwrap()),
+        PROTOCOL_VERSION
+    );
+    let err = server.join().unwrap().expect("refused").to_string();
     assert!(err.contains("version mismatch"), "{err}");
-    fake_server.join().unwrap();
 }
 
 /// A data lane joins only with the session's key: the server's admission decides, and a
@@ -108,23 +178,40 @@ fn lanes_join_only_with_the_key() {
         let (a, b) = UnixStream::pair().unwrap();
         let server = thread::spawn(move || {
             let mut stream = Stream::Unix(b);
-            server_handshake(&mut stream, None, "s", 78, [0; 32], |lane, _| {
-                let lane = lane.ok_or("expected a lane")?;
-                if lane.session == 77 && lane.key == KEY && lane.index == 2 {
-                    Ok(())
-                } else {
-                    Err("not a lane of a session here".into())
-                }
-            })
-            .map(|hello| hello.lane)
+            let route = accept_preamble(&mut stream, &ServerSecurity::default())?;
+            assert_eq!(route.lane_of, Some(77));
+            server_handshake(
+                stream,
+                &route,
+                &ServerSecurity::default(),
+                None,
+                "s",
+                78,
+                [0; 32],
+                |lane, _| {
+                    let lane = lane.ok_or("expected a lane")?;
+                    if lane.session == 77 && lane.key == KEY && lane.index == 2 {
+                        Ok(())
+                    } else {
+                        Err("not a lane of a session here".into())
+                    }
+                },
+            )
+            .map(|(_, hello)| hello.lane)
         });
-        let mut stream = Stream::Unix(a);
         let lane = LaneAttach {
             session: 77,
             key,
             index: 2,
         };
-        let client = client_handshake(&mut stream, None, "c", Some(lane));
+        let client = client_handshake(
+            Stream::Unix(a),
+            &plain(),
+            &pair_endpoint(),
+            None,
+            "c",
+            Some(lane),
+        );
         let server = server.join().unwrap();
         if admitted {
             assert!(client.is_ok());
@@ -135,4 +222,221 @@ fn lanes_join_only_with_the_key() {
             assert!(server.is_err());
         }
     }
+}
+
+// ------------------------------------------------------------------------------------ TLS
+
+fn identity() -> TlsIdentity {
+    TlsIdentity::generate(&["localhost".into()]).unwrap()
+}
+
+fn tls_server(identity: &TlsIdentity, plaintext: Plaintext) -> ServerSecurity {
+    ServerSecurity {
+        tls: Some(identity.server_config().unwrap()),
+        plaintext,
+    }
+}
+
+/// A loopback TCP server running `serve` once; the client side connects with `security`.
+fn over_tcp(
+    server_security: ServerSecurity,
+    client_security: ClientSecurity,
+    host: &str,
+    after: fn(Stream, Stream),
+) -> (Result<(), TransportError>, Result<(), TransportError>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let server = thread::spawn(move || {
+        let (socket, _) = listener.accept().unwrap();
+        let server_token = token("0123456789abcdef-secret");
+        serve(
+            Stream::Tcp(socket),
+            &server_security,
+            Some(&server_token),
+            sessions_only,
+        )
+    });
+    let endpoint = Endpoint::parse(&format!("{host}:{port}")).unwrap();
+    let connector = match TlsConnector::new(&client_security) {
+        Ok(connector) => connector,
+        Err(e) => panic!("{e}"),
+    };
+    let socket = Stream::connect(&endpoint, Duration::from_secs(5)).unwrap();
+    let client_token = token("0123456789abcdef-secret");
+    let client = client_handshake(
+        socket,
+        &connector,
+        &endpoint,
+        Some(&client_token),
+        "tls-client",
+        None,
+    );
+    let server = server.join().unwrap();
+    match (client, server) {
+        (Ok((client, _)), Ok((server, _))) => {
+            after(client, server);
+            (Ok(()), Ok(()))
+        }
+        (client, server) => (client.map(|_| ()), server.map(|_| ())),
+    }
+}
+
+fn pinned(fingerprint: Fingerprint) -> ClientSecurity {
+    ClientSecurity {
+        mode: TlsMode::On,
+        pins: vec![fingerprint],
+        ca_file: None,
+    }
+}
+
+/// Both directions at once, several MiB each way, through clones of one TLS stream per side
+/// (a reading and a writing thread each, as sessions use them): every byte arrives, in order.
+fn exchange_both_ways(client: Stream, server: Stream) {
+    assert!(matches!(client, Stream::Tls(_)), "{client:?}");
+    const LEN: usize = 6 << 20;
+    let pattern = |seed: u8| -> Vec<u8> {
+        (0..LEN)
+            .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+            .collect()
+    };
+    let send = |mut stream: Stream, seed: u8| {
+        thread::spawn(move || {
+            let data = pattern(seed);
+            for piece in data.chunks(1 << 20) {
+                stream.write_all(piece).unwrap();
+            }
+        })
+    };
+    let receive = |mut stream: Stream, seed: u8| {
+        thread::spawn(move || {
+            let mut got = vec![0u8; LEN];
+            stream.read_exact(&mut got).unwrap();
+            assert!(got == pattern(seed), "data corrupted");
+        })
+    };
+    let threads = [
+        send(client.try_clone().unwrap(), 1),
+        receive(server.try_clone().unwrap(), 1),
+        send(server.try_clone().unwrap(), 2),
+        receive(client.try_clone().unwrap(), 2),
+    ];
+    for t in threads {
+        t.join().unwrap();
+    }
+}
+
+#[test]
+fn tls_with_a_pinned_fingerprint_carries_data_both_ways() {
+    let identity = identity();
+    let fp = identity.fingerprint().unwrap();
+    let (client, server) = over_tcp(
+        tls_server(&identity, Plaintext::Local),
+        pinned(fp),
+        "127.0.0.1",
+        exchange_both_ways,
+    );
+    client.unwrap();
+    server.unwrap();
+}
+
+#[test]
+fn an_untrusted_certificate_is_refused_naming_its_fingerprint() {
+    let identity = identity();
+    let fp = identity.fingerprint().unwrap();
+    // No pin at all: the message says which fingerprint to check and pin.
+    let none = ClientSecurity {
+        mode: TlsMode::On,
+        ..ClientSecurity::default()
+    };
+    let (client, server) = over_tcp(
+        tls_server(&identity, Plaintext::Local),
+        none,
+        "127.0.0.1",
+        |_, _| {},
+    );
+    let err = client.unwrap_err().to_string();
+    assert!(err.contains(&format!("RGPU_TLS_FINGERPRINT={fp}")), "{err}");
+    assert!(server.is_err());
+    // Another server's pin.
+    let other = identity_fp_other();
+    let (client, _) = over_tcp(
+        tls_server(&identity, Plaintext::Local),
+        pinned(other),
+        "127.0.0.1",
+        |_, _| {},
+    );
+    let err = client.unwrap_err().to_string();
+    assert!(
+        err.contains("none of those RGPU_TLS_FINGERPRINT names"),
+        "{err}"
+    );
+    assert!(err.contains(&fp.to_string()), "{err}");
+}
+
+fn identity_fp_other() -> Fingerprint {
+    identity().fingerprint().unwrap()
+}
+
+#[test]
+fn plaintext_is_refused_where_the_server_wants_tls() {
+    let identity = identity();
+    let (client, server) = over_tcp(
+        tls_server(&identity, Plaintext::Never),
+        ClientSecurity::default(),
+        "127.0.0.1",
+        |_, _| {},
+    );
+    let err = client.unwrap_err().to_string();
+    assert!(err.contains("accepts TLS connections only"), "{err}");
+    assert!(matches!(server, Err(TransportError::Auth(_))));
+    // A server with no TLS at all says so to a client that asks for it.
+    let (client, _) = over_tcp(
+        ServerSecurity::default(),
+        pinned(identity.fingerprint().unwrap()),
+        "127.0.0.1",
+        |_, _| {},
+    );
+    let err = client.unwrap_err().to_string();
+    assert!(err.contains("does not offer TLS"), "{err}");
+}
+
+/// A server certificate signed by a CA the client trusts (RGPU_TLS_CA), for the name the client
+/// connects to; another name is refused.
+#[test]
+fn a_ca_signed_certificate_is_trusted_for_its_name() {
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let ca_cert = ca_params.self_signed(&ca_key).unwrap();
+    let issuer = rcgen::Issuer::new(ca_params, ca_key);
+    let server_key = rcgen::KeyPair::generate().unwrap();
+    let server_cert = rcgen::CertificateParams::new(vec!["localhost".to_string()])
+        .unwrap()
+        .signed_by(&server_key, &issuer)
+        .unwrap();
+    let identity = TlsIdentity::from_pem(server_cert.pem(), server_key.serialize_pem()).unwrap();
+    let ca_file = std::env::temp_dir().join(format!("rgpu-test-ca-{}.pem", std::process::id()));
+    std::fs::write(&ca_file, ca_cert.pem()).unwrap();
+    let trusting = ClientSecurity {
+        mode: TlsMode::On,
+        pins: Vec::new(),
+        ca_file: Some(ca_file.clone()),
+    };
+    let (client, server) = over_tcp(
+        tls_server(&identity, Plaintext::Local),
+        trusting.clone(),
+        "localhost",
+        exchange_both_ways,
+    );
+    client.unwrap();
+    server.unwrap();
+    let (client, _) = over_tcp(
+        tls_server(&identity, Plaintext::Local),
+        trusting,
+        "127.0.0.1",
+        |_, _| {},
+    );
+    let err = client.unwrap_err().to_string();
+    assert!(err.contains("TLS handshake"), "{err}");
+    let _ = std::fs::remove_file(ca_file);
 }

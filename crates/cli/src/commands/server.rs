@@ -11,7 +11,8 @@ use clap::ArgMatches;
 use rgpu_server::{
     parse_size, Limits, Server, ServerConfig, SessionSettings, WorkerCommand, WorkerUser,
 };
-use rgpu_transport::{Endpoint, Token};
+use rgpu_transport::tls::IdentityOrigin;
+use rgpu_transport::{Endpoint, Plaintext, TlsIdentity, Token};
 use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 
@@ -46,6 +47,11 @@ pub struct ServerArgs {
     /// Print the effective settings (and where each came from) as TOML, then exit.
     #[arg(long)]
     print_config: bool,
+
+    /// Print the fingerprint of the server's TLS certificate (making the key pair first if
+    /// there is none yet), then exit. Clients pin it with RGPU_TLS_FINGERPRINT.
+    #[arg(long)]
+    print_fingerprint: bool,
 }
 
 /// The server's settings: each is a flag, an environment variable and a key of the config
@@ -64,6 +70,29 @@ pub struct ServerSettings {
     /// File holding the shared token (at least 16 characters) clients must prove they hold.
     #[arg(long, value_name = "FILE", env = "RGPU_SERVER_TOKEN_FILE")]
     token_file: Option<PathBuf>,
+
+    /// The server's TLS certificate (PEM; a chain starts with the server's own). When neither
+    /// it nor the key exists, a key pair and a self-signed certificate are made there at start.
+    /// Default: tls/server.crt in the state directory ($STATE_DIRECTORY, /var/lib/rgpu for
+    /// root, else $XDG_STATE_HOME/rgpu or ~/.local/state/rgpu).
+    #[arg(long, value_name = "FILE", env = "RGPU_SERVER_TLS_CERT")]
+    tls_cert: Option<PathBuf>,
+
+    /// The private key of the TLS certificate (PEM). Default: tls/server.key beside the
+    /// default certificate.
+    #[arg(long, value_name = "FILE", env = "RGPU_SERVER_TLS_KEY")]
+    tls_key: Option<PathBuf>,
+
+    /// Where connections without TLS are accepted: `local` (from this machine only: loopback
+    /// TCP and Unix sockets), `allow` (from anyone; a trusted network), `never` (Unix sockets
+    /// only).
+    #[arg(
+        long,
+        value_enum,
+        default_value = "local",
+        env = "RGPU_SERVER_PLAINTEXT"
+    )]
+    plaintext: PlaintextArg,
 
     /// Serve only platforms whose name contains SUBSTR (case-insensitive).
     #[arg(long, value_name = "SUBSTR", env = "RGPU_SERVER_PLATFORM")]
@@ -180,18 +209,49 @@ enum Isolation {
     Thread,
 }
 
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
+enum PlaintextArg {
+    Local,
+    Allow,
+    Never,
+}
+
+impl From<PlaintextArg> for Plaintext {
+    fn from(arg: PlaintextArg) -> Plaintext {
+        match arg {
+            PlaintextArg::Local => Plaintext::Local,
+            PlaintextArg::Allow => Plaintext::Allow,
+            PlaintextArg::Never => Plaintext::Never,
+        }
+    }
+}
+
+/// The line before the listening one: the fingerprint clients pin (tests read it).
+pub const CERTIFICATE_PREFIX: &str = "rgpu server certificate ";
+
 /// The hidden subcommand a session worker runs as (`rgpu server` starts it).
 pub const WORKER_SUBCOMMAND: &str = "server-worker";
 
 /// `matches` are the parsed command line of `rgpu server`: they tell which settings the
 /// command line or the environment gave (those win over the config file).
 pub fn run(args: ServerArgs, matches: &ArgMatches) -> Result<ExitCode, String> {
+    let args_print_fingerprint = args.print_fingerprint;
     let resolved = config::resolve(args.settings, matches, args.config.as_deref())?;
     if args.print_config {
         crate::write_stdout(&resolved.render())?;
         return Ok(ExitCode::SUCCESS);
     }
     let args = resolved.settings;
+    let name = args.name.clone().unwrap_or_else(host_name);
+    let identity = tls_identity(&args, &name)?;
+    let fingerprint = identity.fingerprint()?;
+    if args_print_fingerprint {
+        crate::write_stdout(&format!("{fingerprint}\n"))?;
+        return Ok(ExitCode::SUCCESS);
+    }
     let listen = Endpoint::parse(&args.listen).map_err(|e| format!("listen: {e}"))?;
     let token = args
         .token_file
@@ -203,7 +263,6 @@ pub fn run(args: ServerArgs, matches: &ArgMatches) -> Result<ExitCode, String> {
 
     let config = ServerConfig {
         listen,
-        token,
         client_timeout: positive_seconds("client_timeout", args.client_timeout)?,
         sessions: SessionSettings {
             platform_filter: args.platform,
@@ -211,7 +270,10 @@ pub fn run(args: ServerArgs, matches: &ArgMatches) -> Result<ExitCode, String> {
             opencl_library: args.opencl_library,
             cuda: !args.no_cuda,
             cuda_library: args.cuda_library,
-            name: args.name.unwrap_or_else(host_name),
+            name,
+            token,
+            tls: Some(identity),
+            plaintext: args.plaintext.into(),
             limits: Limits {
                 max_sessions: args.max_sessions,
                 max_sessions_per_client: args.max_sessions_per_client,
@@ -254,6 +316,7 @@ pub fn run(args: ServerArgs, matches: &ArgMatches) -> Result<ExitCode, String> {
         })
         .map_err(|e| format!("cannot start the signal thread: {e}"))?;
 
+    eprintln!("{CERTIFICATE_PREFIX}{fingerprint}");
     eprintln!("{LISTENING_PREFIX}{}", server.local_endpoint());
     if refuses_remote_clients {
         eprintln!(
@@ -281,6 +344,24 @@ pub fn run_worker() -> Result<ExitCode, String> {
         }
     })?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The server's TLS certificate and key, made (and logged) at the first start.
+fn tls_identity(args: &ServerSettings, name: &str) -> Result<TlsIdentity, String> {
+    let (default_cert, default_key) = rgpu_transport::tls::default_identity_paths();
+    let cert = args.tls_cert.clone().unwrap_or(default_cert);
+    let key = args.tls_key.clone().unwrap_or(default_key);
+    let names = [name.to_string(), host_name()];
+    let (identity, origin) = TlsIdentity::load_or_create(&cert, &key, &names)?;
+    if origin == IdentityOrigin::Created {
+        log::info!(
+            "made a TLS key pair for this server: {} and {} (fingerprint {})",
+            cert.display(),
+            key.display(),
+            identity.fingerprint()?
+        );
+    }
+    Ok(identity)
 }
 
 /// The user to run workers as: only a root server can switch to another one.

@@ -8,7 +8,10 @@ use std::time::{Duration, Instant};
 use rgpu_protocol::opencl::{ClReply, ClRequest, Command, Id, Inventory};
 use rgpu_protocol::{ClientMsg, ServerMsg};
 use rgpu_server::{Server, ServerConfig, ShutdownHandle};
-use rgpu_transport::{client_handshake, Endpoint, FrameReader, FrameWriter, Stream, Token};
+use rgpu_transport::{
+    client_handshake, ClientSecurity, Endpoint, FrameReader, FrameWriter, Stream, TlsConnector,
+    Token,
+};
 
 pub const CL_SUCCESS: i32 = 0;
 pub const CL_INVALID_VALUE: i32 = -30;
@@ -35,15 +38,25 @@ impl Running {
     }
 
     pub fn start_on(listen: Endpoint, token: Option<Token>) -> Running {
+        Self::start_with(
+            rgpu_server::SessionSettings {
+                token,
+                ..Default::default()
+            },
+            listen,
+        )
+    }
+
+    /// A server with these session settings (CUDA on, its name "test-server").
+    pub fn start_with(sessions: rgpu_server::SessionSettings, listen: Endpoint) -> Running {
         let _ = env_logger::builder().is_test(true).try_init();
         let server = Server::bind(ServerConfig {
             listen,
-            token,
             client_timeout: std::time::Duration::from_secs(30),
             sessions: rgpu_server::SessionSettings {
                 cuda: true,
                 name: "test-server".into(),
-                ..Default::default()
+                ..sessions
             },
             // Sessions on threads: a library test has no rgpu executable to start workers.
             workers: None,
@@ -86,8 +99,19 @@ pub struct Client {
 
 impl Client {
     pub fn connect(endpoint: &Endpoint, token: Option<&Token>) -> Result<Client, String> {
-        let mut stream = Stream::connect(endpoint, Duration::from_secs(5)).unwrap();
-        client_handshake(&mut stream, token, "server-test", None).map_err(|e| e.to_string())?;
+        let plain = TlsConnector::new(&ClientSecurity::default()).unwrap();
+        Self::connect_with(endpoint, token, &plain)
+    }
+
+    /// Connects with these TLS settings.
+    pub fn connect_with(
+        endpoint: &Endpoint,
+        token: Option<&Token>,
+        tls: &TlsConnector,
+    ) -> Result<Client, String> {
+        let stream = Stream::connect(endpoint, Duration::from_secs(5)).unwrap();
+        let (stream, _) = client_handshake(stream, tls, endpoint, token, "server-test", None)
+            .map_err(|e| e.to_string())?;
         stream
             .set_read_timeout(Some(Duration::from_secs(60)))
             .unwrap();

@@ -4,7 +4,7 @@ use std::io::{BufRead, BufReader};
 use std::process::{Child, ChildStderr, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::commands::server::LISTENING_PREFIX;
+use crate::commands::server::{CERTIFICATE_PREFIX, LISTENING_PREFIX};
 
 /// How long the server gets to exit after SIGTERM before it is killed.
 const STOP_GRACE: Duration = Duration::from_secs(5);
@@ -13,6 +13,8 @@ const STOP_GRACE: Duration = Duration::from_secs(5);
 pub struct LocalServer {
     child: Child,
     endpoint: String,
+    /// Its TLS certificate's fingerprint, from its log.
+    fingerprint: Option<String>,
 }
 
 impl LocalServer {
@@ -24,6 +26,13 @@ impl LocalServer {
             None => {
                 eprintln!("starting a local rgpu server...");
                 let server = LocalServer::start()?;
+                // Its own child: trusted, so its certificate is pinned for RGPU_TLS=on runs
+                // (no thread has started yet to read the environment meanwhile).
+                if let Some(fingerprint) = &server.fingerprint {
+                    if std::env::var_os("RGPU_TLS_FINGERPRINT").is_none() {
+                        std::env::set_var("RGPU_TLS_FINGERPRINT", fingerprint);
+                    }
+                }
                 Ok((server.endpoint().to_string(), Some(server)))
             }
         }
@@ -47,6 +56,7 @@ impl LocalServer {
         // environment. A server that fails to start exits, which ends the read.
         let mut lines = BufReader::new(stderr);
         let mut before_listening = Vec::new();
+        let mut fingerprint = None;
         let endpoint = loop {
             let mut line = String::new();
             match lines.read_line(&mut line) {
@@ -62,9 +72,16 @@ impl LocalServer {
             if let Some(endpoint) = line.trim_end().strip_prefix(LISTENING_PREFIX) {
                 break endpoint.to_string();
             }
+            if let Some(found) = line.trim_end().strip_prefix(CERTIFICATE_PREFIX) {
+                fingerprint = Some(found.to_string());
+            }
             before_listening.push(line);
         };
-        let server = LocalServer { child, endpoint };
+        let server = LocalServer {
+            child,
+            endpoint,
+            fingerprint,
+        };
         server.drain_log(lines);
         Ok(server)
     }
