@@ -74,7 +74,7 @@ for name in cupy_check torch_check; do
     all_names+=("$name")
     selected "$name" && py_names+=("$name")
 done
-all_names+=(server_wire session_cleanup sticky_error)
+all_names+=(server_wire session_cleanup sticky_error recovery)
 only=${ONLY:-}
 for name in ${only//,/ }; do
     [[ " ${all_names[*]} " == *" $name "* ]] ||
@@ -117,9 +117,10 @@ fi
 # ---- (c) the servers, on free loopback ports (port 0: each picks one and logs it). The
 # second serves the same GPU again, so that multi_device and copies see two devices on two
 # servers.
-# start_server LOG: starts a server logging to LOG; sets server_pid and server_endpoint.
+# start_server LOG [ADDR]: starts a server logging to LOG (listening on ADDR, default a free
+# loopback port); sets server_pid and server_endpoint.
 start_server() {
-    "$bin/rgpu" server --listen 127.0.0.1:0 >"$1" 2>&1 &
+    "$bin/rgpu" server --listen "${2:-127.0.0.1:0}" >"$1" 2>&1 &
     server_pid=$!
     server_endpoint=""
     for _ in $(seq 600); do
@@ -294,6 +295,44 @@ if selected sticky_error && "$python" -c "import cupy" >/dev/null 2>&1; then
         tail_of "$out/sticky_bad.out"
     else
         pass "sticky_error (${bad_line}; the healthy client and a new one computed correctly)"
+    fi
+fi
+
+# ---- recovery: a server lost (its listener killed; its workers then end their sessions) and
+# started again on the same port. The program's next call on the lost session fails; after
+# cuDevicePrimaryCtxReset its primary context, and a context from cuCtxCreate, compute in a
+# new session. The client's log names the lost server.
+if selected recovery; then
+    start_server "$out/server3.log"
+    server3=$server_pid
+    endpoint3=$server_endpoint
+    fifo=$out/recovery.fifo
+    rm -f "$fifo" && mkfifo "$fifo"
+    timeout -k 10 "$run_timeout" "$bin/rgpu" run --servers "$endpoint3" -- \
+        "$python" tests/cuda/recovery.py <"$fifo" >"$out/recovery.out" 2>&1 &
+    client_pid=$!
+    exec {fifo_fd}>"$fifo"
+    for _ in $(seq 600); do grep -q ready "$out/recovery.out" && break; sleep 0.1; done
+    kill -KILL $server3
+    wait $server3 2>/dev/null
+    sleep 1
+    start_server "$out/server3-again.log" "$endpoint3"
+    server3=$server_pid
+    echo go >&"$fifo_fd"
+    exec {fifo_fd}>&-
+    wait $client_pid
+    recovery_rc=$?
+    kill -TERM $server3
+    wait $server3
+    lost_line=$(grep -m1 "^lost session" "$out/recovery.out")
+    if [ $recovery_rc -ne 0 ] || ! grep -q "recovery ok" "$out/recovery.out"; then
+        fail "recovery: the program did not compute again after the restart (exit $recovery_rc)"
+        tail_of "$out/recovery.out"
+    elif ! grep -q "$endpoint3" "$out/recovery.out"; then
+        fail "recovery: the client's messages do not name the lost server $endpoint3"
+        tail_of "$out/recovery.out"
+    else
+        pass "recovery (${lost_line}; $(grep -m1 '^primary context' "$out/recovery.out"), and a new context, computed in a new session)"
     fi
 fi
 

@@ -3,6 +3,7 @@
 
 mod connection;
 mod lanes;
+mod link;
 mod once;
 mod wait;
 
@@ -10,6 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use connection::{Connection, ReadSink, SendPtr};
+pub use link::ServerLink;
 pub use once::first_time;
 use rgpu_transport::Stream;
 pub use rgpu_transport::{load_client_token, ClientSecurity, Endpoint, TlsConnector, Token};

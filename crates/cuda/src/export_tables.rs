@@ -180,7 +180,8 @@ static CUDART_TABLE: Table<13> = table!(CUDART, 13, {
 /// through the public API later, and must get the same handle).
 unsafe extern "C" fn cudart_device_primary_ctx(pctx: *mut CUcontext, dev: CUdevice) -> CUresult {
     status(
-        runtime::device(dev).and_then(|device| unsafe { write_out(pctx, device.primary.handle()) }),
+        runtime::device(dev)
+            .and_then(|device| unsafe { write_out(pctx, device.primary().handle()) }),
     )
 }
 

@@ -2,9 +2,10 @@
 //! `cuInit`. Every GPU of every server in `RGPU_SERVERS` is a device of the program, numbered
 //! in server order; all device queries are answered from the inventory fetched here.
 
+use std::sync::atomic::{AtomicPtr, Ordering};
 use std::sync::{Arc, OnceLock};
 
-use rgpu_client::{ClientConfig, ClientError, Connection};
+use rgpu_client::{ClientConfig, ClientError, Connection, ServerLink};
 use rgpu_cuda_api::sys::CUresult;
 use rgpu_protocol::cuda::{CuDevice, CuReply, CuRequest};
 
@@ -22,21 +23,58 @@ pub struct Runtime {
 }
 
 pub struct Device {
-    pub conn: Arc<Connection>,
+    /// The device's server, and the program's session on it (renewed after a loss).
+    pub link: Arc<ServerLink>,
+    /// The device's ordinal in the program (over all servers).
+    pub ordinal: i32,
     /// The device's ordinal on its server.
     pub remote_ordinal: u32,
     pub info: CuDevice,
     /// Attribute values indexed by `CUdevice_attribute`; `None` where the server's driver did
     /// not answer.
     attributes: Vec<Option<i32>>,
-    /// The device's primary context handle: it exists before anything retains it (cudart asks
-    /// for it through a private table); the server-side context is made on first use.
-    pub primary: Box<Context>,
+    /// The device's primary context: it exists before anything retains it (cudart asks for it
+    /// through a private table); the server-side context is made on first use. A reset after
+    /// the session was lost puts a new one, in a new session, in its place; the old one stays
+    /// allocated (the program may still name it) and fails with device-lost errors.
+    primary: AtomicPtr<Context>,
 }
 
 impl Device {
     pub fn attribute(&self, attribute: u32) -> Option<i32> {
         self.attributes.get(attribute as usize).copied().flatten()
+    }
+
+    /// The device's primary context.
+    pub fn primary(&self) -> &'static Context {
+        // SAFETY: the pointer always comes from a leaked Box (never freed).
+        unsafe { &*self.primary.load(Ordering::Acquire) }
+    }
+
+    /// `cuDevicePrimaryCtxReset`: when the primary context's session was lost, the next one
+    /// lives in a new session (if the server is back). Returns the (new) primary context.
+    pub fn reset_primary(&self) -> &'static Context {
+        let old = self.primary();
+        if old.conn.is_alive() {
+            return old;
+        }
+        let conn = self.link.connection();
+        if Arc::ptr_eq(&conn, &old.conn) {
+            return old;
+        }
+        let fresh = Context::new(&conn, self.ordinal, ContextKind::Primary, 0);
+        fresh
+            .flags
+            .store(old.flags.load(Ordering::Relaxed), Ordering::Relaxed);
+        let fresh: &'static Context = Box::leak(fresh);
+        self.primary
+            .store(fresh as *const Context as *mut Context, Ordering::Release);
+        log::warn!(
+            "rgpu: device {} has a new primary context on server {}",
+            self.ordinal,
+            self.link.endpoint()
+        );
+        fresh
     }
 }
 
@@ -88,13 +126,7 @@ fn connect() -> Result<Runtime, CUresult> {
     let mut servers = 0;
     let mut driver_version = API_VERSION;
     for (endpoint, result) in config.servers.iter().zip(config.connect_all()) {
-        let inventory =
-            result.and_then(|conn| match conn.call_cu(CuRequest::GetInventory, &[])? {
-                CuReply::Inventory(inventory) => Ok((conn, inventory)),
-                other => Err(ClientError::Protocol(format!(
-                    "unexpected inventory reply {other:?}"
-                ))),
-            });
+        let inventory = result.and_then(|conn| Ok((conn.clone(), inventory_of(&conn)?)));
         match inventory {
             Ok((conn, inventory)) => {
                 if inventory.devices.is_empty() {
@@ -106,9 +138,23 @@ fn connect() -> Result<Runtime, CUresult> {
                 // Launches and async copies are posted; they must reach the GPU while the
                 // program goes on posting, not only at its next synchronizing call.
                 conn.flush_in_background();
+                let known: Vec<String> = inventory.devices.iter().map(|d| d.name.clone()).collect();
+                let link = ServerLink::new(endpoint, &config, conn, move |fresh| {
+                    let names: Vec<String> = inventory_of(fresh)
+                        .map_err(|e| e.to_string())?
+                        .devices
+                        .into_iter()
+                        .map(|d| d.name)
+                        .collect();
+                    if names != known {
+                        return Err("it serves other GPUs than before".into());
+                    }
+                    fresh.flush_in_background();
+                    Ok(())
+                });
                 for (ordinal, info) in inventory.devices.into_iter().enumerate() {
                     let global = devices.len() as i32;
-                    devices.push(make_device(&conn, ordinal as u32, info, global));
+                    devices.push(make_device(&link, ordinal as u32, info, global));
                 }
             }
             Err(e) => log::error!("rgpu: server {endpoint} is not available: {e}"),
@@ -124,18 +170,34 @@ fn connect() -> Result<Runtime, CUresult> {
     })
 }
 
-fn make_device(conn: &Arc<Connection>, ordinal: u32, info: CuDevice, global: i32) -> Device {
+fn inventory_of(conn: &Connection) -> Result<rgpu_protocol::cuda::CuInventory, ClientError> {
+    match conn.call_cu(CuRequest::GetInventory, &[])? {
+        CuReply::Inventory(inventory) => Ok(inventory),
+        other => Err(ClientError::Protocol(format!(
+            "unexpected inventory reply {other:?}"
+        ))),
+    }
+}
+
+fn make_device(link: &Arc<ServerLink>, ordinal: u32, info: CuDevice, global: i32) -> Device {
     let size = info.attributes.iter().map(|&(a, _)| a as usize + 1).max();
     let mut attributes = vec![None; size.unwrap_or(0)];
     for &(attribute, value) in &info.attributes {
         attributes[attribute as usize] = Some(value);
     }
+    let primary = Box::leak(Context::new(
+        &link.current(),
+        global,
+        ContextKind::Primary,
+        0,
+    ));
     Device {
-        conn: conn.clone(),
+        link: link.clone(),
+        ordinal: global,
         remote_ordinal: ordinal,
         info,
         attributes,
-        primary: Context::new(conn, global, ContextKind::Primary, 0),
+        primary: AtomicPtr::new(primary),
     }
 }
 

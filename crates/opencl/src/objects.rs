@@ -32,7 +32,7 @@ impl ClObject for Platform {
 
 pub struct Device {
     /// Its server, and the session new contexts on it use.
-    pub link: Arc<crate::runtime::ServerLink>,
+    pub link: Arc<rgpu_client::ServerLink>,
     pub id: Id,
     /// Every info value the server reported, with rgpu's adjustments applied.
     pub info: HashMap<u32, Vec<u8>>,

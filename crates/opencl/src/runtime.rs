@@ -4,10 +4,9 @@
 use std::collections::HashMap;
 use std::sync::mpsc::{channel, Sender};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::{Duration, Instant};
 
 use opencl_sys::*;
-use rgpu_client::{ClientConfig, Connection, Endpoint};
+use rgpu_client::{ClientConfig, Connection, ServerLink};
 use rgpu_protocol::opencl::{ClReply, ClRequest, DeviceDesc, Id};
 
 use crate::handle::{self, Ref};
@@ -51,11 +50,14 @@ fn init() -> Option<Runtime> {
         match result.and_then(|conn| inventory_devices(&conn).map(|d| (conn, d))) {
             Ok((conn, descs)) => {
                 install_event_listener(&conn);
-                let link = Arc::new(ServerLink {
-                    endpoint: endpoint.clone(),
-                    config: config.clone(),
-                    devices: descs.iter().map(device_identity).collect(),
-                    current: Mutex::new((conn, None)),
+                let known: Vec<(Id, Vec<u8>)> = descs.iter().map(device_identity).collect();
+                let link = ServerLink::new(endpoint, &config, conn, move |fresh| {
+                    let devices = inventory_devices(fresh).map_err(|e| e.to_string())?;
+                    if devices.iter().map(device_identity).collect::<Vec<_>>() != known {
+                        return Err("it serves other devices than before".into());
+                    }
+                    install_event_listener(fresh);
+                    Ok(())
                 });
                 for desc in descs {
                     devices.push(make_device(&link, endpoint.to_string(), desc));
@@ -162,59 +164,6 @@ fn device_identity(desc: &DeviceDesc) -> (Id, Vec<u8>) {
         .map(|(_, value)| value.clone())
         .unwrap_or_default();
     (desc.id, name)
-}
-
-/// How often a lost server is tried again, at most.
-const RECONNECT_INTERVAL: Duration = Duration::from_secs(1);
-
-/// One server of `RGPU_SERVERS` and the session the program has on it. When that session is
-/// lost (the server restarted, its worker crashed, the network failed), the objects made in it
-/// keep failing with device-lost errors, but a new context asks for a new session: if the
-/// server answers again and still serves the same devices, the new context lives there.
-pub struct ServerLink {
-    endpoint: Endpoint,
-    config: ClientConfig,
-    devices: Vec<(Id, Vec<u8>)>,
-    /// The current connection, and when reconnecting last failed.
-    current: Mutex<(Arc<Connection>, Option<Instant>)>,
-}
-
-impl ServerLink {
-    /// The connection new objects use: the current one, or a new session if it was lost and
-    /// the server is back (tried at most once a second).
-    pub fn connection(&self) -> Arc<Connection> {
-        let mut current = self.current.lock().unwrap_or_else(|e| e.into_inner());
-        let (conn, failed_at) = &mut *current;
-        if conn.is_alive() || failed_at.is_some_and(|t| t.elapsed() < RECONNECT_INTERVAL) {
-            return conn.clone();
-        }
-        match self.reconnect() {
-            Ok(fresh) => {
-                log::warn!(
-                    "rgpu: server {} is back: new contexts use a new session",
-                    self.endpoint
-                );
-                *conn = fresh;
-                *failed_at = None;
-            }
-            Err(e) => {
-                log::debug!("rgpu: server {} still lost: {e}", self.endpoint);
-                *failed_at = Some(Instant::now());
-            }
-        }
-        conn.clone()
-    }
-
-    fn reconnect(&self) -> Result<Arc<Connection>, String> {
-        let conn = Connection::connect(&self.endpoint, &self.config).map_err(|e| e.to_string())?;
-        let devices = inventory_devices(&conn).map_err(|e| e.to_string())?;
-        let identities: Vec<(Id, Vec<u8>)> = devices.iter().map(device_identity).collect();
-        if identities != self.devices {
-            return Err("it serves other devices than before".into());
-        }
-        install_event_listener(&conn);
-        Ok(conn)
-    }
 }
 
 fn install_event_listener(conn: &Arc<Connection>) {

@@ -65,7 +65,8 @@ pub unsafe extern "C" fn cuCtxCreate_v4(
         if pctx.is_null() {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
         }
-        let ctx = Context::new(&device.conn, dev, ContextKind::Explicit, flags);
+        // A new context lives in a new session if the device's server was lost and is back.
+        let ctx = Context::new(&device.link.connection(), dev, ContextKind::Explicit, flags);
         ctx.ensure_created()?;
         let handle = ctx.into_handle();
         objects::push_current(handle);

@@ -110,7 +110,7 @@ pub unsafe extern "C" fn cuDeviceGetPCIBusId(
 /// on different servers (whose GPUs never share memory).
 fn peer_link(dev: CUdevice, peer: CUdevice) -> Result<Option<&'static CuPeer>, CUresult> {
     let (device, other) = (device(dev)?, device(peer)?);
-    if !Arc::ptr_eq(&device.conn, &other.conn) {
+    if !Arc::ptr_eq(&device.link, &other.link) {
         return Ok(None);
     }
     let link = device
@@ -162,9 +162,9 @@ pub unsafe extern "C" fn cuDeviceGetP2PAttribute(
 #[no_mangle]
 pub unsafe extern "C" fn cuDevicePrimaryCtxRetain(pctx: *mut CUcontext, dev: CUdevice) -> CUresult {
     status(device(dev).and_then(|device| {
-        device.primary.ensure_created()?;
-        device.primary.retained.fetch_add(1, Ordering::AcqRel);
-        unsafe { write_out(pctx, device.primary.handle()) }
+        device.primary().ensure_created()?;
+        device.primary().retained.fetch_add(1, Ordering::AcqRel);
+        unsafe { write_out(pctx, device.primary().handle()) }
     }))
 }
 
@@ -173,7 +173,7 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxRelease_v2(dev: CUdevice) -> CUresult
     status(device(dev).and_then(|device| {
         let released =
             device
-                .primary
+                .primary()
                 .retained
                 .try_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
         // The server keeps the session's stand-in until the session ends: a later retain is
@@ -196,7 +196,7 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxGetState(
     active: *mut c_int,
 ) -> CUresult {
     status(device(dev).and_then(|device| {
-        let primary = &device.primary;
+        let primary = device.primary();
         unsafe {
             write_out(flags, primary.flags.load(Ordering::Relaxed))?;
             write_out(
@@ -209,7 +209,7 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxGetState(
 
 #[no_mangle]
 pub unsafe extern "C" fn cuDevicePrimaryCtxSetFlags_v2(dev: CUdevice, flags: c_uint) -> CUresult {
-    status(device(dev).map(|device| device.primary.flags.store(flags, Ordering::Relaxed)))
+    status(device(dev).map(|device| device.primary().flags.store(flags, Ordering::Relaxed)))
 }
 
 #[no_mangle]
@@ -220,7 +220,9 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxSetFlags(dev: CUdevice, flags: c_uint
 #[no_mangle]
 pub unsafe extern "C" fn cuDevicePrimaryCtxReset_v2(dev: CUdevice) -> CUresult {
     status(device(dev).map(|device| {
-        crate::export_tables::context_destroyed(device.primary.handle());
+        crate::export_tables::context_destroyed(device.primary().handle());
+        // A primary context whose session was lost comes back in a new one.
+        device.reset_primary();
     }))
 }
 

@@ -191,8 +191,8 @@ pub unsafe extern "C" fn cuLibraryLoadData(
 fn library_context<'a>() -> Result<&'a Context, CUresult> {
     current_context().or_else(|_| {
         let device = crate::runtime::device(0)?;
-        device.primary.ensure_created()?;
-        Ok(&*device.primary)
+        device.primary().ensure_created()?;
+        Ok(device.primary())
     })
 }
 

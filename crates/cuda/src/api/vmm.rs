@@ -51,8 +51,8 @@ fn device_location<'a>(location_type: u32, id: i32) -> Result<(i32, &'a Context)
         return Ok((id, current_context()?));
     }
     let device = crate::runtime::device(id)?;
-    device.primary.ensure_created()?;
-    Ok((device.remote_ordinal as i32, &*device.primary))
+    device.primary().ensure_created()?;
+    Ok((device.remote_ordinal as i32, device.primary()))
 }
 
 /// Reads a `CUmemAllocationProp` as integers (its enum fields may hold values the enums lack)
