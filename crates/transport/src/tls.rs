@@ -11,7 +11,15 @@
 
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+
+use aws_lc_rs::aead::{self, Aad, LessSafeKey, Nonce, UnboundKey, NONCE_LEN};
+use rustls::client::{ClientConnectionData, UnbufferedClientConnection};
+use rustls::kernel::KernelConnection;
+use rustls::server::{ServerConnectionData, UnbufferedServerConnection};
+use rustls::unbuffered::{ConnectionState, EncodeError, InsufficientSizeError, UnbufferedStatus};
+use rustls::{ConnectionTrafficSecrets, ExtractedSecrets};
 
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::CryptoProvider;
@@ -269,6 +277,8 @@ impl TlsIdentity {
             .with_single_cert(self.chain()?, key)
             .map_err(|e| format!("certificate and key do not go together: {e}"))?;
         config.send_tls13_tickets = 0;
+        // The record layer after the handshake is TlsStream's own (see there).
+        config.enable_secret_extraction = true;
         Ok(Arc::new(config))
     }
 }
@@ -397,6 +407,7 @@ impl ClientSecurity {
             .with_custom_certificate_verifier(verifier)
             .with_no_client_auth();
         config.resumption = rustls::client::Resumption::disabled();
+        config.enable_secret_extraction = true;
         Ok(Arc::new(config))
     }
 }
@@ -430,9 +441,7 @@ impl TlsConnector {
     /// Runs the client side of a TLS handshake with `endpoint` on `socket` (its read timeout
     /// bounds the wait).
     pub fn connect(&self, socket: Stream, endpoint: &crate::Endpoint) -> io::Result<TlsStream> {
-        let conn = rustls::ClientConnection::new(self.config.clone(), server_name_of(endpoint))
-            .map_err(tls_error)?;
-        TlsStream::handshake(socket, conn.into())
+        TlsStream::connect_with(socket, self.config.clone(), server_name_of(endpoint))
     }
 }
 
@@ -546,24 +555,146 @@ fn server_name_of(endpoint: &crate::Endpoint) -> ServerName<'static> {
 
 // ------------------------------------------------------------------------------ the stream
 
-struct Shared {
-    state: Mutex<rustls::Connection>,
-    /// Received ciphertext not yet handed to rustls. Its lock is held by the reading thread,
-    /// across its socket read (taken before `state`'s).
-    inbox: Mutex<Inbox>,
-    /// Sealed records on their way to the socket; its lock is each writer's turn (taken
-    /// before `state`'s), so records reach the socket in the order they were sealed.
-    outbox: Mutex<Vec<u8>>,
+// ------------------------------------------------------------------------------ records
+
+/// Largest plaintext in one record (RFC 8446 5.1).
+const MAX_PLAINTEXT: usize = 1 << 14;
+/// Largest record on the wire: header, plaintext, content type, padding allowance, tag.
+const MAX_RECORD: usize = 5 + MAX_PLAINTEXT + 256;
+const HEADER_LEN: usize = 5;
+const TAG_LEN: usize = 16;
+const CONTENT_ALERT: u8 = 21;
+const CONTENT_HANDSHAKE: u8 = 22;
+const CONTENT_APPLICATION_DATA: u8 = 23;
+const HANDSHAKE_KEY_UPDATE: u8 = 24;
+const HANDSHAKE_NEW_SESSION_TICKET: u8 = 4;
+
+/// Records sealed under one key before it is replaced (a key update); 0: the cipher suite's
+/// confidentiality limit, less a margin. Tests set it low to exercise key updates.
+static KEY_UPDATE_AFTER: AtomicU64 = AtomicU64::new(0);
+
+/// Makes every TLS connection of this process update its sending key after `records` records
+/// (tests only: the default follows the cipher suite's limit).
+#[doc(hidden)]
+pub fn set_key_update_interval(records: u64) {
+    KEY_UPDATE_AFTER.store(records, Ordering::Relaxed);
 }
 
-struct Inbox {
-    bytes: Box<[u8]>,
+/// One direction's record protection: an AEAD key, its IV and the record sequence number.
+struct Protection {
+    key: LessSafeKey,
+    iv: [u8; NONCE_LEN],
+    seq: u64,
+}
+
+impl Protection {
+    fn new((seq, secrets): (u64, ConnectionTrafficSecrets)) -> io::Result<Protection> {
+        let (algorithm, key, iv) = match &secrets {
+            ConnectionTrafficSecrets::Aes128Gcm { key, iv } => (&aead::AES_128_GCM, key, iv),
+            ConnectionTrafficSecrets::Aes256Gcm { key, iv } => (&aead::AES_256_GCM, key, iv),
+            ConnectionTrafficSecrets::Chacha20Poly1305 { key, iv } => {
+                (&aead::CHACHA20_POLY1305, key, iv)
+            }
+            _ => return Err(io::Error::other("TLS: an unsupported cipher suite")),
+        };
+        let key = UnboundKey::new(algorithm, key.as_ref())
+            .map_err(|_| io::Error::other("TLS: a bad traffic key"))?;
+        let iv: [u8; NONCE_LEN] = iv
+            .as_ref()
+            .try_into()
+            .map_err(|_| io::Error::other("TLS: a bad IV"))?;
+        Ok(Protection {
+            key: LessSafeKey::new(key),
+            iv,
+            seq,
+        })
+    }
+
+    /// The next record's nonce: the IV XORed with the sequence number (RFC 8446 5.3).
+    fn next_nonce(&mut self) -> Nonce {
+        let mut nonce = self.iv;
+        for (byte, seq) in nonce[NONCE_LEN - 8..]
+            .iter_mut()
+            .zip(self.seq.to_be_bytes())
+        {
+            *byte ^= seq;
+        }
+        self.seq += 1;
+        Nonce::assume_unique_for_key(nonce)
+    }
+}
+
+/// rustls's part after the handshake: it derives the next traffic secrets at a key update.
+enum KeySchedule {
+    Client(KernelConnection<ClientConnectionData>),
+    Server(KernelConnection<ServerConnectionData>),
+}
+
+impl KeySchedule {
+    fn next_tx(&mut self) -> io::Result<(u64, ConnectionTrafficSecrets)> {
+        match self {
+            KeySchedule::Client(k) => k.update_tx_secret(),
+            KeySchedule::Server(k) => k.update_tx_secret(),
+        }
+        .map_err(tls_error)
+    }
+
+    fn next_rx(&mut self) -> io::Result<(u64, ConnectionTrafficSecrets)> {
+        match self {
+            KeySchedule::Client(k) => k.update_rx_secret(),
+            KeySchedule::Server(k) => k.update_rx_secret(),
+        }
+        .map_err(tls_error)
+    }
+
+    /// Records one key may seal (the suite's confidentiality limit, with a margin).
+    fn records_per_key(&self) -> u64 {
+        let suite = match self {
+            KeySchedule::Client(k) => k.negotiated_cipher_suite(),
+            KeySchedule::Server(k) => k.negotiated_cipher_suite(),
+        };
+        let limit = suite
+            .tls13()
+            .map_or(u64::MAX, |s| s.common.confidentiality_limit);
+        limit - limit / 8
+    }
+}
+
+/// The receiving half: ciphertext as it came from the socket, opened in place.
+struct Receiving {
+    protection: Protection,
+    buf: Box<[u8]>,
+    /// Ciphertext not yet opened: `buf[start..end]`.
     start: usize,
     end: usize,
+    /// Opened application data not yet handed out: `buf[plain.0..plain.1]`.
+    plain: (usize, usize),
+    /// The peer sent close_notify.
+    closed: bool,
+}
+
+/// The sending half: records are sealed into `outbox` and written from there.
+struct Sending {
+    protection: Protection,
+    outbox: Vec<u8>,
+    /// Records left before the key must be updated.
+    left: u64,
+}
+
+struct Shared {
+    receiving: Mutex<Receiving>,
+    sending: Mutex<Sending>,
+    keys: Mutex<KeySchedule>,
 }
 
 /// One thread's handle on a TLS connection; [`TlsStream::try_clone`] makes another that shares
 /// the connection (as a cloned socket does).
+///
+/// rustls runs the handshake; then the record layer is this type's own, on aws-lc-rs's AEAD,
+/// with each direction's state apart (rustls's kernel-TLS interface: it hands over the
+/// traffic secrets and derives the next ones at key updates). A thread reading never waits
+/// for one writing, records are opened in place in the receive buffer and sealed in place in
+/// the send buffer (one copy each way), and records of any size are read at once.
 pub struct TlsStream {
     shared: Arc<Shared>,
     socket: Box<Stream>,
@@ -583,29 +714,147 @@ fn tls_error(e: rustls::Error) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, e)
 }
 
+fn bad_record(what: &str) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, format!("TLS: {what}"))
+}
+
+/// Runs a handshake with rustls's unbuffered API over `socket`, until the connection may
+/// carry application data with the handshake complete. Returns the bytes received past the
+/// handshake (records for the record layer). On failure, the alert rustls queued is sent
+/// (best effort), so the peer learns why.
+macro_rules! drive_handshake {
+    ($conn:expr, $socket:expr) => {{
+        let conn = $conn;
+        let socket: &mut Stream = $socket;
+        let mut incoming = vec![0u8; MAX_RECORD];
+        let mut filled = 0usize;
+        let mut outgoing = vec![0u8; MAX_RECORD];
+        let mut queued = 0usize;
+        loop {
+            let UnbufferedStatus { discard, state } =
+                conn.process_tls_records(&mut incoming[..filled]);
+            let mut read_more = false;
+            let mut finished = false;
+            match state {
+                Err(e) => {
+                    let _ = send_alert!(conn, socket);
+                    return Err(tls_error(e));
+                }
+                Ok(ConnectionState::EncodeTlsData(mut data)) => loop {
+                    match data.encode(&mut outgoing[queued..]) {
+                        Ok(n) => {
+                            queued += n;
+                            break;
+                        }
+                        Err(EncodeError::InsufficientSize(InsufficientSizeError {
+                            required_size,
+                        })) => outgoing.resize(queued + required_size, 0),
+                        Err(e) => return Err(io::Error::other(format!("TLS: {e:?}"))),
+                    }
+                },
+                Ok(ConnectionState::TransmitTlsData(data)) => {
+                    socket.write_all(&outgoing[..queued])?;
+                    queued = 0;
+                    data.done();
+                }
+                Ok(ConnectionState::WriteTraffic(_)) => finished = true,
+                Ok(ConnectionState::BlockedHandshake) => read_more = true,
+                Ok(ConnectionState::PeerClosed) | Ok(ConnectionState::Closed) => {
+                    return Err(io::ErrorKind::UnexpectedEof.into())
+                }
+                Ok(_) => return Err(bad_record("unexpected data during the handshake")),
+            }
+            if discard > 0 {
+                incoming.copy_within(discard..filled, 0);
+                filled -= discard;
+            }
+            // A server may send before the client's Finished (0.5-RTT); it waits for it.
+            if finished && conn.is_handshaking() {
+                finished = false;
+                read_more = true;
+            }
+            if finished {
+                incoming.truncate(filled);
+                break incoming;
+            }
+            if read_more {
+                if filled == incoming.len() {
+                    incoming.resize(incoming.len() * 2, 0);
+                }
+                let n = socket.read(&mut incoming[filled..])?;
+                if n == 0 {
+                    return Err(io::ErrorKind::UnexpectedEof.into());
+                }
+                filled += n;
+            }
+        }
+    }};
+}
+
+/// Sends what rustls queued after a failure (its alert).
+macro_rules! send_alert {
+    ($conn:expr, $socket:expr) => {{
+        let mut alert = vec![0u8; 256];
+        match $conn.process_tls_records(&mut []).state {
+            Ok(ConnectionState::EncodeTlsData(mut data)) => match data.encode(&mut alert) {
+                Ok(n) => $socket.write_all(&alert[..n]),
+                Err(_) => Ok(()),
+            },
+            _ => Ok(()),
+        }
+    }};
+}
+
 impl TlsStream {
-    /// Runs the server side of a handshake on `socket` (its read timeout bounds the wait).
-    pub fn accept(socket: Stream, config: Arc<ServerConfig>) -> io::Result<TlsStream> {
-        let conn = rustls::ServerConnection::new(config).map_err(tls_error)?;
-        TlsStream::handshake(socket, conn.into())
+    /// Runs the client side of a handshake on `socket` (its read timeout bounds the wait).
+    fn connect_with(
+        mut socket: Stream,
+        config: Arc<ClientConfig>,
+        name: ServerName<'static>,
+    ) -> io::Result<TlsStream> {
+        let mut conn = UnbufferedClientConnection::new(config, name).map_err(tls_error)?;
+        let rest = drive_handshake!(&mut conn, &mut socket);
+        let (secrets, keys) = conn.dangerous_into_kernel_connection().map_err(tls_error)?;
+        TlsStream::new(socket, secrets, KeySchedule::Client(keys), &rest)
     }
 
-    fn handshake(mut socket: Stream, mut conn: rustls::Connection) -> io::Result<TlsStream> {
-        while conn.is_handshaking() {
-            conn.complete_io(&mut socket)?;
+    /// Runs the server side of a handshake on `socket` (its read timeout bounds the wait).
+    pub fn accept(mut socket: Stream, config: Arc<ServerConfig>) -> io::Result<TlsStream> {
+        let mut conn = UnbufferedServerConnection::new(config).map_err(tls_error)?;
+        let rest = drive_handshake!(&mut conn, &mut socket);
+        let (secrets, keys) = conn.dangerous_into_kernel_connection().map_err(tls_error)?;
+        TlsStream::new(socket, secrets, KeySchedule::Server(keys), &rest)
+    }
+
+    fn new(
+        socket: Stream,
+        secrets: ExtractedSecrets,
+        keys: KeySchedule,
+        received: &[u8],
+    ) -> io::Result<TlsStream> {
+        // Room for many records per socket read, and at least one whole record.
+        let mut buf = vec![0u8; READ_STEP.max(2 * MAX_RECORD)].into_boxed_slice();
+        if received.len() > buf.len() {
+            return Err(bad_record("too much data right after the handshake"));
         }
-        // Writes are sealed in bounded pieces (SEAL_STEP) and sent at once; rustls's own
-        // limit on queued records would only split them further.
-        conn.set_buffer_limit(None);
+        buf[..received.len()].copy_from_slice(received);
+        let left = records_per_key(&keys);
         Ok(TlsStream {
             shared: Arc::new(Shared {
-                state: Mutex::new(conn),
-                inbox: Mutex::new(Inbox {
-                    bytes: vec![0; READ_STEP].into_boxed_slice(),
+                receiving: Mutex::new(Receiving {
+                    protection: Protection::new(secrets.rx)?,
+                    buf,
                     start: 0,
-                    end: 0,
+                    end: received.len(),
+                    plain: (0, 0),
+                    closed: false,
                 }),
-                outbox: Mutex::new(Vec::new()),
+                sending: Mutex::new(Sending {
+                    protection: Protection::new(secrets.tx)?,
+                    outbox: Vec::with_capacity(SEAL_STEP + SEAL_STEP / MAX_PLAINTEXT * 32 + 64),
+                    left,
+                }),
+                keys: Mutex::new(keys),
             }),
             socket: Box::new(socket),
         })
@@ -623,75 +872,169 @@ impl TlsStream {
         &self.socket
     }
 
-    /// Seals `plaintext` (when given) and whatever else rustls has queued, and sends it, in
-    /// turn with other writers.
-    fn seal_and_send(&mut self, plaintext: &[u8]) -> io::Result<usize> {
-        let mut outbox = lock(&self.shared.outbox);
-        let n = {
-            let mut state = lock(&self.shared.state);
-            let n = if plaintext.is_empty() {
-                0
-            } else {
-                state.writer().write(plaintext)?
-            };
-            while state.wants_write() {
-                state.write_tls(&mut *outbox)?;
-            }
-            n
+    /// Opens the record at the front of the receive buffer, if it is whole. Returns whether
+    /// one was opened (its application data, if any, is then in `rx.plain`).
+    fn open_record(&mut self, rx: &mut Receiving) -> io::Result<bool> {
+        let pending = &rx.buf[rx.start..rx.end];
+        if pending.len() < HEADER_LEN {
+            return Ok(false);
+        }
+        let header: [u8; HEADER_LEN] = pending[..HEADER_LEN].try_into().unwrap();
+        let len = u16::from_be_bytes([header[3], header[4]]) as usize;
+        if header[0] != CONTENT_APPLICATION_DATA
+            || !(TAG_LEN + 1..=MAX_RECORD - HEADER_LEN).contains(&len)
+        {
+            return Err(bad_record("a malformed record"));
+        }
+        if pending.len() < HEADER_LEN + len {
+            return Ok(false);
+        }
+        let body = rx.start + HEADER_LEN..rx.start + HEADER_LEN + len;
+        rx.start = body.end;
+        let nonce = rx.protection.next_nonce();
+        let opened = rx
+            .protection
+            .key
+            .open_in_place(nonce, Aad::from(header), &mut rx.buf[body.clone()])
+            .map_err(|_| bad_record("a record failed authentication"))?;
+        // The content's type is its last non-zero byte; zeros after it are padding.
+        let Some(type_at) = opened.iter().rposition(|&b| b != 0) else {
+            return Err(bad_record("a record without a content type"));
         };
-        let result = self.socket.write_all(&outbox);
-        outbox.clear();
-        result.map(|()| n)
+        let content_type = opened[type_at];
+        let content = body.start..body.start + type_at;
+        match content_type {
+            CONTENT_APPLICATION_DATA => rx.plain = (content.start, content.end),
+            CONTENT_ALERT => match rx.buf[content] {
+                [_, 0] => rx.closed = true, // close_notify
+                [_, description] => {
+                    return Err(bad_record(&format!("the peer sent alert {description}")))
+                }
+                _ => return Err(bad_record("a malformed alert")),
+            },
+            CONTENT_HANDSHAKE => {
+                let message = rx.buf[content].to_vec();
+                self.post_handshake(rx, &message)?;
+            }
+            _ => return Err(bad_record("a record of an unknown type")),
+        }
+        Ok(true)
+    }
+
+    /// Handshake messages after the handshake: key updates (and session tickets, which are
+    /// not used: servers send none).
+    fn post_handshake(&mut self, rx: &mut Receiving, mut messages: &[u8]) -> io::Result<()> {
+        while let [kind, a, b, c, rest @ ..] = messages {
+            let len = u32::from_be_bytes([0, *a, *b, *c]) as usize;
+            if rest.len() < len {
+                return Err(bad_record("a truncated handshake message"));
+            }
+            let (body, next) = rest.split_at(len);
+            match (*kind, body) {
+                (HANDSHAKE_KEY_UPDATE, [request]) => {
+                    rx.protection = Protection::new(lock(&self.shared.keys).next_rx()?)?;
+                    if *request == 1 {
+                        // The peer asks for ours too.
+                        let shared = self.shared.clone();
+                        let mut tx = lock(&shared.sending);
+                        tx.outbox.clear();
+                        self.update_sending_key(&mut tx)?;
+                        let result = self.socket.write_all(&tx.outbox);
+                        tx.outbox.clear();
+                        result?;
+                    }
+                }
+                (HANDSHAKE_NEW_SESSION_TICKET, _) => {}
+                _ => return Err(bad_record("an unexpected handshake message")),
+            }
+            messages = next;
+        }
+        Ok(())
+    }
+
+    /// Seals one record of `content_type` holding `data` at the end of the outbox.
+    fn seal(tx: &mut Sending, content_type: u8, data: &[u8]) -> io::Result<()> {
+        let start = tx.outbox.len();
+        let len = data.len() + 1 + TAG_LEN;
+        let header = [CONTENT_APPLICATION_DATA, 3, 3, (len >> 8) as u8, len as u8];
+        tx.outbox.extend_from_slice(&header);
+        tx.outbox.extend_from_slice(data);
+        tx.outbox.push(content_type);
+        let nonce = tx.protection.next_nonce();
+        let tag = tx
+            .protection
+            .key
+            .seal_in_place_separate_tag(
+                nonce,
+                Aad::from(header),
+                &mut tx.outbox[start + HEADER_LEN..],
+            )
+            .map_err(|_| io::Error::other("TLS: sealing failed"))?;
+        tx.outbox.extend_from_slice(tag.as_ref());
+        tx.left = tx.left.saturating_sub(1);
+        Ok(())
+    }
+
+    /// Queues a KeyUpdate (sealed with the old key) and switches to the next key.
+    fn update_sending_key(&self, tx: &mut Sending) -> io::Result<()> {
+        // KeyUpdate, 1 byte: update_not_requested.
+        Self::seal(tx, CONTENT_HANDSHAKE, &[HANDSHAKE_KEY_UPDATE, 0, 0, 1, 0])?;
+        let mut keys = lock(&self.shared.keys);
+        tx.protection = Protection::new(keys.next_tx()?)?;
+        tx.left = records_per_key(&keys);
+        Ok(())
+    }
+}
+
+fn records_per_key(keys: &KeySchedule) -> u64 {
+    match KEY_UPDATE_AFTER.load(Ordering::Relaxed) {
+        0 => keys.records_per_key(),
+        n => n,
     }
 }
 
 impl Read for TlsStream {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        if buf.is_empty() {
+    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        if out.is_empty() {
             return Ok(0);
         }
         let shared = self.shared.clone();
-        let mut inbox = lock(&shared.inbox);
+        let mut rx = lock(&shared.receiving);
         loop {
-            let mut reply_due = false;
-            {
-                let mut state = lock(&shared.state);
-                loop {
-                    match state.reader().read(buf) {
-                        Ok(n) => return Ok(n),
-                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                        Err(e) => return Err(e),
-                    }
-                    if inbox.start == inbox.end {
-                        break;
-                    }
-                    // Hand over what was received; rustls takes it in pieces and decrypts the
-                    // records that are complete.
-                    let Inbox { bytes, start, end } = &mut *inbox;
-                    *start += state.read_tls(&mut &bytes[*start..*end])?;
-                    let io_state = state.process_new_packets().map_err(tls_error)?;
-                    reply_due |= io_state.tls_bytes_to_write() > 0;
-                }
+            let (from, to) = rx.plain;
+            if from < to {
+                let n = out.len().min(to - from);
+                out[..n].copy_from_slice(&rx.buf[from..from + n]);
+                rx.plain.0 += n;
+                return Ok(n);
             }
-            if reply_due {
-                // A key update or an alert the peer's messages asked for.
-                self.seal_and_send(&[])?;
+            if rx.closed {
+                return Ok(0);
             }
-            let n = self.socket.read(&mut inbox.bytes)?;
-            inbox.start = 0;
-            inbox.end = n;
+            if self.open_record(&mut rx)? {
+                continue;
+            }
+            // Not a whole record yet: make room behind what is pending, then read more.
+            if rx.buf.len() - rx.end < MAX_RECORD {
+                let Receiving {
+                    buf, start, end, ..
+                } = &mut *rx;
+                buf.copy_within(*start..*end, 0);
+                *end -= *start;
+                *start = 0;
+            }
+            let end = rx.end;
+            let n = self.socket.read(&mut rx.buf[end..])?;
             if n == 0 {
-                // The socket ended: rustls tells a clean close (close_notify: Ok(0)) from a
-                // truncated one (UnexpectedEof).
-                let mut state = lock(&shared.state);
-                state.read_tls(&mut &[][..])?;
-                state.process_new_packets().map_err(tls_error)?;
-                return match state.reader().read(buf) {
-                    Ok(n) => Ok(n),
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(0),
-                    Err(e) => Err(e),
+                // The socket ended without close_notify: a clean end between records reads as
+                // the end of the stream (as on a plain socket), one inside a record is an error.
+                return if rx.start == rx.end {
+                    Ok(0)
+                } else {
+                    Err(io::ErrorKind::UnexpectedEof.into())
                 };
             }
+            rx.end += n;
         }
     }
 }
@@ -701,7 +1044,20 @@ impl Write for TlsStream {
         if buf.is_empty() {
             return Ok(0);
         }
-        self.seal_and_send(&buf[..buf.len().min(SEAL_STEP)])
+        let piece = &buf[..buf.len().min(SEAL_STEP)];
+        let shared = self.shared.clone();
+        let mut tx = lock(&shared.sending);
+        tx.outbox.clear();
+        for record in piece.chunks(MAX_PLAINTEXT) {
+            if tx.left == 0 {
+                self.update_sending_key(&mut tx)?;
+            }
+            Self::seal(&mut tx, CONTENT_APPLICATION_DATA, record)?;
+        }
+        // Written with the lock held: records reach the socket in the order they were sealed.
+        let result = self.socket.write_all(&tx.outbox);
+        tx.outbox.clear();
+        result.map(|()| piece.len())
     }
 
     fn flush(&mut self) -> io::Result<()> {

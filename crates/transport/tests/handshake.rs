@@ -339,6 +339,23 @@ fn tls_with_a_pinned_fingerprint_carries_data_both_ways() {
     server.unwrap();
 }
 
+/// With keys replaced every 50 records (KeyUpdate messages in both directions, while both
+/// directions are busy), every byte still arrives.
+#[test]
+fn key_updates_keep_the_stream_whole() {
+    rgpu_transport::tls::set_key_update_interval(50);
+    let identity = identity();
+    let fp = identity.fingerprint().unwrap();
+    let (client, server) = over_tcp(
+        tls_server(&identity, Plaintext::Local),
+        pinned(fp),
+        "127.0.0.1",
+        exchange_both_ways,
+    );
+    client.unwrap();
+    server.unwrap();
+}
+
 #[test]
 fn an_untrusted_certificate_is_refused_naming_its_fingerprint() {
     let identity = identity();

@@ -1,0 +1,65 @@
+//! One TCP connection over loopback, in the clear and in TLS: how fast one thread sends 1 GiB
+//! in 1 MiB writes to one thread reading it. Shows what the record layer costs per core.
+//!   cargo run --release -p rgpu-transport --example tls_throughput
+
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::time::{Duration, Instant};
+
+use rgpu_transport::{
+    accept_preamble, client_handshake, server_handshake, ClientSecurity, Endpoint, Plaintext,
+    ServerSecurity, Stream, TlsConnector, TlsIdentity, TlsMode,
+};
+
+const TOTAL: usize = 1 << 30;
+const WRITE: usize = 1 << 20;
+
+fn main() {
+    let identity = TlsIdentity::generate(&["localhost".into()]).unwrap();
+    for tls in [false, true] {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let endpoint = Endpoint::parse(&listener.local_addr().unwrap().to_string()).unwrap();
+        let security = ServerSecurity {
+            tls: Some(identity.server_config().unwrap()),
+            plaintext: Plaintext::Local,
+        };
+        let server = std::thread::spawn(move || {
+            let (socket, _) = listener.accept().unwrap();
+            let mut stream = Stream::Tcp(socket);
+            let route = accept_preamble(&mut stream, &security).unwrap();
+            let (mut stream, _) =
+                server_handshake(stream, &route, &security, None, "s", 1, [0; 32], |_, _| {
+                    Ok(())
+                })
+                .unwrap();
+            let mut buf = vec![0u8; WRITE];
+            let mut got = 0;
+            while got < TOTAL {
+                let n = stream.read(&mut buf).unwrap();
+                assert!(n > 0);
+                got += n;
+            }
+        });
+        let connector = TlsConnector::new(&ClientSecurity {
+            mode: if tls { TlsMode::On } else { TlsMode::Off },
+            pins: vec![identity.fingerprint().unwrap()],
+            ca_file: None,
+        })
+        .unwrap();
+        let socket = Stream::connect(&endpoint, Duration::from_secs(5)).unwrap();
+        let (mut stream, _) =
+            client_handshake(socket, &connector, &endpoint, None, "c", None).unwrap();
+        let data = vec![7u8; WRITE];
+        let started = Instant::now();
+        for _ in 0..TOTAL / WRITE {
+            stream.write_all(&data).unwrap();
+        }
+        server.join().unwrap();
+        let seconds = started.elapsed().as_secs_f64();
+        println!(
+            "{}: {:.2} GB/s",
+            if tls { "TLS" } else { "plaintext" },
+            TOTAL as f64 / seconds / 1e9
+        );
+    }
+}
