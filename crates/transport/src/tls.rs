@@ -34,8 +34,9 @@ use crate::Stream;
 /// Plaintext sealed per turn of a write: large writes go out in pieces of this size, so the
 /// state's lock is never held long and the encrypted copy stays small.
 const SEAL_STEP: usize = 256 << 10;
-/// Bytes read from the socket at a time, before decryption.
-const READ_STEP: usize = 64 << 10;
+/// Bytes read from the socket at a time, before decryption (many records: one read of the
+/// socket, and one of the stream, can take them all).
+const READ_STEP: usize = 256 << 10;
 
 fn provider() -> Arc<CryptoProvider> {
     // Explicit, not the process default: the client library lives in other programs, which may
@@ -994,25 +995,34 @@ fn records_per_key(keys: &KeySchedule) -> u64 {
 }
 
 impl Read for TlsStream {
+    /// Reads what is there: the plaintext of every whole record already received (as much as
+    /// fits), waiting on the socket only when there is none.
     fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
         if out.is_empty() {
             return Ok(0);
         }
         let shared = self.shared.clone();
         let mut rx = lock(&shared.receiving);
+        let mut copied = 0;
         loop {
             let (from, to) = rx.plain;
             if from < to {
-                let n = out.len().min(to - from);
-                out[..n].copy_from_slice(&rx.buf[from..from + n]);
+                let n = (out.len() - copied).min(to - from);
+                out[copied..copied + n].copy_from_slice(&rx.buf[from..from + n]);
                 rx.plain.0 += n;
-                return Ok(n);
+                copied += n;
+                if copied == out.len() {
+                    return Ok(copied);
+                }
             }
             if rx.closed {
-                return Ok(0);
+                return Ok(copied);
             }
             if self.open_record(&mut rx)? {
                 continue;
+            }
+            if copied > 0 {
+                return Ok(copied);
             }
             // Not a whole record yet: make room behind what is pending, then read more.
             if rx.buf.len() - rx.end < MAX_RECORD {
