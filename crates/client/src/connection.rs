@@ -15,7 +15,7 @@ use rgpu_protocol::cuda::{CuReply, CuRequest};
 use rgpu_protocol::opencl::{ClReply, ClRequest, Id};
 use rgpu_protocol::{decode_body, ClientMsg, LaneKey, ServerMsg, MAX_LANES};
 use rgpu_transport::{
-    client_handshake, Endpoint, FrameReader, FrameWriter, Stream, TransportError,
+    client_handshake, Endpoint, FrameReader, FrameWriter, ReadHalf, Stream, TransportError,
 };
 
 use crate::lanes::Lanes;
@@ -151,7 +151,13 @@ impl Connection {
             broken: Mutex::new(None),
             event_listener: OnceLock::new(),
         });
-        let reader_stream = stream.try_clone().map_err(ClientError::io)?;
+        // A TLS connection is read ahead: its records are opened while the reader thread
+        // copies replies into the program's memory.
+        let reader_stream = ReadHalf::of(
+            stream.try_clone().map_err(ClientError::io)?,
+            &format!("rgpu-tls {endpoint}"),
+        )
+        .map_err(ClientError::io)?;
         let writer_stream = stream.try_clone().map_err(ClientError::io)?;
         let reader_shared = Arc::clone(&shared);
         let name = format!("rgpu-reader {endpoint}");
@@ -480,7 +486,7 @@ fn client_name() -> String {
     format!("{exe}[{}]", std::process::id())
 }
 
-fn reader_loop(mut reader: FrameReader<Stream>, shared: Arc<Shared>, endpoint: Endpoint) {
+fn reader_loop(mut reader: FrameReader<ReadHalf>, shared: Arc<Shared>, endpoint: Endpoint) {
     let why = loop {
         if let Err(e) = read_one(&mut reader, &shared) {
             break match e {
@@ -499,7 +505,7 @@ fn reader_loop(mut reader: FrameReader<Stream>, shared: Arc<Shared>, endpoint: E
     shared.break_with(why);
 }
 
-fn read_one(reader: &mut FrameReader<Stream>, shared: &Shared) -> Result<(), TransportError> {
+fn read_one(reader: &mut FrameReader<ReadHalf>, shared: &Shared) -> Result<(), TransportError> {
     let (header, body) = reader.read_frame()?;
     let msg: ServerMsg = decode_body(body)?;
     let seq = header.seq;

@@ -11,11 +11,11 @@
 
 use std::collections::HashMap;
 use std::io::Read;
-use std::sync::{mpsc, Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use rgpu_protocol::{LaneAttach, LaneKey, LANE_CHUNK, MAX_LANES};
-use rgpu_transport::Stream;
+use rgpu_transport::{ReadHalf, Stream};
 
 /// How long a striped request waits for a lane that has not joined yet (its client opened it
 /// before sending the request, so it is at most a handshake away).
@@ -196,104 +196,7 @@ impl Striped {
 /// The session thread's reading handles on its lanes, taken as they are first needed.
 pub(crate) struct LaneReaders {
     lanes: Arc<SessionLanes>,
-    readers: Vec<Option<LaneReader>>,
-}
-
-/// A reading handle on one lane.
-enum LaneReader {
-    /// Read by the session thread itself: on a plain socket, reading is copying.
-    Direct(Stream),
-    /// Read ahead by a thread of its own: opening TLS records costs a core's time, so the
-    /// lanes of a session open theirs in parallel while the session thread only copies.
-    Ahead(ReadAhead),
-}
-
-impl Read for LaneReader {
-    fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
-        match self {
-            LaneReader::Direct(stream) => stream.read(out),
-            LaneReader::Ahead(ahead) => ahead.read(out),
-        }
-    }
-}
-
-/// Plaintext a lane's thread has read ahead, in buffers of this size...
-const AHEAD_BUFFER: usize = 256 << 10;
-/// ...at most this many waiting (per lane: a few chunks of a transfer).
-const AHEAD_DEPTH: usize = 8;
-
-/// A lane read by a thread of its own into a bounded queue of buffers, which go back to it
-/// once read. The thread ends when the lane does (the session's end shuts its lanes down) or
-/// when nobody reads any more.
-struct ReadAhead {
-    filled: mpsc::Receiver<std::io::Result<(Vec<u8>, usize)>>,
-    spent: mpsc::Sender<Vec<u8>>,
-    current: Vec<u8>,
-    at: usize,
-    len: usize,
-    ended: bool,
-}
-
-impl ReadAhead {
-    fn start(mut stream: Stream, index: usize) -> std::io::Result<ReadAhead> {
-        let (filled_tx, filled) = mpsc::sync_channel(AHEAD_DEPTH);
-        let (spent, spent_rx) = mpsc::channel::<Vec<u8>>();
-        std::thread::Builder::new()
-            .name(format!("rgpu-lane{index}"))
-            .spawn(move || loop {
-                let mut buf = spent_rx
-                    .try_recv()
-                    .unwrap_or_else(|_| vec![0u8; AHEAD_BUFFER]);
-                let (read, last) = match stream.read(&mut buf) {
-                    Ok(0) => (Ok((buf, 0)), true),
-                    Ok(n) => (Ok((buf, n)), false),
-                    Err(e) => (Err(e), true),
-                };
-                if filled_tx.send(read).is_err() || last {
-                    return;
-                }
-            })?;
-        Ok(ReadAhead {
-            filled,
-            spent,
-            current: Vec::new(),
-            at: 0,
-            len: 0,
-            ended: false,
-        })
-    }
-
-    fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
-        if self.at == self.len {
-            if self.ended {
-                return Ok(0);
-            }
-            let spent = std::mem::take(&mut self.current);
-            if !spent.is_empty() {
-                let _ = self.spent.send(spent);
-            }
-            match self.filled.recv() {
-                Ok(Ok((buf, n))) => {
-                    self.current = buf;
-                    self.at = 0;
-                    self.len = n;
-                    self.ended = n == 0;
-                }
-                Ok(Err(e)) => {
-                    self.ended = true;
-                    return Err(e);
-                }
-                Err(_) => {
-                    self.ended = true;
-                    return Ok(0);
-                }
-            }
-        }
-        let n = out.len().min(self.len - self.at);
-        out[..n].copy_from_slice(&self.current[self.at..self.at + n]);
-        self.at += n;
-        Ok(n)
-    }
+    readers: Vec<Option<ReadHalf>>,
 }
 
 impl LaneReaders {
@@ -304,19 +207,16 @@ impl LaneReaders {
         }
     }
 
-    fn lane(&mut self, index: usize) -> Result<&mut LaneReader, String> {
+    fn lane(&mut self, index: usize) -> Result<&mut ReadHalf, String> {
         if self.readers.len() <= index {
             self.readers.resize_with(index + 1, || None);
         }
         if self.readers[index].is_none() {
-            let stream = self.lanes.take(index)?;
-            self.readers[index] = Some(match stream {
-                Stream::Tls(_) => LaneReader::Ahead(
-                    ReadAhead::start(stream, index)
-                        .map_err(|e| format!("data lane {index}: {e}"))?,
-                ),
-                plain => LaneReader::Direct(plain),
-            });
+            // A TLS lane is read ahead: the lanes of a session open their records in
+            // parallel while the session thread copies.
+            let reader = ReadHalf::of(self.lanes.take(index)?, &format!("rgpu-lane{index}"))
+                .map_err(|e| format!("data lane {index}: {e}"))?;
+            self.readers[index] = Some(reader);
         }
         Ok(self.readers[index].as_mut().expect("just taken"))
     }

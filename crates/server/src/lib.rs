@@ -191,6 +191,10 @@ pub(crate) fn load_shared(settings: SessionSettings, announce: bool) -> Shared {
     } else {
         None
     };
+    if settings.tls.is_some() {
+        // Before the first session, not during its handshake.
+        rgpu_transport::tls::warm_up();
+    }
     let security = ServerSecurity {
         tls: settings
             .tls

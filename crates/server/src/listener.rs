@@ -161,7 +161,8 @@ pub(crate) fn accept_loop(listener: &Listener, shared: &Arc<Shared>) {
                 }
                 sessions.retain(|s| !s.is_finished());
             }
-            Err(e) if e.kind() == ErrorKind::WouldBlock => std::thread::sleep(POLL_INTERVAL),
+            // Woken at once by a connection; every POLL_INTERVAL to look at the stop flag.
+            Err(e) if e.kind() == ErrorKind::WouldBlock => listener.wait_readable(POLL_INTERVAL),
             Err(e) if e.kind() == ErrorKind::Interrupted => {}
             Err(e) => {
                 log::warn!("accept failed: {e}");

@@ -12,8 +12,8 @@ use rgpu_cl_api::{error_name, sys, validate};
 use rgpu_protocol::opencl::{ClReply, ClRequest, Command, Id};
 use rgpu_protocol::{decode_body, ClientMsg, FrameHeader, LaneAttach, LaneKey, ServerMsg};
 use rgpu_transport::{
-    accept_preamble, random_lane_key, server_handshake, FrameReader, FrameWriter, Route, Stream,
-    TransportError,
+    accept_preamble, random_lane_key, server_handshake, FrameReader, FrameWriter, ReadHalf, Route,
+    Stream, TransportError,
 };
 
 use crate::completion::{Completion, Job};
@@ -249,9 +249,14 @@ pub(crate) fn serve(admitted: Admitted, shared: &Arc<Shared>, id: u64) {
     } = admitted;
     shared.register(id, &stream);
     log::info!("session {id}: {client} connected from {peer}");
-    let halves = stream
-        .try_clone()
-        .and_then(|r| Ok((r, stream.try_clone()?)));
+    // A TLS session's requests are read ahead: its records are opened while the session
+    // thread copies bulk data into staging.
+    let halves = stream.try_clone().and_then(|r| {
+        Ok((
+            ReadHalf::of(r, &format!("rgpu-s{id}-read"))?,
+            stream.try_clone()?,
+        ))
+    });
     let (read_half, write_half) = match halves {
         Ok(halves) => halves,
         Err(e) => {
@@ -290,7 +295,7 @@ pub struct Session {
     pub(crate) inventory: Arc<Inventory>,
     pub(crate) handles: Handles,
     stream: Stream,
-    pub(crate) reader: FrameReader<Stream>,
+    pub(crate) reader: FrameReader<ReadHalf>,
     pub(crate) writer: Arc<Writer>,
     /// `None` only while closing.
     completion: Option<Completion>,
@@ -319,7 +324,7 @@ impl Session {
         id: u64,
         shared: Arc<Shared>,
         stream: Stream,
-        read_half: Stream,
+        read_half: ReadHalf,
         write_half: Stream,
     ) -> Session {
         let writer = Arc::new(Writer {

@@ -268,6 +268,8 @@ impl WorkerPool {
                     }
                     *lock(&pool.starting) -= 1;
                     pool.ready_changed.notify_all();
+                    // Started for a session that no longer waits (it took another): not kept.
+                    pool.trim();
                 });
             if spawned.is_err() {
                 *starting -= 1;
@@ -468,19 +470,29 @@ impl WorkerPool {
         self.close(id);
         drop(control);
         if unused && !self.stopped.load(Ordering::SeqCst) {
-            // Back to the pool, unless it holds all that sessions waiting now and the
-            // prestarted ones need (a flood of refused connections leaves no crowd behind).
-            let wanted = self.command.prestarted.max(1) + *lock(&self.waiting);
-            let mut ready = lock(&self.ready);
-            if ready.len() < wanted {
-                log::debug!("session {id}: handshake failed; worker {pid} waits for another");
-                ready.push(worker);
-                drop(ready);
-                self.ready_changed.notify_all();
-                return;
-            }
+            log::debug!("session {id}: handshake failed; worker {pid} waits for another");
+            lock(&self.ready).push(worker);
+            self.ready_changed.notify_all();
+        } else {
+            self.reap(worker, id, &peer, &client);
         }
-        self.reap(worker, id, &peer, &client);
+        self.trim();
+    }
+
+    /// Stops ready workers beyond those the prestarted count and the waiting sessions need
+    /// (workers given back by refused connections; a flood of them leaves no crowd behind).
+    fn trim(&self) {
+        let wanted = self.command.prestarted.max(1) + *lock(&self.waiting);
+        let excess: Vec<Worker> = {
+            let mut ready = lock(&self.ready);
+            let keep = ready.len().min(wanted);
+            ready.drain(keep..).collect()
+        };
+        for worker in excess {
+            let Worker { control, mut child } = worker;
+            drop(control);
+            let _ = child.wait();
+        }
     }
 
     /// Waits for a worker that is ending, and logs how it ended.

@@ -4,6 +4,7 @@
 
 mod framed;
 mod handshake;
+mod read_ahead;
 mod stream;
 pub mod tls;
 
@@ -12,6 +13,7 @@ pub use handshake::{
     accept_preamble, client_handshake, load_client_token, random_lane_key, server_handshake,
     ClientHello, ClientWelcome, Plaintext, Route, ServerSecurity, Token,
 };
+pub use read_ahead::ReadHalf;
 pub use stream::{Endpoint, Listener, Stream, StreamKind};
 pub use tls::{ClientSecurity, Fingerprint, TlsConnector, TlsIdentity, TlsMode};
 

@@ -287,6 +287,23 @@ impl Listener {
             Listener::Unix(l, _) => l.set_nonblocking(nonblocking),
         }
     }
+
+    /// Waits (at most `timeout`) until a connection can be accepted.
+    pub fn wait_readable(&self, timeout: Duration) {
+        use std::os::fd::AsFd;
+        let fd = match self {
+            Listener::Tcp(l) => l.as_fd(),
+            Listener::Unix(l, _) => l.as_fd(),
+        };
+        let mut fds = [libc::pollfd {
+            fd: std::os::fd::AsRawFd::as_raw_fd(&fd),
+            events: libc::POLLIN,
+            revents: 0,
+        }];
+        let millis = timeout.as_millis().min(i32::MAX as u128) as i32;
+        // SAFETY: one valid pollfd for the duration of the call.
+        unsafe { libc::poll(fds.as_mut_ptr(), 1, millis) };
+    }
 }
 
 impl Drop for Listener {

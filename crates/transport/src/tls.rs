@@ -38,10 +38,24 @@ const SEAL_STEP: usize = 256 << 10;
 /// socket, and one of the stream, can take them all).
 const READ_STEP: usize = 256 << 10;
 
+/// Makes aws-lc seed its random generator now: the first use in a process takes tens of
+/// milliseconds (its entropy gathering), which a session's first handshake should not wait
+/// for. Servers call it before they take sessions; clients start it in the background.
+pub fn warm_up() {
+    let mut byte = [0u8; 1];
+    let _ = aws_lc_rs::rand::fill(&mut byte);
+}
+
 fn provider() -> Arc<CryptoProvider> {
     // Explicit, not the process default: the client library lives in other programs, which may
     // install a default of their own.
-    Arc::new(rustls::crypto::aws_lc_rs::default_provider())
+    let mut provider = rustls::crypto::aws_lc_rs::default_provider();
+    // AES-128-GCM first: about 30% faster than AES-256-GCM per core (10.0 vs 7.7 GB/s sealing
+    // on the H100 machine), and a TLS 1.3 suite of full strength.
+    provider
+        .cipher_suites
+        .sort_by_key(|suite| suite.suite() != rustls::CipherSuite::TLS13_AES_128_GCM_SHA256);
+    Arc::new(provider)
 }
 
 /// The SHA-256 of a certificate (its DER bytes): what a client pins.
@@ -423,6 +437,12 @@ pub struct TlsConnector {
 
 impl TlsConnector {
     pub fn new(security: &ClientSecurity) -> Result<TlsConnector, String> {
+        if security.mode != TlsMode::Off {
+            // Overlaps aws-lc's seeding with what the program does before it connects.
+            let _ = std::thread::Builder::new()
+                .name("rgpu-tls-warm-up".into())
+                .spawn(warm_up);
+        }
         Ok(TlsConnector {
             mode: security.mode,
             config: security.client_config()?,
