@@ -151,13 +151,9 @@ impl Connection {
             broken: Mutex::new(None),
             event_listener: OnceLock::new(),
         });
-        // A TLS connection is read ahead: its records are opened while the reader thread
-        // copies replies into the program's memory.
-        let reader_stream = ReadHalf::of(
-            stream.try_clone().map_err(ClientError::io)?,
-            &format!("rgpu-tls {endpoint}"),
-        )
-        .map_err(ClientError::io)?;
+        // Read directly by the reader thread, also in TLS (no read-ahead thread: small replies
+        // must not wait for a thread hand-over).
+        let reader_stream = ReadHalf::Direct(stream.try_clone().map_err(ClientError::io)?);
         let writer_stream = stream.try_clone().map_err(ClientError::io)?;
         let reader_shared = Arc::clone(&shared);
         let name = format!("rgpu-reader {endpoint}");

@@ -249,14 +249,12 @@ pub(crate) fn serve(admitted: Admitted, shared: &Arc<Shared>, id: u64) {
     } = admitted;
     shared.register(id, &stream);
     log::info!("session {id}: {client} connected from {peer}");
-    // A TLS session's requests are read ahead: its records are opened while the session
-    // thread copies bulk data into staging.
-    let halves = stream.try_clone().and_then(|r| {
-        Ok((
-            ReadHalf::of(r, &format!("rgpu-s{id}-read"))?,
-            stream.try_clone()?,
-        ))
-    });
+    // Read directly, also in TLS: a read-ahead thread would let records be opened while the
+    // session thread copies, but its hand-over costs every small request a thread wake-up
+    // (measured on the H100: 4-byte reads 32 -> 54 us). Data lanes are read ahead.
+    let halves = stream
+        .try_clone()
+        .and_then(|r| Ok((ReadHalf::Direct(r), stream.try_clone()?)));
     let (read_half, write_half) = match halves {
         Ok(halves) => halves,
         Err(e) => {

@@ -1,10 +1,11 @@
 //! Reading a TLS connection ahead, on a thread of its own.
 //!
 //! Opening TLS records costs a core's time; a thread that reads a connection and then copies
-//! what it read (into a device's staging buffer, a program's memory) would do both in turn. A
-//! read-ahead thread opens the records while the reading thread copies, and the data lanes of
-//! a session open theirs in parallel. A plain socket needs none of this: reading it is
-//! already just a copy.
+//! what it read (into a device's staging buffer) would do both in turn. A read-ahead thread
+//! opens the records while the reading thread copies, and the data lanes of a session open
+//! theirs in parallel. Only data lanes use it: on a session's own connection the hand-over
+//! between threads would cost every small request a wake-up. A plain socket needs none of
+//! this: reading it is already just a copy.
 
 use std::io::{self, Read};
 use std::sync::mpsc;
