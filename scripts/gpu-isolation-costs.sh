@@ -15,19 +15,6 @@ out=${OUT:-$(mktemp -d)}
 python=${PYTHON:-python3}
 used_mib() { nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i 0 | head -n1; }
 
-probe='
-import ctypes, sys, time
-t0 = float(sys.argv[1])
-cuda = ctypes.CDLL("libcuda.so.1")
-ptr, ctx = ctypes.c_uint64(), ctypes.c_void_p()
-assert cuda.cuInit(0) == 0 and cuda.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), 0) == 0
-assert cuda.cuCtxSetCurrent(ctx) == 0
-assert cuda.cuMemAlloc_v2(ctypes.byref(ptr), ctypes.c_size_t(1 << 20)) == 0
-assert cuda.cuCtxSynchronize() == 0
-print(f"start_ms {(time.time() - t0) * 1000:.1f}", flush=True)
-if len(sys.argv) > 2:
-    time.sleep(float(sys.argv[2]))
-'
 
 for mode in thread process; do
     log=$out/server-$mode.log
@@ -43,7 +30,7 @@ for mode in thread process; do
     starts=()
     for _ in 1 2 3 4 5 6 7; do
         t0=$(date +%s.%N)
-        ms=$("$bin/rgpu" run --servers "$endpoint" -- "$python" -c "$probe" "$t0" | sed -n 's/^start_ms //p')
+        ms=$("$bin/rgpu" run --servers "$endpoint" -- "$python" tests/cuda/session_start.py "$t0" | sed -n 's/^start_ms //p')
         starts+=("$ms")
         sleep 0.5
     done
@@ -51,7 +38,7 @@ for mode in thread process; do
     before=$(used_mib)
     holders=()
     for _ in 1 2 3 4; do
-        "$bin/rgpu" run --servers "$endpoint" -- "$python" -c "$probe" "$(date +%s.%N)" 20 >/dev/null &
+        "$bin/rgpu" run --servers "$endpoint" -- "$python" tests/cuda/session_start.py "$(date +%s.%N)" 20 >/dev/null &
         holders+=($!)
     done
     sleep 12

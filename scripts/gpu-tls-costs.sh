@@ -28,22 +28,11 @@ fingerprint=$(sed -n 's/^rgpu server certificate \(sha256:[0-9a-f]*\).*/\1/p' "$
 export RGPU_TLS_FINGERPRINT=$fingerprint
 sleep 2
 
-probe='
-import ctypes, sys, time
-t0 = float(sys.argv[1])
-cuda = ctypes.CDLL("libcuda.so.1")
-ptr, ctx = ctypes.c_uint64(), ctypes.c_void_p()
-assert cuda.cuInit(0) == 0 and cuda.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), 0) == 0
-assert cuda.cuCtxSetCurrent(ctx) == 0
-assert cuda.cuMemAlloc_v2(ctypes.byref(ptr), ctypes.c_size_t(1 << 20)) == 0
-assert cuda.cuCtxSynchronize() == 0
-print(f"start_ms {(time.time() - t0) * 1000:.1f}", flush=True)
-'
 for tls in off on; do
     starts=()
     for _ in 1 2 3 4 5 6 7; do
         t0=$(date +%s.%N)
-        ms=$(RGPU_TLS=$tls "$bin/rgpu" run --servers "$endpoint" -- "$python" -c "$probe" "$t0" |
+        ms=$(RGPU_TLS=$tls "$bin/rgpu" run --servers "$endpoint" -- "$python" tests/cuda/session_start.py "$t0" |
             sed -n 's/^start_ms //p')
         starts+=("$ms")
         sleep 0.3

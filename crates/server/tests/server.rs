@@ -36,25 +36,7 @@ fn inventory_write_and_read_back_10_mib() {
     const SIZE: usize = 10 << 20;
     let data = pattern(SIZE, 1);
     assert_eq!(client.create_buffer(1, SIZE as u64, &[]), CL_SUCCESS);
-    client.enqueue(
-        vec![],
-        7,
-        Command::WriteBuffer {
-            buffer: 1,
-            offset: 0,
-            size: SIZE as u64,
-        },
-        &data,
-    );
-    let (back, status) = client.read(
-        1,
-        Command::ReadBuffer {
-            buffer: 1,
-            offset: 0,
-            size: SIZE as u64,
-        },
-        SIZE,
-    );
+    let (back, status) = client.write_then_read_back(1, &data);
     assert_eq!(status, CL_SUCCESS);
     assert!(back == data, "read-back data differs");
     assert_eq!(client.finish(), CL_SUCCESS);
@@ -533,25 +515,7 @@ fn tls_sessions_carry_requests_and_bulk() {
     const SIZE: usize = 10 << 20;
     let data = pattern(SIZE, 3);
     assert_eq!(client.create_buffer(1, SIZE as u64, &[]), CL_SUCCESS);
-    client.enqueue(
-        vec![],
-        7,
-        Command::WriteBuffer {
-            buffer: 1,
-            offset: 0,
-            size: SIZE as u64,
-        },
-        &data,
-    );
-    let (back, status) = client.read(
-        1,
-        Command::ReadBuffer {
-            buffer: 1,
-            offset: 0,
-            size: SIZE as u64,
-        },
-        SIZE,
-    );
+    let (back, status) = client.write_then_read_back(1, &data);
     assert_eq!(status, CL_SUCCESS);
     assert!(back == data, "read-back data differs");
     assert_eq!(client.finish(), CL_SUCCESS);

@@ -268,6 +268,23 @@ impl Client {
         );
     }
 
+    /// Writes `data` to `buffer` (event 7), then reads it all back.
+    pub fn write_then_read_back(&mut self, buffer: Id, data: &[u8]) -> (Vec<u8>, i32) {
+        let size = data.len() as u64;
+        let write = Command::WriteBuffer {
+            buffer,
+            offset: 0,
+            size,
+        };
+        self.enqueue(vec![], 7, write, data);
+        let read = Command::ReadBuffer {
+            buffer,
+            offset: 0,
+            size,
+        };
+        self.read(1, read, data.len())
+    }
+
     pub fn finish(&mut self) -> i32 {
         self.status(ClRequest::Finish { queue: 1 })
     }
