@@ -506,6 +506,83 @@ static void check_sub_devices(cl_device_id d) {
     EXPECT_FAIL(clCreateSubDevices(d, bad, 0, NULL, &nsub));
 }
 
+/* Answers consistent with the device's and platform's own claims (Khronos CTS test_api and
+ * test_computeinfo found these through rgpu): they hold on any implementation. */
+static void check_consistency(cl_device_id d) {
+    char *version = platform_str(g_platform, CL_PLATFORM_VERSION);
+    int v30 = parse_cl_version(version) >= 30;
+    free(version);
+    /* A platform without a host timer (resolution 0) has no clGetHostTimer. */
+    cl_ulong resolution = 1;
+    if (v30 && clGetPlatformInfo(g_platform, CL_PLATFORM_HOST_TIMER_RESOLUTION, sizeof resolution,
+                                 &resolution, NULL) == CL_SUCCESS && resolution == 0) {
+        cl_ulong t = 0;
+        EXPECT(CL_INVALID_OPERATION, clGetHostTimer(d, &t));
+    }
+    /* Every extension is listed with its version too, and only those. */
+    if (v30) {
+        size_t n = 0;
+        CHECK(clGetDeviceInfo(d, CL_DEVICE_EXTENSIONS_WITH_VERSION, 0, NULL, &n));
+        cl_name_version *nv = malloc(n + 1);
+        CHECK(clGetDeviceInfo(d, CL_DEVICE_EXTENSIONS_WITH_VERSION, n, nv, NULL));
+        size_t count = n / sizeof *nv;
+        char *ext = NULL;
+        size_t len = 0;
+        CHECK(clGetDeviceInfo(d, CL_DEVICE_EXTENSIONS, 0, NULL, &len));
+        ext = malloc(len + 1);
+        CHECK(clGetDeviceInfo(d, CL_DEVICE_EXTENSIONS, len, ext, NULL));
+        size_t words = 0;
+        for (char *tok = strtok(ext, " "); tok; tok = strtok(NULL, " ")) {
+            words++;
+            int found = 0;
+            for (size_t i = 0; i < count; i++) found |= !strcmp(nv[i].name, tok);
+            REQUIRE(found, "extension %s is not in CL_DEVICE_EXTENSIONS_WITH_VERSION", tok);
+        }
+        REQUIRE(words == count, "%zu extensions, %zu with versions", words, count);
+        free(ext);
+        free(nv);
+    }
+    /* A device without SVM answers SVM execution info with CL_INVALID_OPERATION, whatever the
+     * value; no memory object of a device without pipes is a pipe. */
+    cl_device_svm_capabilities svm = 0;
+    cl_bool pipes = CL_FALSE;
+    if (v30) {
+        CHECK(clGetDeviceInfo(d, CL_DEVICE_SVM_CAPABILITIES, sizeof svm, &svm, NULL));
+        CHECK(clGetDeviceInfo(d, CL_DEVICE_PIPE_SUPPORT, sizeof pipes, &pipes, NULL));
+    }
+    if (v30 && (svm == 0 || !pipes)) {
+        cl_int err;
+        cl_context ctx = clCreateContext(NULL, 1, &d, NULL, NULL, &err);
+        CHECK(err);
+        cl_program p = clCreateProgramWithSource(ctx, 1, &SRC, NULL, &err);
+        CHECK(err);
+        CHECK(clBuildProgram(p, 1, &d, "", NULL, NULL));
+        cl_kernel k = clCreateKernel(p, "sq", &err);
+        CHECK(err);
+        if (svm == 0)
+            EXPECT(CL_INVALID_OPERATION,
+                   clSetKernelExecInfo(k, CL_KERNEL_EXEC_INFO_SVM_PTRS, 0, NULL));
+        cl_mem b = clCreateBuffer(ctx, CL_MEM_READ_WRITE, 64, NULL, &err);
+        CHECK(err);
+        cl_uint packets = 0;
+        if (!pipes)
+            EXPECT(CL_INVALID_MEM_OBJECT,
+                   clGetPipeInfo(b, CL_PIPE_MAX_PACKETS, sizeof packets, &packets, NULL));
+        CHECK(clReleaseMemObject(b));
+        CHECK(clReleaseKernel(k));
+        CHECK(clReleaseProgram(p));
+        CHECK(clReleaseContext(ctx));
+    }
+    /* Through rgpu, native kernels (host functions) are not offered: they cannot run on the
+     * server's machine. */
+    if (g_remote) {
+        cl_device_exec_capabilities caps = 0;
+        CHECK(clGetDeviceInfo(d, CL_DEVICE_EXECUTION_CAPABILITIES, sizeof caps, &caps, NULL));
+        REQUIRE(!(caps & CL_EXEC_NATIVE_KERNEL), "native kernels advertised: %#lx",
+                (unsigned long)caps);
+    }
+}
+
 int main(void) {
     select_device();
     check_platform();
@@ -517,6 +594,7 @@ int main(void) {
     char **servers = calloc(nd, sizeof *servers);
     for (cl_uint i = 0; i < nd; i++) {
         check_device_info(ds[i]);
+        check_consistency(ds[i]);
         if (g_remote) servers[i] = check_remote_identity(ds[i]);
         run_square(ds[i]);
     }

@@ -139,7 +139,7 @@ pub static DISPATCH: _cl_icd_dispatch = _cl_icd_dispatch {
     clCreateEventFromEGLSyncKHR: Some(clCreateEventFromEGLSyncKHR),
     clCreateCommandQueueWithProperties: Some(crate::api::queue::clCreateCommandQueueWithProperties),
     clCreatePipe: Some(clCreatePipe),
-    clGetPipeInfo: Some(clGetPipeInfo),
+    clGetPipeInfo: Some(crate::api::memory::clGetPipeInfo),
     clSVMAlloc: Some(clSVMAlloc),
     clSVMFree: Some(clSVMFree),
     clEnqueueSVMFree: Some(clEnqueueSVMFree),
@@ -606,18 +606,6 @@ pub unsafe extern "C" fn clCreatePipe(
     // SAFETY: errcode_ret is the caller's, NULL or valid (OpenCL API contract).
     unsafe { set_errcode(errcode_ret, CL_INVALID_OPERATION) };
     std::ptr::null_mut()
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn clGetPipeInfo(
-    _pipe: cl_mem,
-    _param_name: cl_pipe_info,
-    _param_value_size: size_t,
-    _param_value: *mut c_void,
-    _param_value_size_ret: *mut size_t,
-) -> cl_int {
-    crate::unsupported::report("clGetPipeInfo");
-    CL_INVALID_OPERATION
 }
 
 #[no_mangle]

@@ -91,6 +91,17 @@ fn inventory_devices(conn: &Arc<Connection>) -> Result<Vec<DeviceDesc>, rgpu_cli
     }
 }
 
+/// Size of one `cl_name_version`: a version and a 64-byte name.
+const NAME_VERSION_SIZE: usize = 4 + CL_NAME_VERSION_MAX_NAME_SIZE;
+
+/// Whether an extension of the server's device is offered through rgpu: interop with the
+/// client's graphics APIs cannot work across machines.
+fn offered(extension: &str) -> bool {
+    !["gl_sharing", "d3d", "dx9", "egl"]
+        .iter()
+        .any(|api| extension.contains(api))
+}
+
 /// A device as the application sees it: the server's info, with the facts that differ for a
 /// remote device adjusted.
 fn make_device(link: &Arc<ServerLink>, server: String, desc: DeviceDesc) -> Ref<Device> {
@@ -104,17 +115,39 @@ fn make_device(link: &Arc<ServerLink>, server: String, desc: DeviceDesc) -> Ref<
         let text = String::from_utf8_lossy(ext)
             .trim_end_matches('\0')
             .to_string();
-        // Interop with the client's graphics APIs cannot work across machines.
-        let kept: Vec<&str> = text
-            .split_whitespace()
-            .filter(|e| !e.contains("gl_sharing") && !e.contains("d3d") && !e.contains("dx9"))
-            .filter(|e| !e.contains("egl"))
-            .collect();
+        let kept: Vec<&str> = text.split_whitespace().filter(|e| offered(e)).collect();
         let joined = format!("{} {RGPU_DEVICE_EXTENSION}", kept.join(" "));
         info.insert(
             CL_DEVICE_EXTENSIONS,
             crate::util::string_bytes(joined.trim()),
         );
+    }
+    // The same list with versions (OpenCL 3.0): the same extensions, and rgpu's.
+    if let Some(entries) = info.get(&CL_DEVICE_EXTENSIONS_WITH_VERSION) {
+        let mut kept: Vec<u8> = entries
+            .as_chunks::<NAME_VERSION_SIZE>()
+            .0
+            .iter()
+            .filter(|entry| {
+                let name = &entry[4..];
+                let end = name.iter().position(|&b| b == 0).unwrap_or(name.len());
+                offered(&String::from_utf8_lossy(&name[..end]))
+            })
+            .flatten()
+            .copied()
+            .collect();
+        kept.extend(crate::util::name_version(
+            RGPU_DEVICE_EXTENSION,
+            crate::util::version_number(1, 0, 0),
+        ));
+        info.insert(CL_DEVICE_EXTENSIONS_WITH_VERSION, kept);
+    }
+    // Native kernels (host functions the device calls) cannot run on another machine.
+    if let Some(value) = info.get_mut(&CL_DEVICE_EXECUTION_CAPABILITIES) {
+        if let Some(bits) = value.get(..8) {
+            let bits = u64::from_le_bytes(bits.try_into().unwrap()) & !CL_EXEC_NATIVE_KERNEL;
+            *value = crate::util::bytes_of(&bits);
+        }
     }
     let bool_false = crate::util::bytes_of(&(CL_FALSE as cl_bool));
     // Host memory is not shared with a device on another machine.

@@ -166,3 +166,15 @@ pub fn guard<R>(on_panic: R, body: impl FnOnce() -> R) -> R {
         on_panic
     })
 }
+
+pub fn version_number(major: u32, minor: u32, patch: u32) -> cl_version {
+    (major << 22) | (minor << 12) | patch
+}
+
+pub fn name_version(name: &str, version: cl_version) -> Vec<u8> {
+    let mut entry = bytes_of(&version);
+    let mut field = [0u8; CL_NAME_VERSION_MAX_NAME_SIZE];
+    field[..name.len()].copy_from_slice(name.as_bytes());
+    entry.extend_from_slice(&field);
+    entry
+}

@@ -585,20 +585,18 @@ pub unsafe extern "C" fn clSetKernelExecInfo(
     kernel: cl_kernel,
     param_name: cl_kernel_exec_info,
     _param_value_size: usize,
-    param_value: *const c_void,
+    _param_value: *const c_void,
 ) -> cl_int {
     guard(CL_OUT_OF_HOST_MEMORY, || {
         if let Err(code) = kernel_from(kernel) {
             return code;
         }
-        if param_value.is_null() {
-            return CL_INVALID_VALUE;
-        }
         match param_name {
-            // rgpu devices report no SVM capabilities.
+            // rgpu devices report no SVM capabilities: that comes first, whatever the value.
             CL_KERNEL_EXEC_INFO_SVM_PTRS | CL_KERNEL_EXEC_INFO_SVM_FINE_GRAIN_SYSTEM => {
                 CL_INVALID_OPERATION
             }
+            // The other names (CL_KERNEL_EXEC_INFO_*_ARM, ...) are unknown here.
             _ => CL_INVALID_VALUE,
         }
     })

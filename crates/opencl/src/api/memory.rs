@@ -259,6 +259,18 @@ pub unsafe extern "C" fn clReleaseMemObject(memobj: cl_mem) -> cl_int {
     handle::release::<Mem>(memobj)
 }
 
+/// rgpu offers no pipes (CL_DEVICE_PIPE_SUPPORT is false), so no memory object is one.
+#[no_mangle]
+pub unsafe extern "C" fn clGetPipeInfo(
+    _pipe: cl_mem,
+    _param_name: cl_pipe_info,
+    _param_value_size: usize,
+    _param_value: *mut c_void,
+    _param_value_size_ret: *mut usize,
+) -> cl_int {
+    CL_INVALID_MEM_OBJECT
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn clGetMemObjectInfo(
     memobj: cl_mem,

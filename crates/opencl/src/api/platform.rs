@@ -8,6 +8,7 @@ use crate::handle::{self, Ref};
 use crate::objects::Platform;
 use crate::runtime::runtime;
 use crate::util::{bytes_of, guard, string_bytes, write_info};
+use crate::util::{name_version, version_number};
 
 const PLATFORM_VERSION: &str = concat!("OpenCL 3.0 rgpu ", env!("CARGO_PKG_VERSION"));
 const PLATFORM_EXTENSIONS: &str = "cl_khr_icd";
@@ -67,18 +68,6 @@ pub unsafe extern "C" fn clGetPlatformIDs(
     guard(CL_OUT_OF_HOST_MEMORY, || {
         list_platforms(num_entries, platforms, num_platforms)
     })
-}
-
-fn version_number(major: u32, minor: u32, patch: u32) -> cl_version {
-    (major << 22) | (minor << 12) | patch
-}
-
-fn name_version(name: &str, version: cl_version) -> Vec<u8> {
-    let mut entry = bytes_of(&version);
-    let mut field = [0u8; CL_NAME_VERSION_MAX_NAME_SIZE];
-    field[..name.len()].copy_from_slice(name.as_bytes());
-    entry.extend_from_slice(&field);
-    entry
 }
 
 #[no_mangle]
