@@ -473,6 +473,18 @@ static void test_1d_and_arrays(void) {
     cl_uint layer[20][4];
     CHECK(clEnqueueReadImage(q, ia, CL_TRUE, lo, lr, 0, 0, layer, 0, NULL, NULL));
     REQUIRE(!memcmp(layer, ma[2][10], sizeof layer), "1D array layer region");
+    /* Mapping layers of a 1D array: its slice pitch is its row pitch (one row per layer), and
+     * stepping by it through every mapped layer stays inside the mapping (the CTS's
+     * test_images map test found a client that reported row pitch x layers and overflowed). */
+    size_t mo[3] = {5, 1, 0}, mr[3] = {30, 3, 1}, rp = 0, sp = 0;
+    unsigned char *mapped = CHKE(clEnqueueMapImage(q, ia, CL_TRUE, CL_MAP_READ, mo, mr, &rp, &sp,
+                                                   0, NULL, NULL, E));
+    REQUIRE(rp >= 30 * 16 && sp == rp, "1D array map pitches: row %zu slice %zu", rp, sp);
+    for (size_t l = 0; l < 3; l++)
+        REQUIRE(!memcmp(mapped + l * sp, ma[1 + l][5], 30 * 16), "mapped 1D array layer %zu",
+                l);
+    CHECK(clEnqueueUnmapMemObject(q, ia, mapped, 0, NULL, NULL));
+    CHECK(clFinish(q));
     CHECK(clReleaseMemObject(ia));
 
     /* 2D array, RGBA unorm8, without then with writes per layer. */

@@ -943,9 +943,13 @@ pub unsafe extern "C" fn clEnqueueMapImage(
                 )
             } else {
                 let row_pitch = region[0] as usize * info.element_size;
-                let slice_pitch = row_pitch * region[1] as usize;
-                let owned = AlignedBuf::new(slice_pitch * region[2] as usize)
-                    .ok_or(CL_OUT_OF_HOST_MEMORY)?;
+                // The layers of a 1-D array are its slices, one row each (region[1] of them).
+                let (slice_pitch, slices) = if info.desc.image_type == CL_MEM_OBJECT_IMAGE1D_ARRAY {
+                    (row_pitch, region[1] as usize)
+                } else {
+                    (row_pitch * region[1] as usize, region[2] as usize)
+                };
+                let owned = AlignedBuf::new(slice_pitch * slices).ok_or(CL_OUT_OF_HOST_MEMORY)?;
                 (owned.as_ptr(), Some(owned), row_pitch, slice_pitch)
             };
             let host = image_host_region(&mem, ptr, region, row_pitch, slice_pitch)?;
@@ -977,12 +981,13 @@ pub unsafe extern "C" fn clEnqueueMapImage(
             unsafe {
                 *image_row_pitch = row_pitch;
                 if !image_slice_pitch.is_null() {
-                    *image_slice_pitch =
-                        if region[2] > 1 || info.desc.image_type != CL_MEM_OBJECT_IMAGE2D {
-                            slice_pitch
-                        } else {
-                            0
-                        };
+                    // Images without slices (1-D, 1-D buffer, 2-D) report 0.
+                    *image_slice_pitch = match info.desc.image_type {
+                        CL_MEM_OBJECT_IMAGE1D_ARRAY
+                        | CL_MEM_OBJECT_IMAGE2D_ARRAY
+                        | CL_MEM_OBJECT_IMAGE3D => slice_pitch,
+                        _ => 0,
+                    };
                 }
             }
             let mapping = Mapping {
