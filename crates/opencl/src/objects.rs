@@ -274,6 +274,9 @@ pub struct Program {
     pub il: Option<Vec<u8>>,
     /// Kernels created from the program and not yet released (a rebuild is then invalid).
     pub live_kernels: AtomicU32,
+    /// The options of the last build or compile, as the application gave them: the server
+    /// builds with `-cl-kernel-arg-info` added, which CL_PROGRAM_BUILD_OPTIONS must not show.
+    pub options: Mutex<Option<String>>,
 }
 
 impl ClObject for Program {

@@ -4,7 +4,7 @@
 
 use std::ffi::{c_char, c_uchar, c_void, CStr};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use opencl_sys::*;
 use rgpu_client::Connection;
@@ -142,6 +142,7 @@ fn new_program(
         source,
         il,
         live_kernels: AtomicU32::new(0),
+        options: Mutex::new(None),
     });
     handle::raw(&program)
 }
@@ -402,6 +403,7 @@ pub unsafe extern "C" fn clBuildProgram(
             // SAFETY: a NUL-terminated string (or null).
             let options = unsafe { c_string(options) }.unwrap_or_default();
             rgpu_cl_api::validate::build_options(&options)?;
+            *prog.options.lock().unwrap_or_else(|e| e.into_inner()) = Some(options.clone());
             let status = crate::util::status(call_status(
                 &prog.conn,
                 ClRequest::BuildProgram {
@@ -470,6 +472,7 @@ pub unsafe extern "C" fn clCompileProgram(
             // SAFETY: a NUL-terminated string (or null).
             let options = unsafe { c_string(options) }.unwrap_or_default();
             rgpu_cl_api::validate::build_options(&options)?;
+            *prog.options.lock().unwrap_or_else(|e| e.into_inner()) = Some(options.clone());
             let status = crate::util::status(call_status(
                 &prog.conn,
                 ClRequest::CompileProgram {
@@ -653,6 +656,12 @@ pub unsafe extern "C" fn clGetProgramBuildInfo(
         let value = (|| {
             let program = program_from(program)?;
             let device = program_device(&program, device, false)?;
+            if param_name == CL_PROGRAM_BUILD_OPTIONS {
+                let options = program.options.lock().unwrap_or_else(|e| e.into_inner());
+                if let Some(options) = options.as_deref() {
+                    return Ok(crate::util::string_bytes(options));
+                }
+            }
             server_info(
                 &program.conn,
                 InfoQuery::ProgramBuild {
