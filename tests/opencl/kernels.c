@@ -666,6 +666,50 @@ static void test_errors(void) {
     CHECK(clReleaseKernel(k));
 }
 
+/* The work-size errors clEnqueueNDRangeKernel defines from the kernel's and the device's
+ * attributes come back from the enqueue itself, not later (the Khronos CTS test_api found
+ * rgpu deferring them to clFinish). */
+static void test_work_size_errors(void) {
+    cl_kernel reqd = CHKE(clCreateKernel(prog, "reqd", E));
+    cl_mem b = CHKE(clCreateBuffer(ctx, 0, 4096, NULL, E));
+    CHECK(clSetKernelArg(reqd, 0, sizeof b, &b));
+    size_t g2[2] = {8, 8}, wrong[2] = {8, 1}, right[2] = {4, 4};
+    /* reqd_work_group_size(4, 4, 1): another local size, or none, is refused. */
+    EXPECT(CL_INVALID_WORK_GROUP_SIZE, clEnqueueNDRangeKernel(q, reqd, 2, NULL, g2, wrong, 0,
+                                                              NULL, NULL));
+    EXPECT(CL_INVALID_WORK_GROUP_SIZE, clEnqueueNDRangeKernel(q, reqd, 2, NULL, g2, NULL, 0,
+                                                              NULL, NULL));
+    CHECK(clEnqueueNDRangeKernel(q, reqd, 2, NULL, g2, right, 0, NULL, NULL));
+    /* The program was built without -cl-std (OpenCL C 1.2): work-groups must be uniform. */
+    cl_kernel add = CHKE(clCreateKernel(prog, "add_k", E));
+    cl_int k = 1;
+    CHECK(clSetKernelArg(add, 0, sizeof b, &b));
+    CHECK(clSetKernelArg(add, 1, sizeof k, &k));
+    size_t g = 10, l = 4;
+    EXPECT(CL_INVALID_WORK_GROUP_SIZE, clEnqueueNDRangeKernel(q, add, 1, NULL, &g, &l, 0, NULL,
+                                                              NULL));
+    /* A local size beyond the device's largest work-item size. */
+    size_t items[3] = {0};
+    CHECK(clGetDeviceInfo(g_device, CL_DEVICE_MAX_WORK_ITEM_SIZES, sizeof items, items, NULL));
+    size_t big = items[0] * 2, gbig = big * 2;
+    cl_int e = clEnqueueNDRangeKernel(q, add, 1, NULL, &gbig, &big, 0, NULL, NULL);
+    REQUIRE(e == CL_INVALID_WORK_ITEM_SIZE || e == CL_INVALID_WORK_GROUP_SIZE,
+            "local size %zu > max %zu: %d (%s)", big, items[0], e, cl_err_name(e));
+    /* A zero-sized NDRange: from OpenCL 2.1 on it succeeds (and does nothing). */
+    if (device_version(g_device) >= 21) {
+        size_t zero = 0;
+        cl_event ev = NULL;
+        CHECK(clEnqueueNDRangeKernel(q, add, 1, NULL, &zero, NULL, 0, NULL, &ev));
+        CHECK(clWaitForEvents(1, &ev));
+        CHECK(clReleaseEvent(ev));
+        CHECK(clEnqueueNDRangeKernel(q, add, 1, NULL, NULL, NULL, 0, NULL, NULL));
+    }
+    CHECK(clFinish(q));
+    CHECK(clReleaseKernel(add));
+    CHECK(clReleaseKernel(reqd));
+    CHECK(clReleaseMemObject(b));
+}
+
 int main(void) {
     select_device();
     ctx = make_context();
@@ -680,6 +724,7 @@ int main(void) {
     test_sampler_arg();
     test_double_args();
     test_errors();
+    test_work_size_errors();
     CHECK(clReleaseProgram(prog));
     CHECK(clReleaseCommandQueue(q));
     CHECK(clReleaseContext(ctx));

@@ -303,6 +303,8 @@ pub struct Kernel {
     /// What each argument takes (from the server's argument info), for checking
     /// clSetKernelArg without a round trip.
     pub arg_kinds: Vec<ArgKind>,
+    /// Its work-group limits on each device of its program, for checking launches locally.
+    pub work_group_limits: Vec<rgpu_protocol::opencl::WorkGroupLimits>,
     pub args: Mutex<KernelArgs>,
     /// Immutable info fetched once: (query kind, device id or arg index, param) -> value.
     pub info_cache: Mutex<HashMap<(u8, u64, u32), Vec<u8>>>,

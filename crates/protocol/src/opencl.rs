@@ -342,6 +342,18 @@ pub enum ArgKind {
     },
 }
 
+/// What a kernel allows on one device of its program (clGetKernelWorkGroupInfo), so that the
+/// client checks a launch's work-group size at enqueue time, as the API requires, without a
+/// round trip.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkGroupLimits {
+    pub device: Id,
+    /// CL_KERNEL_WORK_GROUP_SIZE.
+    pub max_size: u64,
+    /// CL_KERNEL_COMPILE_WORK_GROUP_SIZE (`reqd_work_group_size`; zeros when not given).
+    pub required: [u64; 3],
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ImageFormat {
     pub channel_order: u32,
@@ -422,12 +434,14 @@ pub enum ClReply {
         status: i32,
         num_args: u32,
         args: Vec<ArgKind>,
+        limits: Vec<WorkGroupLimits>,
     },
     Kernels {
         status: i32,
         names: Vec<String>,
         num_args: Vec<u32>,
         args: Vec<Vec<ArgKind>>,
+        limits: Vec<Vec<WorkGroupLimits>>,
     },
 }
 

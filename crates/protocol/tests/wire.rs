@@ -377,12 +377,18 @@ fn every_server_message_round_trips() {
                 ArgKind::Local,
                 ArgKind::Value { size: Some(16) },
             ],
+            limits: vec![WorkGroupLimits {
+                device: 1,
+                max_size: 256,
+                required: [8, 4, 1],
+            }],
         },
         ClReply::Kernels {
             status: 0,
             names: vec!["a".into()],
             num_args: vec![1],
             args: vec![vec![ArgKind::Value { size: None }]],
+            limits: vec![vec![]],
         },
     ];
     let mut messages = vec![

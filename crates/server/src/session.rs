@@ -59,17 +59,19 @@ impl Writer {
 }
 
 /// The reply to a kernel creation or clone.
-fn kernel_reply(created: ClResult<(u32, Vec<crate::handles::ArgClass>)>) -> ClReply {
+fn kernel_reply(created: ClResult<crate::opencl::KernelFacts>) -> ClReply {
     match created {
-        Ok((num_args, args)) => ClReply::Kernel {
+        Ok((num_args, args, limits)) => ClReply::Kernel {
             status: sys::CL_SUCCESS,
             num_args,
             args,
+            limits,
         },
         Err(status) => ClReply::Kernel {
             status,
             num_args: 0,
             args: Vec::new(),
+            limits: Vec::new(),
         },
     }
 }
@@ -581,17 +583,19 @@ impl Session {
             }
             ClRequest::CreateKernelsInProgram { program, ids } => {
                 let reply = match self.create_kernels_in_program(program, &ids) {
-                    Ok((names, num_args, args)) => ClReply::Kernels {
+                    Ok((names, num_args, args, limits)) => ClReply::Kernels {
                         status: sys::CL_SUCCESS,
                         names,
                         num_args,
                         args,
+                        limits,
                     },
                     Err(status) => ClReply::Kernels {
                         status,
                         names: Vec::new(),
                         num_args: Vec::new(),
                         args: Vec::new(),
+                        limits: Vec::new(),
                     },
                 };
                 self.reply(seq, reply)

@@ -14,7 +14,7 @@ use crate::api::event::{event_from, new_event, set_status, WAIT_TIMEOUT};
 use crate::api::memory::mem_from;
 use crate::api::queue::queue_from;
 use crate::handle::{self, Ref};
-use crate::objects::{AlignedBuf, Completion, Kernel, Mapping, Mem, MemKind, Queue};
+use crate::objects::{AlignedBuf, Completion, Device, Kernel, Mapping, Mem, MemKind, Queue};
 use crate::region::HostRegion;
 use crate::util::{client_error, guard, slice, status};
 
@@ -1115,7 +1115,7 @@ fn launch(
     kernel: cl_kernel,
     work_dim: cl_uint,
     offset: Option<Vec<u64>>,
-    global: Vec<u64>,
+    global: Option<Vec<u64>>,
     local: Option<Vec<u64>>,
     num_events_in_wait_list: cl_uint,
     event_wait_list: *const cl_event,
@@ -1130,6 +1130,22 @@ fn launch(
     if !Arc::ptr_eq(&kernel.conn, &sub.queue.conn) {
         return Err(CL_INVALID_CONTEXT);
     }
+    let device = &sub.queue.device;
+    let global = match global {
+        Some(global) if !global.contains(&0) => global,
+        // An empty NDRange: from OpenCL 2.1 on it succeeds once its wait list has (a marker).
+        _ if device_version(device) >= (2, 1) => {
+            return post(sub, event, command_type, Command::MarkerWithWaitList, &[]);
+        }
+        _ => return Err(CL_INVALID_GLOBAL_WORK_SIZE),
+    };
+    check_work_sizes(
+        &kernel,
+        device,
+        offset.as_deref(),
+        &global,
+        local.as_deref(),
+    )?;
     let args = changed_args(&kernel)?;
     let command = Command::NdRange {
         kernel: kernel.id,
@@ -1140,6 +1156,126 @@ fn launch(
         args,
     };
     post(sub, event, command_type, command, &[])
+}
+
+/// The errors clEnqueueNDRangeKernel defines from the kernel's and the device's attributes,
+/// returned at enqueue as the API requires (not deferred to the device, which only knows them
+/// once the command runs).
+fn check_work_sizes(
+    kernel: &Kernel,
+    device: &Device,
+    offset: Option<&[u64]>,
+    global: &[u64],
+    local: Option<&[u64]>,
+) -> Result<(), cl_int> {
+    if let Some(offset) = offset {
+        if offset
+            .iter()
+            .zip(global)
+            .any(|(o, g)| o.checked_add(*g).is_none())
+        {
+            return Err(CL_INVALID_GLOBAL_OFFSET);
+        }
+    }
+    let limits = kernel
+        .work_group_limits
+        .iter()
+        .find(|limits| limits.device == device.id);
+    // reqd_work_group_size: zeros when the kernel does not give one.
+    let required = limits
+        .map(|limits| limits.required)
+        .filter(|required| required.iter().any(|&n| n != 0));
+    let Some(local) = local else {
+        // Without a local size the implementation picks one, unless the kernel requires one.
+        return match required {
+            Some(_) => Err(CL_INVALID_WORK_GROUP_SIZE),
+            None => Ok(()),
+        };
+    };
+    if local.contains(&0) {
+        return Err(CL_INVALID_WORK_GROUP_SIZE);
+    }
+    if let Some(required) = required {
+        if local != &required[..local.len()] {
+            return Err(CL_INVALID_WORK_GROUP_SIZE);
+        }
+    }
+    let max_items = device_sizes(device, CL_DEVICE_MAX_WORK_ITEM_SIZES);
+    if local.iter().zip(&max_items).any(|(size, max)| size > max) {
+        return Err(CL_INVALID_WORK_ITEM_SIZE);
+    }
+    let total = local
+        .iter()
+        .try_fold(1u64, |total, &size| total.checked_mul(size))
+        .ok_or(CL_INVALID_WORK_GROUP_SIZE)?;
+    if limits.is_some_and(|limits| total > limits.max_size) {
+        return Err(CL_INVALID_WORK_GROUP_SIZE);
+    }
+    if !non_uniform_allowed(kernel, device) && global.iter().zip(local).any(|(g, l)| g % l != 0) {
+        return Err(CL_INVALID_WORK_GROUP_SIZE);
+    }
+    Ok(())
+}
+
+/// Whether the kernel's work-groups may be non-uniform (a global size that is not a multiple of
+/// the local size): only in OpenCL C 2.0 or later (`-cl-std=CL2.0`/`CL3.0`), without
+/// `-cl-uniform-work-group-size`, on a device that supports it. A program whose build options
+/// rgpu does not know (from a binary or IL, or linked) is left to the implementation.
+fn non_uniform_allowed(kernel: &Kernel, device: &Device) -> bool {
+    let options = kernel
+        .program
+        .options
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
+    let Some(options) = options else {
+        return true;
+    };
+    let words: Vec<&str> = options.split_whitespace().collect();
+    if words.contains(&"-cl-uniform-work-group-size") {
+        return false;
+    }
+    let c_2_or_later = words
+        .iter()
+        .any(|w| w.starts_with("-cl-std=CL2.") || w.starts_with("-cl-std=CL3."));
+    if !c_2_or_later {
+        return false;
+    }
+    match device_version(device) {
+        (2, _) => true,
+        (major, _) if major >= 3 => device
+            .info
+            .get(&CL_DEVICE_NON_UNIFORM_WORK_GROUP_SUPPORT)
+            .is_some_and(|v| rgpu_cl_api::params::decode_unsigned(v) != 0),
+        _ => false,
+    }
+}
+
+/// The device's OpenCL version, (major, minor), from CL_DEVICE_VERSION ("OpenCL 3.0 ...").
+fn device_version(device: &Device) -> (u32, u32) {
+    device
+        .info
+        .get(&CL_DEVICE_VERSION)
+        .map(|v| rgpu_cl_api::params::decode_string(v))
+        .and_then(|text| {
+            let number = text
+                .strip_prefix("OpenCL ")?
+                .split_whitespace()
+                .next()?
+                .to_string();
+            let (major, minor) = number.split_once('.')?;
+            Some((major.parse().ok()?, minor.parse().ok()?))
+        })
+        .unwrap_or((1, 2))
+}
+
+/// A size_t array of the device's info (the server's size_t: 8 bytes).
+fn device_sizes(device: &Device, param: cl_device_info) -> Vec<u64> {
+    device.info.get(&param).map_or_else(Vec::new, |v| {
+        v.chunks(8)
+            .map(rgpu_cl_api::params::decode_unsigned)
+            .collect()
+    })
 }
 
 /// The values of an optional size array of `work_dim` entries.
@@ -1172,13 +1308,12 @@ pub unsafe extern "C" fn clEnqueueNDRangeKernel(
             handle::lookup::<Kernel>(kernel)?;
             return Err(CL_INVALID_WORK_DIMENSION);
         }
-        let global = sizes(global_work_size, work_dim).ok_or(CL_INVALID_VALUE)?;
         launch(
             command_queue,
             kernel,
             work_dim,
             sizes(global_work_offset, work_dim),
-            global,
+            sizes(global_work_size, work_dim),
             sizes(local_work_size, work_dim),
             num_events_in_wait_list,
             event_wait_list,
@@ -1202,7 +1337,7 @@ pub unsafe extern "C" fn clEnqueueTask(
             kernel,
             1,
             None,
-            vec![1],
+            Some(vec![1]),
             Some(vec![1]),
             num_events_in_wait_list,
             event_wait_list,

@@ -11,7 +11,9 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
 use opencl_sys::*;
-use rgpu_protocol::opencl::{ArgKind, ClReply, ClRequest, Id, InfoQuery, KernelArg};
+use rgpu_protocol::opencl::{
+    ArgKind, ClReply, ClRequest, Id, InfoQuery, KernelArg, WorkGroupLimits,
+};
 
 use crate::api::program::{answer_info, program_device, program_from, server_info, size_list};
 use crate::handle::{self, Ref};
@@ -27,11 +29,15 @@ pub fn kernel_from(kernel: cl_kernel) -> Result<Ref<Kernel>, cl_int> {
     handle::lookup::<Kernel>(kernel)
 }
 
+/// What the server tells about a created kernel: argument count, argument kinds, work-group
+/// limits per device.
+type KernelFacts = (u32, Vec<ArgKind>, Vec<WorkGroupLimits>);
+
 fn new_kernel(
     program: &Ref<Program>,
     id: Id,
     name: String,
-    (num_args, arg_kinds): (u32, Vec<ArgKind>),
+    (num_args, arg_kinds, work_group_limits): KernelFacts,
     args: Option<KernelArgs>,
 ) -> Ref<Kernel> {
     let n = num_args as usize;
@@ -47,19 +53,21 @@ fn new_kernel(
         name,
         num_args,
         arg_kinds,
+        work_group_limits,
         args: Mutex::new(args),
         info_cache: Mutex::new(HashMap::new()),
     })
 }
 
-/// The `Kernel` reply of CreateKernel and CloneKernel: the argument count and kinds.
-fn kernel_reply(reply: ClReply) -> Result<(u32, Vec<ArgKind>), cl_int> {
+/// The `Kernel` reply of CreateKernel and CloneKernel: what the client caches.
+fn kernel_reply(reply: ClReply) -> Result<KernelFacts, cl_int> {
     match reply {
         ClReply::Kernel {
             status: CL_SUCCESS,
             num_args,
             args,
-        } => Ok((num_args, args)),
+            limits,
+        } => Ok((num_args, args, limits)),
         ClReply::Kernel { status, .. } => Err(status),
         other => {
             log::error!("rgpu: unexpected reply to a kernel creation: {other:?}");
@@ -138,13 +146,14 @@ pub unsafe extern "C" fn clCreateKernelsInProgram(
                     &[],
                 )
                 .map_err(client_error)?;
-            let (names, num_args, mut kinds) = match reply {
+            let (names, num_args, mut kinds, mut limits) = match reply {
                 ClReply::Kernels {
                     status: CL_SUCCESS,
                     names,
                     num_args,
                     args,
-                } => (names, num_args, args),
+                    limits,
+                } => (names, num_args, args, limits),
                 ClReply::Kernels { status, .. } => return Err(status),
                 other => {
                     log::error!("rgpu: unexpected reply to CreateKernelsInProgram: {other:?}");
@@ -160,7 +169,12 @@ pub unsafe extern "C" fn clCreateKernelsInProgram(
                 return Err(CL_OUT_OF_RESOURCES);
             }
             kinds.resize(names.len(), Vec::new());
-            let facts = num_args.into_iter().zip(kinds);
+            limits.resize(names.len(), Vec::new());
+            let facts = num_args
+                .into_iter()
+                .zip(kinds)
+                .zip(limits)
+                .map(|((n, k), l)| (n, k, l));
             for (i, ((name, facts), id)) in names.into_iter().zip(facts).zip(ids).enumerate() {
                 let kernel = new_kernel(&program, id, name, facts, None);
                 // SAFETY: the application provides `num_kernels` >= `count` slots.

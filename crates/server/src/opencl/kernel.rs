@@ -2,7 +2,7 @@
 
 use rgpu_cl_api::params::{decode_string, decode_unsigned};
 use rgpu_cl_api::sys;
-use rgpu_protocol::opencl::{Id, KernelArg};
+use rgpu_protocol::opencl::{Id, KernelArg, WorkGroupLimits};
 
 use crate::handles::{ArgClass, KernelEntry};
 use crate::native::{host_size, ArgValue, ClResult, Kernel};
@@ -87,8 +87,18 @@ fn value_size(type_name: &str) -> Option<u32> {
     Some(scalar * lanes)
 }
 
-/// The names, argument counts and argument kinds of kernels created together.
-type CreatedKernels = (Vec<String>, Vec<u32>, Vec<Vec<ArgClass>>);
+/// What the client caches about a created kernel: its argument count, what each argument
+/// takes, and its work-group limits on each device.
+pub(crate) type KernelFacts = (u32, Vec<ArgClass>, Vec<WorkGroupLimits>);
+
+/// The names, argument counts, argument kinds and work-group limits of kernels created
+/// together.
+type CreatedKernels = (
+    Vec<String>,
+    Vec<u32>,
+    Vec<Vec<ArgClass>>,
+    Vec<Vec<WorkGroupLimits>>,
+);
 
 impl Session {
     /// Returns the kernel's argument count.
@@ -97,22 +107,23 @@ impl Session {
         id: Id,
         program: Id,
         name: &str,
-    ) -> ClResult<(u32, Vec<ArgClass>)> {
+    ) -> ClResult<KernelFacts> {
         self.handles.kernels.check_free(id)?;
         let kernel = self.handles.programs.get(program)?.create_kernel(name)?;
         self.insert_kernel(id, kernel)
     }
 
-    pub(crate) fn clone_kernel(&mut self, id: Id, source: Id) -> ClResult<(u32, Vec<ArgClass>)> {
+    pub(crate) fn clone_kernel(&mut self, id: Id, source: Id) -> ClResult<KernelFacts> {
         self.handles.kernels.check_free(id)?;
         let kernel = self.handles.kernels.get(source)?.kernel.clone_kernel()?;
         self.insert_kernel(id, kernel)
     }
 
-    /// Keeps the kernel under `id`; returns its argument count and what each argument takes.
-    fn insert_kernel(&mut self, id: Id, kernel: Kernel) -> ClResult<(u32, Vec<ArgClass>)> {
+    /// Keeps the kernel under `id`; returns what the client caches about it.
+    fn insert_kernel(&mut self, id: Id, kernel: Kernel) -> ClResult<KernelFacts> {
         let count = num_args(&kernel)?;
         let arg_classes = classify_args(&kernel);
+        let limits = self.work_group_limits(&kernel);
         self.handles.kernels.insert(
             id,
             KernelEntry {
@@ -120,7 +131,27 @@ impl Session {
                 arg_classes: arg_classes.clone(),
             },
         )?;
-        Ok((count, arg_classes))
+        Ok((count, arg_classes, limits))
+    }
+
+    /// The kernel's work-group limits on each served device of its program (the others
+    /// answer CL_INVALID_DEVICE and are left out).
+    fn work_group_limits(&self, kernel: &Kernel) -> Vec<WorkGroupLimits> {
+        self.inventory
+            .devices
+            .iter()
+            .filter_map(|device| {
+                let info = |param| kernel.work_group_info(Some(device.native), param).ok();
+                let max_size = decode_unsigned(&info(sys::CL_KERNEL_WORK_GROUP_SIZE)?);
+                let required = info(sys::CL_KERNEL_COMPILE_WORK_GROUP_SIZE)?;
+                let mut sizes = required.chunks(WORD).map(decode_unsigned);
+                Some(WorkGroupLimits {
+                    device: device.id,
+                    max_size,
+                    required: [(); 3].map(|()| sizes.next().unwrap_or(0)),
+                })
+            })
+            .collect()
     }
 
     /// Creates every kernel of the program and keeps the first `ids.len()` (in the
@@ -140,15 +171,17 @@ impl Session {
         let mut names = Vec::new();
         let mut counts = Vec::new();
         let mut kinds = Vec::new();
+        let mut all_limits = Vec::new();
         // Kernels beyond `ids` are dropped (released) here.
         for (kernel, &id) in kernels.into_iter().zip(ids) {
             let name = decode_string(&kernel.info(sys::CL_KERNEL_FUNCTION_NAME)?);
-            let (count, args) = self.insert_kernel(id, kernel)?;
+            let (count, args, limits) = self.insert_kernel(id, kernel)?;
             counts.push(count);
             kinds.push(args);
+            all_limits.push(limits);
             names.push(name);
         }
-        Ok((names, counts, kinds))
+        Ok((names, counts, kinds, all_limits))
     }
 
     /// Sets a launch's changed arguments. A value that cannot be right for the argument's type

@@ -8,6 +8,8 @@ mod event;
 mod includes;
 mod info;
 mod kernel;
+
+pub(crate) use kernel::KernelFacts;
 mod memory;
 mod program;
 
