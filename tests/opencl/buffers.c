@@ -648,6 +648,36 @@ static void test_misc(void) {
     free(model); free(back);
 }
 
+/* A released cl_mem used again after newer allocations: through rgpu it is
+ * CL_INVALID_MEM_OBJECT, not one of the newer buffers (the Khronos CTS found it writing into
+ * one; native PoCL aborts here, so this runs through rgpu only). */
+static void test_stale_handle(void) {
+    if (!g_remote) return;
+    cl_mem stale = CHKE(clCreateBuffer(ctx, CL_MEM_READ_WRITE, 256, NULL, E));
+    CHECK(clReleaseMemObject(stale));
+    enum { N = 100 };
+    cl_mem fresh[N];
+    unsigned char zeros[256] = {0}, back[256];
+    for (int i = 0; i < N; i++) {
+        fresh[i] = CHKE(clCreateBuffer(ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, 256, zeros,
+                                       E));
+        REQUIRE(fresh[i] != stale, "buffer %d has the released buffer's handle", i);
+    }
+    unsigned char ones[256];
+    memset(ones, 1, sizeof ones);
+    EXPECT(CL_INVALID_MEM_OBJECT, clEnqueueWriteBuffer(q, stale, CL_TRUE, 0, 256, ones, 0, NULL,
+                                                       NULL));
+    size_t size = 0;
+    EXPECT(CL_INVALID_MEM_OBJECT, clGetMemObjectInfo(stale, CL_MEM_SIZE, sizeof size, &size,
+                                                     NULL));
+    EXPECT(CL_INVALID_MEM_OBJECT, clReleaseMemObject(stale));
+    for (int i = 0; i < N; i++) {
+        CHECK(clEnqueueReadBuffer(q, fresh[i], CL_TRUE, 0, 256, back, 0, NULL, NULL));
+        REQUIRE(!memcmp(back, zeros, 256), "buffer %d changed through a released handle", i);
+        CHECK(clReleaseMemObject(fresh[i]));
+    }
+}
+
 int main(int argc, char **argv) {
     int reps = argc > 1 ? atoi(argv[1]) : 1;
     select_device();
@@ -668,6 +698,7 @@ int main(int argc, char **argv) {
         test_map();
     }
     test_misc();
+    test_stale_handle();
     CHECK(clReleaseKernel(k_add));
     CHECK(clReleaseKernel(k_sum));
     CHECK(clReleaseProgram(prog));
