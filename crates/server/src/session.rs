@@ -332,6 +332,12 @@ impl Session {
         });
         let pending_user_events = Arc::new(AtomicUsize::new(0));
         let handles = Handles::new(crate::limits::Usage::new(id, &shared.limits));
+        let pool = StagingPool::for_session(
+            CHUNK_SIZE,
+            POOL_BUFFERS,
+            pending_user_events.clone(),
+            handles.usage.clone(),
+        );
         let completion = Completion::start(id, writer.clone(), pending_user_events.clone());
         Session {
             id,
@@ -343,7 +349,7 @@ impl Session {
             writer,
             waker: completion.waker(),
             completion: Some(completion),
-            pool: StagingPool::new(CHUNK_SIZE, POOL_BUFFERS),
+            pool,
             deferred: None,
             user_events: Vec::new(),
             pending_user_events,

@@ -13,9 +13,11 @@
 
 use std::alloc::Layout;
 use std::ptr::NonNull;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
+use crate::limits::Usage;
 use crate::native::{PinnedHost, Queue, QueueDevice};
 
 /// Size of one chunk of a transfer, and of each pooled buffer. Small enough that the pool's
@@ -59,6 +61,9 @@ struct PoolInner {
     returned: Condvar,
     chunk_size: usize,
     max_buffers: usize,
+    /// The session's user events not yet set, and its memory count (see
+    /// [`StagingPool::for_session`]).
+    held_back: Option<(Arc<AtomicUsize>, Arc<Usage>)>,
 }
 
 /// A session's pool. Cloning shares it.
@@ -77,7 +82,30 @@ pub struct Target<'a> {
 }
 
 impl StagingPool {
+    /// A pool of its own (tests: sessions use [`StagingPool::for_session`]).
+    #[cfg(test)]
     pub fn new(chunk_size: usize, max_buffers: usize) -> StagingPool {
+        StagingPool::build(chunk_size, max_buffers, None)
+    }
+
+    /// A session's pool. While the session has user events not yet set (`pending_user_events`),
+    /// buffers lent to transfers may stay held until a later request of the client sets them,
+    /// so waiting for one to come back is pointless: a chunk then gets an extra buffer at once,
+    /// counted in the session's memory (`usage`, its quota) until it is freed.
+    pub fn for_session(
+        chunk_size: usize,
+        max_buffers: usize,
+        pending_user_events: Arc<AtomicUsize>,
+        usage: Arc<Usage>,
+    ) -> StagingPool {
+        StagingPool::build(chunk_size, max_buffers, Some((pending_user_events, usage)))
+    }
+
+    fn build(
+        chunk_size: usize,
+        max_buffers: usize,
+        held_back: Option<(Arc<AtomicUsize>, Arc<Usage>)>,
+    ) -> StagingPool {
         StagingPool {
             inner: Arc::new(PoolInner {
                 state: Mutex::new(PoolState::new()),
@@ -85,8 +113,28 @@ impl StagingPool {
                 returned: Condvar::new(),
                 chunk_size: chunk_size.max(ALIGN),
                 max_buffers: max_buffers.max(1),
+                held_back,
             }),
         }
+    }
+
+    /// An extra buffer now, outside the pool, when transfers may be held back by user events
+    /// and the session's memory quota has room for it.
+    fn extra_if_held_back(&self) -> Option<StagingBuf> {
+        let (pending, usage) = self.inner.held_back.as_ref()?;
+        if pending.load(Ordering::SeqCst) == 0 {
+            return None;
+        }
+        let bytes = self.inner.chunk_size as u64;
+        if !usage.charge_memory(bytes) {
+            return None;
+        }
+        log::debug!("staging pool lent out while user events hold transfers: an extra buffer");
+        Some(StagingBuf {
+            block: Some(Block::new(self.inner.chunk_size)),
+            pool: None,
+            charged: Some((usage.clone(), bytes)),
+        })
     }
 
     pub fn chunk_size(&self) -> usize {
@@ -101,6 +149,7 @@ impl StagingPool {
             return Some(StagingBuf {
                 block: Some(Block::try_new(len)?),
                 pool: None,
+                charged: None,
             });
         }
         Some(self.take_pooled(false, None))
@@ -170,6 +219,9 @@ impl StagingPool {
                 };
                 return self.lend(block);
             }
+            if let Some(extra) = self.extra_if_held_back() {
+                return extra;
+            }
             let (next, timeout) = self
                 .inner
                 .returned
@@ -181,6 +233,7 @@ impl StagingPool {
                 return StagingBuf {
                     block: Some(Block::new(self.inner.chunk_size)),
                     pool: None,
+                    charged: None,
                 };
             }
         }
@@ -190,6 +243,7 @@ impl StagingPool {
         StagingBuf {
             block: Some(block),
             pool: Some(self.inner.clone()),
+            charged: None,
         }
     }
 
@@ -208,6 +262,8 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 pub struct StagingBuf {
     block: Option<Block>,
     pool: Option<Arc<PoolInner>>,
+    /// Memory counted in the session's quota for this buffer, given back when it is freed.
+    charged: Option<(Arc<Usage>, u64)>,
 }
 
 impl StagingBuf {
@@ -231,6 +287,9 @@ impl StagingBuf {
 
 impl Drop for StagingBuf {
     fn drop(&mut self) {
+        if let Some((usage, bytes)) = self.charged.take() {
+            usage.refund_memory(bytes);
+        }
         if let (Some(block), Some(pool)) = (self.block.take(), self.pool.take()) {
             let mutex = match block.pinned {
                 Some(_) => &pool.pinned,
@@ -371,6 +430,39 @@ mod tests {
         assert_eq!(extra.capacity(), 4096);
         assert_eq!(pool.allocated(), 1);
         drop((held, extra));
+    }
+
+    /// While user events hold transfers back, a chunk beyond the lent-out pool gets an extra
+    /// buffer at once (no wait for buffers that may never come back), counted in the session's
+    /// memory quota until it is freed; over the quota, the pool's usual wait applies.
+    #[test]
+    fn held_back_transfers_get_extra_buffers_within_the_quota() {
+        let limits = crate::limits::Limits {
+            session_memory: 8192,
+            ..Default::default()
+        };
+        let usage = Usage::new(1, &limits);
+        let pending = Arc::new(AtomicUsize::new(1));
+        let pool = StagingPool::for_session(4096, 1, pending.clone(), usage.clone());
+        let lent = pool.take(1).unwrap();
+        let extra = pool.take(1).unwrap();
+        assert!(extra.charged.is_some(), "the extra buffer is counted");
+        let second = pool.take(1).unwrap();
+        assert!(second.charged.is_some());
+        // The quota (8192 bytes: two chunks) is full: the third waits, then overflows uncounted.
+        let third = pool.take(1).unwrap();
+        assert!(third.charged.is_none());
+        drop((extra, second, third));
+        assert!(
+            usage.charge_memory(8192),
+            "the extra buffers gave their memory back"
+        );
+        usage.refund_memory(8192);
+        // Without held-back transfers, no extra buffer is made at once.
+        pending.store(0, Ordering::SeqCst);
+        drop(lent);
+        let again = pool.take(1).unwrap();
+        assert!(again.charged.is_none() && again.pool.is_some());
     }
 
     #[test]
