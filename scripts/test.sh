@@ -5,7 +5,8 @@
 # own test suite natively and through rgpu. Runs every step it can even after a failure, prints
 # a summary, and exits non-zero if any step failed.
 #
-# Env: SKIP_SETUP=1 skips scripts/setup.sh; PYOPENCL_SUITE=0 skips pyopencl's suite;
+# Env: SKIP_SETUP=1 skips scripts/setup.sh; PYOPENCL_SUITE=0 skips pyopencl's suite; CTS=0
+#      skips the Khronos OpenCL-CTS groups (built from ../shared/vendor, RGPU_VENDOR_DIR);
 #      PYOPENCL_SUITE_ARGS adds arguments to tests/pyopencl/run_suite.py;
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -153,10 +154,18 @@ if [ $built = 1 ]; then
         step "pyopencl suite native vs rgpu" python3 tests/pyopencl/run_suite.py \
             --total-timeout 2400 ${PYOPENCL_SUITE_ARGS:-}
     fi
+    if [ "${CTS:-1}" = 0 ]; then
+        skip "OpenCL-CTS" "CTS=0"
+    elif [ ! -d "${RGPU_VENDOR_DIR:-../shared/vendor}" ]; then
+        skip "OpenCL-CTS" "no vendored CTS sources at ${RGPU_VENDOR_DIR:-../shared/vendor}"
+    elif step "OpenCL-CTS build" bash scripts/cts-build.sh; then
+        step "OpenCL-CTS native vs rgpu" python3 tests/cts/run_cts.py
+    fi
 else
     skip "pytest tests (C/Python API)" "build failed"
     skip "example through rgpu" "build failed"
     skip "pyopencl suite" "build failed"
+    skip "OpenCL-CTS" "build failed"
 fi
 
 summary
