@@ -4,7 +4,7 @@
 # no curl, no gcc):
 #
 #   - Debian packages: PoCL (a CPU OpenCL driver), the OpenCL ICD loader and headers, clinfo,
-#     gcc, g++, cmake and spirv-tools (the Khronos CTS), iproute2 + nftables (the liveness tests), python3 with
+#     gcc, g++, make, cmake and spirv-tools (the Khronos CTS), iproute2 + nftables (the liveness tests), python3 with
 #     its venv module,
 #     ca-certificates (and curl when rustup is needed);
 #   - Python: a virtual environment at .venv in the repository (git-ignored) holding numpy,
@@ -107,7 +107,7 @@ APT_GROUPS=(
     "ca-certificates|TLS certificates: cargo (crates.io), pip (PyPI) and rustup download over HTTPS"
     "iproute2 nftables|the liveness tests (tests/test_liveness.py, as root) cut a veth link to a network namespace with nftables rules"
     "cmake|pip needs it to prepare pyopencl's source package, whose test/ folder is pyopencl's own test suite; the Khronos OpenCL-CTS builds with it"
-    "g++ spirv-tools|the Khronos OpenCL-CTS (C++), built from the vendored sources by scripts/cts-build.sh; its test_compiler assembles SPIR-V test kernels (spirv-as)"
+    "g++ make spirv-tools|the Khronos OpenCL-CTS (C++), built from the vendored sources by scripts/cts-build.sh with cmake and make; its test_compiler assembles SPIR-V test kernels (spirv-as)"
 )
 if [ ${#py_apt[@]} -gt 0 ]; then
     APT_GROUPS+=("${py_apt[*]}|Python 3 and its venv module: the tests and tools are Python; their packages go into a virtual environment ($VENV), which gets its own pip (the distribution's python3 has none)")
