@@ -35,8 +35,10 @@ if [ "$(cat "$dir/sources.stamp" 2>/dev/null)" != "$stamp" ]; then
     echo "$stamp" >"$dir/sources.stamp"
 fi
 src=$dir/src
-if [ ! -f "$dir/build/CMakeCache.txt" ]; then
+# A configuration that did not finish (no Makefile: a missing tool then) is done again.
+if [ ! -f "$dir/build/Makefile" ]; then
     echo "[cts] configuring"
+    rm -rf "$dir/build"
     cmake -S "$src/OpenCL-CTS" -B "$dir/build" -DCMAKE_BUILD_TYPE=Release \
         -DCL_INCLUDE_DIR="$src/$(basename "$(ls -d "$src"/OpenCL-Headers*)")" \
         -DCL_LIB_DIR=/usr/lib/x86_64-linux-gnu -DOPENCL_LIBRARIES="-lOpenCL -lpthread" \
