@@ -193,6 +193,18 @@ class Server:
         except FileNotFoundError:
             return ""
 
+    def wait_log(self, pattern: str, count: int = 1, timeout: float = 10.0) -> int:
+        """Waits until the log has `count` matches of the regex `pattern` (lines that other
+        processes of the server, such as session workers, may write just after the client saw
+        the event); returns how many it has then."""
+        regex = re.compile(pattern)
+        deadline = time.monotonic() + timeout
+        while True:
+            found = len(regex.findall(self.log()))
+            if found >= count or time.monotonic() >= deadline:
+                return found
+            time.sleep(0.05)
+
     def log_tail(self, n: int = 4000) -> str:
         return f"--- server log {self.log_path} ---\n{self.log()[-n:]}"
 

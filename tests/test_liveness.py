@@ -188,14 +188,11 @@ def test_the_server_reclaims_a_vanished_client(partition_server, link, c_program
     session = m[-1]
     link.cut()
     t0 = time.monotonic()
-    ended = re.compile(rf"session {session}\b.*(connection lost|disconnected)")
-    while time.monotonic() - t0 < SERVER_CLIENT_TIMEOUT + MARGIN:
-        if ended.search(server.log()):
-            break
-        time.sleep(0.2)
+    ended = rf"session {session}\b.*(connection lost|disconnected)"
+    found = server.wait_log(ended, timeout=SERVER_CLIENT_TIMEOUT + MARGIN)
     waited = time.monotonic() - t0
-    assert ended.search(server.log()), (f"session {session} still open {waited:.0f} s into "
-                                        f"the partition\n{server.log_tail()}")
+    assert found, (f"session {session} still open {waited:.0f} s into the partition\n"
+                   f"{server.log_tail()}")
     client.finish(1)
     # The link heals: the server serves new clients from there.
     link.heal()

@@ -81,9 +81,7 @@ def test_session_limits_per_client_and_in_all(start_server, c_program):
 def test_idle_sessions_are_closed_busy_ones_are_not(start_server, c_program):
     server = start_server(args=["--idle-timeout", "2"])
     holder = hold_session(c_program, server)
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline and "idle_timeout" not in server.log():
-        time.sleep(0.2)
+    server.wait_log("idle_timeout", timeout=20)
     assert "no request for 2 s (idle_timeout); closing it" in server.log(), server.log_tail()
     out, _ = holder.communicate("go\n", timeout=60)
     assert holder.returncode != 0, out  # its session is gone: the next calls fail
@@ -120,10 +118,7 @@ def test_a_flood_of_idle_authenticated_sessions_is_bounded(start_server):
         assert (len(held), refused) == (16, 44), (len(held), refused)
         # Refusals are logged by the workers that ran the handshakes, which may finish
         # writing the line just after their client read the refusal.
-        deadline = time.monotonic() + 10
-        while server.log().count("server is full") < 44 and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert server.log().count("server is full") == 44, server.log_tail()
+        assert server.wait_log("server is full", count=44) == 44, server.log_tail()
         # The sessions that got in are served.
         for n, s in enumerate(held):
             ping(s, 100 + n)

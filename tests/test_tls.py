@@ -48,7 +48,7 @@ def test_an_untrusted_server_is_refused_naming_its_fingerprint(server):
     assert r.returncode != 0, r.describe()
     assert f"RGPU_TLS_FINGERPRINT={fingerprint}" in r.stderr, r.describe()
     # The server logs the refused handshake and goes on.
-    assert re.search(r"refused: TLS handshake: .*Certificate", server.log()), server.log_tail()
+    assert server.wait_log(r"refused: TLS handshake: .*Certificate"), server.log_tail()
     r = devices(server, RGPU_TLS="on")
     assert r.returncode == 0, r.describe()
 
