@@ -174,10 +174,10 @@ fn healthy_session(endpoint: &Endpoint, until: Instant, failures: &AtomicU64) ->
     while Instant::now() < until {
         seq += 1;
         writer
-            .send(&ClientMsg::Cl(ClRequest::GetInventory), seq, &[])
+            .send(&ClientMsg::Cl(ClRequest::GetInventory {}), seq, &[])
             .expect("the healthy session can send");
         match reader.read_message::<ServerMsg>() {
-            Ok((header, ServerMsg::Cl(ClReply::Inventory(inventory))))
+            Ok((header, ServerMsg::Cl(ClReply::GetInventory(inventory))))
                 if header.seq == seq && !inventory.devices.is_empty() => {}
             other => {
                 eprintln!("healthy session: unexpected answer {other:?}");
@@ -213,10 +213,10 @@ fn random_sessions_never_reach_the_listener_or_another_session() {
         // Without an OpenCL device there is nothing to fuzz below the protocol.
         let (mut reader, mut writer) = connect(&server.endpoint).unwrap();
         writer
-            .send(&ClientMsg::Cl(ClRequest::GetInventory), 1, &[])
+            .send(&ClientMsg::Cl(ClRequest::GetInventory {}), 1, &[])
             .unwrap();
         match reader.read_message::<ServerMsg>() {
-            Ok((_, ServerMsg::Cl(ClReply::Inventory(inventory))))
+            Ok((_, ServerMsg::Cl(ClReply::GetInventory(inventory))))
                 if !inventory.devices.is_empty() => {}
             other => {
                 eprintln!("no OpenCL device ({other:?}); skipping");

@@ -11,8 +11,7 @@ use std::sync::{Arc, Condvar, Mutex, OnceLock, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use rgpu_protocol::cuda::{CuReply, CuRequest};
-use rgpu_protocol::opencl::{ClReply, ClRequest, Id};
+use rgpu_protocol::opencl::Id;
 use rgpu_protocol::{decode_body, ClientMsg, LaneKey, ServerMsg, MAX_LANES};
 use rgpu_transport::{
     client_handshake, Endpoint, FrameReader, FrameWriter, ReadHalf, Stream, TransportError,
@@ -255,16 +254,6 @@ impl Connection {
         }
     }
 
-    /// Like [`Connection::post`] for an OpenCL request.
-    pub fn post_cl(&self, req: ClRequest, bulk: &[u8]) -> Result<(), ClientError> {
-        self.post(&ClientMsg::Cl(req), bulk)
-    }
-
-    /// Like [`Connection::post`] for a CUDA request.
-    pub fn post_cu(&self, req: CuRequest, bulk: &[u8]) -> Result<(), ClientError> {
-        self.post(&ClientMsg::Cu(req), bulk)
-    }
-
     /// Sends everything queued.
     pub fn flush(&self) -> Result<(), ClientError> {
         self.shared.check()?;
@@ -287,22 +276,6 @@ impl Connection {
             return Err(e);
         }
         self.wait(seq, &slot)
-    }
-
-    /// Sends an OpenCL request and waits for its `ClReply`.
-    pub fn call_cl(&self, req: ClRequest, bulk: &[u8]) -> Result<ClReply, ClientError> {
-        match self.call(&ClientMsg::Cl(req), bulk)? {
-            ServerMsg::Cl(reply) => Ok(reply),
-            other => Err(ClientError::Protocol(format!("unexpected reply {other:?}"))),
-        }
-    }
-
-    /// Sends a CUDA request and waits for its `CuReply`.
-    pub fn call_cu(&self, req: CuRequest, bulk: &[u8]) -> Result<CuReply, ClientError> {
-        match self.call(&ClientMsg::Cu(req), bulk)? {
-            ServerMsg::Cu(reply) => Ok(reply),
-            other => Err(ClientError::Protocol(format!("unexpected reply {other:?}"))),
-        }
     }
 
     /// Sends a read request (OpenCL or CUDA); its data will stream into `sink` and `sink.done`
@@ -553,9 +526,7 @@ fn read_one(reader: &mut FrameReader<ReadHalf>, shared: &Shared) -> Result<(), T
                 Some(Pending::Waiter(slot)) => slot.fill(Ok(reply)),
                 Some(Pending::Read(sink)) => {
                     let status = match reply {
-                        ServerMsg::Cl(ClReply::Status(status)) => Ok(status),
-                        // CUresult values are small and positive.
-                        ServerMsg::Cu(CuReply::Status(status)) => Ok(status as i32),
+                        ServerMsg::ReadDone { status } => Ok(status),
                         other => Err(ClientError::Protocol(format!(
                             "unexpected end of read: {other:?}"
                         ))),

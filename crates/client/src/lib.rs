@@ -1,6 +1,7 @@
 //! rgpu client core: what every front end (OpenCL, CUDA) shares. It knows servers,
 //! connections, ids and replies; it knows nothing of OpenCL semantics.
 
+mod apis;
 mod connection;
 mod lanes;
 mod link;
@@ -10,9 +11,12 @@ mod wait;
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use apis::{Cuda, OpenCl};
 pub use connection::{Connection, ReadSink, SendPtr};
 pub use link::ServerLink;
 pub use once::first_time;
+pub use rgpu_protocol::cuda::CudaClient;
+pub use rgpu_protocol::opencl::OpenClClient;
 use rgpu_transport::Stream;
 pub use rgpu_transport::{load_client_token, ClientSecurity, Endpoint, TlsConnector, Token};
 pub use wait::Handoff;

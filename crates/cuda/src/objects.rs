@@ -8,9 +8,9 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use rgpu_client::Connection;
+use rgpu_client::{Connection, CudaClient};
 use rgpu_cuda_api::sys::*;
-use rgpu_protocol::cuda::{CuRequest, FunctionInfo, Id, ImageKind};
+use rgpu_protocol::cuda::{FunctionInfo, Id, ImageKind};
 
 /// Handle kinds and their cookies.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -151,13 +151,14 @@ impl Context {
             return Ok(());
         }
         let device = crate::runtime::device(self.device)?;
-        let request = CuRequest::CreateContext {
-            id: self.remote,
-            device: device.remote_ordinal,
-            flags: self.flags.load(Ordering::Relaxed),
-            primary: self.kind == ContextKind::Primary,
-        };
-        crate::api::context::post_on(&self.conn, request, &[])?;
+        let (flags, primary) = (
+            self.flags.load(Ordering::Relaxed),
+            self.kind == ContextKind::Primary,
+        );
+        let server = self.conn.cuda();
+        server
+            .create_context(self.remote, device.remote_ordinal, flags, primary)
+            .map_err(crate::runtime::client_error)?;
         self.created.store(true, Ordering::Release);
         Ok(())
     }

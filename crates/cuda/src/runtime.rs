@@ -5,9 +5,9 @@
 use std::sync::atomic::{AtomicPtr, Ordering};
 use std::sync::{Arc, OnceLock};
 
-use rgpu_client::{ClientConfig, ClientError, Connection, ServerLink};
+use rgpu_client::{ClientConfig, ClientError, Connection, CudaClient, ServerLink};
 use rgpu_cuda_api::sys::CUresult;
-use rgpu_protocol::cuda::{CuDevice, CuReply, CuRequest};
+use rgpu_protocol::cuda::CuDevice;
 
 use crate::objects::{Context, ContextKind};
 
@@ -171,12 +171,7 @@ fn connect() -> Result<Runtime, CUresult> {
 }
 
 fn inventory_of(conn: &Connection) -> Result<rgpu_protocol::cuda::CuInventory, ClientError> {
-    match conn.call_cu(CuRequest::GetInventory, &[])? {
-        CuReply::Inventory(inventory) => Ok(inventory),
-        other => Err(ClientError::Protocol(format!(
-            "unexpected inventory reply {other:?}"
-        ))),
-    }
+    conn.cuda().get_inventory()
 }
 
 fn make_device(link: &Arc<ServerLink>, ordinal: u32, info: CuDevice, global: i32) -> Device {

@@ -9,14 +9,14 @@ use std::time::{Duration, Instant};
 
 use opencl_sys::*;
 use rgpu_client::Connection;
-use rgpu_protocol::opencl::ClRequest;
+use rgpu_client::OpenClClient;
 use rgpu_protocol::opencl::{ArgKind, Id, ImageDesc, ImageFormat, KernelArg, ObjKind};
 
 use crate::handle::{ClObject, Kind, Ref};
 
 /// Posts a Release for a server object (fire-and-forget).
 fn release_remote(conn: &Connection, kind: ObjKind, id: Id) {
-    if let Err(e) = conn.post_cl(ClRequest::Release { kind, id }, &[]) {
+    if let Err(e) = conn.opencl().release(kind, id) {
         log::debug!("release of {kind:?} {id} not sent: {e}");
     }
 }

@@ -6,8 +6,9 @@ use std::sync::mpsc::{channel, Sender};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use opencl_sys::*;
+use rgpu_client::OpenClClient;
 use rgpu_client::{ClientConfig, Connection, ServerLink};
-use rgpu_protocol::opencl::{ClReply, ClRequest, DeviceDesc, Id};
+use rgpu_protocol::opencl::{DeviceDesc, Id};
 
 use crate::handle::{self, Ref};
 use crate::objects::{Device, Event, Platform};
@@ -83,12 +84,7 @@ fn init() -> Option<Runtime> {
 }
 
 fn inventory_devices(conn: &Arc<Connection>) -> Result<Vec<DeviceDesc>, rgpu_client::ClientError> {
-    match conn.call_cl(ClRequest::GetInventory, &[])? {
-        ClReply::Inventory(inventory) => Ok(inventory.devices),
-        other => Err(rgpu_client::ClientError::Protocol(format!(
-            "unexpected inventory reply {other:?}"
-        ))),
-    }
+    Ok(conn.opencl().get_inventory()?.devices)
 }
 
 /// Size of one `cl_name_version`: a version and a 64-byte name.

@@ -178,3 +178,23 @@ pub fn name_version(name: &str, version: cl_version) -> Vec<u8> {
     entry.extend_from_slice(&field);
     entry
 }
+
+/// A request's outcome as an OpenCL status: a failed connection gives the error for that
+/// ([`client_error`]), a failure the server reports gives its status.
+pub trait Outcome<T> {
+    fn outcome(self) -> Result<T, cl_int>;
+}
+
+/// Calls answered with a value or a status.
+impl<T> Outcome<T> for Result<rgpu_protocol::opencl::Answer<T>, ClientError> {
+    fn outcome(self) -> Result<T, cl_int> {
+        self.map_err(client_error)?
+    }
+}
+
+/// Posted requests (their failures come from a later synchronizing call).
+impl Outcome<()> for Result<(), ClientError> {
+    fn outcome(self) -> Result<(), cl_int> {
+        self.map_err(client_error)
+    }
+}

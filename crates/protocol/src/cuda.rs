@@ -140,194 +140,226 @@ pub struct LaunchAttribute {
     pub value: Vec<u8>,
 }
 
+/// A request's outcome: its value, or the `CUresult` of its failure.
+pub type Answer<T> = Result<T, Status>;
+
+/// `cuMemGetInfo`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemInfo {
+    pub free: u64,
+    pub total: u64,
+}
+
+/// A module's or library's global.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Global {
+    pub ptr: DevicePtr,
+    pub size: u64,
+}
+
+/// The answer to `LoadImage`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub enum CuRequest {
-    /// Reply: `Inventory`.
-    GetInventory,
-    /// A context on `device`. `primary`: the session's stand-in for the device's primary context
-    /// (one per session and device, shared by every primary-context handle of the client).
-    /// No reply.
-    CreateContext {
-        id: Id,
-        device: u32,
-        flags: u32,
-        primary: bool,
-    },
-    /// No reply.
-    DestroyContext { id: Id },
-    /// `cuCtxSynchronize`. Reply: `Status`.
-    Synchronize { ctx: Id },
-    /// `cuCtxEnablePeerAccess`: `ctx` may use the memory of `peer` (a context of another
-    /// device of this server). Reply: `Status`.
-    EnablePeerAccess { ctx: Id, peer: Id, flags: u32 },
-    /// `cuCtxDisablePeerAccess`. Reply: `Status`.
-    DisablePeerAccess { ctx: Id, peer: Id },
-    /// `cuCtxGetLimit`. Reply: `Value`.
-    GetLimit { ctx: Id, limit: u32 },
-    /// `cuCtxSetLimit`. Reply: `Status`.
-    SetLimit { ctx: Id, limit: u32, value: u64 },
-    /// Reply: `MemInfo`.
-    MemGetInfo { ctx: Id },
-    /// Reply: `Pointer`.
-    MemAlloc { ctx: Id, size: u64 },
-    /// Reply: `Status`.
-    MemFree { ctx: Id, ptr: DevicePtr },
-    /// `cuMemAllocAsync` from the device's default pool, ordered on `stream`. Reply: `Pointer`.
-    MemAllocAsync { ctx: Id, stream: Id, size: u64 },
-    /// `cuMemFreeAsync`. No reply.
-    MemFreeAsync { ctx: Id, stream: Id, ptr: DevicePtr },
-    /// Bulk: the rows to write at `dst` (laid out there by `pitch`), packed, in stream order.
-    /// No reply.
-    MemcpyHtoD {
-        ctx: Id,
-        stream: Id,
-        dst: DevicePtr,
-        extent: Extent,
-        pitch: Pitch,
-    },
-    /// Reads the rows at `src` (laid out there by `pitch`). Replies: `Data` frames with the
-    /// rows packed (offsets into the packed bytes), then `Status`.
-    MemcpyDtoH {
-        ctx: Id,
-        stream: Id,
-        src: DevicePtr,
-        extent: Extent,
-        pitch: Pitch,
-    },
-    /// Copies rows between device addresses of this server, ordered on `stream` of `ctx`.
-    /// `src_ctx`: the context of `src` when it is not `ctx` (a peer copy), else 0. No reply.
-    MemcpyDtoD {
-        ctx: Id,
-        stream: Id,
-        dst: DevicePtr,
-        dst_pitch: Pitch,
-        src: DevicePtr,
-        src_pitch: Pitch,
-        src_ctx: Id,
-        extent: Extent,
-    },
-    /// `cuMemsetD8/16/32[Async]` (`element_size` 1, 2 or 4) and their 2D forms (`height` > 1,
-    /// rows `pitch` bytes apart, `width` elements each). No reply.
-    Memset {
-        ctx: Id,
-        stream: Id,
-        dst: DevicePtr,
-        value: u32,
-        element_size: u8,
-        width: u64,
-        height: u64,
-        pitch: u64,
-    },
-    /// Loads an image whose SHA-256 is `hash`. Bulk: the image, or nothing when the client
-    /// expects the server to hold it already. Reply: `Loaded`.
-    LoadImage {
-        id: Id,
-        ctx: Id,
-        kind: ImageKind,
-        hash: [u8; 32],
-    },
-    /// No reply.
-    UnloadImage { id: Id },
-    /// `cuModuleGetFunction` (`module` a module) or `cuLibraryGetKernel` (a library). Reply:
-    /// `Function`.
-    GetFunction { id: Id, image: Id, name: String },
-    /// `cuKernelGetFunction`: the function of a library kernel in `ctx`. Reply: `Function`.
-    KernelGetFunction { id: Id, kernel: Id, ctx: Id },
-    /// `cuModuleGetGlobal` / `cuLibraryGetGlobal`. Reply: `Global`.
-    GetGlobal { ctx: Id, image: Id, name: String },
-    /// `cuFuncSetAttribute` / `cuKernelSetAttribute` (`device` for kernels). Reply: `Status`.
-    SetFunctionAttribute {
-        function: Id,
-        attribute: u32,
-        value: i32,
-        device: u32,
-    },
-    /// `cuFuncGetAttribute` / `cuKernelGetAttribute` for an attribute the function's cached
-    /// table lacks. Reply: `Value`.
-    GetFunctionAttribute {
-        function: Id,
-        attribute: u32,
-        device: u32,
-    },
-    /// `cuFuncSetCacheConfig` and friends. No reply.
-    SetFunctionCacheConfig { function: Id, config: u32 },
-    /// Bulk: the kernel's parameter buffer, laid out as the function's parameter table says.
-    /// No reply.
-    Launch {
-        ctx: Id,
-        function: Id,
-        stream: Id,
-        grid: [u32; 3],
-        block: [u32; 3],
-        shared_mem: u32,
-        attributes: Vec<LaunchAttribute>,
-    },
-    /// No reply.
-    CreateStream {
-        id: Id,
-        ctx: Id,
-        flags: u32,
-        priority: i32,
-    },
-    /// No reply.
-    DestroyStream { id: Id },
-    /// Reply: `Status`.
-    StreamSynchronize { ctx: Id, stream: Id },
-    /// Reply: `Status` (`CUDA_ERROR_NOT_READY` while work is pending).
-    StreamQuery { ctx: Id, stream: Id },
-    /// No reply.
-    StreamWaitEvent {
-        ctx: Id,
-        stream: Id,
-        event: Id,
-        flags: u32,
-    },
-    /// No reply.
-    CreateEvent { id: Id, ctx: Id, flags: u32 },
-    /// No reply.
-    DestroyEvent { id: Id },
-    /// No reply.
-    RecordEvent {
-        ctx: Id,
-        event: Id,
-        stream: Id,
-        flags: u32,
-    },
-    /// Reply: `Status`.
-    EventSynchronize { event: Id },
-    /// Reply: `Status`.
-    EventQuery { event: Id },
-    /// Reply: `Elapsed`.
-    EventElapsedTime { start: Id, end: Id },
-    /// The occupancy calculator. Reply: `Value`.
-    Occupancy { ctx: Id, query: OccupancyQuery },
-    /// `cuStreamBeginCapture`: the stream's work from now on is recorded into a graph on the
-    /// server. Reply: `Status`.
-    BeginCapture { ctx: Id, stream: Id, mode: u32 },
-    /// `cuStreamEndCapture`: the recorded graph becomes `graph`. Reply: `Status`.
-    EndCapture { ctx: Id, stream: Id, graph: Id },
-    /// `cuGraphInstantiateWithFlags`. Reply: `Status`.
-    GraphInstantiate {
-        ctx: Id,
-        graph: Id,
-        exec: Id,
-        flags: u64,
-    },
-    /// `cuGraphLaunch` (`upload`: `cuGraphUpload`). No reply.
-    GraphLaunch {
-        ctx: Id,
-        exec: Id,
-        stream: Id,
-        upload: bool,
-    },
-    /// No reply.
-    GraphDestroy { graph: Id },
-    /// No reply.
-    GraphExecDestroy { exec: Id },
-    /// The virtual memory management calls (`cuMem{GetAllocationGranularity,AddressReserve,
-    /// Create,Map,SetAccess,Unmap,Release,AddressFree}`). Reply: `Value` (granularity),
-    /// `Pointer` (reserve) or `Status`.
-    Vmm { ctx: Id, op: VmmOp },
+pub struct Loaded {
+    pub status: Status,
+    /// The server does not hold an image with that hash; send it.
+    pub need_image: bool,
+    /// The JIT's log, if any.
+    pub log: String,
+}
+
+wire_api! {
+    request: CuRequest,
+    reply: CuReply,
+    status: Status,
+    client: CudaClient;
+
+    /// Devices and contexts.
+    group Contexts {
+        /// What a client needs to answer every device query locally.
+        call GetInventory get_inventory() -> CuInventory;
+        /// A context on `device`. `primary`: the session's stand-in for the device's primary
+        /// context (one per session and device, shared by every primary-context handle of the
+        /// client).
+        post CreateContext create_context(id: Id, device: u32, flags: u32, primary: bool);
+        post DestroyContext destroy_context(id: Id);
+        /// `cuCtxSynchronize`; also reports the first deferred failure.
+        call Synchronize synchronize(ctx: Id) -> Status;
+        /// `cuCtxEnablePeerAccess`: `ctx` may use the memory of `peer` (a context of another
+        /// device of this server).
+        call EnablePeerAccess enable_peer_access(ctx: Id, peer: Id, flags: u32) -> Status;
+        /// `cuCtxDisablePeerAccess`.
+        call DisablePeerAccess disable_peer_access(ctx: Id, peer: Id) -> Status;
+        /// `cuCtxGetLimit`.
+        call GetLimit get_limit(ctx: Id, limit: u32) -> Answer<u64>;
+        /// `cuCtxSetLimit`.
+        call SetLimit set_limit(ctx: Id, limit: u32, value: u64) -> Status;
+    }
+
+    /// Allocations and memsets.
+    group Memory {
+        /// `cuMemGetInfo`.
+        call MemGetInfo mem_get_info(ctx: Id) -> Answer<MemInfo>;
+        /// `cuMemAlloc`.
+        call MemAlloc mem_alloc(ctx: Id, size: u64) -> Answer<DevicePtr>;
+        /// `cuMemFree`.
+        call MemFree mem_free(ctx: Id, ptr: DevicePtr) -> Status;
+        /// `cuMemAllocAsync` from the device's default pool, ordered on `stream`.
+        call MemAllocAsync mem_alloc_async(ctx: Id, stream: Id, size: u64) -> Answer<DevicePtr>;
+        /// `cuMemFreeAsync`.
+        post MemFreeAsync mem_free_async(ctx: Id, stream: Id, ptr: DevicePtr);
+        /// `cuMemsetD8/16/32[Async]` (`element_size` 1, 2 or 4) and their 2D forms (`height` > 1,
+        /// rows `pitch` bytes apart, `width` elements each).
+        post Memset memset(
+            ctx: Id,
+            stream: Id,
+            dst: DevicePtr,
+            value: u32,
+            element_size: u8,
+            width: u64,
+            height: u64,
+            pitch: u64,
+        );
+    }
+
+    /// Copies to, from and between devices.
+    group Copies {
+        /// Bulk: the rows to write at `dst` (laid out there by `pitch`), packed, in stream order.
+        post [bulk] MemcpyHtoD memcpy_htod(
+            ctx: Id,
+            stream: Id,
+            dst: DevicePtr,
+            extent: Extent,
+            pitch: Pitch,
+        );
+        /// Reads the rows at `src` (laid out there by `pitch`): the data comes packed (offsets
+        /// into the packed bytes).
+        read MemcpyDtoH memcpy_dtoh(
+            ctx: Id,
+            stream: Id,
+            src: DevicePtr,
+            extent: Extent,
+            pitch: Pitch,
+        );
+        /// Copies rows between device addresses of this server, ordered on `stream` of `ctx`.
+        /// `src_ctx`: the context of `src` when it is not `ctx` (a peer copy), else 0.
+        post MemcpyDtoD memcpy_dtod(
+            ctx: Id,
+            stream: Id,
+            dst: DevicePtr,
+            dst_pitch: Pitch,
+            src: DevicePtr,
+            src_pitch: Pitch,
+            src_ctx: Id,
+            extent: Extent,
+        );
+    }
+
+    /// Modules, libraries, functions and kernels.
+    group Modules {
+        /// Loads an image whose SHA-256 is `hash`. Bulk: the image, or nothing when the client
+        /// expects the server to hold it already.
+        call [bulk] LoadImage load_image(id: Id, ctx: Id, kind: ImageKind, hash: [u8; 32])
+            -> Loaded;
+        post UnloadImage unload_image(id: Id);
+        /// `cuModuleGetFunction` (`image` a module) or `cuLibraryGetKernel` (a library).
+        call GetFunction get_function(id: Id, image: Id, name: String) -> Answer<FunctionInfo>;
+        /// `cuKernelGetFunction`: the function of a library kernel in `ctx`.
+        call KernelGetFunction kernel_get_function(id: Id, kernel: Id, ctx: Id)
+            -> Answer<FunctionInfo>;
+        /// `cuModuleGetGlobal` / `cuLibraryGetGlobal`.
+        call GetGlobal get_global(ctx: Id, image: Id, name: String) -> Answer<Global>;
+        /// `cuFuncSetAttribute` / `cuKernelSetAttribute` (`device` for kernels).
+        call SetFunctionAttribute set_function_attribute(
+            function: Id,
+            attribute: u32,
+            value: i32,
+            device: u32,
+        ) -> Status;
+        /// `cuFuncGetAttribute` / `cuKernelGetAttribute` for an attribute the function's cached
+        /// table lacks.
+        call GetFunctionAttribute get_function_attribute(function: Id, attribute: u32, device: u32)
+            -> Answer<i32>;
+        /// `cuFuncSetCacheConfig` and friends.
+        post SetFunctionCacheConfig set_function_cache_config(function: Id, config: u32);
+    }
+
+    /// Kernel launches and the occupancy calculator.
+    group Launches {
+        /// Bulk: the kernel's parameter buffer, laid out as the function's parameter table says.
+        post [bulk] Launch launch(
+            ctx: Id,
+            function: Id,
+            stream: Id,
+            grid: [u32; 3],
+            block: [u32; 3],
+            shared_mem: u32,
+            attributes: Vec<LaunchAttribute>,
+        );
+        /// The occupancy calculator.
+        call Occupancy occupancy(ctx: Id, query: OccupancyQuery) -> Answer<i64>;
+    }
+
+    /// Streams.
+    group Streams {
+        post CreateStream create_stream(id: Id, ctx: Id, flags: u32, priority: i32);
+        post DestroyStream destroy_stream(id: Id);
+        /// Also reports the first deferred failure.
+        call StreamSynchronize stream_synchronize(ctx: Id, stream: Id) -> Status;
+        /// `CUDA_ERROR_NOT_READY` while work is pending.
+        call StreamQuery stream_query(ctx: Id, stream: Id) -> Status;
+        post StreamWaitEvent stream_wait_event(ctx: Id, stream: Id, event: Id, flags: u32);
+    }
+
+    /// Events.
+    group Events {
+        post CreateEvent create_event(id: Id, ctx: Id, flags: u32);
+        post DestroyEvent destroy_event(id: Id);
+        post RecordEvent record_event(ctx: Id, event: Id, stream: Id, flags: u32);
+        /// Also reports the first deferred failure.
+        call EventSynchronize event_synchronize(event: Id) -> Status;
+        call EventQuery event_query(event: Id) -> Status;
+        /// `cuEventElapsedTime`, in milliseconds.
+        call EventElapsedTime event_elapsed_time(start: Id, end: Id) -> Answer<f32>;
+    }
+
+    /// Graphs by stream capture.
+    group Graphs {
+        /// `cuStreamBeginCapture`: the stream's work from now on is recorded into a graph on the
+        /// server.
+        call BeginCapture begin_capture(ctx: Id, stream: Id, mode: u32) -> Status;
+        /// `cuStreamEndCapture`: the recorded graph becomes `graph`.
+        call EndCapture end_capture(ctx: Id, stream: Id, graph: Id) -> Status;
+        /// `cuGraphInstantiateWithFlags`.
+        call GraphInstantiate graph_instantiate(ctx: Id, graph: Id, exec: Id, flags: u64) -> Status;
+        /// `cuGraphLaunch` (`upload`: `cuGraphUpload`).
+        post GraphLaunch graph_launch(ctx: Id, exec: Id, stream: Id, upload: bool);
+        post GraphDestroy graph_destroy(graph: Id);
+        post GraphExecDestroy graph_exec_destroy(exec: Id);
+    }
+
+    /// Virtual memory management.
+    group VirtualMemory {
+        /// `cuMemGetAllocationGranularity`.
+        call VmmGranularity vmm_granularity(ctx: Id, prop: MemProp, option: u32) -> Answer<u64>;
+        /// `cuMemAddressReserve`.
+        call VmmReserve vmm_reserve(ctx: Id, size: u64, alignment: u64, addr: DevicePtr, flags: u64)
+            -> Answer<DevicePtr>;
+        /// `cuMemCreate`: the physical allocation gets the client-chosen `handle` id.
+        call VmmCreate vmm_create(ctx: Id, handle: Id, size: u64, prop: MemProp, flags: u64)
+            -> Status;
+        /// `cuMemMap`.
+        call VmmMap vmm_map(ctx: Id, ptr: DevicePtr, size: u64, offset: u64, handle: Id, flags: u64)
+            -> Status;
+        /// `cuMemSetAccess`.
+        call VmmSetAccess vmm_set_access(ctx: Id, ptr: DevicePtr, size: u64, access: Vec<MemAccess>)
+            -> Status;
+        /// `cuMemUnmap`.
+        call VmmUnmap vmm_unmap(ctx: Id, ptr: DevicePtr, size: u64) -> Status;
+        /// `cuMemRelease`.
+        call VmmRelease vmm_release(ctx: Id, handle: Id) -> Status;
+        /// `cuMemAddressFree`.
+        call VmmAddressFree vmm_address_free(ctx: Id, ptr: DevicePtr, size: u64) -> Status;
+    }
 }
 
 /// `CUmemAllocationProp`, with device ordinals already the server's.
@@ -347,50 +379,6 @@ pub struct MemAccess {
     pub location_type: u32,
     pub location_id: i32,
     pub flags: u32,
-}
-
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub enum VmmOp {
-    Granularity {
-        prop: MemProp,
-        option: u32,
-    },
-    Reserve {
-        size: u64,
-        alignment: u64,
-        addr: DevicePtr,
-        flags: u64,
-    },
-    /// The physical allocation gets the client-chosen `handle` id.
-    Create {
-        handle: Id,
-        size: u64,
-        prop: MemProp,
-        flags: u64,
-    },
-    Map {
-        ptr: DevicePtr,
-        size: u64,
-        offset: u64,
-        handle: Id,
-        flags: u64,
-    },
-    SetAccess {
-        ptr: DevicePtr,
-        size: u64,
-        access: Vec<MemAccess>,
-    },
-    Unmap {
-        ptr: DevicePtr,
-        size: u64,
-    },
-    Release {
-        handle: Id,
-    },
-    AddressFree {
-        ptr: DevicePtr,
-        size: u64,
-    },
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -425,40 +413,6 @@ pub enum OccupancyQuery {
     },
 }
 
-impl CuRequest {
-    pub fn expects_reply(&self) -> bool {
-        !matches!(
-            self,
-            CuRequest::CreateContext { .. }
-                | CuRequest::DestroyContext { .. }
-                | CuRequest::MemcpyHtoD { .. }
-                | CuRequest::MemcpyDtoD { .. }
-                | CuRequest::MemFreeAsync { .. }
-                | CuRequest::Memset { .. }
-                | CuRequest::UnloadImage { .. }
-                | CuRequest::SetFunctionCacheConfig { .. }
-                | CuRequest::Launch { .. }
-                | CuRequest::CreateStream { .. }
-                | CuRequest::DestroyStream { .. }
-                | CuRequest::StreamWaitEvent { .. }
-                | CuRequest::CreateEvent { .. }
-                | CuRequest::DestroyEvent { .. }
-                | CuRequest::RecordEvent { .. }
-                | CuRequest::GraphLaunch { .. }
-                | CuRequest::GraphDestroy { .. }
-                | CuRequest::GraphExecDestroy { .. }
-        )
-    }
-
-    /// Whether the request carries bulk data.
-    pub fn takes_bulk(&self) -> bool {
-        matches!(
-            self,
-            CuRequest::MemcpyHtoD { .. } | CuRequest::LoadImage { .. } | CuRequest::Launch { .. }
-        )
-    }
-}
-
 /// What a function's client needs to launch it and answer its attribute queries locally.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct FunctionInfo {
@@ -468,40 +422,42 @@ pub struct FunctionInfo {
     pub attributes: Vec<(u32, i32)>,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub enum CuReply {
-    Status(Status),
-    Inventory(CuInventory),
-    Value {
-        status: Status,
-        value: i64,
-    },
-    MemInfo {
-        status: Status,
-        free: u64,
-        total: u64,
-    },
-    Pointer {
-        status: Status,
-        ptr: DevicePtr,
-    },
-    /// `need_image`: the server does not hold an image with that hash; send it.
-    Loaded {
-        status: Status,
-        need_image: bool,
-        log: String,
-    },
-    Function {
-        status: Status,
-        info: FunctionInfo,
-    },
-    Global {
-        status: Status,
-        ptr: DevicePtr,
-        size: u64,
-    },
-    Elapsed {
-        status: Status,
-        milliseconds: f32,
-    },
+impl crate::table::FromStatus<Status> for Loaded {
+    fn from_status(status: Status) -> Self {
+        Loaded {
+            status,
+            need_image: false,
+            log: String::new(),
+        }
+    }
 }
+
+/// A server without CUDA has no devices.
+impl crate::table::FromStatus<Status> for CuInventory {
+    fn from_status(_: Status) -> Self {
+        CuInventory::default()
+    }
+}
+
+sample_struct! {
+    CuInventory { driver_version, devices },
+    CuDevice { name, uuid, total_mem, attributes, pci_bus_id, peers },
+    CuPeer { device, can_access, attributes },
+    Extent { width, height, depth },
+    Pitch { row, slice_rows },
+    LaunchAttribute { id, value },
+    MemProp { kind, handle_types, location_type, location_id, alloc_flags },
+    MemAccess { location_type, location_id, flags },
+    FunctionInfo { params, attributes },
+    MemInfo { free, total },
+    Global { ptr, size },
+    Loaded { status, need_image, log },
+}
+
+sample_enum!(ImageKind { Module, Library });
+sample_enum!(OccupancyQuery {
+    MaxActiveBlocks { function, block_size, shared_mem, flags },
+    AvailableDynamicSharedMem { function, num_blocks, block_size },
+    MaxPotentialBlockSize { function, shared_mem, block_size_limit, flags },
+    MaxActiveClusters { function, grid, block, shared_mem, attributes },
+});

@@ -7,6 +7,10 @@
 //! answers with [`ClientMsg::Authenticate`] and the server with [`ServerMsg::Welcome`] (or
 //! [`ServerMsg::Fatal`]). After that the client sends requests and the server replies.
 
+#[macro_use]
+pub mod table;
+#[macro_use]
+pub mod sample;
 pub mod auth;
 pub mod cuda;
 pub mod frame;
@@ -17,7 +21,7 @@ use serde::{Deserialize, Serialize};
 pub use frame::{decode_body, encode_frame, encode_frame_striped, FrameHeader, HEADER_LEN};
 
 /// Bumped on every incompatible change of any message.
-pub const PROTOCOL_VERSION: u32 = 4;
+pub const PROTOCOL_VERSION: u32 = 5;
 /// First bytes on the wire, each way.
 pub const MAGIC: [u8; 4] = *b"RGPU";
 
@@ -223,9 +227,37 @@ pub enum ServerMsg {
     Data {
         offset: u64,
     },
+    /// The end of a read (OpenCL or CUDA) for the request with the frame's seq, after its
+    /// `Data`: its status (an OpenCL status or a `CUresult`).
+    ReadDone {
+        status: i32,
+    },
     /// An event the client asked about (`NotifyEvent`) reached `status`.
     EventStatus {
         event: opencl::Id,
         status: i32,
     },
 }
+
+sample_struct!(LaneAttach {
+    session,
+    key,
+    index
+});
+sample_enum!(ClientMsg {
+    Authenticate { client_nonce, proof, client_name, lane },
+    Ping,
+    Cl(request),
+    Cu(request),
+});
+sample_enum!(ServerMsg {
+    Challenge { server_nonce, token_required, server_name },
+    Welcome { session_id, server_proof, lane_key },
+    Fatal { message },
+    Pong,
+    Cl(reply),
+    Cu(reply),
+    Data { offset },
+    ReadDone { status },
+    EventStatus { event, status },
+});

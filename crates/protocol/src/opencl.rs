@@ -23,188 +23,199 @@ pub enum ObjKind {
     Event,
 }
 
-/// Requests of the OpenCL front end. Which of them get a reply is fixed per variant
-/// ([`ClRequest::expects_reply`]); the rest are fire-and-forget and report failures at the next
-/// synchronizing call.
+/// An OpenCL status code (CL_SUCCESS = 0).
+pub type Status = i32;
+/// A request's outcome: its value, or the status of its failure.
+pub type Answer<T> = Result<T, Status>;
+
+wire_api! {
+    request: ClRequest,
+    reply: ClReply,
+    status: Status,
+    client: OpenClClient;
+
+    /// The inventory, queries and releases of any object.
+    group Objects {
+        /// Everything immutable about the server's platforms and devices.
+        call GetInventory get_inventory() -> Inventory;
+        /// Any clGet*Info query the client cannot answer from its own records: the raw value.
+        call GetInfo get_info(query: InfoQuery, param: u32) -> Answer<Vec<u8>>;
+        /// The client's reference count reached zero.
+        post Release release(kind: ObjKind, id: Id);
+    }
+
+    /// Contexts and queues.
+    group Contexts {
+        /// `properties`: zero-terminated, with the platform entry removed.
+        call CreateContext create_context(id: Id, devices: Vec<Id>, properties: Vec<u64>) -> Answer<()>;
+        /// Covers clCreateCommandQueue and clCreateCommandQueueWithProperties.
+        call CreateQueue create_queue(id: Id, context: Id, device: Id, properties: Vec<u64>)
+            -> Answer<()>;
+        post Flush flush(queue: Id);
+        /// Once the queue's work is done: its status, including any error deferred from earlier
+        /// posted requests.
+        wait Finish finish(queue: Id) -> Answer<()>;
+    }
+
+    /// Buffers, images and samplers.
+    group Memory {
+        /// `flags` as the server should see them (host-pointer flags become COPY_HOST_PTR). Bulk:
+        /// the initial contents when the client passed a host pointer.
+        call [bulk] CreateBuffer create_buffer(
+            id: Id,
+            context: Id,
+            flags: u64,
+            size: u64,
+            properties: Vec<u64>,
+        ) -> Answer<()>;
+        call CreateSubBuffer create_sub_buffer(
+            id: Id,
+            parent: Id,
+            flags: u64,
+            origin: u64,
+            size: u64,
+        ) -> Answer<()>;
+        /// Bulk: the initial contents, tightly packed.
+        call [bulk] CreateImage create_image(
+            id: Id,
+            context: Id,
+            flags: u64,
+            format: ImageFormat,
+            desc: ImageDesc,
+            properties: Vec<u64>,
+        ) -> Answer<()>;
+        call GetSupportedImageFormats get_supported_image_formats(
+            context: Id,
+            flags: u64,
+            image_type: u32,
+        ) -> Answer<Vec<ImageFormat>>;
+        /// `properties`: the zero-terminated sampler property list (1.2-style arguments are
+        /// converted to it).
+        call CreateSampler create_sampler(id: Id, context: Id, properties: Vec<u64>) -> Answer<()>;
+    }
+
+    /// Programs.
+    group Programs {
+        call CreateProgramWithSource create_program_with_source(id: Id, context: Id, source: String)
+            -> Answer<()>;
+        call CreateProgramWithBinary create_program_with_binary(
+            id: Id,
+            context: Id,
+            devices: Vec<Id>,
+            binaries: Vec<Vec<u8>>,
+        ) -> BinaryStatus;
+        call CreateProgramWithIl create_program_with_il(id: Id, context: Id, il: Vec<u8>) -> Answer<()>;
+        call CreateProgramWithBuiltInKernels create_program_with_built_in_kernels(
+            id: Id,
+            context: Id,
+            devices: Vec<Id>,
+            kernel_names: String,
+        ) -> Answer<()>;
+        /// `includes`: the headers of the options' `-I` directories, read on the client.
+        call BuildProgram build_program(
+            program: Id,
+            devices: Vec<Id>,
+            options: String,
+            includes: Vec<IncludeDir>,
+        ) -> Answer<()>;
+        /// `headers`: the embedded headers (program id, include name).
+        call CompileProgram compile_program(
+            program: Id,
+            devices: Vec<Id>,
+            options: String,
+            headers: Vec<(Id, String)>,
+            includes: Vec<IncludeDir>,
+        ) -> Answer<()>;
+        call LinkProgram link_program(
+            id: Id,
+            context: Id,
+            devices: Vec<Id>,
+            options: String,
+            inputs: Vec<Id>,
+        ) -> Answer<()>;
+    }
+
+    /// Kernels and their arguments.
+    group Kernels {
+        /// A kernel and the facts the client caches about it.
+        call CreateKernel create_kernel(id: Id, program: Id, name: String) -> Answer<KernelFacts>;
+        /// Creates every kernel of a program under the given ids (in the order the
+        /// implementation lists them): the name and facts of each one created.
+        call CreateKernelsInProgram create_kernels_in_program(program: Id, ids: Vec<Id>)
+            -> Answer<Vec<(String, KernelFacts)>>;
+        call CloneKernel clone_kernel(id: Id, source: Id) -> Answer<KernelFacts>;
+        /// Sets kernel arguments ahead of a launch (before a query whose answer depends on them,
+        /// such as CL_KERNEL_LOCAL_MEM_SIZE).
+        post SetKernelArgs set_kernel_args(kernel: Id, args: Vec<(u32, KernelArg)>);
+    }
+
+    /// Events.
+    group Events {
+        post CreateUserEvent create_user_event(id: Id, context: Id);
+        post SetUserEventStatus set_user_event_status(event: Id, status: i32);
+        /// CL_SUCCESS, or the first deferred error or failed event status, once every event is
+        /// complete.
+        wait WaitForEvents wait_for_events(events: Vec<Id>) -> Answer<()>;
+        /// Asks for an `EventStatus` message once the event reaches `status` (or fails).
+        post NotifyEvent notify_event(event: Id, status: i32);
+    }
+
+    /// Commands for queues.
+    group Commands {
+        /// A command for a queue. `event` is the client's id for the command's event (0 when
+        /// the caller wants none).
+        post Enqueue enqueue(queue: Id, wait: Vec<Id>, event: Id, command: Command);
+        /// A write of a memory object's bytes, as `Enqueue`. Bulk: the bytes, packed tightly.
+        post [bulk] EnqueueWrite enqueue_write(
+            queue: Id,
+            wait: Vec<Id>,
+            event: Id,
+            transfer: Transfer,
+        );
+        /// A read of a memory object's bytes, as `Enqueue`: the data comes packed tightly.
+        read EnqueueRead enqueue_read(queue: Id, wait: Vec<Id>, event: Id, transfer: Transfer);
+    }
+}
+
+/// Where the bytes of a read or write lie in a memory object; they travel packed tightly
+/// (rectangles: row pitch `region[0]`, slice pitch `region[0] * region[1]`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub enum ClRequest {
-    /// Everything immutable about the server's platforms and devices. Reply: `Inventory`.
-    GetInventory,
-    /// Any clGet*Info query the client cannot answer from its own records. Reply: `Info`.
-    GetInfo { query: InfoQuery, param: u32 },
-    /// Reply: `Status`.
-    CreateContext {
-        id: Id,
-        devices: Vec<Id>,
-        /// Zero-terminated property list with the platform entry removed.
-        properties: Vec<u64>,
-    },
-    /// Covers clCreateCommandQueue and clCreateCommandQueueWithProperties. Reply: `Status`.
-    CreateQueue {
-        id: Id,
-        context: Id,
-        device: Id,
-        properties: Vec<u64>,
-    },
-    /// Bulk: the initial contents when the client passed a host pointer. Reply: `Status`.
-    CreateBuffer {
-        id: Id,
-        context: Id,
-        /// Flags as the server should see them (host-pointer flags become COPY_HOST_PTR).
-        flags: u64,
-        size: u64,
-        properties: Vec<u64>,
-    },
-    /// Reply: `Status`.
-    CreateSubBuffer {
-        id: Id,
-        parent: Id,
-        flags: u64,
-        origin: u64,
+pub enum Transfer {
+    Buffer {
+        buffer: Id,
+        offset: u64,
         size: u64,
     },
-    /// Bulk: the initial contents, tightly packed. Reply: `Status`.
-    CreateImage {
-        id: Id,
-        context: Id,
-        flags: u64,
-        format: ImageFormat,
-        desc: ImageDesc,
-        properties: Vec<u64>,
+    BufferRect {
+        buffer: Id,
+        rect: BufferRect,
     },
-    /// Reply: `ImageFormats`.
-    GetSupportedImageFormats {
-        context: Id,
-        flags: u64,
-        image_type: u32,
-    },
-    /// Reply: `Status`.
-    CreateSampler {
-        id: Id,
-        context: Id,
-        /// Zero-terminated sampler property list (1.2-style arguments are converted to it).
-        properties: Vec<u64>,
-    },
-    /// Reply: `Status`.
-    CreateProgramWithSource { id: Id, context: Id, source: String },
-    /// Reply: `Binary`.
-    CreateProgramWithBinary {
-        id: Id,
-        context: Id,
-        devices: Vec<Id>,
-        binaries: Vec<Vec<u8>>,
-    },
-    /// Reply: `Status`.
-    CreateProgramWithIl { id: Id, context: Id, il: Vec<u8> },
-    /// Reply: `Status`.
-    CreateProgramWithBuiltInKernels {
-        id: Id,
-        context: Id,
-        devices: Vec<Id>,
-        kernel_names: String,
-    },
-    /// Reply: `Status`.
-    BuildProgram {
-        program: Id,
-        devices: Vec<Id>,
-        options: String,
-        /// The headers of the options' `-I` directories, read on the client.
-        includes: Vec<IncludeDir>,
-    },
-    /// Reply: `Status`.
-    CompileProgram {
-        program: Id,
-        devices: Vec<Id>,
-        options: String,
-        /// Embedded headers: (program id, include name).
-        headers: Vec<(Id, String)>,
-        includes: Vec<IncludeDir>,
-    },
-    /// Reply: `Status`.
-    LinkProgram {
-        id: Id,
-        context: Id,
-        devices: Vec<Id>,
-        options: String,
-        inputs: Vec<Id>,
-    },
-    /// Reply: `Kernel`.
-    CreateKernel { id: Id, program: Id, name: String },
-    /// Creates every kernel of a program under the given ids (in the order the implementation
-    /// lists them). Reply: `Kernels` with the names of those created.
-    CreateKernelsInProgram { program: Id, ids: Vec<Id> },
-    /// Reply: `Kernel`.
-    CloneKernel { id: Id, source: Id },
-    /// Sets kernel arguments ahead of a launch (before a query whose answer depends on them,
-    /// such as CL_KERNEL_LOCAL_MEM_SIZE). No reply.
-    SetKernelArgs {
-        kernel: Id,
-        args: Vec<(u32, KernelArg)>,
-    },
-    /// The client's reference count reached zero. No reply.
-    Release { kind: ObjKind, id: Id },
-    /// No reply.
-    CreateUserEvent { id: Id, context: Id },
-    /// No reply.
-    SetUserEventStatus { event: Id, status: i32 },
-    /// Reply: `Status` (CL_SUCCESS, or the first deferred error / failed event status).
-    WaitForEvents { events: Vec<Id> },
-    /// Asks for an `EventStatus` message once the event reaches `status` (or fails). No reply.
-    NotifyEvent { event: Id, status: i32 },
-    /// No reply.
-    Flush { queue: Id },
-    /// Reply: `Status`, including any error deferred from earlier fire-and-forget requests.
-    Finish { queue: Id },
-    /// A command for a queue. Reads reply with `Data` chunks then `Status`; the rest have no
-    /// reply. `event` is the client id for the command's event (0 when the caller wants none).
-    Enqueue {
-        queue: Id,
-        wait: Vec<Id>,
-        event: Id,
-        command: Command,
+    Image {
+        image: Id,
+        origin: [u64; 3],
+        region: [u64; 3],
     },
 }
 
-impl ClRequest {
-    /// Whether the server answers this request with a `Reply` frame.
-    pub fn expects_reply(&self) -> bool {
-        match self {
-            ClRequest::Release { .. }
-            | ClRequest::SetKernelArgs { .. }
-            | ClRequest::CreateUserEvent { .. }
-            | ClRequest::SetUserEventStatus { .. }
-            | ClRequest::NotifyEvent { .. }
-            | ClRequest::Flush { .. } => false,
-            ClRequest::Enqueue { command, .. } => command.returns_data(),
-            _ => true,
-        }
-    }
+/// The answer to `CreateProgramWithBinary`: the call's status and each binary's.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BinaryStatus {
+    pub status: Status,
+    pub binary_status: Vec<Status>,
+}
+
+/// What the client caches about a kernel: its arguments, and its work-group limits on each
+/// device of its program.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KernelFacts {
+    pub num_args: u32,
+    pub args: Vec<ArgKind>,
+    pub limits: Vec<WorkGroupLimits>,
 }
 
 /// Queue commands.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Command {
-    /// Bulk: `size` bytes.
-    WriteBuffer {
-        buffer: Id,
-        offset: u64,
-        size: u64,
-    },
-    ReadBuffer {
-        buffer: Id,
-        offset: u64,
-        size: u64,
-    },
-    /// Bulk: the host region packed tightly (row pitch region[0], slice pitch region[0]*region[1]).
-    WriteBufferRect {
-        buffer: Id,
-        rect: BufferRect,
-    },
-    /// Data comes back packed tightly, as for `WriteBufferRect`.
-    ReadBufferRect {
-        buffer: Id,
-        rect: BufferRect,
-    },
     CopyBuffer {
         src: Id,
         dst: Id,
@@ -228,18 +239,6 @@ pub enum Command {
         pattern: Vec<u8>,
         offset: u64,
         size: u64,
-    },
-    /// Bulk: the region packed tightly.
-    WriteImage {
-        image: Id,
-        origin: [u64; 3],
-        region: [u64; 3],
-    },
-    /// Data comes back packed tightly.
-    ReadImage {
-        image: Id,
-        origin: [u64; 3],
-        region: [u64; 3],
     },
     CopyImage {
         src: Id,
@@ -283,16 +282,6 @@ pub enum Command {
         objects: Vec<Id>,
         flags: u64,
     },
-}
-
-impl Command {
-    /// Reads stream data back to the client and end with a `Status` reply.
-    pub fn returns_data(&self) -> bool {
-        matches!(
-            self,
-            Command::ReadBuffer { .. } | Command::ReadBufferRect { .. } | Command::ReadImage { .. }
-        )
-    }
 }
 
 /// The geometry of a rectangular buffer transfer (device side).
@@ -409,42 +398,6 @@ pub enum InfoQuery {
     EventProfiling(Id),
 }
 
-/// Replies, matched to their request by the frame's seq.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub enum ClReply {
-    /// An OpenCL status code (CL_SUCCESS = 0).
-    Status(i32),
-    /// A clGet*Info result: the status and the raw value bytes.
-    Info {
-        status: i32,
-        value: Vec<u8>,
-    },
-    Inventory(Inventory),
-    ImageFormats {
-        status: i32,
-        formats: Vec<ImageFormat>,
-    },
-    /// clCreateProgramWithBinary: the call's status and each binary's status.
-    Binary {
-        status: i32,
-        binary_status: Vec<i32>,
-    },
-    /// A created kernel and the facts the client caches about it.
-    Kernel {
-        status: i32,
-        num_args: u32,
-        args: Vec<ArgKind>,
-        limits: Vec<WorkGroupLimits>,
-    },
-    Kernels {
-        status: i32,
-        names: Vec<String>,
-        num_args: Vec<u32>,
-        args: Vec<Vec<ArgKind>>,
-        limits: Vec<Vec<WorkGroupLimits>>,
-    },
-}
-
 /// A server's platforms and devices with all their immutable info, fetched once at connect.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Inventory {
@@ -466,3 +419,84 @@ pub struct DeviceDesc {
     /// (param, value bytes) for every parameter the device answered.
     pub info: Vec<(u32, Vec<u8>)>,
 }
+
+impl crate::table::FromStatus<Status> for BinaryStatus {
+    fn from_status(status: Status) -> Self {
+        BinaryStatus {
+            status,
+            binary_status: Vec::new(),
+        }
+    }
+}
+
+impl crate::table::FromStatus<Status> for Inventory {
+    fn from_status(_: Status) -> Self {
+        Inventory::default()
+    }
+}
+
+sample_struct! {
+    BinaryStatus { status, binary_status },
+    KernelFacts { num_args, args, limits },
+    BufferRect { buffer_origin, region, buffer_row_pitch, buffer_slice_pitch },
+    IncludeDir { dir, files },
+    WorkGroupLimits { device, max_size, required },
+    ImageFormat { channel_order, channel_data_type },
+    ImageDesc {
+        image_type, width, height, depth, array_size, row_pitch, slice_pitch, num_mip_levels,
+        num_samples, mem_object,
+    },
+    Inventory { platforms, devices },
+    PlatformDesc { id, info },
+    DeviceDesc { id, platform, info },
+}
+
+sample_enum!(ObjKind {
+    Context,
+    Queue,
+    Mem,
+    Sampler,
+    Program,
+    Kernel,
+    Event
+});
+sample_enum!(Transfer {
+    Buffer { buffer, offset, size },
+    BufferRect { buffer, rect },
+    Image { image, origin, region },
+});
+sample_enum!(Command {
+    CopyBuffer { src, dst, src_offset, dst_offset, size },
+    CopyBufferRect {
+        src, dst, src_origin, dst_origin, region, src_row_pitch, src_slice_pitch,
+        dst_row_pitch, dst_slice_pitch,
+    },
+    FillBuffer { buffer, pattern, offset, size },
+    CopyImage { src, dst, src_origin, dst_origin, region },
+    FillImage { image, color, origin, region },
+    CopyImageToBuffer { src, dst, src_origin, region, dst_offset },
+    CopyBufferToImage { src, dst, src_offset, dst_origin, region },
+    NdRange { kernel, work_dim, offset, global, local, args },
+    MarkerWithWaitList,
+    BarrierWithWaitList,
+    MigrateMemObjects { objects, flags },
+});
+sample_enum!(KernelArg { Bytes(bytes), Mem(mem), Sampler(sampler), Local(size) });
+sample_enum!(ArgKind { Unknown, MemObject, Sampler, Local, Value { size } });
+sample_enum!(InfoQuery {
+    Platform(id),
+    Device(id),
+    Context(id),
+    Queue(id),
+    Mem(id),
+    Image(id),
+    Sampler(id),
+    Program(id),
+    ProgramBuild { program, device },
+    Kernel(id),
+    KernelWorkGroup { kernel, device },
+    KernelArg { kernel, index },
+    KernelSubGroup { kernel, device, input },
+    Event(id),
+    EventProfiling(id),
+});

@@ -15,10 +15,11 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use rgpu_cl_api::sys;
-use rgpu_protocol::opencl::{ClReply, Id};
+use rgpu_protocol::opencl::{Answer, ClReply, Id};
 use rgpu_protocol::ServerMsg;
 
 use crate::native::{Event, InFlight, Waker};
+use crate::opencl::answer;
 use crate::session::Writer;
 
 pub enum Job {
@@ -32,14 +33,14 @@ pub enum Job {
     /// No more chunks for the read; `status` is its final status if every chunk succeeds
     /// (CL_SUCCESS, an enqueue error, or a deferred error).
     ReadEnd { seq: u64, status: i32 },
-    /// Reply `Status` to the `WaitForEvents` with this seq once all `events` are complete:
+    /// Reply to the `WaitForEvents` with this seq once all `events` are complete:
     /// `status` if none failed (CL_SUCCESS or a deferred error).
     Wait {
         seq: u64,
         events: Vec<Event>,
         status: i32,
     },
-    /// Reply `Status(status)` to the `Finish` with this seq once `marker` (enqueued after
+    /// Reply `status` to the `Finish` with this seq once `marker` (enqueued after
     /// everything the queue holds) is complete; failed commands do not make `Finish` fail.
     Finish {
         seq: u64,
@@ -115,6 +116,8 @@ struct ReadTask {
 
 struct WaitTask {
     seq: u64,
+    /// The reply of the request waiting (`Finish` or `WaitForEvents`), from its outcome.
+    reply: fn(Answer<()>) -> ClReply,
     slots: Vec<Arc<Mutex<Option<i32>>>>,
     status: i32,
     ignore_failures: bool,
@@ -199,6 +202,7 @@ impl State {
                 let slots = events.iter().map(|e| self.watch(e)).collect();
                 self.waits.push(WaitTask {
                     seq,
+                    reply: ClReply::WaitForEvents,
                     slots,
                     status,
                     ignore_failures: false,
@@ -213,6 +217,7 @@ impl State {
                 let slots = vec![self.watch(&marker)];
                 self.waits.push(WaitTask {
                     seq,
+                    reply: ClReply::Finish,
                     slots,
                     status,
                     ignore_failures: true,
@@ -325,9 +330,9 @@ impl State {
                 } else {
                     sys::CL_SUCCESS
                 };
-                let seq = task.seq;
+                let (seq, reply) = (task.seq, task.reply);
                 self.waits.remove(i);
-                self.send(&ServerMsg::Cl(ClReply::Status(status)), seq, &[]);
+                self.send(&ServerMsg::Cl(reply(answer(status))), seq, &[]);
             } else {
                 i += 1;
             }
@@ -364,7 +369,7 @@ impl State {
         // An execution failure of a chunk says more than the enqueue or deferred status.
         let status = task.failed.unwrap_or(end);
         let seq = task.seq;
-        self.send(&ServerMsg::Cl(ClReply::Status(status)), seq, &[]);
+        self.send(&ServerMsg::ReadDone { status }, seq, &[]);
         true
     }
 

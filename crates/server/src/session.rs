@@ -8,15 +8,15 @@
 use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex};
 
-use rgpu_cl_api::{error_name, sys, validate};
-use rgpu_protocol::opencl::{ClReply, ClRequest, Command, Id};
+use rgpu_cl_api::{error_name, sys};
+use rgpu_protocol::opencl::{self, ClReply, Id};
 use rgpu_protocol::{decode_body, ClientMsg, FrameHeader, LaneAttach, LaneKey, ServerMsg};
 use rgpu_transport::{
     accept_preamble, random_lane_key, server_handshake, FrameReader, FrameWriter, ReadHalf, Route,
     Stream, TransportError,
 };
 
-use crate::completion::{Completion, Job};
+use crate::completion::Completion;
 use crate::handles::Handles;
 use crate::inventory::Inventory;
 use crate::lanes::{LaneReaders, Striped};
@@ -55,24 +55,6 @@ impl Writer {
             writer.queue(&ServerMsg::Data { offset }, seq, data)?;
         }
         writer.send(last, seq, &[])
-    }
-}
-
-/// The reply to a kernel creation or clone.
-fn kernel_reply(created: ClResult<crate::opencl::KernelFacts>) -> ClReply {
-    match created {
-        Ok((num_args, args, limits)) => ClReply::Kernel {
-            status: sys::CL_SUCCESS,
-            num_args,
-            args,
-            limits,
-        },
-        Err(status) => ClReply::Kernel {
-            status,
-            num_args: 0,
-            args: Vec::new(),
-            limits: Vec::new(),
-        },
     }
 }
 
@@ -390,7 +372,9 @@ impl Session {
                 ClientMsg::Authenticate { .. } => {
                     Err(End::Protocol("authentication after the handshake".into()))
                 }
-                ClientMsg::Cl(request) => self.handle(header.seq, header.bulk_len, request),
+                ClientMsg::Cl(request) => {
+                    opencl::serve::dispatch(self, header.seq, header.bulk_len, request)
+                }
                 ClientMsg::Cu(request) => self.handle_cuda(header.seq, header.bulk_len, request),
             };
             if let Err(end) = result {
@@ -405,257 +389,6 @@ impl Session {
                     return end;
                 }
             }
-        }
-    }
-
-    /// Carries out one request and sends its reply, if it has one. `Err` ends the session.
-    fn handle(&mut self, seq: u64, bulk_len: u64, request: ClRequest) -> Result<(), End> {
-        let takes_bulk = matches!(
-            &request,
-            ClRequest::CreateBuffer { .. }
-                | ClRequest::CreateImage { .. }
-                | ClRequest::Enqueue {
-                    command: Command::WriteBuffer { .. }
-                        | Command::WriteBufferRect { .. }
-                        | Command::WriteImage { .. },
-                    ..
-                }
-        );
-        if bulk_len > 0 && !takes_bulk {
-            return Err(End::Protocol(format!(
-                "{bulk_len} bytes of bulk data with a request that takes none"
-            )));
-        }
-        match request {
-            ClRequest::GetInventory => {
-                let inventory = self.inventory.wire.clone();
-                self.reply(seq, ClReply::Inventory(inventory))
-            }
-            ClRequest::GetInfo { query, param } => {
-                let (status, value) = match self.get_info(&query, param) {
-                    Ok(value) => (sys::CL_SUCCESS, value),
-                    Err(e) => (e, Vec::new()),
-                };
-                self.reply(seq, ClReply::Info { status, value })
-            }
-            ClRequest::CreateContext {
-                id,
-                devices,
-                properties,
-            } => {
-                let result = self.create_context(id, &devices, &properties);
-                self.reply_status(seq, result)
-            }
-            ClRequest::CreateQueue {
-                id,
-                context,
-                device,
-                properties,
-            } => {
-                let result = self.create_queue(id, context, device, &properties);
-                self.reply_status(seq, result)
-            }
-            ClRequest::CreateBuffer {
-                id,
-                context,
-                flags,
-                size,
-                properties,
-            } => {
-                let status = self.create_buffer(id, context, flags, size, &properties, bulk_len)?;
-                self.reply(seq, ClReply::Status(status))
-            }
-            ClRequest::CreateSubBuffer {
-                id,
-                parent,
-                flags,
-                origin,
-                size,
-            } => {
-                let result = self.create_sub_buffer(id, parent, flags, origin, size);
-                self.reply_status(seq, result)
-            }
-            ClRequest::CreateImage {
-                id,
-                context,
-                flags,
-                format,
-                desc,
-                properties,
-            } => {
-                let status =
-                    self.create_image(id, context, flags, format, &desc, &properties, bulk_len)?;
-                self.reply(seq, ClReply::Status(status))
-            }
-            ClRequest::GetSupportedImageFormats {
-                context,
-                flags,
-                image_type,
-            } => {
-                let (status, formats) =
-                    match self.supported_image_formats(context, flags, image_type) {
-                        Ok(formats) => (sys::CL_SUCCESS, formats),
-                        Err(e) => (e, Vec::new()),
-                    };
-                self.reply(seq, ClReply::ImageFormats { status, formats })
-            }
-            ClRequest::CreateSampler {
-                id,
-                context,
-                properties,
-            } => {
-                let result = self.create_sampler(id, context, &properties);
-                self.reply_status(seq, result)
-            }
-            ClRequest::CreateProgramWithSource {
-                id,
-                context,
-                source,
-            } => {
-                let result = self.create_program_with_source(id, context, &source);
-                self.reply_status(seq, result)
-            }
-            ClRequest::CreateProgramWithBinary {
-                id,
-                context,
-                devices,
-                binaries,
-            } => {
-                let (status, binary_status) =
-                    self.create_program_with_binary(id, context, &devices, &binaries);
-                self.reply(
-                    seq,
-                    ClReply::Binary {
-                        status,
-                        binary_status,
-                    },
-                )
-            }
-            ClRequest::CreateProgramWithIl { id, context, il } => {
-                let result = self.create_program_with_il(id, context, &il);
-                self.reply_status(seq, result)
-            }
-            ClRequest::CreateProgramWithBuiltInKernels {
-                id,
-                context,
-                devices,
-                kernel_names,
-            } => {
-                let result =
-                    self.create_program_with_built_in_kernels(id, context, &devices, &kernel_names);
-                self.reply_status(seq, result)
-            }
-            ClRequest::BuildProgram {
-                program,
-                devices,
-                options,
-                includes,
-            } => {
-                let result = validate::build_options(&options)
-                    .and_then(|()| self.stage_includes(&options, &includes))
-                    .and_then(|options| self.build_program(program, &devices, &options));
-                self.reply_status(seq, result)
-            }
-            ClRequest::CompileProgram {
-                program,
-                devices,
-                options,
-                headers,
-                includes,
-            } => {
-                let result = validate::build_options(&options)
-                    .and_then(|()| self.stage_includes(&options, &includes))
-                    .and_then(|options| {
-                        self.compile_program(program, &devices, &options, &headers)
-                    });
-                self.reply_status(seq, result)
-            }
-            ClRequest::LinkProgram {
-                id,
-                context,
-                devices,
-                options,
-                inputs,
-            } => {
-                let status = match validate::build_options(&options) {
-                    Ok(()) => self.link_program(id, context, &devices, &options, &inputs),
-                    Err(status) => status,
-                };
-                self.reply(seq, ClReply::Status(status))
-            }
-            ClRequest::CreateKernel { id, program, name } => {
-                let created = self.create_kernel(id, program, &name);
-                self.reply(seq, kernel_reply(created))
-            }
-            ClRequest::CreateKernelsInProgram { program, ids } => {
-                let reply = match self.create_kernels_in_program(program, &ids) {
-                    Ok((names, num_args, args, limits)) => ClReply::Kernels {
-                        status: sys::CL_SUCCESS,
-                        names,
-                        num_args,
-                        args,
-                        limits,
-                    },
-                    Err(status) => ClReply::Kernels {
-                        status,
-                        names: Vec::new(),
-                        num_args: Vec::new(),
-                        args: Vec::new(),
-                        limits: Vec::new(),
-                    },
-                };
-                self.reply(seq, reply)
-            }
-            ClRequest::CloneKernel { id, source } => {
-                let cloned = self.clone_kernel(id, source);
-                self.reply(seq, kernel_reply(cloned))
-            }
-            ClRequest::SetKernelArgs { kernel, args } => {
-                if let Err(e) = self.apply_kernel_args(kernel, &args) {
-                    self.defer("clSetKernelArg", e);
-                }
-                Ok(())
-            }
-            ClRequest::Release { kind, id } => {
-                if let Err(e) = self.handles.release(kind, id) {
-                    self.defer(&format!("release of {kind:?} {id}"), e);
-                }
-                Ok(())
-            }
-            ClRequest::CreateUserEvent { id, context } => {
-                if let Err(e) = self.create_user_event(id, context) {
-                    self.defer("clCreateUserEvent", e);
-                    self.fail_event(id, None, e);
-                }
-                Ok(())
-            }
-            ClRequest::SetUserEventStatus { event, status } => {
-                if let Err(e) = self.set_user_event_status(event, status) {
-                    self.defer("clSetUserEventStatus", e);
-                }
-                Ok(())
-            }
-            ClRequest::WaitForEvents { events } => self.wait_for_events(seq, &events),
-            ClRequest::NotifyEvent { event, status } => {
-                if let Err(e) = self.notify_event(event, status) {
-                    self.defer("clSetEventCallback", e);
-                }
-                Ok(())
-            }
-            ClRequest::Flush { queue } => {
-                let result = self.handles.queues.get(queue).and_then(|q| q.queue.flush());
-                if let Err(e) = result {
-                    self.defer("clFlush", e);
-                }
-                Ok(())
-            }
-            ClRequest::Finish { queue } => self.finish(seq, queue),
-            ClRequest::Enqueue {
-                queue,
-                wait,
-                event,
-                command,
-            } => self.enqueue(seq, bulk_len, queue, &wait, event, command),
         }
     }
 
@@ -740,13 +473,6 @@ impl Session {
         self.send(&ServerMsg::Cl(reply), seq, &[])
     }
 
-    fn reply_status(&self, seq: u64, result: ClResult<()>) -> Result<(), End> {
-        self.reply(
-            seq,
-            ClReply::Status(result.err().unwrap_or(sys::CL_SUCCESS)),
-        )
-    }
-
     /// Records the failure of a request that has no reply; the client hears of it at its next
     /// synchronizing request.
     pub(crate) fn defer(&mut self, what: &str, error: i32) {
@@ -782,45 +508,6 @@ impl Session {
         };
         if let Some(event) = event {
             let _ = self.handles.events.insert(event_id, event);
-        }
-    }
-
-    /// `Finish`: replies once every command enqueued so far on the queue is complete, with
-    /// the deferred error if there is one. A marker stands for the queue's work, so the
-    /// request thread stays free to take requests (a user event another client thread sets
-    /// may be what the queue waits for).
-    fn finish(&mut self, seq: u64, queue: Id) -> Result<(), End> {
-        if !self.device_may_wait_for_client() {
-            // Nothing queued can be waiting for a later request: finish right here, which is
-            // as fast as native clFinish.
-            let finished = self.handles.queues.get(queue).and_then(|q| {
-                let marker = q.queue.marker(&[])?;
-                q.queue.flush()?;
-                marker.wait_fast();
-                Ok(())
-            });
-            let status = match finished {
-                Ok(()) => self.take_deferred().unwrap_or(sys::CL_SUCCESS),
-                Err(e) => e,
-            };
-            return self.reply(seq, ClReply::Status(status));
-        }
-        let marker = self.handles.queues.get(queue).and_then(|q| {
-            let marker = q.queue.marker(&[])?;
-            q.queue.flush()?;
-            Ok(marker)
-        });
-        match marker {
-            Err(e) => self.reply(seq, ClReply::Status(e)),
-            Ok(marker) => {
-                let status = self.take_deferred().unwrap_or(sys::CL_SUCCESS);
-                self.completion().send(Job::Finish {
-                    seq,
-                    marker,
-                    status,
-                });
-                Ok(())
-            }
         }
     }
 
@@ -861,5 +548,24 @@ impl Session {
         self.remove_includes();
         self.user_events.clear();
         count
+    }
+}
+
+/// What every OpenCL group's methods share (the groups are implemented in crate::opencl).
+impl opencl::serve::Server for Session {
+    type End = End;
+
+    fn reply(&mut self, seq: u64, reply: ClReply) -> Result<(), End> {
+        Session::reply(self, seq, reply)
+    }
+
+    fn defer(&mut self, message: &'static str, status: i32) {
+        Session::defer(self, message, status);
+    }
+
+    fn unexpected_bulk(&mut self, message: &'static str, bulk_len: u64) -> End {
+        End::Protocol(format!(
+            "{bulk_len} bytes of bulk data with {message}, which takes none"
+        ))
     }
 }

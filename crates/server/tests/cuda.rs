@@ -12,8 +12,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
-use rgpu_client::{Connection, Handoff, ReadSink, SendPtr};
-use rgpu_protocol::cuda::{CuReply, CuRequest, Extent, Pitch};
+use rgpu_client::{Connection, CudaClient, Handoff, ReadSink, SendPtr};
+use rgpu_protocol::cuda::{CuRequest, Extent, Pitch};
 use rgpu_protocol::ClientMsg;
 
 const NOT_SUPPORTED: u32 = 801;
@@ -28,17 +28,12 @@ fn connect(server: &Running) -> std::sync::Arc<Connection> {
 fn cuda_requests_on_any_server() {
     let server = Running::start(None);
     let conn = connect(&server);
-    let inventory = match conn.call_cu(CuRequest::GetInventory, &[]).unwrap() {
-        CuReply::Inventory(inventory) => inventory,
-        other => panic!("unexpected reply {other:?}"),
-    };
+    let inventory = conn.cuda().get_inventory().unwrap();
     if inventory.devices.is_empty() {
         // No CUDA: refused, with the bulk of a posted write consumed, inline or striped over
         // data lanes (twice: the second finds the lanes where the first left them).
-        let reply = conn
-            .call_cu(CuRequest::MemAlloc { ctx: 1, size: 64 }, &[])
-            .unwrap();
-        assert_eq!(reply, CuReply::Status(NOT_SUPPORTED));
+        let allocated = conn.cuda().mem_alloc(1, 64).unwrap();
+        assert_eq!(allocated, Err(NOT_SUPPORTED));
         write(
             &conn,
             0x1000,
@@ -64,24 +59,13 @@ fn cuda_requests_on_any_server() {
         return;
     }
     // A GPU: one context, 8 MiB written and read back.
-    conn.post_cu(
-        CuRequest::CreateContext {
-            id: 1,
-            device: 0,
-            flags: 0,
-            primary: true,
-        },
-        &[],
-    )
-    .unwrap();
+    conn.cuda().create_context(1, 0, 0, true).unwrap();
     let size = 8 << 20;
-    let ptr = match conn
-        .call_cu(CuRequest::MemAlloc { ctx: 1, size }, &[])
+    let ptr = conn
+        .cuda()
+        .mem_alloc(1, size)
         .unwrap()
-    {
-        CuReply::Pointer { status: 0, ptr } => ptr,
-        other => panic!("allocation failed: {other:?}"),
-    };
+        .expect("allocation succeeds");
     let data: Vec<u8> = (0..size as usize).map(|i| (i * 7 % 251) as u8).collect();
     // 8 MiB: striped over three data lanes.
     assert_eq!(conn.open_lanes(3), 3);
@@ -120,35 +104,22 @@ fn cuda_requests_on_any_server() {
         write(&conn, ptr, extent, Some(pitch), packed);
         assert_eq!(read(&conn, ptr, extent, pitch), packed, "{extent:?}");
         // Device to device, from the pitched rows into packed ones.
-        let copy = CuRequest::MemcpyDtoD {
-            ctx: 1,
-            stream: 0,
-            dst: copy_at,
-            dst_pitch: extent.packed(),
-            src: ptr,
-            src_pitch: pitch,
-            src_ctx: 0,
-            extent,
-        };
-        conn.post_cu(copy, &[]).unwrap();
+        conn.cuda()
+            .memcpy_dtod(1, 0, copy_at, extent.packed(), ptr, pitch, 0, extent)
+            .unwrap();
         let whole = Extent::linear(extent.bytes().unwrap());
         assert_eq!(read(&conn, copy_at, whole, whole.packed()), packed);
     }
-    let free = CuRequest::MemFree { ctx: 1, ptr };
-    assert_eq!(conn.call_cu(free, &[]).unwrap(), CuReply::Status(0));
+    assert_eq!(conn.cuda().mem_free(1, ptr).unwrap(), 0);
 }
 
 /// Posts a write of `data` (the rows of `extent`, packed; laid out by `pitch`, else packed) to
 /// `dst` in context 1 (from 4 MiB on, striped over the connection's data lanes).
 fn write(conn: &Connection, dst: u64, extent: Extent, pitch: Option<Pitch>, data: &[u8]) {
-    let request = CuRequest::MemcpyHtoD {
-        ctx: 1,
-        stream: 0,
-        dst,
-        extent,
-        pitch: pitch.unwrap_or(extent.packed()),
-    };
-    conn.post_cu(request, data).unwrap();
+    let pitch = pitch.unwrap_or(extent.packed());
+    conn.cuda()
+        .memcpy_htod(1, 0, dst, extent, pitch, data)
+        .unwrap();
 }
 
 /// Reads the rows of `extent` at `src` in context 1, packed.
@@ -161,14 +132,9 @@ fn read(conn: &Connection, src: u64, extent: Extent, pitch: Pitch) -> Vec<u8> {
         len: bytes.len(),
         done: Box::new(move |result| signal.fill(result)),
     };
-    let request = ClientMsg::Cu(CuRequest::MemcpyDtoH {
-        ctx: 1,
-        stream: 0,
-        src,
-        extent,
-        pitch,
-    });
-    conn.start_read(&request, sink).unwrap();
+    conn.cuda()
+        .memcpy_dtoh(1, 0, src, extent, pitch, sink)
+        .unwrap();
     let status = done.wait(Duration::from_secs(60)).expect("the read ends");
     assert_eq!(status.unwrap(), 0, "read of {extent:?}");
     bytes
@@ -185,7 +151,7 @@ fn a_bad_cuda_request_ends_only_its_session() {
         flags: 0,
         priority: 0,
     };
-    let _ = bad.post_cu(stream, &[1, 2, 3]);
+    let _ = bad.post(&ClientMsg::Cu(stream), &[1, 2, 3]);
     let _ = bad.flush();
     let good = connect(&server);
     good.ping().expect("another session is unaffected");

@@ -7,7 +7,7 @@ use std::io::Write;
 use std::time::{Duration, Instant};
 
 use common::{Client, Running, CL_SUCCESS};
-use rgpu_protocol::opencl::{ClRequest, Command};
+use rgpu_protocol::opencl::{ClRequest, Transfer};
 
 /// Resident memory of this process, in bytes.
 fn rss() -> u64 {
@@ -29,10 +29,10 @@ fn session_killed_mid_transfer(server: &Running, data: &[u8]) -> bool {
         return false;
     }
     assert_eq!(client.create_buffer(1, SIZE as u64, &[]), CL_SUCCESS);
-    client.enqueue(
+    client.write(
         vec![],
         0,
-        Command::WriteBuffer {
+        Transfer::Buffer {
             buffer: 1,
             offset: 0,
             size: SIZE as u64,
@@ -41,11 +41,11 @@ fn session_killed_mid_transfer(server: &Running, data: &[u8]) -> bool {
     );
     assert_eq!(client.finish(), CL_SUCCESS);
     client.send_header(
-        ClRequest::Enqueue {
+        ClRequest::EnqueueWrite {
             queue: 1,
             wait: vec![],
             event: 0,
-            command: Command::WriteBuffer {
+            transfer: Transfer::Buffer {
                 buffer: 1,
                 offset: 0,
                 size: 64 << 20,

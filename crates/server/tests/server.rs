@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use common::*;
 use rgpu_protocol::opencl::{
-    BufferRect, ClReply, ClRequest, Command, IncludeDir, InfoQuery, KernelArg, ObjKind,
+    BufferRect, ClReply, ClRequest, Command, IncludeDir, InfoQuery, KernelArg, ObjKind, Transfer,
 };
 use rgpu_protocol::ServerMsg;
 use rgpu_transport::{client_handshake, FrameReader, Stream, Token};
@@ -46,8 +46,7 @@ fn inventory_write_and_read_back_10_mib() {
         query: InfoQuery::Event(7),
         param: CL_EVENT_COMMAND_EXECUTION_STATUS,
     }) {
-        ClReply::Info { status, value } => {
-            assert_eq!(status, CL_SUCCESS);
+        ClReply::GetInfo(Ok(value)) => {
             assert_eq!(
                 i32::from_le_bytes(value[..4].try_into().unwrap()),
                 CL_COMPLETE
@@ -60,8 +59,7 @@ fn inventory_write_and_read_back_10_mib() {
         query: InfoQuery::Context(1),
         param: CL_CONTEXT_DEVICES,
     }) {
-        ClReply::Info { status, value } => {
-            assert_eq!(status, CL_SUCCESS);
+        ClReply::GetInfo(Ok(value)) => {
             assert_eq!(value, device.to_le_bytes().to_vec());
         }
         other => panic!("{other:?}"),
@@ -70,7 +68,7 @@ fn inventory_write_and_read_back_10_mib() {
     // A partial read at an offset, and a buffer created with initial contents.
     let (part, status) = client.read(
         1,
-        Command::ReadBuffer {
+        Transfer::Buffer {
             buffer: 1,
             offset: 12345,
             size: 1000,
@@ -83,7 +81,7 @@ fn inventory_write_and_read_back_10_mib() {
     assert_eq!(client.create_buffer(2, 4096, &small), CL_SUCCESS);
     let (back, status) = client.read(
         1,
-        Command::ReadBuffer {
+        Transfer::Buffer {
             buffer: 2,
             offset: 0,
             size: 4096,
@@ -114,20 +112,15 @@ fn rect_transfers_are_packed_tightly() {
         buffer_row_pitch: 64,
         buffer_slice_pitch: 0,
     };
-    let (region, status) = client.read(1, Command::ReadBufferRect { buffer: 1, rect }, 50);
+    let (region, status) = client.read(1, Transfer::BufferRect { buffer: 1, rect }, 50);
     assert_eq!(status, CL_SUCCESS);
     for row in 0..5 {
         let start = (4 + row) * 64 + 3;
         assert_eq!(region[row * 10..row * 10 + 10], full[start..start + 10]);
     }
     let fresh = pattern(50, 4);
-    client.enqueue(
-        vec![],
-        0,
-        Command::WriteBufferRect { buffer: 1, rect },
-        &fresh,
-    );
-    let (back, status) = client.read(1, Command::ReadBufferRect { buffer: 1, rect }, 50);
+    client.write(vec![], 0, Transfer::BufferRect { buffer: 1, rect }, &fresh);
+    let (back, status) = client.read(1, Transfer::BufferRect { buffer: 1, rect }, 50);
     assert_eq!((status, back), (CL_SUCCESS, fresh));
 }
 
@@ -167,9 +160,7 @@ fn kernel_launch_with_args() {
         program: 1,
         name: "scale".into(),
     }) {
-        ClReply::Kernel {
-            status, num_args, ..
-        } => assert_eq!((status, num_args), (CL_SUCCESS, 2)),
+        ClReply::CreateKernel(Ok(facts)) => assert_eq!(facts.num_args, 2),
         other => panic!("{other:?}"),
     }
     let values: Vec<f32> = (0..1024).map(|i| i as f32).collect();
@@ -211,7 +202,7 @@ fn kernel_launch_with_args() {
     );
     let (back, status) = client.read(
         1,
-        Command::ReadBuffer {
+        Transfer::Buffer {
             buffer: 1,
             offset: 0,
             size: bytes.len() as u64,
@@ -241,15 +232,12 @@ fn kernel_launch_with_args() {
         program: 1,
         ids: vec![2],
     }) {
-        ClReply::Kernels {
-            status,
-            names,
-            num_args,
-            ..
-        } => {
-            assert_eq!(status, CL_SUCCESS);
-            assert_eq!(names, vec!["scale".to_string()]);
-            assert_eq!(num_args, vec![2]);
+        ClReply::CreateKernelsInProgram(Ok(kernels)) => {
+            let named: Vec<(&str, u32)> = kernels
+                .iter()
+                .map(|(name, facts)| (name.as_str(), facts.num_args))
+                .collect();
+            assert_eq!(named, [("scale", 2)]);
         }
         other => panic!("{other:?}"),
     }
@@ -285,7 +273,7 @@ fn unknown_ids_are_errors_and_fire_and_forget_errors_are_deferred() {
         program: 4,
         name: "k".into(),
     }) {
-        ClReply::Kernel { status, .. } => assert_eq!(status, -44),
+        ClReply::CreateKernel(answer) => assert_eq!(answer.err(), Some(-44)),
         other => panic!("{other:?}"),
     }
     if client.setup().is_none() {
@@ -302,10 +290,10 @@ fn unknown_ids_are_errors_and_fire_and_forget_errors_are_deferred() {
     );
     // A write to an unknown buffer: its bulk is skipped, the error waits for the Finish, and
     // its event stands failed.
-    client.enqueue(
+    client.write(
         vec![],
         9,
-        Command::WriteBuffer {
+        Transfer::Buffer {
             buffer: 42,
             offset: 0,
             size: 16,
@@ -339,7 +327,7 @@ fn unknown_ids_are_errors_and_fire_and_forget_errors_are_deferred() {
     assert_eq!(client.create_buffer(1, 4096, &[]), CL_SUCCESS);
     let (_, status) = client.read(
         1,
-        Command::ReadBuffer {
+        Transfer::Buffer {
             buffer: 1,
             offset: 0,
             size: 1 << 62,
@@ -353,7 +341,7 @@ fn unknown_ids_are_errors_and_fire_and_forget_errors_are_deferred() {
         buffer_row_pitch: 0,
         buffer_slice_pitch: 0,
     };
-    let (_, status) = client.read(1, Command::ReadBufferRect { buffer: 1, rect }, 0);
+    let (_, status) = client.read(1, Transfer::BufferRect { buffer: 1, rect }, 0);
     assert_eq!(status, CL_INVALID_VALUE);
     client.ping();
 }
@@ -392,8 +380,8 @@ fn wait_on_a_user_event_does_not_block_the_session() {
                 assert_eq!((event, status), (1, CL_COMPLETE));
                 notified = true;
             }
-            ServerMsg::Cl(ClReply::Status(status)) => {
-                assert_eq!((header.seq, status), (wait, CL_SUCCESS));
+            ServerMsg::Cl(reply) => {
+                assert_eq!((header.seq, status_of(reply)), (wait, CL_SUCCESS));
                 replied = true;
             }
             other => panic!("{other:?}"),
@@ -430,11 +418,11 @@ fn a_malformed_frame_ends_only_its_session() {
         dying.create_buffer(1, 8 << 20, &[]);
     }
     dying.send_header(
-        ClRequest::Enqueue {
+        ClRequest::EnqueueWrite {
             queue: 1,
             wait: vec![],
             event: 0,
-            command: Command::WriteBuffer {
+            transfer: Transfer::Buffer {
                 buffer: 1,
                 offset: 0,
                 size: 8 << 20,
@@ -465,7 +453,7 @@ fn a_malformed_frame_ends_only_its_session() {
     if has_device {
         let (data, status) = good.read(
             1,
-            Command::ReadBuffer {
+            Transfer::Buffer {
                 buffer: 1,
                 offset: 0,
                 size: 1 << 20,
@@ -605,8 +593,8 @@ fn images_round_trip_in_row_chunks() {
         },
         &initial,
     );
-    assert_eq!(client.reply(seq), ClReply::Status(CL_SUCCESS));
-    let whole = Command::ReadImage {
+    assert_eq!(status_of(client.reply(seq)), CL_SUCCESS);
+    let whole = Transfer::Image {
         image: 1,
         origin: [0, 0, 0],
         region: [width, height, 1],
@@ -616,10 +604,10 @@ fn images_round_trip_in_row_chunks() {
     assert!(back == initial, "image contents differ");
 
     let fresh = pattern(size, 7);
-    client.enqueue(
+    client.write(
         vec![],
         0,
-        Command::WriteImage {
+        Transfer::Image {
             image: 1,
             origin: [0, 0, 0],
             region: [width, height, 1],
@@ -633,7 +621,7 @@ fn images_round_trip_in_row_chunks() {
     // A small region, packed tightly.
     let (region, status) = client.read(
         1,
-        Command::ReadImage {
+        Transfer::Image {
             image: 1,
             origin: [2, 4, 0],
             region: [5, 3, 1],
@@ -657,7 +645,7 @@ fn images_round_trip_in_row_chunks() {
         },
         &[0u8; 100],
     );
-    assert!(matches!(client.reply(seq), ClReply::Status(s) if s < 0));
+    assert!(status_of(client.reply(seq)) < 0);
     client.ping();
 }
 
@@ -731,10 +719,7 @@ fn hand_crafted_requests_that_crash_pocl_get_the_apis_errors() {
         },
         &[],
     );
-    assert_eq!(
-        client.reply(seq),
-        ClReply::Status(CL_INVALID_IMAGE_DESCRIPTOR)
-    );
+    assert_eq!(status_of(client.reply(seq)), CL_INVALID_IMAGE_DESCRIPTOR);
     for properties in [
         vec![CL_QUEUE_PROPERTIES, CL_QUEUE_ON_DEVICE, 0],
         vec![CL_QUEUE_SIZE, 1 << 20, 0],

@@ -4,55 +4,12 @@
 use std::ffi::{c_int, c_uint};
 use std::sync::atomic::Ordering;
 
-use rgpu_client::Connection;
+use rgpu_client::CudaClient;
 use rgpu_cuda_api::sys::*;
-use rgpu_protocol::cuda::{CuReply, CuRequest};
 
-use super::{from_remote, status, write_out};
+use super::{status, write_out, Outcome};
 use crate::objects::{self, context_or_current, current_context, Context, ContextKind};
-use crate::runtime::{self, client_error, device};
-
-/// Sends a request that waits, on `conn`, and returns the reply.
-pub(crate) fn call_on(
-    conn: &Connection,
-    request: CuRequest,
-    bulk: &[u8],
-) -> Result<CuReply, CUresult> {
-    conn.call_cu(request, bulk).map_err(client_error)
-}
-
-/// Queues a request without a reply on `conn`.
-pub(crate) fn post_on(conn: &Connection, request: CuRequest, bulk: &[u8]) -> Result<(), CUresult> {
-    conn.post_cu(request, bulk).map_err(client_error)
-}
-
-/// The outcome a `Status` reply reports.
-pub(crate) fn status_of(reply: CuReply) -> Result<(), CUresult> {
-    match reply {
-        CuReply::Status(status) => from_remote(status),
-        other => Err(unexpected(other)),
-    }
-}
-
-/// Sends a request that waits, on the connection of `ctx`, and returns the reply.
-pub(crate) fn call(ctx: &Context, request: CuRequest) -> Result<CuReply, CUresult> {
-    call_on(&ctx.conn, request, &[])
-}
-
-/// Sends a request whose reply is a status.
-pub(crate) fn call_status(ctx: &Context, request: CuRequest) -> Result<(), CUresult> {
-    status_of(call(ctx, request)?)
-}
-
-pub(crate) fn unexpected(reply: CuReply) -> CUresult {
-    log::error!("rgpu: unexpected reply {reply:?}");
-    CUresult::CUDA_ERROR_UNKNOWN
-}
-
-/// Queues a request without a reply on the connection of `ctx`.
-pub(crate) fn post(ctx: &Context, request: CuRequest, bulk: &[u8]) -> Result<(), CUresult> {
-    post_on(&ctx.conn, request, bulk)
-}
+use crate::runtime::{self, device};
 
 #[no_mangle]
 pub unsafe extern "C" fn cuCtxCreate_v4(
@@ -103,11 +60,11 @@ pub unsafe extern "C" fn cuCtxDestroy_v2(ctx: CUcontext) -> CUresult {
             return Err(CUresult::CUDA_ERROR_INVALID_CONTEXT);
         }
         crate::export_tables::context_destroyed(ctx);
-        post(
-            context,
-            CuRequest::DestroyContext { id: context.remote },
-            &[],
-        )?;
+        context
+            .conn
+            .cuda()
+            .destroy_context(context.remote)
+            .outcome()?;
         if objects::current_handle() == ctx {
             objects::pop_current();
         }
@@ -192,37 +149,22 @@ pub unsafe extern "C" fn cuCtxSynchronize_v2(ctx: CUcontext) -> CUresult {
 }
 
 pub(crate) fn synchronize(ctx: &Context) -> Result<(), CUresult> {
-    call_status(ctx, CuRequest::Synchronize { ctx: ctx.remote })
+    ctx.conn.cuda().synchronize(ctx.remote).outcome()
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn cuCtxGetLimit(value: *mut usize, limit: c_uint) -> CUresult {
     status(current_context().and_then(|ctx| {
-        match call(
-            ctx,
-            CuRequest::GetLimit {
-                ctx: ctx.remote,
-                limit,
-            },
-        )? {
-            CuReply::Value { status, value: v } => {
-                from_remote(status)?;
-                unsafe { write_out(value, v as usize) }
-            }
-            other => Err(unexpected(other)),
-        }
+        let v = ctx.conn.cuda().get_limit(ctx.remote, limit).outcome()?;
+        unsafe { write_out(value, v as usize) }
     }))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn cuCtxSetLimit(limit: c_uint, value: usize) -> CUresult {
     status(current_context().and_then(|ctx| {
-        let request = CuRequest::SetLimit {
-            ctx: ctx.remote,
-            limit,
-            value: value as u64,
-        };
-        call_status(ctx, request)
+        let server = ctx.conn.cuda();
+        server.set_limit(ctx.remote, limit, value as u64).outcome()
     }))
 }
 
@@ -269,18 +211,12 @@ fn peer_access(peer: CUcontext, flags: Option<c_uint>) -> Result<(), CUresult> {
         });
     }
     peer.ensure_created()?;
-    let request = match flags {
-        Some(flags) => CuRequest::EnablePeerAccess {
-            ctx: ctx.remote,
-            peer: peer.remote,
-            flags,
-        },
-        None => CuRequest::DisablePeerAccess {
-            ctx: ctx.remote,
-            peer: peer.remote,
-        },
-    };
-    call_status(ctx, request)
+    let server = ctx.conn.cuda();
+    match flags {
+        Some(flags) => server.enable_peer_access(ctx.remote, peer.remote, flags),
+        None => server.disable_peer_access(ctx.remote, peer.remote),
+    }
+    .outcome()
 }
 
 #[no_mangle]

@@ -16,14 +16,13 @@
 use std::ffi::c_void;
 use std::sync::Arc;
 
-use rgpu_client::{Handoff, ReadSink, SendPtr};
+use rgpu_client::{CudaClient, Handoff, ReadSink, SendPtr};
 use rgpu_cuda_api::sys::*;
-use rgpu_protocol::cuda::{CuRequest, DevicePtr, Extent, Id, Pitch};
-use rgpu_protocol::ClientMsg;
+use rgpu_protocol::cuda::{DevicePtr, Extent, Id, Pitch};
 
-use super::context::post;
 use super::memory::{context_of, is_device_memory, is_page_locked, note_async_read_error};
 use super::stream::synchronize_stream;
+use super::Outcome;
 use super::{from_remote, status};
 use crate::objects::{capture_of, resolve_stream, Context};
 use crate::runtime::client_error;
@@ -131,17 +130,12 @@ fn transfer(copy: Transfer, stream: Option<CUstream>) -> Result<(), CUresult> {
             } else {
                 0
             };
-            let request = CuRequest::MemcpyDtoD {
-                ctx: ctx.remote,
-                stream,
-                dst: dst.start,
-                dst_pitch: dst.pitch,
-                src: src.start,
-                src_pitch: src.pitch,
-                src_ctx,
-                extent,
-            };
-            post(ctx, request, &[])
+            let server = ctx.conn.cuda();
+            server
+                .memcpy_dtod(
+                    ctx.remote, stream, dst.start, dst.pitch, src.start, src.pitch, src_ctx, extent,
+                )
+                .outcome()
         }
         (Memory::Device(from), Memory::Device(to)) => relay(from, src, to, dst, extent, queue),
         (Memory::Host, Memory::Host) => {
@@ -230,15 +224,11 @@ fn write_device(
     data: &[u8],
 ) -> Result<(), CUresult> {
     let (extent, pitch) = device_shape(extent, pitch);
-    let request = CuRequest::MemcpyHtoD {
-        ctx: ctx.remote,
-        stream,
-        dst,
-        extent,
-        pitch,
-    };
     // Large data leaves striped over the connection's data lanes.
-    post(ctx, request, data)
+    let server = ctx.conn.cuda();
+    server
+        .memcpy_htod(ctx.remote, stream, dst, extent, pitch, data)
+        .outcome()
 }
 
 /// Reads the device rows of `src` into the host rows of `dst`; waits unless `wait` is false
@@ -294,13 +284,6 @@ fn read_device(
     }
     let len = extent.bytes().unwrap_or(0) as usize;
     let (extent, pitch) = device_shape(extent, pitch);
-    let request = ClientMsg::Cu(CuRequest::MemcpyDtoH {
-        ctx: ctx.remote,
-        stream,
-        src,
-        extent,
-        pitch,
-    });
     let done = wait.then(|| Arc::new(Handoff::<Result<i32, rgpu_client::ClientError>>::default()));
     let signal = done.clone();
     let sink = ReadSink {
@@ -314,7 +297,10 @@ fn read_device(
             }),
         }),
     };
-    ctx.conn.start_read(&request, sink).map_err(client_error)?;
+    let server = ctx.conn.cuda();
+    server
+        .memcpy_dtoh(ctx.remote, stream, src, extent, pitch, sink)
+        .outcome()?;
     let Some(done) = done else {
         return Ok(());
     };

@@ -3,12 +3,11 @@
 
 use std::ffi::c_uint;
 
+use rgpu_client::CudaClient;
 use rgpu_cuda_api::sys::*;
-use rgpu_protocol::cuda::{CuReply, CuRequest};
 
-use super::context::{call, call_status, post, unexpected};
 use super::memory::take_async_read_error;
-use super::{from_remote, status, write_out};
+use super::{status, write_out, Outcome};
 use crate::objects::{current_context, resolve_stream, Event};
 
 #[no_mangle]
@@ -18,12 +17,10 @@ pub unsafe extern "C" fn cuEventCreate(out: *mut CUevent, flags: c_uint) -> CUre
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
         }
         let event = Event::new(ctx, flags);
-        let request = CuRequest::CreateEvent {
-            id: event.remote,
-            ctx: ctx.remote,
-            flags,
-        };
-        post(ctx, request, &[])?;
+        let server = ctx.conn.cuda();
+        server
+            .create_event(event.remote, ctx.remote, flags)
+            .outcome()?;
         unsafe { write_out(out, event.into_handle()) }
     }))
 }
@@ -33,7 +30,7 @@ pub unsafe extern "C" fn cuEventDestroy_v2(event: CUevent) -> CUresult {
     status((|| {
         let object = Event::from_handle(event).ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
         let ctx = object.context()?;
-        post(ctx, CuRequest::DestroyEvent { id: object.remote }, &[])?;
+        ctx.conn.cuda().destroy_event(object.remote).outcome()?;
         // SAFETY: the program gives the handle up by destroying it.
         drop(unsafe { Event::destroy(event) });
         Ok(())
@@ -53,13 +50,10 @@ pub unsafe extern "C" fn cuEventRecordWithFlags(
 ) -> CUresult {
     status(resolve_stream(stream).and_then(|(ctx, stream)| {
         let event = Event::from_handle(event).ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
-        let request = CuRequest::RecordEvent {
-            ctx: ctx.remote,
-            event: event.remote,
-            stream,
-            flags,
-        };
-        post(ctx, request, &[])
+        let server = ctx.conn.cuda();
+        server
+            .record_event(ctx.remote, event.remote, stream, flags)
+            .outcome()
     }))
 }
 
@@ -67,12 +61,8 @@ pub unsafe extern "C" fn cuEventRecordWithFlags(
 pub unsafe extern "C" fn cuEventSynchronize(event: CUevent) -> CUresult {
     status((|| {
         let event = Event::from_handle(event).ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
-        call_status(
-            event.context()?,
-            CuRequest::EventSynchronize {
-                event: event.remote,
-            },
-        )?;
+        let server = event.context()?.conn.cuda();
+        server.event_synchronize(event.remote).outcome()?;
         take_async_read_error()
     })())
 }
@@ -81,12 +71,8 @@ pub unsafe extern "C" fn cuEventSynchronize(event: CUevent) -> CUresult {
 pub unsafe extern "C" fn cuEventQuery(event: CUevent) -> CUresult {
     status((|| {
         let event = Event::from_handle(event).ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
-        call_status(
-            event.context()?,
-            CuRequest::EventQuery {
-                event: event.remote,
-            },
-        )
+        let server = event.context()?.conn.cuda();
+        server.event_query(event.remote).outcome()
     })())
 }
 
@@ -99,20 +85,11 @@ pub unsafe extern "C" fn cuEventElapsedTime_v2(
     status((|| {
         let start = Event::from_handle(start).ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
         let end = Event::from_handle(end).ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
-        let request = CuRequest::EventElapsedTime {
-            start: start.remote,
-            end: end.remote,
-        };
-        match call(start.context()?, request)? {
-            CuReply::Elapsed {
-                status,
-                milliseconds: ms,
-            } => {
-                from_remote(status)?;
-                unsafe { write_out(milliseconds, ms) }
-            }
-            other => Err(unexpected(other)),
-        }
+        let server = start.context()?.conn.cuda();
+        let ms = server
+            .event_elapsed_time(start.remote, end.remote)
+            .outcome()?;
+        unsafe { write_out(milliseconds, ms) }
     })())
 }
 

@@ -7,11 +7,10 @@ use std::cell::Cell;
 use std::ffi::c_uint;
 use std::sync::atomic::Ordering;
 
+use rgpu_client::CudaClient;
 use rgpu_cuda_api::sys::*;
-use rgpu_protocol::cuda::CuRequest;
 
-use super::context::{call_status, post, post_on};
-use super::{status, write_out};
+use super::{status, write_out, Outcome};
 use crate::objects::{resolve_stream, Context, Graph, GraphExec, Stream};
 
 thread_local! {
@@ -35,12 +34,10 @@ pub unsafe extern "C" fn cuStreamBeginCapture_v2(stream: CUstream, mode: c_uint)
             return Err(CUresult::CUDA_ERROR_ILLEGAL_STATE);
         }
         let (ctx, id) = resolve_stream(stream)?;
-        let request = CuRequest::BeginCapture {
-            ctx: ctx.remote,
-            stream: id,
-            mode,
-        };
-        call_status(ctx, request)?;
+        ctx.conn
+            .cuda()
+            .begin_capture(ctx.remote, id, mode)
+            .outcome()?;
         object
             .capture
             .store(crate::objects::next_capture_id(), Ordering::Release);
@@ -65,12 +62,10 @@ pub unsafe extern "C" fn cuStreamEndCapture(stream: CUstream, graph: *mut CUgrap
         }
         let (ctx, id) = resolve_stream(stream)?;
         let captured = Graph::new(&ctx.conn);
-        let request = CuRequest::EndCapture {
-            ctx: ctx.remote,
-            stream: id,
-            graph: captured.remote,
-        };
-        let ended = call_status(ctx, request);
+        let server = ctx.conn.cuda();
+        let ended = server
+            .end_capture(ctx.remote, id, captured.remote)
+            .outcome();
         // The capture is over either way (the driver ends it, also on failure).
         object.capture.store(0, Ordering::Release);
         ended?;
@@ -107,13 +102,10 @@ fn instantiate(graph: CUgraph, flags: u64) -> Result<CUgraphExec, CUresult> {
     let graph = Graph::from_handle(graph).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
     let ctx = graph_context(graph)?;
     let exec = GraphExec::new(&ctx.conn);
-    let request = CuRequest::GraphInstantiate {
-        ctx: ctx.remote,
-        graph: graph.remote,
-        exec: exec.remote,
-        flags,
-    };
-    call_status(ctx, request)?;
+    let server = ctx.conn.cuda();
+    server
+        .graph_instantiate(ctx.remote, graph.remote, exec.remote, flags)
+        .outcome()?;
     Ok(exec.into_handle())
 }
 
@@ -161,13 +153,10 @@ fn launch(exec: CUgraphExec, stream: CUstream, upload: bool) -> Result<(), CUres
     if !std::sync::Arc::ptr_eq(&ctx.conn, &exec.conn) {
         return Err(CUresult::CUDA_ERROR_INVALID_CONTEXT);
     }
-    let request = CuRequest::GraphLaunch {
-        ctx: ctx.remote,
-        exec: exec.remote,
-        stream,
-        upload,
-    };
-    post(ctx, request, &[])
+    let server = ctx.conn.cuda();
+    server
+        .graph_launch(ctx.remote, exec.remote, stream, upload)
+        .outcome()
 }
 
 #[no_mangle]
@@ -184,10 +173,7 @@ pub unsafe extern "C" fn cuGraphUpload(exec: CUgraphExec, stream: CUstream) -> C
 pub unsafe extern "C" fn cuGraphDestroy(graph: CUgraph) -> CUresult {
     status((|| {
         let object = Graph::from_handle(graph).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
-        let request = CuRequest::GraphDestroy {
-            graph: object.remote,
-        };
-        post_on(&object.conn, request, &[])?;
+        object.conn.cuda().graph_destroy(object.remote).outcome()?;
         // SAFETY: the program gives the handle up by destroying it.
         drop(unsafe { Graph::destroy(graph) });
         Ok(())
@@ -198,10 +184,11 @@ pub unsafe extern "C" fn cuGraphDestroy(graph: CUgraph) -> CUresult {
 pub unsafe extern "C" fn cuGraphExecDestroy(exec: CUgraphExec) -> CUresult {
     status((|| {
         let object = GraphExec::from_handle(exec).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
-        let request = CuRequest::GraphExecDestroy {
-            exec: object.remote,
-        };
-        post_on(&object.conn, request, &[])?;
+        object
+            .conn
+            .cuda()
+            .graph_exec_destroy(object.remote)
+            .outcome()?;
         // SAFETY: the program gives the handle up by destroying it.
         drop(unsafe { GraphExec::destroy(exec) });
         Ok(())

@@ -7,12 +7,12 @@
 use std::cell::RefCell;
 use std::ffi::{c_int, c_uint, c_void};
 
+use rgpu_client::CudaClient;
 use rgpu_cuda_api::launch_param;
 use rgpu_cuda_api::sys::*;
-use rgpu_protocol::cuda::{CuReply, CuRequest, LaunchAttribute, OccupancyQuery};
+use rgpu_protocol::cuda::{LaunchAttribute, OccupancyQuery};
 
-use super::context::{call, post, unexpected};
-use super::{from_remote, status, write_out};
+use super::{status, write_out, Outcome};
 use crate::objects::{current_context, resolve_stream, Context, Function};
 
 thread_local! {
@@ -94,16 +94,12 @@ unsafe fn launch(
     PARAMS.with(|buffer| {
         let mut buffer = buffer.borrow_mut();
         unsafe { pack_params(function, params, extra, &mut buffer)? };
-        let request = CuRequest::Launch {
-            ctx: ctx.remote,
-            function: remote,
-            stream,
-            grid,
-            block,
-            shared_mem,
-            attributes,
-        };
-        post(ctx, request, &buffer)
+        let server = ctx.conn.cuda();
+        server
+            .launch(
+                ctx.remote, remote, stream, grid, block, shared_mem, attributes, &buffer,
+            )
+            .outcome()
     })
 }
 
@@ -227,17 +223,8 @@ fn occupancy(
     if let Some(&answer) = function.occupancy.lock().unwrap().get(&key) {
         return Ok(answer);
     }
-    let request = CuRequest::Occupancy {
-        ctx: ctx.remote,
-        query: query(remote),
-    };
-    let answer = match call(ctx, request)? {
-        CuReply::Value { status, value } => {
-            from_remote(status)?;
-            value
-        }
-        other => return Err(unexpected(other)),
-    };
+    let server = ctx.conn.cuda();
+    let answer = server.occupancy(ctx.remote, query(remote)).outcome()?;
     function.occupancy.lock().unwrap().insert(key, answer);
     Ok(answer)
 }

@@ -11,11 +11,11 @@ use std::ffi::{c_uint, c_void};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Mutex, RwLock};
 
+use rgpu_client::CudaClient;
 use rgpu_cuda_api::sys::*;
-use rgpu_protocol::cuda::{CuReply, CuRequest, Id};
+use rgpu_protocol::cuda::Id;
 
-use super::context::{call, call_status, post, unexpected};
-use super::{from_remote, status, write_out};
+use super::{from_remote, status, write_out, Outcome};
 use crate::objects::{current_context, resolve_stream, Context};
 use crate::ranges::RangeMap;
 
@@ -90,30 +90,23 @@ fn overlaps_known_range(ptr: u64, size: u64) -> bool {
 /// Allocations that collided with another server's, tried again this many times.
 const DISTINCT_ADDRESS_TRIES: usize = 16;
 
-/// One allocation on the server (`MemAlloc` or `MemAllocAsync`).
-fn allocate_once(ctx: &Context, request: CuRequest) -> Result<u64, CUresult> {
-    match call(ctx, request)? {
-        CuReply::Pointer { status, ptr } => from_remote(status).map(|()| ptr),
-        other => Err(unexpected(other)),
-    }
-}
-
 /// Allocates `size` bytes at an address no other server's memory of the program overlaps.
 ///
 /// Device pointers are the servers' own addresses (kernels get them inside their parameters,
 /// which rgpu cannot rewrite). Two servers may hand out the same address: then the colliding
 /// block is held while the server is asked again, so every pointer the program holds names one
-/// server's memory, and copies find their server by address.
+/// server's memory, and copies find their server by address. `allocate_once` asks the server
+/// once (`MemAlloc` or `MemAllocAsync`).
 pub(crate) fn allocate(
     ctx: &Context,
     size: usize,
-    request: impl Fn() -> CuRequest,
+    allocate_once: impl Fn() -> Result<u64, CUresult>,
     free: impl Fn(u64) -> Result<(), CUresult>,
 ) -> Result<u64, CUresult> {
     let mut colliding = Vec::new();
     let mut result = Err(CUresult::CUDA_ERROR_OUT_OF_MEMORY);
     for _ in 0..DISTINCT_ADDRESS_TRIES {
-        let ptr = match allocate_once(ctx, request()) {
+        let ptr = match allocate_once() {
             Ok(ptr) => ptr,
             Err(e) => {
                 result = Err(e);
@@ -143,20 +136,10 @@ pub unsafe extern "C" fn cuMemAlloc_v2(dptr: *mut CUdeviceptr, size: usize) -> C
         if dptr.is_null() {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
         }
-        let request = || CuRequest::MemAlloc {
-            ctx: ctx.remote,
-            size: size as u64,
-        };
-        let free = |ptr| {
-            call_status(
-                ctx,
-                CuRequest::MemFree {
-                    ctx: ctx.remote,
-                    ptr,
-                },
-            )
-        };
-        let ptr = allocate(ctx, size, request, free)?;
+        let server = ctx.conn.cuda();
+        let allocate_once = || server.mem_alloc(ctx.remote, size as u64).outcome();
+        let free = |ptr| server.mem_free(ctx.remote, ptr).outcome();
+        let ptr = allocate(ctx, size, allocate_once, free)?;
         unsafe { write_out(dptr, ptr) }
     }))
 }
@@ -172,24 +155,23 @@ pub unsafe extern "C" fn cuMemAllocAsync(
         if dptr.is_null() {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
         }
-        let request = || CuRequest::MemAllocAsync {
-            ctx: ctx.remote,
-            stream,
-            size: size as u64,
+        let server = ctx.conn.cuda();
+        let allocate_once = || {
+            server
+                .mem_alloc_async(ctx.remote, stream, size as u64)
+                .outcome()
         };
         let free = |ptr| free_async(ctx, stream, ptr);
-        let ptr = allocate(ctx, size, request, free)?;
+        let ptr = allocate(ctx, size, allocate_once, free)?;
         unsafe { write_out(dptr, ptr) }
     }))
 }
 
 fn free_async(ctx: &Context, stream: Id, ptr: u64) -> Result<(), CUresult> {
-    let request = CuRequest::MemFreeAsync {
-        ctx: ctx.remote,
-        stream,
-        ptr,
-    };
-    post(ctx, request, &[])
+    ctx.conn
+        .cuda()
+        .mem_free_async(ctx.remote, stream, ptr)
+        .outcome()
 }
 
 #[no_mangle]
@@ -207,13 +189,7 @@ pub unsafe extern "C" fn cuMemFree_v2(ptr: CUdeviceptr) -> CUresult {
         return CUresult::CUDA_SUCCESS;
     }
     status(context_of(ptr).and_then(|ctx| {
-        call_status(
-            ctx,
-            CuRequest::MemFree {
-                ctx: ctx.remote,
-                ptr,
-            },
-        )?;
+        ctx.conn.cuda().mem_free(ctx.remote, ptr).outcome()?;
         DEVICE_RANGES.write().unwrap().remove(ptr);
         Ok(())
     }))
@@ -222,19 +198,10 @@ pub unsafe extern "C" fn cuMemFree_v2(ptr: CUdeviceptr) -> CUresult {
 #[no_mangle]
 pub unsafe extern "C" fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) -> CUresult {
     status(current_context().and_then(|ctx| {
-        match call(ctx, CuRequest::MemGetInfo { ctx: ctx.remote })? {
-            CuReply::MemInfo {
-                status,
-                free: f,
-                total: t,
-            } => {
-                from_remote(status)?;
-                unsafe {
-                    write_out(free, f as usize)?;
-                    write_out(total, t as usize)
-                }
-            }
-            other => Err(unexpected(other)),
+        let info = ctx.conn.cuda().mem_get_info(ctx.remote).outcome()?;
+        unsafe {
+            write_out(free, info.free as usize)?;
+            write_out(total, info.total as usize)
         }
     }))
 }
@@ -361,17 +328,20 @@ fn memset(
         Some(stream) => resolve_stream(stream)?,
         None => (context_of(dst)?, 0),
     };
-    let request = CuRequest::Memset {
-        ctx: ctx.remote,
-        stream,
-        dst,
-        value,
-        element_size,
-        width: width as u64,
-        height: height as u64,
-        pitch: pitch as u64,
-    };
-    post(ctx, request, &[])
+    let (width, height, pitch) = (width as u64, height as u64, pitch as u64);
+    let server = ctx.conn.cuda();
+    server
+        .memset(
+            ctx.remote,
+            stream,
+            dst,
+            value,
+            element_size,
+            width,
+            height,
+            pitch,
+        )
+        .outcome()
 }
 
 #[no_mangle]

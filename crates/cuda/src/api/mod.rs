@@ -28,7 +28,43 @@ pub use module::*;
 pub use stream::*;
 pub use vmm::*;
 
+use rgpu_client::ClientError;
 use rgpu_cuda_api::sys::CUresult;
+use rgpu_protocol::cuda::{Answer, Status};
+
+use crate::runtime::client_error;
+
+/// A request's outcome as a `CUresult`: a failed connection gives the error for that, a
+/// failure the server reports gives its status.
+pub(crate) trait Outcome<T> {
+    fn outcome(self) -> Result<T, CUresult>;
+}
+
+/// Calls answered with a value or a status.
+impl<T> Outcome<T> for Result<Answer<T>, ClientError> {
+    fn outcome(self) -> Result<T, CUresult> {
+        match self.map_err(client_error)? {
+            Ok(value) => Ok(value),
+            Err(status) => Err(from_remote(status)
+                .err()
+                .unwrap_or(CUresult::CUDA_ERROR_UNKNOWN)),
+        }
+    }
+}
+
+/// Calls answered with a status.
+impl Outcome<()> for Result<Status, ClientError> {
+    fn outcome(self) -> Result<(), CUresult> {
+        from_remote(self.map_err(client_error)?)
+    }
+}
+
+/// Posted requests (their failures come from a later synchronizing call).
+impl Outcome<()> for Result<(), ClientError> {
+    fn outcome(self) -> Result<(), CUresult> {
+        self.map_err(client_error)
+    }
+}
 
 /// Lets entry points use `?` on `Result<_, CUresult>` and return a plain `CUresult`.
 pub(crate) fn status(result: Result<(), CUresult>) -> CUresult {

@@ -5,14 +5,15 @@
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 use std::sync::Arc;
 
+use rgpu_client::CudaClient;
 use rgpu_cuda_api::image::image_bytes;
 use rgpu_cuda_api::sys::*;
-use rgpu_protocol::cuda::{CuReply, CuRequest, FunctionInfo, Id, ImageKind};
+use rgpu_protocol::cuda::{Id, ImageKind};
 use sha2::{Digest, Sha256};
 
-use super::context::{call, call_on, post_on, status_of, unexpected};
-use super::{from_remote, status, write_out};
+use super::{from_remote, status, write_out, Outcome};
 use crate::objects::{current_context, server_key, Context, Function, Image};
+use crate::runtime::client_error;
 
 /// Images up to this size go with the first request; larger ones only when the server asks.
 const SEND_WITH_FIRST_REQUEST: usize = 64 << 10;
@@ -27,31 +28,20 @@ fn send_image(
     bytes: &[u8],
 ) -> Result<(), CUresult> {
     let request = |with_image: bool| {
-        let request = CuRequest::LoadImage {
-            id,
-            ctx: ctx.remote,
-            kind,
-            hash,
-        };
         let bulk: &[u8] = if with_image { bytes } else { &[] };
-        call_on(&ctx.conn, request, bulk)
+        let server = ctx.conn.cuda();
+        server
+            .load_image(id, ctx.remote, kind, hash, bulk)
+            .map_err(client_error)
     };
-    let mut reply = request(bytes.len() <= SEND_WITH_FIRST_REQUEST)?;
-    if let CuReply::Loaded {
-        need_image: true, ..
-    } = reply
-    {
-        reply = request(true)?;
+    let mut loaded = request(bytes.len() <= SEND_WITH_FIRST_REQUEST)?;
+    if loaded.need_image {
+        loaded = request(true)?;
     }
-    match reply {
-        CuReply::Loaded { status, log, .. } => {
-            if !log.is_empty() {
-                log::warn!("rgpu: module load: {log}");
-            }
-            from_remote(status)
-        }
-        other => Err(unexpected(other)),
+    if !loaded.log.is_empty() {
+        log::warn!("rgpu: module load: {}", loaded.log);
     }
+    from_remote(loaded.status)
 }
 
 fn load(ctx: &Context, kind: ImageKind, image: *const c_void) -> Result<Box<Image>, CUresult> {
@@ -100,12 +90,10 @@ pub(crate) fn function_on(function: &Function, ctx: &Context) -> Result<Id, CUre
         .ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
     let image_id = image_on(image, ctx)?;
     let id = ctx.conn.new_id();
-    let request = CuRequest::GetFunction {
-        id,
-        image: image_id,
-        name: function.name.clone(),
-    };
-    function_info(call(ctx, request)?)?;
+    let server = ctx.conn.cuda();
+    server
+        .get_function(id, image_id, function.name.clone())
+        .outcome()?;
     function.other_servers.lock().unwrap().insert(key, id);
     Ok(id)
 }
@@ -149,11 +137,7 @@ pub unsafe extern "C" fn cuModuleUnload(module: CUmodule) -> CUresult {
 unsafe fn unload(handle: *mut c_void) -> CUresult {
     status((|| {
         let image = Image::from_handle(handle).ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
-        post_on(
-            &image.conn,
-            CuRequest::UnloadImage { id: image.remote },
-            &[],
-        )?;
+        image.conn.cuda().unload_image(image.remote).outcome()?;
         // SAFETY: the program gives the handle up by unloading it.
         drop(unsafe { Image::destroy(handle) });
         Ok(())
@@ -215,12 +199,10 @@ unsafe fn get_function(image: *mut c_void, name: *const c_char) -> Result<*mut c
         return Ok(found as *mut c_void);
     }
     let id = image.conn.new_id();
-    let request = CuRequest::GetFunction {
-        id,
-        image: image.remote,
-        name: name.clone(),
-    };
-    let info = function_info(call_on(&image.conn, request, &[])?)?;
+    let server = image.conn.cuda();
+    let info = server
+        .get_function(id, image.remote, name.clone())
+        .outcome()?;
     let is_kernel = image.kind == ImageKind::Library;
     let mut function = Function::new(&image.conn, id, is_kernel, &name, info);
     if is_kernel {
@@ -233,13 +215,6 @@ unsafe fn get_function(image: *mut c_void, name: *const c_char) -> Result<*mut c
         .unwrap()
         .insert(name, handle as usize);
     Ok(handle)
-}
-
-fn function_info(reply: CuReply) -> Result<FunctionInfo, CUresult> {
-    match reply {
-        CuReply::Function { status, info } => from_remote(status).map(|()| info),
-        other => Err(unexpected(other)),
-    }
 }
 
 #[no_mangle]
@@ -281,12 +256,11 @@ pub unsafe extern "C" fn cuKernelGetFunction(
             return unsafe { write_out(function, found as CUfunction) };
         }
         let id = ctx.conn.new_id();
-        let request = CuRequest::KernelGetFunction {
-            id,
-            kernel: function_on(kernel, ctx)?,
-            ctx: ctx.remote,
-        };
-        let info = function_info(call(ctx, request)?)?;
+        let remote_kernel = function_on(kernel, ctx)?;
+        let server = ctx.conn.cuda();
+        let info = server
+            .kernel_get_function(id, remote_kernel, ctx.remote)
+            .outcome()?;
         let handle = Function::new(&ctx.conn, id, false, &kernel.name, info).into_handle();
         kernel
             .per_context
@@ -312,27 +286,20 @@ fn get_global(
     let name = unsafe { CStr::from_ptr(name) }
         .to_string_lossy()
         .into_owned();
-    let request = CuRequest::GetGlobal {
-        ctx: ctx.remote,
-        image: image.remote,
-        name,
-    };
-    match call(ctx, request)? {
-        CuReply::Global { status, ptr, size } => {
-            from_remote(status)?;
-            super::memory::record_device_range(ptr, size, ctx);
-            unsafe {
-                if !dptr.is_null() {
-                    dptr.write(ptr);
-                }
-                if !bytes.is_null() {
-                    bytes.write(size as usize);
-                }
-            }
-            Ok(())
+    let server = ctx.conn.cuda();
+    let global = server
+        .get_global(ctx.remote, image.remote, name)
+        .outcome()?;
+    super::memory::record_device_range(global.ptr, global.size, ctx);
+    unsafe {
+        if !dptr.is_null() {
+            dptr.write(global.ptr);
         }
-        other => Err(unexpected(other)),
+        if !bytes.is_null() {
+            bytes.write(global.size as usize);
+        }
     }
+    Ok(())
 }
 
 #[no_mangle]
@@ -365,19 +332,12 @@ fn function_attribute(f: &Function, attribute: c_uint, device: u32) -> Result<c_
     if let Some(answer) = f.attribute(attribute) {
         return Ok(answer);
     }
-    let request = CuRequest::GetFunctionAttribute {
-        function: f.remote,
-        attribute,
-        device,
-    };
-    match call_on(&f.conn, request, &[])? {
-        CuReply::Value { status, value } => {
-            from_remote(status)?;
-            f.set_attribute(attribute, value as c_int);
-            Ok(value as c_int)
-        }
-        other => Err(unexpected(other)),
-    }
+    let server = f.conn.cuda();
+    let value = server
+        .get_function_attribute(f.remote, attribute, device)
+        .outcome()?;
+    f.set_attribute(attribute, value);
+    Ok(value)
 }
 
 #[no_mangle]
@@ -416,13 +376,10 @@ fn set_attribute(
     if f.attribute(attribute) == Some(value) {
         return Ok(());
     }
-    let request = CuRequest::SetFunctionAttribute {
-        function: f.remote,
-        attribute,
-        value,
-        device,
-    };
-    status_of(call_on(&f.conn, request, &[])?)?;
+    let server = f.conn.cuda();
+    server
+        .set_function_attribute(f.remote, attribute, value, device)
+        .outcome()?;
     f.set_attribute(attribute, value);
     Ok(())
 }
@@ -452,11 +409,10 @@ pub unsafe extern "C" fn cuKernelSetAttribute(
 #[no_mangle]
 pub unsafe extern "C" fn cuFuncSetCacheConfig(f: CUfunction, config: c_uint) -> CUresult {
     status(function(f.cast()).and_then(|func| {
-        let request = CuRequest::SetFunctionCacheConfig {
-            function: func.remote,
-            config,
-        };
-        post_on(&func.conn, request, &[])
+        let server = func.conn.cuda();
+        server
+            .set_function_cache_config(func.remote, config)
+            .outcome()
     }))
 }
 

@@ -2,12 +2,12 @@
 
 use std::ffi::{c_int, c_uint};
 
+use rgpu_client::CudaClient;
 use rgpu_cuda_api::sys::*;
-use rgpu_protocol::cuda::{CuRequest, Id};
+use rgpu_protocol::cuda::Id;
 
-use super::context::{call_status, post};
 use super::memory::take_async_read_error;
-use super::{status, write_out};
+use super::{status, write_out, Outcome};
 use crate::objects::{capture_of, current_context, resolve_stream, Context, Event, Stream};
 
 #[no_mangle]
@@ -26,13 +26,10 @@ pub unsafe extern "C" fn cuStreamCreateWithPriority(
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
         }
         let stream = Stream::new(ctx, flags, priority);
-        let request = CuRequest::CreateStream {
-            id: stream.remote,
-            ctx: ctx.remote,
-            flags,
-            priority,
-        };
-        post(ctx, request, &[])?;
+        let server = ctx.conn.cuda();
+        server
+            .create_stream(stream.remote, ctx.remote, flags, priority)
+            .outcome()?;
         unsafe { write_out(out, stream.into_handle()) }
     }))
 }
@@ -43,7 +40,7 @@ pub unsafe extern "C" fn cuStreamDestroy_v2(stream: CUstream) -> CUresult {
         // Only a stream of the program's own (not a default stream) can be destroyed.
         Stream::from_handle(stream).ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
         let (ctx, id) = resolve_stream(stream)?;
-        post(ctx, CuRequest::DestroyStream { id }, &[])?;
+        ctx.conn.cuda().destroy_stream(id).outcome()?;
         // SAFETY: the program gives the handle up by destroying it.
         drop(unsafe { Stream::destroy(stream) });
         Ok(())
@@ -51,13 +48,10 @@ pub unsafe extern "C" fn cuStreamDestroy_v2(stream: CUstream) -> CUresult {
 }
 
 pub(crate) fn synchronize_stream(ctx: &Context, stream: Id) -> Result<(), CUresult> {
-    call_status(
-        ctx,
-        CuRequest::StreamSynchronize {
-            ctx: ctx.remote,
-            stream,
-        },
-    )?;
+    ctx.conn
+        .cuda()
+        .stream_synchronize(ctx.remote, stream)
+        .outcome()?;
     take_async_read_error()
 }
 
@@ -68,15 +62,10 @@ pub unsafe extern "C" fn cuStreamSynchronize(stream: CUstream) -> CUresult {
 
 #[no_mangle]
 pub unsafe extern "C" fn cuStreamQuery(stream: CUstream) -> CUresult {
-    status(resolve_stream(stream).and_then(|(ctx, id)| {
-        call_status(
-            ctx,
-            CuRequest::StreamQuery {
-                ctx: ctx.remote,
-                stream: id,
-            },
-        )
-    }))
+    status(
+        resolve_stream(stream)
+            .and_then(|(ctx, id)| ctx.conn.cuda().stream_query(ctx.remote, id).outcome()),
+    )
 }
 
 #[no_mangle]
@@ -87,13 +76,10 @@ pub unsafe extern "C" fn cuStreamWaitEvent(
 ) -> CUresult {
     status(resolve_stream(stream).and_then(|(ctx, id)| {
         let event = Event::from_handle(event).ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
-        let request = CuRequest::StreamWaitEvent {
-            ctx: ctx.remote,
-            stream: id,
-            event: event.remote,
-            flags,
-        };
-        post(ctx, request, &[])
+        let server = ctx.conn.cuda();
+        server
+            .stream_wait_event(ctx.remote, id, event.remote, flags)
+            .outcome()
     }))
 }
 

@@ -9,12 +9,12 @@ use std::ffi::c_uint;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
+use rgpu_client::CudaClient;
 use rgpu_cuda_api::sys::*;
-use rgpu_protocol::cuda::{CuReply, CuRequest, MemAccess, MemProp, VmmOp};
+use rgpu_protocol::cuda::{MemAccess, MemProp};
 
-use super::context::{call, status_of, unexpected};
 use super::memory::{allocate, context_of, forget_device_range};
-use super::{from_remote, status, write_out};
+use super::{status, write_out, Outcome};
 use crate::objects::{current_context, Context};
 
 /// CU_MEM_LOCATION_TYPE_DEVICE: a location whose id is a device ordinal.
@@ -27,21 +27,6 @@ static HANDLES: Mutex<BTreeMap<u64, usize>> = Mutex::new(BTreeMap::new());
 fn next_handle() -> u64 {
     static NEXT: AtomicU64 = AtomicU64::new(1);
     NEXT.fetch_add(1, Ordering::Relaxed)
-}
-
-/// Sends a VMM request in `ctx` and returns the reply.
-fn vmm(ctx: &Context, op: VmmOp) -> Result<CuReply, CUresult> {
-    call(
-        ctx,
-        CuRequest::Vmm {
-            ctx: ctx.remote,
-            op,
-        },
-    )
-}
-
-fn vmm_status(ctx: &Context, op: VmmOp) -> Result<(), CUresult> {
-    status_of(vmm(ctx, op)?)
 }
 
 /// A device location of the program as its server's ordinal, with the device's primary context
@@ -98,13 +83,9 @@ pub unsafe extern "C" fn cuMemGetAllocationGranularity(
     option: c_uint,
 ) -> CUresult {
     status(unsafe { read_prop(prop) }.and_then(|(prop, ctx)| {
-        match vmm(ctx, VmmOp::Granularity { prop, option })? {
-            CuReply::Value { status, value } => {
-                from_remote(status)?;
-                unsafe { write_out(granularity, value as usize) }
-            }
-            other => Err(unexpected(other)),
-        }
+        let server = ctx.conn.cuda();
+        let value = server.vmm_granularity(ctx.remote, prop, option).outcome()?;
+        unsafe { write_out(granularity, value as usize) }
     }))
 }
 
@@ -120,23 +101,14 @@ pub unsafe extern "C" fn cuMemAddressReserve(
         if ptr.is_null() {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
         }
-        let request = || CuRequest::Vmm {
-            ctx: ctx.remote,
-            op: VmmOp::Reserve {
-                size: size as u64,
-                alignment: alignment as u64,
-                addr,
-                flags,
-            },
+        let (server, size64) = (ctx.conn.cuda(), size as u64);
+        let reserve_once = || {
+            server
+                .vmm_reserve(ctx.remote, size64, alignment as u64, addr, flags)
+                .outcome()
         };
-        let free = |at| {
-            let op = VmmOp::AddressFree {
-                ptr: at,
-                size: size as u64,
-            };
-            vmm_status(ctx, op)
-        };
-        let reserved = allocate(ctx, size, request, free)?;
+        let free = |at| server.vmm_address_free(ctx.remote, at, size64).outcome();
+        let reserved = allocate(ctx, size, reserve_once, free)?;
         unsafe { write_out(ptr, reserved) }
     }))
 }
@@ -144,13 +116,10 @@ pub unsafe extern "C" fn cuMemAddressReserve(
 #[no_mangle]
 pub unsafe extern "C" fn cuMemAddressFree(ptr: CUdeviceptr, size: usize) -> CUresult {
     status(context_of(ptr).and_then(|ctx| {
-        vmm_status(
-            ctx,
-            VmmOp::AddressFree {
-                ptr,
-                size: size as u64,
-            },
-        )?;
+        let server = ctx.conn.cuda();
+        server
+            .vmm_address_free(ctx.remote, ptr, size as u64)
+            .outcome()?;
         forget_device_range(ptr);
         Ok(())
     }))
@@ -168,13 +137,10 @@ pub unsafe extern "C" fn cuMemCreate(
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
         }
         let id = next_handle();
-        let op = VmmOp::Create {
-            handle: id,
-            size: size as u64,
-            prop,
-            flags,
-        };
-        vmm_status(ctx, op)?;
+        let server = ctx.conn.cuda();
+        server
+            .vmm_create(ctx.remote, id, size as u64, prop, flags)
+            .outcome()?;
         HANDLES.lock().unwrap().insert(id, ctx.handle() as usize);
         unsafe { write_out(handle, id) }
     }))
@@ -196,21 +162,18 @@ pub unsafe extern "C" fn cuMemMap(
     flags: u64,
 ) -> CUresult {
     status(handle_context(handle).and_then(|ctx| {
-        let op = VmmOp::Map {
-            ptr,
-            size: size as u64,
-            offset: offset as u64,
-            handle,
-            flags,
-        };
-        vmm_status(ctx, op)
+        let (size, offset) = (size as u64, offset as u64);
+        let server = ctx.conn.cuda();
+        server
+            .vmm_map(ctx.remote, ptr, size, offset, handle, flags)
+            .outcome()
     }))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn cuMemRelease(handle: CUmemGenericAllocationHandle) -> CUresult {
     status(handle_context(handle).and_then(|ctx| {
-        vmm_status(ctx, VmmOp::Release { handle })?;
+        ctx.conn.cuda().vmm_release(ctx.remote, handle).outcome()?;
         HANDLES.lock().unwrap().remove(&handle);
         Ok(())
     }))
@@ -246,24 +209,19 @@ pub unsafe extern "C" fn cuMemSetAccess(
                 })
             })
             .collect::<Result<Vec<_>, CUresult>>()?;
-        let op = VmmOp::SetAccess {
-            ptr,
-            size: size as u64,
-            access,
-        };
-        vmm_status(ctx, op)
+        let server = ctx.conn.cuda();
+        server
+            .vmm_set_access(ctx.remote, ptr, size as u64, access)
+            .outcome()
     }))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn cuMemUnmap(ptr: CUdeviceptr, size: usize) -> CUresult {
     status(context_of(ptr).and_then(|ctx| {
-        vmm_status(
-            ctx,
-            VmmOp::Unmap {
-                ptr,
-                size: size as u64,
-            },
-        )
+        ctx.conn
+            .cuda()
+            .vmm_unmap(ctx.remote, ptr, size as u64)
+            .outcome()
     }))
 }

@@ -4,35 +4,17 @@ use std::ffi::c_void;
 use std::sync::{Arc, Mutex};
 
 use opencl_sys::*;
-use rgpu_protocol::opencl::{ClReply, ClRequest};
+use rgpu_client::OpenClClient;
 
 use crate::api::device::devices_from;
 use crate::api::platform::platform_from;
 use crate::handle::{self, Ref};
 use crate::objects::{Context, ContextNotify, Device, UserCallback};
 use crate::runtime::runtime;
-use crate::util::{
-    bytes_of, bytes_of_slice, client_error, creation, guard, property_list, write_info,
-};
+use crate::util::{bytes_of, bytes_of_slice, creation, guard, property_list, write_info, Outcome};
 
 pub fn context_from(context: cl_context) -> Result<Ref<Context>, cl_int> {
     handle::lookup::<Context>(context)
-}
-
-/// Sends a request whose reply is a bare status.
-pub fn call_status(
-    conn: &rgpu_client::Connection,
-    req: ClRequest,
-    bulk: &[u8],
-) -> Result<(), cl_int> {
-    match conn.call_cl(req, bulk).map_err(client_error)? {
-        ClReply::Status(CL_SUCCESS) => Ok(()),
-        ClReply::Status(code) => Err(code),
-        other => {
-            log::error!("rgpu: unexpected reply {other:?}");
-            Err(CL_OUT_OF_RESOURCES)
-        }
-    }
 }
 
 /// Validates the property list; the platform, if given, must be rgpu's. Returns the list to
@@ -73,15 +55,9 @@ fn create_context(
     // A new session if the server's was lost and it is back.
     let conn = first.link.connection();
     let id = conn.new_id();
-    crate::api::context::call_status(
-        &conn,
-        ClRequest::CreateContext {
-            id,
-            devices: devices.iter().map(|d| d.id).collect(),
-            properties: server_props,
-        },
-        &[],
-    )?;
+    conn.opencl()
+        .create_context(id, devices.iter().map(|d| d.id).collect(), server_props)
+        .outcome()?;
     let context = handle::create(Context {
         conn,
         id,

@@ -7,8 +7,9 @@ use std::ffi::c_void;
 use std::sync::Arc;
 
 use opencl_sys::*;
+use rgpu_client::OpenClClient;
 use rgpu_client::{Handoff, ReadSink, SendPtr};
-use rgpu_protocol::opencl::{BufferRect, ClRequest, Command, Id, KernelArg};
+use rgpu_protocol::opencl::{BufferRect, Command, Id, KernelArg, Transfer};
 
 use crate::api::event::{event_from, new_event, set_status, WAIT_TIMEOUT};
 use crate::api::memory::mem_from;
@@ -98,12 +99,30 @@ fn store_event(event_out: *mut cl_event, event: Option<Ref<crate::objects::Event
     }
 }
 
-/// Queues a command that returns no data.
+/// What a posted enqueue sends: a command, or a write of the bulk data.
+enum Posted {
+    Command(Command),
+    Write(Transfer),
+}
+
+impl From<Command> for Posted {
+    fn from(command: Command) -> Posted {
+        Posted::Command(command)
+    }
+}
+
+impl From<Transfer> for Posted {
+    fn from(transfer: Transfer) -> Posted {
+        Posted::Write(transfer)
+    }
+}
+
+/// Queues a command that returns no data (a write's data is `bulk`).
 fn post(
     sub: Submission,
     event_out: *mut cl_event,
     command_type: cl_command_type,
-    command: Command,
+    work: impl Into<Posted>,
     bulk: &[u8],
 ) -> Result<(), cl_int> {
     let queue = &sub.queue;
@@ -116,13 +135,17 @@ fn post(
             Completion::Remote,
         )
     });
-    let request = ClRequest::Enqueue {
-        queue: queue.id,
-        wait: sub.wait,
-        event: event.as_ref().map_or(0, |e| e.id),
-        command,
+    let (server, event_id) = (queue.conn.opencl(), event.as_ref().map_or(0, |e| e.id));
+    let posted = match work.into() {
+        Posted::Command(command) => {
+            debug_assert!(bulk.is_empty(), "bulk data with {command:?}");
+            server.enqueue(queue.id, sub.wait, event_id, command)
+        }
+        Posted::Write(transfer) => {
+            server.enqueue_write(queue.id, sub.wait, event_id, transfer, bulk)
+        }
     };
-    if let Err(e) = queue.conn.post_cl(request, bulk) {
+    if let Err(e) = posted {
         if let Some(event) = event {
             handle::release::<crate::objects::Event>(handle::raw(&event));
         }
@@ -145,7 +168,7 @@ fn read(
     sub: Submission,
     event_out: *mut cl_event,
     command_type: cl_command_type,
-    command: Command,
+    transfer: Transfer,
     blocking: bool,
     len: usize,
     target: ReadTarget,
@@ -198,16 +221,8 @@ fn read(
         }),
     };
     queue.pending_reads.add();
-    let request = ClRequest::Enqueue {
-        queue: queue.id,
-        wait: sub.wait,
-        event: event.as_ref().map_or(0, |e| e.id),
-        command,
-    };
-    if let Err(e) = queue
-        .conn
-        .start_read(&rgpu_protocol::ClientMsg::Cl(request), sink)
-    {
+    let (server, event_id) = (queue.conn.opencl(), event.as_ref().map_or(0, |e| e.id));
+    if let Err(e) = server.enqueue_read(queue.id, sub.wait, event_id, transfer, sink) {
         // The sink's completion already ran with the error.
         if let Some(event) = event {
             handle::release::<crate::objects::Event>(handle::raw(&event));
@@ -252,7 +267,7 @@ pub unsafe extern "C" fn clEnqueueReadBuffer(
         if ptr.is_null() {
             return Err(CL_INVALID_VALUE);
         }
-        let command = Command::ReadBuffer {
+        let command = Transfer::Buffer {
             buffer: mem.id,
             offset: offset as u64,
             size: size as u64,
@@ -291,7 +306,7 @@ pub unsafe extern "C" fn clEnqueueWriteBuffer(
         }
         // SAFETY: the application provides `size` readable bytes at `ptr`.
         let data = unsafe { std::slice::from_raw_parts(ptr as *const u8, size) };
-        let command = Command::WriteBuffer {
+        let command = Transfer::Buffer {
             buffer: mem.id,
             offset: offset as u64,
             size: size as u64,
@@ -412,7 +427,7 @@ pub unsafe extern "C" fn clEnqueueReadBufferRect(
             host_row_pitch,
             host_slice_pitch,
         )?;
-        let command = Command::ReadBufferRect {
+        let command = Transfer::BufferRect {
             buffer: mem.id,
             rect,
         };
@@ -469,7 +484,7 @@ pub unsafe extern "C" fn clEnqueueWriteBufferRect(
             sub,
             event,
             CL_COMMAND_WRITE_BUFFER_RECT,
-            Command::WriteBufferRect {
+            Transfer::BufferRect {
                 buffer: mem.id,
                 rect,
             },
@@ -640,7 +655,7 @@ pub unsafe extern "C" fn clEnqueueReadImage(
         check_host_access(&mem, true)?;
         let (origin, region) = (triple(origin)?, triple(region)?);
         let host = image_host_region(&mem, ptr as *mut u8, region, row_pitch, slice_pitch)?;
-        let command = Command::ReadImage {
+        let command = Transfer::Image {
             image: mem.id,
             origin,
             region,
@@ -689,7 +704,7 @@ pub unsafe extern "C" fn clEnqueueWriteImage(
             sub,
             event,
             CL_COMMAND_WRITE_IMAGE,
-            Command::WriteImage {
+            Transfer::Image {
                 image: mem.id,
                 origin,
                 region,
@@ -862,7 +877,7 @@ pub unsafe extern "C" fn clEnqueueMapBuffer(
                 (owned.as_ptr(), Some(owned))
             };
             if map_reads(map_flags) {
-                let command = Command::ReadBuffer {
+                let command = Transfer::Buffer {
                     buffer: mem.id,
                     offset: offset as u64,
                     size: size as u64,
@@ -954,7 +969,7 @@ pub unsafe extern "C" fn clEnqueueMapImage(
             };
             let host = image_host_region(&mem, ptr, region, row_pitch, slice_pitch)?;
             if map_reads(map_flags) {
-                let command = Command::ReadImage {
+                let command = Transfer::Image {
                     image: mem.id,
                     origin,
                     region,
@@ -1041,7 +1056,7 @@ pub unsafe extern "C" fn clEnqueueUnmapMemObject(
             None => {
                 // SAFETY: the mapped region is `region[0]` bytes at `ptr`.
                 let data = unsafe { std::slice::from_raw_parts(ptr, mapping.region[0]) };
-                let command = Command::WriteBuffer {
+                let command = Transfer::Buffer {
                     buffer: mem.id,
                     offset: mapping.origin[0] as u64,
                     size: mapping.region[0] as u64,
@@ -1054,7 +1069,7 @@ pub unsafe extern "C" fn clEnqueueUnmapMemObject(
                     image_host_region(&mem, ptr, region, mapping.row_pitch, mapping.slice_pitch)?;
                 // SAFETY: the mapped region as the map described it.
                 let packed = unsafe { host.pack() };
-                let command = Command::WriteImage {
+                let command = Transfer::Image {
                     image: mem.id,
                     origin: mapping.origin.map(|v| v as u64),
                     region,

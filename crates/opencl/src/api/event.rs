@@ -8,13 +8,14 @@ use std::time::{Duration, Instant};
 
 use opencl_sys::*;
 use rgpu_client::Connection;
-use rgpu_protocol::opencl::{ClRequest, Id, InfoQuery};
+use rgpu_client::OpenClClient;
+use rgpu_protocol::opencl::{Id, InfoQuery};
 
-use crate::api::context::{call_status, context_from};
+use crate::api::context::context_from;
 use crate::handle::{self, Ref};
 use crate::objects::{Completion, Context, Event, EventCallback, EventState, Queue, UserCallback};
 use crate::runtime::{runtime, runtime_if_ready};
-use crate::util::{bytes_of, client_error, creation, guard, write_info};
+use crate::util::{bytes_of, client_error, creation, guard, write_info, Outcome};
 
 /// How long a wait for the server may take before the call fails (`RGPU_TIMEOUT`, seconds).
 pub static WAIT_TIMEOUT: LazyLock<Duration> = LazyLock::new(rgpu_client::reply_timeout_from_env);
@@ -105,7 +106,7 @@ pub fn wait_for(events: &[Ref<Event>]) -> Result<bool, cl_int> {
     }
     for (conn, list) in remote {
         let ids: Vec<Id> = list.iter().map(|e| e.id).collect();
-        match call_status(&conn, ClRequest::WaitForEvents { events: ids }, &[]) {
+        match conn.opencl().wait_for_events(ids).outcome() {
             Ok(()) => list.iter().for_each(|e| set_status(e, CL_COMPLETE)),
             Err(CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST) => all_ok = false,
             Err(code) => return Err(code),
@@ -214,13 +215,8 @@ pub unsafe extern "C" fn clCreateUserEvent(
             );
             context
                 .conn
-                .post_cl(
-                    ClRequest::CreateUserEvent {
-                        id: event.id,
-                        context: context.id,
-                    },
-                    &[],
-                )
+                .opencl()
+                .create_user_event(event.id, context.id)
                 .map_err(client_error)?;
             Ok(handle::raw(&event))
         })();
@@ -246,13 +242,8 @@ pub unsafe extern "C" fn clSetUserEventStatus(event: cl_event, execution_status:
         // Sent at once: commands on the server may be waiting for it.
         let sent = event
             .conn
-            .post_cl(
-                ClRequest::SetUserEventStatus {
-                    event: event.id,
-                    status: execution_status,
-                },
-                &[],
-            )
+            .opencl()
+            .set_user_event_status(event.id, execution_status)
             .and_then(|()| event.conn.flush());
         if let Err(e) = sent {
             return client_error(e);
@@ -311,13 +302,8 @@ pub unsafe extern "C" fn clSetEventCallback(
             // Completion is what native implementations report reliably; it implies the rest.
             let sent = event
                 .conn
-                .post_cl(
-                    ClRequest::NotifyEvent {
-                        event: event.id,
-                        status: CL_COMPLETE,
-                    },
-                    &[],
-                )
+                .opencl()
+                .notify_event(event.id, CL_COMPLETE)
                 .and_then(|()| event.conn.flush());
             if let Err(e) = sent {
                 return client_error(e);

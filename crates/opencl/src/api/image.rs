@@ -8,14 +8,15 @@ use std::ffi::c_void;
 use std::sync::{Arc, Mutex};
 
 use opencl_sys::*;
-use rgpu_protocol::opencl::{ClReply, ClRequest, ImageDesc, ImageFormat};
+use rgpu_client::OpenClClient;
+use rgpu_protocol::opencl::{ImageDesc, ImageFormat};
 
-use crate::api::context::{call_status, context_from};
+use crate::api::context::context_from;
 use crate::api::memory::{check_flags, mem_from};
 use crate::handle::{self, Ref};
 use crate::objects::{Context, Device, ImageInfo, Mem, MemKind};
 use crate::region::HostRegion;
-use crate::util::{bytes_of, client_error, creation, guard, property_list, write_info};
+use crate::util::{bytes_of, creation, guard, property_list, write_info, Outcome};
 
 /// cl_khr_gl_depth_images (not in opencl-sys's core constants).
 const CL_DEPTH_STENCIL: cl_channel_order = 0x10BE;
@@ -358,18 +359,17 @@ fn create_image(
 
     let conn = Arc::clone(&context.conn);
     let id = conn.new_id();
-    call_status(
-        &conn,
-        ClRequest::CreateImage {
+    conn.opencl()
+        .create_image(
             id,
-            context: context.id,
-            flags: wire_flags,
+            context.id,
+            wire_flags,
             format,
             desc,
-            properties: properties.clone(),
-        },
-        &initial,
-    )?;
+            properties.clone(),
+            &initial,
+        )
+        .outcome()?;
     let mem = handle::create(Mem {
         conn,
         id,
@@ -569,28 +569,10 @@ pub unsafe extern "C" fn clGetSupportedImageFormats(
             {
                 return Err(CL_INVALID_VALUE);
             }
-            let reply = context
-                .conn
-                .call_cl(
-                    ClRequest::GetSupportedImageFormats {
-                        context: context.id,
-                        flags,
-                        image_type,
-                    },
-                    &[],
-                )
-                .map_err(client_error)?;
-            match reply {
-                ClReply::ImageFormats {
-                    status: CL_SUCCESS,
-                    formats,
-                } => Ok(formats),
-                ClReply::ImageFormats { status, .. } => Err(status),
-                other => {
-                    log::error!("rgpu: unexpected reply to GetSupportedImageFormats: {other:?}");
-                    Err(CL_OUT_OF_RESOURCES)
-                }
-            }
+            let server = context.conn.opencl();
+            server
+                .get_supported_image_formats(context.id, flags, image_type)
+                .outcome()
         })();
         let formats = match result {
             Ok(formats) => formats,

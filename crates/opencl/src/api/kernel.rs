@@ -11,14 +11,13 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
 use opencl_sys::*;
-use rgpu_protocol::opencl::{
-    ArgKind, ClReply, ClRequest, Id, InfoQuery, KernelArg, WorkGroupLimits,
-};
+use rgpu_client::OpenClClient;
+use rgpu_protocol::opencl::{ArgKind, Id, InfoQuery, KernelArg, KernelFacts};
 
 use crate::api::program::{answer_info, program_device, program_from, server_info, size_list};
 use crate::handle::{self, Ref};
 use crate::objects::{Kernel, KernelArgs, Mem, Program, Sampler};
-use crate::util::{bytes_of, c_string, client_error, creation, guard, slice, string_bytes};
+use crate::util::{bytes_of, c_string, creation, guard, slice, string_bytes, Outcome};
 
 /// `info_cache` key kinds.
 const CACHE_KERNEL: u8 = 0;
@@ -29,17 +28,18 @@ pub fn kernel_from(kernel: cl_kernel) -> Result<Ref<Kernel>, cl_int> {
     handle::lookup::<Kernel>(kernel)
 }
 
-/// What the server tells about a created kernel: argument count, argument kinds, work-group
-/// limits per device.
-type KernelFacts = (u32, Vec<ArgKind>, Vec<WorkGroupLimits>);
-
 fn new_kernel(
     program: &Ref<Program>,
     id: Id,
     name: String,
-    (num_args, arg_kinds, work_group_limits): KernelFacts,
+    facts: KernelFacts,
     args: Option<KernelArgs>,
 ) -> Ref<Kernel> {
+    let KernelFacts {
+        num_args,
+        args: arg_kinds,
+        limits: work_group_limits,
+    } = facts;
     let n = num_args as usize;
     let args = args.unwrap_or_else(|| KernelArgs {
         values: vec![None; n],
@@ -59,23 +59,6 @@ fn new_kernel(
     })
 }
 
-/// The `Kernel` reply of CreateKernel and CloneKernel: what the client caches.
-fn kernel_reply(reply: ClReply) -> Result<KernelFacts, cl_int> {
-    match reply {
-        ClReply::Kernel {
-            status: CL_SUCCESS,
-            num_args,
-            args,
-            limits,
-        } => Ok((num_args, args, limits)),
-        ClReply::Kernel { status, .. } => Err(status),
-        other => {
-            log::error!("rgpu: unexpected reply to a kernel creation: {other:?}");
-            Err(CL_OUT_OF_RESOURCES)
-        }
-    }
-}
-
 #[no_mangle]
 pub unsafe extern "C" fn clCreateKernel(
     program: cl_program,
@@ -88,18 +71,10 @@ pub unsafe extern "C" fn clCreateKernel(
             // SAFETY: a NUL-terminated string (or null).
             let name = unsafe { c_string(kernel_name) }.ok_or(CL_INVALID_VALUE)?;
             let id = program.conn.new_id();
-            let reply = program
-                .conn
-                .call_cl(
-                    ClRequest::CreateKernel {
-                        id,
-                        program: program.id,
-                        name: name.clone(),
-                    },
-                    &[],
-                )
-                .map_err(client_error)?;
-            let facts = kernel_reply(reply)?;
+            let server = program.conn.opencl();
+            let facts = server
+                .create_kernel(id, program.id, name.clone())
+                .outcome()?;
             Ok(handle::raw(&new_kernel(&program, id, name, facts, None)))
         })();
         // SAFETY: the application's errcode pointer.
@@ -136,46 +111,19 @@ pub unsafe extern "C" fn clCreateKernelsInProgram(
                 return Err(CL_INVALID_VALUE);
             }
             let ids: Vec<Id> = (0..count).map(|_| program.conn.new_id()).collect();
-            let reply = program
-                .conn
-                .call_cl(
-                    ClRequest::CreateKernelsInProgram {
-                        program: program.id,
-                        ids: ids.clone(),
-                    },
-                    &[],
-                )
-                .map_err(client_error)?;
-            let (names, num_args, mut kinds, mut limits) = match reply {
-                ClReply::Kernels {
-                    status: CL_SUCCESS,
-                    names,
-                    num_args,
-                    args,
-                    limits,
-                } => (names, num_args, args, limits),
-                ClReply::Kernels { status, .. } => return Err(status),
-                other => {
-                    log::error!("rgpu: unexpected reply to CreateKernelsInProgram: {other:?}");
-                    return Err(CL_OUT_OF_RESOURCES);
-                }
-            };
-            if names.len() != num_args.len() || names.len() > ids.len() {
+            let server = program.conn.opencl();
+            let created = server
+                .create_kernels_in_program(program.id, ids.clone())
+                .outcome()?;
+            if created.len() > ids.len() {
                 log::error!(
-                    "rgpu: malformed Kernels reply ({} names, {} arg counts)",
-                    names.len(),
-                    num_args.len()
+                    "rgpu: {} kernels created for {} ids",
+                    created.len(),
+                    ids.len()
                 );
                 return Err(CL_OUT_OF_RESOURCES);
             }
-            kinds.resize(names.len(), Vec::new());
-            limits.resize(names.len(), Vec::new());
-            let facts = num_args
-                .into_iter()
-                .zip(kinds)
-                .zip(limits)
-                .map(|((n, k), l)| (n, k, l));
-            for (i, ((name, facts), id)) in names.into_iter().zip(facts).zip(ids).enumerate() {
+            for (i, ((name, facts), id)) in created.into_iter().zip(ids).enumerate() {
                 let kernel = new_kernel(&program, id, name, facts, None);
                 // SAFETY: the application provides `num_kernels` >= `count` slots.
                 unsafe { *kernels.add(i) = handle::raw(&kernel) };
@@ -204,17 +152,7 @@ pub unsafe extern "C" fn clCloneKernel(
         let result = (|| {
             let source = kernel_from(source_kernel)?;
             let id = source.conn.new_id();
-            let reply = source
-                .conn
-                .call_cl(
-                    ClRequest::CloneKernel {
-                        id,
-                        source: source.id,
-                    },
-                    &[],
-                )
-                .map_err(client_error)?;
-            let facts = kernel_reply(reply)?;
+            let facts = source.conn.opencl().clone_kernel(id, source.id).outcome()?;
             // The server's clone has the arguments of the source's last launch; those set
             // since then (still dirty) have not reached the server, so they stay dirty in the
             // clone too.
@@ -512,11 +450,8 @@ pub unsafe extern "C" fn clGetKernelWorkGroupInfo(
                 // The server must see the arguments as set now.
                 let args = take_dirty(&mut kernel.args.lock().unwrap());
                 if !args.is_empty() {
-                    let request = ClRequest::SetKernelArgs {
-                        kernel: kernel.id,
-                        args,
-                    };
-                    kernel.conn.post_cl(request, &[]).map_err(client_error)?;
+                    let server = kernel.conn.opencl();
+                    server.set_kernel_args(kernel.id, args).outcome()?;
                 }
                 return query();
             }

@@ -4,12 +4,12 @@ use std::ffi::c_void;
 use std::sync::{Arc, Mutex};
 
 use opencl_sys::*;
-use rgpu_protocol::opencl::ClRequest;
+use rgpu_client::OpenClClient;
 
-use crate::api::context::{call_status, context_from};
+use crate::api::context::context_from;
 use crate::handle::{self, Ref};
 use crate::objects::{Context, Mem, MemKind, UserCallback};
-use crate::util::{bytes_of, bytes_of_slice, creation, guard, property_list, write_info};
+use crate::util::{bytes_of, bytes_of_slice, creation, guard, property_list, write_info, Outcome};
 
 pub fn mem_from(mem: cl_mem) -> Result<Ref<Mem>, cl_int> {
     handle::lookup::<Mem>(mem)
@@ -86,17 +86,16 @@ fn create_buffer(
     };
     let conn = Arc::clone(&context.conn);
     let id = conn.new_id();
-    call_status(
-        &conn,
-        ClRequest::CreateBuffer {
+    conn.opencl()
+        .create_buffer(
             id,
-            context: context.id,
-            flags: wire_flags,
-            size: size as u64,
-            properties: properties.clone(),
-        },
-        initial,
-    )?;
+            context.id,
+            wire_flags,
+            size as u64,
+            properties.clone(),
+            initial,
+        )
+        .outcome()?;
     let mem = handle::create(Mem {
         conn,
         id,
@@ -212,17 +211,15 @@ pub unsafe extern "C" fn clCreateSubBuffer(
             own_flags |= parent.flags & (HOST_PTR_FLAGS | CL_MEM_ALLOC_HOST_PTR);
             let conn = Arc::clone(&parent.conn);
             let id = conn.new_id();
-            call_status(
-                &conn,
-                ClRequest::CreateSubBuffer {
+            conn.opencl()
+                .create_sub_buffer(
                     id,
-                    parent: parent.id,
+                    parent.id,
                     flags,
-                    origin: region.origin as u64,
-                    size: region.size as u64,
-                },
-                &[],
-            )?;
+                    region.origin as u64,
+                    region.size as u64,
+                )
+                .outcome()?;
             let host_ptr = if parent.host_ptr != 0 {
                 parent.host_ptr + region.origin
             } else {

@@ -8,15 +8,16 @@ use std::sync::{Arc, Mutex};
 
 use opencl_sys::*;
 use rgpu_client::Connection;
-use rgpu_protocol::opencl::{ClReply, ClRequest, Id, InfoQuery};
+use rgpu_client::OpenClClient;
+use rgpu_protocol::opencl::{BinaryStatus, Id, InfoQuery};
 
-use crate::api::context::{call_status, context_from};
+use crate::api::context::context_from;
 use crate::api::device::devices_from;
 use crate::handle::{self, Ref};
 use crate::objects::{Context, Device, Program};
 use crate::util::{
     bytes_of, bytes_of_slice, c_string, client_error, creation, guard, slice, string_bytes,
-    write_info,
+    write_info, Outcome,
 };
 
 /// The callback of clBuildProgram, clCompileProgram and clLinkProgram.
@@ -28,20 +29,7 @@ pub fn program_from(program: cl_program) -> Result<Ref<Program>, cl_int> {
 
 /// A clGet*Info query answered by the server: the value bytes, or the server's error.
 pub fn server_info(conn: &Connection, query: InfoQuery, param: u32) -> Result<Vec<u8>, cl_int> {
-    match conn
-        .call_cl(ClRequest::GetInfo { query, param }, &[])
-        .map_err(client_error)?
-    {
-        ClReply::Info {
-            status: CL_SUCCESS,
-            value,
-        } => Ok(value),
-        ClReply::Info { status, .. } => Err(status),
-        other => {
-            log::error!("rgpu: unexpected reply to an info query: {other:?}");
-            Err(CL_OUT_OF_RESOURCES)
-        }
-    }
+    conn.opencl().get_info(query, param).outcome()
 }
 
 /// A list of `size_t` values as the server sends them (64-bit little-endian).
@@ -186,15 +174,11 @@ pub unsafe extern "C" fn clCreateProgramWithSource(
             let source = String::from_utf8(source)
                 .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned());
             let id = context.conn.new_id();
-            call_status(
-                &context.conn,
-                ClRequest::CreateProgramWithSource {
-                    id,
-                    context: context.id,
-                    source: source.clone(),
-                },
-                &[],
-            )?;
+            context
+                .conn
+                .opencl()
+                .create_program_with_source(id, context.id, source.clone())
+                .outcome()?;
             let devices = context.devices.clone();
             Ok(new_program(context, id, devices, Some(source), None))
         })();
@@ -255,26 +239,13 @@ pub unsafe extern "C" fn clCreateProgramWithBinary(
                 .map(|(&len, &ptr)| unsafe { std::slice::from_raw_parts(ptr, len) }.to_vec())
                 .collect();
             let id = context.conn.new_id();
-            let reply = context
-                .conn
-                .call_cl(
-                    ClRequest::CreateProgramWithBinary {
-                        id,
-                        context: context.id,
-                        devices: ids(&devices),
-                        binaries: blobs,
-                    },
-                    &[],
-                )
-                .map_err(client_error)?;
-            let ClReply::Binary {
+            let server = context.conn.opencl();
+            let BinaryStatus {
                 status,
                 binary_status: per_device,
-            } = reply
-            else {
-                log::error!("rgpu: unexpected reply to CreateProgramWithBinary: {reply:?}");
-                return Err(CL_OUT_OF_RESOURCES);
-            };
+            } = server
+                .create_program_with_binary(id, context.id, ids(&devices), blobs)
+                .map_err(client_error)?;
             if !binary_status.is_null() {
                 for i in 0..n {
                     // A status the server did not report: the binary was not looked at.
@@ -309,15 +280,11 @@ pub unsafe extern "C" fn clCreateProgramWithIL(
             // SAFETY: the application gives `length` readable bytes of IL.
             let il = unsafe { std::slice::from_raw_parts(il as *const u8, length) }.to_vec();
             let id = context.conn.new_id();
-            call_status(
-                &context.conn,
-                ClRequest::CreateProgramWithIl {
-                    id,
-                    context: context.id,
-                    il: il.clone(),
-                },
-                &[],
-            )?;
+            context
+                .conn
+                .opencl()
+                .create_program_with_il(id, context.id, il.clone())
+                .outcome()?;
             let devices = context.devices.clone();
             Ok(new_program(context, id, devices, None, Some(il)))
         })();
@@ -345,16 +312,11 @@ pub unsafe extern "C" fn clCreateProgramWithBuiltInKernels(
             // SAFETY: the application's device array of `num_devices` entries.
             let devices = unsafe { device_subset(&context.devices, num_devices, device_list) }?;
             let id = context.conn.new_id();
-            call_status(
-                &context.conn,
-                ClRequest::CreateProgramWithBuiltInKernels {
-                    id,
-                    context: context.id,
-                    devices: ids(&devices),
-                    kernel_names: names,
-                },
-                &[],
-            )?;
+            context
+                .conn
+                .opencl()
+                .create_program_with_built_in_kernels(id, context.id, ids(&devices), names)
+                .outcome()?;
             Ok(new_program(context, id, devices, None, None))
         })();
         // SAFETY: the application's errcode pointer.
@@ -404,16 +366,10 @@ pub unsafe extern "C" fn clBuildProgram(
             let options = unsafe { c_string(options) }.unwrap_or_default();
             rgpu_cl_api::validate::build_options(&options)?;
             *prog.options.lock().unwrap_or_else(|e| e.into_inner()) = Some(options.clone());
-            let status = crate::util::status(call_status(
-                &prog.conn,
-                ClRequest::BuildProgram {
-                    program: prog.id,
-                    devices: ids(&devices),
-                    includes: crate::includes::collect(&options),
-                    options,
-                },
-                &[],
-            ));
+            let includes = crate::includes::collect(&options);
+            let server = prog.conn.opencl();
+            let built = server.build_program(prog.id, ids(&devices), options, includes);
+            let status = crate::util::status(built.outcome());
             notify(pfn_notify, program, user_data);
             Ok(status)
         })();
@@ -473,17 +429,11 @@ pub unsafe extern "C" fn clCompileProgram(
             let options = unsafe { c_string(options) }.unwrap_or_default();
             rgpu_cl_api::validate::build_options(&options)?;
             *prog.options.lock().unwrap_or_else(|e| e.into_inner()) = Some(options.clone());
-            let status = crate::util::status(call_status(
-                &prog.conn,
-                ClRequest::CompileProgram {
-                    program: prog.id,
-                    devices: ids(&devices),
-                    includes: crate::includes::collect(&options),
-                    options,
-                    headers,
-                },
-                &[],
-            ));
+            let includes = crate::includes::collect(&options);
+            let server = prog.conn.opencl();
+            let compiled =
+                server.compile_program(prog.id, ids(&devices), options, headers, includes);
+            let status = crate::util::status(compiled.outcome());
             notify(pfn_notify, program, user_data);
             Ok(status)
         })();
@@ -530,17 +480,11 @@ pub unsafe extern "C" fn clLinkProgram(
             let id = context.conn.new_id();
             // On failure the server keeps no program under `id`, so there is nothing to return
             // (or release).
-            call_status(
-                &context.conn,
-                ClRequest::LinkProgram {
-                    id,
-                    context: context.id,
-                    devices: ids(&devices),
-                    options,
-                    inputs: input_ids,
-                },
-                &[],
-            )?;
+            context
+                .conn
+                .opencl()
+                .link_program(id, context.id, ids(&devices), options, input_ids)
+                .outcome()?;
             let linked = new_program(context, id, devices, None, None);
             notify(pfn_notify, linked, user_data);
             Ok(linked)

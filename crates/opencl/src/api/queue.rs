@@ -4,14 +4,14 @@ use std::ffi::c_void;
 use std::sync::Arc;
 
 use opencl_sys::*;
-use rgpu_protocol::opencl::ClRequest;
+use rgpu_client::OpenClClient;
 
-use crate::api::context::{call_status, context_from};
+use crate::api::context::context_from;
 use crate::api::device::device_from;
 use crate::handle::{self, Ref};
 use crate::objects::{Pending, Queue};
 use crate::util::{
-    bytes_of, bytes_of_slice, client_error, creation, guard, property_list, write_info,
+    bytes_of, bytes_of_slice, client_error, creation, guard, property_list, write_info, Outcome,
 };
 
 pub fn queue_from(queue: cl_command_queue) -> Result<Ref<Queue>, cl_int> {
@@ -50,16 +50,9 @@ fn create_queue(
         }
     }
     wire_props.push(0);
-    call_status(
-        &conn,
-        ClRequest::CreateQueue {
-            id,
-            context: context.id,
-            device: device.id,
-            properties: wire_props,
-        },
-        &[],
-    )?;
+    conn.opencl()
+        .create_queue(id, context.id, device.id, wire_props)
+        .outcome()?;
     let queue = handle::create(Queue {
         conn,
         id,
@@ -166,7 +159,8 @@ pub unsafe extern "C" fn clFlush(queue: cl_command_queue) -> cl_int {
         };
         let sent = queue
             .conn
-            .post_cl(ClRequest::Flush { queue: queue.id }, &[])
+            .opencl()
+            .flush(queue.id)
             .and_then(|()| queue.conn.flush());
         match sent {
             Ok(()) => CL_SUCCESS,
@@ -178,7 +172,7 @@ pub unsafe extern "C" fn clFlush(queue: cl_command_queue) -> cl_int {
 /// clFinish: the server finishes the queue (and reports errors deferred until now), then the
 /// client waits for the data of reads still streaming in.
 pub fn finish(queue: &Queue) -> Result<(), cl_int> {
-    let result = call_status(&queue.conn, ClRequest::Finish { queue: queue.id }, &[]);
+    let result = queue.conn.opencl().finish(queue.id).outcome();
     if !queue
         .pending_reads
         .wait_idle(*crate::api::event::WAIT_TIMEOUT)

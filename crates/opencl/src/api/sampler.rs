@@ -4,13 +4,13 @@ use std::ffi::c_void;
 use std::sync::Arc;
 
 use opencl_sys::*;
-use rgpu_protocol::opencl::ClRequest;
+use rgpu_client::OpenClClient;
 
-use crate::api::context::{call_status, context_from};
+use crate::api::context::context_from;
 use crate::api::image::context_supports_images;
 use crate::handle::{self, Ref};
 use crate::objects::Sampler;
-use crate::util::{bytes_of, bytes_of_slice, creation, guard, property_list, write_info};
+use crate::util::{bytes_of, bytes_of_slice, creation, guard, property_list, write_info, Outcome};
 
 pub fn sampler_from(sampler: cl_sampler) -> Result<Ref<Sampler>, cl_int> {
     handle::lookup::<Sampler>(sampler)
@@ -62,15 +62,9 @@ fn create_sampler(
     wire.push(0);
     let conn = Arc::clone(&context.conn);
     let id = conn.new_id();
-    call_status(
-        &conn,
-        ClRequest::CreateSampler {
-            id,
-            context: context.id,
-            properties: wire,
-        },
-        &[],
-    )?;
+    conn.opencl()
+        .create_sampler(id, context.id, wire)
+        .outcome()?;
     let sampler = handle::create(Sampler {
         conn,
         id,

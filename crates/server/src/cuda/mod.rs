@@ -1,10 +1,20 @@
 //! The server's CUDA backend: the native driver ([`driver`]), the inventory of its GPUs taken
 //! once at start, the cache of module images shared by all sessions, and the per-session state
-//! that carries out CUDA requests ([`session`]).
+//! that carries out CUDA requests ([`session`]), one file per group of the CUDA table
+//! (`contexts`, `memory`, `copies`, `modules`, `launches`, `streams`, `events`, `graphs`, `vmm`).
 
+mod contexts;
+mod copies;
+mod events;
+mod graphs;
+mod launches;
+mod memory;
+mod modules;
 mod pieces;
 mod session;
 mod staging;
+mod streams;
+mod vmm;
 
 use std::collections::{HashMap, VecDeque};
 use std::ffi::c_char;

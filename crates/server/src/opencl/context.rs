@@ -1,19 +1,15 @@
-//! Contexts, queues, samplers.
+//! Contexts and queues.
 
 use rgpu_cl_api::sys;
-use rgpu_protocol::opencl::{Id, ImageFormat};
+use rgpu_protocol::opencl::{serve, Answer, ClReply, Id};
 
+use super::answer;
+use crate::completion::Job;
 use crate::handles::QueueEntry;
-use crate::native::{self, ClResult};
-use crate::session::Session;
+use crate::session::{End, Session};
 
-impl Session {
-    pub(crate) fn create_context(
-        &mut self,
-        id: Id,
-        devices: &[Id],
-        properties: &[u64],
-    ) -> ClResult<()> {
+impl serve::Contexts for Session {
+    fn create_context(&mut self, id: Id, devices: Vec<Id>, properties: Vec<u64>) -> Answer<()> {
         self.handles.contexts.check_free(id)?;
         let Some(&first) = devices.first() else {
             return Err(sys::CL_INVALID_VALUE);
@@ -34,22 +30,22 @@ impl Session {
         let platform = inventory
             .platform(platform_id)
             .ok_or(sys::CL_INVALID_PLATFORM)?;
-        let natives = self.native_devices(devices)?;
+        let natives = self.native_devices(&devices)?;
         let context = self
             .cl()?
-            .create_context(platform.native, &natives, properties)?;
+            .create_context(platform.native, &natives, &properties)?;
         self.handles.contexts.insert(id, context)
     }
 
-    pub(crate) fn create_queue(
+    fn create_queue(
         &mut self,
         id: Id,
         context: Id,
         device: Id,
-        properties: &[u64],
-    ) -> ClResult<()> {
+        properties: Vec<u64>,
+    ) -> Answer<()> {
         self.handles.queues.check_free(id)?;
-        rgpu_cl_api::validate::queue_properties(properties)?;
+        rgpu_cl_api::validate::queue_properties(&properties)?;
         let served = self
             .inventory
             .device(device)
@@ -60,7 +56,7 @@ impl Session {
             .is_some_and(|p| p.major_version >= 2);
         let queue = self.handles.contexts.get(context)?.create_queue(
             served.native,
-            properties,
+            &properties,
             with_properties,
         )?;
         let out_of_order = queue.is_out_of_order();
@@ -73,38 +69,46 @@ impl Session {
         )
     }
 
-    pub(crate) fn create_sampler(
-        &mut self,
-        id: Id,
-        context: Id,
-        properties: &[u64],
-    ) -> ClResult<()> {
-        self.handles.samplers.check_free(id)?;
-        let sampler = self
-            .handles
-            .contexts
-            .get(context)?
-            .create_sampler(properties)?;
-        self.handles.samplers.insert(id, sampler)
+    fn flush(&mut self, queue: Id) -> Answer<()> {
+        self.handles.queues.get(queue)?.queue.flush()
     }
 
-    pub(crate) fn supported_image_formats(
-        &self,
-        context: Id,
-        flags: u64,
-        image_type: u32,
-    ) -> ClResult<Vec<ImageFormat>> {
-        let formats = self
-            .handles
-            .contexts
-            .get(context)?
-            .supported_image_formats(flags, image_type)?;
-        Ok(formats
-            .into_iter()
-            .map(|f: native::ImageFormat| ImageFormat {
-                channel_order: f.channel_order,
-                channel_data_type: f.channel_data_type,
-            })
-            .collect())
+    /// `Finish`: replies once every command enqueued so far on the queue is complete, with
+    /// the deferred error if there is one. A marker stands for the queue's work, so the
+    /// request thread stays free to take requests (a user event another client thread sets
+    /// may be what the queue waits for).
+    fn finish(&mut self, seq: u64, queue: Id) -> Result<(), End> {
+        if !self.device_may_wait_for_client() {
+            // Nothing queued can be waiting for a later request: finish right here, which is
+            // as fast as native clFinish.
+            let finished = self.handles.queues.get(queue).and_then(|q| {
+                let marker = q.queue.marker(&[])?;
+                q.queue.flush()?;
+                marker.wait_fast();
+                Ok(())
+            });
+            let status = match finished {
+                Ok(()) => self.take_deferred().unwrap_or(sys::CL_SUCCESS),
+                Err(e) => e,
+            };
+            return Session::reply(self, seq, ClReply::Finish(answer(status)));
+        }
+        let marker = self.handles.queues.get(queue).and_then(|q| {
+            let marker = q.queue.marker(&[])?;
+            q.queue.flush()?;
+            Ok(marker)
+        });
+        match marker {
+            Err(e) => Session::reply(self, seq, ClReply::Finish(Err(e))),
+            Ok(marker) => {
+                let status = self.take_deferred().unwrap_or(sys::CL_SUCCESS);
+                self.completion().send(Job::Finish {
+                    seq,
+                    marker,
+                    status,
+                });
+                Ok(())
+            }
+        }
     }
 }

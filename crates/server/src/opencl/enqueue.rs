@@ -13,7 +13,7 @@
 
 use rgpu_cl_api::params::decode_unsigned;
 use rgpu_cl_api::sys;
-use rgpu_protocol::opencl::{BufferRect, ClReply, Command, Id};
+use rgpu_protocol::opencl::{serve, Answer, BufferRect, Command, Id, Transfer as WireTransfer};
 use rgpu_protocol::ServerMsg;
 
 use crate::completion::Job;
@@ -226,6 +226,37 @@ fn checked_origin(origin: [u64; 3]) -> ClResult<[usize; 3]> {
     ])
 }
 
+impl serve::Commands for Session {
+    fn enqueue(&mut self, queue: Id, wait: Vec<Id>, event: Id, command: Command) -> Answer<()> {
+        self.enqueue_command(queue, &wait, event, command)
+            .inspect_err(|&e| self.fail_event(event, Some(queue), e))
+    }
+
+    fn enqueue_write(
+        &mut self,
+        queue: Id,
+        wait: Vec<Id>,
+        event: Id,
+        transfer: WireTransfer,
+        bulk_len: u64,
+    ) -> Result<Answer<()>, End> {
+        self.write_transfer(bulk_len, queue, &wait, event, &transfer)?;
+        Ok(Ok(()))
+    }
+
+    fn enqueue_read(
+        &mut self,
+        seq: u64,
+        queue: Id,
+        wait: Vec<Id>,
+        event: Id,
+        transfer: WireTransfer,
+    ) -> Result<(), End> {
+        self.read_transfer(seq, queue, &wait, event, &transfer);
+        Ok(())
+    }
+}
+
 impl Session {
     /// Looks up what a transfer command needs and plans its pieces.
     fn plan_transfer(
@@ -233,7 +264,7 @@ impl Session {
         queue: Id,
         wait: &[Id],
         event: Id,
-        command: &Command,
+        wanted: &WireTransfer,
     ) -> ClResult<Transfer> {
         if event != 0 {
             self.handles.events.check_free(event)?;
@@ -241,13 +272,8 @@ impl Session {
         let entry = self.handles.queues.get(queue)?;
         let wait = self.wait_list(wait)?;
         let chunk = self.pool.chunk_size();
-        let (mem_id, geometry, pieces, total) = match *command {
-            Command::WriteBuffer {
-                buffer,
-                offset,
-                size,
-            }
-            | Command::ReadBuffer {
+        let (mem_id, geometry, pieces, total) = match *wanted {
+            WireTransfer::Buffer {
                 buffer,
                 offset,
                 size,
@@ -258,17 +284,11 @@ impl Session {
                 };
                 (buffer, geometry, Pieces::Linear(size_host), size)
             }
-            Command::WriteBufferRect { buffer, rect }
-            | Command::ReadBufferRect { buffer, rect } => {
+            WireTransfer::BufferRect { buffer, rect } => {
                 let (geometry, rows, total) = rect_plan(&rect)?;
                 (buffer, geometry, rows, total)
             }
-            Command::WriteImage {
-                image,
-                origin,
-                region,
-            }
-            | Command::ReadImage {
+            WireTransfer::Image {
                 image,
                 origin,
                 region,
@@ -288,7 +308,6 @@ impl Session {
                 };
                 (image, geometry, pieces, total)
             }
-            _ => return Err(sys::CL_INVALID_OPERATION),
         };
         let mem = self.handles.mems.get(mem_id)?.mem.clone();
         // Every byte of a valid transfer is a distinct byte of the object, so a larger one is
@@ -417,53 +436,22 @@ impl Session {
                 e
             }
         };
-        let _ = self.reply(seq, ClReply::Status(status));
+        let _ = self.send(&ServerMsg::ReadDone { status }, seq, &[]);
         true
     }
 
-    /// Runs one `Enqueue` request.
-    pub(crate) fn enqueue(
-        &mut self,
-        seq: u64,
-        bulk_len: u64,
-        queue: Id,
-        wait: &[Id],
-        event: Id,
-        command: Command,
-    ) -> Result<(), End> {
-        match command {
-            Command::WriteBuffer { .. }
-            | Command::WriteBufferRect { .. }
-            | Command::WriteImage { .. } => {
-                self.enqueue_write(bulk_len, queue, wait, event, &command)
-            }
-            Command::ReadBuffer { .. }
-            | Command::ReadBufferRect { .. }
-            | Command::ReadImage { .. } => {
-                self.enqueue_read(seq, queue, wait, event, &command);
-                Ok(())
-            }
-            other => {
-                if let Err(e) = self.enqueue_command(queue, wait, event, other) {
-                    self.defer("enqueue", e);
-                    self.fail_event(event, Some(queue), e);
-                }
-                Ok(())
-            }
-        }
-    }
-
-    /// A write: its data is the frame's bulk, received chunk by chunk.
-    fn enqueue_write(
+    /// A write: its data is the frame's bulk, received chunk by chunk. Its failures are
+    /// deferred here.
+    fn write_transfer(
         &mut self,
         bulk_len: u64,
         queue: Id,
         wait: &[Id],
         event: Id,
-        command: &Command,
+        wanted: &WireTransfer,
     ) -> Result<(), End> {
         let transfer = self
-            .plan_transfer(queue, wait, event, command)
+            .plan_transfer(queue, wait, event, wanted)
             .and_then(|t| {
                 if t.total == bulk_len {
                     Ok(t)
@@ -526,8 +514,15 @@ impl Session {
     }
 
     /// A read: chunks go to the completion thread, which sends them and the final status.
-    fn enqueue_read(&mut self, seq: u64, queue: Id, wait: &[Id], event: Id, command: &Command) {
-        let transfer = match self.plan_transfer(queue, wait, event, command) {
+    fn read_transfer(
+        &mut self,
+        seq: u64,
+        queue: Id,
+        wait: &[Id],
+        event: Id,
+        wanted: &WireTransfer,
+    ) {
+        let transfer = match self.plan_transfer(queue, wait, event, wanted) {
             Ok(transfer) => transfer,
             Err(e) => {
                 self.completion().send(Job::ReadEnd { seq, status: e });
@@ -628,7 +623,7 @@ impl Session {
         let data = buf
             .as_ref()
             .map(|buf| (0, &buf.as_slice()[..piece.len.min(buf.capacity())]));
-        let last = ServerMsg::Cl(ClReply::Status(status));
+        let last = ServerMsg::ReadDone { status };
         let _ = self.writer.send_read(seq, data, &last);
     }
 
@@ -743,12 +738,6 @@ impl Session {
                     objects.iter().map(|&id| mem(id)).collect::<ClResult<_>>()?;
                 q.migrate(&objects, flags, &wait)?
             }
-            Command::WriteBuffer { .. }
-            | Command::ReadBuffer { .. }
-            | Command::WriteBufferRect { .. }
-            | Command::ReadBufferRect { .. }
-            | Command::WriteImage { .. }
-            | Command::ReadImage { .. } => return Err(sys::CL_INVALID_OPERATION),
         };
         if event != 0 {
             self.handles.events.insert(event, native)?;

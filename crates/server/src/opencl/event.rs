@@ -3,46 +3,44 @@
 use std::sync::atomic::Ordering;
 
 use rgpu_cl_api::sys;
-use rgpu_protocol::opencl::{ClReply, Id};
+use rgpu_protocol::opencl::{serve, Answer, ClReply, Id};
 
 use crate::completion::Job;
 use crate::native::{ClResult, Event};
 use crate::session::{End, Session};
 
-impl Session {
-    pub(crate) fn create_user_event(&mut self, id: Id, context: Id) -> ClResult<()> {
-        self.handles.events.check_free(id)?;
-        let event = self.handles.contexts.get(context)?.create_user_event()?;
-        self.user_events.push(event.clone());
-        self.pending_user_events.fetch_add(1, Ordering::SeqCst);
-        self.handles.events.insert(id, event)
+impl serve::Events for Session {
+    fn create_user_event(&mut self, id: Id, context: Id) -> Answer<()> {
+        let created = (|| {
+            self.handles.events.check_free(id)?;
+            let event = self.handles.contexts.get(context)?.create_user_event()?;
+            self.user_events.push(event.clone());
+            self.pending_user_events.fetch_add(1, Ordering::SeqCst);
+            self.handles.events.insert(id, event)
+        })();
+        if let Err(e) = created {
+            // Commands waiting on it fail as they would on a failed event.
+            self.fail_event(id, None, e);
+        }
+        created
     }
 
-    pub(crate) fn set_user_event_status(&mut self, event: Id, status: i32) -> ClResult<()> {
+    fn set_user_event_status(&mut self, event: Id, status: i32) -> Answer<()> {
         self.handles.events.get(event)?.set_user_status(status)?;
         // The implementation accepts one status per user event, so this counts each once.
         self.pending_user_events.fetch_sub(1, Ordering::SeqCst);
         Ok(())
     }
 
-    /// The native events of a wait list.
-    pub(crate) fn wait_list(&self, ids: &[Id]) -> ClResult<Vec<Event>> {
-        ids.iter()
-            .map(|&id| {
-                self.handles
-                    .events
-                    .get(id)
-                    .cloned()
-                    .map_err(|_| sys::CL_INVALID_EVENT_WAIT_LIST)
-            })
-            .collect()
-    }
-
     /// Replies (from the completion thread) once every event is complete. The request thread
     /// does not block: the event may be a user event that a later request sets.
-    pub(crate) fn wait_for_events(&mut self, seq: u64, ids: &[Id]) -> Result<(), End> {
+    fn wait_for_events(&mut self, seq: u64, ids: Vec<Id>) -> Result<(), End> {
         if ids.is_empty() {
-            return self.reply(seq, ClReply::Status(sys::CL_INVALID_VALUE));
+            return Session::reply(
+                self,
+                seq,
+                ClReply::WaitForEvents(Err(sys::CL_INVALID_VALUE)),
+            );
         }
         let events: ClResult<Vec<Event>> = ids
             .iter()
@@ -50,7 +48,7 @@ impl Session {
             .collect();
         let events = match events {
             Ok(events) => events,
-            Err(e) => return self.reply(seq, ClReply::Status(e)),
+            Err(e) => return Session::reply(self, seq, ClReply::WaitForEvents(Err(e))),
         };
         // clWaitForEvents flushes implicitly; a callback-driven wait has to do it itself.
         for event in &events {
@@ -67,7 +65,7 @@ impl Session {
 
     /// Registers a native callback that reports the event's status to the client.
     /// Implementations only call back for CL_SUBMITTED, CL_RUNNING and CL_COMPLETE.
-    pub(crate) fn notify_event(&mut self, id: Id, status: i32) -> ClResult<()> {
+    fn notify_event(&mut self, id: Id, status: i32) -> Answer<()> {
         let event = self.handles.events.get(id)?;
         let callback_type = if status > sys::CL_COMPLETE {
             status.min(sys::CL_SUBMITTED)
@@ -84,5 +82,20 @@ impl Session {
                 });
             }),
         )
+    }
+}
+
+impl Session {
+    /// The native events of a wait list.
+    pub(crate) fn wait_list(&self, ids: &[Id]) -> ClResult<Vec<Event>> {
+        ids.iter()
+            .map(|&id| {
+                self.handles
+                    .events
+                    .get(id)
+                    .cloned()
+                    .map_err(|_| sys::CL_INVALID_EVENT_WAIT_LIST)
+            })
+            .collect()
     }
 }

@@ -1,9 +1,9 @@
-//! clGet*Info queries. Values that are native handles (a queue's context, a program's
+//! The inventory, clGet*Info queries and releases of any object. Info values that are native handles (a queue's context, a program's
 //! devices, ...) mean nothing to the client, so each pointer-sized handle is replaced by the
 //! session's id for that object (0 when the session has no id for it).
 
 use rgpu_cl_api::sys;
-use rgpu_protocol::opencl::{Id, InfoQuery};
+use rgpu_protocol::opencl::{serve, Answer, Id, InfoQuery, Inventory, ObjKind};
 
 use crate::native::{ClResult, Device};
 use crate::session::Session;
@@ -51,15 +51,25 @@ fn handle_value(query: &InfoQuery, param: u32) -> Option<HandleValue> {
 
 const WORD: usize = std::mem::size_of::<usize>();
 
-impl Session {
-    pub(crate) fn get_info(&self, query: &InfoQuery, param: u32) -> ClResult<Vec<u8>> {
-        let value = self.native_info(query, param)?;
-        Ok(match handle_value(query, param) {
+impl serve::Objects for Session {
+    fn get_inventory(&mut self) -> Inventory {
+        self.inventory.wire.clone()
+    }
+
+    fn get_info(&mut self, query: InfoQuery, param: u32) -> Answer<Vec<u8>> {
+        let value = self.native_info(&query, param)?;
+        Ok(match handle_value(&query, param) {
             Some(kind) => self.translate(kind, &value),
             None => value,
         })
     }
 
+    fn release(&mut self, kind: ObjKind, id: Id) -> Answer<()> {
+        self.handles.release(kind, id)
+    }
+}
+
+impl Session {
     fn device_or_none(&self, id: Id) -> ClResult<Option<Device>> {
         match id {
             0 => Ok(None),

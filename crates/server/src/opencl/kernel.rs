@@ -2,7 +2,7 @@
 
 use rgpu_cl_api::params::{decode_string, decode_unsigned};
 use rgpu_cl_api::sys;
-use rgpu_protocol::opencl::{Id, KernelArg, WorkGroupLimits};
+use rgpu_protocol::opencl::{serve, Answer, Id, KernelArg, KernelFacts, WorkGroupLimits};
 
 use crate::handles::{ArgClass, KernelEntry};
 use crate::native::{host_size, ArgValue, ClResult, Kernel};
@@ -87,38 +87,50 @@ fn value_size(type_name: &str) -> Option<u32> {
     Some(scalar * lanes)
 }
 
-/// What the client caches about a created kernel: its argument count, what each argument
-/// takes, and its work-group limits on each device.
-pub(crate) type KernelFacts = (u32, Vec<ArgClass>, Vec<WorkGroupLimits>);
-
-/// The names, argument counts, argument kinds and work-group limits of kernels created
-/// together.
-type CreatedKernels = (
-    Vec<String>,
-    Vec<u32>,
-    Vec<Vec<ArgClass>>,
-    Vec<Vec<WorkGroupLimits>>,
-);
-
-impl Session {
-    /// Returns the kernel's argument count.
-    pub(crate) fn create_kernel(
-        &mut self,
-        id: Id,
-        program: Id,
-        name: &str,
-    ) -> ClResult<KernelFacts> {
+impl serve::Kernels for Session {
+    fn create_kernel(&mut self, id: Id, program: Id, name: String) -> Answer<KernelFacts> {
         self.handles.kernels.check_free(id)?;
-        let kernel = self.handles.programs.get(program)?.create_kernel(name)?;
+        let kernel = self.handles.programs.get(program)?.create_kernel(&name)?;
         self.insert_kernel(id, kernel)
     }
 
-    pub(crate) fn clone_kernel(&mut self, id: Id, source: Id) -> ClResult<KernelFacts> {
+    /// Creates every kernel of the program and keeps the first `ids.len()` (in the
+    /// implementation's order) under those ids.
+    fn create_kernels_in_program(
+        &mut self,
+        program: Id,
+        ids: Vec<Id>,
+    ) -> Answer<Vec<(String, KernelFacts)>> {
+        for (i, &id) in ids.iter().enumerate() {
+            self.handles.kernels.check_free(id)?;
+            if ids[..i].contains(&id) {
+                return Err(sys::CL_INVALID_VALUE);
+            }
+        }
+        let kernels = self.handles.programs.get(program)?.create_all_kernels()?;
+        // Kernels beyond `ids` are dropped (released) here.
+        kernels
+            .into_iter()
+            .zip(ids)
+            .map(|(kernel, id)| {
+                let name = decode_string(&kernel.info(sys::CL_KERNEL_FUNCTION_NAME)?);
+                Ok((name, self.insert_kernel(id, kernel)?))
+            })
+            .collect()
+    }
+
+    fn clone_kernel(&mut self, id: Id, source: Id) -> Answer<KernelFacts> {
         self.handles.kernels.check_free(id)?;
         let kernel = self.handles.kernels.get(source)?.kernel.clone_kernel()?;
         self.insert_kernel(id, kernel)
     }
 
+    fn set_kernel_args(&mut self, kernel: Id, args: Vec<(u32, KernelArg)>) -> Answer<()> {
+        self.apply_kernel_args(kernel, &args)
+    }
+}
+
+impl Session {
     /// Keeps the kernel under `id`; returns what the client caches about it.
     fn insert_kernel(&mut self, id: Id, kernel: Kernel) -> ClResult<KernelFacts> {
         let count = num_args(&kernel)?;
@@ -131,7 +143,11 @@ impl Session {
                 arg_classes: arg_classes.clone(),
             },
         )?;
-        Ok((count, arg_classes, limits))
+        Ok(KernelFacts {
+            num_args: count,
+            args: arg_classes,
+            limits,
+        })
     }
 
     /// The kernel's work-group limits on each served device of its program (the others
@@ -152,36 +168,6 @@ impl Session {
                 })
             })
             .collect()
-    }
-
-    /// Creates every kernel of the program and keeps the first `ids.len()` (in the
-    /// implementation's order) under those ids. Returns their names and argument counts.
-    pub(crate) fn create_kernels_in_program(
-        &mut self,
-        program: Id,
-        ids: &[Id],
-    ) -> ClResult<CreatedKernels> {
-        for (i, &id) in ids.iter().enumerate() {
-            self.handles.kernels.check_free(id)?;
-            if ids[..i].contains(&id) {
-                return Err(sys::CL_INVALID_VALUE);
-            }
-        }
-        let kernels = self.handles.programs.get(program)?.create_all_kernels()?;
-        let mut names = Vec::new();
-        let mut counts = Vec::new();
-        let mut kinds = Vec::new();
-        let mut all_limits = Vec::new();
-        // Kernels beyond `ids` are dropped (released) here.
-        for (kernel, &id) in kernels.into_iter().zip(ids) {
-            let name = decode_string(&kernel.info(sys::CL_KERNEL_FUNCTION_NAME)?);
-            let (count, args, limits) = self.insert_kernel(id, kernel)?;
-            counts.push(count);
-            kinds.push(args);
-            all_limits.push(limits);
-            names.push(name);
-        }
-        Ok((names, counts, kinds, all_limits))
     }
 
     /// Sets a launch's changed arguments. A value that cannot be right for the argument's type

@@ -1,51 +1,25 @@
-//! Buffers, sub-buffers and images.
+//! Buffers, sub-buffers, images and samplers.
 
 use rgpu_cl_api::sys;
-use rgpu_protocol::opencl::{Id, ImageDesc, ImageFormat};
+use rgpu_protocol::opencl::{serve, Answer, Id, ImageDesc, ImageFormat};
 
 use crate::handles::MemEntry;
 use crate::native::{self, host_size, ClResult};
 use crate::session::{End, Session};
 
-impl Session {
-    /// Receives a creation's initial contents (`bulk_len` bytes, which must be `expected`)
-    /// into memory. `Ok(Err(status))` when they cannot be taken (the bytes are skipped).
-    fn receive_initial_contents(
-        &mut self,
-        bulk_len: u64,
-        expected: Option<usize>,
-    ) -> Result<ClResult<Option<Vec<u8>>>, End> {
-        if bulk_len == 0 {
-            return Ok(Ok(None));
-        }
-        let fits = expected.is_some_and(|e| e as u64 == bulk_len);
-        let mut data = Vec::new();
-        if !fits || data.try_reserve_exact(bulk_len as usize).is_err() {
-            self.drop_bulk()?;
-            return Ok(Err(if fits {
-                sys::CL_OUT_OF_HOST_MEMORY
-            } else {
-                sys::CL_INVALID_HOST_PTR
-            }));
-        }
-        data.resize(bulk_len as usize, 0);
-        self.take_bulk(&mut data)?;
-        Ok(Ok(Some(data)))
-    }
-
-    /// Returns the status to reply. `Err` only when the connection failed.
-    pub(crate) fn create_buffer(
+impl serve::Memory for Session {
+    fn create_buffer(
         &mut self,
         id: Id,
         context: Id,
         flags: u64,
         size: u64,
-        properties: &[u64],
+        properties: Vec<u64>,
         bulk_len: u64,
-    ) -> Result<i32, End> {
+    ) -> Result<Answer<()>, End> {
         let host = match self.receive_initial_contents(bulk_len, usize::try_from(size).ok())? {
             Ok(host) => host,
-            Err(status) => return Ok(status),
+            Err(status) => return Ok(Err(status)),
         };
         let result = (|| {
             self.handles.mems.check_free(id)?;
@@ -54,7 +28,7 @@ impl Session {
             let context = self.handles.contexts.get(context)?;
             self.handles.charge_memory(bytes)?;
             let mem = context
-                .create_buffer(flags, size, host.as_deref(), properties)
+                .create_buffer(flags, size, host.as_deref(), &properties)
                 .inspect_err(|_| self.handles.usage.refund_memory(bytes))?;
             self.handles.mems.insert(
                 id,
@@ -65,17 +39,17 @@ impl Session {
                 },
             )
         })();
-        Ok(result.err().unwrap_or(sys::CL_SUCCESS))
+        Ok(result)
     }
 
-    pub(crate) fn create_sub_buffer(
+    fn create_sub_buffer(
         &mut self,
         id: Id,
         parent: Id,
         flags: u64,
         origin: u64,
         size: u64,
-    ) -> ClResult<()> {
+    ) -> Answer<()> {
         self.handles.mems.check_free(id)?;
         let mem = self
             .handles
@@ -94,16 +68,16 @@ impl Session {
     }
 
     #[allow(clippy::too_many_arguments)]
-    pub(crate) fn create_image(
+    fn create_image(
         &mut self,
         id: Id,
         context: Id,
         flags: u64,
         format: ImageFormat,
-        desc: &ImageDesc,
-        properties: &[u64],
+        desc: ImageDesc,
+        properties: Vec<u64>,
         bulk_len: u64,
-    ) -> Result<i32, End> {
+    ) -> Result<Answer<()>, End> {
         let format = native::ImageFormat {
             channel_order: format.channel_order,
             channel_data_type: format.channel_data_type,
@@ -137,7 +111,7 @@ impl Session {
             });
         let host = match self.receive_initial_contents(bulk_len, expected)? {
             Ok(host) => host,
-            Err(status) => return Ok(status),
+            Err(status) => return Ok(Err(status)),
         };
         let result = (|| {
             self.handles.mems.check_free(id)?;
@@ -181,7 +155,7 @@ impl Session {
             };
             self.handles.charge_memory(charged)?;
             let mem = context
-                .create_image(flags, format, &native_desc, host.as_deref(), properties)
+                .create_image(flags, format, &native_desc, host.as_deref(), &properties)
                 .inspect_err(|_| self.handles.usage.refund_memory(charged))?;
             self.handles.mems.insert(
                 id,
@@ -192,6 +166,63 @@ impl Session {
                 },
             )
         })();
-        Ok(result.err().unwrap_or(sys::CL_SUCCESS))
+        Ok(result)
+    }
+
+    fn create_sampler(&mut self, id: Id, context: Id, properties: Vec<u64>) -> Answer<()> {
+        self.handles.samplers.check_free(id)?;
+        let sampler = self
+            .handles
+            .contexts
+            .get(context)?
+            .create_sampler(&properties)?;
+        self.handles.samplers.insert(id, sampler)
+    }
+
+    fn get_supported_image_formats(
+        &mut self,
+        context: Id,
+        flags: u64,
+        image_type: u32,
+    ) -> Answer<Vec<ImageFormat>> {
+        let formats = self
+            .handles
+            .contexts
+            .get(context)?
+            .supported_image_formats(flags, image_type)?;
+        Ok(formats
+            .into_iter()
+            .map(|f: native::ImageFormat| ImageFormat {
+                channel_order: f.channel_order,
+                channel_data_type: f.channel_data_type,
+            })
+            .collect())
+    }
+}
+
+impl Session {
+    /// Receives a creation's initial contents (`bulk_len` bytes, which must be `expected`)
+    /// into memory. `Ok(Err(status))` when they cannot be taken (the bytes are skipped).
+    fn receive_initial_contents(
+        &mut self,
+        bulk_len: u64,
+        expected: Option<usize>,
+    ) -> Result<ClResult<Option<Vec<u8>>>, End> {
+        if bulk_len == 0 {
+            return Ok(Ok(None));
+        }
+        let fits = expected.is_some_and(|e| e as u64 == bulk_len);
+        let mut data = Vec::new();
+        if !fits || data.try_reserve_exact(bulk_len as usize).is_err() {
+            self.drop_bulk()?;
+            return Ok(Err(if fits {
+                sys::CL_OUT_OF_HOST_MEMORY
+            } else {
+                sys::CL_INVALID_HOST_PTR
+            }));
+        }
+        data.resize(bulk_len as usize, 0);
+        self.take_bulk(&mut data)?;
+        Ok(Ok(Some(data)))
     }
 }

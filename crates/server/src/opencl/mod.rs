@@ -1,6 +1,7 @@
-//! The OpenCL requests, grouped as the API is: each file adds the handlers of one group to
-//! [`Session`]. Handlers return `ClResult`; the session turns that into a reply or, for a
-//! request without one, a deferred error.
+//! The OpenCL requests, grouped as the API is: each file implements one group of the OpenCL
+//! table's server traits (`rgpu_protocol::opencl::serve`) on [`Session`]; `serve::dispatch`
+//! routes each request to its method and sends its reply, or defers the failure of a request
+//! that has none.
 
 mod context;
 mod enqueue;
@@ -9,12 +10,11 @@ mod includes;
 mod info;
 mod kernel;
 
-pub(crate) use kernel::KernelFacts;
 mod memory;
 mod program;
 
 use rgpu_cl_api::sys;
-use rgpu_protocol::opencl::Id;
+use rgpu_protocol::opencl::{Answer, Id};
 
 use crate::native::{ClResult, Device};
 use crate::session::Session;
@@ -30,5 +30,13 @@ impl Session {
                     .ok_or(sys::CL_INVALID_DEVICE)
             })
             .collect()
+    }
+}
+
+/// A status as an answer: `Ok` for CL_SUCCESS.
+pub(crate) fn answer(status: i32) -> Answer<()> {
+    match status {
+        sys::CL_SUCCESS => Ok(()),
+        error => Err(error),
     }
 }

@@ -1,8 +1,10 @@
 //! Programs: creation from source, binary, IL or built-in kernels; build, compile, link.
 
 use rgpu_cl_api::sys;
-use rgpu_protocol::opencl::Id;
+use rgpu_cl_api::validate;
+use rgpu_protocol::opencl::{serve, Answer, BinaryStatus, Id, IncludeDir};
 
+use super::answer;
 use crate::native::{ClResult, Program};
 use crate::session::Session;
 
@@ -21,35 +23,32 @@ fn with_arg_info(options: &str, mut run: impl FnMut(&str) -> ClResult<()>) -> Cl
     run(&format!("{options} -cl-kernel-arg-info")).or_else(|_| run(options))
 }
 
-impl Session {
-    pub(crate) fn create_program_with_source(
-        &mut self,
-        id: Id,
-        context: Id,
-        source: &str,
-    ) -> ClResult<()> {
+impl serve::Programs for Session {
+    fn create_program_with_source(&mut self, id: Id, context: Id, source: String) -> Answer<()> {
         self.handles.programs.check_free(id)?;
         let program = self
             .handles
             .contexts
             .get(context)?
-            .create_program_with_source(source)?;
+            .create_program_with_source(&source)?;
         self.handles.programs.insert(id, program)
     }
 
-    /// Returns the call's status and each binary's.
-    pub(crate) fn create_program_with_binary(
+    fn create_program_with_binary(
         &mut self,
         id: Id,
         context: Id,
-        devices: &[Id],
-        binaries: &[Vec<u8>],
-    ) -> (i32, Vec<i32>) {
-        let failed = |status| (status, vec![sys::CL_INVALID_VALUE; devices.len()]);
+        devices: Vec<Id>,
+        binaries: Vec<Vec<u8>>,
+    ) -> BinaryStatus {
+        let failed = |status| BinaryStatus {
+            status,
+            binary_status: vec![sys::CL_INVALID_VALUE; devices.len()],
+        };
         if let Err(e) = self.handles.programs.check_free(id) {
             return failed(e);
         }
-        let natives = match self.native_devices(devices) {
+        let natives = match self.native_devices(&devices) {
             Ok(natives) => natives,
             Err(e) => return failed(e),
         };
@@ -57,88 +56,93 @@ impl Session {
             Ok(context) => context,
             Err(e) => return failed(e),
         };
-        let (program, binary_status) = context.create_program_with_binary(&natives, binaries);
+        let (program, binary_status) = context.create_program_with_binary(&natives, &binaries);
         let status = match program.and_then(|p| self.handles.programs.insert(id, p)) {
             Ok(()) => sys::CL_SUCCESS,
             Err(e) => e,
         };
-        (status, binary_status)
+        BinaryStatus {
+            status,
+            binary_status,
+        }
     }
 
-    pub(crate) fn create_program_with_il(
-        &mut self,
-        id: Id,
-        context: Id,
-        il: &[u8],
-    ) -> ClResult<()> {
+    fn create_program_with_il(&mut self, id: Id, context: Id, il: Vec<u8>) -> Answer<()> {
         self.handles.programs.check_free(id)?;
         let program = self
             .handles
             .contexts
             .get(context)?
-            .create_program_with_il(il)?;
+            .create_program_with_il(&il)?;
         self.handles.programs.insert(id, program)
     }
 
-    pub(crate) fn create_program_with_built_in_kernels(
+    fn create_program_with_built_in_kernels(
         &mut self,
         id: Id,
         context: Id,
-        devices: &[Id],
-        names: &str,
-    ) -> ClResult<()> {
+        devices: Vec<Id>,
+        names: String,
+    ) -> Answer<()> {
         self.handles.programs.check_free(id)?;
-        let natives = self.native_devices(devices)?;
+        let natives = self.native_devices(&devices)?;
         let program = self
             .handles
             .contexts
             .get(context)?
-            .create_program_with_built_in_kernels(&natives, names)?;
+            .create_program_with_built_in_kernels(&natives, &names)?;
         self.handles.programs.insert(id, program)
     }
 
-    pub(crate) fn build_program(
+    fn build_program(
         &mut self,
         program: Id,
-        devices: &[Id],
-        options: &str,
-    ) -> ClResult<()> {
-        let natives = self.native_devices(devices)?;
+        devices: Vec<Id>,
+        options: String,
+        includes: Vec<IncludeDir>,
+    ) -> Answer<()> {
+        validate::build_options(&options)?;
+        let options = self.stage_includes(&options, &includes)?;
+        let natives = self.native_devices(&devices)?;
         let program = self.handles.programs.get(program)?;
-        with_arg_info(options, |options| program.build(&natives, options))
+        with_arg_info(&options, |options| program.build(&natives, options))
     }
 
-    pub(crate) fn compile_program(
+    fn compile_program(
         &mut self,
         program: Id,
-        devices: &[Id],
-        options: &str,
-        headers: &[(Id, String)],
-    ) -> ClResult<()> {
-        let natives = self.native_devices(devices)?;
+        devices: Vec<Id>,
+        options: String,
+        headers: Vec<(Id, String)>,
+        includes: Vec<IncludeDir>,
+    ) -> Answer<()> {
+        validate::build_options(&options)?;
+        let options = self.stage_includes(&options, &includes)?;
+        let natives = self.native_devices(&devices)?;
         let headers: Vec<(&Program, &str)> = headers
             .iter()
             .map(|(id, name)| Ok((self.handles.programs.get(*id)?, name.as_str())))
             .collect::<ClResult<_>>()?;
         let program = self.handles.programs.get(program)?;
-        with_arg_info(options, |options| {
+        with_arg_info(&options, |options| {
             program.compile(&natives, options, &headers)
         })
     }
 
-    /// Returns the status to reply; a program the implementation returned despite a failed
-    /// link is kept under `id` so its build log can be read.
-    pub(crate) fn link_program(
+    /// A program the implementation returned despite a failed link is kept under `id` so
+    /// its build log can be read.
+    fn link_program(
         &mut self,
         id: Id,
         context: Id,
-        devices: &[Id],
-        options: &str,
-        inputs: &[Id],
-    ) -> i32 {
+        devices: Vec<Id>,
+        options: String,
+        inputs: Vec<Id>,
+    ) -> Answer<()> {
+        validate::build_options(&options)?;
         let result = (|| -> ClResult<(Option<Program>, i32)> {
             self.handles.programs.check_free(id)?;
-            let natives = self.native_devices(devices)?;
+            let natives = self.native_devices(&devices)?;
             let inputs: Vec<&Program> = inputs
                 .iter()
                 .map(|&i| self.handles.programs.get(i))
@@ -147,18 +151,12 @@ impl Session {
                 .handles
                 .contexts
                 .get(context)?
-                .link_program(&natives, options, &inputs))
+                .link_program(&natives, &options, &inputs))
         })();
-        match result {
-            Err(e) => e,
-            Ok((program, status)) => {
-                if let Some(program) = program {
-                    if let Err(e) = self.handles.programs.insert(id, program) {
-                        return e;
-                    }
-                }
-                status
-            }
+        let (program, status) = result?;
+        if let Some(program) = program {
+            self.handles.programs.insert(id, program)?;
         }
+        answer(status)
     }
 }

@@ -5,7 +5,7 @@
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use rgpu_protocol::opencl::{ClReply, ClRequest, Command, Id, Inventory};
+use rgpu_protocol::opencl::{ClReply, ClRequest, Command, Id, Inventory, Transfer};
 use rgpu_protocol::{ClientMsg, ServerMsg};
 use rgpu_server::{Server, ServerConfig, ShutdownHandle};
 use rgpu_transport::{
@@ -169,20 +169,17 @@ impl Client {
     }
 
     pub fn status(&mut self, request: ClRequest) -> i32 {
-        match self.call(request) {
-            ClReply::Status(status) => status,
-            other => panic!("expected a status, got {other:?}"),
-        }
+        status_of(self.call(request))
     }
 
     /// A read's data (placed at each chunk's offset) and final status.
-    pub fn read(&mut self, queue: Id, command: Command, len: usize) -> (Vec<u8>, i32) {
+    pub fn read(&mut self, queue: Id, transfer: Transfer, len: usize) -> (Vec<u8>, i32) {
         let seq = self.send(
-            ClRequest::Enqueue {
+            ClRequest::EnqueueRead {
                 queue,
                 wait: vec![],
                 event: 0,
-                command,
+                transfer,
             },
             &[],
         );
@@ -195,7 +192,7 @@ impl Client {
                     let at = offset as usize;
                     data[at..at + bulk.len()].copy_from_slice(&bulk);
                 }
-                ServerMsg::Cl(ClReply::Status(status)) => return (data, status),
+                ServerMsg::ReadDone { status } => return (data, status),
                 other => panic!("unexpected {other:?}"),
             }
         }
@@ -209,8 +206,8 @@ impl Client {
     }
 
     pub fn inventory(&mut self) -> Inventory {
-        match self.call(ClRequest::GetInventory) {
-            ClReply::Inventory(inventory) => inventory,
+        match self.call(ClRequest::GetInventory {}) {
+            ClReply::GetInventory(inventory) => inventory,
             other => panic!("expected the inventory, got {other:?}"),
         }
     }
@@ -250,10 +247,7 @@ impl Client {
             },
             contents,
         );
-        match self.reply(seq) {
-            ClReply::Status(status) => status,
-            other => panic!("{other:?}"),
-        }
+        status_of(self.reply(seq))
     }
 
     pub fn enqueue(&mut self, wait: Vec<Id>, event: Id, command: Command, bulk: &[u8]) {
@@ -268,25 +262,54 @@ impl Client {
         );
     }
 
+    pub fn write(&mut self, wait: Vec<Id>, event: Id, transfer: Transfer, bulk: &[u8]) {
+        self.send(
+            ClRequest::EnqueueWrite {
+                queue: 1,
+                wait,
+                event,
+                transfer,
+            },
+            bulk,
+        );
+    }
+
     /// Writes `data` to `buffer` (event 7), then reads it all back.
     pub fn write_then_read_back(&mut self, buffer: Id, data: &[u8]) -> (Vec<u8>, i32) {
         let size = data.len() as u64;
-        let write = Command::WriteBuffer {
+        let all = Transfer::Buffer {
             buffer,
             offset: 0,
             size,
         };
-        self.enqueue(vec![], 7, write, data);
-        let read = Command::ReadBuffer {
-            buffer,
-            offset: 0,
-            size,
-        };
-        self.read(1, read, data.len())
+        self.write(vec![], 7, all.clone(), data);
+        self.read(1, all, data.len())
     }
 
     pub fn finish(&mut self) -> i32 {
         self.status(ClRequest::Finish { queue: 1 })
+    }
+}
+
+/// The status of a reply that is only a status (`Answer<()>`).
+pub fn status_of(reply: ClReply) -> i32 {
+    use ClReply::*;
+    match reply {
+        CreateContext(answer)
+        | CreateQueue(answer)
+        | CreateBuffer(answer)
+        | CreateSubBuffer(answer)
+        | CreateImage(answer)
+        | CreateSampler(answer)
+        | CreateProgramWithSource(answer)
+        | CreateProgramWithIl(answer)
+        | CreateProgramWithBuiltInKernels(answer)
+        | BuildProgram(answer)
+        | CompileProgram(answer)
+        | LinkProgram(answer)
+        | WaitForEvents(answer)
+        | Finish(answer) => answer.err().unwrap_or(CL_SUCCESS),
+        other => panic!("expected a status, got {other:?}"),
     }
 }
 

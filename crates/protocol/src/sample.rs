@@ -1,0 +1,127 @@
+//! Sample values of every type that travels, for the golden-byte tests: each message of a
+//! table is encoded with its fields' samples and the bytes are compared with the pinned ones
+//! (crates/protocol/tests/golden.rs). Samples are distinctive (no zeros, where a default would
+//! hide a field) and every variant of an enum has one ([`Sample::variants`]).
+
+/// A value to encode in the golden-byte tests.
+pub trait Sample: Sized {
+    fn sample() -> Self;
+
+    /// One value of each variant (enums); the sample otherwise.
+    fn variants() -> Vec<Self> {
+        vec![Self::sample()]
+    }
+}
+
+macro_rules! sample_numbers {
+    ($($ty:ty = $value:expr),* $(,)?) => {
+        $(impl Sample for $ty {
+            fn sample() -> Self {
+                $value
+            }
+        })*
+    };
+}
+
+sample_numbers!(
+    u8 = 0xa5,
+    u16 = 0x1234,
+    u32 = 300,
+    i32 = -7,
+    u64 = 1 << 40,
+    i64 = -(1 << 33)
+);
+sample_numbers!(f32 = 1.5, bool = true);
+
+impl Sample for String {
+    fn sample() -> Self {
+        "rgpu".into()
+    }
+}
+
+impl<T: Sample> Sample for Vec<T> {
+    fn sample() -> Self {
+        T::variants()
+    }
+}
+
+impl<T: Sample> Sample for Option<T> {
+    fn sample() -> Self {
+        Some(T::sample())
+    }
+
+    fn variants() -> Vec<Self> {
+        vec![Some(T::sample()), None]
+    }
+}
+
+impl<T: Sample, E: Sample> Sample for Result<T, E> {
+    fn sample() -> Self {
+        Ok(T::sample())
+    }
+
+    fn variants() -> Vec<Self> {
+        vec![Ok(T::sample()), Err(E::sample())]
+    }
+}
+
+impl<T: Sample + Copy, const N: usize> Sample for [T; N] {
+    fn sample() -> Self {
+        [T::sample(); N]
+    }
+}
+
+impl<A: Sample, B: Sample> Sample for (A, B) {
+    fn sample() -> Self {
+        (A::sample(), B::sample())
+    }
+}
+
+impl Sample for () {
+    fn sample() -> Self {}
+}
+
+/// `Sample` for a struct from its fields' samples.
+macro_rules! sample_struct {
+    ($($ty:path { $($field:ident),* $(,)? }),* $(,)?) => {
+        $(impl $crate::sample::Sample for $ty {
+            fn sample() -> Self {
+                Self { $($field: $crate::sample::Sample::sample()),* }
+            }
+        })*
+    };
+}
+
+/// `Sample` for an enum: the first variant listed is the sample, and every variant must be
+/// listed (an exhaustive match in the expansion does not compile otherwise).
+macro_rules! sample_enum {
+    ($ty:ident {
+        $($variant:ident $({ $($field:ident),* $(,)? })? $(( $($tuple:ident),* ))?),* $(,)?
+    }) => {
+        impl $crate::sample::Sample for $ty {
+            fn sample() -> Self {
+                Self::variants().remove(0)
+            }
+
+            fn variants() -> Vec<Self> {
+                // A match without a wildcard: a variant added to the enum but not here does
+                // not compile.
+                let _listed = |value: &$ty| match value {
+                    $($ty::$variant { .. } => (),)*
+                };
+                vec![$(
+                    sample_enum!(@one $ty $variant $({ $($field),* })? $(( $($tuple),* ))?),
+                )*]
+            }
+        }
+    };
+    (@one $ty:ident $variant:ident { $($field:ident),* }) => {
+        $ty::$variant { $($field: $crate::sample::Sample::sample()),* }
+    };
+    (@one $ty:ident $variant:ident ( $($tuple:ident),* )) => {
+        $ty::$variant( $({ let $tuple = $crate::sample::Sample::sample(); $tuple }),* )
+    };
+    (@one $ty:ident $variant:ident) => {
+        $ty::$variant
+    };
+}

@@ -1,0 +1,132 @@
+//! Devices and contexts: the inventory, contexts (a session's own, also for primary ones), peer
+//! access and limits.
+
+use std::ptr::null_mut;
+
+use rgpu_cuda_api::cu_call;
+use rgpu_cuda_api::generated::limit;
+use rgpu_cuda_api::native::{check, Status, INVALID_VALUE, SUCCESS};
+use rgpu_cuda_api::sys::*;
+use rgpu_protocol::cuda::{serve, Answer, CuInventory, Id};
+
+use super::session::{code, Context, CudaSession, Served, INVALID_CONTEXT, INVALID_DEVICE};
+
+impl serve::Contexts for Served<'_> {
+    fn get_inventory(&mut self) -> CuInventory {
+        self.cuda.backend.inventory.clone()
+    }
+
+    fn create_context(&mut self, id: Id, device: u32, flags: u32, primary: bool) -> Answer<()> {
+        check(self.cuda.create_context(id, device, flags, primary))
+    }
+
+    fn destroy_context(&mut self, id: Id) -> Answer<()> {
+        check(self.cuda.destroy_context(id))
+    }
+
+    fn synchronize(&mut self, ctx: Id) -> Status {
+        let cuda = &mut *self.cuda;
+        let status = cuda
+            .enter(ctx)
+            .and_then(|()| check(cu_call!(cuda.backend.driver, cuCtxSynchronize())));
+        cuda.sync_status(code(status))
+    }
+
+    fn enable_peer_access(&mut self, ctx: Id, peer: Id, flags: u32) -> Status {
+        code(self.cuda.peer_access(ctx, peer, Some(flags)))
+    }
+
+    fn disable_peer_access(&mut self, ctx: Id, peer: Id) -> Status {
+        code(self.cuda.peer_access(ctx, peer, None))
+    }
+
+    fn get_limit(&mut self, ctx: Id, which: u32) -> Answer<u64> {
+        let cuda = &mut *self.cuda;
+        cuda.enter(ctx).and_then(|()| {
+            let which = limit(which).ok_or(INVALID_VALUE)?;
+            let mut value = 0usize;
+            check(cu_call!(
+                cuda.backend.driver,
+                cuCtxGetLimit(&mut value, which)
+            ))?;
+            Ok(value as u64)
+        })
+    }
+
+    fn set_limit(&mut self, ctx: Id, which: u32, value: u64) -> Status {
+        let cuda = &mut *self.cuda;
+        code(cuda.enter(ctx).and_then(|()| {
+            let which = limit(which).ok_or(INVALID_VALUE)?;
+            check(cu_call!(
+                cuda.backend.driver,
+                cuCtxSetLimit(which, value as usize)
+            ))
+        }))
+    }
+}
+
+impl CudaSession {
+    fn create_context(&mut self, id: Id, device: u32, flags: u32, primary: bool) -> Status {
+        let driver = &self.backend.driver;
+        if device as usize >= self.backend.inventory.devices.len() {
+            return INVALID_DEVICE;
+        }
+        let existing = primary
+            .then(|| self.primary.get(&device).copied())
+            .flatten();
+        let raw = match existing {
+            Some(raw) => raw,
+            None => {
+                let mut raw = null_mut();
+                let status = cu_call!(
+                    driver,
+                    cuCtxCreate_v4(&mut raw, null_mut(), flags, device as CUdevice)
+                );
+                if status != SUCCESS {
+                    return status;
+                }
+                // cuCtxCreate pushed the new context; keep the thread's state as recorded.
+                let mut popped = null_mut();
+                cu_call!(driver, cuCtxPopCurrent_v2(&mut popped));
+                if !self.current.is_null() {
+                    cu_call!(driver, cuCtxSetCurrent(self.current));
+                }
+                if primary {
+                    self.primary.insert(device, raw);
+                }
+                raw
+            }
+        };
+        self.contexts.insert(id, Context { raw, device });
+        SUCCESS
+    }
+
+    fn destroy_context(&mut self, id: Id) -> Status {
+        let Some(context) = self.contexts.remove(&id) else {
+            return INVALID_CONTEXT;
+        };
+        let shared = self.primary.values().any(|&p| p == context.raw);
+        if shared {
+            // The primary stand-in lives as long as the session.
+            return SUCCESS;
+        }
+        let driver = &self.backend.driver;
+        self.staging.forget_context(driver, context.raw);
+        if self.current == context.raw {
+            cu_call!(driver, cuCtxSetCurrent(null_mut()));
+            self.current = null_mut();
+        }
+        cu_call!(driver, cuCtxDestroy_v2(context.raw))
+    }
+
+    /// `cuCtxEnablePeerAccess` (`flags` given) or `cuCtxDisablePeerAccess` in `ctx` for `peer`.
+    fn peer_access(&mut self, ctx: Id, peer: Id, flags: Option<u32>) -> Result<(), Status> {
+        let peer = self.contexts.get(&peer).ok_or(INVALID_CONTEXT)?.raw;
+        self.enter(ctx)?;
+        let driver = &self.backend.driver;
+        check(match flags {
+            Some(flags) => cu_call!(driver, cuCtxEnablePeerAccess(peer, flags)),
+            None => cu_call!(driver, cuCtxDisablePeerAccess(peer)),
+        })
+    }
+}

@@ -1,0 +1,385 @@
+//! Copies: host to device (the request's bulk, through staging buffers), device to host (the
+//! data streamed back in chunks while later ones are still on the GPU), and between devices of
+//! this server.
+
+use std::ffi::c_void;
+use std::ptr::null_mut;
+
+use rgpu_cuda_api::cu_call;
+use rgpu_cuda_api::native::{check, Status, INVALID_VALUE, SUCCESS};
+use rgpu_cuda_api::sys::*;
+use rgpu_protocol::cuda::{serve, Answer, DevicePtr, Extent, Id, Pitch};
+use rgpu_protocol::ServerMsg;
+
+use super::pieces::{pieces, Piece};
+use super::session::{CudaSession, Served, INVALID_CONTEXT};
+use super::staging::CHUNK;
+use crate::session::{End, Session};
+
+impl serve::Copies for Served<'_> {
+    fn memcpy_htod(
+        &mut self,
+        ctx: Id,
+        stream: Id,
+        dst: DevicePtr,
+        extent: Extent,
+        pitch: Pitch,
+        bulk_len: u64,
+    ) -> Result<Answer<()>, End> {
+        let (session, cuda) = (&mut *self.session, &mut *self.cuda);
+        write_to_device(session, cuda, ctx, stream, dst, extent, pitch, bulk_len).map(check)
+    }
+
+    fn memcpy_dtoh(
+        &mut self,
+        seq: u64,
+        ctx: Id,
+        stream: Id,
+        src: DevicePtr,
+        extent: Extent,
+        pitch: Pitch,
+    ) -> Result<(), End> {
+        let (session, cuda) = (&mut *self.session, &mut *self.cuda);
+        read_from_device(session, cuda, seq, ctx, stream, src, extent, pitch)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn memcpy_dtod(
+        &mut self,
+        ctx: Id,
+        stream: Id,
+        dst: DevicePtr,
+        dst_pitch: Pitch,
+        src: DevicePtr,
+        src_pitch: Pitch,
+        src_ctx: Id,
+        extent: Extent,
+    ) -> Answer<()> {
+        let copy = DeviceCopy {
+            dst,
+            dst_pitch,
+            src,
+            src_pitch,
+            extent,
+        };
+        self.cuda.copy_on_device(ctx, stream, src_ctx, copy)
+    }
+}
+
+/// The rows of a device-to-device copy: `extent`, lying `src_pitch` / `dst_pitch` apart.
+#[derive(Clone, Copy)]
+struct DeviceCopy {
+    dst: u64,
+    dst_pitch: Pitch,
+    src: u64,
+    src_pitch: Pitch,
+    extent: Extent,
+}
+
+impl DeviceCopy {
+    fn descriptor(&self) -> CUDA_MEMCPY3D {
+        let device = CUmemorytype::CU_MEMORYTYPE_DEVICE;
+        // With one slice the rows per slice do not matter; the driver still wants them to hold
+        // the copy's rows.
+        let slice_rows = |pitch: Pitch| match self.extent.depth {
+            0 | 1 => pitch.slice_rows.max(self.extent.height) as usize,
+            _ => pitch.slice_rows as usize,
+        };
+        CUDA_MEMCPY3D {
+            srcXInBytes: 0,
+            srcY: 0,
+            srcZ: 0,
+            srcLOD: 0,
+            srcMemoryType: device,
+            srcHost: std::ptr::null(),
+            srcDevice: self.src,
+            srcArray: null_mut(),
+            reserved0: null_mut(),
+            srcPitch: self.src_pitch.row as usize,
+            srcHeight: slice_rows(self.src_pitch),
+            dstXInBytes: 0,
+            dstY: 0,
+            dstZ: 0,
+            dstLOD: 0,
+            dstMemoryType: device,
+            dstHost: null_mut(),
+            dstDevice: self.dst,
+            dstArray: null_mut(),
+            reserved1: null_mut(),
+            dstPitch: self.dst_pitch.row as usize,
+            dstHeight: slice_rows(self.dst_pitch),
+            WidthInBytes: self.extent.width as usize,
+            Height: self.extent.height as usize,
+            Depth: self.extent.depth as usize,
+        }
+    }
+
+    fn peer_descriptor(&self, dst_ctx: CUcontext, src_ctx: CUcontext) -> CUDA_MEMCPY3D_PEER {
+        let d = self.descriptor();
+        CUDA_MEMCPY3D_PEER {
+            srcXInBytes: 0,
+            srcY: 0,
+            srcZ: 0,
+            srcLOD: 0,
+            srcMemoryType: d.srcMemoryType,
+            srcHost: d.srcHost,
+            srcDevice: d.srcDevice,
+            srcArray: null_mut(),
+            srcContext: src_ctx,
+            srcPitch: d.srcPitch,
+            srcHeight: d.srcHeight,
+            dstXInBytes: 0,
+            dstY: 0,
+            dstZ: 0,
+            dstLOD: 0,
+            dstMemoryType: d.dstMemoryType,
+            dstHost: d.dstHost,
+            dstDevice: d.dstDevice,
+            dstArray: null_mut(),
+            dstContext: dst_ctx,
+            dstPitch: d.dstPitch,
+            dstHeight: d.dstHeight,
+            WidthInBytes: d.WidthInBytes,
+            Height: d.Height,
+            Depth: d.Depth,
+        }
+    }
+}
+
+impl CudaSession {
+    /// A device-to-device copy on `stream` of `ctx`; `src_ctx` (when not 0) is the context of
+    /// `src`, of another device of this server (a peer copy).
+    fn copy_on_device(
+        &mut self,
+        ctx: Id,
+        stream: Id,
+        src_ctx: Id,
+        copy: DeviceCopy,
+    ) -> Result<(), Status> {
+        if !copy.extent.fits(copy.src_pitch) || !copy.extent.fits(copy.dst_pitch) {
+            return Err(INVALID_VALUE);
+        }
+        let peer = match src_ctx {
+            0 => None,
+            id => Some(self.contexts.get(&id).ok_or(INVALID_CONTEXT)?.raw),
+        };
+        self.enter(ctx)?;
+        let stream = self.stream(stream)?;
+        let driver = &self.backend.driver;
+        let DeviceCopy {
+            dst, src, extent, ..
+        } = copy;
+        let contiguous =
+            extent.is_contiguous(copy.src_pitch) && extent.is_contiguous(copy.dst_pitch);
+        let size = extent.bytes().ok_or(INVALID_VALUE)? as usize;
+        let status = match (peer, contiguous) {
+            (None, true) => cu_call!(driver, cuMemcpyDtoDAsync_v2(dst, src, size, stream)),
+            (Some(src_ctx), true) => cu_call!(
+                driver,
+                cuMemcpyPeerAsync(dst, self.current, src, src_ctx, size, stream)
+            ),
+            (None, false) => cu_call!(driver, cuMemcpy3DAsync_v2(&copy.descriptor(), stream)),
+            (Some(src_ctx), false) => {
+                let peer_copy = copy.peer_descriptor(self.current, src_ctx);
+                cu_call!(driver, cuMemcpy3DPeerAsync(&peer_copy, stream))
+            }
+        };
+        check(status)
+    }
+}
+
+/// Streams the request's bulk data (`extent`'s rows, packed) to `dst`, where the rows lie
+/// `pitch` apart, through the staging buffers. Returns the copy's status (the bulk is
+/// consumed whatever happens); `Err` only if the connection failed.
+#[allow(clippy::too_many_arguments)]
+fn write_to_device(
+    session: &mut Session,
+    cuda: &mut CudaSession,
+    ctx: Id,
+    stream: Id,
+    dst: u64,
+    extent: Extent,
+    pitch: Pitch,
+    len: u64,
+) -> Result<Status, End> {
+    let target = cuda.enter(ctx).and_then(|()| cuda.stream(stream));
+    let stream = match target {
+        Ok(_) if !extent.fits(pitch) || extent.bytes() != Some(len) => Err(INVALID_VALUE),
+        other => other,
+    };
+    let stream = match stream {
+        Ok(stream) => stream,
+        Err(status) => {
+            session.drop_bulk()?;
+            return Ok(status);
+        }
+    };
+    let driver = &cuda.backend.driver;
+    for piece in pieces(extent, pitch, CHUNK) {
+        let slot = cuda
+            .staging
+            .next_slot(driver, cuda.current)
+            .and_then(|slot| Ok((slot, cuda.staging.buffer(driver, slot)?)));
+        let (slot, buffer) = match slot {
+            Ok(found) => found,
+            Err(status) => {
+                session.drop_bulk()?;
+                return Ok(status);
+            }
+        };
+        let buffer = &mut buffer[..piece.bytes()];
+        session.take_bulk(buffer)?;
+        let copied = copy_piece(driver, Direction::ToDevice, dst, piece, buffer, stream)
+            .and_then(|()| cuda.staging.guard(driver, slot, cuda.current, stream));
+        if let Err(status) = copied {
+            session.drop_bulk()?;
+            return Ok(status);
+        }
+    }
+    Ok(SUCCESS)
+}
+
+/// Sends `extent`'s rows at `src` (lying `pitch` apart) to the client, packed, in chunks:
+/// several chunks are in flight on the GPU while earlier ones are sent. Ends with the
+/// status (deferred errors included), in the same write as the last chunk.
+#[allow(clippy::too_many_arguments)]
+fn read_from_device(
+    session: &mut Session,
+    cuda: &mut CudaSession,
+    seq: u64,
+    ctx: Id,
+    stream: Id,
+    src: u64,
+    extent: Extent,
+    pitch: Pitch,
+) -> Result<(), End> {
+    let (status, last) = match cuda.enter(ctx).and_then(|()| cuda.stream(stream)) {
+        Ok(_) if !extent.fits(pitch) => (INVALID_VALUE, None),
+        Ok(stream) => stream_out(session, cuda, seq, stream, src, extent, pitch)?,
+        Err(status) => (status, None),
+    };
+    let mut status = cuda.sync_status(status);
+    let driver = &cuda.backend.driver;
+    let data = match last {
+        Some((slot, offset, len)) if status == SUCCESS => match cuda.staging.buffer(driver, slot) {
+            Ok(buffer) => Some((offset, &buffer[..len])),
+            Err(error) => {
+                status = error;
+                None
+            }
+        },
+        _ => None,
+    };
+    let end = ServerMsg::ReadDone {
+        status: status as i32,
+    };
+    session.send_read(seq, data, &end)
+}
+
+/// Issues the copies to staging and sends every piece but the last, which it returns as
+/// (staging slot, packed offset, length), with the status so far.
+#[allow(clippy::type_complexity)]
+fn stream_out(
+    session: &mut Session,
+    cuda: &mut CudaSession,
+    seq: u64,
+    stream: CUstream,
+    src: u64,
+    extent: Extent,
+    pitch: Pitch,
+) -> Result<(Status, Option<(usize, u64, usize)>), End> {
+    let driver = &cuda.backend.driver;
+    let mut to_issue = pieces(extent, pitch, CHUNK);
+    // (slot, packed offset, bytes) of the pieces on their way to staging, oldest first.
+    let mut in_flight = std::collections::VecDeque::with_capacity(super::staging::SLOTS);
+    let mut packed_offset = 0u64;
+    loop {
+        // Keep the pipeline full: staging slots minus the one being sent.
+        while in_flight.len() < super::staging::SLOTS - 1 {
+            let Some(piece) = to_issue.next() else { break };
+            let issue = cuda
+                .staging
+                .next_slot(driver, cuda.current)
+                .and_then(|slot| {
+                    let buffer = cuda.staging.buffer(driver, slot)?;
+                    let buffer = &mut buffer[..piece.bytes()];
+                    copy_piece(driver, Direction::FromDevice, src, piece, buffer, stream)?;
+                    cuda.staging.guard(driver, slot, cuda.current, stream)?;
+                    Ok(slot)
+                });
+            match issue {
+                Ok(slot) => in_flight.push_back((slot, packed_offset, piece.bytes())),
+                Err(status) => return Ok((status, None)),
+            }
+            packed_offset += piece.bytes() as u64;
+        }
+        let Some((slot, offset, len)) = in_flight.pop_front() else {
+            return Ok((SUCCESS, None));
+        };
+        if in_flight.is_empty() {
+            return Ok((SUCCESS, Some((slot, offset, len))));
+        }
+        let buffer = match cuda.staging.buffer(driver, slot) {
+            Ok(buffer) => buffer,
+            Err(status) => return Ok((status, None)),
+        };
+        session.send(&ServerMsg::Data { offset }, seq, &buffer[..len])?;
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Direction {
+    ToDevice,
+    FromDevice,
+}
+
+/// Issues on `stream` the copy of one piece between `staging` (its rows packed) and the device
+/// rows at `base + piece.device_offset`: one 1D copy for a single row, else one 2D copy.
+fn copy_piece(
+    driver: &rgpu_cuda_api::native::Driver,
+    direction: Direction,
+    base: u64,
+    piece: Piece,
+    staging: &mut [u8],
+    stream: CUstream,
+) -> Result<(), Status> {
+    let device = base + piece.device_offset;
+    let host = staging.as_mut_ptr().cast::<c_void>();
+    let status = match (direction, piece.rows) {
+        (Direction::ToDevice, 1) => cu_call!(
+            driver,
+            cuMemcpyHtoDAsync_v2(device, host, piece.width, stream)
+        ),
+        (Direction::FromDevice, 1) => cu_call!(
+            driver,
+            cuMemcpyDtoHAsync_v2(host, device, piece.width, stream)
+        ),
+        (direction, rows) => {
+            let (host_type, device_type) = (
+                CUmemorytype::CU_MEMORYTYPE_HOST,
+                CUmemorytype::CU_MEMORYTYPE_DEVICE,
+            );
+            let to_device = matches!(direction, Direction::ToDevice);
+            let copy = CUDA_MEMCPY2D {
+                srcXInBytes: 0,
+                srcY: 0,
+                srcMemoryType: if to_device { host_type } else { device_type },
+                srcHost: host,
+                srcDevice: device,
+                srcArray: null_mut(),
+                srcPitch: if to_device { piece.width } else { piece.pitch },
+                dstXInBytes: 0,
+                dstY: 0,
+                dstMemoryType: if to_device { device_type } else { host_type },
+                dstHost: host,
+                dstDevice: device,
+                dstArray: null_mut(),
+                dstPitch: if to_device { piece.pitch } else { piece.width },
+                WidthInBytes: piece.width,
+                Height: rows,
+            };
+            cu_call!(driver, cuMemcpy2DAsync_v2(&copy, stream))
+        }
+    };
+    check(status)
+}

@@ -1,0 +1,68 @@
+//! Events.
+
+use rgpu_cuda_api::cu_call;
+use rgpu_cuda_api::native::{check, Status};
+use rgpu_protocol::cuda::{serve, Answer, Id};
+
+use super::session::{code, Served};
+
+impl serve::Events for Served<'_> {
+    fn create_event(&mut self, id: Id, ctx: Id, flags: u32) -> Answer<()> {
+        let cuda = &mut *self.cuda;
+        let made = cuda.create_in(ctx, |cuda, raw| {
+            check(cu_call!(cuda.backend.driver, cuEventCreate(raw, flags)))
+        });
+        made.map(|raw| {
+            cuda.events.insert(id, raw);
+        })
+    }
+
+    fn destroy_event(&mut self, id: Id) -> Answer<()> {
+        let cuda = &mut *self.cuda;
+        let Some(raw) = cuda.events.remove(&id) else {
+            return Ok(());
+        };
+        cuda.destroyed();
+        check(cu_call!(cuda.backend.driver, cuEventDestroy_v2(raw)))
+    }
+
+    fn record_event(&mut self, ctx: Id, event: Id, stream: Id, flags: u32) -> Answer<()> {
+        let cuda = &mut *self.cuda;
+        cuda.enter(ctx).and_then(|()| {
+            let (stream, event) = (cuda.stream(stream)?, cuda.event(event)?);
+            check(cu_call!(
+                cuda.backend.driver,
+                cuEventRecordWithFlags(event, stream, flags)
+            ))
+        })
+    }
+
+    fn event_synchronize(&mut self, event: Id) -> Status {
+        let cuda = &mut *self.cuda;
+        let status = cuda
+            .event(event)
+            .and_then(|event| check(cu_call!(cuda.backend.driver, cuEventSynchronize(event))));
+        cuda.sync_status(code(status))
+    }
+
+    fn event_query(&mut self, event: Id) -> Status {
+        let cuda = &*self.cuda;
+        let status = cuda
+            .event(event)
+            .and_then(|event| check(cu_call!(cuda.backend.driver, cuEventQuery(event))));
+        code(status)
+    }
+
+    fn event_elapsed_time(&mut self, start: Id, end: Id) -> Answer<f32> {
+        let cuda = &*self.cuda;
+        let mut milliseconds = 0f32;
+        let status = cuda.event(start).and_then(|start| {
+            let end = cuda.event(end)?;
+            check(cu_call!(
+                cuda.backend.driver,
+                cuEventElapsedTime_v2(&mut milliseconds, start, end)
+            ))
+        });
+        status.map(|()| milliseconds)
+    }
+}

@@ -1,0 +1,229 @@
+//! Kernel launches (the parameter buffer is the request's bulk, read into a buffer the session
+//! reuses) and the occupancy calculator.
+
+use std::ffi::c_void;
+use std::ptr::null_mut;
+
+use rgpu_cuda_api::cu_call;
+use rgpu_cuda_api::launch_param;
+use rgpu_cuda_api::native::{check, Status, INVALID_VALUE};
+use rgpu_cuda_api::sys::*;
+use rgpu_protocol::cuda::{serve, Answer, Id, LaunchAttribute, OccupancyQuery};
+
+use super::session::{CudaSession, Served};
+use crate::session::End;
+
+impl serve::Launches for Served<'_> {
+    #[allow(clippy::too_many_arguments)]
+    fn launch(
+        &mut self,
+        ctx: Id,
+        function: Id,
+        stream: Id,
+        grid: [u32; 3],
+        block: [u32; 3],
+        shared_mem: u32,
+        attributes: Vec<LaunchAttribute>,
+        bulk_len: u64,
+    ) -> Result<Answer<()>, End> {
+        let cuda = &mut *self.cuda;
+        let mut params = std::mem::take(&mut cuda.params);
+        params.resize(bulk_len as usize, 0);
+        let read = self.session.take_bulk(&mut params);
+        cuda.params = params;
+        read?;
+        Ok(cuda.enter(ctx).and_then(|()| {
+            check(cuda.launch(function, stream, grid, block, shared_mem, &attributes))
+        }))
+    }
+
+    fn occupancy(&mut self, ctx: Id, query: OccupancyQuery) -> Answer<i64> {
+        self.cuda.occupancy(ctx, &query)
+    }
+}
+
+impl CudaSession {
+    /// Launches with the parameter buffer in `self.params`.
+    fn launch(
+        &mut self,
+        function: Id,
+        stream: Id,
+        grid: [u32; 3],
+        block: [u32; 3],
+        shared_mem: u32,
+        attributes: &[LaunchAttribute],
+    ) -> Status {
+        let (function, stream) = match (self.function(function), self.stream(stream)) {
+            (Ok(f), Ok(s)) => (f, s),
+            (Err(e), _) | (_, Err(e)) => return e,
+        };
+        let mut size = self.params.len();
+        let mut extra = [
+            launch_param::BUFFER_POINTER as *mut c_void,
+            self.params.as_mut_ptr().cast(),
+            launch_param::BUFFER_SIZE as *mut c_void,
+            (&mut size as *mut usize).cast(),
+            launch_param::END as *mut c_void,
+        ];
+        let driver = &self.backend.driver;
+        if attributes.is_empty() {
+            return cu_call!(
+                driver,
+                cuLaunchKernel(
+                    function.raw,
+                    grid[0],
+                    grid[1],
+                    grid[2],
+                    block[0],
+                    block[1],
+                    block[2],
+                    shared_mem,
+                    stream,
+                    null_mut(),
+                    extra.as_mut_ptr()
+                )
+            );
+        }
+        let Some(mut attrs) = launch_attributes(attributes) else {
+            return INVALID_VALUE;
+        };
+        let config = launch_config(grid, block, shared_mem, stream, &mut attrs);
+        cu_call!(
+            driver,
+            cuLaunchKernelEx(&config, function.raw, null_mut(), extra.as_mut_ptr())
+        )
+    }
+
+    fn occupancy(&mut self, ctx: Id, query: &OccupancyQuery) -> Result<i64, Status> {
+        self.enter(ctx)?;
+        let driver = &self.backend.driver;
+        match *query {
+            OccupancyQuery::MaxActiveBlocks {
+                function,
+                block_size,
+                shared_mem,
+                flags,
+            } => {
+                let function = self.function(function)?;
+                let mut blocks = 0;
+                check(cu_call!(
+                    driver,
+                    cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(
+                        &mut blocks,
+                        function.raw,
+                        block_size,
+                        shared_mem as usize,
+                        flags
+                    )
+                ))?;
+                Ok(blocks as i64)
+            }
+            OccupancyQuery::AvailableDynamicSharedMem {
+                function,
+                num_blocks,
+                block_size,
+            } => {
+                let function = self.function(function)?;
+                let mut bytes = 0usize;
+                check(cu_call!(
+                    driver,
+                    cuOccupancyAvailableDynamicSMemPerBlock(
+                        &mut bytes,
+                        function.raw,
+                        num_blocks,
+                        block_size
+                    )
+                ))?;
+                Ok(bytes as i64)
+            }
+            OccupancyQuery::MaxPotentialBlockSize {
+                function,
+                shared_mem,
+                block_size_limit,
+                flags,
+            } => {
+                let function = self.function(function)?;
+                let (mut min_grid, mut block) = (0, 0);
+                check(cu_call!(
+                    driver,
+                    cuOccupancyMaxPotentialBlockSizeWithFlags(
+                        &mut min_grid,
+                        &mut block,
+                        function.raw,
+                        None,
+                        shared_mem as usize,
+                        block_size_limit,
+                        flags
+                    )
+                ))?;
+                // Both answers in one value: min grid size high, block size low.
+                Ok(((min_grid as i64) << 32) | block as u32 as i64)
+            }
+            OccupancyQuery::MaxActiveClusters {
+                function,
+                grid,
+                block,
+                shared_mem,
+                ref attributes,
+            } => {
+                let function = self.function(function)?;
+                let mut attrs = launch_attributes(attributes).ok_or(INVALID_VALUE)?;
+                let config = launch_config(grid, block, shared_mem, null_mut(), &mut attrs);
+                let mut clusters = 0;
+                check(cu_call!(
+                    driver,
+                    cuOccupancyMaxActiveClusters(&mut clusters, function.raw, &config)
+                ))?;
+                Ok(clusters as i64)
+            }
+        }
+    }
+}
+
+fn launch_config(
+    grid: [u32; 3],
+    block: [u32; 3],
+    shared_mem: u32,
+    stream: CUstream,
+    attrs: &mut [CUlaunchAttribute],
+) -> CUlaunchConfig {
+    CUlaunchConfig {
+        gridDimX: grid[0],
+        gridDimY: grid[1],
+        gridDimZ: grid[2],
+        blockDimX: block[0],
+        blockDimY: block[1],
+        blockDimZ: block[2],
+        sharedMemBytes: shared_mem,
+        hStream: stream,
+        attrs: attrs.as_mut_ptr(),
+        numAttrs: attrs.len() as u32,
+    }
+}
+
+/// Rebuilds launch attributes from their wire form; `None` if one is malformed.
+fn launch_attributes(attributes: &[LaunchAttribute]) -> Option<Vec<CUlaunchAttribute>> {
+    let value_offset = std::mem::offset_of!(CUlaunchAttribute, value);
+    let value_size = std::mem::size_of::<CUlaunchAttributeValue>();
+    attributes
+        .iter()
+        .map(|attribute| {
+            if attribute.value.len() > value_size {
+                return None;
+            }
+            // SAFETY: CUlaunchAttribute is plain data for which all-zero bytes are valid (id 0
+            // is CU_LAUNCH_ATTRIBUTE_IGNORE); the id and value bytes are written inside it.
+            unsafe {
+                let mut raw: CUlaunchAttribute = std::mem::zeroed();
+                let base = (&mut raw as *mut CUlaunchAttribute).cast::<u8>();
+                base.cast::<u32>().write_unaligned(attribute.id);
+                std::ptr::copy_nonoverlapping(
+                    attribute.value.as_ptr(),
+                    base.add(value_offset),
+                    attribute.value.len(),
+                );
+                Some(raw)
+            }
+        })
+        .collect()
+}

@@ -1,0 +1,142 @@
+//! Allocations (plain and stream-ordered, each charged to the session's memory quota) and
+//! memsets.
+
+use rgpu_cuda_api::cu_call;
+use rgpu_cuda_api::native::{check, Status, INVALID_VALUE};
+use rgpu_cuda_api::sys::*;
+use rgpu_protocol::cuda::{serve, Answer, DevicePtr, Id, MemInfo};
+
+use super::session::{code, Charged, CudaSession, Served};
+
+impl serve::Memory for Served<'_> {
+    fn mem_get_info(&mut self, ctx: Id) -> Answer<MemInfo> {
+        let cuda = &mut *self.cuda;
+        let (mut free, mut total) = (0usize, 0usize);
+        let status = cuda.enter(ctx).and_then(|()| {
+            check(cu_call!(
+                cuda.backend.driver,
+                cuMemGetInfo_v2(&mut free, &mut total)
+            ))
+        });
+        status.map(|()| MemInfo {
+            free: free as u64,
+            total: total as u64,
+        })
+    }
+
+    fn mem_alloc(&mut self, ctx: Id, size: u64) -> Answer<DevicePtr> {
+        let cuda = &mut *self.cuda;
+        cuda.enter(ctx).and_then(|()| {
+            cuda.charged_allocation(size, |cuda| {
+                let mut ptr = 0u64;
+                check(cu_call!(
+                    cuda.backend.driver,
+                    cuMemAlloc_v2(&mut ptr, size as usize)
+                ))
+                .map(|()| Charged::Pointer(ptr))
+            })
+        })
+    }
+
+    fn mem_free(&mut self, ctx: Id, ptr: DevicePtr) -> Status {
+        let cuda = &mut *self.cuda;
+        let status = cuda
+            .enter(ctx)
+            .and_then(|()| check(cu_call!(cuda.backend.driver, cuMemFree_v2(ptr))));
+        if status.is_ok() {
+            cuda.uncharge(Charged::Pointer(ptr));
+        }
+        code(status)
+    }
+
+    fn mem_alloc_async(&mut self, ctx: Id, stream: Id, size: u64) -> Answer<DevicePtr> {
+        let cuda = &mut *self.cuda;
+        let allocated = cuda.enter(ctx).and_then(|()| {
+            let stream = cuda.stream(stream)?;
+            cuda.charged_allocation(size, |cuda| {
+                let mut ptr = 0u64;
+                check(cu_call!(
+                    cuda.backend.driver,
+                    cuMemAllocAsync(&mut ptr, size as usize, stream)
+                ))
+                .map(|()| Charged::Pointer(ptr))
+            })
+        });
+        if let Ok(ptr) = allocated {
+            cuda.async_allocations.insert(ptr, cuda.current);
+        }
+        allocated
+    }
+
+    fn mem_free_async(&mut self, ctx: Id, stream: Id, ptr: DevicePtr) -> Answer<()> {
+        let cuda = &mut *self.cuda;
+        let status = cuda.enter(ctx).and_then(|()| {
+            let stream = cuda.stream(stream)?;
+            check(cu_call!(cuda.backend.driver, cuMemFreeAsync(ptr, stream)))
+        });
+        if status.is_ok() {
+            cuda.async_allocations.remove(&ptr);
+            cuda.uncharge(Charged::Pointer(ptr));
+        }
+        status
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn memset(
+        &mut self,
+        ctx: Id,
+        stream: Id,
+        dst: DevicePtr,
+        value: u32,
+        element_size: u8,
+        width: u64,
+        height: u64,
+        pitch: u64,
+    ) -> Answer<()> {
+        let cuda = &mut *self.cuda;
+        let stream = cuda.enter(ctx).and_then(|()| cuda.stream(stream))?;
+        check(cuda.memset(
+            stream,
+            dst,
+            value,
+            element_size,
+            width as usize,
+            height as usize,
+            pitch as usize,
+        ))
+    }
+}
+
+impl CudaSession {
+    #[allow(clippy::too_many_arguments)]
+    fn memset(
+        &mut self,
+        stream: CUstream,
+        dst: u64,
+        value: u32,
+        element_size: u8,
+        width: usize,
+        height: usize,
+        pitch: usize,
+    ) -> Status {
+        let driver = &self.backend.driver;
+        match (element_size, height > 1) {
+            (1, false) => cu_call!(driver, cuMemsetD8Async(dst, value as u8, width, stream)),
+            (2, false) => cu_call!(driver, cuMemsetD16Async(dst, value as u16, width, stream)),
+            (4, false) => cu_call!(driver, cuMemsetD32Async(dst, value, width, stream)),
+            (1, true) => cu_call!(
+                driver,
+                cuMemsetD2D8Async(dst, pitch, value as u8, width, height, stream)
+            ),
+            (2, true) => cu_call!(
+                driver,
+                cuMemsetD2D16Async(dst, pitch, value as u16, width, height, stream)
+            ),
+            (4, true) => cu_call!(
+                driver,
+                cuMemsetD2D32Async(dst, pitch, value, width, height, stream)
+            ),
+            _ => INVALID_VALUE,
+        }
+    }
+}

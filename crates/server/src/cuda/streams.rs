@@ -1,0 +1,60 @@
+//! Streams.
+
+use rgpu_cuda_api::cu_call;
+use rgpu_cuda_api::native::{check, Status};
+use rgpu_protocol::cuda::{serve, Answer, Id};
+
+use super::session::{code, Served};
+
+impl serve::Streams for Served<'_> {
+    fn create_stream(&mut self, id: Id, ctx: Id, flags: u32, priority: i32) -> Answer<()> {
+        let cuda = &mut *self.cuda;
+        let made = cuda.create_in(ctx, |cuda, raw| {
+            check(cu_call!(
+                cuda.backend.driver,
+                cuStreamCreateWithPriority(raw, flags, priority)
+            ))
+        });
+        made.map(|raw| {
+            cuda.streams.insert(id, raw);
+        })
+    }
+
+    fn destroy_stream(&mut self, id: Id) -> Answer<()> {
+        let cuda = &mut *self.cuda;
+        let Some(raw) = cuda.streams.remove(&id) else {
+            return Ok(());
+        };
+        cuda.destroyed();
+        check(cu_call!(cuda.backend.driver, cuStreamDestroy_v2(raw)))
+    }
+
+    fn stream_synchronize(&mut self, ctx: Id, stream: Id) -> Status {
+        let cuda = &mut *self.cuda;
+        let status = cuda.enter(ctx).and_then(|()| {
+            let stream = cuda.stream(stream)?;
+            check(cu_call!(cuda.backend.driver, cuStreamSynchronize(stream)))
+        });
+        cuda.sync_status(code(status))
+    }
+
+    fn stream_query(&mut self, ctx: Id, stream: Id) -> Status {
+        let cuda = &mut *self.cuda;
+        let status = cuda.enter(ctx).and_then(|()| {
+            let stream = cuda.stream(stream)?;
+            check(cu_call!(cuda.backend.driver, cuStreamQuery(stream)))
+        });
+        cuda.sync_status(code(status))
+    }
+
+    fn stream_wait_event(&mut self, ctx: Id, stream: Id, event: Id, flags: u32) -> Answer<()> {
+        let cuda = &mut *self.cuda;
+        cuda.enter(ctx).and_then(|()| {
+            let (stream, event) = (cuda.stream(stream)?, cuda.event(event)?);
+            check(cu_call!(
+                cuda.backend.driver,
+                cuStreamWaitEvent(stream, event, flags)
+            ))
+        })
+    }
+}
