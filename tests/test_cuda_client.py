@@ -83,3 +83,29 @@ def test_drop_in_libcuda(server):
         f"exit {result.returncode}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr[-4000:]}"
     )
     assert "version 13000" in result.stdout
+
+
+PANIC_PROBE = textwrap.dedent(r"""
+    import ctypes
+    cuda = ctypes.CDLL("libcuda.so.1")
+    version = ctypes.c_int(-1)
+    # RGPU_TEST_PANIC_IN makes this entry point panic inside: the C caller gets
+    # CUDA_ERROR_UNKNOWN (999), and the program goes on.
+    assert cuda.cuDriverGetVersion(ctypes.byref(version)) == 999
+    assert version.value == -1
+    name = ctypes.c_char_p()
+    assert cuda.cuGetErrorName(999, ctypes.byref(name)) == 0
+    assert name.value == b"CUDA_ERROR_UNKNOWN", name.value
+    print("PASS")
+""")
+
+
+def test_a_panic_inside_an_entry_point_is_an_error_not_an_abort(server):
+    cmd = h.rgpu_run_cmd([server.endpoint], [sys.executable, "-c", PANIC_PROBE])
+    env = h.base_env(RGPU_TEST_PANIC_IN="cuDriverGetVersion")
+    result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0 and "PASS" in result.stdout, (
+        f"exit {result.returncode}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr[-4000:]}"
+    )
+    assert "cuDriverGetVersion panicked (RGPU_TEST_PANIC_IN=cuDriverGetVersion)" in \
+        result.stderr, result.stderr[-4000:]

@@ -127,8 +127,35 @@ def base_symbol(symbol):
     return re.sub(r"_(ptds|ptsz)$", "", symbol)
 
 
+# Older versions of entry points that programs still call by these names (cudarc binds only
+# each function's newest version); parameters as cuda.h of CUDA 12/13 declares them.
+LEGACY_SIGNATURES = {
+    "cuCtxCreate_v2": "pctx: *mut CUcontext, flags: ::core::ffi::c_uint, dev: CUdevice",
+    "cuCtxCreate_v3": "pctx: *mut CUcontext, paramsArray: *mut CUexecAffinityParam, "
+                      "numParams: ::core::ffi::c_int, flags: ::core::ffi::c_uint, dev: CUdevice",
+    "cuDeviceGetUuid": "uuid: *mut CUuuid, dev: CUdevice",
+    "cuDevicePrimaryCtxRelease": "dev: CUdevice",
+    "cuDevicePrimaryCtxReset": "dev: CUdevice",
+    "cuDevicePrimaryCtxSetFlags": "dev: CUdevice, flags: ::core::ffi::c_uint",
+    "cuEventElapsedTime": "pMilliseconds: *mut f32, hStart: CUevent, hEnd: CUevent",
+    "cuGetProcAddress": "symbol: *const ::core::ffi::c_char, pfn: *mut *mut ::core::ffi::c_void, "
+                        "cudaVersion: ::core::ffi::c_int, flags: cuuint64_t",
+    "cuStreamBeginCapture": "hStream: CUstream",
+    "cuStreamGetCaptureInfo_v2": "hStream: CUstream, captureStatus_out: *mut CUstreamCaptureStatus, "
+                                 "id_out: *mut cuuint64_t, graph_out: *mut CUgraph, "
+                                 "dependencies_out: *mut *const CUgraphNode, "
+                                 "numDependencies_out: *mut usize",
+}
+
+
 def signature_of(symbol, functions):
-    return functions.get(symbol) or functions.get(base_symbol(symbol))
+    """The parameters of `symbol` (or of the entry point it is a per-thread variant of); None
+    when unknown ("" is a function without parameters)."""
+    for name in (symbol, base_symbol(symbol)):
+        for table in (functions, LEGACY_SIGNATURES):
+            if table.get(name) is not None:
+                return table[name]
+    return None
 
 
 def import_driver(typedefs_path, symbols_path):
@@ -180,7 +207,7 @@ def load_data():
 def find_implemented(api_dir):
     implemented = set()
     for path in sorted(Path(api_dir).rglob("*.rs")):
-        implemented |= set(re.findall(r'pub unsafe extern "C" fn (cu\w+)', path.read_text()))
+        implemented |= set(re.findall(r'pub unsafe fn (cu\w+)', path.read_text()))
     return implemented
 
 
@@ -253,37 +280,52 @@ def split_params(params):
     return [p for p in (part.strip() for part in params.split(",")) if p]
 
 
-def render_client(symbols, functions, implemented, enums, cudarc_version):
+def c_abi_params(params, enum_names):
+    """The parameters as the C caller passes them: an enum (or a pointer to one) is its 32-bit
+    integer, since a caller may pass a value the Rust enum lacks (an invalid enum value is
+    undefined behavior)."""
+    out = []
+    for name, ty in (p.split(":", 1) for p in split_params(params)):
+        ty = re.sub(r"\b(\w+)\b", lambda m: "u32" if m.group(1) in enum_names else m.group(1), ty)
+        out.append((name.strip(), ty.strip()))
+    return out
+
+
+def render_client(symbols, functions, implemented, enums, aliases, cudarc_version):
     enum_names = set(enums) | {name[: -len("_enum")] for name in enums if name.endswith("_enum")}
-    out = [header("The client's exported symbols: stubs for what it does not implement.", cudarc_version)]
+    enum_names |= {alias for alias, target in aliases if target in enum_names}
+    out = [header("The client's exported symbols: every driver symbol, with the signature the "
+                  "driver declares,\n// running rgpu's implementation through the C boundary "
+                  "(boundary.rs), or reporting it unsupported.", cudarc_version)]
     out.append(
-        "#![allow(non_snake_case, clippy::missing_safety_doc)]\n\n"
+        "#![allow(non_snake_case, clippy::missing_safety_doc, clippy::too_many_arguments)]\n\n"
         "use rgpu_cuda_api::sys::*;\n\n"
+        "use crate::boundary::guard;\n"
         "use crate::unsupported::not_supported;\n\n"
     )
-    stubs = [s for s in symbols if s not in implemented]
-    for symbol in stubs:
+    missing = sorted(s for s in implemented if signature_of(s, functions) is None)
+    if missing:
+        raise GenError(f"implemented without a known signature (add to LEGACY_SIGNATURES): {missing}")
+    for symbol in sorted(set(symbols) | implemented):
         base = base_symbol(symbol)
         params = signature_of(symbol, functions)
-        if base != symbol and base in implemented and params is not None:
-            # A per-thread-default-stream variant of an implemented entry point: rgpu runs a
-            # program's default streams as the legacy default stream (stricter ordering, same
-            # results), so the variant is the entry point itself.
-            # Enum-typed parameters (or pointers to enums) are plain integers in the
-            # implementations (callers may pass values the enum lacks): cast them.
-            names = [
-                f"{name} as _" if set(re.findall(r"\w+", ty)) & enum_names else name
-                for name, ty in (p.split(":", 1) for p in split_params(params))
-            ]
-            names = [n.strip() for n in names]
+        # A per-thread-default-stream variant of an implemented entry point: rgpu runs a
+        # program's default streams as the legacy default stream (stricter ordering, same
+        # results), so the variant is the entry point itself.
+        target = symbol if symbol in implemented else base if base in implemented else None
+        if target is None or params is None:
             out.append(
-                f"#[no_mangle]\npub unsafe extern \"C\" fn {symbol}({params}) -> CUresult {{\n"
-                f"    crate::api::{base}({', '.join(names)})\n}}\n\n"
+                f"#[no_mangle]\npub unsafe extern \"C\" fn {symbol}() -> CUresult {{\n"
+                f"    not_supported(\"{symbol}\")\n}}\n\n"
             )
             continue
+        typed = c_abi_params(params, enum_names)
+        decl = ", ".join(f"{name}: {ty}" for name, ty in typed)
+        args = ", ".join(name for name, _ in typed)
         out.append(
-            f"#[no_mangle]\npub unsafe extern \"C\" fn {symbol}() -> CUresult {{\n"
-            f"    not_supported(\"{symbol}\")\n}}\n\n"
+            f"#[no_mangle]\npub unsafe extern \"C\" fn {symbol}({decl}) -> CUresult {{\n"
+            f"    // SAFETY: the caller's arguments, as the driver API specifies them.\n"
+            f"    guard(\"{symbol}\", || unsafe {{ crate::api::{target}({args}) }})\n}}\n\n"
         )
     exported = sorted(set(symbols) | implemented)
     out.append(
@@ -293,8 +335,7 @@ def render_client(symbols, functions, implemented, enums, cudarc_version):
     )
     for symbol in exported:
         # Qualified: cudarc's wrappers of the same names are in scope through `sys::*`.
-        path = f"crate::api::{symbol}" if symbol in implemented else f"self::{symbol}"
-        out.append(f'    ("{symbol}", crate::proc_address::EntryPoint({path} as *const ())),\n')
+        out.append(f'    ("{symbol}", crate::proc_address::EntryPoint(self::{symbol} as *const ())),\n')
     out.append("];\n")
     return "".join(out)
 
@@ -319,13 +360,15 @@ def main():
             import_driver(*args.import_driver)
         symbols, versions = load_data()
         cudarc_dir, cudarc_version = find_cudarc_dir()
-        functions, results, enums = parse_cudarc(
-            (cudarc_dir / "src" / "driver" / "sys" / "mod.rs").read_text()
-        )
+        sys_source = (cudarc_dir / "src" / "driver" / "sys" / "mod.rs").read_text()
+        functions, results, enums = parse_cudarc(sys_source)
+        aliases = re.findall(r"^pub type (\w+) = (\w+);", sys_source, re.M)
+        aliases += [(alias, target) for target, alias in
+                    re.findall(r"^pub use self::(\w+) as (\w+);", sys_source, re.M)]
         outputs = [(API_OUTPUT, rustfmt(render_api(symbols, functions, versions, results, enums, cudarc_version)))]
         if (CLIENT_DIR / "Cargo.toml").exists():
             implemented = find_implemented(CLIENT_DIR / "src" / "api")
-            outputs.append((CLIENT_OUTPUT, rustfmt(render_client(symbols, functions, implemented, enums, cudarc_version))))
+            outputs.append((CLIENT_OUTPUT, rustfmt(render_client(symbols, functions, implemented, enums, aliases, cudarc_version))))
             print(f"{len(symbols)} driver symbols; {len(implemented & set(symbols))} implemented "
                   f"in crates/cuda/src/api", file=sys.stderr)
         unknown = [s for s in symbols if signature_of(s, functions) is None]

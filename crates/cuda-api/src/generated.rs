@@ -23,6 +23,8 @@ macro_rules! for_each_driver_function {
             cuCoredumpSetAttribute(attrib: CUcoredumpSettings, value: *mut ::core::ffi::c_void, size: *mut usize);
             cuCoredumpSetAttributeGlobal(attrib: CUcoredumpSettings, value: *mut ::core::ffi::c_void, size: *mut usize);
             cuCtxAttach(pctx: *mut CUcontext, flags: ::core::ffi::c_uint);
+            cuCtxCreate_v2(pctx: *mut CUcontext, flags: ::core::ffi::c_uint, dev: CUdevice);
+            cuCtxCreate_v3(pctx: *mut CUcontext, paramsArray: *mut CUexecAffinityParam, numParams: ::core::ffi::c_int, flags: ::core::ffi::c_uint, dev: CUdevice);
             cuCtxCreate_v4(pctx: *mut CUcontext, ctxCreateParams: *mut CUctxCreateParams, flags: ::core::ffi::c_uint, dev: CUdevice);
             cuCtxDestroy_v2(ctx: CUcontext);
             cuCtxDetach(ctx: CUcontext);
@@ -76,12 +78,16 @@ macro_rules! for_each_driver_function {
             cuDeviceGetPCIBusId(pciBusId: *mut ::core::ffi::c_char, len: ::core::ffi::c_int, dev: CUdevice);
             cuDeviceGetProperties(prop: *mut CUdevprop, dev: CUdevice);
             cuDeviceGetTexture1DLinearMaxWidth(maxWidthInElements: *mut usize, format: CUarray_format, numChannels: ::core::ffi::c_uint, dev: CUdevice);
+            cuDeviceGetUuid(uuid: *mut CUuuid, dev: CUdevice);
             cuDeviceGetUuid_v2(uuid: *mut CUuuid, dev: CUdevice);
             cuDeviceGraphMemTrim(device: CUdevice);
             cuDevicePrimaryCtxGetState(dev: CUdevice, flags: *mut ::core::ffi::c_uint, active: *mut ::core::ffi::c_int);
+            cuDevicePrimaryCtxRelease(dev: CUdevice);
             cuDevicePrimaryCtxRelease_v2(dev: CUdevice);
+            cuDevicePrimaryCtxReset(dev: CUdevice);
             cuDevicePrimaryCtxReset_v2(dev: CUdevice);
             cuDevicePrimaryCtxRetain(pctx: *mut CUcontext, dev: CUdevice);
+            cuDevicePrimaryCtxSetFlags(dev: CUdevice, flags: ::core::ffi::c_uint);
             cuDevicePrimaryCtxSetFlags_v2(dev: CUdevice, flags: ::core::ffi::c_uint);
             cuDeviceRegisterAsyncNotification(device: CUdevice, callbackFunc: CUasyncCallback, userData: *mut ::core::ffi::c_void, callback: *mut CUasyncCallbackHandle);
             cuDeviceSetGraphMemAttribute(device: CUdevice, attr: CUgraphMem_attribute, value: *mut ::core::ffi::c_void);
@@ -91,6 +97,7 @@ macro_rules! for_each_driver_function {
             cuDriverGetVersion(driverVersion: *mut ::core::ffi::c_int);
             cuEventCreate(phEvent: *mut CUevent, Flags: ::core::ffi::c_uint);
             cuEventDestroy_v2(hEvent: CUevent);
+            cuEventElapsedTime(pMilliseconds: *mut f32, hStart: CUevent, hEnd: CUevent);
             cuEventElapsedTime_v2(pMilliseconds: *mut f32, hStart: CUevent, hEnd: CUevent);
             cuEventQuery(hEvent: CUevent);
             cuEventRecord(hEvent: CUevent, hStream: CUstream);
@@ -115,6 +122,7 @@ macro_rules! for_each_driver_function {
             cuGetErrorName(error: CUresult, pStr: *mut *const ::core::ffi::c_char);
             cuGetErrorString(error: CUresult, pStr: *mut *const ::core::ffi::c_char);
             cuGetExportTable(ppExportTable: *mut *const ::core::ffi::c_void, pExportTableId: *const CUuuid);
+            cuGetProcAddress(symbol: *const ::core::ffi::c_char, pfn: *mut *mut ::core::ffi::c_void, cudaVersion: ::core::ffi::c_int, flags: cuuint64_t);
             cuGetProcAddress_v2(symbol: *const ::core::ffi::c_char, pfn: *mut *mut ::core::ffi::c_void, cudaVersion: ::core::ffi::c_int, flags: cuuint64_t, symbolStatus: *mut CUdriverProcAddressQueryResult);
             cuGraphAddBatchMemOpNode(phGraphNode: *mut CUgraphNode, hGraph: CUgraph, dependencies: *const CUgraphNode, numDependencies: usize, nodeParams: *const CUDA_BATCH_MEM_OP_NODE_PARAMS);
             cuGraphAddChildGraphNode(phGraphNode: *mut CUgraphNode, hGraph: CUgraph, dependencies: *const CUgraphNode, numDependencies: usize, childGraph: CUgraph);
@@ -445,8 +453,10 @@ macro_rules! for_each_driver_function {
             cuStreamAttachMemAsync_ptsz(hStream: CUstream, dptr: CUdeviceptr, length: usize, flags: ::core::ffi::c_uint);
             cuStreamBatchMemOp_v2(stream: CUstream, count: ::core::ffi::c_uint, paramArray: *mut CUstreamBatchMemOpParams, flags: ::core::ffi::c_uint);
             cuStreamBatchMemOp_v2_ptsz(stream: CUstream, count: ::core::ffi::c_uint, paramArray: *mut CUstreamBatchMemOpParams, flags: ::core::ffi::c_uint);
+            cuStreamBeginCapture(hStream: CUstream);
             cuStreamBeginCaptureToGraph(hStream: CUstream, hGraph: CUgraph, dependencies: *const CUgraphNode, dependencyData: *const CUgraphEdgeData, numDependencies: usize, mode: CUstreamCaptureMode);
             cuStreamBeginCaptureToGraph_ptsz(hStream: CUstream, hGraph: CUgraph, dependencies: *const CUgraphNode, dependencyData: *const CUgraphEdgeData, numDependencies: usize, mode: CUstreamCaptureMode);
+            cuStreamBeginCapture_ptsz(hStream: CUstream);
             cuStreamBeginCapture_v2(hStream: CUstream, mode: CUstreamCaptureMode);
             cuStreamBeginCapture_v2_ptsz(hStream: CUstream, mode: CUstreamCaptureMode);
             cuStreamCopyAttributes(dst: CUstream, src: CUstream);
@@ -458,6 +468,8 @@ macro_rules! for_each_driver_function {
             cuStreamEndCapture_ptsz(hStream: CUstream, phGraph: *mut CUgraph);
             cuStreamGetAttribute(hStream: CUstream, attr: CUstreamAttrID, value_out: *mut CUstreamAttrValue);
             cuStreamGetAttribute_ptsz(hStream: CUstream, attr: CUstreamAttrID, value_out: *mut CUstreamAttrValue);
+            cuStreamGetCaptureInfo_v2(hStream: CUstream, captureStatus_out: *mut CUstreamCaptureStatus, id_out: *mut cuuint64_t, graph_out: *mut CUgraph, dependencies_out: *mut *const CUgraphNode, numDependencies_out: *mut usize);
+            cuStreamGetCaptureInfo_v2_ptsz(hStream: CUstream, captureStatus_out: *mut CUstreamCaptureStatus, id_out: *mut cuuint64_t, graph_out: *mut CUgraph, dependencies_out: *mut *const CUgraphNode, numDependencies_out: *mut usize);
             cuStreamGetCaptureInfo_v3(hStream: CUstream, captureStatus_out: *mut CUstreamCaptureStatus, id_out: *mut cuuint64_t, graph_out: *mut CUgraph, dependencies_out: *mut *const CUgraphNode, edgeData_out: *mut *const CUgraphEdgeData, numDependencies_out: *mut usize);
             cuStreamGetCaptureInfo_v3_ptsz(hStream: CUstream, captureStatus_out: *mut CUstreamCaptureStatus, id_out: *mut cuuint64_t, graph_out: *mut CUgraph, dependencies_out: *mut *const CUgraphNode, edgeData_out: *mut *const CUgraphEdgeData, numDependencies_out: *mut usize);
             cuStreamGetCtx(hStream: CUstream, pctx: *mut CUcontext);

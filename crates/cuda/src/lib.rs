@@ -5,14 +5,16 @@
 //! Layout: `api/` holds the entry points by API group; `runtime.rs` the connections and the
 //! device list taken at `cuInit`; `objects.rs` what each handle (context, stream, event, module,
 //! function) knows on the client; `export_tables.rs` cudart's private tables, implemented here;
-//! `proc_address.rs` `cuGetProcAddress`; `generated_exports.rs` (generated) a stub for every
-//! driver symbol not implemented and the table of all exported symbols.
+//! `proc_address.rs` `cuGetProcAddress`; `generated_exports.rs` (generated) every exported
+//! driver symbol: the implemented ones with the driver's own signatures, through `boundary.rs`
+//! (a panic becomes CUDA_ERROR_UNKNOWN, never an abort), the rest NOT_SUPPORTED stubs.
 
 #![allow(non_snake_case)]
 #![allow(clippy::missing_safety_doc)]
 #![allow(clippy::too_many_arguments)]
 
 pub mod api;
+mod boundary;
 mod export_tables;
 mod generated_exports;
 mod objects;

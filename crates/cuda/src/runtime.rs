@@ -110,10 +110,15 @@ pub fn device(ordinal: i32) -> Result<&'static Device, CUresult> {
         .ok_or(CUresult::CUDA_ERROR_INVALID_DEVICE)
 }
 
-fn connect() -> Result<Runtime, CUresult> {
+/// Logging to stderr, at the level `RGPU_LOG` names (default warn); once, at the first call.
+pub fn init_logging() {
     let _ = env_logger::Builder::from_env(env_logger::Env::new().filter_or("RGPU_LOG", "warn"))
         .format_target(false)
         .try_init();
+}
+
+fn connect() -> Result<Runtime, CUresult> {
+    init_logging();
     let config = ClientConfig::from_env().map_err(|e| {
         log::error!("rgpu: {e}");
         CUresult::CUDA_ERROR_NO_DEVICE

@@ -11,8 +11,7 @@ use super::{status, write_out, Outcome};
 use crate::objects::{self, context_or_current, current_context, Context, ContextKind};
 use crate::runtime::{self, device};
 
-#[no_mangle]
-pub unsafe extern "C" fn cuCtxCreate_v4(
+pub unsafe fn cuCtxCreate_v4(
     pctx: *mut CUcontext,
     _params: *mut CUctxCreateParams,
     flags: c_uint,
@@ -31,8 +30,7 @@ pub unsafe extern "C" fn cuCtxCreate_v4(
     }))
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuCtxCreate_v3(
+pub unsafe fn cuCtxCreate_v3(
     pctx: *mut CUcontext,
     _affinity: *mut CUexecAffinityParam,
     _count: c_int,
@@ -42,17 +40,11 @@ pub unsafe extern "C" fn cuCtxCreate_v3(
     unsafe { cuCtxCreate_v4(pctx, std::ptr::null_mut(), flags, dev) }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuCtxCreate_v2(
-    pctx: *mut CUcontext,
-    flags: c_uint,
-    dev: CUdevice,
-) -> CUresult {
+pub unsafe fn cuCtxCreate_v2(pctx: *mut CUcontext, flags: c_uint, dev: CUdevice) -> CUresult {
     unsafe { cuCtxCreate_v4(pctx, std::ptr::null_mut(), flags, dev) }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuCtxDestroy_v2(ctx: CUcontext) -> CUresult {
+pub unsafe fn cuCtxDestroy_v2(ctx: CUcontext) -> CUresult {
     status((|| {
         runtime::runtime()?;
         let context = Context::from_handle(ctx).ok_or(CUresult::CUDA_ERROR_INVALID_CONTEXT)?;
@@ -74,13 +66,11 @@ pub unsafe extern "C" fn cuCtxDestroy_v2(ctx: CUcontext) -> CUresult {
     })())
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuCtxGetCurrent(pctx: *mut CUcontext) -> CUresult {
+pub unsafe fn cuCtxGetCurrent(pctx: *mut CUcontext) -> CUresult {
     status(runtime::runtime().and_then(|_| unsafe { write_out(pctx, objects::current_handle()) }))
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuCtxSetCurrent(ctx: CUcontext) -> CUresult {
+pub unsafe fn cuCtxSetCurrent(ctx: CUcontext) -> CUresult {
     status(runtime::runtime().and_then(|_| {
         if !ctx.is_null() {
             Context::from_handle(ctx).ok_or(CUresult::CUDA_ERROR_INVALID_CONTEXT)?;
@@ -90,8 +80,7 @@ pub unsafe extern "C" fn cuCtxSetCurrent(ctx: CUcontext) -> CUresult {
     }))
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuCtxPushCurrent_v2(ctx: CUcontext) -> CUresult {
+pub unsafe fn cuCtxPushCurrent_v2(ctx: CUcontext) -> CUresult {
     status(runtime::runtime().and_then(|_| {
         Context::from_handle(ctx).ok_or(CUresult::CUDA_ERROR_INVALID_CONTEXT)?;
         objects::push_current(ctx);
@@ -99,8 +88,7 @@ pub unsafe extern "C" fn cuCtxPushCurrent_v2(ctx: CUcontext) -> CUresult {
     }))
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuCtxPopCurrent_v2(pctx: *mut CUcontext) -> CUresult {
+pub unsafe fn cuCtxPopCurrent_v2(pctx: *mut CUcontext) -> CUresult {
     status(runtime::runtime().and_then(|_| {
         let popped = objects::pop_current().ok_or(CUresult::CUDA_ERROR_INVALID_CONTEXT)?;
         if !pctx.is_null() {
@@ -110,41 +98,34 @@ pub unsafe extern "C" fn cuCtxPopCurrent_v2(pctx: *mut CUcontext) -> CUresult {
     }))
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuCtxGetDevice(dev: *mut CUdevice) -> CUresult {
+pub unsafe fn cuCtxGetDevice(dev: *mut CUdevice) -> CUresult {
     status(current_context().and_then(|ctx| unsafe { write_out(dev, ctx.device) }))
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuCtxGetDevice_v2(dev: *mut CUdevice, ctx: CUcontext) -> CUresult {
+pub unsafe fn cuCtxGetDevice_v2(dev: *mut CUdevice, ctx: CUcontext) -> CUresult {
     status(context_or_current(ctx).and_then(|ctx| unsafe { write_out(dev, ctx.device) }))
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuCtxGetFlags(flags: *mut c_uint) -> CUresult {
+pub unsafe fn cuCtxGetFlags(flags: *mut c_uint) -> CUresult {
     status(
         current_context()
             .and_then(|ctx| unsafe { write_out(flags, ctx.flags.load(Ordering::Relaxed)) }),
     )
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuCtxGetId(ctx: CUcontext, id: *mut u64) -> CUresult {
+pub unsafe fn cuCtxGetId(ctx: CUcontext, id: *mut u64) -> CUresult {
     status(context_or_current(ctx).and_then(|ctx| unsafe { write_out(id, ctx.unique_id) }))
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuCtxGetApiVersion(ctx: CUcontext, version: *mut c_uint) -> CUresult {
+pub unsafe fn cuCtxGetApiVersion(ctx: CUcontext, version: *mut c_uint) -> CUresult {
     status(context_or_current(ctx).and_then(|_| unsafe { write_out(version, 13000) }))
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuCtxSynchronize() -> CUresult {
+pub unsafe fn cuCtxSynchronize() -> CUresult {
     status(current_context().and_then(synchronize))
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuCtxSynchronize_v2(ctx: CUcontext) -> CUresult {
+pub unsafe fn cuCtxSynchronize_v2(ctx: CUcontext) -> CUresult {
     status(context_or_current(ctx).and_then(synchronize))
 }
 
@@ -152,27 +133,21 @@ pub(crate) fn synchronize(ctx: &Context) -> Result<(), CUresult> {
     ctx.conn.cuda().synchronize(ctx.remote).outcome()
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuCtxGetLimit(value: *mut usize, limit: c_uint) -> CUresult {
+pub unsafe fn cuCtxGetLimit(value: *mut usize, limit: c_uint) -> CUresult {
     status(current_context().and_then(|ctx| {
         let v = ctx.conn.cuda().get_limit(ctx.remote, limit).outcome()?;
         unsafe { write_out(value, v as usize) }
     }))
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuCtxSetLimit(limit: c_uint, value: usize) -> CUresult {
+pub unsafe fn cuCtxSetLimit(limit: c_uint, value: usize) -> CUresult {
     status(current_context().and_then(|ctx| {
         let server = ctx.conn.cuda();
         server.set_limit(ctx.remote, limit, value as u64).outcome()
     }))
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuCtxGetStreamPriorityRange(
-    least: *mut c_int,
-    greatest: *mut c_int,
-) -> CUresult {
+pub unsafe fn cuCtxGetStreamPriorityRange(least: *mut c_int, greatest: *mut c_int) -> CUresult {
     status(current_context().map(|_| unsafe {
         // The driver's range on every GPU it supports: 0 (lowest) to -5 (highest).
         if !least.is_null() {
@@ -184,16 +159,14 @@ pub unsafe extern "C" fn cuCtxGetStreamPriorityRange(
     }))
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuCtxGetCacheConfig(config: *mut c_uint) -> CUresult {
+pub unsafe fn cuCtxGetCacheConfig(config: *mut c_uint) -> CUresult {
     status(
         current_context()
             .and_then(|ctx| unsafe { write_out(config, ctx.cache_config.load(Ordering::Relaxed)) }),
     )
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuCtxSetCacheConfig(config: c_uint) -> CUresult {
+pub unsafe fn cuCtxSetCacheConfig(config: c_uint) -> CUresult {
     // A preference only; the server's GPUs decide their cache split per kernel.
     status(current_context().map(|ctx| ctx.cache_config.store(config, Ordering::Relaxed)))
 }
@@ -219,12 +192,10 @@ fn peer_access(peer: CUcontext, flags: Option<c_uint>) -> Result<(), CUresult> {
     .outcome()
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuCtxEnablePeerAccess(peer: CUcontext, flags: c_uint) -> CUresult {
+pub unsafe fn cuCtxEnablePeerAccess(peer: CUcontext, flags: c_uint) -> CUresult {
     status(peer_access(peer, Some(flags)))
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuCtxDisablePeerAccess(peer: CUcontext) -> CUresult {
+pub unsafe fn cuCtxDisablePeerAccess(peer: CUcontext) -> CUresult {
     status(peer_access(peer, None))
 }

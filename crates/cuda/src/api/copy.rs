@@ -418,17 +418,11 @@ fn copy_unified(dst: u64, src: u64, size: usize, stream: Option<CUstream>) -> CU
     })())
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuMemcpyHtoD_v2(
-    dst: CUdeviceptr,
-    src: *const c_void,
-    size: usize,
-) -> CUresult {
+pub unsafe fn cuMemcpyHtoD_v2(dst: CUdeviceptr, src: *const c_void, size: usize) -> CUresult {
     copy_to_device(dst, src, size, None)
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuMemcpyHtoDAsync_v2(
+pub unsafe fn cuMemcpyHtoDAsync_v2(
     dst: CUdeviceptr,
     src: *const c_void,
     size: usize,
@@ -437,17 +431,11 @@ pub unsafe extern "C" fn cuMemcpyHtoDAsync_v2(
     copy_to_device(dst, src, size, Some(stream))
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuMemcpyDtoH_v2(
-    dst: *mut c_void,
-    src: CUdeviceptr,
-    size: usize,
-) -> CUresult {
+pub unsafe fn cuMemcpyDtoH_v2(dst: *mut c_void, src: CUdeviceptr, size: usize) -> CUresult {
     copy_to_host(dst, src, size, None)
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuMemcpyDtoHAsync_v2(
+pub unsafe fn cuMemcpyDtoHAsync_v2(
     dst: *mut c_void,
     src: CUdeviceptr,
     size: usize,
@@ -456,17 +444,11 @@ pub unsafe extern "C" fn cuMemcpyDtoHAsync_v2(
     copy_to_host(dst, src, size, Some(stream))
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuMemcpyDtoD_v2(
-    dst: CUdeviceptr,
-    src: CUdeviceptr,
-    size: usize,
-) -> CUresult {
+pub unsafe fn cuMemcpyDtoD_v2(dst: CUdeviceptr, src: CUdeviceptr, size: usize) -> CUresult {
     copy_on_devices(dst, src, size, None)
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuMemcpyDtoDAsync_v2(
+pub unsafe fn cuMemcpyDtoDAsync_v2(
     dst: CUdeviceptr,
     src: CUdeviceptr,
     size: usize,
@@ -475,13 +457,11 @@ pub unsafe extern "C" fn cuMemcpyDtoDAsync_v2(
     copy_on_devices(dst, src, size, Some(stream))
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuMemcpy(dst: CUdeviceptr, src: CUdeviceptr, size: usize) -> CUresult {
+pub unsafe fn cuMemcpy(dst: CUdeviceptr, src: CUdeviceptr, size: usize) -> CUresult {
     copy_unified(dst, src, size, None)
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuMemcpyAsync(
+pub unsafe fn cuMemcpyAsync(
     dst: CUdeviceptr,
     src: CUdeviceptr,
     size: usize,
@@ -506,8 +486,7 @@ fn copy_peer(
     })())
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuMemcpyPeer(
+pub unsafe fn cuMemcpyPeer(
     dst: CUdeviceptr,
     dst_ctx: CUcontext,
     src: CUdeviceptr,
@@ -517,8 +496,7 @@ pub unsafe extern "C" fn cuMemcpyPeer(
     copy_peer(dst, dst_ctx, src, src_ctx, size, None)
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuMemcpyPeerAsync(
+pub unsafe fn cuMemcpyPeerAsync(
     dst: CUdeviceptr,
     dst_ctx: CUcontext,
     src: CUdeviceptr,
@@ -686,40 +664,30 @@ unsafe fn copy_3d_peer(p: *const CUDA_MEMCPY3D_PEER, stream: Option<CUstream>) -
     copy_3d_from!(p, (p.srcContext, p.dstContext), stream)
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuMemcpy2D_v2(p: *const CUDA_MEMCPY2D) -> CUresult {
+pub unsafe fn cuMemcpy2D_v2(p: *const CUDA_MEMCPY2D) -> CUresult {
     unsafe { copy_2d(p, None) }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuMemcpy2DUnaligned_v2(p: *const CUDA_MEMCPY2D) -> CUresult {
+pub unsafe fn cuMemcpy2DUnaligned_v2(p: *const CUDA_MEMCPY2D) -> CUresult {
     unsafe { copy_2d(p, None) }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuMemcpy2DAsync_v2(p: *const CUDA_MEMCPY2D, stream: CUstream) -> CUresult {
+pub unsafe fn cuMemcpy2DAsync_v2(p: *const CUDA_MEMCPY2D, stream: CUstream) -> CUresult {
     unsafe { copy_2d(p, Some(stream)) }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuMemcpy3D_v2(p: *const CUDA_MEMCPY3D) -> CUresult {
+pub unsafe fn cuMemcpy3D_v2(p: *const CUDA_MEMCPY3D) -> CUresult {
     unsafe { copy_3d(p, None) }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuMemcpy3DAsync_v2(p: *const CUDA_MEMCPY3D, stream: CUstream) -> CUresult {
+pub unsafe fn cuMemcpy3DAsync_v2(p: *const CUDA_MEMCPY3D, stream: CUstream) -> CUresult {
     unsafe { copy_3d(p, Some(stream)) }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuMemcpy3DPeer(p: *const CUDA_MEMCPY3D_PEER) -> CUresult {
+pub unsafe fn cuMemcpy3DPeer(p: *const CUDA_MEMCPY3D_PEER) -> CUresult {
     unsafe { copy_3d_peer(p, None) }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuMemcpy3DPeerAsync(
-    p: *const CUDA_MEMCPY3D_PEER,
-    stream: CUstream,
-) -> CUresult {
+pub unsafe fn cuMemcpy3DPeerAsync(p: *const CUDA_MEMCPY3D_PEER, stream: CUstream) -> CUresult {
     unsafe { copy_3d_peer(p, Some(stream)) }
 }

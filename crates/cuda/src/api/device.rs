@@ -10,18 +10,15 @@ use rgpu_protocol::cuda::CuPeer;
 use super::{status, write_out};
 use crate::runtime::{self, device};
 
-#[no_mangle]
-pub unsafe extern "C" fn cuDeviceGetCount(count: *mut c_int) -> CUresult {
+pub unsafe fn cuDeviceGetCount(count: *mut c_int) -> CUresult {
     status(runtime::runtime().and_then(|rt| unsafe { write_out(count, rt.devices.len() as c_int) }))
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuDeviceGet(out: *mut CUdevice, ordinal: c_int) -> CUresult {
+pub unsafe fn cuDeviceGet(out: *mut CUdevice, ordinal: c_int) -> CUresult {
     status(device(ordinal).and_then(|_| unsafe { write_out(out, ordinal) }))
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuDeviceGetName(name: *mut c_char, len: c_int, dev: CUdevice) -> CUresult {
+pub unsafe fn cuDeviceGetName(name: *mut c_char, len: c_int, dev: CUdevice) -> CUresult {
     status(device(dev).and_then(|device| {
         if name.is_null() || len <= 0 {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
@@ -41,28 +38,24 @@ unsafe fn copy_c_string(text: &str, out: *mut c_char, capacity: usize) {
     }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuDeviceGetUuid(uuid: *mut CUuuid, dev: CUdevice) -> CUresult {
+pub unsafe fn cuDeviceGetUuid(uuid: *mut CUuuid, dev: CUdevice) -> CUresult {
     unsafe { cuDeviceGetUuid_v2(uuid, dev) }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuDeviceGetUuid_v2(uuid: *mut CUuuid, dev: CUdevice) -> CUresult {
+pub unsafe fn cuDeviceGetUuid_v2(uuid: *mut CUuuid, dev: CUdevice) -> CUresult {
     status(device(dev).and_then(|device| {
         let bytes = device.info.uuid.map(|b| b as c_char);
         unsafe { write_out(uuid, CUuuid { bytes }) }
     }))
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuDeviceTotalMem_v2(bytes: *mut usize, dev: CUdevice) -> CUresult {
+pub unsafe fn cuDeviceTotalMem_v2(bytes: *mut usize, dev: CUdevice) -> CUresult {
     status(
         device(dev).and_then(|device| unsafe { write_out(bytes, device.info.total_mem as usize) }),
     )
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuDeviceGetAttribute(
+pub unsafe fn cuDeviceGetAttribute(
     value: *mut c_int,
     attribute: c_uint,
     dev: CUdevice,
@@ -75,8 +68,7 @@ pub unsafe extern "C" fn cuDeviceGetAttribute(
     }))
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuDeviceComputeCapability(
+pub unsafe fn cuDeviceComputeCapability(
     major: *mut c_int,
     minor: *mut c_int,
     dev: CUdevice,
@@ -91,12 +83,7 @@ pub unsafe extern "C" fn cuDeviceComputeCapability(
     }))
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuDeviceGetPCIBusId(
-    bus_id: *mut c_char,
-    len: c_int,
-    dev: CUdevice,
-) -> CUresult {
+pub unsafe fn cuDeviceGetPCIBusId(bus_id: *mut c_char, len: c_int, dev: CUdevice) -> CUresult {
     status(device(dev).and_then(|device| {
         if bus_id.is_null() || len <= 0 {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
@@ -121,8 +108,7 @@ fn peer_link(dev: CUdevice, peer: CUdevice) -> Result<Option<&'static CuPeer>, C
     Ok(link)
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuDeviceCanAccessPeer(
+pub unsafe fn cuDeviceCanAccessPeer(
     can_access: *mut c_int,
     dev: CUdevice,
     peer: CUdevice,
@@ -133,8 +119,7 @@ pub unsafe extern "C" fn cuDeviceCanAccessPeer(
     }))
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuDeviceGetP2PAttribute(
+pub unsafe fn cuDeviceGetP2PAttribute(
     value: *mut c_int,
     attribute: c_uint,
     src: CUdevice,
@@ -159,8 +144,7 @@ pub unsafe extern "C" fn cuDeviceGetP2PAttribute(
     }))
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuDevicePrimaryCtxRetain(pctx: *mut CUcontext, dev: CUdevice) -> CUresult {
+pub unsafe fn cuDevicePrimaryCtxRetain(pctx: *mut CUcontext, dev: CUdevice) -> CUresult {
     status(device(dev).and_then(|device| {
         device.primary().ensure_created()?;
         device.primary().retained.fetch_add(1, Ordering::AcqRel);
@@ -168,8 +152,7 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxRetain(pctx: *mut CUcontext, dev: CUd
     }))
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuDevicePrimaryCtxRelease_v2(dev: CUdevice) -> CUresult {
+pub unsafe fn cuDevicePrimaryCtxRelease_v2(dev: CUdevice) -> CUresult {
     status(device(dev).and_then(|device| {
         let released =
             device
@@ -184,13 +167,11 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxRelease_v2(dev: CUdevice) -> CUresult
     }))
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuDevicePrimaryCtxRelease(dev: CUdevice) -> CUresult {
+pub unsafe fn cuDevicePrimaryCtxRelease(dev: CUdevice) -> CUresult {
     unsafe { cuDevicePrimaryCtxRelease_v2(dev) }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuDevicePrimaryCtxGetState(
+pub unsafe fn cuDevicePrimaryCtxGetState(
     dev: CUdevice,
     flags: *mut c_uint,
     active: *mut c_int,
@@ -207,18 +188,15 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxGetState(
     }))
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuDevicePrimaryCtxSetFlags_v2(dev: CUdevice, flags: c_uint) -> CUresult {
+pub unsafe fn cuDevicePrimaryCtxSetFlags_v2(dev: CUdevice, flags: c_uint) -> CUresult {
     status(device(dev).map(|device| device.primary().flags.store(flags, Ordering::Relaxed)))
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuDevicePrimaryCtxSetFlags(dev: CUdevice, flags: c_uint) -> CUresult {
+pub unsafe fn cuDevicePrimaryCtxSetFlags(dev: CUdevice, flags: c_uint) -> CUresult {
     unsafe { cuDevicePrimaryCtxSetFlags_v2(dev, flags) }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuDevicePrimaryCtxReset_v2(dev: CUdevice) -> CUresult {
+pub unsafe fn cuDevicePrimaryCtxReset_v2(dev: CUdevice) -> CUresult {
     status(device(dev).map(|device| {
         crate::export_tables::context_destroyed(device.primary().handle());
         // A primary context whose session was lost comes back in a new one.
@@ -226,7 +204,6 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxReset_v2(dev: CUdevice) -> CUresult {
     }))
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuDevicePrimaryCtxReset(dev: CUdevice) -> CUresult {
+pub unsafe fn cuDevicePrimaryCtxReset(dev: CUdevice) -> CUresult {
     unsafe { cuDevicePrimaryCtxReset_v2(dev) }
 }

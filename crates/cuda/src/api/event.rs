@@ -10,8 +10,7 @@ use super::memory::take_async_read_error;
 use super::{status, write_out, Outcome};
 use crate::objects::{current_context, resolve_stream, Event};
 
-#[no_mangle]
-pub unsafe extern "C" fn cuEventCreate(out: *mut CUevent, flags: c_uint) -> CUresult {
+pub unsafe fn cuEventCreate(out: *mut CUevent, flags: c_uint) -> CUresult {
     status(current_context().and_then(|ctx| {
         if out.is_null() {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
@@ -25,8 +24,7 @@ pub unsafe extern "C" fn cuEventCreate(out: *mut CUevent, flags: c_uint) -> CUre
     }))
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuEventDestroy_v2(event: CUevent) -> CUresult {
+pub unsafe fn cuEventDestroy_v2(event: CUevent) -> CUresult {
     status((|| {
         let object = Event::from_handle(event).ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
         let ctx = object.context()?;
@@ -37,17 +35,11 @@ pub unsafe extern "C" fn cuEventDestroy_v2(event: CUevent) -> CUresult {
     })())
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuEventRecord(event: CUevent, stream: CUstream) -> CUresult {
+pub unsafe fn cuEventRecord(event: CUevent, stream: CUstream) -> CUresult {
     unsafe { cuEventRecordWithFlags(event, stream, 0) }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuEventRecordWithFlags(
-    event: CUevent,
-    stream: CUstream,
-    flags: c_uint,
-) -> CUresult {
+pub unsafe fn cuEventRecordWithFlags(event: CUevent, stream: CUstream, flags: c_uint) -> CUresult {
     status(resolve_stream(stream).and_then(|(ctx, stream)| {
         let event = Event::from_handle(event).ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
         let server = ctx.conn.cuda();
@@ -57,8 +49,7 @@ pub unsafe extern "C" fn cuEventRecordWithFlags(
     }))
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuEventSynchronize(event: CUevent) -> CUresult {
+pub unsafe fn cuEventSynchronize(event: CUevent) -> CUresult {
     status((|| {
         let event = Event::from_handle(event).ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
         let server = event.context()?.conn.cuda();
@@ -67,8 +58,7 @@ pub unsafe extern "C" fn cuEventSynchronize(event: CUevent) -> CUresult {
     })())
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuEventQuery(event: CUevent) -> CUresult {
+pub unsafe fn cuEventQuery(event: CUevent) -> CUresult {
     status((|| {
         let event = Event::from_handle(event).ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
         let server = event.context()?.conn.cuda();
@@ -76,8 +66,7 @@ pub unsafe extern "C" fn cuEventQuery(event: CUevent) -> CUresult {
     })())
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuEventElapsedTime_v2(
+pub unsafe fn cuEventElapsedTime_v2(
     milliseconds: *mut f32,
     start: CUevent,
     end: CUevent,
@@ -93,11 +82,6 @@ pub unsafe extern "C" fn cuEventElapsedTime_v2(
     })())
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuEventElapsedTime(
-    milliseconds: *mut f32,
-    start: CUevent,
-    end: CUevent,
-) -> CUresult {
+pub unsafe fn cuEventElapsedTime(milliseconds: *mut f32, start: CUevent, end: CUevent) -> CUresult {
     unsafe { cuEventElapsedTime_v2(milliseconds, start, end) }
 }

@@ -21,8 +21,7 @@ thread_local! {
 /// CU_STREAM_CAPTURE_MODE_RELAXED, the largest mode value.
 const LAST_CAPTURE_MODE: c_uint = 2;
 
-#[no_mangle]
-pub unsafe extern "C" fn cuStreamBeginCapture_v2(stream: CUstream, mode: c_uint) -> CUresult {
+pub unsafe fn cuStreamBeginCapture_v2(stream: CUstream, mode: c_uint) -> CUresult {
     status((|| {
         // The default streams cannot be captured.
         let object =
@@ -45,13 +44,11 @@ pub unsafe extern "C" fn cuStreamBeginCapture_v2(stream: CUstream, mode: c_uint)
     })())
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuStreamBeginCapture(stream: CUstream) -> CUresult {
+pub unsafe fn cuStreamBeginCapture(stream: CUstream) -> CUresult {
     unsafe { cuStreamBeginCapture_v2(stream, 0) }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuStreamEndCapture(stream: CUstream, graph: *mut CUgraph) -> CUresult {
+pub unsafe fn cuStreamEndCapture(stream: CUstream, graph: *mut CUgraph) -> CUresult {
     status((|| {
         let object = Stream::from_handle(stream).ok_or(CUresult::CUDA_ERROR_ILLEGAL_STATE)?;
         if graph.is_null() {
@@ -73,8 +70,7 @@ pub unsafe extern "C" fn cuStreamEndCapture(stream: CUstream, graph: *mut CUgrap
     })())
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuThreadExchangeStreamCaptureMode(mode: *mut c_uint) -> CUresult {
+pub unsafe fn cuThreadExchangeStreamCaptureMode(mode: *mut c_uint) -> CUresult {
     if mode.is_null() {
         return CUresult::CUDA_ERROR_INVALID_VALUE;
     }
@@ -109,8 +105,7 @@ fn instantiate(graph: CUgraph, flags: u64) -> Result<CUgraphExec, CUresult> {
     Ok(exec.into_handle())
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuGraphInstantiateWithFlags(
+pub unsafe fn cuGraphInstantiateWithFlags(
     exec: *mut CUgraphExec,
     graph: CUgraph,
     flags: u64,
@@ -118,8 +113,7 @@ pub unsafe extern "C" fn cuGraphInstantiateWithFlags(
     status(instantiate(graph, flags).and_then(|handle| unsafe { write_out(exec, handle) }))
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuGraphInstantiateWithParams(
+pub unsafe fn cuGraphInstantiateWithParams(
     exec: *mut CUgraphExec,
     graph: CUgraph,
     params: *mut CUDA_GRAPH_INSTANTIATE_PARAMS,
@@ -159,18 +153,15 @@ fn launch(exec: CUgraphExec, stream: CUstream, upload: bool) -> Result<(), CUres
         .outcome()
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuGraphLaunch(exec: CUgraphExec, stream: CUstream) -> CUresult {
+pub unsafe fn cuGraphLaunch(exec: CUgraphExec, stream: CUstream) -> CUresult {
     status(launch(exec, stream, false))
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuGraphUpload(exec: CUgraphExec, stream: CUstream) -> CUresult {
+pub unsafe fn cuGraphUpload(exec: CUgraphExec, stream: CUstream) -> CUresult {
     status(launch(exec, stream, true))
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuGraphDestroy(graph: CUgraph) -> CUresult {
+pub unsafe fn cuGraphDestroy(graph: CUgraph) -> CUresult {
     status((|| {
         let object = Graph::from_handle(graph).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
         object.conn.cuda().graph_destroy(object.remote).outcome()?;
@@ -180,8 +171,7 @@ pub unsafe extern "C" fn cuGraphDestroy(graph: CUgraph) -> CUresult {
     })())
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuGraphExecDestroy(exec: CUgraphExec) -> CUresult {
+pub unsafe fn cuGraphExecDestroy(exec: CUgraphExec) -> CUresult {
     status((|| {
         let object = GraphExec::from_handle(exec).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
         object

@@ -8,15 +8,13 @@ use super::{status, write_out};
 use crate::runtime;
 
 /// Connects to the servers in `RGPU_SERVERS` (first call) and takes their device lists.
-#[no_mangle]
-pub unsafe extern "C" fn cuInit(flags: c_uint) -> CUresult {
+pub unsafe fn cuInit(flags: c_uint) -> CUresult {
     if flags != 0 {
         return CUresult::CUDA_ERROR_INVALID_VALUE;
     }
     status(runtime::init().map(|_| ()))
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuDriverGetVersion(version: *mut c_int) -> CUresult {
+pub unsafe fn cuDriverGetVersion(version: *mut c_int) -> CUresult {
     status(unsafe { write_out(version, runtime::driver_version()) })
 }

@@ -103,8 +103,7 @@ unsafe fn launch(
     })
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuLaunchKernel(
+pub unsafe fn cuLaunchKernel(
     f: CUfunction,
     grid_x: c_uint,
     grid_y: c_uint,
@@ -152,8 +151,7 @@ unsafe fn wire_attributes(attrs: *const CUlaunchAttribute, count: u32) -> Vec<La
         .collect()
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuLaunchKernelEx(
+pub unsafe fn cuLaunchKernelEx(
     config: *const CUlaunchConfig,
     f: CUfunction,
     params: *mut *mut c_void,
@@ -178,8 +176,7 @@ pub unsafe extern "C" fn cuLaunchKernelEx(
     })
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuLaunchCooperativeKernel(
+pub unsafe fn cuLaunchCooperativeKernel(
     f: CUfunction,
     grid_x: c_uint,
     grid_y: c_uint,
@@ -229,8 +226,7 @@ fn occupancy(
     Ok(answer)
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(
+pub unsafe fn cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(
     blocks: *mut c_int,
     f: CUfunction,
     block_size: c_int,
@@ -250,8 +246,7 @@ pub unsafe extern "C" fn cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(
     )
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuOccupancyMaxActiveBlocksPerMultiprocessor(
+pub unsafe fn cuOccupancyMaxActiveBlocksPerMultiprocessor(
     blocks: *mut c_int,
     f: CUfunction,
     block_size: c_int,
@@ -262,8 +257,7 @@ pub unsafe extern "C" fn cuOccupancyMaxActiveBlocksPerMultiprocessor(
     }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuOccupancyAvailableDynamicSMemPerBlock(
+pub unsafe fn cuOccupancyAvailableDynamicSMemPerBlock(
     bytes: *mut usize,
     f: CUfunction,
     num_blocks: c_int,
@@ -281,8 +275,7 @@ pub unsafe extern "C" fn cuOccupancyAvailableDynamicSMemPerBlock(
     )
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuOccupancyMaxPotentialBlockSizeWithFlags(
+pub unsafe fn cuOccupancyMaxPotentialBlockSizeWithFlags(
     min_grid: *mut c_int,
     block: *mut c_int,
     f: CUfunction,
@@ -310,8 +303,7 @@ pub unsafe extern "C" fn cuOccupancyMaxPotentialBlockSizeWithFlags(
     }))
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuOccupancyMaxPotentialBlockSize(
+pub unsafe fn cuOccupancyMaxPotentialBlockSize(
     min_grid: *mut c_int,
     block: *mut c_int,
     f: CUfunction,
@@ -332,8 +324,7 @@ pub unsafe extern "C" fn cuOccupancyMaxPotentialBlockSize(
     }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuOccupancyMaxActiveClusters(
+pub unsafe fn cuOccupancyMaxActiveClusters(
     clusters: *mut c_int,
     f: CUfunction,
     config: *const CUlaunchConfig,

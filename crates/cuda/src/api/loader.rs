@@ -10,8 +10,7 @@ use rgpu_cuda_api::sys::{cuuint64_t, CUdriverProcAddressQueryResult, CUresult, C
 use crate::export_tables;
 use crate::proc_address;
 
-#[no_mangle]
-pub unsafe extern "C" fn cuGetProcAddress(
+pub unsafe fn cuGetProcAddress(
     symbol: *const c_char,
     pfn: *mut *mut c_void,
     cudaVersion: c_int,
@@ -20,13 +19,12 @@ pub unsafe extern "C" fn cuGetProcAddress(
     unsafe { cuGetProcAddress_v2(symbol, pfn, cudaVersion, flags, std::ptr::null_mut()) }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuGetProcAddress_v2(
+pub unsafe fn cuGetProcAddress_v2(
     symbol: *const c_char,
     pfn: *mut *mut c_void,
     cudaVersion: c_int,
     flags: cuuint64_t,
-    symbolStatus: *mut CUdriverProcAddressQueryResult,
+    symbolStatus: *mut u32,
 ) -> CUresult {
     if symbol.is_null() || pfn.is_null() {
         return CUresult::CUDA_ERROR_INVALID_VALUE;
@@ -49,14 +47,13 @@ pub unsafe extern "C" fn cuGetProcAddress_v2(
     unsafe {
         pfn.write(address);
         if !symbolStatus.is_null() {
-            symbolStatus.write(query);
+            symbolStatus.write(query as u32);
         }
     }
     result
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuGetExportTable(
+pub unsafe fn cuGetExportTable(
     ppExportTable: *mut *const c_void,
     pExportTableId: *const CUuuid,
 ) -> CUresult {
@@ -123,13 +120,11 @@ unsafe fn error_text(
     }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuGetErrorName(error: u32, pStr: *mut *const c_char) -> CUresult {
+pub unsafe fn cuGetErrorName(error: u32, pStr: *mut *const c_char) -> CUresult {
     unsafe { error_text(error, pStr, |entry| &entry.1) }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuGetErrorString(error: u32, pStr: *mut *const c_char) -> CUresult {
+pub unsafe fn cuGetErrorString(error: u32, pStr: *mut *const c_char) -> CUresult {
     unsafe { error_text(error, pStr, |entry| &entry.2) }
 }
 
@@ -138,7 +133,7 @@ mod tests {
     use super::*;
 
     fn text(
-        f: unsafe extern "C" fn(u32, *mut *const c_char) -> CUresult,
+        f: unsafe fn(u32, *mut *const c_char) -> CUresult,
         error: u32,
     ) -> Option<String> {
         let mut out = std::ptr::dangling::<c_char>();
@@ -176,7 +171,7 @@ mod tests {
     #[test]
     fn proc_address_reports_status() {
         let mut pfn = std::ptr::dangling_mut::<c_void>();
-        let mut query = CUdriverProcAddressQueryResult::CU_GET_PROC_ADDRESS_SUCCESS;
+        let mut query = u32::MAX;
         let name = c"cuMemAlloc";
         let result = unsafe { cuGetProcAddress_v2(name.as_ptr(), &mut pfn, 12000, 0, &mut query) };
         assert_eq!(result, CUresult::CUDA_SUCCESS);
@@ -186,7 +181,7 @@ mod tests {
         );
         assert_eq!(
             query,
-            CUdriverProcAddressQueryResult::CU_GET_PROC_ADDRESS_SUCCESS
+            CUdriverProcAddressQueryResult::CU_GET_PROC_ADDRESS_SUCCESS as u32
         );
 
         let name = c"cuNoSuchThing";
@@ -195,7 +190,7 @@ mod tests {
         assert!(pfn.is_null());
         assert_eq!(
             query,
-            CUdriverProcAddressQueryResult::CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND
+            CUdriverProcAddressQueryResult::CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND as u32
         );
 
         let name = c"cuCtxCreate";

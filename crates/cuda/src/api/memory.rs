@@ -130,8 +130,7 @@ pub(crate) fn allocate(
     result
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuMemAlloc_v2(dptr: *mut CUdeviceptr, size: usize) -> CUresult {
+pub unsafe fn cuMemAlloc_v2(dptr: *mut CUdeviceptr, size: usize) -> CUresult {
     status(current_context().and_then(|ctx| {
         if dptr.is_null() {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
@@ -145,12 +144,7 @@ pub unsafe extern "C" fn cuMemAlloc_v2(dptr: *mut CUdeviceptr, size: usize) -> C
 }
 
 /// Stream-ordered allocation from the device's default pool.
-#[no_mangle]
-pub unsafe extern "C" fn cuMemAllocAsync(
-    dptr: *mut CUdeviceptr,
-    size: usize,
-    stream: CUstream,
-) -> CUresult {
+pub unsafe fn cuMemAllocAsync(dptr: *mut CUdeviceptr, size: usize, stream: CUstream) -> CUresult {
     status(resolve_stream(stream).and_then(|(ctx, stream)| {
         if dptr.is_null() {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
@@ -174,8 +168,7 @@ fn free_async(ctx: &Context, stream: Id, ptr: u64) -> Result<(), CUresult> {
         .outcome()
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuMemFreeAsync(ptr: CUdeviceptr, stream: CUstream) -> CUresult {
+pub unsafe fn cuMemFreeAsync(ptr: CUdeviceptr, stream: CUstream) -> CUresult {
     status(resolve_stream(stream).and_then(|(ctx, stream)| {
         free_async(ctx, stream, ptr)?;
         DEVICE_RANGES.write().unwrap().remove(ptr);
@@ -183,8 +176,7 @@ pub unsafe extern "C" fn cuMemFreeAsync(ptr: CUdeviceptr, stream: CUstream) -> C
     }))
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuMemFree_v2(ptr: CUdeviceptr) -> CUresult {
+pub unsafe fn cuMemFree_v2(ptr: CUdeviceptr) -> CUresult {
     if ptr == 0 {
         return CUresult::CUDA_SUCCESS;
     }
@@ -195,8 +187,7 @@ pub unsafe extern "C" fn cuMemFree_v2(ptr: CUdeviceptr) -> CUresult {
     }))
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) -> CUresult {
+pub unsafe fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) -> CUresult {
     status(current_context().and_then(|ctx| {
         let info = ctx.conn.cuda().mem_get_info(ctx.remote).outcome()?;
         unsafe {
@@ -206,8 +197,7 @@ pub unsafe extern "C" fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) ->
     }))
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuMemGetAddressRange_v2(
+pub unsafe fn cuMemGetAddressRange_v2(
     base: *mut CUdeviceptr,
     size: *mut usize,
     ptr: CUdeviceptr,
@@ -228,12 +218,7 @@ pub unsafe extern "C" fn cuMemGetAddressRange_v2(
 
 // ---- host memory -------------------------------------------------------------------------
 
-#[no_mangle]
-pub unsafe extern "C" fn cuMemHostAlloc(
-    pp: *mut *mut c_void,
-    size: usize,
-    flags: c_uint,
-) -> CUresult {
+pub unsafe fn cuMemHostAlloc(pp: *mut *mut c_void, size: usize, flags: c_uint) -> CUresult {
     status(current_context().and_then(|_| {
         if pp.is_null() {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
@@ -253,13 +238,11 @@ pub unsafe extern "C" fn cuMemHostAlloc(
     }))
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuMemAllocHost_v2(pp: *mut *mut c_void, size: usize) -> CUresult {
+pub unsafe fn cuMemAllocHost_v2(pp: *mut *mut c_void, size: usize) -> CUresult {
     unsafe { cuMemHostAlloc(pp, size, 0) }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuMemFreeHost(p: *mut c_void) -> CUresult {
+pub unsafe fn cuMemFreeHost(p: *mut c_void) -> CUresult {
     let mut ranges = HOST_RANGES.lock().unwrap();
     match ranges.get(p as u64) {
         Some((size, (_, true))) => {
@@ -274,12 +257,7 @@ pub unsafe extern "C" fn cuMemFreeHost(p: *mut c_void) -> CUresult {
     }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuMemHostRegister_v2(
-    p: *mut c_void,
-    size: usize,
-    flags: c_uint,
-) -> CUresult {
+pub unsafe fn cuMemHostRegister_v2(p: *mut c_void, size: usize, flags: c_uint) -> CUresult {
     status(current_context().and_then(|_| {
         if p.is_null() || size == 0 {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
@@ -293,8 +271,7 @@ pub unsafe extern "C" fn cuMemHostRegister_v2(
     }))
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuMemHostUnregister(p: *mut c_void) -> CUresult {
+pub unsafe fn cuMemHostUnregister(p: *mut c_void) -> CUresult {
     let mut ranges = HOST_RANGES.lock().unwrap();
     match ranges.get(p as u64) {
         Some((_, (_, false))) => {
@@ -305,8 +282,7 @@ pub unsafe extern "C" fn cuMemHostUnregister(p: *mut c_void) -> CUresult {
     }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuMemHostGetFlags(flags: *mut c_uint, p: *mut c_void) -> CUresult {
+pub unsafe fn cuMemHostGetFlags(flags: *mut c_uint, p: *mut c_void) -> CUresult {
     match host_range(p as usize) {
         Some((_, _, f)) => status(unsafe { write_out(flags, f) }),
         None => CUresult::CUDA_ERROR_INVALID_VALUE,
@@ -344,23 +320,19 @@ fn memset(
         .outcome()
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuMemsetD8_v2(dst: CUdeviceptr, value: u8, count: usize) -> CUresult {
+pub unsafe fn cuMemsetD8_v2(dst: CUdeviceptr, value: u8, count: usize) -> CUresult {
     status(memset(None, dst, value as u32, 1, count, 1, 0))
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuMemsetD16_v2(dst: CUdeviceptr, value: u16, count: usize) -> CUresult {
+pub unsafe fn cuMemsetD16_v2(dst: CUdeviceptr, value: u16, count: usize) -> CUresult {
     status(memset(None, dst, value as u32, 2, count, 1, 0))
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuMemsetD32_v2(dst: CUdeviceptr, value: u32, count: usize) -> CUresult {
+pub unsafe fn cuMemsetD32_v2(dst: CUdeviceptr, value: u32, count: usize) -> CUresult {
     status(memset(None, dst, value, 4, count, 1, 0))
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuMemsetD8Async(
+pub unsafe fn cuMemsetD8Async(
     dst: CUdeviceptr,
     value: u8,
     count: usize,
@@ -369,8 +341,7 @@ pub unsafe extern "C" fn cuMemsetD8Async(
     status(memset(Some(stream), dst, value as u32, 1, count, 1, 0))
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuMemsetD16Async(
+pub unsafe fn cuMemsetD16Async(
     dst: CUdeviceptr,
     value: u16,
     count: usize,
@@ -379,8 +350,7 @@ pub unsafe extern "C" fn cuMemsetD16Async(
     status(memset(Some(stream), dst, value as u32, 2, count, 1, 0))
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuMemsetD32Async(
+pub unsafe fn cuMemsetD32Async(
     dst: CUdeviceptr,
     value: u32,
     count: usize,
@@ -389,8 +359,7 @@ pub unsafe extern "C" fn cuMemsetD32Async(
     status(memset(Some(stream), dst, value, 4, count, 1, 0))
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuMemsetD2D8_v2(
+pub unsafe fn cuMemsetD2D8_v2(
     dst: CUdeviceptr,
     pitch: usize,
     value: u8,
@@ -400,8 +369,7 @@ pub unsafe extern "C" fn cuMemsetD2D8_v2(
     status(memset(None, dst, value as u32, 1, width, height, pitch))
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuMemsetD2D16_v2(
+pub unsafe fn cuMemsetD2D16_v2(
     dst: CUdeviceptr,
     pitch: usize,
     value: u16,
@@ -411,8 +379,7 @@ pub unsafe extern "C" fn cuMemsetD2D16_v2(
     status(memset(None, dst, value as u32, 2, width, height, pitch))
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuMemsetD2D32_v2(
+pub unsafe fn cuMemsetD2D32_v2(
     dst: CUdeviceptr,
     pitch: usize,
     value: u32,
@@ -422,8 +389,7 @@ pub unsafe extern "C" fn cuMemsetD2D32_v2(
     status(memset(None, dst, value, 4, width, height, pitch))
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuMemsetD2D8Async(
+pub unsafe fn cuMemsetD2D8Async(
     dst: CUdeviceptr,
     pitch: usize,
     value: u8,
@@ -442,8 +408,7 @@ pub unsafe extern "C" fn cuMemsetD2D8Async(
     ))
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuMemsetD2D16Async(
+pub unsafe fn cuMemsetD2D16Async(
     dst: CUdeviceptr,
     pitch: usize,
     value: u16,
@@ -462,8 +427,7 @@ pub unsafe extern "C" fn cuMemsetD2D16Async(
     ))
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuMemsetD2D32Async(
+pub unsafe fn cuMemsetD2D32Async(
     dst: CUdeviceptr,
     pitch: usize,
     value: u32,
@@ -546,8 +510,7 @@ unsafe fn pointer_attribute(
     }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuPointerGetAttribute(
+pub unsafe fn cuPointerGetAttribute(
     data: *mut c_void,
     attribute: c_uint,
     ptr: CUdeviceptr,
@@ -557,8 +520,7 @@ pub unsafe extern "C" fn cuPointerGetAttribute(
     )
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuPointerGetAttributes(
+pub unsafe fn cuPointerGetAttributes(
     count: c_uint,
     attributes: *mut c_uint,
     data: *mut *mut c_void,
@@ -589,8 +551,7 @@ pub unsafe extern "C" fn cuPointerGetAttributes(
 /// does on every current GPU.
 const PITCH_ALIGNMENT: usize = 512;
 
-#[no_mangle]
-pub unsafe extern "C" fn cuMemAllocPitch_v2(
+pub unsafe fn cuMemAllocPitch_v2(
     dptr: *mut CUdeviceptr,
     pitch: *mut usize,
     width: usize,

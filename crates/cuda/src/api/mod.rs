@@ -1,6 +1,8 @@
-//! The driver API entry points rgpu implements, by API group. Every `pub unsafe extern "C" fn
-//! cu*` here is exported under its C name; tools/gen_cuda_api.py finds them and generates a
-//! NOT_SUPPORTED stub for every other driver symbol.
+//! The driver API entry points rgpu implements, by API group. Every `pub unsafe fn cu*` here is
+//! the implementation of the driver function of that name: tools/gen_cuda_api.py finds them and
+//! generates its exported symbol (generated_exports.rs) with the parameters the driver declares,
+//! so a signature that differs does not compile, running it through the C boundary
+//! (boundary.rs); every other driver symbol gets a NOT_SUPPORTED stub.
 
 pub mod context;
 pub mod copy;

@@ -98,8 +98,7 @@ pub(crate) fn function_on(function: &Function, ctx: &Context) -> Result<Id, CUre
     Ok(id)
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuModuleLoadData(module: *mut CUmodule, image: *const c_void) -> CUresult {
+pub unsafe fn cuModuleLoadData(module: *mut CUmodule, image: *const c_void) -> CUresult {
     status(current_context().and_then(|ctx| {
         if module.is_null() {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
@@ -109,28 +108,22 @@ pub unsafe extern "C" fn cuModuleLoadData(module: *mut CUmodule, image: *const c
     }))
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuModuleLoadDataEx(
+pub unsafe fn cuModuleLoadDataEx(
     module: *mut CUmodule,
     image: *const c_void,
     _num_options: c_uint,
-    _options: *mut CUjit_option,
+    _options: *mut u32,
     _values: *mut *mut c_void,
 ) -> CUresult {
     // JIT options tune compilation or ask for logs; the server's driver compiles with defaults.
     unsafe { cuModuleLoadData(module, image) }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuModuleLoadFatBinary(
-    module: *mut CUmodule,
-    fatbin: *const c_void,
-) -> CUresult {
+pub unsafe fn cuModuleLoadFatBinary(module: *mut CUmodule, fatbin: *const c_void) -> CUresult {
     unsafe { cuModuleLoadData(module, fatbin) }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuModuleUnload(module: CUmodule) -> CUresult {
+pub unsafe fn cuModuleUnload(module: CUmodule) -> CUresult {
     unsafe { unload(module.cast()) }
 }
 
@@ -144,20 +137,18 @@ unsafe fn unload(handle: *mut c_void) -> CUresult {
     })())
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuModuleGetLoadingMode(mode: *mut c_uint) -> CUresult {
+pub unsafe fn cuModuleGetLoadingMode(mode: *mut c_uint) -> CUresult {
     // CU_MODULE_LAZY_LOADING: the server's driver loads kernels at first use.
     status(unsafe { write_out(mode, 2) })
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuLibraryLoadData(
+pub unsafe fn cuLibraryLoadData(
     library: *mut CUlibrary,
     code: *const c_void,
-    _jit_options: *mut CUjit_option,
+    _jit_options: *mut u32,
     _jit_values: *mut *mut c_void,
     _num_jit_options: c_uint,
-    _library_options: *mut CUlibraryOption,
+    _library_options: *mut u32,
     _library_values: *mut *mut c_void,
     _num_library_options: c_uint,
 ) -> CUresult {
@@ -180,8 +171,7 @@ fn library_context<'a>() -> Result<&'a Context, CUresult> {
     })
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuLibraryUnload(library: CUlibrary) -> CUresult {
+pub unsafe fn cuLibraryUnload(library: CUlibrary) -> CUresult {
     unsafe { unload(library.cast()) }
 }
 
@@ -217,8 +207,7 @@ unsafe fn get_function(image: *mut c_void, name: *const c_char) -> Result<*mut c
     Ok(handle)
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuModuleGetFunction(
+pub unsafe fn cuModuleGetFunction(
     function: *mut CUfunction,
     module: CUmodule,
     name: *const c_char,
@@ -229,8 +218,7 @@ pub unsafe extern "C" fn cuModuleGetFunction(
     )
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuLibraryGetKernel(
+pub unsafe fn cuLibraryGetKernel(
     kernel: *mut CUkernel,
     library: CUlibrary,
     name: *const c_char,
@@ -241,11 +229,7 @@ pub unsafe extern "C" fn cuLibraryGetKernel(
     )
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuKernelGetFunction(
-    function: *mut CUfunction,
-    kernel: CUkernel,
-) -> CUresult {
+pub unsafe fn cuKernelGetFunction(function: *mut CUfunction, kernel: CUkernel) -> CUresult {
     status(current_context().and_then(|ctx| {
         let kernel =
             Function::from_handle(kernel.cast()).ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
@@ -302,8 +286,7 @@ fn get_global(
     Ok(())
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuModuleGetGlobal_v2(
+pub unsafe fn cuModuleGetGlobal_v2(
     dptr: *mut CUdeviceptr,
     bytes: *mut usize,
     module: CUmodule,
@@ -312,8 +295,7 @@ pub unsafe extern "C" fn cuModuleGetGlobal_v2(
     status(get_global(module.cast(), dptr, bytes, name))
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuLibraryGetGlobal(
+pub unsafe fn cuLibraryGetGlobal(
     dptr: *mut CUdeviceptr,
     bytes: *mut usize,
     library: CUlibrary,
@@ -340,20 +322,14 @@ fn function_attribute(f: &Function, attribute: c_uint, device: u32) -> Result<c_
     Ok(value)
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuFuncGetAttribute(
-    value: *mut c_int,
-    attribute: c_uint,
-    f: CUfunction,
-) -> CUresult {
+pub unsafe fn cuFuncGetAttribute(value: *mut c_int, attribute: c_uint, f: CUfunction) -> CUresult {
     status(function(f.cast()).and_then(|f| {
         let answer = function_attribute(f, attribute, 0)?;
         unsafe { write_out(value, answer) }
     }))
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuKernelGetAttribute(
+pub unsafe fn cuKernelGetAttribute(
     value: *mut c_int,
     attribute: c_uint,
     kernel: CUkernel,
@@ -384,17 +360,11 @@ fn set_attribute(
     Ok(())
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuFuncSetAttribute(
-    f: CUfunction,
-    attribute: c_uint,
-    value: c_int,
-) -> CUresult {
+pub unsafe fn cuFuncSetAttribute(f: CUfunction, attribute: c_uint, value: c_int) -> CUresult {
     status(function(f.cast()).and_then(|f| set_attribute(f, attribute, value, 0)))
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuKernelSetAttribute(
+pub unsafe fn cuKernelSetAttribute(
     attribute: c_uint,
     value: c_int,
     kernel: CUkernel,
@@ -406,8 +376,7 @@ pub unsafe extern "C" fn cuKernelSetAttribute(
     }))
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuFuncSetCacheConfig(f: CUfunction, config: c_uint) -> CUresult {
+pub unsafe fn cuFuncSetCacheConfig(f: CUfunction, config: c_uint) -> CUresult {
     status(function(f.cast()).and_then(|func| {
         let server = func.conn.cuda();
         server
@@ -416,17 +385,11 @@ pub unsafe extern "C" fn cuFuncSetCacheConfig(f: CUfunction, config: c_uint) -> 
     }))
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuKernelSetCacheConfig(
-    kernel: CUkernel,
-    config: c_uint,
-    _dev: CUdevice,
-) -> CUresult {
+pub unsafe fn cuKernelSetCacheConfig(kernel: CUkernel, config: c_uint, _dev: CUdevice) -> CUresult {
     unsafe { cuFuncSetCacheConfig(kernel.cast(), config) }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuFuncGetParamInfo(
+pub unsafe fn cuFuncGetParamInfo(
     f: CUfunction,
     index: usize,
     offset: *mut usize,
@@ -449,8 +412,7 @@ pub unsafe extern "C" fn cuFuncGetParamInfo(
     }))
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuKernelGetParamInfo(
+pub unsafe fn cuKernelGetParamInfo(
     kernel: CUkernel,
     index: usize,
     offset: *mut usize,
@@ -465,12 +427,10 @@ fn leak_name(f: &Function) -> *const c_char {
     Box::leak(name.into_boxed_c_str()).as_ptr()
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuFuncGetName(name: *mut *const c_char, f: CUfunction) -> CUresult {
+pub unsafe fn cuFuncGetName(name: *mut *const c_char, f: CUfunction) -> CUresult {
     status(function(f.cast()).and_then(|f| unsafe { write_out(name, leak_name(f)) }))
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuKernelGetName(name: *mut *const c_char, kernel: CUkernel) -> CUresult {
+pub unsafe fn cuKernelGetName(name: *mut *const c_char, kernel: CUkernel) -> CUresult {
     unsafe { cuFuncGetName(name, kernel.cast()) }
 }

@@ -10,13 +10,11 @@ use super::memory::take_async_read_error;
 use super::{status, write_out, Outcome};
 use crate::objects::{capture_of, current_context, resolve_stream, Context, Event, Stream};
 
-#[no_mangle]
-pub unsafe extern "C" fn cuStreamCreate(stream: *mut CUstream, flags: c_uint) -> CUresult {
+pub unsafe fn cuStreamCreate(stream: *mut CUstream, flags: c_uint) -> CUresult {
     unsafe { cuStreamCreateWithPriority(stream, flags, 0) }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuStreamCreateWithPriority(
+pub unsafe fn cuStreamCreateWithPriority(
     out: *mut CUstream,
     flags: c_uint,
     priority: c_int,
@@ -34,8 +32,7 @@ pub unsafe extern "C" fn cuStreamCreateWithPriority(
     }))
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuStreamDestroy_v2(stream: CUstream) -> CUresult {
+pub unsafe fn cuStreamDestroy_v2(stream: CUstream) -> CUresult {
     status((|| {
         // Only a stream of the program's own (not a default stream) can be destroyed.
         Stream::from_handle(stream).ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
@@ -55,25 +52,18 @@ pub(crate) fn synchronize_stream(ctx: &Context, stream: Id) -> Result<(), CUresu
     take_async_read_error()
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuStreamSynchronize(stream: CUstream) -> CUresult {
+pub unsafe fn cuStreamSynchronize(stream: CUstream) -> CUresult {
     status(resolve_stream(stream).and_then(|(ctx, id)| synchronize_stream(ctx, id)))
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuStreamQuery(stream: CUstream) -> CUresult {
+pub unsafe fn cuStreamQuery(stream: CUstream) -> CUresult {
     status(
         resolve_stream(stream)
             .and_then(|(ctx, id)| ctx.conn.cuda().stream_query(ctx.remote, id).outcome()),
     )
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuStreamWaitEvent(
-    stream: CUstream,
-    event: CUevent,
-    flags: c_uint,
-) -> CUresult {
+pub unsafe fn cuStreamWaitEvent(stream: CUstream, event: CUevent, flags: c_uint) -> CUresult {
     status(resolve_stream(stream).and_then(|(ctx, id)| {
         let event = Event::from_handle(event).ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
         let server = ctx.conn.cuda();
@@ -83,25 +73,21 @@ pub unsafe extern "C" fn cuStreamWaitEvent(
     }))
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuStreamGetPriority(stream: CUstream, priority: *mut c_int) -> CUresult {
+pub unsafe fn cuStreamGetPriority(stream: CUstream, priority: *mut c_int) -> CUresult {
     let value = Stream::from_handle(stream).map_or(0, |s| s.priority);
     status(unsafe { write_out(priority, value) })
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuStreamGetFlags(stream: CUstream, flags: *mut c_uint) -> CUresult {
+pub unsafe fn cuStreamGetFlags(stream: CUstream, flags: *mut c_uint) -> CUresult {
     let value = Stream::from_handle(stream).map_or(0, |s| s.flags);
     status(unsafe { write_out(flags, value) })
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuStreamGetCtx(stream: CUstream, pctx: *mut CUcontext) -> CUresult {
+pub unsafe fn cuStreamGetCtx(stream: CUstream, pctx: *mut CUcontext) -> CUresult {
     status(resolve_stream(stream).and_then(|(ctx, _)| unsafe { write_out(pctx, ctx.handle()) }))
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuStreamGetId(stream: CUstream, id: *mut u64) -> CUresult {
+pub unsafe fn cuStreamGetId(stream: CUstream, id: *mut u64) -> CUresult {
     status(resolve_stream(stream).and_then(|_| {
         let value =
             crate::objects::stream_unique_id(stream).ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
@@ -111,11 +97,7 @@ pub unsafe extern "C" fn cuStreamGetId(stream: CUstream, id: *mut u64) -> CUresu
 
 /// Capture state is kept on the client (the server records the stream's work): answering
 /// these costs nothing, which matters because allocators ask before every allocation.
-#[no_mangle]
-pub unsafe extern "C" fn cuStreamIsCapturing(
-    stream: CUstream,
-    capture_status: *mut c_uint,
-) -> CUresult {
+pub unsafe fn cuStreamIsCapturing(stream: CUstream, capture_status: *mut c_uint) -> CUresult {
     status(
         resolve_stream(stream).and_then(|_| unsafe {
             write_out(capture_status, (capture_of(stream) != 0) as c_uint)
@@ -123,8 +105,7 @@ pub unsafe extern "C" fn cuStreamIsCapturing(
     )
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuStreamGetCaptureInfo_v2(
+pub unsafe fn cuStreamGetCaptureInfo_v2(
     stream: CUstream,
     capture_status: *mut c_uint,
     id: *mut u64,
@@ -144,8 +125,7 @@ pub unsafe extern "C" fn cuStreamGetCaptureInfo_v2(
     }))
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuStreamGetCaptureInfo_v3(
+pub unsafe fn cuStreamGetCaptureInfo_v3(
     stream: CUstream,
     capture_status: *mut c_uint,
     id: *mut u64,
@@ -167,8 +147,7 @@ unsafe fn for_optional<T>(out: *mut T, value: T) {
 
 /// Host functions run on the client, in stream order: the call waits for the stream's earlier
 /// work, then runs the function on the calling thread, so work queued after it starts after it.
-#[no_mangle]
-pub unsafe extern "C" fn cuLaunchHostFunc(
+pub unsafe fn cuLaunchHostFunc(
     stream: CUstream,
     function: CUhostFn,
     user_data: *mut std::ffi::c_void,
@@ -185,8 +164,7 @@ pub unsafe extern "C" fn cuLaunchHostFunc(
 }
 
 /// Like [`cuLaunchHostFunc`]; the callback also gets the stream and the status of its work.
-#[no_mangle]
-pub unsafe extern "C" fn cuStreamAddCallback(
+pub unsafe fn cuStreamAddCallback(
     stream: CUstream,
     callback: CUstreamCallback,
     user_data: *mut std::ffi::c_void,

@@ -76,8 +76,7 @@ unsafe fn read_prop<'a>(
     Ok((prop, ctx))
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuMemGetAllocationGranularity(
+pub unsafe fn cuMemGetAllocationGranularity(
     granularity: *mut usize,
     prop: *const CUmemAllocationProp,
     option: c_uint,
@@ -89,8 +88,7 @@ pub unsafe extern "C" fn cuMemGetAllocationGranularity(
     }))
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuMemAddressReserve(
+pub unsafe fn cuMemAddressReserve(
     ptr: *mut CUdeviceptr,
     size: usize,
     alignment: usize,
@@ -113,8 +111,7 @@ pub unsafe extern "C" fn cuMemAddressReserve(
     }))
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuMemAddressFree(ptr: CUdeviceptr, size: usize) -> CUresult {
+pub unsafe fn cuMemAddressFree(ptr: CUdeviceptr, size: usize) -> CUresult {
     status(context_of(ptr).and_then(|ctx| {
         let server = ctx.conn.cuda();
         server
@@ -125,8 +122,7 @@ pub unsafe extern "C" fn cuMemAddressFree(ptr: CUdeviceptr, size: usize) -> CUre
     }))
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuMemCreate(
+pub unsafe fn cuMemCreate(
     handle: *mut CUmemGenericAllocationHandle,
     size: usize,
     prop: *const CUmemAllocationProp,
@@ -153,8 +149,7 @@ fn handle_context<'a>(handle: u64) -> Result<&'a Context, CUresult> {
         .ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuMemMap(
+pub unsafe fn cuMemMap(
     ptr: CUdeviceptr,
     size: usize,
     offset: usize,
@@ -170,8 +165,7 @@ pub unsafe extern "C" fn cuMemMap(
     }))
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuMemRelease(handle: CUmemGenericAllocationHandle) -> CUresult {
+pub unsafe fn cuMemRelease(handle: CUmemGenericAllocationHandle) -> CUresult {
     status(handle_context(handle).and_then(|ctx| {
         ctx.conn.cuda().vmm_release(ctx.remote, handle).outcome()?;
         HANDLES.lock().unwrap().remove(&handle);
@@ -179,8 +173,7 @@ pub unsafe extern "C" fn cuMemRelease(handle: CUmemGenericAllocationHandle) -> C
     }))
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuMemSetAccess(
+pub unsafe fn cuMemSetAccess(
     ptr: CUdeviceptr,
     size: usize,
     desc: *const CUmemAccessDesc,
@@ -216,8 +209,7 @@ pub unsafe extern "C" fn cuMemSetAccess(
     }))
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuMemUnmap(ptr: CUdeviceptr, size: usize) -> CUresult {
+pub unsafe fn cuMemUnmap(ptr: CUdeviceptr, size: usize) -> CUresult {
     status(context_of(ptr).and_then(|ctx| {
         ctx.conn
             .cuda()

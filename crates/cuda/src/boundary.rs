@@ -1,0 +1,39 @@
+//! The C boundary: every exported driver entry point (generated_exports.rs) runs its
+//! implementation through [`guard`], so a panic becomes `CUDA_ERROR_UNKNOWN` and a log line
+//! instead of unwinding into C (undefined behavior) or aborting the program.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::OnceLock;
+
+use rgpu_cuda_api::sys::CUresult;
+
+/// Runs an entry point's implementation; a panic inside returns `CUDA_ERROR_UNKNOWN`.
+#[inline]
+pub fn guard(name: &'static str, call: impl FnOnce() -> CUresult) -> CUresult {
+    match catch_unwind(AssertUnwindSafe(|| {
+        inject_panic(name);
+        call()
+    })) {
+        Ok(result) => result,
+        Err(panic) => {
+            let why = panic
+                .downcast_ref::<&str>()
+                .copied()
+                .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+                .unwrap_or("(no message)");
+            crate::runtime::init_logging();
+            log::error!("rgpu: {name} panicked ({why}); returning CUDA_ERROR_UNKNOWN");
+            CUresult::CUDA_ERROR_UNKNOWN
+        }
+    }
+}
+
+/// Fault injection for the boundary's own test: `RGPU_TEST_PANIC_IN=<entry point>` makes that
+/// entry point panic (read once; costs one atomic load per call otherwise).
+fn inject_panic(name: &'static str) {
+    static PANIC_IN: OnceLock<Option<String>> = OnceLock::new();
+    let target = PANIC_IN.get_or_init(|| std::env::var("RGPU_TEST_PANIC_IN").ok());
+    if target.as_deref() == Some(name) {
+        panic!("RGPU_TEST_PANIC_IN={name}");
+    }
+}
