@@ -74,7 +74,7 @@ for name in cupy_check torch_check; do
     all_names+=("$name")
     selected "$name" && py_names+=("$name")
 done
-all_names+=(server_wire session_cleanup sticky_error recovery)
+all_names+=(server_wire session_cleanup sticky_error recovery handle_race)
 only=${ONLY:-}
 for name in ${only//,/ }; do
     [[ " ${all_names[*]} " == *" $name "* ]] ||
@@ -333,6 +333,21 @@ if selected recovery; then
         tail_of "$out/recovery.out"
     else
         pass "recovery (${lost_line}; $(grep -m1 '^primary context' "$out/recovery.out"), and a new context, computed in a new session)"
+    fi
+fi
+
+# ---- handle_race: threads use an event and a stream while another destroys them (through
+# rgpu only: natively that is undefined). Each call answers its own result or
+# CUDA_ERROR_INVALID_HANDLE, a dead handle stays dead, nothing crashes.
+if selected handle_race; then
+    timeout -k 10 "$run_timeout" "$bin/rgpu" run --servers "$endpoint" -- \
+        "$python" tests/cuda/handle_race.py >"$out/handle_race.out" 2>&1
+    race_rc=$?
+    if [ $race_rc -ne 0 ] || ! grep -q "^handles ok" "$out/handle_race.out"; then
+        fail "handle_race: exit $race_rc"
+        tail_of "$out/handle_race.out"
+    else
+        pass "handle_race ($(grep -m1 '^handles ok' "$out/handle_race.out" | sed 's/^handles ok //'))"
     fi
 fi
 

@@ -17,6 +17,7 @@ pub mod api;
 mod boundary;
 mod export_tables;
 mod generated_exports;
+mod handles;
 mod objects;
 pub mod proc_address;
 mod ranges;

@@ -1,7 +1,8 @@
-//! What each driver handle is on the client. A handle given to the program is the address of
-//! one of these objects; the first field is a per-type cookie, checked before use, that catches
-//! wrong-type and stale handles. Each object knows its server connection and its session id
-//! there (chosen by the client, so creation never waits for the network).
+//! What each driver handle is on the client. A handle given to the program is a value looked up
+//! in its type's registry (crate::handles) before use, so a wrong-type, stale or made-up handle
+//! is an error and an object destroyed by another thread meanwhile stays valid for the calls
+//! using it. Each object knows its server connection and its session id there (chosen by the
+//! client, so creation never waits for the network).
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -12,19 +13,7 @@ use rgpu_client::{Connection, CudaClient};
 use rgpu_cuda_api::sys::*;
 use rgpu_protocol::cuda::{FunctionInfo, Id, ImageKind};
 
-/// Handle kinds and their cookies.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-#[repr(u64)]
-enum Cookie {
-    Context = 0x7267_7075_6374_7801,
-    Stream = 0x7267_7075_7374_7202,
-    Event = 0x7267_7075_6576_7403,
-    Image = 0x7267_7075_696d_6704,
-    Function = 0x7267_7075_666e_6305,
-    Graph = 0x7267_7075_6772_6806,
-    GraphExec = 0x7267_7075_6765_7807,
-    Dead = 0xdead_dead_dead_dead,
-}
+use crate::handles::{new_handle, Registry};
 
 /// An id for a stream capture, unique in the process (0 means "not capturing").
 pub fn next_capture_id() -> u64 {
@@ -37,57 +26,42 @@ fn next_unique_id() -> u64 {
     NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
-/// Turns a handle back into a reference after checking its cookie.
-///
-/// # Safety
-/// `handle` is null or was handed out by this library (possibly since destroyed).
-unsafe fn check<'a, T: HasCookie>(handle: *const T) -> Option<&'a T> {
-    if handle.is_null() || !(handle as usize).is_multiple_of(std::mem::align_of::<T>()) {
-        return None;
-    }
-    // SAFETY: per the caller, the address is one this library allocated for a T; the cookie is
-    // the first field, read before anything else is trusted.
-    let object = unsafe { &*handle };
-    (object.cookie() == T::COOKIE).then_some(object)
-}
-
-trait HasCookie {
-    const COOKIE: Cookie;
-    fn cookie(&self) -> Cookie;
-}
-
-macro_rules! cookie_type {
-    ($type:ty, $cookie:ident, $handle:ty) => {
-        impl HasCookie for $type {
-            const COOKIE: Cookie = Cookie::$cookie;
-            fn cookie(&self) -> Cookie {
-                self.cookie
-            }
-        }
-
+/// Gives a type of object a [`Registry`] and the handle conversions: `from_handle` (the live
+/// object, or `None`), `into_handle` / `register` (make it reachable), `destroy` (kill the
+/// handle). Each object keeps its own handle value (`handle`), chosen when it is made.
+macro_rules! registered {
+    ($type:ty, $handle:ty) => {
         impl $type {
+            fn registry() -> &'static Registry<$type> {
+                static REGISTRY: Registry<$type> = Registry::new();
+                &REGISTRY
+            }
+
             /// The object behind a handle, if it is a live one of this type.
-            pub fn from_handle<'a>(handle: $handle) -> Option<&'a $type> {
-                // SAFETY: handles of this type are only ever made by `into_handle`.
-                unsafe { check(handle as *const $type) }
+            pub fn from_handle(handle: $handle) -> Option<Arc<$type>> {
+                Self::registry().get(handle as usize)
+            }
+
+            /// Makes the object reachable through its handle; returns it shared.
+            pub fn register(self) -> Arc<$type> {
+                let handle = self.handle;
+                let object = Arc::new(self);
+                Self::registry().insert(handle, object.clone());
+                object
             }
 
             /// Gives the object to the program as a handle.
-            pub fn into_handle(self: Box<Self>) -> $handle {
-                Box::into_raw(self) as $handle
+            pub fn into_handle(self) -> $handle {
+                let handle = self.handle;
+                self.register();
+                handle as $handle
             }
 
-            /// Takes the object back from the program, killing the handle.
-            ///
-            /// # Safety
-            /// No other reference to the object is in use.
+            /// Takes the object back from the program, killing the handle (calls that hold the
+            /// object already finish with it).
             #[allow(dead_code)]
-            pub unsafe fn destroy(handle: $handle) -> Option<Box<$type>> {
-                Self::from_handle(handle)?;
-                // SAFETY: the handle is a live object of this type made by `into_handle`.
-                let mut object = unsafe { Box::from_raw(handle as *mut $type) };
-                object.cookie = Cookie::Dead;
-                Some(object)
+            pub fn destroy(handle: $handle) -> Option<Arc<$type>> {
+                Self::registry().remove(handle as usize)
             }
         }
     };
@@ -101,9 +75,9 @@ pub enum ContextKind {
     Explicit,
 }
 
-#[repr(C)]
 pub struct Context {
-    cookie: Cookie,
+    /// The handle the program holds (see crate::handles).
+    pub handle: usize,
     pub conn: Arc<Connection>,
     /// The device ordinal in the program (over all servers).
     pub device: i32,
@@ -118,12 +92,12 @@ pub struct Context {
     /// Values of cuCtxSetCacheConfig / cuCtxSetSharedMemConfig, answered locally.
     pub cache_config: AtomicU32,
 }
-cookie_type!(Context, Context, CUcontext);
+registered!(Context, CUcontext);
 
 impl Context {
-    pub fn new(conn: &Arc<Connection>, device: i32, kind: ContextKind, flags: u32) -> Box<Context> {
-        Box::new(Context {
-            cookie: Cookie::Context,
+    pub fn new(conn: &Arc<Connection>, device: i32, kind: ContextKind, flags: u32) -> Context {
+        Context {
+            handle: new_handle(),
             conn: conn.clone(),
             device,
             kind,
@@ -134,11 +108,11 @@ impl Context {
             create_lock: Mutex::new(()),
             unique_id: next_unique_id(),
             cache_config: AtomicU32::new(0),
-        })
+        }
     }
 
     pub fn handle(&self) -> CUcontext {
-        self as *const Context as CUcontext
+        self.handle as CUcontext
     }
 
     /// Makes the server-side context if not made yet (posted: nothing waits for it).
@@ -200,7 +174,7 @@ pub fn pop_current() -> Option<CUcontext> {
 }
 
 /// The calling thread's current context, made on the server if need be.
-pub fn current_context<'a>() -> Result<&'a Context, CUresult> {
+pub fn current_context() -> Result<Arc<Context>, CUresult> {
     crate::runtime::runtime()?;
     let ctx = Context::from_handle(current_handle()).ok_or(CUresult::CUDA_ERROR_INVALID_CONTEXT)?;
     ctx.ensure_created()?;
@@ -208,7 +182,7 @@ pub fn current_context<'a>() -> Result<&'a Context, CUresult> {
 }
 
 /// `ctx`, or the current context when `ctx` is null.
-pub fn context_or_current<'a>(ctx: CUcontext) -> Result<&'a Context, CUresult> {
+pub fn context_or_current(ctx: CUcontext) -> Result<Arc<Context>, CUresult> {
     if ctx.is_null() {
         return current_context();
     }
@@ -217,10 +191,11 @@ pub fn context_or_current<'a>(ctx: CUcontext) -> Result<&'a Context, CUresult> {
     Ok(ctx)
 }
 
-#[repr(C)]
 pub struct Stream {
-    cookie: Cookie,
-    pub ctx: CUcontext,
+    /// The handle the program holds (see crate::handles).
+    pub handle: usize,
+    /// Its context's handle.
+    pub ctx: usize,
     pub remote: Id,
     pub flags: u32,
     pub priority: i32,
@@ -228,19 +203,19 @@ pub struct Stream {
     /// The id of the capture in progress on this stream (0: not capturing).
     pub capture: AtomicU64,
 }
-cookie_type!(Stream, Stream, CUstream);
+registered!(Stream, CUstream);
 
 impl Stream {
-    pub fn new(ctx: &Context, flags: u32, priority: i32) -> Box<Stream> {
-        Box::new(Stream {
-            cookie: Cookie::Stream,
-            ctx: ctx.handle(),
+    pub fn new(ctx: &Context, flags: u32, priority: i32) -> Stream {
+        Stream {
+            handle: new_handle(),
+            ctx: ctx.handle,
             remote: ctx.conn.new_id(),
             flags,
             priority,
             unique_id: next_unique_id(),
             capture: AtomicU64::new(0),
-        })
+        }
     }
 }
 
@@ -250,46 +225,46 @@ const STREAM_PER_THREAD: usize = 0x2;
 
 /// A stream argument resolved: its context and its id on that context's server (0: the
 /// context's default stream; the legacy and per-thread default streams both map to it).
-pub fn resolve_stream<'a>(stream: CUstream) -> Result<(&'a Context, Id), CUresult> {
+pub fn resolve_stream(stream: CUstream) -> Result<(Arc<Context>, Id), CUresult> {
     match stream as usize {
         0 | STREAM_LEGACY | STREAM_PER_THREAD => Ok((current_context()?, 0)),
         _ => {
             let stream = Stream::from_handle(stream).ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
-            let ctx = context_or_current(stream.ctx)?;
+            let ctx = context_or_current(stream.ctx as CUcontext)?;
             Ok((ctx, stream.remote))
         }
     }
 }
 
-#[repr(C)]
 pub struct Event {
-    cookie: Cookie,
-    pub ctx: CUcontext,
+    /// The handle the program holds (see crate::handles).
+    pub handle: usize,
+    /// Its context's handle.
+    pub ctx: usize,
     pub remote: Id,
-    pub flags: u32,
 }
-cookie_type!(Event, Event, CUevent);
+registered!(Event, CUevent);
 
 impl Event {
-    pub fn new(ctx: &Context, flags: u32) -> Box<Event> {
-        Box::new(Event {
-            cookie: Cookie::Event,
-            ctx: ctx.handle(),
+    /// An event of `ctx` (its flags go to the server, which keeps the event's behavior).
+    pub fn new(ctx: &Context) -> Event {
+        Event {
+            handle: new_handle(),
+            ctx: ctx.handle,
             remote: ctx.conn.new_id(),
-            flags,
-        })
+        }
     }
 
-    pub fn context<'a>(&self) -> Result<&'a Context, CUresult> {
-        context_or_current(self.ctx)
+    pub fn context(&self) -> Result<Arc<Context>, CUresult> {
+        context_or_current(self.ctx as CUcontext)
     }
 }
 
 /// A module (of one context) or a library (of every context: loaded on the server of the
 /// context it was loaded in, and on another server the first time a context there uses it).
-#[repr(C)]
 pub struct Image {
-    cookie: Cookie,
+    /// The handle the program holds (see crate::handles).
+    pub handle: usize,
     pub conn: Arc<Connection>,
     pub kind: ImageKind,
     pub remote: Id,
@@ -301,7 +276,7 @@ pub struct Image {
     /// Functions (modules) or kernels (libraries) already looked up, by name.
     pub functions: Mutex<HashMap<String, usize>>,
 }
-cookie_type!(Image, Image, *mut std::ffi::c_void);
+registered!(Image, *mut std::ffi::c_void);
 
 impl Image {
     pub fn new(
@@ -309,9 +284,9 @@ impl Image {
         kind: ImageKind,
         hash: [u8; 32],
         bytes: Option<Arc<[u8]>>,
-    ) -> Box<Image> {
-        Box::new(Image {
-            cookie: Cookie::Image,
+    ) -> Image {
+        Image {
+            handle: new_handle(),
             conn: conn.clone(),
             kind,
             remote: conn.new_id(),
@@ -319,7 +294,7 @@ impl Image {
             bytes,
             other_servers: Mutex::new(HashMap::new()),
             functions: Mutex::new(HashMap::new()),
-        })
+        }
     }
 }
 
@@ -329,9 +304,9 @@ pub fn server_key(conn: &Arc<Connection>) -> usize {
 }
 
 /// A module function or a library kernel; the driver lets either be launched.
-#[repr(C)]
 pub struct Function {
-    cookie: Cookie,
+    /// The handle the program holds (see crate::handles).
+    pub handle: usize,
     pub conn: Arc<Connection>,
     pub remote: Id,
     pub is_kernel: bool,
@@ -351,7 +326,7 @@ pub struct Function {
     /// Occupancy answers already fetched, by query.
     pub occupancy: Mutex<HashMap<(u8, i64, i64, u32), i64>>,
 }
-cookie_type!(Function, Function, *mut std::ffi::c_void);
+registered!(Function, *mut std::ffi::c_void);
 
 impl Function {
     pub fn new(
@@ -373,7 +348,7 @@ impl Function {
             attributes[attribute as usize] = value;
         }
         Box::new(Function {
-            cookie: Cookie::Function,
+            handle: new_handle(),
             conn: conn.clone(),
             remote,
             is_kernel,
@@ -406,40 +381,40 @@ impl Function {
 }
 
 /// A graph captured on a server.
-#[repr(C)]
 pub struct Graph {
-    cookie: Cookie,
+    /// The handle the program holds (see crate::handles).
+    pub handle: usize,
     pub conn: Arc<Connection>,
     pub remote: Id,
 }
-cookie_type!(Graph, Graph, CUgraph);
+registered!(Graph, CUgraph);
 
 /// An executable graph on a server.
-#[repr(C)]
 pub struct GraphExec {
-    cookie: Cookie,
+    /// The handle the program holds (see crate::handles).
+    pub handle: usize,
     pub conn: Arc<Connection>,
     pub remote: Id,
 }
-cookie_type!(GraphExec, GraphExec, CUgraphExec);
+registered!(GraphExec, CUgraphExec);
 
 impl Graph {
-    pub fn new(conn: &Arc<Connection>) -> Box<Graph> {
-        Box::new(Graph {
-            cookie: Cookie::Graph,
+    pub fn new(conn: &Arc<Connection>) -> Graph {
+        Graph {
+            handle: new_handle(),
             conn: conn.clone(),
             remote: conn.new_id(),
-        })
+        }
     }
 }
 
 impl GraphExec {
-    pub fn new(conn: &Arc<Connection>) -> Box<GraphExec> {
-        Box::new(GraphExec {
-            cookie: Cookie::GraphExec,
+    pub fn new(conn: &Arc<Connection>) -> GraphExec {
+        GraphExec {
+            handle: new_handle(),
             conn: conn.clone(),
             remote: conn.new_id(),
-        })
+        }
     }
 }
 

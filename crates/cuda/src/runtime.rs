@@ -2,8 +2,8 @@
 //! `cuInit`. Every GPU of every server in `RGPU_SERVERS` is a device of the program, numbered
 //! in server order; all device queries are answered from the inventory fetched here.
 
-use std::sync::atomic::{AtomicPtr, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, OnceLock, RwLock};
 
 use rgpu_client::{ClientConfig, ClientError, Connection, CudaClient, ServerLink};
 use rgpu_cuda_api::sys::CUresult;
@@ -37,7 +37,7 @@ pub struct Device {
     /// through a private table); the server-side context is made on first use. A reset after
     /// the session was lost puts a new one, in a new session, in its place; the old one stays
     /// allocated (the program may still name it) and fails with device-lost errors.
-    primary: AtomicPtr<Context>,
+    primary: RwLock<Arc<Context>>,
 }
 
 impl Device {
@@ -46,14 +46,16 @@ impl Device {
     }
 
     /// The device's primary context.
-    pub fn primary(&self) -> &'static Context {
-        // SAFETY: the pointer always comes from a leaked Box (never freed).
-        unsafe { &*self.primary.load(Ordering::Acquire) }
+    pub fn primary(&self) -> Arc<Context> {
+        self.primary
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// `cuDevicePrimaryCtxReset`: when the primary context's session was lost, the next one
     /// lives in a new session (if the server is back). Returns the (new) primary context.
-    pub fn reset_primary(&self) -> &'static Context {
+    pub fn reset_primary(&self) -> Arc<Context> {
         let old = self.primary();
         if old.conn.is_alive() {
             return old;
@@ -66,9 +68,8 @@ impl Device {
         fresh
             .flags
             .store(old.flags.load(Ordering::Relaxed), Ordering::Relaxed);
-        let fresh: &'static Context = Box::leak(fresh);
-        self.primary
-            .store(fresh as *const Context as *mut Context, Ordering::Release);
+        let fresh = fresh.register();
+        *self.primary.write().unwrap_or_else(|e| e.into_inner()) = fresh.clone();
         log::warn!(
             "rgpu: device {} has a new primary context on server {}",
             self.ordinal,
@@ -185,19 +186,14 @@ fn make_device(link: &Arc<ServerLink>, ordinal: u32, info: CuDevice, global: i32
     for &(attribute, value) in &info.attributes {
         attributes[attribute as usize] = Some(value);
     }
-    let primary = Box::leak(Context::new(
-        &link.current(),
-        global,
-        ContextKind::Primary,
-        0,
-    ));
+    let primary = Context::new(&link.current(), global, ContextKind::Primary, 0).register();
     Device {
         link: link.clone(),
         ordinal: global,
         remote_ordinal: ordinal,
         info,
         attributes,
-        primary: AtomicPtr::new(primary),
+        primary: RwLock::new(primary),
     }
 }
 

@@ -1,25 +1,23 @@
 //! The rgpu server: serves the machine's OpenCL devices and CUDA GPUs to rgpu clients.
 //!
-//! - [`Server::bind`] loads the system's OpenCL at run time ([`native`]), takes the
-//!   [`inventory`] of platforms and devices once, and binds the listening socket.
-//! - [`Server::run`] accepts connections ([`listener`]); each gets a session thread
-//!   ([`session`]) with its own object tables ([`handles`]), a staging pool ([`staging`]) and a
-//!   completion thread ([`completion`]). The OpenCL requests themselves are carried out in
-//!   [`opencl`], the CUDA ones in [`cuda`] (the driver loaded at run time, when there is one).
+//! - [`Server::bind`] loads the system's OpenCL at run time (`opencl::native`), takes the
+//!   inventory of platforms and devices once (`opencl::inventory`), and binds the listening
+//!   socket.
+//! - [`Server::run`] accepts connections ([`listener`]) and serves each in a session
+//!   ([`session`], generic: the connection, bulk data, data lanes ([`lanes`]), quotas
+//!   ([`limits`])), by default in a worker process of its own ([`workers`]).
+//! - The backends: [`opencl`] (its native layer, object tables, staging pool, completion
+//!   thread, and one file per group of the OpenCL wire table) and [`cuda`] (the driver loaded
+//!   at run time, when there is one, and one file per group of the CUDA wire table).
 //! - [`ShutdownHandle::shutdown`] makes `run` return after every session has been closed and
 //!   its objects released.
 
-mod completion;
 mod cuda;
-mod handles;
-mod inventory;
 mod lanes;
 mod limits;
 mod listener;
-mod native;
 mod opencl;
 mod session;
-mod staging;
 mod workers;
 
 pub use limits::{parse_size, Limits};
@@ -31,9 +29,9 @@ use std::sync::Arc;
 
 use rgpu_transport::{Endpoint, Listener, Plaintext, ServerSecurity, TlsIdentity, Token};
 
-use crate::inventory::{Filters, Inventory};
 use crate::listener::Shared;
-use crate::native::Cl;
+use crate::opencl::inventory::{Filters, Inventory};
+use crate::opencl::native::Cl;
 
 /// How to run a server.
 #[derive(Clone, Debug)]

@@ -10,9 +10,9 @@ use std::time::{Duration, Instant};
 use rgpu_protocol::LaneAttach;
 use rgpu_transport::{Listener, ServerSecurity, Stream, Token};
 
-use crate::inventory::Inventory;
 use crate::lanes::LaneRegistry;
 use crate::limits::{Admission, ClientKey, Limits, Slot};
+use crate::opencl::inventory::Inventory;
 use crate::workers::WorkerPool;
 
 /// How often the accept loop looks at the shutdown flag.

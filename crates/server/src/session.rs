@@ -2,7 +2,7 @@
 //! that gives back everything the session created however it ends.
 //!
 //! Threads of a session: the request thread (this module's loop, which also receives write
-//! data), the completion thread ([`crate::completion`]), and OpenCL's own callback threads.
+//! data), the completion thread ([`crate::opencl::completion`]), and OpenCL's own callback threads.
 //! They share the socket's write half through [`Writer`].
 
 use std::sync::atomic::AtomicUsize;
@@ -16,14 +16,14 @@ use rgpu_transport::{
     Stream, TransportError,
 };
 
-use crate::completion::Completion;
-use crate::handles::Handles;
-use crate::inventory::Inventory;
 use crate::lanes::{LaneReaders, Striped};
 use crate::limits::IdleClock;
 use crate::listener::Shared;
-use crate::native::{Cl, ClResult, Event, Waker};
-use crate::staging::{StagingPool, CHUNK_SIZE, POOL_BUFFERS};
+use crate::opencl::completion::Completion;
+use crate::opencl::handles::Handles;
+use crate::opencl::inventory::Inventory;
+use crate::opencl::native::{Cl, ClResult, Event, Waker};
+use crate::opencl::staging::{StagingPool, CHUNK_SIZE, POOL_BUFFERS};
 
 /// The status given to user events a client left unset when its session ends, so that
 /// commands waiting on them terminate instead of holding the device forever.

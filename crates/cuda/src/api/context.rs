@@ -60,8 +60,7 @@ pub unsafe fn cuCtxDestroy_v2(ctx: CUcontext) -> CUresult {
         if objects::current_handle() == ctx {
             objects::pop_current();
         }
-        // SAFETY: the program gives the handle up by destroying it.
-        drop(unsafe { Context::destroy(ctx) });
+        Context::destroy(ctx);
         Ok(())
     })())
 }
@@ -122,11 +121,11 @@ pub unsafe fn cuCtxGetApiVersion(ctx: CUcontext, version: *mut c_uint) -> CUresu
 }
 
 pub unsafe fn cuCtxSynchronize() -> CUresult {
-    status(current_context().and_then(synchronize))
+    status(current_context().and_then(|ctx| synchronize(&ctx)))
 }
 
 pub unsafe fn cuCtxSynchronize_v2(ctx: CUcontext) -> CUresult {
-    status(context_or_current(ctx).and_then(synchronize))
+    status(context_or_current(ctx).and_then(|ctx| synchronize(&ctx)))
 }
 
 pub(crate) fn synchronize(ctx: &Context) -> Result<(), CUresult> {

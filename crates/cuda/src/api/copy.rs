@@ -36,23 +36,23 @@ const MEMORY_DEVICE: u32 = 2;
 const MEMORY_ARRAY: u32 = 3;
 const MEMORY_UNIFIED: u32 = 4;
 
-#[derive(Clone, Copy)]
-enum Memory<'a> {
+#[derive(Clone)]
+enum Memory {
     Host,
     /// Device memory, with the context that owns it.
-    Device(&'a Context),
+    Device(Arc<Context>),
 }
 
 /// One side of a copy: its first byte, how its rows lie, and whose memory it is.
-#[derive(Clone, Copy)]
-struct Side<'a> {
+#[derive(Clone)]
+struct Side {
     start: u64,
     pitch: Pitch,
-    memory: Memory<'a>,
+    memory: Memory,
 }
 
-impl<'a> Side<'a> {
-    fn host(start: usize, pitch: Pitch) -> Side<'a> {
+impl Side {
+    fn host(start: usize, pitch: Pitch) -> Side {
         Side {
             start: start as u64,
             pitch,
@@ -62,7 +62,7 @@ impl<'a> Side<'a> {
 
     /// Device memory at `start`, owned by `ctx` (null: the context of the allocation holding
     /// `start`, else the current one).
-    fn device(start: u64, pitch: Pitch, ctx: CUcontext) -> Result<Side<'a>, CUresult> {
+    fn device(start: u64, pitch: Pitch, ctx: CUcontext) -> Result<Side, CUresult> {
         let owner = if ctx.is_null() {
             context_of(start)?
         } else {
@@ -79,7 +79,7 @@ impl<'a> Side<'a> {
 
     /// Device memory if `start` is in a device allocation, else host memory (unified
     /// addressing, as `cuMemcpy` and CU_MEMORYTYPE_UNIFIED use it).
-    fn unified(start: u64, pitch: Pitch) -> Result<Side<'a>, CUresult> {
+    fn unified(start: u64, pitch: Pitch) -> Result<Side, CUresult> {
         if is_device_memory(start) {
             Side::device(start, pitch, std::ptr::null_mut())
         } else {
@@ -89,9 +89,9 @@ impl<'a> Side<'a> {
 }
 
 /// A copy of `extent`'s rows from `src` to `dst`.
-struct Transfer<'a> {
-    src: Side<'a>,
-    dst: Side<'a>,
+struct Transfer {
+    src: Side,
+    dst: Side,
     extent: Extent,
 }
 
@@ -111,16 +111,16 @@ fn transfer(copy: Transfer, stream: Option<CUstream>) -> Result<(), CUresult> {
         refuse_if_capturing(stream)?;
     }
     let queue = stream.map(resolve_stream).transpose()?;
-    match (src.memory, dst.memory) {
+    match (&src.memory, &dst.memory) {
         (Memory::Host, Memory::Device(owner)) => {
             let (ctx, stream) = queue_on(owner, queue)?;
-            write_rows(ctx, stream, dst, src, extent)
+            write_rows(&ctx, stream, dst.clone(), src.clone(), extent)
         }
         (Memory::Device(owner), Memory::Host) => {
             let (ctx, stream_id) = queue_on(owner, queue)?;
             let span = extent.span(dst.pitch).unwrap_or(0) as usize;
             let wait = stream.is_none() || !is_page_locked(dst.start as *mut c_void, span);
-            read_rows(ctx, stream_id, src, dst, extent, wait)
+            read_rows(&ctx, stream_id, src.clone(), dst.clone(), extent, wait)
         }
         (Memory::Device(from), Memory::Device(to)) if Arc::ptr_eq(&from.conn, &to.conn) => {
             let (ctx, stream) = queue_on(to, queue)?;
@@ -137,11 +137,13 @@ fn transfer(copy: Transfer, stream: Option<CUstream>) -> Result<(), CUresult> {
                 )
                 .outcome()
         }
-        (Memory::Device(from), Memory::Device(to)) => relay(from, src, to, dst, extent, queue),
+        (Memory::Device(from), Memory::Device(to)) => {
+            relay(from, src.clone(), to, dst.clone(), extent, queue)
+        }
         (Memory::Host, Memory::Host) => {
             // The driver copies host to host itself; so do we, after the stream's earlier work.
             if let Some((ctx, stream)) = queue {
-                synchronize_stream(ctx, stream)?;
+                synchronize_stream(&ctx, stream)?;
             }
             let rows = extent
                 .row_offsets(src.pitch)
@@ -164,16 +166,16 @@ fn transfer(copy: Transfer, stream: Option<CUstream>) -> Result<(), CUresult> {
 /// The context and stream that order a copy touching `owner`'s memory: the program's stream
 /// when it is on `owner`'s server; when it is on another server, its earlier work is waited
 /// for and the copy goes on `owner`'s default stream; without one, `owner`'s default stream.
-fn queue_on<'a>(
-    owner: &'a Context,
-    queue: Option<(&'a Context, Id)>,
-) -> Result<(&'a Context, Id), CUresult> {
+fn queue_on(
+    owner: &Arc<Context>,
+    queue: Option<(Arc<Context>, Id)>,
+) -> Result<(Arc<Context>, Id), CUresult> {
     match queue {
-        None => Ok((owner, 0)),
+        None => Ok((owner.clone(), 0)),
         Some((ctx, stream)) if Arc::ptr_eq(&ctx.conn, &owner.conn) => Ok((ctx, stream)),
         Some((ctx, stream)) => {
-            synchronize_stream(ctx, stream)?;
-            Ok((owner, 0))
+            synchronize_stream(&ctx, stream)?;
+            Ok((owner.clone(), 0))
         }
     }
 }
@@ -320,19 +322,23 @@ fn relay(
     to: &Context,
     dst: Side,
     extent: Extent,
-    queue: Option<(&Context, Id)>,
+    queue: Option<(Arc<Context>, Id)>,
 ) -> Result<(), CUresult> {
     // The write joins the program's stream if it is on the destination's server; else earlier
     // work on the stream is waited for, and the write is waited for at the end.
     let write_stream = match queue {
         Some((ctx, stream)) if Arc::ptr_eq(&ctx.conn, &to.conn) => Some((ctx, stream)),
         Some((ctx, stream)) => {
-            synchronize_stream(ctx, stream)?;
+            synchronize_stream(&ctx, stream)?;
             None
         }
         None => None,
     };
-    let (write_ctx, write_id) = write_stream.unwrap_or((to, 0));
+    let joins_stream = write_stream.is_some();
+    let (write_ctx, write_id) = match &write_stream {
+        Some((ctx, stream)) => (&**ctx, *stream),
+        None => (to, 0),
+    };
     if extent.is_contiguous(src.pitch) && extent.is_contiguous(dst.pitch) {
         let total = extent.bytes().unwrap_or(0);
         let mut buffer = vec![0u8; total.min(RELAY_CHUNK) as usize];
@@ -353,7 +359,7 @@ fn relay(
         read_device(from, 0, into, src.start, extent, src.pitch, true)?;
         write_device(write_ctx, write_id, dst.start, extent, dst.pitch, &packed)?;
     }
-    if write_stream.is_none() {
+    if !joins_stream {
         synchronize_stream(to, 0)?;
     }
     Ok(())
@@ -523,7 +529,7 @@ struct Described {
 }
 
 impl Described {
-    fn side<'a>(&self) -> Result<Side<'a>, CUresult> {
+    fn side(&self) -> Result<Side, CUresult> {
         let (x, y, z) = self.xyz;
         let pitch = Pitch {
             row: self.pitch as u64,

@@ -15,7 +15,7 @@ pub unsafe fn cuEventCreate(out: *mut CUevent, flags: c_uint) -> CUresult {
         if out.is_null() {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
         }
-        let event = Event::new(ctx, flags);
+        let event = Event::new(&ctx);
         let server = ctx.conn.cuda();
         server
             .create_event(event.remote, ctx.remote, flags)
@@ -29,8 +29,7 @@ pub unsafe fn cuEventDestroy_v2(event: CUevent) -> CUresult {
         let object = Event::from_handle(event).ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
         let ctx = object.context()?;
         ctx.conn.cuda().destroy_event(object.remote).outcome()?;
-        // SAFETY: the program gives the handle up by destroying it.
-        drop(unsafe { Event::destroy(event) });
+        Event::destroy(event);
         Ok(())
     })())
 }
@@ -52,7 +51,8 @@ pub unsafe fn cuEventRecordWithFlags(event: CUevent, stream: CUstream, flags: c_
 pub unsafe fn cuEventSynchronize(event: CUevent) -> CUresult {
     status((|| {
         let event = Event::from_handle(event).ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
-        let server = event.context()?.conn.cuda();
+        let ctx = event.context()?;
+        let server = ctx.conn.cuda();
         server.event_synchronize(event.remote).outcome()?;
         take_async_read_error()
     })())
@@ -61,7 +61,8 @@ pub unsafe fn cuEventSynchronize(event: CUevent) -> CUresult {
 pub unsafe fn cuEventQuery(event: CUevent) -> CUresult {
     status((|| {
         let event = Event::from_handle(event).ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
-        let server = event.context()?.conn.cuda();
+        let ctx = event.context()?;
+        let server = ctx.conn.cuda();
         server.event_query(event.remote).outcome()
     })())
 }
@@ -74,7 +75,8 @@ pub unsafe fn cuEventElapsedTime_v2(
     status((|| {
         let start = Event::from_handle(start).ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
         let end = Event::from_handle(end).ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
-        let server = start.context()?.conn.cuda();
+        let ctx = start.context()?;
+        let server = ctx.conn.cuda();
         let ms = server
             .event_elapsed_time(start.remote, end.remote)
             .outcome()?;

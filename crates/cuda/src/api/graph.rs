@@ -6,6 +6,7 @@
 use std::cell::Cell;
 use std::ffi::c_uint;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use rgpu_client::CudaClient;
 use rgpu_cuda_api::sys::*;
@@ -86,7 +87,7 @@ pub unsafe fn cuThreadExchangeStreamCaptureMode(mode: *mut c_uint) -> CUresult {
 }
 
 /// The context whose server holds `graph`: the current one, which must be on that server.
-fn graph_context<'a>(graph: &Graph) -> Result<&'a Context, CUresult> {
+fn graph_context(graph: &Graph) -> Result<Arc<Context>, CUresult> {
     let ctx = crate::objects::current_context()?;
     if !std::sync::Arc::ptr_eq(&ctx.conn, &graph.conn) {
         return Err(CUresult::CUDA_ERROR_INVALID_CONTEXT);
@@ -96,7 +97,7 @@ fn graph_context<'a>(graph: &Graph) -> Result<&'a Context, CUresult> {
 
 fn instantiate(graph: CUgraph, flags: u64) -> Result<CUgraphExec, CUresult> {
     let graph = Graph::from_handle(graph).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
-    let ctx = graph_context(graph)?;
+    let ctx = graph_context(&graph)?;
     let exec = GraphExec::new(&ctx.conn);
     let server = ctx.conn.cuda();
     server
@@ -165,8 +166,7 @@ pub unsafe fn cuGraphDestroy(graph: CUgraph) -> CUresult {
     status((|| {
         let object = Graph::from_handle(graph).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
         object.conn.cuda().graph_destroy(object.remote).outcome()?;
-        // SAFETY: the program gives the handle up by destroying it.
-        drop(unsafe { Graph::destroy(graph) });
+        Graph::destroy(graph);
         Ok(())
     })())
 }
@@ -179,8 +179,7 @@ pub unsafe fn cuGraphExecDestroy(exec: CUgraphExec) -> CUresult {
             .cuda()
             .graph_exec_destroy(object.remote)
             .outcome()?;
-        // SAFETY: the program gives the handle up by destroying it.
-        drop(unsafe { GraphExec::destroy(exec) });
+        GraphExec::destroy(exec);
         Ok(())
     })())
 }

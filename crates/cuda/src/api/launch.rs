@@ -6,6 +6,7 @@
 
 use std::cell::RefCell;
 use std::ffi::{c_int, c_uint, c_void};
+use std::sync::Arc;
 
 use rgpu_client::CudaClient;
 use rgpu_cuda_api::launch_param;
@@ -73,9 +74,9 @@ unsafe fn pack_params(
 }
 
 /// The function, and its id on the context's server.
-fn launchable<'a>(f: *mut c_void, ctx: &Context) -> Result<(&'a Function, u64), CUresult> {
+fn launchable(f: *mut c_void, ctx: &Context) -> Result<(Arc<Function>, u64), CUresult> {
     let function = Function::from_handle(f).ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
-    let remote = super::module::function_on(function, ctx)?;
+    let remote = super::module::function_on(&function, ctx)?;
     Ok((function, remote))
 }
 
@@ -90,10 +91,10 @@ unsafe fn launch(
     attributes: Vec<LaunchAttribute>,
 ) -> Result<(), CUresult> {
     let (ctx, stream) = resolve_stream(stream)?;
-    let (function, remote) = launchable(f, ctx)?;
+    let (function, remote) = launchable(f, &ctx)?;
     PARAMS.with(|buffer| {
         let mut buffer = buffer.borrow_mut();
-        unsafe { pack_params(function, params, extra, &mut buffer)? };
+        unsafe { pack_params(&function, params, extra, &mut buffer)? };
         let server = ctx.conn.cuda();
         server
             .launch(
@@ -216,7 +217,7 @@ fn occupancy(
     query: impl FnOnce(u64) -> OccupancyQuery,
 ) -> Result<i64, CUresult> {
     let ctx = current_context()?;
-    let (function, remote) = launchable(f, ctx)?;
+    let (function, remote) = launchable(f, &ctx)?;
     if let Some(&answer) = function.occupancy.lock().unwrap().get(&key) {
         return Ok(answer);
     }

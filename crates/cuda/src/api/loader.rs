@@ -132,10 +132,7 @@ pub unsafe fn cuGetErrorString(error: u32, pStr: *mut *const c_char) -> CUresult
 mod tests {
     use super::*;
 
-    fn text(
-        f: unsafe fn(u32, *mut *const c_char) -> CUresult,
-        error: u32,
-    ) -> Option<String> {
+    fn text(f: unsafe fn(u32, *mut *const c_char) -> CUresult, error: u32) -> Option<String> {
         let mut out = std::ptr::dangling::<c_char>();
         let result = unsafe { f(error, &mut out) };
         assert_eq!(result == CUresult::CUDA_SUCCESS, !out.is_null());

@@ -9,7 +9,7 @@
 use std::alloc::Layout;
 use std::ffi::{c_uint, c_void};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Mutex, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 
 use rgpu_client::CudaClient;
 use rgpu_cuda_api::sys::*;
@@ -51,7 +51,7 @@ fn host_range(ptr: usize) -> Option<(usize, usize, u32)> {
 }
 
 /// The context a device pointer belongs to, else the current one.
-pub(crate) fn context_of<'a>(ptr: u64) -> Result<&'a Context, CUresult> {
+pub(crate) fn context_of(ptr: u64) -> Result<Arc<Context>, CUresult> {
     match device_range(ptr).and_then(|(_, _, ctx)| Context::from_handle(ctx as CUcontext)) {
         Some(ctx) => {
             ctx.ensure_created()?;
@@ -138,7 +138,7 @@ pub unsafe fn cuMemAlloc_v2(dptr: *mut CUdeviceptr, size: usize) -> CUresult {
         let server = ctx.conn.cuda();
         let allocate_once = || server.mem_alloc(ctx.remote, size as u64).outcome();
         let free = |ptr| server.mem_free(ctx.remote, ptr).outcome();
-        let ptr = allocate(ctx, size, allocate_once, free)?;
+        let ptr = allocate(&ctx, size, allocate_once, free)?;
         unsafe { write_out(dptr, ptr) }
     }))
 }
@@ -155,8 +155,8 @@ pub unsafe fn cuMemAllocAsync(dptr: *mut CUdeviceptr, size: usize, stream: CUstr
                 .mem_alloc_async(ctx.remote, stream, size as u64)
                 .outcome()
         };
-        let free = |ptr| free_async(ctx, stream, ptr);
-        let ptr = allocate(ctx, size, allocate_once, free)?;
+        let free = |ptr| free_async(&ctx, stream, ptr);
+        let ptr = allocate(&ctx, size, allocate_once, free)?;
         unsafe { write_out(dptr, ptr) }
     }))
 }
@@ -170,7 +170,7 @@ fn free_async(ctx: &Context, stream: Id, ptr: u64) -> Result<(), CUresult> {
 
 pub unsafe fn cuMemFreeAsync(ptr: CUdeviceptr, stream: CUstream) -> CUresult {
     status(resolve_stream(stream).and_then(|(ctx, stream)| {
-        free_async(ctx, stream, ptr)?;
+        free_async(&ctx, stream, ptr)?;
         DEVICE_RANGES.write().unwrap().remove(ptr);
         Ok(())
     }))
@@ -463,7 +463,7 @@ unsafe fn pointer_attribute(
         match attribute {
             1 => write_out(
                 data.cast::<CUcontext>(),
-                ctx.map_or(std::ptr::null_mut(), Context::handle),
+                ctx.map_or(std::ptr::null_mut(), |ctx| ctx.handle()),
             ),
             2 => write_out(
                 data.cast::<u32>(),

@@ -44,7 +44,7 @@ fn send_image(
     from_remote(loaded.status)
 }
 
-fn load(ctx: &Context, kind: ImageKind, image: *const c_void) -> Result<Box<Image>, CUresult> {
+fn load(ctx: &Context, kind: ImageKind, image: *const c_void) -> Result<Image, CUresult> {
     // SAFETY: the API contract: `image` points at a module image (fatbin, cubin or PTX).
     let bytes = unsafe { image_bytes(image) }.ok_or(CUresult::CUDA_ERROR_INVALID_IMAGE)?;
     let hash: [u8; 32] = Sha256::digest(bytes).into();
@@ -88,7 +88,7 @@ pub(crate) fn function_on(function: &Function, ctx: &Context) -> Result<Id, CUre
     }
     let image = Image::from_handle(function.library as *mut c_void)
         .ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
-    let image_id = image_on(image, ctx)?;
+    let image_id = image_on(&image, ctx)?;
     let id = ctx.conn.new_id();
     let server = ctx.conn.cuda();
     server
@@ -103,7 +103,7 @@ pub unsafe fn cuModuleLoadData(module: *mut CUmodule, image: *const c_void) -> C
         if module.is_null() {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
         }
-        let object = load(ctx, ImageKind::Module, image)?;
+        let object = load(&ctx, ImageKind::Module, image)?;
         unsafe { write_out(module, object.into_handle().cast()) }
     }))
 }
@@ -132,7 +132,7 @@ unsafe fn unload(handle: *mut c_void) -> CUresult {
         let image = Image::from_handle(handle).ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
         image.conn.cuda().unload_image(image.remote).outcome()?;
         // SAFETY: the program gives the handle up by unloading it.
-        drop(unsafe { Image::destroy(handle) });
+        Image::destroy(handle);
         Ok(())
     })())
 }
@@ -156,14 +156,14 @@ pub unsafe fn cuLibraryLoadData(
         if library.is_null() {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
         }
-        let object = load(ctx, ImageKind::Library, code)?;
+        let object = load(&ctx, ImageKind::Library, code)?;
         unsafe { write_out(library, object.into_handle().cast()) }
     }))
 }
 
 /// Libraries belong to no context; they load on the server of the current context, or of the
 /// first device when there is none.
-fn library_context<'a>() -> Result<&'a Context, CUresult> {
+fn library_context() -> Result<Arc<Context>, CUresult> {
     current_context().or_else(|_| {
         let device = crate::runtime::device(0)?;
         device.primary().ensure_created()?;
@@ -196,7 +196,7 @@ unsafe fn get_function(image: *mut c_void, name: *const c_char) -> Result<*mut c
     let is_kernel = image.kind == ImageKind::Library;
     let mut function = Function::new(&image.conn, id, is_kernel, &name, info);
     if is_kernel {
-        function.library = image as *const Image as usize;
+        function.library = image.handle;
     }
     let handle = function.into_handle();
     image
@@ -240,7 +240,7 @@ pub unsafe fn cuKernelGetFunction(function: *mut CUfunction, kernel: CUkernel) -
             return unsafe { write_out(function, found as CUfunction) };
         }
         let id = ctx.conn.new_id();
-        let remote_kernel = function_on(kernel, ctx)?;
+        let remote_kernel = function_on(&kernel, &ctx)?;
         let server = ctx.conn.cuda();
         let info = server
             .kernel_get_function(id, remote_kernel, ctx.remote)
@@ -274,7 +274,7 @@ fn get_global(
     let global = server
         .get_global(ctx.remote, image.remote, name)
         .outcome()?;
-    super::memory::record_device_range(global.ptr, global.size, ctx);
+    super::memory::record_device_range(global.ptr, global.size, &ctx);
     unsafe {
         if !dptr.is_null() {
             dptr.write(global.ptr);
@@ -304,7 +304,7 @@ pub unsafe fn cuLibraryGetGlobal(
     status(get_global(library.cast(), dptr, bytes, name))
 }
 
-fn function<'a>(handle: *mut c_void) -> Result<&'a Function, CUresult> {
+fn function(handle: *mut c_void) -> Result<Arc<Function>, CUresult> {
     Function::from_handle(handle).ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)
 }
 
@@ -324,7 +324,7 @@ fn function_attribute(f: &Function, attribute: c_uint, device: u32) -> Result<c_
 
 pub unsafe fn cuFuncGetAttribute(value: *mut c_int, attribute: c_uint, f: CUfunction) -> CUresult {
     status(function(f.cast()).and_then(|f| {
-        let answer = function_attribute(f, attribute, 0)?;
+        let answer = function_attribute(&f, attribute, 0)?;
         unsafe { write_out(value, answer) }
     }))
 }
@@ -337,7 +337,7 @@ pub unsafe fn cuKernelGetAttribute(
 ) -> CUresult {
     status(function(kernel.cast()).and_then(|f| {
         let device = crate::runtime::device(dev)?;
-        let answer = function_attribute(f, attribute, device.remote_ordinal)?;
+        let answer = function_attribute(&f, attribute, device.remote_ordinal)?;
         unsafe { write_out(value, answer) }
     }))
 }
@@ -361,7 +361,7 @@ fn set_attribute(
 }
 
 pub unsafe fn cuFuncSetAttribute(f: CUfunction, attribute: c_uint, value: c_int) -> CUresult {
-    status(function(f.cast()).and_then(|f| set_attribute(f, attribute, value, 0)))
+    status(function(f.cast()).and_then(|f| set_attribute(&f, attribute, value, 0)))
 }
 
 pub unsafe fn cuKernelSetAttribute(
@@ -372,7 +372,7 @@ pub unsafe fn cuKernelSetAttribute(
 ) -> CUresult {
     status(function(kernel.cast()).and_then(|f| {
         let device = crate::runtime::device(dev)?;
-        set_attribute(f, attribute, value, device.remote_ordinal)
+        set_attribute(&f, attribute, value, device.remote_ordinal)
     }))
 }
 
@@ -428,7 +428,7 @@ fn leak_name(f: &Function) -> *const c_char {
 }
 
 pub unsafe fn cuFuncGetName(name: *mut *const c_char, f: CUfunction) -> CUresult {
-    status(function(f.cast()).and_then(|f| unsafe { write_out(name, leak_name(f)) }))
+    status(function(f.cast()).and_then(|f| unsafe { write_out(name, leak_name(&f)) }))
 }
 
 pub unsafe fn cuKernelGetName(name: *mut *const c_char, kernel: CUkernel) -> CUresult {

@@ -23,7 +23,7 @@ pub unsafe fn cuStreamCreateWithPriority(
         if out.is_null() {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
         }
-        let stream = Stream::new(ctx, flags, priority);
+        let stream = Stream::new(&ctx, flags, priority);
         let server = ctx.conn.cuda();
         server
             .create_stream(stream.remote, ctx.remote, flags, priority)
@@ -38,8 +38,7 @@ pub unsafe fn cuStreamDestroy_v2(stream: CUstream) -> CUresult {
         Stream::from_handle(stream).ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
         let (ctx, id) = resolve_stream(stream)?;
         ctx.conn.cuda().destroy_stream(id).outcome()?;
-        // SAFETY: the program gives the handle up by destroying it.
-        drop(unsafe { Stream::destroy(stream) });
+        Stream::destroy(stream);
         Ok(())
     })())
 }
@@ -53,7 +52,7 @@ pub(crate) fn synchronize_stream(ctx: &Context, stream: Id) -> Result<(), CUresu
 }
 
 pub unsafe fn cuStreamSynchronize(stream: CUstream) -> CUresult {
-    status(resolve_stream(stream).and_then(|(ctx, id)| synchronize_stream(ctx, id)))
+    status(resolve_stream(stream).and_then(|(ctx, id)| synchronize_stream(&ctx, id)))
 }
 
 pub unsafe fn cuStreamQuery(stream: CUstream) -> CUresult {
@@ -156,7 +155,7 @@ pub unsafe fn cuLaunchHostFunc(
         return CUresult::CUDA_ERROR_INVALID_VALUE;
     };
     status(resolve_stream(stream).and_then(|(ctx, id)| {
-        synchronize_stream(ctx, id)?;
+        synchronize_stream(&ctx, id)?;
         // SAFETY: the program's callback with the program's data, as the driver would call it.
         unsafe { function(user_data) };
         Ok(())
@@ -177,7 +176,7 @@ pub unsafe fn cuStreamAddCallback(
         return CUresult::CUDA_ERROR_INVALID_VALUE;
     }
     status(resolve_stream(stream).map(|(ctx, id)| {
-        let outcome = synchronize_stream(ctx, id);
+        let outcome = synchronize_stream(&ctx, id);
         let code = outcome.err().unwrap_or(CUresult::CUDA_SUCCESS);
         // SAFETY: as above.
         unsafe { callback(stream, code, user_data) };

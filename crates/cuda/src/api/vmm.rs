@@ -7,6 +7,7 @@
 use std::collections::BTreeMap;
 use std::ffi::c_uint;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::sync::Mutex;
 
 use rgpu_client::CudaClient;
@@ -31,7 +32,7 @@ fn next_handle() -> u64 {
 
 /// A device location of the program as its server's ordinal, with the device's primary context
 /// (made if need be) to reach that server through.
-fn device_location<'a>(location_type: u32, id: i32) -> Result<(i32, &'a Context), CUresult> {
+fn device_location(location_type: u32, id: i32) -> Result<(i32, Arc<Context>), CUresult> {
     if location_type != LOCATION_DEVICE {
         return Ok((id, current_context()?));
     }
@@ -42,9 +43,7 @@ fn device_location<'a>(location_type: u32, id: i32) -> Result<(i32, &'a Context)
 
 /// Reads a `CUmemAllocationProp` as integers (its enum fields may hold values the enums lack)
 /// and translates its device.
-unsafe fn read_prop<'a>(
-    prop: *const CUmemAllocationProp,
-) -> Result<(MemProp, &'a Context), CUresult> {
+unsafe fn read_prop(prop: *const CUmemAllocationProp) -> Result<(MemProp, Arc<Context>), CUresult> {
     if prop.is_null() {
         return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
     }
@@ -106,7 +105,7 @@ pub unsafe fn cuMemAddressReserve(
                 .outcome()
         };
         let free = |at| server.vmm_address_free(ctx.remote, at, size64).outcome();
-        let reserved = allocate(ctx, size, reserve_once, free)?;
+        let reserved = allocate(&ctx, size, reserve_once, free)?;
         unsafe { write_out(ptr, reserved) }
     }))
 }
@@ -143,7 +142,7 @@ pub unsafe fn cuMemCreate(
 }
 
 /// The context whose server holds a physical allocation.
-fn handle_context<'a>(handle: u64) -> Result<&'a Context, CUresult> {
+fn handle_context(handle: u64) -> Result<Arc<Context>, CUresult> {
     let ctx = HANDLES.lock().unwrap().get(&handle).copied();
     ctx.and_then(|ctx| Context::from_handle(ctx as CUcontext))
         .ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)

@@ -1,6 +1,7 @@
 //! Events.
 
 use rgpu_cuda_api::cu_call;
+use rgpu_cuda_api::native::Driver;
 use rgpu_cuda_api::native::{check, Status};
 use rgpu_protocol::cuda::{serve, Answer, Id};
 
@@ -18,12 +19,9 @@ impl serve::Events for Served<'_> {
     }
 
     fn destroy_event(&mut self, id: Id) -> Answer<()> {
-        let cuda = &mut *self.cuda;
-        let Some(raw) = cuda.events.remove(&id) else {
-            return Ok(());
-        };
-        cuda.destroyed();
-        check(cu_call!(cuda.backend.driver, cuEventDestroy_v2(raw)))
+        let taken = self.cuda.events.remove(&id);
+        let destroy = |driver: &Driver, raw| cu_call!(driver, cuEventDestroy_v2(raw));
+        self.cuda.destroy(taken, destroy)
     }
 
     fn record_event(&mut self, ctx: Id, event: Id, stream: Id, flags: u32) -> Answer<()> {

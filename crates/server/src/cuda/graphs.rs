@@ -2,6 +2,7 @@
 //! own, instantiates and launches it.
 
 use rgpu_cuda_api::cu_call;
+use rgpu_cuda_api::native::Driver;
 use rgpu_cuda_api::native::{check, Status, INVALID_HANDLE, INVALID_VALUE};
 use rgpu_cuda_api::sys::*;
 use rgpu_protocol::cuda::{serve, Answer, Id};
@@ -64,21 +65,15 @@ impl serve::Graphs for Served<'_> {
     }
 
     fn graph_destroy(&mut self, graph: Id) -> Answer<()> {
-        let cuda = &mut *self.cuda;
-        let Some(raw) = cuda.graphs.remove(&graph) else {
-            return Ok(());
-        };
-        cuda.destroyed();
-        check(cu_call!(cuda.backend.driver, cuGraphDestroy(raw)))
+        let taken = self.cuda.graphs.remove(&graph);
+        let destroy = |driver: &Driver, raw| cu_call!(driver, cuGraphDestroy(raw));
+        self.cuda.destroy(taken, destroy)
     }
 
     fn graph_exec_destroy(&mut self, exec: Id) -> Answer<()> {
-        let cuda = &mut *self.cuda;
-        let Some(raw) = cuda.graph_execs.remove(&exec) else {
-            return Ok(());
-        };
-        cuda.destroyed();
-        check(cu_call!(cuda.backend.driver, cuGraphExecDestroy(raw)))
+        let taken = self.cuda.graph_execs.remove(&exec);
+        let destroy = |driver: &Driver, raw| cu_call!(driver, cuGraphExecDestroy(raw));
+        self.cuda.destroy(taken, destroy)
     }
 }
 

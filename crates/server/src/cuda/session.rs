@@ -15,7 +15,7 @@ use std::sync::Arc;
 use rgpu_cuda_api::cu_call;
 use rgpu_cuda_api::native::{check, Status, INVALID_HANDLE, NOT_SUPPORTED, SUCCESS};
 use rgpu_cuda_api::sys::*;
-use rgpu_protocol::cuda::{serve, CuReply, CuRequest, Id};
+use rgpu_protocol::cuda::{serve, Answer, CuReply, CuRequest, Id};
 use rgpu_protocol::ServerMsg;
 
 use super::staging::Staging;
@@ -226,9 +226,18 @@ impl CudaSession {
         Ok(raw)
     }
 
-    /// An object made by `create_in` was destroyed.
-    pub(super) fn destroyed(&self) {
+    /// Destroys an object made by `create_in`, taken out of its table (`None`: an id the
+    /// session does not hold, which the client's library never sends; nothing to do).
+    pub(super) fn destroy<T>(
+        &self,
+        taken: Option<T>,
+        destroy: impl FnOnce(&rgpu_cuda_api::native::Driver, T) -> Status,
+    ) -> Answer<()> {
+        let Some(raw) = taken else {
+            return Ok(());
+        };
         self.usage.remove_objects(1);
+        check(destroy(&self.backend.driver, raw))
     }
 
     /// Runs `allocate` if the memory quota has room for `size` more bytes, and keeps them

@@ -1,6 +1,7 @@
 //! Streams.
 
 use rgpu_cuda_api::cu_call;
+use rgpu_cuda_api::native::Driver;
 use rgpu_cuda_api::native::{check, Status};
 use rgpu_protocol::cuda::{serve, Answer, Id};
 
@@ -21,12 +22,9 @@ impl serve::Streams for Served<'_> {
     }
 
     fn destroy_stream(&mut self, id: Id) -> Answer<()> {
-        let cuda = &mut *self.cuda;
-        let Some(raw) = cuda.streams.remove(&id) else {
-            return Ok(());
-        };
-        cuda.destroyed();
-        check(cu_call!(cuda.backend.driver, cuStreamDestroy_v2(raw)))
+        let taken = self.cuda.streams.remove(&id);
+        let destroy = |driver: &Driver, raw| cu_call!(driver, cuStreamDestroy_v2(raw));
+        self.cuda.destroy(taken, destroy)
     }
 
     fn stream_synchronize(&mut self, ctx: Id, stream: Id) -> Status {

@@ -4,8 +4,8 @@ use rgpu_cl_api::sys;
 use rgpu_protocol::opencl::{serve, Answer, ClReply, Id};
 
 use super::answer;
-use crate::completion::Job;
-use crate::handles::QueueEntry;
+use crate::opencl::completion::Job;
+use crate::opencl::handles::QueueEntry;
 use crate::session::{End, Session};
 
 impl serve::Contexts for Session {

@@ -16,10 +16,10 @@ use rgpu_cl_api::sys;
 use rgpu_protocol::opencl::{serve, Answer, BufferRect, Command, Id, Transfer as WireTransfer};
 use rgpu_protocol::ServerMsg;
 
-use crate::completion::Job;
-use crate::native::{host_size, ClResult, Event, InFlight, Mem, Queue, QueueDevice, Waker};
+use crate::opencl::completion::Job;
+use crate::opencl::native::{host_size, ClResult, Event, InFlight, Mem, Queue, QueueDevice, Waker};
+use crate::opencl::staging::{StagingBuf, Target};
 use crate::session::{End, Session};
-use crate::staging::{StagingBuf, Target};
 
 /// Plain buffer transfers at least this large on an in-order queue of a CPU device skip the
 /// staging pool: the server maps the buffer range (which on a CPU device is the buffer's own

@@ -5,8 +5,8 @@ use std::sync::atomic::Ordering;
 use rgpu_cl_api::sys;
 use rgpu_protocol::opencl::{serve, Answer, ClReply, Id};
 
-use crate::completion::Job;
-use crate::native::{ClResult, Event};
+use crate::opencl::completion::Job;
+use crate::opencl::native::{ClResult, Event};
 use crate::session::{End, Session};
 
 impl serve::Events for Session {

@@ -6,7 +6,7 @@ use std::path::{Component, Path, PathBuf};
 use rgpu_cl_api::sys;
 use rgpu_protocol::opencl::IncludeDir;
 
-use crate::native::ClResult;
+use crate::opencl::native::ClResult;
 use crate::session::Session;
 
 impl Session {

@@ -5,7 +5,7 @@
 use rgpu_cl_api::sys;
 use rgpu_protocol::opencl::{serve, Answer, Id, InfoQuery, Inventory, ObjKind};
 
-use crate::native::{ClResult, Device};
+use crate::opencl::native::{ClResult, Device};
 use crate::session::Session;
 
 /// What kind of handle an info value holds.

@@ -4,8 +4,8 @@ use rgpu_cl_api::params::{decode_string, decode_unsigned};
 use rgpu_cl_api::sys;
 use rgpu_protocol::opencl::{serve, Answer, Id, KernelArg, KernelFacts, WorkGroupLimits};
 
-use crate::handles::{ArgClass, KernelEntry};
-use crate::native::{host_size, ArgValue, ClResult, Kernel};
+use crate::opencl::handles::{ArgClass, KernelEntry};
+use crate::opencl::native::{host_size, ArgValue, ClResult, Kernel};
 use crate::session::Session;
 
 const WORD: usize = std::mem::size_of::<usize>();

@@ -3,8 +3,8 @@
 use rgpu_cl_api::sys;
 use rgpu_protocol::opencl::{serve, Answer, Id, ImageDesc, ImageFormat};
 
-use crate::handles::MemEntry;
-use crate::native::{self, host_size, ClResult};
+use crate::opencl::handles::MemEntry;
+use crate::opencl::native::{self, host_size, ClResult};
 use crate::session::{End, Session};
 
 impl serve::Memory for Session {

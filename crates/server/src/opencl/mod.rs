@@ -3,20 +3,25 @@
 //! routes each request to its method and sends its reply, or defers the failure of a request
 //! that has none.
 
+pub(crate) mod completion;
 mod context;
 mod enqueue;
 mod event;
+pub(crate) mod handles;
 mod includes;
 mod info;
+pub(crate) mod inventory;
 mod kernel;
 
 mod memory;
+pub(crate) mod native;
 mod program;
+pub(crate) mod staging;
 
 use rgpu_cl_api::sys;
 use rgpu_protocol::opencl::{Answer, Id};
 
-use crate::native::{ClResult, Device};
+use crate::opencl::native::{ClResult, Device};
 use crate::session::Session;
 
 impl Session {

@@ -5,7 +5,7 @@ use rgpu_cl_api::validate;
 use rgpu_protocol::opencl::{serve, Answer, BinaryStatus, Id, IncludeDir};
 
 use super::answer;
-use crate::native::{ClResult, Program};
+use crate::opencl::native::{ClResult, Program};
 use crate::session::Session;
 
 /// Runs a build or compile with `-cl-kernel-arg-info` added, so the kernels keep their

@@ -18,8 +18,8 @@ use rgpu_cl_api::sys;
 use rgpu_protocol::opencl::{Answer, ClReply, Id};
 use rgpu_protocol::ServerMsg;
 
-use crate::native::{Event, InFlight, Waker};
 use crate::opencl::answer;
+use crate::opencl::native::{Event, InFlight, Waker};
 use crate::session::Writer;
 
 pub enum Job {

@@ -8,7 +8,7 @@ use rgpu_cl_api::sys;
 use rgpu_protocol::opencl::{Id, ObjKind};
 
 use crate::limits::Usage;
-use crate::native::{ClResult, Context, Event, Kernel, Mem, Program, Queue, Sampler};
+use crate::opencl::native::{ClResult, Context, Event, Kernel, Mem, Program, Queue, Sampler};
 
 /// One kind's table. `missing` is the OpenCL error for an id that is not in it. Every entry
 /// counts against the session's object quota.

@@ -5,7 +5,7 @@ use rgpu_cl_api::params::{self, ValueKind};
 use rgpu_cl_api::{sys, RGPU_PLATFORM_NAME};
 use rgpu_protocol::opencl::{self as wire, Id};
 
-use crate::native::{Cl, Device, Platform};
+use crate::opencl::native::{Cl, Device, Platform};
 
 pub struct ServedPlatform {
     pub id: Id,

@@ -18,7 +18,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use crate::limits::Usage;
-use crate::native::{PinnedHost, Queue, QueueDevice};
+use crate::opencl::native::{PinnedHost, Queue, QueueDevice};
 
 /// Size of one chunk of a transfer, and of each pooled buffer. Small enough that the pool's
 /// buffers stay in the CPU caches while they cycle between the socket and the device: on the

@@ -1,0 +1,72 @@
+"""The handle_race check of scripts/gpu-check.sh (through rgpu only: natively, using a destroyed
+handle is undefined): threads use an event and a stream while another thread destroys them.
+
+    rgpu run -- python3 handle_race.py   # prints "handles ok" at the end
+
+Every call on a handle returns either the call's own result (the handle was still live) or
+CUDA_ERROR_INVALID_HANDLE (it was destroyed), never anything else, never a crash; once a
+thread saw a handle dead it stays dead; the context computes afterwards. ctypes releases the
+GIL during each call, so the calls of the threads really overlap."""
+
+import ctypes
+import threading
+
+cuda = ctypes.CDLL("libcuda.so.1")
+INVALID_HANDLE, NOT_READY = 400, 600
+ROUNDS, USERS = 50, 4
+
+
+def check(rc: int, what: str) -> None:
+    if rc != 0:
+        raise SystemExit(f"{what} failed: {rc}")
+
+
+check(cuda.cuInit(0), "cuInit")
+ctx = ctypes.c_void_p()
+check(cuda.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), 0), "primary retain")
+check(cuda.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
+failures = []
+
+
+def use(event: ctypes.c_void_p, stream: ctypes.c_void_p, stop: threading.Event) -> None:
+    check(cuda.cuCtxSetCurrent(ctx), "cuCtxSetCurrent (user)")
+    dead = False
+    while not stop.is_set():
+        results = (cuda.cuEventRecord(event, stream), cuda.cuEventQuery(event),
+                   cuda.cuStreamQuery(stream))
+        for rc in results:
+            if rc == INVALID_HANDLE:
+                dead = True
+            elif dead:
+                failures.append(f"a dead handle answered {rc}")
+            elif rc not in (0, NOT_READY):
+                failures.append(f"a live handle answered {rc}")
+
+
+for _ in range(ROUNDS):
+    event, stream = ctypes.c_void_p(), ctypes.c_void_p()
+    check(cuda.cuEventCreate(ctypes.byref(event), 0), "cuEventCreate")
+    check(cuda.cuStreamCreate(ctypes.byref(stream), 0), "cuStreamCreate")
+    stop = threading.Event()
+    users = [threading.Thread(target=use, args=(event, stream, stop)) for _ in range(USERS)]
+    for user in users:
+        user.start()
+    check(cuda.cuEventDestroy_v2(event), "cuEventDestroy")
+    check(cuda.cuStreamDestroy_v2(stream), "cuStreamDestroy")
+    # Destroyed once: a second destroy is the driver's invalid-handle error, not a double free.
+    assert cuda.cuEventDestroy_v2(event) == INVALID_HANDLE
+    assert cuda.cuStreamDestroy_v2(stream) == INVALID_HANDLE
+    stop.set()
+    for user in users:
+        user.join()
+if failures:
+    raise SystemExit(f"{len(failures)} wrong answers, e.g. {failures[:3]}")
+# The context is intact: a round trip through device memory.
+ptr = ctypes.c_uint64()
+check(cuda.cuMemAlloc_v2(ctypes.byref(ptr), ctypes.c_size_t(4096)), "cuMemAlloc")
+src, dst = bytes(range(256)) * 16, ctypes.create_string_buffer(4096)
+check(cuda.cuMemcpyHtoD_v2(ptr, src, ctypes.c_size_t(4096)), "cuMemcpyHtoD")
+check(cuda.cuMemcpyDtoH_v2(dst, ptr, ctypes.c_size_t(4096)), "cuMemcpyDtoH")
+assert dst.raw == src
+check(cuda.cuCtxSynchronize(), "cuCtxSynchronize")
+print(f"handles ok ({ROUNDS} rounds, {USERS} threads using each event and stream)")
