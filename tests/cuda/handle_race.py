@@ -59,15 +59,15 @@ for _ in range(ROUNDS):
         user.join()
 if failures:
     raise SystemExit(f"{len(failures)} wrong answers, e.g. {failures[:3]}")
-# The context is intact: a round trip through device memory.
+# A failed record's deferred error, if one is left, is reported once; then the context is
+# intact: a round trip through device memory.
+rc = cuda.cuCtxSynchronize()
+assert rc in (0, INVALID_HANDLE), rc
 ptr = ctypes.c_uint64()
 check(cuda.cuMemAlloc_v2(ctypes.byref(ptr), ctypes.c_size_t(4096)), "cuMemAlloc")
 src, dst = bytes(range(256)) * 16, ctypes.create_string_buffer(4096)
 check(cuda.cuMemcpyHtoD_v2(ptr, src, ctypes.c_size_t(4096)), "cuMemcpyHtoD")
 check(cuda.cuMemcpyDtoH_v2(dst, ptr, ctypes.c_size_t(4096)), "cuMemcpyDtoH")
 assert dst.raw == src
-# The failed records' deferred error, if any, is reported once; then the context is clean.
-rc = cuda.cuCtxSynchronize()
-assert rc in (0, INVALID_HANDLE), rc
 check(cuda.cuCtxSynchronize(), "cuCtxSynchronize")
 print(f"handles ok ({ROUNDS} rounds, {USERS} threads using each event and stream)")
