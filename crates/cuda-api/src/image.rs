@@ -252,6 +252,7 @@ mod tests {
         padded.extend_from_slice(&[0xee; 32]);
         assert_eq!(image_len_of(&padded), Some(56));
         assert_eq!(image_len_of(&image[..10]), None);
+        // SAFETY: test: a pointer to a live local image (or null, which is refused).
         let bytes = unsafe { image_bytes(padded.as_ptr().cast()) }.unwrap();
         assert_eq!(bytes, &image[..]);
     }
@@ -265,6 +266,7 @@ mod tests {
         padded.extend_from_slice(&[0xee; 100]);
         assert_eq!(image_len_of(&padded), Some(image.len()));
         assert_eq!(
+            // SAFETY: test: a pointer to a live local image (or null, which is refused).
             unsafe { image_bytes(padded.as_ptr().cast()) },
             Some(&image[..])
         );
@@ -272,6 +274,7 @@ mod tests {
         let image = elf(128, 1000);
         assert_eq!(image_len_of(&image), Some(1000));
         assert_eq!(
+            // SAFETY: test: a pointer to a live local image (or null, which is refused).
             unsafe { image_bytes(image.as_ptr().cast()) }.map(<[u8]>::len),
             Some(1000)
         );
@@ -306,13 +309,16 @@ mod tests {
     fn ptx_includes_its_nul() {
         let ptx = b".version 8.0\n.target sm_80\n\0garbage";
         assert_eq!(image_len_of(ptx), Some(28));
+        // SAFETY: test: a pointer to a live local image (or null, which is refused).
         let bytes = unsafe { image_bytes(ptx.as_ptr().cast()) }.unwrap();
         assert_eq!(bytes, &ptx[..28]);
         assert_eq!(
+            // SAFETY: test: a pointer to a live local image (or null, which is refused).
             unsafe { image_bytes(c"".as_ptr().cast()) },
             Some(&b"\0"[..])
         );
         assert_eq!(
+            // SAFETY: test: a pointer to a live local image (or null, which is refused).
             unsafe { image_bytes(c"ab".as_ptr().cast()) },
             Some(&b"ab\0"[..])
         );
@@ -335,11 +341,14 @@ mod tests {
             data: image.as_ptr(),
             filename: std::ptr::null(),
         };
+        // SAFETY: test: a pointer to a live local image (or null, which is refused).
         let bytes = unsafe { image_bytes((&wrapper as *const Wrapper).cast()) }.unwrap();
         assert_eq!(bytes, &image[..]);
         let raw =
+            // SAFETY: test: `wrapper` is a live local of 24 bytes.
             unsafe { std::slice::from_raw_parts((&wrapper as *const Wrapper).cast::<u8>(), 24) };
         assert_eq!(image_len_of(raw), None);
+        // SAFETY: test: a pointer to a live local image (or null, which is refused).
         assert_eq!(unsafe { image_bytes(std::ptr::null()) }, None);
     }
 }

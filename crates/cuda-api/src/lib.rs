@@ -5,10 +5,6 @@
 //!   `cuGetProcAddress` version table and the names of every `CUresult`.
 //! - [`native`]: a driver library loaded at run time, called through [`cu_call!`].
 
-// `cu_call!` hands its arguments to the driver inside its unsafe block: they are the raw
-// pointers and handles each call is about, and its callers answer for them.
-#![allow(clippy::macro_metavars_in_unsafe)]
-
 pub use cudarc::driver::sys;
 
 pub mod generated;

@@ -48,15 +48,16 @@ macro_rules! define_driver {
 
 for_each_driver_function!(define_driver);
 
-/// Calls a driver function by name: `call!(driver, cuCtxSynchronize())`. Evaluates to the
-/// function's status, `NOT_SUPPORTED` if the driver lacks it.
-// The arguments go into the call's unsafe block on purpose (see the crate's lint allowance).
+// SAFETY: cuInit has no preconditions.
+/// Calls a driver function by name: `unsafe { cu_call!(driver, cuCtxSynchronize()) }`.
+/// Evaluates to the function's status, `NOT_SUPPORTED` if the driver lacks it. The caller
+/// writes the `unsafe` block (and its SAFETY note): the arguments must be valid for the
+/// function, which only the call site knows.
 #[macro_export]
 macro_rules! cu_call {
     ($driver:expr, $name:ident($($arg:expr),* $(,)?)) => {
         match $driver.fns.$name {
-            // SAFETY: the caller passes arguments valid for this driver function.
-            Some(function) => unsafe { function($($arg),*) },
+            Some(function) => function($($arg),*),
             None => $crate::native::NOT_SUPPORTED,
         }
     };
@@ -104,7 +105,8 @@ impl Driver {
             path: name,
             _library: loaded,
         };
-        check(cu_call!(driver, cuInit(0)))
+        // SAFETY: cuInit has no preconditions.
+        check(unsafe { cu_call!(driver, cuInit(0)) })
             .map_err(|status| format!("cuInit failed with CUDA error {status}"))?;
         Ok(driver)
     }

@@ -181,6 +181,7 @@ static CUDART_TABLE: Table<13> = table!(CUDART, 13, {
 unsafe extern "C" fn cudart_device_primary_ctx(pctx: *mut CUcontext, dev: CUdevice) -> CUresult {
     status(
         runtime::device(dev)
+            // SAFETY: an out-pointer from the caller: null (refused by write_out) or writable, as the API requires.
             .and_then(|device| unsafe { write_out(pctx, device.primary().handle()) }),
     )
 }
@@ -219,10 +220,12 @@ unsafe fn write_buffer(
 }
 
 unsafe extern "C" fn hooks_enable_buffer(out: *mut *const AtomicU32, entries: *mut usize) {
+    // SAFETY: cudart's out-pointers for the buffer and its length, as the table's contract says.
     unsafe { write_buffer(&ENABLE_BUFFER, out, entries) }
 }
 
 unsafe extern "C" fn hooks_internal_enable_buffer(out: *mut *const AtomicU32, entries: *mut usize) {
+    // SAFETY: cudart's out-pointers for the buffer and its length, as the table's contract says.
     unsafe { write_buffer(&INTERNAL_ENABLE_BUFFER, out, entries) }
 }
 
@@ -230,6 +233,7 @@ unsafe extern "C" fn hooks_internal_enable_buffer(out: *mut *const AtomicU32, en
 unsafe extern "C" fn context_id(ctx: CUcontext, id: *mut u64) -> CUresult {
     status(context_or_current(ctx).and_then(|ctx| {
         let unique = objects::context_unique_id(ctx).ok_or(CUresult::CUDA_ERROR_INVALID_CONTEXT)?;
+        // SAFETY: an out-pointer from the caller: null (refused by write_out) or writable, as the API requires.
         unsafe { write_out(id, unique) }
     }))
 }
@@ -239,6 +243,7 @@ unsafe extern "C" fn stream_id(_ctx: CUcontext, stream: CUstream, id: *mut u64) 
     status(
         objects::stream_unique_id(stream)
             .ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)
+            // SAFETY: an out-pointer from the caller: null (refused by write_out) or writable, as the API requires.
             .and_then(|unique| unsafe { write_out(id, unique) }),
     )
 }
@@ -260,6 +265,7 @@ unsafe extern "C" fn tls_set_current(ctx: CUcontext) -> CUresult {
 }
 
 unsafe extern "C" fn tls_get_current(pctx: *mut CUcontext) -> CUresult {
+    // SAFETY: an out-pointer from the caller: null (refused by write_out) or writable, as the API requires.
     status(unsafe { write_out(pctx, objects::current_handle()) })
 }
 
@@ -321,6 +327,7 @@ unsafe extern "C" fn storage_get(
             .get(&(ctx as usize, key as usize))
             .map(|stored| stored.data)
             .ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
+        // SAFETY: an out-pointer from the caller: null (refused by write_out) or writable, as the API requires.
         unsafe { write_out(data, value as *mut c_void) }
     }))
 }
@@ -361,6 +368,7 @@ unsafe extern "C" fn green_ctx_get_type(
     kind: *mut c_int,
     _primary: *mut CUcontext,
 ) -> CUresult {
+    // SAFETY: an out-pointer from the caller: null (refused by write_out) or writable, as the API requires.
     status(unsafe { write_out(kind, 0) })
 }
 
@@ -501,6 +509,7 @@ unsafe extern "C" fn tools_stream_handle(
         0 => 0x1 as CUstream,
         _ => stream,
     };
+    // SAFETY: an out-pointer from the caller: null (refused by write_out) or writable, as the API requires.
     status(unsafe { write_out(out, handle) })
 }
 
@@ -588,6 +597,7 @@ mod tests {
     }
 
     fn slot(table: *const c_void, index: usize) -> usize {
+        // SAFETY: test: `index` is within the table `table` points at.
         unsafe { *(table as *const usize).add(index) }
     }
 
@@ -645,17 +655,22 @@ mod tests {
         let mut out = [0u64; 2];
         let table = get(&INTEGRITY_ID).unwrap();
         assert_eq!(slot(table, 1), integrity_check as *const () as usize);
+        // SAFETY: test: pointers to live locals (or null where the function refuses it).
         let result = unsafe { integrity_check(13000, 1, out.as_mut_ptr().cast()) };
         assert_eq!(result, CUresult::CUDA_SUCCESS);
         assert_eq!(out, [0x3341181C03CB675C, 0x8ED383AA1F4CD1E8]);
+        // SAFETY: test: pointers to live locals (or null where the function refuses it).
         unsafe { integrity_check(13001, 1, out.as_mut_ptr().cast()) };
         assert_eq!(out, [0x1841181C03CB675C, 0x8ED383AA1F4CD1E8]);
         // Hashed answers depend on the call's time.
         let mut a = [0u8; 16];
         let mut b = [0u8; 16];
+        // SAFETY: test: pointers to live locals (or null where the function refuses it).
         unsafe { integrity_check(13002, 1, a.as_mut_ptr()) };
+        // SAFETY: test: pointers to live locals (or null where the function refuses it).
         unsafe { integrity_check(13002, 2, b.as_mut_ptr()) };
         assert_ne!(a, b);
+        // SAFETY: test: pointers to live locals (or null where the function refuses it).
         let result = unsafe { integrity_check(13002, 1, std::ptr::null_mut()) };
         assert_eq!(result, CUresult::CUDA_ERROR_INVALID_VALUE);
     }
@@ -709,11 +724,13 @@ mod tests {
     #[test]
     fn stubs_answer_not_supported() {
         let stub: extern "C" fn() -> CUresult =
+            // SAFETY: test: slot 5 of that table holds a stub of this signature.
             unsafe { std::mem::transmute(slot(UNKNOWN_69A2_TABLE.base(), 5)) };
         assert_eq!(stub(), CUresult::CUDA_ERROR_NOT_SUPPORTED);
         assert_eq!(green_ctx_support_enabled(), 0);
         let mut kind = 7;
         let result =
+            // SAFETY: test: pointers to live locals (or null where the function refuses it).
             unsafe { green_ctx_get_type(std::ptr::null_mut(), &mut kind, std::ptr::null_mut()) };
         assert_eq!((result, kind), (CUresult::CUDA_SUCCESS, 0));
     }
@@ -722,12 +739,15 @@ mod tests {
     fn enable_buffers_are_zeroed() {
         let mut buffer = std::ptr::null();
         let mut entries = 0;
+        // SAFETY: test: pointers to live locals (or null where the function refuses it).
         unsafe { hooks_enable_buffer(&mut buffer, &mut entries) };
         assert_eq!(entries, 4096);
+        // SAFETY: test: the buffer has `entries` flags and lives as long as the process.
         let flags = unsafe { std::slice::from_raw_parts(buffer, entries) };
         assert!(flags
             .iter()
             .all(|f| f.load(std::sync::atomic::Ordering::Relaxed) == 0));
+        // SAFETY: test: pointers to live locals (or null where the function refuses it).
         unsafe { hooks_internal_enable_buffer(&mut buffer, &mut entries) };
         assert_eq!(entries, 256);
     }
@@ -748,53 +768,65 @@ mod tests {
         let (key, data) = (0x10 as *mut c_void, 0x99 as *mut c_void);
         let untouched = std::ptr::dangling_mut::<c_void>();
         let mut out = untouched;
+        // SAFETY: test: pointers to live locals (or null where the function refuses it).
         let miss = unsafe { storage_get(&mut out, ctx, key) };
         assert_eq!(
             (miss, out),
             (CUresult::CUDA_ERROR_INVALID_HANDLE, untouched)
         );
 
+        // SAFETY: test: pointers to live locals (or null where the function refuses it).
         let ok = unsafe { storage_register(ctx, key, data, Some(record_destroy)) };
         assert_eq!(ok, CUresult::CUDA_SUCCESS);
         assert_eq!(
+            // SAFETY: test: pointers to live locals (or null where the function refuses it).
             unsafe { storage_get(&mut out, ctx, key) },
             CUresult::CUDA_SUCCESS
         );
         assert_eq!(out, data);
         assert_eq!(
+            // SAFETY: test: pointers to live locals (or null where the function refuses it).
             unsafe { storage_get(&mut out, other, key) },
             CUresult::CUDA_ERROR_INVALID_HANDLE
         );
 
         assert_eq!(
+            // SAFETY: test: pointers to live locals (or null where the function refuses it).
             unsafe { storage_unregister(ctx, key) },
             CUresult::CUDA_SUCCESS
         );
         assert_eq!(
+            // SAFETY: test: pointers to live locals (or null where the function refuses it).
             unsafe { storage_get(&mut out, ctx, key) },
             CUresult::CUDA_ERROR_INVALID_HANDLE
         );
         assert_eq!(
+            // SAFETY: test: pointers to live locals (or null where the function refuses it).
             unsafe { storage_unregister(ctx, key) },
             CUresult::CUDA_ERROR_INVALID_HANDLE
         );
 
         // Destroying a context runs its destructors, and only its own.
+        // SAFETY: test: pointers to live locals (or null where the function refuses it).
         unsafe { storage_register(ctx, key, data, Some(record_destroy)) };
+        // SAFETY: test: pointers to live locals (or null where the function refuses it).
         unsafe { storage_register(other, key, data, Some(record_destroy)) };
         context_destroyed(ctx);
         assert_eq!(*DESTROYED.lock().unwrap(), [(0x5000, 0x10, 0x99)]);
         assert_eq!(
+            // SAFETY: test: pointers to live locals (or null where the function refuses it).
             unsafe { storage_get(&mut out, ctx, key) },
             CUresult::CUDA_ERROR_INVALID_HANDLE
         );
         assert_eq!(
+            // SAFETY: test: pointers to live locals (or null where the function refuses it).
             unsafe { storage_get(&mut out, other, key) },
             CUresult::CUDA_SUCCESS
         );
         context_destroyed(other);
 
         // No context given and none current.
+        // SAFETY: test: pointers to live locals (or null where the function refuses it).
         let none = unsafe { storage_get(&mut out, std::ptr::null_mut(), key) };
         assert_eq!(none, CUresult::CUDA_ERROR_INVALID_CONTEXT);
     }
@@ -803,10 +835,13 @@ mod tests {
     fn tools_stream_handles_are_never_null() {
         let mut handle = std::ptr::null_mut();
         let (null, default) = (std::ptr::null_mut(), std::ptr::null_mut());
+        // SAFETY: test: pointers to live locals (or null where the function refuses it).
         unsafe { tools_stream_handle(null, default, &mut handle, 0) };
         assert_eq!(handle as usize, 1);
+        // SAFETY: test: pointers to live locals (or null where the function refuses it).
         unsafe { tools_stream_handle(null, default, &mut handle, 1) };
         assert_eq!(handle as usize, 2);
+        // SAFETY: test: pointers to live locals (or null where the function refuses it).
         unsafe { tools_stream_handle(null, 0x7000 as CUstream, &mut handle, 0) };
         assert_eq!(handle as usize, 0x7000);
     }

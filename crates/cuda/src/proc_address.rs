@@ -11,6 +11,7 @@ use crate::generated_exports::EXPORTS;
 pub struct EntryPoint(pub *const ());
 // SAFETY: function addresses are immutable and valid from every thread.
 unsafe impl Sync for EntryPoint {}
+// SAFETY: as for Sync: an address to call, the same from any thread.
 unsafe impl Send for EntryPoint {}
 
 /// `CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM`: ask for the `_ptds`/`_ptsz` variants.

@@ -75,10 +75,12 @@ pub unsafe fn creation(
 ) -> *mut c_void {
     match result {
         Ok(handle) => {
+            // SAFETY: the application's errcode pointer: null or writable.
             unsafe { set_error(errcode_ret, CL_SUCCESS) };
             handle
         }
         Err(code) => {
+            // SAFETY: the application's errcode pointer: null or writable.
             unsafe { set_error(errcode_ret, code) };
             std::ptr::null_mut()
         }
@@ -136,6 +138,7 @@ pub unsafe fn property_list<T: Copy + Default + PartialEq>(props: *const T) -> V
         if key == T::default() {
             break;
         }
+        // SAFETY: the list is zero-terminated and each key has its value after it (the API contract).
         out.push(unsafe { *props.add(i + 1) });
         i += 2;
     }

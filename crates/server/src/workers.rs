@@ -614,6 +614,7 @@ pub fn run_worker(on_start: impl FnOnce(WorkerStop)) -> Result<(), String> {
     unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) };
     // SAFETY: the listener put the control socket at this descriptor for this process alone.
     let control = Control {
+        // SAFETY: the listener put the control socket at this descriptor for this process alone.
         fd: unsafe { OwnedFd::from_raw_fd(CONTROL_FD) },
     };
     let stop = WorkerStop {

@@ -26,6 +26,7 @@ pub unsafe fn cuCtxCreate_v4(
         ctx.ensure_created()?;
         let handle = ctx.into_handle();
         objects::push_current(handle);
+        // SAFETY: an out-pointer from the caller: null (refused by write_out) or writable, as the API requires.
         unsafe { write_out(pctx, handle) }
     }))
 }
@@ -37,10 +38,12 @@ pub unsafe fn cuCtxCreate_v3(
     flags: c_uint,
     dev: CUdevice,
 ) -> CUresult {
+    // SAFETY: the caller's arguments, passed on as they came.
     unsafe { cuCtxCreate_v4(pctx, std::ptr::null_mut(), flags, dev) }
 }
 
 pub unsafe fn cuCtxCreate_v2(pctx: *mut CUcontext, flags: c_uint, dev: CUdevice) -> CUresult {
+    // SAFETY: the caller's arguments, passed on as they came.
     unsafe { cuCtxCreate_v4(pctx, std::ptr::null_mut(), flags, dev) }
 }
 
@@ -66,6 +69,7 @@ pub unsafe fn cuCtxDestroy_v2(ctx: CUcontext) -> CUresult {
 }
 
 pub unsafe fn cuCtxGetCurrent(pctx: *mut CUcontext) -> CUresult {
+    // SAFETY: an out-pointer from the caller: null (refused by write_out) or writable, as the API requires.
     status(runtime::runtime().and_then(|_| unsafe { write_out(pctx, objects::current_handle()) }))
 }
 
@@ -91,6 +95,7 @@ pub unsafe fn cuCtxPopCurrent_v2(pctx: *mut CUcontext) -> CUresult {
     status(runtime::runtime().and_then(|_| {
         let popped = objects::pop_current().ok_or(CUresult::CUDA_ERROR_INVALID_CONTEXT)?;
         if !pctx.is_null() {
+            // SAFETY: `pctx` is the caller's out-pointer, checked non-null.
             unsafe { pctx.write(popped) };
         }
         Ok(())
@@ -98,25 +103,30 @@ pub unsafe fn cuCtxPopCurrent_v2(pctx: *mut CUcontext) -> CUresult {
 }
 
 pub unsafe fn cuCtxGetDevice(dev: *mut CUdevice) -> CUresult {
+    // SAFETY: an out-pointer from the caller: null (refused by write_out) or writable, as the API requires.
     status(current_context().and_then(|ctx| unsafe { write_out(dev, ctx.device) }))
 }
 
 pub unsafe fn cuCtxGetDevice_v2(dev: *mut CUdevice, ctx: CUcontext) -> CUresult {
+    // SAFETY: an out-pointer from the caller: null (refused by write_out) or writable, as the API requires.
     status(context_or_current(ctx).and_then(|ctx| unsafe { write_out(dev, ctx.device) }))
 }
 
 pub unsafe fn cuCtxGetFlags(flags: *mut c_uint) -> CUresult {
     status(
         current_context()
+            // SAFETY: an out-pointer from the caller: null (refused by write_out) or writable, as the API requires.
             .and_then(|ctx| unsafe { write_out(flags, ctx.flags.load(Ordering::Relaxed)) }),
     )
 }
 
 pub unsafe fn cuCtxGetId(ctx: CUcontext, id: *mut u64) -> CUresult {
+    // SAFETY: an out-pointer from the caller: null (refused by write_out) or writable, as the API requires.
     status(context_or_current(ctx).and_then(|ctx| unsafe { write_out(id, ctx.unique_id) }))
 }
 
 pub unsafe fn cuCtxGetApiVersion(ctx: CUcontext, version: *mut c_uint) -> CUresult {
+    // SAFETY: an out-pointer from the caller: null (refused by write_out) or writable, as the API requires.
     status(context_or_current(ctx).and_then(|_| unsafe { write_out(version, 13000) }))
 }
 
@@ -135,6 +145,7 @@ pub(crate) fn synchronize(ctx: &Context) -> Result<(), CUresult> {
 pub unsafe fn cuCtxGetLimit(value: *mut usize, limit: c_uint) -> CUresult {
     status(current_context().and_then(|ctx| {
         let v = ctx.conn.cuda().get_limit(ctx.remote, limit).outcome()?;
+        // SAFETY: an out-pointer from the caller: null (refused by write_out) or writable, as the API requires.
         unsafe { write_out(value, v as usize) }
     }))
 }
@@ -147,6 +158,7 @@ pub unsafe fn cuCtxSetLimit(limit: c_uint, value: usize) -> CUresult {
 }
 
 pub unsafe fn cuCtxGetStreamPriorityRange(least: *mut c_int, greatest: *mut c_int) -> CUresult {
+    // SAFETY: the caller's out-pointers, each written only when non-null.
     status(current_context().map(|_| unsafe {
         // The driver's range on every GPU it supports: 0 (lowest) to -5 (highest).
         if !least.is_null() {
@@ -161,6 +173,7 @@ pub unsafe fn cuCtxGetStreamPriorityRange(least: *mut c_int, greatest: *mut c_in
 pub unsafe fn cuCtxGetCacheConfig(config: *mut c_uint) -> CUresult {
     status(
         current_context()
+            // SAFETY: an out-pointer from the caller: null (refused by write_out) or writable, as the API requires.
             .and_then(|ctx| unsafe { write_out(config, ctx.cache_config.load(Ordering::Relaxed)) }),
     )
 }

@@ -671,29 +671,36 @@ unsafe fn copy_3d_peer(p: *const CUDA_MEMCPY3D_PEER, stream: Option<CUstream>) -
 }
 
 pub unsafe fn cuMemcpy2D_v2(p: *const CUDA_MEMCPY2D) -> CUresult {
+    // SAFETY: the caller's copy descriptor (null is refused), as the API requires.
     unsafe { copy_2d(p, None) }
 }
 
 pub unsafe fn cuMemcpy2DUnaligned_v2(p: *const CUDA_MEMCPY2D) -> CUresult {
+    // SAFETY: the caller's copy descriptor (null is refused), as the API requires.
     unsafe { copy_2d(p, None) }
 }
 
 pub unsafe fn cuMemcpy2DAsync_v2(p: *const CUDA_MEMCPY2D, stream: CUstream) -> CUresult {
+    // SAFETY: the caller's copy descriptor (null is refused), as the API requires.
     unsafe { copy_2d(p, Some(stream)) }
 }
 
 pub unsafe fn cuMemcpy3D_v2(p: *const CUDA_MEMCPY3D) -> CUresult {
+    // SAFETY: the caller's copy descriptor (null is refused), as the API requires.
     unsafe { copy_3d(p, None) }
 }
 
 pub unsafe fn cuMemcpy3DAsync_v2(p: *const CUDA_MEMCPY3D, stream: CUstream) -> CUresult {
+    // SAFETY: the caller's copy descriptor (null is refused), as the API requires.
     unsafe { copy_3d(p, Some(stream)) }
 }
 
 pub unsafe fn cuMemcpy3DPeer(p: *const CUDA_MEMCPY3D_PEER) -> CUresult {
+    // SAFETY: the caller's copy descriptor (null is refused), as the API requires.
     unsafe { copy_3d_peer(p, None) }
 }
 
 pub unsafe fn cuMemcpy3DPeerAsync(p: *const CUDA_MEMCPY3D_PEER, stream: CUstream) -> CUresult {
+    // SAFETY: the caller's copy descriptor (null is refused), as the API requires.
     unsafe { copy_3d_peer(p, Some(stream)) }
 }

@@ -11,10 +11,12 @@ use super::{status, write_out};
 use crate::runtime::{self, device};
 
 pub unsafe fn cuDeviceGetCount(count: *mut c_int) -> CUresult {
+    // SAFETY: an out-pointer from the caller: null (refused by write_out) or writable, as the API requires.
     status(runtime::runtime().and_then(|rt| unsafe { write_out(count, rt.devices.len() as c_int) }))
 }
 
 pub unsafe fn cuDeviceGet(out: *mut CUdevice, ordinal: c_int) -> CUresult {
+    // SAFETY: an out-pointer from the caller: null (refused by write_out) or writable, as the API requires.
     status(device(ordinal).and_then(|_| unsafe { write_out(out, ordinal) }))
 }
 
@@ -23,6 +25,7 @@ pub unsafe fn cuDeviceGetName(name: *mut c_char, len: c_int, dev: CUdevice) -> C
         if name.is_null() || len <= 0 {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
         }
+        // SAFETY: the caller's buffer of `len` bytes (null is refused), as the API requires.
         unsafe { copy_c_string(&device.info.name, name, len as usize) };
         Ok(())
     }))
@@ -39,18 +42,21 @@ unsafe fn copy_c_string(text: &str, out: *mut c_char, capacity: usize) {
 }
 
 pub unsafe fn cuDeviceGetUuid(uuid: *mut CUuuid, dev: CUdevice) -> CUresult {
+    // SAFETY: the caller's arguments, passed on as they came.
     unsafe { cuDeviceGetUuid_v2(uuid, dev) }
 }
 
 pub unsafe fn cuDeviceGetUuid_v2(uuid: *mut CUuuid, dev: CUdevice) -> CUresult {
     status(device(dev).and_then(|device| {
         let bytes = device.info.uuid.map(|b| b as c_char);
+        // SAFETY: an out-pointer from the caller: null (refused by write_out) or writable, as the API requires.
         unsafe { write_out(uuid, CUuuid { bytes }) }
     }))
 }
 
 pub unsafe fn cuDeviceTotalMem_v2(bytes: *mut usize, dev: CUdevice) -> CUresult {
     status(
+        // SAFETY: an out-pointer from the caller: null (refused by write_out) or writable, as the API requires.
         device(dev).and_then(|device| unsafe { write_out(bytes, device.info.total_mem as usize) }),
     )
 }
@@ -64,6 +70,7 @@ pub unsafe fn cuDeviceGetAttribute(
         let answer = device
             .attribute(attribute)
             .ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+        // SAFETY: an out-pointer from the caller: null (refused by write_out) or writable, as the API requires.
         unsafe { write_out(value, answer) }
     }))
 }
@@ -76,6 +83,7 @@ pub unsafe fn cuDeviceComputeCapability(
     status(device(dev).and_then(|device| {
         let major_value = device.attribute(75).unwrap_or(0);
         let minor_value = device.attribute(76).unwrap_or(0);
+        // SAFETY: an out-pointer from the caller: null (refused by write_out) or writable, as the API requires.
         unsafe {
             write_out(major, major_value)?;
             write_out(minor, minor_value)
@@ -88,6 +96,7 @@ pub unsafe fn cuDeviceGetPCIBusId(bus_id: *mut c_char, len: c_int, dev: CUdevice
         if bus_id.is_null() || len <= 0 {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
         }
+        // SAFETY: the caller's buffer of `len` bytes (null is refused), as the API requires.
         unsafe { copy_c_string(&device.info.pci_bus_id, bus_id, len as usize) };
         Ok(())
     }))
@@ -115,6 +124,7 @@ pub unsafe fn cuDeviceCanAccessPeer(
 ) -> CUresult {
     status(peer_link(dev, peer).and_then(|link| {
         let can = link.is_some_and(|link| link.can_access);
+        // SAFETY: an out-pointer from the caller: null (refused by write_out) or writable, as the API requires.
         unsafe { write_out(can_access, can as c_int) }
     }))
 }
@@ -140,6 +150,7 @@ pub unsafe fn cuDeviceGetP2PAttribute(
             None if (1..=4).contains(&attribute) => 0,
             None => return Err(CUresult::CUDA_ERROR_INVALID_VALUE),
         };
+        // SAFETY: an out-pointer from the caller: null (refused by write_out) or writable, as the API requires.
         unsafe { write_out(value, answer) }
     }))
 }
@@ -148,6 +159,7 @@ pub unsafe fn cuDevicePrimaryCtxRetain(pctx: *mut CUcontext, dev: CUdevice) -> C
     status(device(dev).and_then(|device| {
         device.primary().ensure_created()?;
         device.primary().retained.fetch_add(1, Ordering::AcqRel);
+        // SAFETY: an out-pointer from the caller: null (refused by write_out) or writable, as the API requires.
         unsafe { write_out(pctx, device.primary().handle()) }
     }))
 }
@@ -168,6 +180,7 @@ pub unsafe fn cuDevicePrimaryCtxRelease_v2(dev: CUdevice) -> CUresult {
 }
 
 pub unsafe fn cuDevicePrimaryCtxRelease(dev: CUdevice) -> CUresult {
+    // SAFETY: the caller's arguments, passed on as they came.
     unsafe { cuDevicePrimaryCtxRelease_v2(dev) }
 }
 
@@ -178,6 +191,7 @@ pub unsafe fn cuDevicePrimaryCtxGetState(
 ) -> CUresult {
     status(device(dev).and_then(|device| {
         let primary = device.primary();
+        // SAFETY: an out-pointer from the caller: null (refused by write_out) or writable, as the API requires.
         unsafe {
             write_out(flags, primary.flags.load(Ordering::Relaxed))?;
             write_out(
@@ -193,6 +207,7 @@ pub unsafe fn cuDevicePrimaryCtxSetFlags_v2(dev: CUdevice, flags: c_uint) -> CUr
 }
 
 pub unsafe fn cuDevicePrimaryCtxSetFlags(dev: CUdevice, flags: c_uint) -> CUresult {
+    // SAFETY: the caller's arguments, passed on as they came.
     unsafe { cuDevicePrimaryCtxSetFlags_v2(dev, flags) }
 }
 
@@ -205,5 +220,6 @@ pub unsafe fn cuDevicePrimaryCtxReset_v2(dev: CUdevice) -> CUresult {
 }
 
 pub unsafe fn cuDevicePrimaryCtxReset(dev: CUdevice) -> CUresult {
+    // SAFETY: the caller's arguments, passed on as they came.
     unsafe { cuDevicePrimaryCtxReset_v2(dev) }
 }

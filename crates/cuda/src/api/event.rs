@@ -20,6 +20,7 @@ pub unsafe fn cuEventCreate(out: *mut CUevent, flags: c_uint) -> CUresult {
         server
             .create_event(event.remote, ctx.remote, flags)
             .outcome()?;
+        // SAFETY: an out-pointer from the caller: null (refused by write_out) or writable, as the API requires.
         unsafe { write_out(out, event.into_handle()) }
     }))
 }
@@ -35,6 +36,7 @@ pub unsafe fn cuEventDestroy_v2(event: CUevent) -> CUresult {
 }
 
 pub unsafe fn cuEventRecord(event: CUevent, stream: CUstream) -> CUresult {
+    // SAFETY: the caller's arguments, passed on as they came.
     unsafe { cuEventRecordWithFlags(event, stream, 0) }
 }
 
@@ -80,10 +82,12 @@ pub unsafe fn cuEventElapsedTime_v2(
         let ms = server
             .event_elapsed_time(start.remote, end.remote)
             .outcome()?;
+        // SAFETY: an out-pointer from the caller: null (refused by write_out) or writable, as the API requires.
         unsafe { write_out(milliseconds, ms) }
     })())
 }
 
 pub unsafe fn cuEventElapsedTime(milliseconds: *mut f32, start: CUevent, end: CUevent) -> CUresult {
+    // SAFETY: the caller's arguments, passed on as they came.
     unsafe { cuEventElapsedTime_v2(milliseconds, start, end) }
 }

@@ -46,6 +46,7 @@ pub unsafe fn cuStreamBeginCapture_v2(stream: CUstream, mode: c_uint) -> CUresul
 }
 
 pub unsafe fn cuStreamBeginCapture(stream: CUstream) -> CUresult {
+    // SAFETY: the caller's arguments, passed on as they came.
     unsafe { cuStreamBeginCapture_v2(stream, 0) }
 }
 
@@ -67,6 +68,7 @@ pub unsafe fn cuStreamEndCapture(stream: CUstream, graph: *mut CUgraph) -> CUres
         // The capture is over either way (the driver ends it, also on failure).
         object.capture.store(0, Ordering::Release);
         ended?;
+        // SAFETY: an out-pointer from the caller: null (refused by write_out) or writable, as the API requires.
         unsafe { write_out(graph, captured.into_handle()) }
     })())
 }
@@ -111,6 +113,7 @@ pub unsafe fn cuGraphInstantiateWithFlags(
     graph: CUgraph,
     flags: u64,
 ) -> CUresult {
+    // SAFETY: an out-pointer from the caller: null (refused by write_out) or writable, as the API requires.
     status(instantiate(graph, flags).and_then(|handle| unsafe { write_out(exec, handle) }))
 }
 
@@ -129,6 +132,7 @@ pub unsafe fn cuGraphInstantiateWithParams(
         if flags & 2 != 0 {
             launch(handle, upload_stream, true)?;
         }
+        // SAFETY: an out-pointer from the caller: null (refused by write_out) or writable, as the API requires.
         unsafe { write_out(exec, handle) }
     });
     // CUgraphInstantiateResult: 0 success, 1 error; written as an integer.

@@ -16,5 +16,6 @@ pub unsafe fn cuInit(flags: c_uint) -> CUresult {
 }
 
 pub unsafe fn cuDriverGetVersion(version: *mut c_int) -> CUresult {
+    // SAFETY: an out-pointer from the caller: null (refused by write_out) or writable, as the API requires.
     status(unsafe { write_out(version, runtime::driver_version()) })
 }

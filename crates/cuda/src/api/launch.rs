@@ -94,6 +94,7 @@ unsafe fn launch(
     let (function, remote) = launchable(f, &ctx)?;
     PARAMS.with(|buffer| {
         let mut buffer = buffer.borrow_mut();
+        // SAFETY: the caller's kernel parameters (`kernelParams` or `extra`), as the API requires.
         unsafe { pack_params(&function, params, extra, &mut buffer)? };
         let server = ctx.conn.cuda();
         server
@@ -117,6 +118,7 @@ pub unsafe fn cuLaunchKernel(
     params: *mut *mut c_void,
     extra: *mut *mut c_void,
 ) -> CUresult {
+    // SAFETY: the caller's kernel and parameters, as the API requires them.
     status(unsafe {
         launch(
             f.cast(),
@@ -163,6 +165,7 @@ pub unsafe fn cuLaunchKernelEx(
     }
     // SAFETY: non-null, and the API contract makes it a valid configuration.
     let config = unsafe { &*config };
+    // SAFETY: the caller's kernel and parameters, as the API requires them.
     status(unsafe {
         launch(
             f.cast(),
@@ -193,6 +196,7 @@ pub unsafe fn cuLaunchCooperativeKernel(
     let mut value = vec![0u8; std::mem::size_of::<CUlaunchAttributeValue>()];
     value[..4].copy_from_slice(&1i32.to_le_bytes());
     let cooperative = vec![LaunchAttribute { id: 2, value }];
+    // SAFETY: the caller's kernel and parameters, as the API requires them.
     status(unsafe {
         launch(
             f.cast(),
@@ -243,6 +247,7 @@ pub unsafe fn cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(
     };
     status(
         occupancy(f.cast(), key, query)
+            // SAFETY: an out-pointer from the caller: null (refused by write_out) or writable, as the API requires.
             .and_then(|answer| unsafe { write_out(blocks, answer as c_int) }),
     )
 }
@@ -253,6 +258,7 @@ pub unsafe fn cuOccupancyMaxActiveBlocksPerMultiprocessor(
     block_size: c_int,
     shared_mem: usize,
 ) -> CUresult {
+    // SAFETY: the caller's arguments, passed on as they came.
     unsafe {
         cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(blocks, f, block_size, shared_mem, 0)
     }
@@ -272,6 +278,7 @@ pub unsafe fn cuOccupancyAvailableDynamicSMemPerBlock(
     };
     status(
         occupancy(f.cast(), key, query)
+            // SAFETY: an out-pointer from the caller: null (refused by write_out) or writable, as the API requires.
             .and_then(|answer| unsafe { write_out(bytes, answer as usize) }),
     )
 }
@@ -298,6 +305,7 @@ pub unsafe fn cuOccupancyMaxPotentialBlockSizeWithFlags(
         block_size_limit,
         flags,
     };
+    // SAFETY: an out-pointer from the caller: null (refused by write_out) or writable, as the API requires.
     status(occupancy(f.cast(), key, query).and_then(|answer| unsafe {
         write_out(min_grid, (answer >> 32) as c_int)?;
         write_out(block, answer as u32 as c_int)
@@ -312,6 +320,7 @@ pub unsafe fn cuOccupancyMaxPotentialBlockSize(
     shared_mem: usize,
     block_size_limit: c_int,
 ) -> CUresult {
+    // SAFETY: the caller's arguments, passed on as they came.
     unsafe {
         cuOccupancyMaxPotentialBlockSizeWithFlags(
             min_grid,
@@ -335,6 +344,7 @@ pub unsafe fn cuOccupancyMaxActiveClusters(
     }
     // SAFETY: non-null, and the API contract makes it a valid configuration.
     let config = unsafe { &*config };
+    // SAFETY: `numAttrs` attributes at `attrs`, as the API requires of a launch configuration.
     let attributes = unsafe { wire_attributes(config.attrs, config.numAttrs) };
     let grid = [config.gridDimX, config.gridDimY, config.gridDimZ];
     let block = [config.blockDimX, config.blockDimY, config.blockDimZ];
@@ -350,6 +360,7 @@ pub unsafe fn cuOccupancyMaxActiveClusters(
     };
     status(
         occupancy(f.cast(), key, query)
+            // SAFETY: an out-pointer from the caller: null (refused by write_out) or writable, as the API requires.
             .and_then(|answer| unsafe { write_out(clusters, answer as c_int) }),
     )
 }

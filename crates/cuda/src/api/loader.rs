@@ -16,6 +16,7 @@ pub unsafe fn cuGetProcAddress(
     cudaVersion: c_int,
     flags: cuuint64_t,
 ) -> CUresult {
+    // SAFETY: the caller's arguments, passed on as they came.
     unsafe { cuGetProcAddress_v2(symbol, pfn, cudaVersion, flags, std::ptr::null_mut()) }
 }
 
@@ -121,10 +122,12 @@ unsafe fn error_text(
 }
 
 pub unsafe fn cuGetErrorName(error: u32, pStr: *mut *const c_char) -> CUresult {
+    // SAFETY: the caller's out-pointer for the text (null is refused).
     unsafe { error_text(error, pStr, |entry| &entry.1) }
 }
 
 pub unsafe fn cuGetErrorString(error: u32, pStr: *mut *const c_char) -> CUresult {
+    // SAFETY: the caller's out-pointer for the text (null is refused).
     unsafe { error_text(error, pStr, |entry| &entry.2) }
 }
 
@@ -134,8 +137,10 @@ mod tests {
 
     fn text(f: unsafe fn(u32, *mut *const c_char) -> CUresult, error: u32) -> Option<String> {
         let mut out = std::ptr::dangling::<c_char>();
+        // SAFETY: test: a writable local out-pointer.
         let result = unsafe { f(error, &mut out) };
         assert_eq!(result == CUresult::CUDA_SUCCESS, !out.is_null());
+        // SAFETY: a non-null result points at a static NUL-terminated text.
         (!out.is_null()).then(|| unsafe { CStr::from_ptr(out) }.to_str().unwrap().to_string())
     }
 
@@ -154,6 +159,7 @@ mod tests {
         );
         assert_eq!(text(cuGetErrorName, 12345), None);
         assert_eq!(text(cuGetErrorString, u32::MAX), None);
+        // SAFETY: the caller's arguments, passed on as they came.
         let result = unsafe { cuGetErrorName(2, std::ptr::null_mut()) };
         assert_eq!(result, CUresult::CUDA_ERROR_INVALID_VALUE);
     }
@@ -170,6 +176,7 @@ mod tests {
         let mut pfn = std::ptr::dangling_mut::<c_void>();
         let mut query = u32::MAX;
         let name = c"cuMemAlloc";
+        // SAFETY: the caller's arguments, passed on as they came.
         let result = unsafe { cuGetProcAddress_v2(name.as_ptr(), &mut pfn, 12000, 0, &mut query) };
         assert_eq!(result, CUresult::CUDA_SUCCESS);
         assert_eq!(
@@ -182,6 +189,7 @@ mod tests {
         );
 
         let name = c"cuNoSuchThing";
+        // SAFETY: the caller's arguments, passed on as they came.
         let result = unsafe { cuGetProcAddress_v2(name.as_ptr(), &mut pfn, 12000, 0, &mut query) };
         assert_eq!(result, CUresult::CUDA_ERROR_NOT_FOUND);
         assert!(pfn.is_null());
@@ -191,8 +199,10 @@ mod tests {
         );
 
         let name = c"cuCtxCreate";
+        // SAFETY: the caller's arguments, passed on as they came.
         let result = unsafe { cuGetProcAddress(name.as_ptr(), &mut pfn, 1000, 0) };
         assert_eq!(result, CUresult::CUDA_ERROR_NOT_FOUND);
+        // SAFETY: the caller's arguments, passed on as they came.
         let result = unsafe { cuGetProcAddress(std::ptr::null(), &mut pfn, 12000, 0) };
         assert_eq!(result, CUresult::CUDA_ERROR_INVALID_VALUE);
     }

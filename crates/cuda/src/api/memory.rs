@@ -139,6 +139,7 @@ pub unsafe fn cuMemAlloc_v2(dptr: *mut CUdeviceptr, size: usize) -> CUresult {
         let allocate_once = || server.mem_alloc(ctx.remote, size as u64).outcome();
         let free = |ptr| server.mem_free(ctx.remote, ptr).outcome();
         let ptr = allocate(&ctx, size, allocate_once, free)?;
+        // SAFETY: an out-pointer from the caller: null (refused by write_out) or writable, as the API requires.
         unsafe { write_out(dptr, ptr) }
     }))
 }
@@ -157,6 +158,7 @@ pub unsafe fn cuMemAllocAsync(dptr: *mut CUdeviceptr, size: usize, stream: CUstr
         };
         let free = |ptr| free_async(&ctx, stream, ptr);
         let ptr = allocate(&ctx, size, allocate_once, free)?;
+        // SAFETY: an out-pointer from the caller: null (refused by write_out) or writable, as the API requires.
         unsafe { write_out(dptr, ptr) }
     }))
 }
@@ -190,6 +192,7 @@ pub unsafe fn cuMemFree_v2(ptr: CUdeviceptr) -> CUresult {
 pub unsafe fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) -> CUresult {
     status(current_context().and_then(|ctx| {
         let info = ctx.conn.cuda().mem_get_info(ctx.remote).outcome()?;
+        // SAFETY: an out-pointer from the caller: null (refused by write_out) or writable, as the API requires.
         unsafe {
             write_out(free, info.free as usize)?;
             write_out(total, info.total as usize)
@@ -204,6 +207,7 @@ pub unsafe fn cuMemGetAddressRange_v2(
 ) -> CUresult {
     status(crate::runtime::runtime().and_then(|_| {
         let (start, len, _) = device_range(ptr).ok_or(CUresult::CUDA_ERROR_NOT_FOUND)?;
+        // SAFETY: the caller's out-pointers, each written only when non-null.
         unsafe {
             if !base.is_null() {
                 base.write(start);
@@ -234,11 +238,13 @@ pub unsafe fn cuMemHostAlloc(pp: *mut *mut c_void, size: usize, flags: c_uint) -
             .lock()
             .unwrap()
             .insert(memory as u64, size.max(1) as u64, (flags, true));
+        // SAFETY: an out-pointer from the caller: null (refused by write_out) or writable, as the API requires.
         unsafe { write_out(pp, memory.cast()) }
     }))
 }
 
 pub unsafe fn cuMemAllocHost_v2(pp: *mut *mut c_void, size: usize) -> CUresult {
+    // SAFETY: the caller's arguments, passed on as they came.
     unsafe { cuMemHostAlloc(pp, size, 0) }
 }
 
@@ -284,6 +290,7 @@ pub unsafe fn cuMemHostUnregister(p: *mut c_void) -> CUresult {
 
 pub unsafe fn cuMemHostGetFlags(flags: *mut c_uint, p: *mut c_void) -> CUresult {
     match host_range(p as usize) {
+        // SAFETY: an out-pointer from the caller: null (refused by write_out) or writable, as the API requires.
         Some((_, _, f)) => status(unsafe { write_out(flags, f) }),
         None => CUresult::CUDA_ERROR_INVALID_VALUE,
     }
@@ -459,6 +466,7 @@ unsafe fn pointer_attribute(
         return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
     }
     let ctx = device.and_then(|(_, _, ctx)| Context::from_handle(ctx as CUcontext));
+    // SAFETY: `data` is the caller's out-pointer for this attribute's type (null is refused above).
     unsafe {
         match attribute {
             1 => write_out(
@@ -516,6 +524,7 @@ pub unsafe fn cuPointerGetAttribute(
     ptr: CUdeviceptr,
 ) -> CUresult {
     status(
+        // SAFETY: the caller's out-pointer for the attribute's value, as the API requires.
         crate::runtime::runtime().and_then(|_| unsafe { pointer_attribute(data, attribute, ptr) }),
     )
 }
@@ -537,7 +546,9 @@ pub unsafe fn cuPointerGetAttributes(
                 continue;
             }
             // Unknown memory is not an error here: the driver reports type 0 (unregistered).
+            // SAFETY: the caller's out-pointer for the attribute's value, as the API requires.
             if unsafe { pointer_attribute(out, attribute, ptr) }.is_err() && attribute == 2 {
+                // SAFETY: the caller's out-pointer for the attribute's value (a 32-bit memory type).
                 unsafe { out.cast::<u32>().write(0) };
             }
         }
@@ -565,8 +576,10 @@ pub unsafe fn cuMemAllocPitch_v2(
     let Some(size) = row.checked_mul(height) else {
         return CUresult::CUDA_ERROR_INVALID_VALUE;
     };
+    // SAFETY: the caller's arguments, passed on as they came.
     let status = unsafe { cuMemAlloc_v2(dptr, size) };
     if status == CUresult::CUDA_SUCCESS {
+        // SAFETY: `pitch` is the caller's out-pointer (checked non-null above).
         unsafe { pitch.write(row) };
     }
     status

@@ -104,6 +104,7 @@ pub unsafe fn cuModuleLoadData(module: *mut CUmodule, image: *const c_void) -> C
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
         }
         let object = load(&ctx, ImageKind::Module, image)?;
+        // SAFETY: an out-pointer from the caller: null (refused by write_out) or writable, as the API requires.
         unsafe { write_out(module, object.into_handle().cast()) }
     }))
 }
@@ -116,14 +117,17 @@ pub unsafe fn cuModuleLoadDataEx(
     _values: *mut *mut c_void,
 ) -> CUresult {
     // JIT options tune compilation or ask for logs; the server's driver compiles with defaults.
+    // SAFETY: the caller's arguments, passed on as they came.
     unsafe { cuModuleLoadData(module, image) }
 }
 
 pub unsafe fn cuModuleLoadFatBinary(module: *mut CUmodule, fatbin: *const c_void) -> CUresult {
+    // SAFETY: the caller's arguments, passed on as they came.
     unsafe { cuModuleLoadData(module, fatbin) }
 }
 
 pub unsafe fn cuModuleUnload(module: CUmodule) -> CUresult {
+    // SAFETY: the caller's handle (looked up before use) and name, passed on.
     unsafe { unload(module.cast()) }
 }
 
@@ -139,6 +143,7 @@ unsafe fn unload(handle: *mut c_void) -> CUresult {
 
 pub unsafe fn cuModuleGetLoadingMode(mode: *mut c_uint) -> CUresult {
     // CU_MODULE_LAZY_LOADING: the server's driver loads kernels at first use.
+    // SAFETY: an out-pointer from the caller: null (refused by write_out) or writable, as the API requires.
     status(unsafe { write_out(mode, 2) })
 }
 
@@ -157,6 +162,7 @@ pub unsafe fn cuLibraryLoadData(
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
         }
         let object = load(&ctx, ImageKind::Library, code)?;
+        // SAFETY: an out-pointer from the caller: null (refused by write_out) or writable, as the API requires.
         unsafe { write_out(library, object.into_handle().cast()) }
     }))
 }
@@ -172,6 +178,7 @@ fn library_context() -> Result<Arc<Context>, CUresult> {
 }
 
 pub unsafe fn cuLibraryUnload(library: CUlibrary) -> CUresult {
+    // SAFETY: the caller's handle (looked up before use) and name, passed on.
     unsafe { unload(library.cast()) }
 }
 
@@ -213,7 +220,9 @@ pub unsafe fn cuModuleGetFunction(
     name: *const c_char,
 ) -> CUresult {
     status(
+        // SAFETY: the caller's handle (looked up before use) and name, passed on.
         unsafe { get_function(module.cast(), name) }
+            // SAFETY: an out-pointer from the caller: null (refused by write_out) or writable, as the API requires.
             .and_then(|f| unsafe { write_out(function, f.cast()) }),
     )
 }
@@ -224,7 +233,9 @@ pub unsafe fn cuLibraryGetKernel(
     name: *const c_char,
 ) -> CUresult {
     status(
+        // SAFETY: the caller's handle (looked up before use) and name, passed on.
         unsafe { get_function(library.cast(), name) }
+            // SAFETY: an out-pointer from the caller: null (refused by write_out) or writable, as the API requires.
             .and_then(|k| unsafe { write_out(kernel, k.cast()) }),
     )
 }
@@ -237,6 +248,7 @@ pub unsafe fn cuKernelGetFunction(function: *mut CUfunction, kernel: CUkernel) -
             return Err(CUresult::CUDA_ERROR_INVALID_HANDLE);
         }
         if let Some(&found) = kernel.per_context.lock().unwrap().get(&ctx.remote) {
+            // SAFETY: an out-pointer from the caller: null (refused by write_out) or writable, as the API requires.
             return unsafe { write_out(function, found as CUfunction) };
         }
         let id = ctx.conn.new_id();
@@ -251,6 +263,7 @@ pub unsafe fn cuKernelGetFunction(function: *mut CUfunction, kernel: CUkernel) -
             .lock()
             .unwrap()
             .insert(ctx.remote, handle as usize);
+        // SAFETY: an out-pointer from the caller: null (refused by write_out) or writable, as the API requires.
         unsafe { write_out(function, handle.cast()) }
     }))
 }
@@ -275,6 +288,7 @@ fn get_global(
         .get_global(ctx.remote, image.remote, name)
         .outcome()?;
     super::memory::record_device_range(global.ptr, global.size, &ctx);
+    // SAFETY: the caller's out-pointers, each written only when non-null.
     unsafe {
         if !dptr.is_null() {
             dptr.write(global.ptr);
@@ -325,6 +339,7 @@ fn function_attribute(f: &Function, attribute: c_uint, device: u32) -> Result<c_
 pub unsafe fn cuFuncGetAttribute(value: *mut c_int, attribute: c_uint, f: CUfunction) -> CUresult {
     status(function(f.cast()).and_then(|f| {
         let answer = function_attribute(&f, attribute, 0)?;
+        // SAFETY: an out-pointer from the caller: null (refused by write_out) or writable, as the API requires.
         unsafe { write_out(value, answer) }
     }))
 }
@@ -338,6 +353,7 @@ pub unsafe fn cuKernelGetAttribute(
     status(function(kernel.cast()).and_then(|f| {
         let device = crate::runtime::device(dev)?;
         let answer = function_attribute(&f, attribute, device.remote_ordinal)?;
+        // SAFETY: an out-pointer from the caller: null (refused by write_out) or writable, as the API requires.
         unsafe { write_out(value, answer) }
     }))
 }
@@ -386,6 +402,7 @@ pub unsafe fn cuFuncSetCacheConfig(f: CUfunction, config: c_uint) -> CUresult {
 }
 
 pub unsafe fn cuKernelSetCacheConfig(kernel: CUkernel, config: c_uint, _dev: CUdevice) -> CUresult {
+    // SAFETY: the caller's arguments, passed on as they came.
     unsafe { cuFuncSetCacheConfig(kernel.cast(), config) }
 }
 
@@ -400,6 +417,7 @@ pub unsafe fn cuFuncGetParamInfo(
             .params
             .get(index)
             .ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+        // SAFETY: the caller's out-pointers, each written only when non-null.
         unsafe {
             if !offset.is_null() {
                 offset.write(o as usize);
@@ -418,6 +436,7 @@ pub unsafe fn cuKernelGetParamInfo(
     offset: *mut usize,
     size: *mut usize,
 ) -> CUresult {
+    // SAFETY: the caller's arguments, passed on as they came.
     unsafe { cuFuncGetParamInfo(kernel.cast(), index, offset, size) }
 }
 
@@ -428,9 +447,11 @@ fn leak_name(f: &Function) -> *const c_char {
 }
 
 pub unsafe fn cuFuncGetName(name: *mut *const c_char, f: CUfunction) -> CUresult {
+    // SAFETY: an out-pointer from the caller: null (refused by write_out) or writable, as the API requires.
     status(function(f.cast()).and_then(|f| unsafe { write_out(name, leak_name(&f)) }))
 }
 
 pub unsafe fn cuKernelGetName(name: *mut *const c_char, kernel: CUkernel) -> CUresult {
+    // SAFETY: the caller's arguments, passed on as they came.
     unsafe { cuFuncGetName(name, kernel.cast()) }
 }

@@ -11,6 +11,7 @@ use super::{status, write_out, Outcome};
 use crate::objects::{capture_of, current_context, resolve_stream, Context, Event, Stream};
 
 pub unsafe fn cuStreamCreate(stream: *mut CUstream, flags: c_uint) -> CUresult {
+    // SAFETY: the caller's arguments, passed on as they came.
     unsafe { cuStreamCreateWithPriority(stream, flags, 0) }
 }
 
@@ -28,6 +29,7 @@ pub unsafe fn cuStreamCreateWithPriority(
         server
             .create_stream(stream.remote, ctx.remote, flags, priority)
             .outcome()?;
+        // SAFETY: an out-pointer from the caller: null (refused by write_out) or writable, as the API requires.
         unsafe { write_out(out, stream.into_handle()) }
     }))
 }
@@ -74,15 +76,18 @@ pub unsafe fn cuStreamWaitEvent(stream: CUstream, event: CUevent, flags: c_uint)
 
 pub unsafe fn cuStreamGetPriority(stream: CUstream, priority: *mut c_int) -> CUresult {
     let value = Stream::from_handle(stream).map_or(0, |s| s.priority);
+    // SAFETY: an out-pointer from the caller: null (refused by write_out) or writable, as the API requires.
     status(unsafe { write_out(priority, value) })
 }
 
 pub unsafe fn cuStreamGetFlags(stream: CUstream, flags: *mut c_uint) -> CUresult {
     let value = Stream::from_handle(stream).map_or(0, |s| s.flags);
+    // SAFETY: an out-pointer from the caller: null (refused by write_out) or writable, as the API requires.
     status(unsafe { write_out(flags, value) })
 }
 
 pub unsafe fn cuStreamGetCtx(stream: CUstream, pctx: *mut CUcontext) -> CUresult {
+    // SAFETY: an out-pointer from the caller: null (refused by write_out) or writable, as the API requires.
     status(resolve_stream(stream).and_then(|(ctx, _)| unsafe { write_out(pctx, ctx.handle()) }))
 }
 
@@ -90,6 +95,7 @@ pub unsafe fn cuStreamGetId(stream: CUstream, id: *mut u64) -> CUresult {
     status(resolve_stream(stream).and_then(|_| {
         let value =
             crate::objects::stream_unique_id(stream).ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
+        // SAFETY: an out-pointer from the caller: null (refused by write_out) or writable, as the API requires.
         unsafe { write_out(id, value) }
     }))
 }
@@ -98,6 +104,7 @@ pub unsafe fn cuStreamGetId(stream: CUstream, id: *mut u64) -> CUresult {
 /// these costs nothing, which matters because allocators ask before every allocation.
 pub unsafe fn cuStreamIsCapturing(stream: CUstream, capture_status: *mut c_uint) -> CUresult {
     status(
+        // SAFETY: an out-pointer from the caller: null (refused by write_out) or writable, as the API requires.
         resolve_stream(stream).and_then(|_| unsafe {
             write_out(capture_status, (capture_of(stream) != 0) as c_uint)
         }),
@@ -112,6 +119,7 @@ pub unsafe fn cuStreamGetCaptureInfo_v2(
     dependencies: *mut *const CUgraphNode,
     count: *mut usize,
 ) -> CUresult {
+    // SAFETY: the caller's out-pointers, each null (refused or skipped) or writable.
     status(resolve_stream(stream).and_then(|_| unsafe {
         let capture = capture_of(stream);
         write_out(capture_status, (capture != 0) as c_uint)?;
@@ -133,7 +141,9 @@ pub unsafe fn cuStreamGetCaptureInfo_v3(
     edges: *mut *const CUgraphEdgeData,
     count: *mut usize,
 ) -> CUresult {
+    // SAFETY: the caller's optional out-pointer: null or writable.
     unsafe { for_optional(edges, std::ptr::null()) };
+    // SAFETY: the caller's arguments, passed on as they came.
     unsafe { cuStreamGetCaptureInfo_v2(stream, capture_status, id, graph, dependencies, count) }
 }
 

@@ -80,9 +80,11 @@ pub unsafe fn cuMemGetAllocationGranularity(
     prop: *const CUmemAllocationProp,
     option: c_uint,
 ) -> CUresult {
+    // SAFETY: the caller's allocation properties (null is refused).
     status(unsafe { read_prop(prop) }.and_then(|(prop, ctx)| {
         let server = ctx.conn.cuda();
         let value = server.vmm_granularity(ctx.remote, prop, option).outcome()?;
+        // SAFETY: an out-pointer from the caller: null (refused by write_out) or writable, as the API requires.
         unsafe { write_out(granularity, value as usize) }
     }))
 }
@@ -106,6 +108,7 @@ pub unsafe fn cuMemAddressReserve(
         };
         let free = |at| server.vmm_address_free(ctx.remote, at, size64).outcome();
         let reserved = allocate(&ctx, size, reserve_once, free)?;
+        // SAFETY: an out-pointer from the caller: null (refused by write_out) or writable, as the API requires.
         unsafe { write_out(ptr, reserved) }
     }))
 }
@@ -127,6 +130,7 @@ pub unsafe fn cuMemCreate(
     prop: *const CUmemAllocationProp,
     flags: u64,
 ) -> CUresult {
+    // SAFETY: the caller's allocation properties (null is refused).
     status(unsafe { read_prop(prop) }.and_then(|(prop, ctx)| {
         if handle.is_null() {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
@@ -137,6 +141,7 @@ pub unsafe fn cuMemCreate(
             .vmm_create(ctx.remote, id, size as u64, prop, flags)
             .outcome()?;
         HANDLES.lock().unwrap().insert(id, ctx.handle() as usize);
+        // SAFETY: an out-pointer from the caller: null (refused by write_out) or writable, as the API requires.
         unsafe { write_out(handle, id) }
     }))
 }

@@ -379,6 +379,7 @@ fn host_rect(
     let offset = origin[2] * region.slice_pitch + origin[1] * region.row_pitch + origin[0];
     // SAFETY: the application's host memory covers the rectangle it describes.
     Ok(HostRegion {
+        // SAFETY: the application's host memory covers the rectangle it describes.
         base: unsafe { ptr.add(offset) },
         ..region
     })
@@ -1297,6 +1298,7 @@ fn device_sizes(device: &Device, param: cl_device_info) -> Vec<u64> {
 fn sizes(ptr: *const usize, work_dim: cl_uint) -> Option<Vec<u64>> {
     // SAFETY: the API passes `work_dim` values when the pointer is non-null.
     (!ptr.is_null()).then(|| {
+        // SAFETY: the API passes `work_dim` values when the pointer is non-null.
         unsafe { slice(ptr, work_dim as usize) }
             .iter()
             .map(|&v| v as u64)

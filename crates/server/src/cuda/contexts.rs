@@ -28,7 +28,8 @@ impl serve::Contexts for Served<'_> {
         let cuda = &mut *self.cuda;
         let status = cuda
             .enter(ctx)
-            .and_then(|()| check(cu_call!(cuda.backend.driver, cuCtxSynchronize())));
+            // SAFETY: this session's live handles and local buffers; the driver checks addresses.
+            .and_then(|()| check(unsafe { cu_call!(cuda.backend.driver, cuCtxSynchronize()) }));
         cuda.sync_status(code(status))
     }
 
@@ -45,10 +46,8 @@ impl serve::Contexts for Served<'_> {
         cuda.enter(ctx).and_then(|()| {
             let which = limit(which).ok_or(INVALID_VALUE)?;
             let mut value = 0usize;
-            check(cu_call!(
-                cuda.backend.driver,
-                cuCtxGetLimit(&mut value, which)
-            ))?;
+            // SAFETY: this session's live handles and local buffers; the driver checks addresses.
+            check(unsafe { cu_call!(cuda.backend.driver, cuCtxGetLimit(&mut value, which)) })?;
             Ok(value as u64)
         })
     }
@@ -57,10 +56,8 @@ impl serve::Contexts for Served<'_> {
         let cuda = &mut *self.cuda;
         code(cuda.enter(ctx).and_then(|()| {
             let which = limit(which).ok_or(INVALID_VALUE)?;
-            check(cu_call!(
-                cuda.backend.driver,
-                cuCtxSetLimit(which, value as usize)
-            ))
+            // SAFETY: this session's live handles and local buffers; the driver checks addresses.
+            check(unsafe { cu_call!(cuda.backend.driver, cuCtxSetLimit(which, value as usize)) })
         }))
     }
 }
@@ -78,18 +75,23 @@ impl CudaSession {
             Some(raw) => raw,
             None => {
                 let mut raw = null_mut();
-                let status = cu_call!(
-                    driver,
-                    cuCtxCreate_v4(&mut raw, null_mut(), flags, device as CUdevice)
-                );
+                // SAFETY: this session's live handles and local buffers; the driver checks addresses.
+                let status = unsafe {
+                    cu_call!(
+                        driver,
+                        cuCtxCreate_v4(&mut raw, null_mut(), flags, device as CUdevice)
+                    )
+                };
                 if status != SUCCESS {
                     return status;
                 }
                 // cuCtxCreate pushed the new context; keep the thread's state as recorded.
                 let mut popped = null_mut();
-                cu_call!(driver, cuCtxPopCurrent_v2(&mut popped));
+                // SAFETY: this session's live handles and local buffers; the driver checks addresses.
+                unsafe { cu_call!(driver, cuCtxPopCurrent_v2(&mut popped)) };
                 if !self.current.is_null() {
-                    cu_call!(driver, cuCtxSetCurrent(self.current));
+                    // SAFETY: this session's live handles and local buffers; the driver checks addresses.
+                    unsafe { cu_call!(driver, cuCtxSetCurrent(self.current)) };
                 }
                 if primary {
                     self.primary.insert(device, raw);
@@ -113,10 +115,12 @@ impl CudaSession {
         let driver = &self.backend.driver;
         self.staging.forget_context(driver, context.raw);
         if self.current == context.raw {
-            cu_call!(driver, cuCtxSetCurrent(null_mut()));
+            // SAFETY: this session's live handles and local buffers; the driver checks addresses.
+            unsafe { cu_call!(driver, cuCtxSetCurrent(null_mut())) };
             self.current = null_mut();
         }
-        cu_call!(driver, cuCtxDestroy_v2(context.raw))
+        // SAFETY: this session's live handles and local buffers; the driver checks addresses.
+        unsafe { cu_call!(driver, cuCtxDestroy_v2(context.raw)) }
     }
 
     /// `cuCtxEnablePeerAccess` (`flags` given) or `cuCtxDisablePeerAccess` in `ctx` for `peer`.
@@ -125,8 +129,10 @@ impl CudaSession {
         self.enter(ctx)?;
         let driver = &self.backend.driver;
         check(match flags {
-            Some(flags) => cu_call!(driver, cuCtxEnablePeerAccess(peer, flags)),
-            None => cu_call!(driver, cuCtxDisablePeerAccess(peer)),
+            // SAFETY: this session's live handles and local buffers; the driver checks addresses.
+            Some(flags) => unsafe { cu_call!(driver, cuCtxEnablePeerAccess(peer, flags)) },
+            // SAFETY: this session's live handles and local buffers; the driver checks addresses.
+            None => unsafe { cu_call!(driver, cuCtxDisablePeerAccess(peer)) },
         })
     }
 }

@@ -173,15 +173,25 @@ impl CudaSession {
             extent.is_contiguous(copy.src_pitch) && extent.is_contiguous(copy.dst_pitch);
         let size = extent.bytes().ok_or(INVALID_VALUE)? as usize;
         let status = match (peer, contiguous) {
-            (None, true) => cu_call!(driver, cuMemcpyDtoDAsync_v2(dst, src, size, stream)),
-            (Some(src_ctx), true) => cu_call!(
-                driver,
-                cuMemcpyPeerAsync(dst, self.current, src, src_ctx, size, stream)
-            ),
-            (None, false) => cu_call!(driver, cuMemcpy3DAsync_v2(&copy.descriptor(), stream)),
+            // SAFETY: this session's live handles and local buffers; the driver checks addresses.
+            (None, true) => unsafe {
+                cu_call!(driver, cuMemcpyDtoDAsync_v2(dst, src, size, stream))
+            },
+            // SAFETY: this session's live handles and local buffers; the driver checks addresses.
+            (Some(src_ctx), true) => unsafe {
+                cu_call!(
+                    driver,
+                    cuMemcpyPeerAsync(dst, self.current, src, src_ctx, size, stream)
+                )
+            },
+            // SAFETY: this session's live handles and local buffers; the driver checks addresses.
+            (None, false) => unsafe {
+                cu_call!(driver, cuMemcpy3DAsync_v2(&copy.descriptor(), stream))
+            },
             (Some(src_ctx), false) => {
                 let peer_copy = copy.peer_descriptor(self.current, src_ctx);
-                cu_call!(driver, cuMemcpy3DPeerAsync(&peer_copy, stream))
+                // SAFETY: this session's live handles and local buffers; the driver checks addresses.
+                unsafe { cu_call!(driver, cuMemcpy3DPeerAsync(&peer_copy, stream)) }
             }
         };
         check(status)
@@ -346,14 +356,20 @@ fn copy_piece(
     let device = base + piece.device_offset;
     let host = staging.as_mut_ptr().cast::<c_void>();
     let status = match (direction, piece.rows) {
-        (Direction::ToDevice, 1) => cu_call!(
-            driver,
-            cuMemcpyHtoDAsync_v2(device, host, piece.width, stream)
-        ),
-        (Direction::FromDevice, 1) => cu_call!(
-            driver,
-            cuMemcpyDtoHAsync_v2(host, device, piece.width, stream)
-        ),
+        // SAFETY: this session's live handles and local buffers; the driver checks addresses.
+        (Direction::ToDevice, 1) => unsafe {
+            cu_call!(
+                driver,
+                cuMemcpyHtoDAsync_v2(device, host, piece.width, stream)
+            )
+        },
+        // SAFETY: this session's live handles and local buffers; the driver checks addresses.
+        (Direction::FromDevice, 1) => unsafe {
+            cu_call!(
+                driver,
+                cuMemcpyDtoHAsync_v2(host, device, piece.width, stream)
+            )
+        },
         (direction, rows) => {
             let (host_type, device_type) = (
                 CUmemorytype::CU_MEMORYTYPE_HOST,
@@ -378,7 +394,8 @@ fn copy_piece(
                 WidthInBytes: piece.width,
                 Height: rows,
             };
-            cu_call!(driver, cuMemcpy2DAsync_v2(&copy, stream))
+            // SAFETY: this session's live handles and local buffers; the driver checks addresses.
+            unsafe { cu_call!(driver, cuMemcpy2DAsync_v2(&copy, stream)) }
         }
     };
     check(status)

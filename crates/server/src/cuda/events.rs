@@ -11,7 +11,8 @@ impl serve::Events for Served<'_> {
     fn create_event(&mut self, id: Id, ctx: Id, flags: u32) -> Answer<()> {
         let cuda = &mut *self.cuda;
         let made = cuda.create_in(ctx, |cuda, raw| {
-            check(cu_call!(cuda.backend.driver, cuEventCreate(raw, flags)))
+            // SAFETY: this session's live handles and local buffers; the driver checks addresses.
+            check(unsafe { cu_call!(cuda.backend.driver, cuEventCreate(raw, flags)) })
         });
         made.map(|raw| {
             cuda.events.insert(id, raw);
@@ -20,7 +21,8 @@ impl serve::Events for Served<'_> {
 
     fn destroy_event(&mut self, id: Id) -> Answer<()> {
         let taken = self.cuda.events.remove(&id);
-        let destroy = |driver: &Driver, raw| cu_call!(driver, cuEventDestroy_v2(raw));
+        // SAFETY: this session's live handles and local buffers; the driver checks addresses.
+        let destroy = |driver: &Driver, raw| unsafe { cu_call!(driver, cuEventDestroy_v2(raw)) };
         self.cuda.destroy(taken, destroy)
     }
 
@@ -28,18 +30,22 @@ impl serve::Events for Served<'_> {
         let cuda = &mut *self.cuda;
         cuda.enter(ctx).and_then(|()| {
             let (stream, event) = (cuda.stream(stream)?, cuda.event(event)?);
-            check(cu_call!(
-                cuda.backend.driver,
-                cuEventRecordWithFlags(event, stream, flags)
-            ))
+            // SAFETY: this session's live handles and local buffers; the driver checks addresses.
+            check(unsafe {
+                cu_call!(
+                    cuda.backend.driver,
+                    cuEventRecordWithFlags(event, stream, flags)
+                )
+            })
         })
     }
 
     fn event_synchronize(&mut self, event: Id) -> Status {
         let cuda = &mut *self.cuda;
-        let status = cuda
-            .event(event)
-            .and_then(|event| check(cu_call!(cuda.backend.driver, cuEventSynchronize(event))));
+        let status = cuda.event(event).and_then(|event| {
+            // SAFETY: an event of this session.
+            check(unsafe { cu_call!(cuda.backend.driver, cuEventSynchronize(event)) })
+        });
         cuda.sync_status(code(status))
     }
 
@@ -47,7 +53,8 @@ impl serve::Events for Served<'_> {
         let cuda = &*self.cuda;
         let status = cuda
             .event(event)
-            .and_then(|event| check(cu_call!(cuda.backend.driver, cuEventQuery(event))));
+            // SAFETY: this session's live handles and local buffers; the driver checks addresses.
+            .and_then(|event| check(unsafe { cu_call!(cuda.backend.driver, cuEventQuery(event)) }));
         code(status)
     }
 
@@ -56,10 +63,13 @@ impl serve::Events for Served<'_> {
         let mut milliseconds = 0f32;
         let status = cuda.event(start).and_then(|start| {
             let end = cuda.event(end)?;
-            check(cu_call!(
-                cuda.backend.driver,
-                cuEventElapsedTime_v2(&mut milliseconds, start, end)
-            ))
+            // SAFETY: this session's live handles and local buffers; the driver checks addresses.
+            check(unsafe {
+                cu_call!(
+                    cuda.backend.driver,
+                    cuEventElapsedTime_v2(&mut milliseconds, start, end)
+                )
+            })
         });
         status.map(|()| milliseconds)
     }

@@ -15,10 +15,8 @@ impl serve::Graphs for Served<'_> {
         code(cuda.enter(ctx).and_then(|()| {
             let stream = cuda.stream(stream)?;
             let mode = capture_mode(mode).ok_or(INVALID_VALUE)?;
-            check(cu_call!(
-                cuda.backend.driver,
-                cuStreamBeginCapture_v2(stream, mode)
-            ))
+            // SAFETY: this session's live handles and local buffers; the driver checks addresses.
+            check(unsafe { cu_call!(cuda.backend.driver, cuStreamBeginCapture_v2(stream, mode)) })
         }))
     }
 
@@ -26,10 +24,8 @@ impl serve::Graphs for Served<'_> {
         let cuda = &mut *self.cuda;
         let made = cuda.create_in(ctx, |cuda, raw| {
             let stream = cuda.stream(stream)?;
-            check(cu_call!(
-                cuda.backend.driver,
-                cuStreamEndCapture(stream, raw)
-            ))
+            // SAFETY: this session's live handles and local buffers; the driver checks addresses.
+            check(unsafe { cu_call!(cuda.backend.driver, cuStreamEndCapture(stream, raw)) })
         });
         code(made.map(|raw| {
             cuda.graphs.insert(graph, raw);
@@ -40,10 +36,13 @@ impl serve::Graphs for Served<'_> {
         let cuda = &mut *self.cuda;
         let made = cuda.create_in(ctx, |cuda, raw| {
             let graph = *cuda.graphs.get(&graph).ok_or(INVALID_HANDLE)?;
-            check(cu_call!(
-                cuda.backend.driver,
-                cuGraphInstantiateWithFlags(raw, graph, flags)
-            ))
+            // SAFETY: this session's live handles and local buffers; the driver checks addresses.
+            check(unsafe {
+                cu_call!(
+                    cuda.backend.driver,
+                    cuGraphInstantiateWithFlags(raw, graph, flags)
+                )
+            })
         });
         code(made.map(|raw| {
             cuda.graph_execs.insert(exec, raw);
@@ -57,22 +56,26 @@ impl serve::Graphs for Served<'_> {
             let exec = *cuda.graph_execs.get(&exec).ok_or(INVALID_HANDLE)?;
             let driver = &cuda.backend.driver;
             check(if upload {
-                cu_call!(driver, cuGraphUpload(exec, stream))
+                // SAFETY: this session's live handles and local buffers; the driver checks addresses.
+                unsafe { cu_call!(driver, cuGraphUpload(exec, stream)) }
             } else {
-                cu_call!(driver, cuGraphLaunch(exec, stream))
+                // SAFETY: this session's live handles and local buffers; the driver checks addresses.
+                unsafe { cu_call!(driver, cuGraphLaunch(exec, stream)) }
             })
         })
     }
 
     fn graph_destroy(&mut self, graph: Id) -> Answer<()> {
         let taken = self.cuda.graphs.remove(&graph);
-        let destroy = |driver: &Driver, raw| cu_call!(driver, cuGraphDestroy(raw));
+        // SAFETY: this session's live handles and local buffers; the driver checks addresses.
+        let destroy = |driver: &Driver, raw| unsafe { cu_call!(driver, cuGraphDestroy(raw)) };
         self.cuda.destroy(taken, destroy)
     }
 
     fn graph_exec_destroy(&mut self, exec: Id) -> Answer<()> {
         let taken = self.cuda.graph_execs.remove(&exec);
-        let destroy = |driver: &Driver, raw| cu_call!(driver, cuGraphExecDestroy(raw));
+        // SAFETY: this session's live handles and local buffers; the driver checks addresses.
+        let destroy = |driver: &Driver, raw| unsafe { cu_call!(driver, cuGraphExecDestroy(raw)) };
         self.cuda.destroy(taken, destroy)
     }
 }

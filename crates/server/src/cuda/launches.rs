@@ -67,31 +67,37 @@ impl CudaSession {
         ];
         let driver = &self.backend.driver;
         if attributes.is_empty() {
-            return cu_call!(
-                driver,
-                cuLaunchKernel(
-                    function.raw,
-                    grid[0],
-                    grid[1],
-                    grid[2],
-                    block[0],
-                    block[1],
-                    block[2],
-                    shared_mem,
-                    stream,
-                    null_mut(),
-                    extra.as_mut_ptr()
+            // SAFETY: this session's live handles and local buffers; the driver checks addresses.
+            return unsafe {
+                cu_call!(
+                    driver,
+                    cuLaunchKernel(
+                        function.raw,
+                        grid[0],
+                        grid[1],
+                        grid[2],
+                        block[0],
+                        block[1],
+                        block[2],
+                        shared_mem,
+                        stream,
+                        null_mut(),
+                        extra.as_mut_ptr()
+                    )
                 )
-            );
+            };
         }
         let Some(mut attrs) = launch_attributes(attributes) else {
             return INVALID_VALUE;
         };
         let config = launch_config(grid, block, shared_mem, stream, &mut attrs);
-        cu_call!(
-            driver,
-            cuLaunchKernelEx(&config, function.raw, null_mut(), extra.as_mut_ptr())
-        )
+        // SAFETY: this session's live handles and local buffers; the driver checks addresses.
+        unsafe {
+            cu_call!(
+                driver,
+                cuLaunchKernelEx(&config, function.raw, null_mut(), extra.as_mut_ptr())
+            )
+        }
     }
 
     fn occupancy(&mut self, ctx: Id, query: &OccupancyQuery) -> Result<i64, Status> {
@@ -106,16 +112,19 @@ impl CudaSession {
             } => {
                 let function = self.function(function)?;
                 let mut blocks = 0;
-                check(cu_call!(
-                    driver,
-                    cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(
-                        &mut blocks,
-                        function.raw,
-                        block_size,
-                        shared_mem as usize,
-                        flags
+                // SAFETY: this session's live handles and local buffers; the driver checks addresses.
+                check(unsafe {
+                    cu_call!(
+                        driver,
+                        cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(
+                            &mut blocks,
+                            function.raw,
+                            block_size,
+                            shared_mem as usize,
+                            flags
+                        )
                     )
-                ))?;
+                })?;
                 Ok(blocks as i64)
             }
             OccupancyQuery::AvailableDynamicSharedMem {
@@ -125,15 +134,18 @@ impl CudaSession {
             } => {
                 let function = self.function(function)?;
                 let mut bytes = 0usize;
-                check(cu_call!(
-                    driver,
-                    cuOccupancyAvailableDynamicSMemPerBlock(
-                        &mut bytes,
-                        function.raw,
-                        num_blocks,
-                        block_size
+                // SAFETY: this session's live handles and local buffers; the driver checks addresses.
+                check(unsafe {
+                    cu_call!(
+                        driver,
+                        cuOccupancyAvailableDynamicSMemPerBlock(
+                            &mut bytes,
+                            function.raw,
+                            num_blocks,
+                            block_size
+                        )
                     )
-                ))?;
+                })?;
                 Ok(bytes as i64)
             }
             OccupancyQuery::MaxPotentialBlockSize {
@@ -144,18 +156,21 @@ impl CudaSession {
             } => {
                 let function = self.function(function)?;
                 let (mut min_grid, mut block) = (0, 0);
-                check(cu_call!(
-                    driver,
-                    cuOccupancyMaxPotentialBlockSizeWithFlags(
-                        &mut min_grid,
-                        &mut block,
-                        function.raw,
-                        None,
-                        shared_mem as usize,
-                        block_size_limit,
-                        flags
+                // SAFETY: this session's live handles and local buffers; the driver checks addresses.
+                check(unsafe {
+                    cu_call!(
+                        driver,
+                        cuOccupancyMaxPotentialBlockSizeWithFlags(
+                            &mut min_grid,
+                            &mut block,
+                            function.raw,
+                            None,
+                            shared_mem as usize,
+                            block_size_limit,
+                            flags
+                        )
                     )
-                ))?;
+                })?;
                 // Both answers in one value: min grid size high, block size low.
                 Ok(((min_grid as i64) << 32) | block as u32 as i64)
             }
@@ -170,10 +185,13 @@ impl CudaSession {
                 let mut attrs = launch_attributes(attributes).ok_or(INVALID_VALUE)?;
                 let config = launch_config(grid, block, shared_mem, null_mut(), &mut attrs);
                 let mut clusters = 0;
-                check(cu_call!(
-                    driver,
-                    cuOccupancyMaxActiveClusters(&mut clusters, function.raw, &config)
-                ))?;
+                // SAFETY: this session's live handles and local buffers; the driver checks addresses.
+                check(unsafe {
+                    cu_call!(
+                        driver,
+                        cuOccupancyMaxActiveClusters(&mut clusters, function.raw, &config)
+                    )
+                })?;
                 Ok(clusters as i64)
             }
         }

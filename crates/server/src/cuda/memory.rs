@@ -13,10 +13,8 @@ impl serve::Memory for Served<'_> {
         let cuda = &mut *self.cuda;
         let (mut free, mut total) = (0usize, 0usize);
         let status = cuda.enter(ctx).and_then(|()| {
-            check(cu_call!(
-                cuda.backend.driver,
-                cuMemGetInfo_v2(&mut free, &mut total)
-            ))
+            // SAFETY: this session's live handles and local buffers; the driver checks addresses.
+            check(unsafe { cu_call!(cuda.backend.driver, cuMemGetInfo_v2(&mut free, &mut total)) })
         });
         status.map(|()| MemInfo {
             free: free as u64,
@@ -29,10 +27,10 @@ impl serve::Memory for Served<'_> {
         cuda.enter(ctx).and_then(|()| {
             cuda.charged_allocation(size, |cuda| {
                 let mut ptr = 0u64;
-                check(cu_call!(
-                    cuda.backend.driver,
-                    cuMemAlloc_v2(&mut ptr, size as usize)
-                ))
+                // SAFETY: this session's live handles and local buffers; the driver checks addresses.
+                check(unsafe {
+                    cu_call!(cuda.backend.driver, cuMemAlloc_v2(&mut ptr, size as usize))
+                })
                 .map(|()| Charged::Pointer(ptr))
             })
         })
@@ -42,7 +40,8 @@ impl serve::Memory for Served<'_> {
         let cuda = &mut *self.cuda;
         let status = cuda
             .enter(ctx)
-            .and_then(|()| check(cu_call!(cuda.backend.driver, cuMemFree_v2(ptr))));
+            // SAFETY: this session's live handles and local buffers; the driver checks addresses.
+            .and_then(|()| check(unsafe { cu_call!(cuda.backend.driver, cuMemFree_v2(ptr)) }));
         if status.is_ok() {
             cuda.uncharge(Charged::Pointer(ptr));
         }
@@ -55,10 +54,13 @@ impl serve::Memory for Served<'_> {
             let stream = cuda.stream(stream)?;
             cuda.charged_allocation(size, |cuda| {
                 let mut ptr = 0u64;
-                check(cu_call!(
-                    cuda.backend.driver,
-                    cuMemAllocAsync(&mut ptr, size as usize, stream)
-                ))
+                // SAFETY: this session's live handles and local buffers; the driver checks addresses.
+                check(unsafe {
+                    cu_call!(
+                        cuda.backend.driver,
+                        cuMemAllocAsync(&mut ptr, size as usize, stream)
+                    )
+                })
                 .map(|()| Charged::Pointer(ptr))
             })
         });
@@ -72,7 +74,8 @@ impl serve::Memory for Served<'_> {
         let cuda = &mut *self.cuda;
         let status = cuda.enter(ctx).and_then(|()| {
             let stream = cuda.stream(stream)?;
-            check(cu_call!(cuda.backend.driver, cuMemFreeAsync(ptr, stream)))
+            // SAFETY: this session's live handles and local buffers; the driver checks addresses.
+            check(unsafe { cu_call!(cuda.backend.driver, cuMemFreeAsync(ptr, stream)) })
         });
         if status.is_ok() {
             cuda.async_allocations.remove(&ptr);
@@ -121,21 +124,37 @@ impl CudaSession {
     ) -> Status {
         let driver = &self.backend.driver;
         match (element_size, height > 1) {
-            (1, false) => cu_call!(driver, cuMemsetD8Async(dst, value as u8, width, stream)),
-            (2, false) => cu_call!(driver, cuMemsetD16Async(dst, value as u16, width, stream)),
-            (4, false) => cu_call!(driver, cuMemsetD32Async(dst, value, width, stream)),
-            (1, true) => cu_call!(
-                driver,
-                cuMemsetD2D8Async(dst, pitch, value as u8, width, height, stream)
-            ),
-            (2, true) => cu_call!(
-                driver,
-                cuMemsetD2D16Async(dst, pitch, value as u16, width, height, stream)
-            ),
-            (4, true) => cu_call!(
-                driver,
-                cuMemsetD2D32Async(dst, pitch, value, width, height, stream)
-            ),
+            // SAFETY: this session's live handles and local buffers; the driver checks addresses.
+            (1, false) => unsafe {
+                cu_call!(driver, cuMemsetD8Async(dst, value as u8, width, stream))
+            },
+            // SAFETY: this session's live handles and local buffers; the driver checks addresses.
+            (2, false) => unsafe {
+                cu_call!(driver, cuMemsetD16Async(dst, value as u16, width, stream))
+            },
+            // SAFETY: this session's live handles and local buffers; the driver checks addresses.
+            (4, false) => unsafe { cu_call!(driver, cuMemsetD32Async(dst, value, width, stream)) },
+            // SAFETY: this session's live handles and local buffers; the driver checks addresses.
+            (1, true) => unsafe {
+                cu_call!(
+                    driver,
+                    cuMemsetD2D8Async(dst, pitch, value as u8, width, height, stream)
+                )
+            },
+            // SAFETY: this session's live handles and local buffers; the driver checks addresses.
+            (2, true) => unsafe {
+                cu_call!(
+                    driver,
+                    cuMemsetD2D16Async(dst, pitch, value as u16, width, height, stream)
+                )
+            },
+            // SAFETY: this session's live handles and local buffers; the driver checks addresses.
+            (4, true) => unsafe {
+                cu_call!(
+                    driver,
+                    cuMemsetD2D32Async(dst, pitch, value, width, height, stream)
+                )
+            },
             _ => INVALID_VALUE,
         }
     }

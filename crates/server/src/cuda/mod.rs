@@ -83,10 +83,12 @@ impl Backend {
 
 fn take_inventory(driver: &Driver) -> Result<CuInventory, String> {
     let mut version = 0;
-    driver::check(cu_call!(driver, cuDriverGetVersion(&mut version)))
+    // SAFETY: this session's live handles and local buffers; the driver checks addresses.
+    driver::check(unsafe { cu_call!(driver, cuDriverGetVersion(&mut version)) })
         .map_err(|s| format!("cuDriverGetVersion failed: CUDA error {s}"))?;
     let mut count = 0;
-    driver::check(cu_call!(driver, cuDeviceGetCount(&mut count)))
+    // SAFETY: this session's live handles and local buffers; the driver checks addresses.
+    driver::check(unsafe { cu_call!(driver, cuDeviceGetCount(&mut count)) })
         .map_err(|s| format!("cuDeviceGetCount failed: CUDA error {s}"))?;
     let mut devices = Vec::new();
     for ordinal in 0..count {
@@ -105,28 +107,39 @@ fn take_inventory(driver: &Driver) -> Result<CuInventory, String> {
 
 fn describe_device(driver: &Driver, ordinal: i32) -> Result<CuDevice, String> {
     let mut device: CUdevice = 0;
-    driver::check(cu_call!(driver, cuDeviceGet(&mut device, ordinal)))
+    // SAFETY: this session's live handles and local buffers; the driver checks addresses.
+    driver::check(unsafe { cu_call!(driver, cuDeviceGet(&mut device, ordinal)) })
         .map_err(|s| format!("cuDeviceGet({ordinal}) failed: CUDA error {s}"))?;
     let mut name = [0 as c_char; 256];
-    cu_call!(
-        driver,
-        cuDeviceGetName(name.as_mut_ptr(), name.len() as i32, device)
-    );
+    // SAFETY: this session's live handles and local buffers; the driver checks addresses.
+    unsafe {
+        cu_call!(
+            driver,
+            cuDeviceGetName(name.as_mut_ptr(), name.len() as i32, device)
+        )
+    };
     let mut uuid = CUuuid { bytes: [0; 16] };
-    cu_call!(driver, cuDeviceGetUuid_v2(&mut uuid, device));
+    // SAFETY: this session's live handles and local buffers; the driver checks addresses.
+    unsafe { cu_call!(driver, cuDeviceGetUuid_v2(&mut uuid, device)) };
     let mut total_mem = 0usize;
-    cu_call!(driver, cuDeviceTotalMem_v2(&mut total_mem, device));
+    // SAFETY: this session's live handles and local buffers; the driver checks addresses.
+    unsafe { cu_call!(driver, cuDeviceTotalMem_v2(&mut total_mem, device)) };
     let mut bus_id = [0 as c_char; 32];
-    cu_call!(
-        driver,
-        cuDeviceGetPCIBusId(bus_id.as_mut_ptr(), bus_id.len() as i32, device)
-    );
+    // SAFETY: this session's live handles and local buffers; the driver checks addresses.
+    unsafe {
+        cu_call!(
+            driver,
+            cuDeviceGetPCIBusId(bus_id.as_mut_ptr(), bus_id.len() as i32, device)
+        )
+    };
     let attributes = DEVICE_ATTRIBUTE_VALUES
         .iter()
         .filter_map(|&value| {
             let attribute = device_attribute(value)?;
             let mut answer = 0;
-            let status = cu_call!(driver, cuDeviceGetAttribute(&mut answer, attribute, device));
+            // SAFETY: this session's live handles and local buffers; the driver checks addresses.
+            let status =
+                unsafe { cu_call!(driver, cuDeviceGetAttribute(&mut answer, attribute, device)) };
             (status == driver::SUCCESS).then_some((value, answer))
         })
         .collect();
@@ -144,10 +157,13 @@ fn describe_device(driver: &Driver, ordinal: i32) -> Result<CuDevice, String> {
 fn describe_peer(driver: &Driver, ordinal: i32, other: i32) -> CuPeer {
     use CUdevice_P2PAttribute::*;
     let (mut device, mut peer): (CUdevice, CUdevice) = (0, 0);
-    cu_call!(driver, cuDeviceGet(&mut device, ordinal));
-    cu_call!(driver, cuDeviceGet(&mut peer, other));
+    // SAFETY: this session's live handles and local buffers; the driver checks addresses.
+    unsafe { cu_call!(driver, cuDeviceGet(&mut device, ordinal)) };
+    // SAFETY: this session's live handles and local buffers; the driver checks addresses.
+    unsafe { cu_call!(driver, cuDeviceGet(&mut peer, other)) };
     let mut can_access = 0;
-    cu_call!(driver, cuDeviceCanAccessPeer(&mut can_access, device, peer));
+    // SAFETY: this session's live handles and local buffers; the driver checks addresses.
+    unsafe { cu_call!(driver, cuDeviceCanAccessPeer(&mut can_access, device, peer)) };
     let attributes = [
         CU_DEVICE_P2P_ATTRIBUTE_PERFORMANCE_RANK,
         CU_DEVICE_P2P_ATTRIBUTE_ACCESS_SUPPORTED,
@@ -157,10 +173,13 @@ fn describe_peer(driver: &Driver, ordinal: i32, other: i32) -> CuPeer {
     .into_iter()
     .filter_map(|attribute| {
         let mut value = 0;
-        let status = cu_call!(
-            driver,
-            cuDeviceGetP2PAttribute(&mut value, attribute, device, peer)
-        );
+        // SAFETY: this session's live handles and local buffers; the driver checks addresses.
+        let status = unsafe {
+            cu_call!(
+                driver,
+                cuDeviceGetP2PAttribute(&mut value, attribute, device, peer)
+            )
+        };
         (status == driver::SUCCESS).then_some((attribute as u32, value))
     })
     .collect();

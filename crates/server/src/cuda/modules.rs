@@ -93,10 +93,10 @@ impl serve::Modules for Served<'_> {
     fn set_function_cache_config(&mut self, function: Id, config: u32) -> Answer<()> {
         let cuda = &*self.cuda;
         match (cuda.function(function), func_cache(config)) {
-            (Ok(f), Some(config)) if !f.is_kernel => check(cu_call!(
-                cuda.backend.driver,
-                cuFuncSetCacheConfig(f.raw, config)
-            )),
+            (Ok(f), Some(config)) if !f.is_kernel => {
+                // SAFETY: a function of this session and a valid cache config.
+                check(unsafe { cu_call!(cuda.backend.driver, cuFuncSetCacheConfig(f.raw, config)) })
+            }
             _ => Ok(()),
         }
     }
@@ -112,7 +112,8 @@ impl CudaSession {
         let handle = match kind {
             ImageKind::Module => {
                 let mut module = null_mut();
-                let status = cu_call!(driver, cuModuleLoadData(&mut module, code));
+                // SAFETY: this session's live handles and local buffers; the driver checks addresses.
+                let status = unsafe { cu_call!(driver, cuModuleLoadData(&mut module, code)) };
                 if status != SUCCESS {
                     return status;
                 }
@@ -120,19 +121,22 @@ impl CudaSession {
             }
             ImageKind::Library => {
                 let mut library = null_mut();
-                let status = cu_call!(
-                    driver,
-                    cuLibraryLoadData(
-                        &mut library,
-                        code,
-                        null_mut(),
-                        null_mut(),
-                        0,
-                        null_mut(),
-                        null_mut(),
-                        0
+                // SAFETY: this session's live handles and local buffers; the driver checks addresses.
+                let status = unsafe {
+                    cu_call!(
+                        driver,
+                        cuLibraryLoadData(
+                            &mut library,
+                            code,
+                            null_mut(),
+                            null_mut(),
+                            0,
+                            null_mut(),
+                            null_mut(),
+                            0
+                        )
                     )
-                );
+                };
                 if status != SUCCESS {
                     return status;
                 }
@@ -155,11 +159,13 @@ impl CudaSession {
             Some(Image {
                 handle: ImageHandle::Module(module),
                 ..
-            }) => cu_call!(driver, cuModuleUnload(module)),
+            // SAFETY: this session's live handles and local buffers; the driver checks addresses.
+            }) => unsafe { cu_call!(driver, cuModuleUnload(module)) },
             Some(Image {
                 handle: ImageHandle::Library(library),
                 ..
-            }) => cu_call!(driver, cuLibraryUnload(library)),
+            // SAFETY: this session's live handles and local buffers; the driver checks addresses.
+            }) => unsafe { cu_call!(driver, cuLibraryUnload(library)) },
             None => INVALID_HANDLE,
         }
     }
@@ -170,10 +176,13 @@ impl CudaSession {
         let function = match self.images.get(&image).map(|i| &i.handle) {
             Some(ImageHandle::Module(module)) => {
                 let mut raw = null_mut();
-                check(cu_call!(
-                    driver,
-                    cuModuleGetFunction(&mut raw, *module, name.as_ptr())
-                ))?;
+                // SAFETY: this session's live handles and local buffers; the driver checks addresses.
+                check(unsafe {
+                    cu_call!(
+                        driver,
+                        cuModuleGetFunction(&mut raw, *module, name.as_ptr())
+                    )
+                })?;
                 Function {
                     raw,
                     is_kernel: false,
@@ -181,10 +190,13 @@ impl CudaSession {
             }
             Some(ImageHandle::Library(library)) => {
                 let mut kernel = null_mut();
-                check(cu_call!(
-                    driver,
-                    cuLibraryGetKernel(&mut kernel, *library, name.as_ptr())
-                ))?;
+                // SAFETY: this session's live handles and local buffers; the driver checks addresses.
+                check(unsafe {
+                    cu_call!(
+                        driver,
+                        cuLibraryGetKernel(&mut kernel, *library, name.as_ptr())
+                    )
+                })?;
                 Function {
                     raw: kernel.cast(),
                     is_kernel: true,
@@ -204,10 +216,13 @@ impl CudaSession {
             return Err(INVALID_HANDLE);
         }
         let mut raw = null_mut();
-        check(cu_call!(
-            self.backend.driver,
-            cuKernelGetFunction(&mut raw, kernel.raw.cast())
-        ))?;
+        // SAFETY: this session's live handles and local buffers; the driver checks addresses.
+        check(unsafe {
+            cu_call!(
+                self.backend.driver,
+                cuKernelGetFunction(&mut raw, kernel.raw.cast())
+            )
+        })?;
         let function = Function {
             raw,
             is_kernel: false,
@@ -225,15 +240,21 @@ impl CudaSession {
             let (mut offset, mut size) = (0usize, 0usize);
             let index = params.len();
             let status = if function.is_kernel {
-                cu_call!(
-                    driver,
-                    cuKernelGetParamInfo(function.raw.cast(), index, &mut offset, &mut size)
-                )
+                // SAFETY: this session's live handles and local buffers; the driver checks addresses.
+                unsafe {
+                    cu_call!(
+                        driver,
+                        cuKernelGetParamInfo(function.raw.cast(), index, &mut offset, &mut size)
+                    )
+                }
             } else {
-                cu_call!(
-                    driver,
-                    cuFuncGetParamInfo(function.raw, index, &mut offset, &mut size)
-                )
+                // SAFETY: this session's live handles and local buffers; the driver checks addresses.
+                unsafe {
+                    cu_call!(
+                        driver,
+                        cuFuncGetParamInfo(function.raw, index, &mut offset, &mut size)
+                    )
+                }
             };
             if status != SUCCESS {
                 break;
@@ -257,14 +278,20 @@ impl CudaSession {
         let driver = &self.backend.driver;
         let (mut ptr, mut size) = (0u64, 0usize);
         let status = match self.images.get(&image).map(|i| &i.handle) {
-            Some(ImageHandle::Module(module)) => cu_call!(
-                driver,
-                cuModuleGetGlobal_v2(&mut ptr, &mut size, *module, name.as_ptr())
-            ),
-            Some(ImageHandle::Library(library)) => cu_call!(
-                driver,
-                cuLibraryGetGlobal(&mut ptr, &mut size, *library, name.as_ptr())
-            ),
+            // SAFETY: this session's live handles and local buffers; the driver checks addresses.
+            Some(ImageHandle::Module(module)) => unsafe {
+                cu_call!(
+                    driver,
+                    cuModuleGetGlobal_v2(&mut ptr, &mut size, *module, name.as_ptr())
+                )
+            },
+            // SAFETY: this session's live handles and local buffers; the driver checks addresses.
+            Some(ImageHandle::Library(library)) => unsafe {
+                cu_call!(
+                    driver,
+                    cuLibraryGetGlobal(&mut ptr, &mut size, *library, name.as_ptr())
+                )
+            },
             None => INVALID_HANDLE,
         };
         check(status).map(|()| (ptr, size as u64))
@@ -284,12 +311,16 @@ impl CudaSession {
         };
         let driver = &self.backend.driver;
         if function.is_kernel {
-            cu_call!(
-                driver,
-                cuKernelSetAttribute(attribute, value, function.raw.cast(), device as CUdevice)
-            )
+            // SAFETY: this session's live handles and local buffers; the driver checks addresses.
+            unsafe {
+                cu_call!(
+                    driver,
+                    cuKernelSetAttribute(attribute, value, function.raw.cast(), device as CUdevice)
+                )
+            }
         } else {
-            cu_call!(driver, cuFuncSetAttribute(function.raw, attribute, value))
+            // SAFETY: this session's live handles and local buffers; the driver checks addresses.
+            unsafe { cu_call!(driver, cuFuncSetAttribute(function.raw, attribute, value)) }
         }
     }
 }
@@ -307,10 +338,11 @@ fn function_attribute_raw(
     // the kernel itself refers to the device's primary context, which sessions do not use).
     let mut in_context = null_mut();
     let function = if function.is_kernel
-        && cu_call!(
+        // SAFETY: this session's live handles and local buffers; the driver checks addresses.
+        && unsafe { cu_call!(
             driver,
             cuKernelGetFunction(&mut in_context, function.raw.cast())
-        ) == SUCCESS
+        ) } == SUCCESS
     {
         Function {
             raw: in_context,

@@ -137,37 +137,50 @@ impl CudaSession {
         );
         if !self.vmm_mappings.is_empty() || !self.vmm_handles.is_empty() {
             if let Some(&any) = raws.first() {
-                cu_call!(driver, cuCtxSetCurrent(any));
-                cu_call!(driver, cuCtxSynchronize());
+                // SAFETY: this session's live handles and local buffers; the driver checks addresses.
+                unsafe { cu_call!(driver, cuCtxSetCurrent(any)) };
+                // SAFETY: this session's live handles and local buffers; the driver checks addresses.
+                unsafe { cu_call!(driver, cuCtxSynchronize()) };
             }
         }
         for (ptr, size) in self.vmm_mappings.drain() {
-            cu_call!(driver, cuMemUnmap(ptr, size as usize));
+            // SAFETY: this session's live handles and local buffers; the driver checks addresses.
+            unsafe { cu_call!(driver, cuMemUnmap(ptr, size as usize)) };
         }
         for (_, handle) in self.vmm_handles.drain() {
-            cu_call!(driver, cuMemRelease(handle));
+            // SAFETY: this session's live handles and local buffers; the driver checks addresses.
+            unsafe { cu_call!(driver, cuMemRelease(handle)) };
         }
         for (ptr, size) in self.vmm_reservations.drain() {
-            cu_call!(driver, cuMemAddressFree(ptr, size as usize));
+            // SAFETY: this session's live handles and local buffers; the driver checks addresses.
+            unsafe { cu_call!(driver, cuMemAddressFree(ptr, size as usize)) };
         }
         for (_, exec) in self.graph_execs.drain() {
-            cu_call!(driver, cuGraphExecDestroy(exec));
+            // SAFETY: this session's live handles and local buffers; the driver checks addresses.
+            unsafe { cu_call!(driver, cuGraphExecDestroy(exec)) };
         }
         for (_, graph) in self.graphs.drain() {
-            cu_call!(driver, cuGraphDestroy(graph));
+            // SAFETY: this session's live handles and local buffers; the driver checks addresses.
+            unsafe { cu_call!(driver, cuGraphDestroy(graph)) };
         }
         for (ptr, ctx) in self.async_allocations.drain() {
-            cu_call!(driver, cuCtxSetCurrent(ctx));
-            cu_call!(driver, cuMemFreeAsync(ptr, null_mut()));
-            cu_call!(driver, cuCtxSynchronize());
+            // SAFETY: this session's live handles and local buffers; the driver checks addresses.
+            unsafe { cu_call!(driver, cuCtxSetCurrent(ctx)) };
+            // SAFETY: this session's live handles and local buffers; the driver checks addresses.
+            unsafe { cu_call!(driver, cuMemFreeAsync(ptr, null_mut())) };
+            // SAFETY: this session's live handles and local buffers; the driver checks addresses.
+            unsafe { cu_call!(driver, cuCtxSynchronize()) };
         }
         for &raw in &raws {
-            cu_call!(driver, cuCtxSetCurrent(raw));
+            // SAFETY: this session's live handles and local buffers; the driver checks addresses.
+            unsafe { cu_call!(driver, cuCtxSetCurrent(raw)) };
             self.staging.forget_context(driver, raw);
         }
-        cu_call!(driver, cuCtxSetCurrent(null_mut()));
+        // SAFETY: this session's live handles and local buffers; the driver checks addresses.
+        unsafe { cu_call!(driver, cuCtxSetCurrent(null_mut())) };
         for raw in raws {
-            let status = cu_call!(driver, cuCtxDestroy_v2(raw));
+            // SAFETY: this session's live handles and local buffers; the driver checks addresses.
+            let status = unsafe { cu_call!(driver, cuCtxDestroy_v2(raw)) };
             if status != SUCCESS {
                 log::debug!("cuCtxDestroy at session end: CUDA error {status}");
             }
@@ -203,7 +216,8 @@ impl CudaSession {
     pub(super) fn enter(&mut self, ctx: Id) -> Result<(), Status> {
         let context = self.contexts.get(&ctx).ok_or(INVALID_CONTEXT)?;
         if context.raw != self.current {
-            check(cu_call!(self.backend.driver, cuCtxSetCurrent(context.raw)))?;
+            // SAFETY: this session's live handles and local buffers; the driver checks addresses.
+            check(unsafe { cu_call!(self.backend.driver, cuCtxSetCurrent(context.raw)) })?;
             self.current = context.raw;
             self.current_device = context.device;
         }

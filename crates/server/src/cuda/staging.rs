@@ -40,7 +40,8 @@ impl Staging {
             for _ in 0..SLOTS {
                 let mut host = null_mut();
                 let flags = CU_MEMHOSTALLOC_PORTABLE;
-                let status = cu_call!(driver, cuMemHostAlloc(&mut host, CHUNK, flags));
+                // SAFETY: this session's live handles and local buffers; the driver checks addresses.
+                let status = unsafe { cu_call!(driver, cuMemHostAlloc(&mut host, CHUNK, flags)) };
                 if let Err(status) = check(status) {
                     self.free(driver);
                     return Err(status);
@@ -82,18 +83,21 @@ impl Staging {
             None => {
                 let mut event = null_mut();
                 let flags = CUevent_flags::CU_EVENT_DISABLE_TIMING as u32;
-                check(cu_call!(driver, cuEventCreate(&mut event, flags)))?;
+                // SAFETY: this session's live handles and local buffers; the driver checks addresses.
+                check(unsafe { cu_call!(driver, cuEventCreate(&mut event, flags)) })?;
                 event
             }
         };
-        let status = cu_call!(driver, cuEventRecord(event, stream));
+        // SAFETY: this session's live handles and local buffers; the driver checks addresses.
+        let status = unsafe { cu_call!(driver, cuEventRecord(event, stream)) };
         self.slots[index].guard = Some((ctx, event));
         check(status)
     }
 
     fn wait(&mut self, driver: &Driver, index: usize) -> Result<(), Status> {
         if let Some((ctx, event)) = self.slots[index].guard.take() {
-            let status = cu_call!(driver, cuEventSynchronize(event));
+            // SAFETY: this session's live handles and local buffers; the driver checks addresses.
+            let status = unsafe { cu_call!(driver, cuEventSynchronize(event)) };
             self.spare_events
                 .entry(ctx as usize)
                 .or_default()
@@ -112,7 +116,8 @@ impl Staging {
         }
         if let Some(events) = self.spare_events.remove(&(ctx as usize)) {
             for event in events {
-                cu_call!(driver, cuEventDestroy_v2(event));
+                // SAFETY: this session's live handles and local buffers; the driver checks addresses.
+                unsafe { cu_call!(driver, cuEventDestroy_v2(event)) };
             }
         }
         if self.owner == Some(ctx) {
@@ -126,7 +131,8 @@ impl Staging {
             let _ = self.wait(driver, index);
         }
         for slot in self.slots.drain(..) {
-            cu_call!(driver, cuMemFreeHost(slot.host.cast()));
+            // SAFETY: this session's live handles and local buffers; the driver checks addresses.
+            unsafe { cu_call!(driver, cuMemFreeHost(slot.host.cast())) };
         }
         self.owner = None;
         self.next = 0;

@@ -11,10 +11,13 @@ impl serve::Streams for Served<'_> {
     fn create_stream(&mut self, id: Id, ctx: Id, flags: u32, priority: i32) -> Answer<()> {
         let cuda = &mut *self.cuda;
         let made = cuda.create_in(ctx, |cuda, raw| {
-            check(cu_call!(
-                cuda.backend.driver,
-                cuStreamCreateWithPriority(raw, flags, priority)
-            ))
+            // SAFETY: this session's live handles and local buffers; the driver checks addresses.
+            check(unsafe {
+                cu_call!(
+                    cuda.backend.driver,
+                    cuStreamCreateWithPriority(raw, flags, priority)
+                )
+            })
         });
         made.map(|raw| {
             cuda.streams.insert(id, raw);
@@ -23,7 +26,8 @@ impl serve::Streams for Served<'_> {
 
     fn destroy_stream(&mut self, id: Id) -> Answer<()> {
         let taken = self.cuda.streams.remove(&id);
-        let destroy = |driver: &Driver, raw| cu_call!(driver, cuStreamDestroy_v2(raw));
+        // SAFETY: this session's live handles and local buffers; the driver checks addresses.
+        let destroy = |driver: &Driver, raw| unsafe { cu_call!(driver, cuStreamDestroy_v2(raw)) };
         self.cuda.destroy(taken, destroy)
     }
 
@@ -31,7 +35,8 @@ impl serve::Streams for Served<'_> {
         let cuda = &mut *self.cuda;
         let status = cuda.enter(ctx).and_then(|()| {
             let stream = cuda.stream(stream)?;
-            check(cu_call!(cuda.backend.driver, cuStreamSynchronize(stream)))
+            // SAFETY: this session's live handles and local buffers; the driver checks addresses.
+            check(unsafe { cu_call!(cuda.backend.driver, cuStreamSynchronize(stream)) })
         });
         cuda.sync_status(code(status))
     }
@@ -40,7 +45,8 @@ impl serve::Streams for Served<'_> {
         let cuda = &mut *self.cuda;
         let status = cuda.enter(ctx).and_then(|()| {
             let stream = cuda.stream(stream)?;
-            check(cu_call!(cuda.backend.driver, cuStreamQuery(stream)))
+            // SAFETY: this session's live handles and local buffers; the driver checks addresses.
+            check(unsafe { cu_call!(cuda.backend.driver, cuStreamQuery(stream)) })
         });
         cuda.sync_status(code(status))
     }
@@ -49,10 +55,8 @@ impl serve::Streams for Served<'_> {
         let cuda = &mut *self.cuda;
         cuda.enter(ctx).and_then(|()| {
             let (stream, event) = (cuda.stream(stream)?, cuda.event(event)?);
-            check(cu_call!(
-                cuda.backend.driver,
-                cuStreamWaitEvent(stream, event, flags)
-            ))
+            // SAFETY: this session's live handles and local buffers; the driver checks addresses.
+            check(unsafe { cu_call!(cuda.backend.driver, cuStreamWaitEvent(stream, event, flags)) })
         })
     }
 }

@@ -41,10 +41,13 @@ impl serve::VirtualMemory for Served<'_> {
         let cuda = &mut *self.cuda;
         cuda.enter(ctx).and_then(|()| {
             let mut ptr = 0u64;
-            check(cu_call!(
-                cuda.backend.driver,
-                cuMemAddressReserve(&mut ptr, size as usize, alignment as usize, addr, flags)
-            ))?;
+            // SAFETY: this session's live handles and local buffers; the driver checks addresses.
+            check(unsafe {
+                cu_call!(
+                    cuda.backend.driver,
+                    cuMemAddressReserve(&mut ptr, size as usize, alignment as usize, addr, flags)
+                )
+            })?;
             cuda.vmm_reservations.insert(ptr, size);
             Ok(ptr)
         })
@@ -56,10 +59,13 @@ impl serve::VirtualMemory for Served<'_> {
             let prop = allocation_prop(&prop);
             cuda.charged_allocation(size, |cuda| {
                 let mut raw = 0;
-                check(cu_call!(
-                    cuda.backend.driver,
-                    cuMemCreate(&mut raw, size as usize, &prop, flags)
-                ))?;
+                // SAFETY: this session's live handles and local buffers; the driver checks addresses.
+                check(unsafe {
+                    cu_call!(
+                        cuda.backend.driver,
+                        cuMemCreate(&mut raw, size as usize, &prop, flags)
+                    )
+                })?;
                 cuda.vmm_handles.insert(handle, raw);
                 Ok(Charged::Handle(handle))
             })
@@ -79,10 +85,13 @@ impl serve::VirtualMemory for Served<'_> {
         let cuda = &mut *self.cuda;
         code(cuda.enter(ctx).and_then(|()| {
             let raw = *cuda.vmm_handles.get(&handle).ok_or(INVALID_HANDLE)?;
-            check(cu_call!(
-                cuda.backend.driver,
-                cuMemMap(ptr, size as usize, offset as usize, raw, flags)
-            ))?;
+            // SAFETY: this session's live handles and local buffers; the driver checks addresses.
+            check(unsafe {
+                cu_call!(
+                    cuda.backend.driver,
+                    cuMemMap(ptr, size as usize, offset as usize, raw, flags)
+                )
+            })?;
             cuda.vmm_mappings.insert(ptr, size);
             Ok(())
         }))
@@ -98,20 +107,21 @@ impl serve::VirtualMemory for Served<'_> {
         let cuda = &mut *self.cuda;
         code(cuda.enter(ctx).and_then(|()| {
             let descs: Vec<CUmemAccessDesc> = access.iter().map(access_desc).collect();
-            check(cu_call!(
-                cuda.backend.driver,
-                cuMemSetAccess(ptr, size as usize, descs.as_ptr(), descs.len())
-            ))
+            // SAFETY: this session's live handles and local buffers; the driver checks addresses.
+            check(unsafe {
+                cu_call!(
+                    cuda.backend.driver,
+                    cuMemSetAccess(ptr, size as usize, descs.as_ptr(), descs.len())
+                )
+            })
         }))
     }
 
     fn vmm_unmap(&mut self, ctx: Id, ptr: DevicePtr, size: u64) -> Status {
         let cuda = &mut *self.cuda;
         code(cuda.enter(ctx).and_then(|()| {
-            check(cu_call!(
-                cuda.backend.driver,
-                cuMemUnmap(ptr, size as usize)
-            ))?;
+            // SAFETY: this session's live handles and local buffers; the driver checks addresses.
+            check(unsafe { cu_call!(cuda.backend.driver, cuMemUnmap(ptr, size as usize)) })?;
             cuda.vmm_mappings.remove(&ptr);
             Ok(())
         }))
@@ -121,7 +131,8 @@ impl serve::VirtualMemory for Served<'_> {
         let cuda = &mut *self.cuda;
         code(cuda.enter(ctx).and_then(|()| {
             let raw = cuda.vmm_handles.remove(&handle).ok_or(INVALID_HANDLE)?;
-            let status = cu_call!(cuda.backend.driver, cuMemRelease(raw));
+            // SAFETY: this session's live handles and local buffers; the driver checks addresses.
+            let status = unsafe { cu_call!(cuda.backend.driver, cuMemRelease(raw)) };
             cuda.uncharge(Charged::Handle(handle));
             check(status)
         }))
@@ -130,10 +141,8 @@ impl serve::VirtualMemory for Served<'_> {
     fn vmm_address_free(&mut self, ctx: Id, ptr: DevicePtr, size: u64) -> Status {
         let cuda = &mut *self.cuda;
         code(cuda.enter(ctx).and_then(|()| {
-            check(cu_call!(
-                cuda.backend.driver,
-                cuMemAddressFree(ptr, size as usize)
-            ))?;
+            // SAFETY: this session's live handles and local buffers; the driver checks addresses.
+            check(unsafe { cu_call!(cuda.backend.driver, cuMemAddressFree(ptr, size as usize)) })?;
             cuda.vmm_reservations.remove(&ptr);
             Ok(())
         }))

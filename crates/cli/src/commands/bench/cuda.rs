@@ -267,7 +267,8 @@ pub fn run(args: CudaBenchArgs) -> Result<ExitCode, String> {
 
 fn device_name(driver: &Driver, ordinal: i32) -> Result<String, String> {
     let mut name = [0 as std::ffi::c_char; 256];
-    let status = cu_call!(driver, cuDeviceGetName(name.as_mut_ptr(), 256, ordinal));
+    // SAFETY: the benchmark's own live handles and buffers.
+    let status = unsafe { cu_call!(driver, cuDeviceGetName(name.as_mut_ptr(), 256, ordinal)) };
     cu_check("cuDeviceGetName", status)?;
     // SAFETY: the driver wrote a NUL-terminated name into the buffer.
     let name = unsafe { std::ffi::CStr::from_ptr(name.as_ptr()) };
@@ -297,14 +298,19 @@ impl<'a> Session<'a> {
         let mut device = 0;
         cu_check(
             "cuDeviceGet",
-            cu_call!(d, cuDeviceGet(&mut device, ordinal)),
+            // SAFETY: the benchmark's own live handles and buffers.
+            unsafe { cu_call!(d, cuDeviceGet(&mut device, ordinal)) },
         )?;
         let mut ctx = null_mut();
         cu_check(
             "cuDevicePrimaryCtxRetain",
-            cu_call!(d, cuDevicePrimaryCtxRetain(&mut ctx, device)),
+            // SAFETY: the benchmark's own live handles and buffers.
+            unsafe { cu_call!(d, cuDevicePrimaryCtxRetain(&mut ctx, device)) },
         )?;
-        cu_check("cuCtxSetCurrent", cu_call!(d, cuCtxSetCurrent(ctx)))?;
+        // SAFETY: the benchmark's own live handles and buffers.
+        cu_check("cuCtxSetCurrent", unsafe {
+            cu_call!(d, cuCtxSetCurrent(ctx))
+        })?;
         let mut session = Session {
             driver,
             device,
@@ -318,15 +324,19 @@ impl<'a> Session<'a> {
         };
         cu_check(
             "cuStreamCreate",
-            cu_call!(d, cuStreamCreate(&mut session.stream, 1)),
+            // SAFETY: the benchmark's own live handles and buffers.
+            unsafe { cu_call!(d, cuStreamCreate(&mut session.stream, 1)) },
         )?;
         let ptx = CString::new(KERNELS_PTX).expect("PTX has no NUL");
         cu_check(
             "cuModuleLoadData",
-            cu_call!(
-                d,
-                cuModuleLoadData(&mut session.module, ptx.as_ptr().cast())
-            ),
+            // SAFETY: the benchmark's own live handles and buffers.
+            unsafe {
+                cu_call!(
+                    d,
+                    cuModuleLoadData(&mut session.module, ptx.as_ptr().cast())
+                )
+            },
         )?;
         for (name, slot) in [
             ("empty_kernel", &mut session.empty),
@@ -335,16 +345,19 @@ impl<'a> Session<'a> {
             let name = CString::new(name).unwrap();
             cu_check(
                 "cuModuleGetFunction",
-                cu_call!(d, cuModuleGetFunction(slot, session.module, name.as_ptr())),
+                // SAFETY: the benchmark's own live handles and buffers.
+                unsafe { cu_call!(d, cuModuleGetFunction(slot, session.module, name.as_ptr())) },
             )?;
         }
         cu_check(
             "cuMemAlloc",
-            cu_call!(d, cuMemAlloc_v2(&mut session.device_buffer, buffer_size)),
+            // SAFETY: the benchmark's own live handles and buffers.
+            unsafe { cu_call!(d, cuMemAlloc_v2(&mut session.device_buffer, buffer_size)) },
         )?;
         cu_check(
             "cuMemAllocHost",
-            cu_call!(d, cuMemAllocHost_v2(&mut session.pinned, buffer_size)),
+            // SAFETY: the benchmark's own live handles and buffers.
+            unsafe { cu_call!(d, cuMemAllocHost_v2(&mut session.pinned, buffer_size)) },
         )?;
         // SAFETY: the pinned buffer holds buffer_size bytes; touching it maps its pages.
         unsafe { std::ptr::write_bytes(session.pinned.cast::<u8>(), 1, buffer_size) };
@@ -354,7 +367,8 @@ impl<'a> Session<'a> {
     fn sync(&self) -> Result<(), String> {
         cu_check(
             "cuStreamSynchronize",
-            cu_call!(self.driver, cuStreamSynchronize(self.stream)),
+            // SAFETY: the benchmark's own live handles and buffers.
+            unsafe { cu_call!(self.driver, cuStreamSynchronize(self.stream)) },
         )
     }
 
@@ -375,15 +389,21 @@ impl<'a> Session<'a> {
         let start = Instant::now();
         for _ in 0..count {
             let status = if to_device {
-                cu_call!(
-                    d,
-                    cuMemcpyHtoDAsync_v2(self.device_buffer, host.cast(), size, self.stream)
-                )
+                // SAFETY: the benchmark's own live handles and buffers.
+                unsafe {
+                    cu_call!(
+                        d,
+                        cuMemcpyHtoDAsync_v2(self.device_buffer, host.cast(), size, self.stream)
+                    )
+                }
             } else {
-                cu_call!(
-                    d,
-                    cuMemcpyDtoHAsync_v2(host.cast(), self.device_buffer, size, self.stream)
-                )
+                // SAFETY: the benchmark's own live handles and buffers.
+                unsafe {
+                    cu_call!(
+                        d,
+                        cuMemcpyDtoHAsync_v2(host.cast(), self.device_buffer, size, self.stream)
+                    )
+                }
             };
             cu_check("cuMemcpyAsync", status)?;
         }
@@ -392,22 +412,25 @@ impl<'a> Session<'a> {
     }
 
     fn launch_empty(&self) -> Result<(), String> {
-        let status = cu_call!(
-            self.driver,
-            cuLaunchKernel(
-                self.empty,
-                1,
-                1,
-                1,
-                32,
-                1,
-                1,
-                0,
-                self.stream,
-                null_mut(),
-                null_mut()
+        // SAFETY: the benchmark's own live handles and buffers.
+        let status = unsafe {
+            cu_call!(
+                self.driver,
+                cuLaunchKernel(
+                    self.empty,
+                    1,
+                    1,
+                    1,
+                    32,
+                    1,
+                    1,
+                    0,
+                    self.stream,
+                    null_mut(),
+                    null_mut()
+                )
             )
-        );
+        };
         cu_check("cuLaunchKernel", status)
     }
 }
@@ -415,11 +438,16 @@ impl<'a> Session<'a> {
 impl Drop for Session<'_> {
     fn drop(&mut self) {
         let d = self.driver;
-        cu_call!(d, cuMemFreeHost(self.pinned));
-        cu_call!(d, cuMemFree_v2(self.device_buffer));
-        cu_call!(d, cuModuleUnload(self.module));
-        cu_call!(d, cuStreamDestroy_v2(self.stream));
-        cu_call!(d, cuDevicePrimaryCtxRelease_v2(self.device));
+        // SAFETY: the benchmark's own live handles and buffers.
+        unsafe { cu_call!(d, cuMemFreeHost(self.pinned)) };
+        // SAFETY: the benchmark's own live handles and buffers.
+        unsafe { cu_call!(d, cuMemFree_v2(self.device_buffer)) };
+        // SAFETY: the benchmark's own live handles and buffers.
+        unsafe { cu_call!(d, cuModuleUnload(self.module)) };
+        // SAFETY: the benchmark's own live handles and buffers.
+        unsafe { cu_call!(d, cuStreamDestroy_v2(self.stream)) };
+        // SAFETY: the benchmark's own live handles and buffers.
+        unsafe { cu_call!(d, cuDevicePrimaryCtxRelease_v2(self.device)) };
     }
 }
 
@@ -443,10 +471,13 @@ fn measure(driver: &Driver, args: &CudaBenchArgs) -> Result<Samples, String> {
     let d = driver;
     let mut word = [0u8; 4];
     let small_read_us = time_calls(args.latency_calls, || {
-        let status = cu_call!(
-            d,
-            cuMemcpyDtoH_v2(word.as_mut_ptr().cast(), session.device_buffer, 4)
-        );
+        // SAFETY: the benchmark's own live handles and buffers.
+        let status = unsafe {
+            cu_call!(
+                d,
+                cuMemcpyDtoH_v2(word.as_mut_ptr().cast(), session.device_buffer, 4)
+            )
+        };
         cu_check("cuMemcpyDtoH", status)
     })?;
     let launch_sync_us = time_calls(args.latency_calls, || {
@@ -500,8 +531,13 @@ fn sgemm(session: &Session, n: usize, runs: usize) -> Result<Vec<f64>, String> {
     let bytes = n * n * 4;
     let mut matrices = [0u64; 3];
     for m in &mut matrices {
-        cu_check("cuMemAlloc", cu_call!(d, cuMemAlloc_v2(m, bytes)))?;
-        let status = cu_call!(d, cuMemsetD32Async(*m, 0x3c00_0000, n * n, session.stream));
+        // SAFETY: the benchmark's own live handles and buffers.
+        cu_check("cuMemAlloc", unsafe {
+            cu_call!(d, cuMemAlloc_v2(m, bytes))
+        })?;
+        // SAFETY: the benchmark's own live handles and buffers.
+        let status =
+            unsafe { cu_call!(d, cuMemsetD32Async(*m, 0x3c00_0000, n * n, session.stream)) };
         cu_check("cuMemsetD32Async", status)?;
     }
     let result = (|| {
@@ -515,22 +551,25 @@ fn sgemm(session: &Session, n: usize, runs: usize) -> Result<Vec<f64>, String> {
         ];
         let blocks = (n / 64) as u32;
         let mut launch = || {
-            let status = cu_call!(
-                d,
-                cuLaunchKernel(
-                    session.sgemm,
-                    blocks,
-                    blocks,
-                    1,
-                    256,
-                    1,
-                    1,
-                    0,
-                    session.stream,
-                    params.as_mut_ptr(),
-                    null_mut()
+            // SAFETY: the benchmark's own live handles and buffers.
+            let status = unsafe {
+                cu_call!(
+                    d,
+                    cuLaunchKernel(
+                        session.sgemm,
+                        blocks,
+                        blocks,
+                        1,
+                        256,
+                        1,
+                        1,
+                        0,
+                        session.stream,
+                        params.as_mut_ptr(),
+                        null_mut()
+                    )
                 )
-            );
+            };
             cu_check("cuLaunchKernel(sgemm)", status)?;
             session.sync()
         };
@@ -544,7 +583,8 @@ fn sgemm(session: &Session, n: usize, runs: usize) -> Result<Vec<f64>, String> {
             .collect::<Result<Vec<f64>, String>>()
     })();
     for m in matrices {
-        cu_call!(d, cuMemFree_v2(m));
+        // SAFETY: the benchmark's own live handles and buffers.
+        unsafe { cu_call!(d, cuMemFree_v2(m)) };
     }
     result
 }
