@@ -21,7 +21,7 @@ pub fn guard(name: &'static str, call: impl FnOnce() -> CUresult) -> CUresult {
                 .copied()
                 .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
                 .unwrap_or("(no message)");
-            crate::runtime::init_logging();
+            crate::servers::init_logging();
             log::error!("rgpu: {name} panicked ({why}); returning CUDA_ERROR_UNKNOWN");
             CUresult::CUDA_ERROR_UNKNOWN
         }

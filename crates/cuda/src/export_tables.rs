@@ -13,7 +13,7 @@ use rgpu_cuda_api::sys::{CUcontext, CUdevice, CUresult, CUstream};
 
 use crate::api::{status, write_out};
 use crate::objects::{self, Context};
-use crate::runtime;
+use crate::servers;
 
 /// One table: words as cudart reads them (a size, then function addresses).
 #[repr(C)]
@@ -180,7 +180,7 @@ static CUDART_TABLE: Table<13> = table!(CUDART, 13, {
 /// through the public API later, and must get the same handle).
 unsafe extern "C" fn cudart_device_primary_ctx(pctx: *mut CUcontext, dev: CUdevice) -> CUresult {
     status(
-        runtime::device(dev)
+        servers::device(dev)
             // SAFETY: an out-pointer from the caller: null (refused by write_out) or writable, as the API requires.
             .and_then(|device| unsafe { write_out(pctx, device.primary().handle()) }),
     )
@@ -443,7 +443,7 @@ fn integrity_hash(version: u32, unix_seconds: u64) -> [u8; 16] {
         }
         _ => {
             let input = IntegrityInput {
-                driver_version: runtime::driver_version() as u32,
+                driver_version: servers::driver_version() as u32,
                 version,
                 pid: std::process::id(),
                 // SAFETY: pthread_self has no preconditions; the hash takes its low 32 bits.
@@ -453,7 +453,7 @@ fn integrity_hash(version: u32, unix_seconds: u64) -> [u8; 16] {
                 check_function: INTEGRITY_TABLE.0[1] as u64,
                 unix_seconds,
             };
-            let devices: Vec<DeviceFacts> = match runtime::runtime() {
+            let devices: Vec<DeviceFacts> = match servers::servers() {
                 Ok(runtime) => runtime
                     .devices
                     .iter()

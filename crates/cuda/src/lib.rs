@@ -2,8 +2,8 @@
 //! the servers in `RGPU_SERVERS`. `rgpu run` puts it first on `LD_LIBRARY_PATH` under the
 //! driver's sonames, so unmodified programs (static cudart, cuBLAS, CuPy, PyTorch) use it.
 //!
-//! Layout: `api/` holds the entry points by API group; `runtime.rs` the connections and the
-//! device list taken at `cuInit`; `objects.rs` what each handle (context, stream, event, module,
+//! Layout: `api/` holds the entry points by API group; `servers.rs` the connections and the
+//! device list taken at `cuInit`; `objects.rs` and `handles.rs` what each handle (context, stream, event, module,
 //! function) knows on the client; `export_tables.rs` cudart's private tables, implemented here;
 //! `proc_address.rs` `cuGetProcAddress`; `generated_exports.rs` (generated) every exported
 //! driver symbol: the implemented ones with the driver's own signatures, through `boundary.rs`
@@ -21,7 +21,7 @@ mod handles;
 mod objects;
 pub mod proc_address;
 mod ranges;
-mod runtime;
+mod servers;
 mod unsupported;
 
 /// Marks this library as rgpu's, so that a server never loads it as its driver.

@@ -124,7 +124,7 @@ impl Context {
         if self.created.load(Ordering::Acquire) {
             return Ok(());
         }
-        let device = crate::runtime::device(self.device)?;
+        let device = crate::servers::device(self.device)?;
         let (flags, primary) = (
             self.flags.load(Ordering::Relaxed),
             self.kind == ContextKind::Primary,
@@ -132,7 +132,7 @@ impl Context {
         let server = self.conn.cuda();
         server
             .create_context(self.remote, device.remote_ordinal, flags, primary)
-            .map_err(crate::runtime::client_error)?;
+            .map_err(crate::servers::client_error)?;
         self.created.store(true, Ordering::Release);
         Ok(())
     }
@@ -175,7 +175,7 @@ pub fn pop_current() -> Option<CUcontext> {
 
 /// The calling thread's current context, made on the server if need be.
 pub fn current_context() -> Result<Arc<Context>, CUresult> {
-    crate::runtime::runtime()?;
+    crate::servers::servers()?;
     let ctx = Context::from_handle(current_handle()).ok_or(CUresult::CUDA_ERROR_INVALID_CONTEXT)?;
     ctx.ensure_created()?;
     Ok(ctx)

@@ -9,7 +9,7 @@ use rgpu_cuda_api::sys::*;
 
 use super::{status, write_out, Outcome};
 use crate::objects::{self, context_or_current, current_context, Context, ContextKind};
-use crate::runtime::{self, device};
+use crate::servers::{self, device};
 
 pub unsafe fn cuCtxCreate_v4(
     pctx: *mut CUcontext,
@@ -49,7 +49,7 @@ pub unsafe fn cuCtxCreate_v2(pctx: *mut CUcontext, flags: c_uint, dev: CUdevice)
 
 pub unsafe fn cuCtxDestroy_v2(ctx: CUcontext) -> CUresult {
     status((|| {
-        runtime::runtime()?;
+        servers::servers()?;
         let context = Context::from_handle(ctx).ok_or(CUresult::CUDA_ERROR_INVALID_CONTEXT)?;
         if context.kind == ContextKind::Primary {
             return Err(CUresult::CUDA_ERROR_INVALID_CONTEXT);
@@ -70,11 +70,11 @@ pub unsafe fn cuCtxDestroy_v2(ctx: CUcontext) -> CUresult {
 
 pub unsafe fn cuCtxGetCurrent(pctx: *mut CUcontext) -> CUresult {
     // SAFETY: an out-pointer from the caller: null (refused by write_out) or writable, as the API requires.
-    status(runtime::runtime().and_then(|_| unsafe { write_out(pctx, objects::current_handle()) }))
+    status(servers::servers().and_then(|_| unsafe { write_out(pctx, objects::current_handle()) }))
 }
 
 pub unsafe fn cuCtxSetCurrent(ctx: CUcontext) -> CUresult {
-    status(runtime::runtime().and_then(|_| {
+    status(servers::servers().and_then(|_| {
         if !ctx.is_null() {
             Context::from_handle(ctx).ok_or(CUresult::CUDA_ERROR_INVALID_CONTEXT)?;
         }
@@ -84,7 +84,7 @@ pub unsafe fn cuCtxSetCurrent(ctx: CUcontext) -> CUresult {
 }
 
 pub unsafe fn cuCtxPushCurrent_v2(ctx: CUcontext) -> CUresult {
-    status(runtime::runtime().and_then(|_| {
+    status(servers::servers().and_then(|_| {
         Context::from_handle(ctx).ok_or(CUresult::CUDA_ERROR_INVALID_CONTEXT)?;
         objects::push_current(ctx);
         Ok(())
@@ -92,7 +92,7 @@ pub unsafe fn cuCtxPushCurrent_v2(ctx: CUcontext) -> CUresult {
 }
 
 pub unsafe fn cuCtxPopCurrent_v2(pctx: *mut CUcontext) -> CUresult {
-    status(runtime::runtime().and_then(|_| {
+    status(servers::servers().and_then(|_| {
         let popped = objects::pop_current().ok_or(CUresult::CUDA_ERROR_INVALID_CONTEXT)?;
         if !pctx.is_null() {
             // SAFETY: `pctx` is the caller's out-pointer, checked non-null.

@@ -8,11 +8,11 @@ use rgpu_cuda_api::sys::*;
 use rgpu_protocol::cuda::CuPeer;
 
 use super::{status, write_out};
-use crate::runtime::{self, device};
+use crate::servers::{self, device};
 
 pub unsafe fn cuDeviceGetCount(count: *mut c_int) -> CUresult {
     // SAFETY: an out-pointer from the caller: null (refused by write_out) or writable, as the API requires.
-    status(runtime::runtime().and_then(|rt| unsafe { write_out(count, rt.devices.len() as c_int) }))
+    status(servers::servers().and_then(|rt| unsafe { write_out(count, rt.devices.len() as c_int) }))
 }
 
 pub unsafe fn cuDeviceGet(out: *mut CUdevice, ordinal: c_int) -> CUresult {

@@ -205,7 +205,7 @@ pub unsafe fn cuMemGetAddressRange_v2(
     size: *mut usize,
     ptr: CUdeviceptr,
 ) -> CUresult {
-    status(crate::runtime::runtime().and_then(|_| {
+    status(crate::servers::servers().and_then(|_| {
         let (start, len, _) = device_range(ptr).ok_or(CUresult::CUDA_ERROR_NOT_FOUND)?;
         // SAFETY: the caller's out-pointers, each written only when non-null.
         unsafe {
@@ -525,7 +525,7 @@ pub unsafe fn cuPointerGetAttribute(
 ) -> CUresult {
     status(
         // SAFETY: the caller's out-pointer for the attribute's value, as the API requires.
-        crate::runtime::runtime().and_then(|_| unsafe { pointer_attribute(data, attribute, ptr) }),
+        crate::servers::servers().and_then(|_| unsafe { pointer_attribute(data, attribute, ptr) }),
     )
 }
 
@@ -535,7 +535,7 @@ pub unsafe fn cuPointerGetAttributes(
     data: *mut *mut c_void,
     ptr: CUdeviceptr,
 ) -> CUresult {
-    status(crate::runtime::runtime().and_then(|_| {
+    status(crate::servers::servers().and_then(|_| {
         if attributes.is_null() || data.is_null() {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
         }

@@ -34,7 +34,7 @@ use rgpu_client::ClientError;
 use rgpu_cuda_api::sys::CUresult;
 use rgpu_protocol::cuda::{Answer, Status};
 
-use crate::runtime::client_error;
+use crate::servers::client_error;
 
 /// A request's outcome as a `CUresult`: a failed connection gives the error for that, a
 /// failure the server reports gives its status.

@@ -13,7 +13,7 @@ use sha2::{Digest, Sha256};
 
 use super::{from_remote, status, write_out, Outcome};
 use crate::objects::{current_context, server_key, Context, Function, Image};
-use crate::runtime::client_error;
+use crate::servers::client_error;
 
 /// Images up to this size go with the first request; larger ones only when the server asks.
 const SEND_WITH_FIRST_REQUEST: usize = 64 << 10;
@@ -49,7 +49,7 @@ fn load(ctx: &Context, kind: ImageKind, image: *const c_void) -> Result<Image, C
     let bytes = unsafe { image_bytes(image) }.ok_or(CUresult::CUDA_ERROR_INVALID_IMAGE)?;
     let hash: [u8; 32] = Sha256::digest(bytes).into();
     // A library may be used on every server; keep its bytes for the others.
-    let several_servers = crate::runtime::runtime().is_ok_and(|rt| rt.servers > 1);
+    let several_servers = crate::servers::servers().is_ok_and(|rt| rt.servers > 1);
     let kept = (kind == ImageKind::Library && several_servers).then(|| Arc::from(bytes));
     let object = Image::new(&ctx.conn, kind, hash, kept);
     send_image(ctx, kind, object.remote, hash, bytes)?;
@@ -171,7 +171,7 @@ pub unsafe fn cuLibraryLoadData(
 /// first device when there is none.
 fn library_context() -> Result<Arc<Context>, CUresult> {
     current_context().or_else(|_| {
-        let device = crate::runtime::device(0)?;
+        let device = crate::servers::device(0)?;
         device.primary().ensure_created()?;
         Ok(device.primary())
     })
@@ -351,7 +351,7 @@ pub unsafe fn cuKernelGetAttribute(
     dev: CUdevice,
 ) -> CUresult {
     status(function(kernel.cast()).and_then(|f| {
-        let device = crate::runtime::device(dev)?;
+        let device = crate::servers::device(dev)?;
         let answer = function_attribute(&f, attribute, device.remote_ordinal)?;
         // SAFETY: an out-pointer from the caller: null (refused by write_out) or writable, as the API requires.
         unsafe { write_out(value, answer) }
@@ -387,7 +387,7 @@ pub unsafe fn cuKernelSetAttribute(
     dev: CUdevice,
 ) -> CUresult {
     status(function(kernel.cast()).and_then(|f| {
-        let device = crate::runtime::device(dev)?;
+        let device = crate::servers::device(dev)?;
         set_attribute(&f, attribute, value, device.remote_ordinal)
     }))
 }

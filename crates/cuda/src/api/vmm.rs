@@ -36,7 +36,7 @@ fn device_location(location_type: u32, id: i32) -> Result<(i32, Arc<Context>), C
     if location_type != LOCATION_DEVICE {
         return Ok((id, current_context()?));
     }
-    let device = crate::runtime::device(id)?;
+    let device = crate::servers::device(id)?;
     device.primary().ensure_created()?;
     Ok((device.remote_ordinal as i32, device.primary()))
 }

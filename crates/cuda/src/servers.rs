@@ -14,7 +14,7 @@ use crate::objects::{Context, ContextKind};
 /// The driver API version this library implements (`cuDriverGetVersion` never says more).
 pub const API_VERSION: i32 = 13000;
 
-pub struct Runtime {
+pub struct Servers {
     pub devices: Vec<Device>,
     /// Servers with at least one device.
     pub servers: usize,
@@ -79,16 +79,16 @@ impl Device {
     }
 }
 
-static RUNTIME: OnceLock<Result<Runtime, CUresult>> = OnceLock::new();
+static SERVERS: OnceLock<Result<Servers, CUresult>> = OnceLock::new();
 
 /// Connects to the servers (first call only) and returns the outcome of that first call.
-pub fn init() -> Result<&'static Runtime, CUresult> {
-    RUNTIME.get_or_init(connect).as_ref().map_err(|e| *e)
+pub fn init() -> Result<&'static Servers, CUresult> {
+    SERVERS.get_or_init(connect).as_ref().map_err(|e| *e)
 }
 
-/// The runtime, or CUDA_ERROR_NOT_INITIALIZED before a successful `cuInit`.
-pub fn runtime() -> Result<&'static Runtime, CUresult> {
-    match RUNTIME.get() {
+/// The servers and devices, or CUDA_ERROR_NOT_INITIALIZED before a successful `cuInit`.
+pub fn servers() -> Result<&'static Servers, CUresult> {
+    match SERVERS.get() {
         Some(result) => result.as_ref().map_err(|e| *e),
         None => Err(CUresult::CUDA_ERROR_NOT_INITIALIZED),
     }
@@ -96,18 +96,18 @@ pub fn runtime() -> Result<&'static Runtime, CUresult> {
 
 /// The version `cuDriverGetVersion` reports (also before `cuInit`).
 pub fn driver_version() -> i32 {
-    match RUNTIME.get() {
-        Some(Ok(runtime)) => runtime.driver_version,
+    match SERVERS.get() {
+        Some(Ok(servers)) => servers.driver_version,
         _ => API_VERSION,
     }
 }
 
 /// The device with this ordinal.
 pub fn device(ordinal: i32) -> Result<&'static Device, CUresult> {
-    let runtime = runtime()?;
+    let servers = servers()?;
     usize::try_from(ordinal)
         .ok()
-        .and_then(|i| runtime.devices.get(i))
+        .and_then(|i| servers.devices.get(i))
         .ok_or(CUresult::CUDA_ERROR_INVALID_DEVICE)
 }
 
@@ -118,7 +118,7 @@ pub fn init_logging() {
         .try_init();
 }
 
-fn connect() -> Result<Runtime, CUresult> {
+fn connect() -> Result<Servers, CUresult> {
     init_logging();
     let config = ClientConfig::from_env().map_err(|e| {
         log::error!("rgpu: {e}");
@@ -169,7 +169,7 @@ fn connect() -> Result<Runtime, CUresult> {
     if devices.is_empty() {
         return Err(CUresult::CUDA_ERROR_NO_DEVICE);
     }
-    Ok(Runtime {
+    Ok(Servers {
         devices,
         servers,
         driver_version,
