@@ -18,7 +18,9 @@ mod limits;
 mod listener;
 mod opencl;
 mod session;
+mod shared;
 mod workers;
+mod writer;
 
 pub use limits::{parse_size, Limits};
 pub use workers::{run_worker, WorkerCommand, WorkerStop, WorkerUser};
@@ -29,9 +31,9 @@ use std::sync::Arc;
 
 use rgpu_transport::{Endpoint, Listener, Plaintext, ServerSecurity, TlsIdentity, Token};
 
-use crate::listener::Shared;
 use crate::opencl::inventory::{Filters, Inventory};
 use crate::opencl::native::Cl;
+use crate::shared::Shared;
 
 /// How to run a server.
 #[derive(Clone, Debug)]

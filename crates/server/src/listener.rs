@@ -1,137 +1,23 @@
-//! The accept loop and what the sessions of one server share.
+//! The accept loop: admission of each connection, to a session thread or a session worker;
+//! the end of every session at shutdown.
 
-use std::collections::HashMap;
 use std::io::ErrorKind;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use rgpu_protocol::LaneAttach;
-use rgpu_transport::{Listener, ServerSecurity, Stream, Token};
+use rgpu_transport::{Listener, Stream};
 
-use crate::lanes::LaneRegistry;
-use crate::limits::{Admission, ClientKey, Limits, Slot};
-use crate::opencl::inventory::Inventory;
+use crate::shared::Shared;
 use crate::workers::WorkerPool;
 
 /// How often the accept loop looks at the shutdown flag.
 const POLL_INTERVAL: Duration = Duration::from_millis(50);
-/// How long a client may stay unreachable before its session ends, unless configured.
-pub const DEFAULT_CLIENT_TIMEOUT: Duration = Duration::from_secs(30);
 /// The shortest time a write to a client may block (a client that stopped reading).
 const MIN_WRITE_TIMEOUT: Duration = Duration::from_secs(120);
 /// How long shutdown waits for sessions to release their objects.
 const SESSION_DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
-
-pub(crate) struct Shared {
-    pub inventory: Arc<Inventory>,
-    /// The CUDA backend, where the machine has a CUDA driver.
-    pub cuda: Option<Arc<crate::cuda::Backend>>,
-    pub token: Option<Token>,
-    /// TLS, and where plaintext is accepted.
-    pub security: ServerSecurity,
-    pub name: String,
-    pub stop: AtomicBool,
-    /// A handle on each live session's socket, to end them at shutdown.
-    streams: Mutex<HashMap<u64, Stream>>,
-    /// The data lanes of the live sessions.
-    pub lanes: LaneRegistry,
-    next_session: AtomicU64,
-    /// The session workers, when sessions run in processes of their own.
-    pub workers: Option<Arc<WorkerPool>>,
-    /// How long a client may stay unreachable before its connections fail.
-    pub client_timeout: Duration,
-    /// The quotas, and the count of live sessions they limit.
-    pub limits: Limits,
-    pub admission: Arc<Admission>,
-}
-
-impl Shared {
-    pub fn new(
-        inventory: Inventory,
-        cuda: Option<crate::cuda::Backend>,
-        token: Option<Token>,
-        name: String,
-    ) -> Shared {
-        Shared {
-            inventory: Arc::new(inventory),
-            cuda: cuda.map(Arc::new),
-            token,
-            security: ServerSecurity::default(),
-            name,
-            stop: AtomicBool::new(false),
-            streams: Mutex::new(HashMap::new()),
-            lanes: LaneRegistry::default(),
-            next_session: AtomicU64::new(1),
-            workers: None,
-            client_timeout: DEFAULT_CLIENT_TIMEOUT,
-            limits: Limits::default(),
-            admission: Arc::default(),
-        }
-    }
-
-    /// Decides a handshake's admission: a data lane goes to `join_lane`, a new session takes
-    /// a place in `slot` if the session limits leave one.
-    pub fn admit(
-        &self,
-        lane: Option<&LaneAttach>,
-        stream: &Stream,
-        slot: &mut Option<Slot>,
-        join_lane: impl FnOnce(&LaneAttach, &Stream) -> Result<(), String>,
-    ) -> Result<(), String> {
-        match lane {
-            Some(lane) => join_lane(lane, stream),
-            None => {
-                // A refusal is logged with the handshake's outcome.
-                *slot = Some(self.admit_session(stream.peer_ip())?);
-                Ok(())
-            }
-        }
-    }
-
-    /// A place for a new session from `peer` (`None`: a Unix socket), if the session limits
-    /// leave one.
-    pub fn admit_session(&self, peer: Option<std::net::IpAddr>) -> Result<Slot, String> {
-        let client = match peer {
-            Some(ip) => ClientKey::Address(ip),
-            None => ClientKey::Local,
-        };
-        self.admission.admit(&self.limits, client)
-    }
-
-    pub fn stopping(&self) -> bool {
-        self.stop.load(Ordering::SeqCst)
-    }
-
-    pub fn register(&self, id: u64, stream: &Stream) {
-        if let Ok(clone) = stream.try_clone() {
-            self.streams_lock().insert(id, clone);
-        }
-    }
-
-    pub fn unregister(&self, id: u64) {
-        self.streams_lock().remove(&id);
-    }
-
-    fn streams_lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Stream>> {
-        self.streams.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Stops this process's sessions: they end as at shutdown (a session worker's way to stop).
-    pub fn stop_sessions(&self) {
-        self.stop.store(true, Ordering::SeqCst);
-        self.end_sessions();
-    }
-
-    /// Wakes every session's request thread with a closed socket.
-    fn end_sessions(&self) {
-        for stream in self.streams_lock().values() {
-            stream.shutdown();
-        }
-        self.lanes.shutdown();
-    }
-}
 
 /// Accepts connections until the stop flag is set, one session thread each; then ends the
 /// sessions and waits (bounded) for them to clean up.
@@ -213,7 +99,7 @@ fn serve_in_worker(mut stream: Stream, shared: &Shared, workers: &Arc<WorkerPool
     };
     match route.lane_of {
         Some(session) => workers.route_lane(session, route, stream),
-        None => workers.serve(stream, route, shared, id),
+        None => workers.serve(stream, route, |peer| shared.admit_session(peer), id),
     }
 }
 

@@ -3,60 +3,32 @@
 //!
 //! Threads of a session: the request thread (this module's loop, which also receives write
 //! data), the completion thread ([`crate::opencl::completion`]), and OpenCL's own callback threads.
-//! They share the socket's write half through [`Writer`].
+//! They share the socket's write half through [`crate::writer::Writer`].
 
 use std::sync::atomic::AtomicUsize;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use rgpu_cl_api::{error_name, sys};
 use rgpu_protocol::opencl::{self, ClReply, Id};
 use rgpu_protocol::{decode_body, ClientMsg, FrameHeader, LaneAttach, LaneKey, ServerMsg};
 use rgpu_transport::{
-    accept_preamble, random_lane_key, server_handshake, FrameReader, FrameWriter, ReadHalf, Route,
-    Stream, TransportError,
+    accept_preamble, random_lane_key, server_handshake, FrameReader, ReadHalf, Route, Stream,
+    TransportError,
 };
 
 use crate::lanes::{LaneReaders, Striped};
 use crate::limits::IdleClock;
-use crate::listener::Shared;
 use crate::opencl::completion::Completion;
 use crate::opencl::handles::Handles;
 use crate::opencl::inventory::Inventory;
 use crate::opencl::native::{Cl, ClResult, Event, Waker};
 use crate::opencl::staging::{StagingPool, CHUNK_SIZE, POOL_BUFFERS};
+use crate::shared::Shared;
+use crate::writer::Writer;
 
 /// The status given to user events a client left unset when its session ends, so that
 /// commands waiting on them terminate instead of holding the device forever.
 const ABANDONED: i32 = sys::CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST;
-
-/// The socket's write half, shared by the threads of a session.
-pub struct Writer {
-    inner: Mutex<FrameWriter<Stream>>,
-}
-
-impl Writer {
-    /// Sends one frame (and its bulk) and flushes it.
-    pub fn send(&self, msg: &ServerMsg, seq: u64, bulk: &[u8]) -> Result<(), TransportError> {
-        let mut writer = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        writer.send(msg, seq, bulk)
-    }
-
-    /// Sends a read's last data (`(offset, bytes)`) and its final reply in one write (small
-    /// synchronous reads are latency-bound: one system call and one wake-up of the client, not
-    /// two).
-    pub fn send_read(
-        &self,
-        seq: u64,
-        data: Option<(u64, &[u8])>,
-        last: &ServerMsg,
-    ) -> Result<(), TransportError> {
-        let mut writer = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((offset, data)) = data {
-            writer.queue(&ServerMsg::Data { offset }, seq, data)?;
-        }
-        writer.send(last, seq, &[])
-    }
-}
 
 /// Where the bulk bytes of a request come from, and how many are still to be read.
 enum Incoming {
@@ -309,9 +281,7 @@ impl Session {
         read_half: ReadHalf,
         write_half: Stream,
     ) -> Session {
-        let writer = Arc::new(Writer {
-            inner: Mutex::new(FrameWriter::new(write_half)),
-        });
+        let writer = Arc::new(Writer::new(write_half));
         let pending_user_events = Arc::new(AtomicUsize::new(0));
         let handles = Handles::new(crate::limits::Usage::new(id, &shared.limits));
         let pool = StagingPool::for_session(

@@ -20,7 +20,8 @@ use rgpu_protocol::ServerMsg;
 
 use crate::opencl::answer;
 use crate::opencl::native::{Event, InFlight, Waker};
-use crate::session::Writer;
+use crate::opencl::staging::StagingBuf;
+use crate::writer::Writer;
 
 pub enum Job {
     /// A chunk of the read with this seq, `len` bytes at `offset` of the read's data.
@@ -28,7 +29,7 @@ pub enum Job {
         seq: u64,
         offset: u64,
         len: usize,
-        transfer: InFlight,
+        transfer: InFlight<StagingBuf>,
     },
     /// No more chunks for the read; `status` is its final status if every chunk succeeds
     /// (CL_SUCCESS, an enqueue error, or a deferred error).
@@ -109,7 +110,7 @@ fn waker(tx: Sender<Job>) -> Waker {
 
 struct ReadTask {
     seq: u64,
-    chunks: VecDeque<(u64, usize, InFlight)>,
+    chunks: VecDeque<(u64, usize, InFlight<StagingBuf>)>,
     end: Option<i32>,
     failed: Option<i32>,
 }

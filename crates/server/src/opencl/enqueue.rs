@@ -160,7 +160,7 @@ impl Transfer {
         index: usize,
         buf: StagingBuf,
         waker: Option<Waker>,
-    ) -> ClResult<InFlight> {
+    ) -> ClResult<InFlight<StagingBuf>> {
         let piece = self.pieces[index];
         // On an in-order queue the first piece's wait covers the rest.
         let wait: Vec<&Event> = if index == 0 || self.out_of_order {

@@ -18,7 +18,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use crate::limits::Usage;
-use crate::opencl::native::{PinnedHost, Queue, QueueDevice};
+use crate::opencl::native::{HostBuffer, PinnedHost, Queue, QueueDevice};
 
 /// Size of one chunk of a transfer, and of each pooled buffer. Small enough that the pool's
 /// buffers stay in the CPU caches while they cycle between the socket and the device: on the
@@ -282,6 +282,16 @@ impl StagingBuf {
     /// Start of the memory, for native calls.
     pub fn as_mut_ptr(&mut self) -> *mut u8 {
         self.as_mut_slice().as_mut_ptr()
+    }
+}
+
+impl HostBuffer for StagingBuf {
+    fn capacity(&self) -> usize {
+        StagingBuf::capacity(self)
+    }
+
+    fn as_mut_ptr(&mut self) -> *mut u8 {
+        StagingBuf::as_mut_ptr(self)
     }
 }
 

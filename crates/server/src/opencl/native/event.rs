@@ -103,10 +103,10 @@ impl Event {
     }
 }
 
-struct TransferState {
+struct TransferState<B> {
     /// The command's final status once its completion callback ran.
     status: Option<i32>,
-    buf: Option<StagingBuf>,
+    buf: Option<B>,
     /// Drop the buffer (back to its pool) as soon as the command completes.
     recycle_on_complete: bool,
 }
@@ -114,17 +114,17 @@ struct TransferState {
 /// A non-blocking transfer between staging memory and the device. Owns the staging buffer
 /// until the command completes: dropping an InFlight early hands the buffer to the completion
 /// callback instead of freeing memory the device may still use.
-pub struct InFlight {
+pub struct InFlight<B: HostBuffer> {
     event: Event,
-    state: Arc<Mutex<TransferState>>,
+    state: Arc<Mutex<TransferState<B>>>,
 }
 
-fn lock(state: &Mutex<TransferState>) -> std::sync::MutexGuard<'_, TransferState> {
+fn lock<B>(state: &Mutex<TransferState<B>>) -> std::sync::MutexGuard<'_, TransferState<B>> {
     state.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-impl InFlight {
-    pub(super) fn start(event: Event, buf: StagingBuf, waker: Option<Waker>) -> ClResult<InFlight> {
+impl<B: HostBuffer> InFlight<B> {
+    pub(super) fn start(event: Event, buf: B, waker: Option<Waker>) -> ClResult<InFlight<B>> {
         let state = Arc::new(Mutex::new(TransferState {
             status: None,
             buf: Some(buf),
@@ -166,7 +166,7 @@ impl InFlight {
 
     /// Once the command has completed: its status and the staging buffer (with the data, for
     /// a read). `None` while it is still running.
-    pub fn take_if_complete(&self) -> Option<(i32, Option<StagingBuf>)> {
+    pub fn take_if_complete(&self) -> Option<(i32, Option<B>)> {
         let mut s = lock(&self.state);
         // The callback may come well after the command completed; the event's status tells
         // sooner. Once complete, the device no longer uses the buffer.
@@ -185,7 +185,7 @@ impl InFlight {
     }
 }
 
-impl Drop for InFlight {
+impl<B: HostBuffer> Drop for InFlight<B> {
     fn drop(&mut self) {
         let mut s = lock(&self.state);
         if s.status.is_some() {

@@ -44,8 +44,6 @@ macro_rules! info_query {
 
 pub use rgpu_cl_api::native::{Device, Platform};
 
-use crate::opencl::staging::StagingBuf;
-
 mod context;
 mod event;
 mod memory;
@@ -53,6 +51,15 @@ mod program;
 mod queue;
 
 pub use event::InFlight;
+
+/// Host memory handed by value to a non-blocking command and kept until the command completes
+/// (the staging pool's buffers): the command's owner cannot touch or free it meanwhile.
+pub trait HostBuffer: Send + 'static {
+    /// Bytes the buffer holds.
+    fn capacity(&self) -> usize;
+    /// Its first byte, for the native call.
+    fn as_mut_ptr(&mut self) -> *mut u8;
+}
 pub use memory::{Mapping, PinnedHost};
 pub use queue::QueueDevice;
 

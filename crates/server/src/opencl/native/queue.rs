@@ -44,15 +44,15 @@ impl Queue {
     }
 
     /// Starts a non-blocking write of `len` bytes of `data` to `buffer` at `offset`.
-    pub fn write_buffer(
+    pub fn write_buffer<B: HostBuffer>(
         &self,
         buffer: &Mem,
         offset: usize,
-        mut data: StagingBuf,
+        mut data: B,
         len: usize,
         wait: &[&Event],
         waker: Option<Waker>,
-    ) -> ClResult<InFlight> {
+    ) -> ClResult<InFlight<B>> {
         if len > data.capacity() {
             return Err(sys::CL_INVALID_VALUE);
         }
@@ -80,15 +80,15 @@ impl Queue {
     }
 
     /// Starts a non-blocking read of `len` bytes of `buffer` at `offset` into `data`.
-    pub fn read_buffer(
+    pub fn read_buffer<B: HostBuffer>(
         &self,
         buffer: &Mem,
         offset: usize,
-        mut data: StagingBuf,
+        mut data: B,
         len: usize,
         wait: &[&Event],
         waker: Option<Waker>,
-    ) -> ClResult<InFlight> {
+    ) -> ClResult<InFlight<B>> {
         if len > data.capacity() {
             return Err(sys::CL_INVALID_VALUE);
         }
@@ -118,17 +118,17 @@ impl Queue {
     /// tightly packed host region in `data` (row pitch region[0], slice pitch
     /// region[0] * region[1]). `pitches` are the buffer's row and slice pitches.
     #[allow(clippy::too_many_arguments)]
-    pub fn transfer_buffer_rect(
+    pub fn transfer_buffer_rect<B: HostBuffer>(
         &self,
         read: bool,
         buffer: &Mem,
         origin: [usize; 3],
         region: [usize; 3],
         pitches: [usize; 2],
-        mut data: StagingBuf,
+        mut data: B,
         wait: &[&Event],
         waker: Option<Waker>,
-    ) -> ClResult<InFlight> {
+    ) -> ClResult<InFlight<B>> {
         let host_row = region[0];
         let host_slice = region[0]
             .checked_mul(region[1])
@@ -194,16 +194,16 @@ impl Queue {
     /// Starts a non-blocking image write (read when `read`) between `image` and a tightly
     /// packed host region in `data`.
     #[allow(clippy::too_many_arguments)]
-    pub fn transfer_image(
+    pub fn transfer_image<B: HostBuffer>(
         &self,
         read: bool,
         image: &Mem,
         origin: [usize; 3],
         region: [usize; 3],
-        mut data: StagingBuf,
+        mut data: B,
         wait: &[&Event],
         waker: Option<Waker>,
-    ) -> ClResult<InFlight> {
+    ) -> ClResult<InFlight<B>> {
         let layout = image.image_layout()?;
         let row = region[0]
             .checked_mul(layout.element_size)

@@ -11,6 +11,12 @@
 //! A few are started ahead and wait, native libraries loaded, so a session does not pay for
 //! the start. The listener notices a worker's end by its control socket closing, and logs how
 //! it ended (exit status or signal). Closing the control socket tells a worker to stop.
+//!
+//! This file is the listener's side (the pool of workers); `process.rs` the worker's.
+
+mod process;
+
+pub use process::{run_worker, WorkerStop};
 
 use std::collections::HashMap;
 use std::io::{IoSlice, IoSliceMut};
@@ -30,7 +36,7 @@ use rgpu_protocol::LaneKey;
 use rgpu_transport::{Route, Stream, StreamKind};
 use serde::{Deserialize, Serialize};
 
-use crate::listener::Shared;
+use crate::limits::Slot;
 use crate::SessionSettings;
 
 /// The worker's end of the control socket.
@@ -418,8 +424,15 @@ impl WorkerPool {
 
     /// Hands a new connection to a worker of its own, which runs its handshake and serves it;
     /// returns when that worker has ended, after logging how, or when the handshake failed
-    /// and the worker came back to the pool.
-    pub fn serve(self: &Arc<Self>, stream: Stream, route: Route, shared: &Shared, id: u64) {
+    /// and the worker came back to the pool. `admit` decides, once the client authenticated,
+    /// whether its session may start (the server's quotas).
+    pub fn serve(
+        self: &Arc<Self>,
+        stream: Stream,
+        route: Route,
+        admit: impl Fn(Option<std::net::IpAddr>) -> Result<Slot, String>,
+        id: u64,
+    ) {
         let peer = stream.peer_description();
         let peer_ip = stream.peer_ip();
         let Some(worker) = self.take() else {
@@ -452,7 +465,7 @@ impl WorkerPool {
         let unused = loop {
             match control.recv::<FromWorker>() {
                 Ok(Some((FromWorker::Authenticated, _))) => {
-                    let admission = shared.admit_session(peer_ip).map(|s| slot = Some(s));
+                    let admission = admit(peer_ip).map(|s| slot = Some(s));
                     if control.send(&ToWorker::Admission(admission), None).is_err() {
                         break false;
                     }
@@ -585,191 +598,4 @@ fn describe_exit(status: ExitStatus) -> String {
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-// ------------------------------------------------------------------------------ worker side
-
-/// Stops a worker's session from another thread (a signal handler's).
-#[derive(Clone)]
-pub struct WorkerStop {
-    shared: Arc<Mutex<Option<Arc<Shared>>>>,
-}
-
-impl WorkerStop {
-    pub fn stop(&self) {
-        match lock(&self.shared).as_ref() {
-            Some(shared) => shared.stop_sessions(),
-            // Not serving yet: nothing to release.
-            None => std::process::exit(0),
-        }
-    }
-}
-
-/// A worker process: set up by the listener over [`CONTROL_FD`], serves one session, returns
-/// when it has ended. `on_start` gets a handle that stops it (for a signal thread).
-pub fn run_worker(on_start: impl FnOnce(WorkerStop)) -> Result<(), String> {
-    // Not dumpable: other processes of the same user (other sessions' workers) cannot attach
-    // to it or read its memory through /proc.
-    // SAFETY: prctl with plain integer arguments.
-    unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) };
-    // SAFETY: the listener put the control socket at this descriptor for this process alone.
-    let control = Control {
-        // SAFETY: the listener put the control socket at this descriptor for this process alone.
-        fd: unsafe { OwnedFd::from_raw_fd(CONTROL_FD) },
-    };
-    let stop = WorkerStop {
-        shared: Arc::new(Mutex::new(None)),
-    };
-    on_start(stop.clone());
-    let Some((ToWorker::Init(settings), _)) = control.recv()? else {
-        return Err("the listener sent no settings".into());
-    };
-    let shared = Arc::new(crate::load_shared(settings, false));
-    control.send(
-        &FromWorker::Ready {
-            devices: shared.inventory.devices.len(),
-            cuda_devices: shared
-                .cuda
-                .as_ref()
-                .map_or(0, |c| c.inventory.devices.len()),
-        },
-        None,
-    )?;
-    let control = Arc::new(control);
-    // Sessions whose handshake fails leave the worker as it was: it waits for the next.
-    let (id, admitted, early_lanes) = loop {
-        let Some((id, route, lane_key, stream)) = next_session(&control)? else {
-            // The listener stopped before it had a session for this worker.
-            return Ok(());
-        };
-        shared.lanes.open(id, lane_key);
-        let mut early_lanes = Vec::new();
-        let admitted =
-            crate::session::handshake(stream, &route, &shared, id, lane_key, |lane, _| {
-                if lane.is_some() {
-                    return Err("not a data lane of a session on this server".into());
-                }
-                ask_admission(&control, &mut early_lanes)
-            });
-        match admitted {
-            Some(admitted) => break (id, admitted, early_lanes),
-            None => {
-                shared.lanes.close(id);
-                control.send(&FromWorker::Unused, None)?;
-            }
-        }
-    };
-    control.send(
-        &FromWorker::Serving {
-            client: admitted.client.clone(),
-        },
-        None,
-    )?;
-    *lock(&stop.shared) = Some(shared.clone());
-    // Data lanes arrive on the control socket for as long as the session lives, each
-    // authenticated on a thread of its own; the socket's closing means the listener is gone or
-    // stopping.
-    let lanes_shared = shared.clone();
-    std::thread::Builder::new()
-        .name("rgpu-control".into())
-        .spawn(move || {
-            let joining = Arc::new(AtomicUsize::new(0));
-            for (route, lane) in early_lanes {
-                join_lane(&lanes_shared, &joining, id, route, lane);
-            }
-            loop {
-                match control.recv::<ToWorker>() {
-                    Ok(Some((ToWorker::Lane { route, kind }, Some(fd)))) => {
-                        let lane = Stream::from_fd(kind, fd);
-                        join_lane(&lanes_shared, &joining, id, route, lane);
-                    }
-                    Ok(Some((other, _))) => {
-                        log::warn!("session worker: unexpected control message {other:?}")
-                    }
-                    Ok(None) | Err(_) => break,
-                }
-            }
-            lanes_shared.stop_sessions();
-        })
-        .map_err(|e| format!("cannot start the control thread: {e}"))?;
-    crate::session::serve(admitted, &shared, id);
-    shared.lanes.close(id);
-    Ok(())
-}
-
-/// The next connection to serve, from the listener; `None` when the listener closed the
-/// control socket first.
-fn next_session(control: &Control) -> Result<Option<(u64, Route, LaneKey, Stream)>, String> {
-    match control.recv()? {
-        None => Ok(None),
-        Some((
-            ToWorker::Session {
-                id,
-                kind,
-                route,
-                lane_key,
-            },
-            Some(fd),
-        )) => Ok(Some((id, route, lane_key, Stream::from_fd(kind, fd)))),
-        Some((ToWorker::Session { .. }, None)) => Err("a session came without its socket".into()),
-        Some((other, _)) => Err(format!("unexpected control message {other:?}")),
-    }
-}
-
-/// Asks the listener whether an authenticated session may start. Lanes that come meanwhile
-/// (claims only: no session here has a key yet) wait in `early_lanes`.
-fn ask_admission(control: &Control, early_lanes: &mut Vec<(Route, Stream)>) -> Result<(), String> {
-    control.send(&FromWorker::Authenticated, None)?;
-    loop {
-        match control.recv::<ToWorker>()? {
-            Some((ToWorker::Admission(decision), _)) => return decision,
-            Some((ToWorker::Lane { route, kind }, Some(fd))) => {
-                early_lanes.push((route, Stream::from_fd(kind, fd)))
-            }
-            Some((other, _)) => log::warn!("session worker: unexpected control message {other:?}"),
-            None => return Err("the server is stopping".into()),
-        }
-    }
-}
-
-/// Most data-lane handshakes a worker runs at once: a session has at most MAX_LANES lanes; more
-/// claims at once are not its client's.
-const MAX_JOINING_LANES: usize = 2 * rgpu_protocol::MAX_LANES as usize;
-
-/// Runs a data lane's handshake (TLS, token, the session's key) on a thread of its own; the
-/// lane joins session `id` if it proves it belongs.
-fn join_lane(
-    shared: &Arc<Shared>,
-    joining: &Arc<AtomicUsize>,
-    id: u64,
-    route: Route,
-    lane: Stream,
-) {
-    if joining.fetch_add(1, Ordering::SeqCst) >= MAX_JOINING_LANES {
-        joining.fetch_sub(1, Ordering::SeqCst);
-        log::warn!(
-            "session {id}: {}: too many data lanes joining at once; refused",
-            lane.peer_description()
-        );
-        return;
-    }
-    let shared = shared.clone();
-    let joining_now = joining.clone();
-    let spawned = std::thread::Builder::new()
-        .name("rgpu-lane-join".into())
-        .spawn(move || {
-            // A lane's welcome carries no key of its own.
-            crate::session::handshake(lane, &route, &shared, id, [0; 32], |attach, stream| {
-                match attach {
-                    Some(attach) if route.lane_of == Some(attach.session) => {
-                        shared.lanes.join(attach, stream)
-                    }
-                    _ => Err("not a data lane of a session on this server".into()),
-                }
-            });
-            joining_now.fetch_sub(1, Ordering::SeqCst);
-        });
-    if spawned.is_err() {
-        joining.fetch_sub(1, Ordering::SeqCst);
-    }
 }

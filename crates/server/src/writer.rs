@@ -1,0 +1,42 @@
+//! The socket's write half of a session, shared by its threads (the request thread, the
+//! completion thread, OpenCL's callback threads).
+
+use std::sync::Mutex;
+
+use rgpu_protocol::ServerMsg;
+use rgpu_transport::{FrameWriter, Stream, TransportError};
+
+/// The socket's write half, shared by the threads of a session.
+pub struct Writer {
+    inner: Mutex<FrameWriter<Stream>>,
+}
+
+impl Writer {
+    pub fn new(write_half: Stream) -> Writer {
+        Writer {
+            inner: Mutex::new(FrameWriter::new(write_half)),
+        }
+    }
+
+    /// Sends one frame (and its bulk) and flushes it.
+    pub fn send(&self, msg: &ServerMsg, seq: u64, bulk: &[u8]) -> Result<(), TransportError> {
+        let mut writer = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        writer.send(msg, seq, bulk)
+    }
+
+    /// Sends a read's last data (`(offset, bytes)`) and its final reply in one write (small
+    /// synchronous reads are latency-bound: one system call and one wake-up of the client, not
+    /// two).
+    pub fn send_read(
+        &self,
+        seq: u64,
+        data: Option<(u64, &[u8])>,
+        last: &ServerMsg,
+    ) -> Result<(), TransportError> {
+        let mut writer = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((offset, data)) = data {
+            writer.queue(&ServerMsg::Data { offset }, seq, data)?;
+        }
+        writer.send(last, seq, &[])
+    }
+}
