@@ -5,11 +5,10 @@
 //! data), the completion thread ([`crate::opencl::completion`]), and OpenCL's own callback threads.
 //! They share the socket's write half through [`crate::writer::Writer`].
 
-use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 
-use rgpu_cl_api::{error_name, sys};
-use rgpu_protocol::opencl::{self, ClReply, Id};
+use rgpu_cl_api::error_name;
+use rgpu_protocol::opencl::{self, ClReply};
 use rgpu_protocol::{decode_body, ClientMsg, FrameHeader, LaneAttach, LaneKey, ServerMsg};
 use rgpu_transport::{
     accept_preamble, random_lane_key, server_handshake, FrameReader, ReadHalf, Route, Stream,
@@ -17,18 +16,10 @@ use rgpu_transport::{
 };
 
 use crate::lanes::{LaneReaders, Striped};
-use crate::limits::IdleClock;
-use crate::opencl::completion::Completion;
-use crate::opencl::handles::Handles;
-use crate::opencl::inventory::Inventory;
-use crate::opencl::native::{Cl, ClResult, Event, Waker};
-use crate::opencl::staging::{StagingPool, CHUNK_SIZE, POOL_BUFFERS};
+use crate::limits::{IdleClock, Usage};
+use crate::opencl::session::ClSession;
 use crate::shared::Shared;
 use crate::writer::Writer;
-
-/// The status given to user events a client left unset when its session ends, so that
-/// commands waiting on them terminate instead of holding the device forever.
-const ABANDONED: i32 = sys::CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST;
 
 /// Where the bulk bytes of a request come from, and how many are still to be read.
 enum Incoming {
@@ -246,23 +237,13 @@ pub(crate) fn serve(admitted: Admitted, shared: &Arc<Shared>, id: u64) {
 pub struct Session {
     pub(crate) id: u64,
     pub(crate) shared: Arc<Shared>,
-    pub(crate) inventory: Arc<Inventory>,
-    pub(crate) handles: Handles,
+    /// The session's memory and object counts against its quotas (OpenCL and CUDA together).
+    pub(crate) usage: Arc<Usage>,
     stream: Stream,
     pub(crate) reader: FrameReader<ReadHalf>,
     pub(crate) writer: Arc<Writer>,
-    /// `None` only while closing.
-    completion: Option<Completion>,
-    pub(crate) waker: Waker,
-    pub(crate) pool: StagingPool,
-    /// The first error of a fire-and-forget request since the last synchronizing reply.
-    deferred: Option<i32>,
-    /// Every user event the session made, even those the client released, so that cleanup can
-    /// end the ones it never set.
-    pub(crate) user_events: Vec<Event>,
-    /// User events not yet given a status: while there are any, device work may wait on the
-    /// client, so the completion thread must not block on it.
-    pub(crate) pending_user_events: Arc<AtomicUsize>,
+    /// The session's OpenCL objects and the threads and buffers that serve them.
+    pub(crate) cl: ClSession,
     /// Reading handles on the session's data lanes (`None` only in tests of a bare session).
     pub(crate) lanes: Option<LaneReaders>,
     /// The current request's bulk bytes still to be read.
@@ -282,29 +263,16 @@ impl Session {
         write_half: Stream,
     ) -> Session {
         let writer = Arc::new(Writer::new(write_half));
-        let pending_user_events = Arc::new(AtomicUsize::new(0));
-        let handles = Handles::new(crate::limits::Usage::new(id, &shared.limits));
-        let pool = StagingPool::for_session(
-            CHUNK_SIZE,
-            POOL_BUFFERS,
-            pending_user_events.clone(),
-            handles.usage.clone(),
-        );
-        let completion = Completion::start(id, writer.clone(), pending_user_events.clone());
+        let usage = Usage::new(id, &shared.limits);
+        let cl = ClSession::new(id, shared.inventory.clone(), &writer, usage.clone());
         Session {
             id,
-            inventory: shared.inventory.clone(),
             shared,
-            handles,
+            usage,
             stream,
             reader: FrameReader::new(read_half),
             writer,
-            waker: completion.waker(),
-            completion: Some(completion),
-            pool,
-            deferred: None,
-            user_events: Vec::new(),
-            pending_user_events,
+            cl,
             lanes: None,
             bulk: Incoming::Inline { remaining: 0 },
             cuda: None,
@@ -360,19 +328,6 @@ impl Session {
                 }
             }
         }
-    }
-
-    pub(crate) fn cl(&self) -> ClResult<&Cl> {
-        self.inventory
-            .cl
-            .as_ref()
-            .ok_or(sys::CL_DEVICE_NOT_AVAILABLE)
-    }
-
-    pub(crate) fn completion(&self) -> &Completion {
-        self.completion
-            .as_ref()
-            .expect("the completion thread lives until the session closes")
     }
 
     pub(crate) fn send(&self, msg: &ServerMsg, seq: u64, bulk: &[u8]) -> Result<(), End> {
@@ -451,42 +406,7 @@ impl Session {
             self.id,
             error_name(error)
         );
-        self.deferred.get_or_insert(error);
-    }
-
-    /// The deferred error, if any, which is then reported and cleared.
-    pub(crate) fn take_deferred(&mut self) -> Option<i32> {
-        self.deferred.take()
-    }
-
-    /// Binds `event_id` (if the client asked for an event) to a user event that has already
-    /// failed with `status`, so that commands waiting on it fail as OpenCL specifies.
-    pub(crate) fn fail_event(&mut self, event_id: Id, queue: Option<Id>, status: i32) {
-        if event_id == 0 || self.handles.events.check_free(event_id).is_err() {
-            return;
-        }
-        let from_queue = queue
-            .and_then(|q| self.handles.queues.get(q).ok())
-            .map(|q| q.queue.failed_event(status));
-        let event = match from_queue {
-            Some(Ok(event)) => Some(event),
-            _ => self.handles.contexts.values().next().and_then(|context| {
-                let event = context.create_user_event().ok()?;
-                event.set_user_status(status.min(-1)).ok()?;
-                Some(event)
-            }),
-        };
-        if let Some(event) = event {
-            let _ = self.handles.events.insert(event_id, event);
-        }
-    }
-
-    /// Whether device work may be waiting for something only a later client request brings
-    /// (a user event's status). Only then must waits leave the request thread free.
-    pub(crate) fn device_may_wait_for_client(&self) -> bool {
-        self.pending_user_events
-            .load(std::sync::atomic::Ordering::SeqCst)
-            != 0
+        self.cl.deferred.get_or_insert(error);
     }
 
     /// Gives back everything the session created, once its in-flight work is done. Returns
@@ -496,27 +416,14 @@ impl Session {
             // Nobody reads replies any more; failing sends fast lets the drain below finish.
             self.stream.shutdown();
         }
-        for event in &self.user_events {
-            if event.status().is_ok_and(|s| s > sys::CL_COMPLETE) {
-                let _ = event.set_user_status(ABANDONED);
-            }
-        }
-        for entry in self.handles.queues.values() {
-            if let Err(e) = entry.queue.finish() {
-                log::debug!("session {}: clFinish at close: {}", self.id, error_name(e));
-            }
-        }
-        if let Some(completion) = self.completion.take() {
-            completion.shutdown();
-        }
+        self.cl.finish_work(self.id);
         self.stream.shutdown();
-        let mut count = self.handles.count();
+        let mut count = self.cl.handles.count();
         if let Some(mut cuda) = self.cuda.take() {
             count += cuda.close();
         }
-        self.handles.release_all();
+        self.cl.release_all();
         self.remove_includes();
-        self.user_events.clear();
         count
     }
 }

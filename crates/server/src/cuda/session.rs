@@ -341,7 +341,7 @@ impl Session {
         let mut cuda = self
             .cuda
             .take()
-            .unwrap_or_else(|| CudaSession::new(backend, self.handles.usage.clone()));
+            .unwrap_or_else(|| CudaSession::new(backend, self.usage.clone()));
         let mut served = Served {
             session: self,
             cuda: &mut cuda,

@@ -10,11 +10,11 @@ use crate::session::{End, Session};
 
 impl serve::Contexts for Session {
     fn create_context(&mut self, id: Id, devices: Vec<Id>, properties: Vec<u64>) -> Answer<()> {
-        self.handles.contexts.check_free(id)?;
+        self.cl.handles.contexts.check_free(id)?;
         let Some(&first) = devices.first() else {
             return Err(sys::CL_INVALID_VALUE);
         };
-        let inventory = self.inventory.clone();
+        let inventory = self.cl.inventory.clone();
         let platform_id = inventory
             .device(first)
             .ok_or(sys::CL_INVALID_DEVICE)?
@@ -32,9 +32,10 @@ impl serve::Contexts for Session {
             .ok_or(sys::CL_INVALID_PLATFORM)?;
         let natives = self.native_devices(&devices)?;
         let context = self
-            .cl()?
+            .cl
+            .library()?
             .create_context(platform.native, &natives, &properties)?;
-        self.handles.contexts.insert(id, context)
+        self.cl.handles.contexts.insert(id, context)
     }
 
     fn create_queue(
@@ -44,23 +45,25 @@ impl serve::Contexts for Session {
         device: Id,
         properties: Vec<u64>,
     ) -> Answer<()> {
-        self.handles.queues.check_free(id)?;
+        self.cl.handles.queues.check_free(id)?;
         rgpu_cl_api::validate::queue_properties(&properties)?;
         let served = self
+            .cl
             .inventory
             .device(device)
             .ok_or(sys::CL_INVALID_DEVICE)?;
         let with_properties = self
+            .cl
             .inventory
             .platform(served.platform)
             .is_some_and(|p| p.major_version >= 2);
-        let queue = self.handles.contexts.get(context)?.create_queue(
+        let queue = self.cl.handles.contexts.get(context)?.create_queue(
             served.native,
             &properties,
             with_properties,
         )?;
         let out_of_order = queue.is_out_of_order();
-        self.handles.queues.insert(
+        self.cl.handles.queues.insert(
             id,
             QueueEntry {
                 queue,
@@ -70,7 +73,7 @@ impl serve::Contexts for Session {
     }
 
     fn flush(&mut self, queue: Id) -> Answer<()> {
-        self.handles.queues.get(queue)?.queue.flush()
+        self.cl.handles.queues.get(queue)?.queue.flush()
     }
 
     /// `Finish`: replies once every command enqueued so far on the queue is complete, with
@@ -78,22 +81,22 @@ impl serve::Contexts for Session {
     /// request thread stays free to take requests (a user event another client thread sets
     /// may be what the queue waits for).
     fn finish(&mut self, seq: u64, queue: Id) -> Result<(), End> {
-        if !self.device_may_wait_for_client() {
+        if !self.cl.device_may_wait_for_client() {
             // Nothing queued can be waiting for a later request: finish right here, which is
             // as fast as native clFinish.
-            let finished = self.handles.queues.get(queue).and_then(|q| {
+            let finished = self.cl.handles.queues.get(queue).and_then(|q| {
                 let marker = q.queue.marker(&[])?;
                 q.queue.flush()?;
                 marker.wait_fast();
                 Ok(())
             });
             let status = match finished {
-                Ok(()) => self.take_deferred().unwrap_or(sys::CL_SUCCESS),
+                Ok(()) => self.cl.take_deferred().unwrap_or(sys::CL_SUCCESS),
                 Err(e) => e,
             };
             return Session::reply(self, seq, ClReply::Finish(answer(status)));
         }
-        let marker = self.handles.queues.get(queue).and_then(|q| {
+        let marker = self.cl.handles.queues.get(queue).and_then(|q| {
             let marker = q.queue.marker(&[])?;
             q.queue.flush()?;
             Ok(marker)
@@ -101,8 +104,8 @@ impl serve::Contexts for Session {
         match marker {
             Err(e) => Session::reply(self, seq, ClReply::Finish(Err(e))),
             Ok(marker) => {
-                let status = self.take_deferred().unwrap_or(sys::CL_SUCCESS);
-                self.completion().send(Job::Finish {
+                let status = self.cl.take_deferred().unwrap_or(sys::CL_SUCCESS);
+                self.cl.completion().send(Job::Finish {
                     seq,
                     marker,
                     status,

@@ -229,7 +229,7 @@ fn checked_origin(origin: [u64; 3]) -> ClResult<[usize; 3]> {
 impl serve::Commands for Session {
     fn enqueue(&mut self, queue: Id, wait: Vec<Id>, event: Id, command: Command) -> Answer<()> {
         self.enqueue_command(queue, &wait, event, command)
-            .inspect_err(|&e| self.fail_event(event, Some(queue), e))
+            .inspect_err(|&e| self.cl.fail_event(event, Some(queue), e))
     }
 
     fn enqueue_write(
@@ -267,11 +267,11 @@ impl Session {
         wanted: &WireTransfer,
     ) -> ClResult<Transfer> {
         if event != 0 {
-            self.handles.events.check_free(event)?;
+            self.cl.handles.events.check_free(event)?;
         }
-        let entry = self.handles.queues.get(queue)?;
+        let entry = self.cl.handles.queues.get(queue)?;
         let wait = self.wait_list(wait)?;
-        let chunk = self.pool.chunk_size();
+        let chunk = self.cl.pool.chunk_size();
         let (mem_id, geometry, pieces, total) = match *wanted {
             WireTransfer::Buffer {
                 buffer,
@@ -293,7 +293,7 @@ impl Session {
                 origin,
                 region,
             } => {
-                let mem = &self.handles.mems.get(image)?.mem;
+                let mem = &self.cl.handles.mems.get(image)?.mem;
                 let element = mem.image_layout()?.element_size;
                 let [width, rows, slices] = checked_origin(region)?;
                 let row_bytes = width.checked_mul(element).ok_or(sys::CL_INVALID_VALUE)?;
@@ -309,7 +309,7 @@ impl Session {
                 (image, geometry, pieces, total)
             }
         };
-        let mem = self.handles.mems.get(mem_id)?.mem.clone();
+        let mem = self.cl.handles.mems.get(mem_id)?.mem.clone();
         // Every byte of a valid transfer is a distinct byte of the object, so a larger one is
         // refused before any memory is planned or allocated for it.
         let mem_size = decode_unsigned(&mem.info(sys::CL_MEM_SIZE)?);
@@ -335,15 +335,15 @@ impl Session {
     /// A staging buffer of `len` bytes suited to the transfer's device.
     fn staging_for(&self, transfer: &Transfer, len: usize) -> Option<StagingBuf> {
         match transfer.device {
-            Some(device) => self.pool.take_for(
+            Some(device) => self.cl.pool.take_for(
                 len,
                 &Target {
                     queue: &transfer.queue,
                     device,
-                    may_block: !self.device_may_wait_for_client(),
+                    may_block: !self.cl.device_may_wait_for_client(),
                 },
             ),
-            None => self.pool.take(len),
+            None => self.cl.pool.take(len),
         }
     }
 
@@ -356,7 +356,7 @@ impl Session {
         };
         let len = usize::try_from(transfer.total).ok()?;
         let cpu = transfer.device.is_some_and(|d| d.cpu);
-        (cpu && !transfer.out_of_order && len >= MAP_MIN && !self.device_may_wait_for_client())
+        (cpu && !transfer.out_of_order && len >= MAP_MIN && !self.cl.device_may_wait_for_client())
             .then_some((offset, len))
     }
 
@@ -382,14 +382,14 @@ impl Session {
             Ok(native) => {
                 let _ = transfer.queue.flush();
                 if event != 0 {
-                    if let Err(e) = self.handles.events.insert(event, native) {
+                    if let Err(e) = self.cl.handles.events.insert(event, native) {
                         self.defer("write", e);
                     }
                 }
             }
             Err(e) => {
                 self.defer("write", e);
-                self.fail_event(event, Some(queue), e);
+                self.cl.fail_event(event, Some(queue), e);
             }
         }
         Ok(true)
@@ -413,7 +413,7 @@ impl Session {
             return false;
         };
         let data = mapping.as_slice();
-        for piece in linear_pieces(len, self.pool.chunk_size()) {
+        for piece in linear_pieces(len, self.cl.pool.chunk_size()) {
             let chunk = &data[piece.host_offset..piece.host_offset + piece.len];
             let at = ServerMsg::Data {
                 offset: piece.host_offset as u64,
@@ -427,12 +427,12 @@ impl Session {
             Ok(native) => {
                 let _ = transfer.queue.flush();
                 if event != 0 {
-                    let _ = self.handles.events.insert(event, native);
+                    let _ = self.cl.handles.events.insert(event, native);
                 }
-                self.take_deferred().unwrap_or(sys::CL_SUCCESS)
+                self.cl.take_deferred().unwrap_or(sys::CL_SUCCESS)
             }
             Err(e) => {
-                self.fail_event(event, Some(queue), e);
+                self.cl.fail_event(event, Some(queue), e);
                 e
             }
         };
@@ -465,7 +465,7 @@ impl Session {
                 // The data must still be taken off the connection.
                 self.drop_bulk()?;
                 self.defer("write", e);
-                self.fail_event(event, Some(queue), e);
+                self.cl.fail_event(event, Some(queue), e);
                 return Ok(());
             }
         };
@@ -500,14 +500,14 @@ impl Session {
         let bound = status.and_then(|()| transfer.completion_event(events));
         match bound {
             Ok(Some(native)) if event != 0 => {
-                if let Err(e) = self.handles.events.insert(event, native) {
+                if let Err(e) = self.cl.handles.events.insert(event, native) {
                     self.defer("write", e);
                 }
             }
             Ok(_) => {}
             Err(e) => {
                 self.defer("write", e);
-                self.fail_event(event, Some(queue), e);
+                self.cl.fail_event(event, Some(queue), e);
             }
         }
         Ok(())
@@ -525,8 +525,8 @@ impl Session {
         let transfer = match self.plan_transfer(queue, wait, event, wanted) {
             Ok(transfer) => transfer,
             Err(e) => {
-                self.completion().send(Job::ReadEnd { seq, status: e });
-                self.fail_event(event, Some(queue), e);
+                self.cl.completion().send(Job::ReadEnd { seq, status: e });
+                self.cl.fail_event(event, Some(queue), e);
                 return;
             }
         };
@@ -535,7 +535,7 @@ impl Session {
                 return;
             }
         }
-        if transfer.pieces.len() == 1 && !self.device_may_wait_for_client() {
+        if transfer.pieces.len() == 1 && !self.cl.device_may_wait_for_client() {
             return self.read_now(seq, queue, event, transfer);
         }
         let mut status = Ok(());
@@ -546,13 +546,13 @@ impl Session {
                 status = Err(sys::CL_OUT_OF_HOST_MEMORY);
                 break;
             };
-            match transfer.start(true, index, buf, Some(self.waker.clone())) {
+            match transfer.start(true, index, buf, Some(self.cl.waker.clone())) {
                 Ok(in_flight) => {
                     let _ = transfer.queue.flush();
                     if event != 0 && (transfer.out_of_order || index + 1 == transfer.pieces.len()) {
                         events.push(in_flight.event().clone());
                     }
-                    self.completion().send(Job::ReadChunk {
+                    self.cl.completion().send(Job::ReadChunk {
                         seq,
                         offset: piece.host_offset as u64,
                         len: piece.len,
@@ -567,19 +567,19 @@ impl Session {
         }
         let bound = status.and_then(|()| transfer.completion_event(events));
         let final_status = match &bound {
-            Ok(_) => self.take_deferred().unwrap_or(sys::CL_SUCCESS),
+            Ok(_) => self.cl.take_deferred().unwrap_or(sys::CL_SUCCESS),
             Err(e) => *e,
         };
-        self.completion().send(Job::ReadEnd {
+        self.cl.completion().send(Job::ReadEnd {
             seq,
             status: final_status,
         });
         match bound {
             Ok(Some(native)) if event != 0 => {
-                let _ = self.handles.events.insert(event, native);
+                let _ = self.cl.handles.events.insert(event, native);
             }
             Ok(_) => {}
-            Err(e) => self.fail_event(event, Some(queue), e),
+            Err(e) => self.cl.fail_event(event, Some(queue), e),
         }
     }
 
@@ -607,16 +607,16 @@ impl Session {
                     .take_if_complete()
                     .unwrap_or((sys::CL_OUT_OF_RESOURCES, None));
                 if let (Some(native), true) = (bound, event != 0) {
-                    let _ = self.handles.events.insert(event, native);
+                    let _ = self.cl.handles.events.insert(event, native);
                 }
                 if status < 0 {
                     (status, None)
                 } else {
-                    (self.take_deferred().unwrap_or(sys::CL_SUCCESS), buf)
+                    (self.cl.take_deferred().unwrap_or(sys::CL_SUCCESS), buf)
                 }
             }
             Err(e) => {
-                self.fail_event(event, Some(queue), e);
+                self.cl.fail_event(event, Some(queue), e);
                 (e, None)
             }
         };
@@ -636,13 +636,13 @@ impl Session {
         command: Command,
     ) -> ClResult<()> {
         if event != 0 {
-            self.handles.events.check_free(event)?;
+            self.cl.handles.events.check_free(event)?;
         }
         if let Command::NdRange { kernel, args, .. } = &command {
             // Arguments are set before the launch takes its copy of them.
             self.apply_kernel_args(*kernel, args)?;
         }
-        let h = &self.handles;
+        let h = &self.cl.handles;
         let q = &h.queues.get(queue)?.queue;
         let wait_events = self.wait_list(wait)?;
         let wait: Vec<&Event> = wait_events.iter().collect();
@@ -740,7 +740,7 @@ impl Session {
             }
         };
         if event != 0 {
-            self.handles.events.insert(event, native)?;
+            self.cl.handles.events.insert(event, native)?;
         }
         Ok(())
     }

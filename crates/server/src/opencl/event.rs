@@ -12,23 +12,23 @@ use crate::session::{End, Session};
 impl serve::Events for Session {
     fn create_user_event(&mut self, id: Id, context: Id) -> Answer<()> {
         let created = (|| {
-            self.handles.events.check_free(id)?;
-            let event = self.handles.contexts.get(context)?.create_user_event()?;
-            self.user_events.push(event.clone());
-            self.pending_user_events.fetch_add(1, Ordering::SeqCst);
-            self.handles.events.insert(id, event)
+            self.cl.handles.events.check_free(id)?;
+            let event = self.cl.handles.contexts.get(context)?.create_user_event()?;
+            self.cl.user_events.push(event.clone());
+            self.cl.pending_user_events.fetch_add(1, Ordering::SeqCst);
+            self.cl.handles.events.insert(id, event)
         })();
         if let Err(e) = created {
             // Commands waiting on it fail as they would on a failed event.
-            self.fail_event(id, None, e);
+            self.cl.fail_event(id, None, e);
         }
         created
     }
 
     fn set_user_event_status(&mut self, event: Id, status: i32) -> Answer<()> {
-        self.handles.events.get(event)?.set_user_status(status)?;
+        self.cl.handles.events.get(event)?.set_user_status(status)?;
         // The implementation accepts one status per user event, so this counts each once.
-        self.pending_user_events.fetch_sub(1, Ordering::SeqCst);
+        self.cl.pending_user_events.fetch_sub(1, Ordering::SeqCst);
         Ok(())
     }
 
@@ -44,7 +44,7 @@ impl serve::Events for Session {
         }
         let events: ClResult<Vec<Event>> = ids
             .iter()
-            .map(|&id| self.handles.events.get(id).cloned())
+            .map(|&id| self.cl.handles.events.get(id).cloned())
             .collect();
         let events = match events {
             Ok(events) => events,
@@ -54,8 +54,8 @@ impl serve::Events for Session {
         for event in &events {
             event.flush_queue();
         }
-        let status = self.take_deferred().unwrap_or(sys::CL_SUCCESS);
-        self.completion().send(Job::Wait {
+        let status = self.cl.take_deferred().unwrap_or(sys::CL_SUCCESS);
+        self.cl.completion().send(Job::Wait {
             seq,
             events,
             status,
@@ -66,13 +66,13 @@ impl serve::Events for Session {
     /// Registers a native callback that reports the event's status to the client.
     /// Implementations only call back for CL_SUBMITTED, CL_RUNNING and CL_COMPLETE.
     fn notify_event(&mut self, id: Id, status: i32) -> Answer<()> {
-        let event = self.handles.events.get(id)?;
+        let event = self.cl.handles.events.get(id)?;
         let callback_type = if status > sys::CL_COMPLETE {
             status.min(sys::CL_SUBMITTED)
         } else {
             sys::CL_COMPLETE
         };
-        let sender = self.completion().sender();
+        let sender = self.cl.completion().sender();
         event.on_status(
             callback_type,
             Box::new(move |actual| {
@@ -90,7 +90,8 @@ impl Session {
     pub(crate) fn wait_list(&self, ids: &[Id]) -> ClResult<Vec<Event>> {
         ids.iter()
             .map(|&id| {
-                self.handles
+                self.cl
+                    .handles
                     .events
                     .get(id)
                     .cloned()

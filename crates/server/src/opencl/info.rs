@@ -53,7 +53,7 @@ const WORD: usize = std::mem::size_of::<usize>();
 
 impl serve::Objects for Session {
     fn get_inventory(&mut self) -> Inventory {
-        self.inventory.wire.clone()
+        self.cl.inventory.wire.clone()
     }
 
     fn get_info(&mut self, query: InfoQuery, param: u32) -> Answer<Vec<u8>> {
@@ -65,7 +65,7 @@ impl serve::Objects for Session {
     }
 
     fn release(&mut self, kind: ObjKind, id: Id) -> Answer<()> {
-        self.handles.release(kind, id)
+        self.cl.handles.release(kind, id)
     }
 }
 
@@ -74,6 +74,7 @@ impl Session {
         match id {
             0 => Ok(None),
             id => self
+                .cl
                 .inventory
                 .device(id)
                 .map(|d| Some(d.native))
@@ -82,18 +83,23 @@ impl Session {
     }
 
     fn native_info(&self, query: &InfoQuery, param: u32) -> ClResult<Vec<u8>> {
-        let h = &self.handles;
+        let h = &self.cl.handles;
         match query {
             InfoQuery::Platform(id) => {
                 let platform = self
+                    .cl
                     .inventory
                     .platform(*id)
                     .ok_or(sys::CL_INVALID_PLATFORM)?;
-                self.cl()?.platform_info(platform.native, param)
+                self.cl.library()?.platform_info(platform.native, param)
             }
             InfoQuery::Device(id) => {
-                let device = self.inventory.device(*id).ok_or(sys::CL_INVALID_DEVICE)?;
-                self.cl()?.device_info(device.native, param)
+                let device = self
+                    .cl
+                    .inventory
+                    .device(*id)
+                    .ok_or(sys::CL_INVALID_DEVICE)?;
+                self.cl.library()?.device_info(device.native, param)
             }
             InfoQuery::Context(id) => h.contexts.get(*id)?.info(param),
             InfoQuery::Queue(id) => h.queues.get(*id)?.queue.info(param),
@@ -103,6 +109,7 @@ impl Session {
             InfoQuery::Program(id) => h.programs.get(*id)?.info(param),
             InfoQuery::ProgramBuild { program, device } => {
                 let device = self
+                    .cl
                     .inventory
                     .device(*device)
                     .ok_or(sys::CL_INVALID_DEVICE)?;
@@ -149,7 +156,7 @@ impl Session {
                 let mut i = 0;
                 while i + 1 < out.len() && out[i] != 0 {
                     if out[i] == sys::CL_CONTEXT_PLATFORM as u64 {
-                        out[i + 1] = self.inventory.platform_id_of(out[i + 1] as usize);
+                        out[i + 1] = self.cl.inventory.platform_id_of(out[i + 1] as usize);
                     }
                     i += 2;
                 }
@@ -164,13 +171,13 @@ impl Session {
         if addr == 0 {
             return 0;
         }
-        let h = &self.handles;
+        let h = &self.cl.handles;
         let find = |mut entries: Box<dyn Iterator<Item = (Id, usize)> + '_>| {
             entries.find(|(_, a)| *a == addr).map_or(0, |(id, _)| id)
         };
         match kind {
-            HandleValue::Platform => self.inventory.platform_id_of(addr),
-            HandleValue::Device => self.inventory.device_id_of(addr),
+            HandleValue::Platform => self.cl.inventory.platform_id_of(addr),
+            HandleValue::Device => self.cl.inventory.device_id_of(addr),
             HandleValue::Context => {
                 find(Box::new(h.contexts.iter().map(|(id, c)| (*id, c.addr()))))
             }

@@ -89,8 +89,13 @@ fn value_size(type_name: &str) -> Option<u32> {
 
 impl serve::Kernels for Session {
     fn create_kernel(&mut self, id: Id, program: Id, name: String) -> Answer<KernelFacts> {
-        self.handles.kernels.check_free(id)?;
-        let kernel = self.handles.programs.get(program)?.create_kernel(&name)?;
+        self.cl.handles.kernels.check_free(id)?;
+        let kernel = self
+            .cl
+            .handles
+            .programs
+            .get(program)?
+            .create_kernel(&name)?;
         self.insert_kernel(id, kernel)
     }
 
@@ -102,12 +107,17 @@ impl serve::Kernels for Session {
         ids: Vec<Id>,
     ) -> Answer<Vec<(String, KernelFacts)>> {
         for (i, &id) in ids.iter().enumerate() {
-            self.handles.kernels.check_free(id)?;
+            self.cl.handles.kernels.check_free(id)?;
             if ids[..i].contains(&id) {
                 return Err(sys::CL_INVALID_VALUE);
             }
         }
-        let kernels = self.handles.programs.get(program)?.create_all_kernels()?;
+        let kernels = self
+            .cl
+            .handles
+            .programs
+            .get(program)?
+            .create_all_kernels()?;
         // Kernels beyond `ids` are dropped (released) here.
         kernels
             .into_iter()
@@ -120,8 +130,8 @@ impl serve::Kernels for Session {
     }
 
     fn clone_kernel(&mut self, id: Id, source: Id) -> Answer<KernelFacts> {
-        self.handles.kernels.check_free(id)?;
-        let kernel = self.handles.kernels.get(source)?.kernel.clone_kernel()?;
+        self.cl.handles.kernels.check_free(id)?;
+        let kernel = self.cl.handles.kernels.get(source)?.kernel.clone_kernel()?;
         self.insert_kernel(id, kernel)
     }
 
@@ -136,7 +146,7 @@ impl Session {
         let count = num_args(&kernel)?;
         let arg_classes = classify_args(&kernel);
         let limits = self.work_group_limits(&kernel);
-        self.handles.kernels.insert(
+        self.cl.handles.kernels.insert(
             id,
             KernelEntry {
                 kernel,
@@ -153,7 +163,8 @@ impl Session {
     /// The kernel's work-group limits on each served device of its program (the others
     /// answer CL_INVALID_DEVICE and are left out).
     fn work_group_limits(&self, kernel: &Kernel) -> Vec<WorkGroupLimits> {
-        self.inventory
+        self.cl
+            .inventory
             .devices
             .iter()
             .filter_map(|device| {
@@ -181,7 +192,7 @@ impl Session {
         if args.is_empty() {
             return Ok(());
         }
-        let handles = &mut self.handles;
+        let handles = &mut self.cl.handles;
         let entry = handles.kernels.get_mut(kernel)?;
         let classes = &mut entry.arg_classes;
         for (index, arg) in args {

@@ -22,15 +22,15 @@ impl serve::Memory for Session {
             Err(status) => return Ok(Err(status)),
         };
         let result = (|| {
-            self.handles.mems.check_free(id)?;
+            self.cl.handles.mems.check_free(id)?;
             let bytes = size;
             let size = host_size(size)?;
-            let context = self.handles.contexts.get(context)?;
-            self.handles.charge_memory(bytes)?;
+            let context = self.cl.handles.contexts.get(context)?;
+            self.cl.handles.charge_memory(bytes)?;
             let mem = context
                 .create_buffer(flags, size, host.as_deref(), &properties)
-                .inspect_err(|_| self.handles.usage.refund_memory(bytes))?;
-            self.handles.mems.insert(
+                .inspect_err(|_| self.cl.handles.usage.refund_memory(bytes))?;
+            self.cl.handles.mems.insert(
                 id,
                 MemEntry {
                     mem,
@@ -50,14 +50,15 @@ impl serve::Memory for Session {
         origin: u64,
         size: u64,
     ) -> Answer<()> {
-        self.handles.mems.check_free(id)?;
+        self.cl.handles.mems.check_free(id)?;
         let mem = self
+            .cl
             .handles
             .mems
             .get(parent)?
             .mem
             .create_sub_buffer(flags, origin, size)?;
-        self.handles.mems.insert(
+        self.cl.handles.mems.insert(
             id,
             MemEntry {
                 mem,
@@ -114,7 +115,7 @@ impl serve::Memory for Session {
             Err(status) => return Ok(Err(status)),
         };
         let result = (|| {
-            self.handles.mems.check_free(id)?;
+            self.cl.handles.mems.check_free(id)?;
             rgpu_cl_api::validate::image_descriptor(
                 desc.image_type,
                 desc.width,
@@ -126,6 +127,7 @@ impl serve::Memory for Session {
                 0 => None,
                 source => Some(
                     &self
+                        .cl
                         .handles
                         .mems
                         .get(source)
@@ -145,7 +147,7 @@ impl serve::Memory for Session {
                 num_samples: desc.num_samples,
                 mem_object: source,
             };
-            let context = self.handles.contexts.get(context)?;
+            let context = self.cl.handles.contexts.get(context)?;
             let derived = desc.mem_object != 0;
             // An image made from a buffer uses that buffer's memory.
             let charged = if derived {
@@ -153,11 +155,11 @@ impl serve::Memory for Session {
             } else {
                 native::packed_image_size(format, &native_desc).unwrap_or(0) as u64
             };
-            self.handles.charge_memory(charged)?;
+            self.cl.handles.charge_memory(charged)?;
             let mem = context
                 .create_image(flags, format, &native_desc, host.as_deref(), &properties)
-                .inspect_err(|_| self.handles.usage.refund_memory(charged))?;
-            self.handles.mems.insert(
+                .inspect_err(|_| self.cl.handles.usage.refund_memory(charged))?;
+            self.cl.handles.mems.insert(
                 id,
                 MemEntry {
                     mem,
@@ -170,13 +172,14 @@ impl serve::Memory for Session {
     }
 
     fn create_sampler(&mut self, id: Id, context: Id, properties: Vec<u64>) -> Answer<()> {
-        self.handles.samplers.check_free(id)?;
+        self.cl.handles.samplers.check_free(id)?;
         let sampler = self
+            .cl
             .handles
             .contexts
             .get(context)?
             .create_sampler(&properties)?;
-        self.handles.samplers.insert(id, sampler)
+        self.cl.handles.samplers.insert(id, sampler)
     }
 
     fn get_supported_image_formats(
@@ -186,6 +189,7 @@ impl serve::Memory for Session {
         image_type: u32,
     ) -> Answer<Vec<ImageFormat>> {
         let formats = self
+            .cl
             .handles
             .contexts
             .get(context)?

@@ -16,6 +16,7 @@ mod kernel;
 mod memory;
 pub(crate) mod native;
 mod program;
+pub(crate) mod session;
 pub(crate) mod staging;
 
 use rgpu_cl_api::sys;
@@ -29,7 +30,8 @@ impl Session {
     pub(crate) fn native_devices(&self, ids: &[Id]) -> ClResult<Vec<Device>> {
         ids.iter()
             .map(|&id| {
-                self.inventory
+                self.cl
+                    .inventory
                     .device(id)
                     .map(|d| d.native)
                     .ok_or(sys::CL_INVALID_DEVICE)

@@ -25,13 +25,14 @@ fn with_arg_info(options: &str, mut run: impl FnMut(&str) -> ClResult<()>) -> Cl
 
 impl serve::Programs for Session {
     fn create_program_with_source(&mut self, id: Id, context: Id, source: String) -> Answer<()> {
-        self.handles.programs.check_free(id)?;
+        self.cl.handles.programs.check_free(id)?;
         let program = self
+            .cl
             .handles
             .contexts
             .get(context)?
             .create_program_with_source(&source)?;
-        self.handles.programs.insert(id, program)
+        self.cl.handles.programs.insert(id, program)
     }
 
     fn create_program_with_binary(
@@ -45,19 +46,19 @@ impl serve::Programs for Session {
             status,
             binary_status: vec![sys::CL_INVALID_VALUE; devices.len()],
         };
-        if let Err(e) = self.handles.programs.check_free(id) {
+        if let Err(e) = self.cl.handles.programs.check_free(id) {
             return failed(e);
         }
         let natives = match self.native_devices(&devices) {
             Ok(natives) => natives,
             Err(e) => return failed(e),
         };
-        let context = match self.handles.contexts.get(context) {
+        let context = match self.cl.handles.contexts.get(context) {
             Ok(context) => context,
             Err(e) => return failed(e),
         };
         let (program, binary_status) = context.create_program_with_binary(&natives, &binaries);
-        let status = match program.and_then(|p| self.handles.programs.insert(id, p)) {
+        let status = match program.and_then(|p| self.cl.handles.programs.insert(id, p)) {
             Ok(()) => sys::CL_SUCCESS,
             Err(e) => e,
         };
@@ -68,13 +69,14 @@ impl serve::Programs for Session {
     }
 
     fn create_program_with_il(&mut self, id: Id, context: Id, il: Vec<u8>) -> Answer<()> {
-        self.handles.programs.check_free(id)?;
+        self.cl.handles.programs.check_free(id)?;
         let program = self
+            .cl
             .handles
             .contexts
             .get(context)?
             .create_program_with_il(&il)?;
-        self.handles.programs.insert(id, program)
+        self.cl.handles.programs.insert(id, program)
     }
 
     fn create_program_with_built_in_kernels(
@@ -84,14 +86,15 @@ impl serve::Programs for Session {
         devices: Vec<Id>,
         names: String,
     ) -> Answer<()> {
-        self.handles.programs.check_free(id)?;
+        self.cl.handles.programs.check_free(id)?;
         let natives = self.native_devices(&devices)?;
         let program = self
+            .cl
             .handles
             .contexts
             .get(context)?
             .create_program_with_built_in_kernels(&natives, &names)?;
-        self.handles.programs.insert(id, program)
+        self.cl.handles.programs.insert(id, program)
     }
 
     fn build_program(
@@ -104,7 +107,7 @@ impl serve::Programs for Session {
         validate::build_options(&options)?;
         let options = self.stage_includes(&options, &includes)?;
         let natives = self.native_devices(&devices)?;
-        let program = self.handles.programs.get(program)?;
+        let program = self.cl.handles.programs.get(program)?;
         with_arg_info(&options, |options| program.build(&natives, options))
     }
 
@@ -121,9 +124,9 @@ impl serve::Programs for Session {
         let natives = self.native_devices(&devices)?;
         let headers: Vec<(&Program, &str)> = headers
             .iter()
-            .map(|(id, name)| Ok((self.handles.programs.get(*id)?, name.as_str())))
+            .map(|(id, name)| Ok((self.cl.handles.programs.get(*id)?, name.as_str())))
             .collect::<ClResult<_>>()?;
-        let program = self.handles.programs.get(program)?;
+        let program = self.cl.handles.programs.get(program)?;
         with_arg_info(&options, |options| {
             program.compile(&natives, options, &headers)
         })
@@ -141,13 +144,14 @@ impl serve::Programs for Session {
     ) -> Answer<()> {
         validate::build_options(&options)?;
         let result = (|| -> ClResult<(Option<Program>, i32)> {
-            self.handles.programs.check_free(id)?;
+            self.cl.handles.programs.check_free(id)?;
             let natives = self.native_devices(&devices)?;
             let inputs: Vec<&Program> = inputs
                 .iter()
-                .map(|&i| self.handles.programs.get(i))
+                .map(|&i| self.cl.handles.programs.get(i))
                 .collect::<ClResult<_>>()?;
             Ok(self
+                .cl
                 .handles
                 .contexts
                 .get(context)?
@@ -155,7 +159,7 @@ impl serve::Programs for Session {
         })();
         let (program, status) = result?;
         if let Some(program) = program {
-            self.handles.programs.insert(id, program)?;
+            self.cl.handles.programs.insert(id, program)?;
         }
         answer(status)
     }
