@@ -9,6 +9,8 @@
 //!   two-call clGet*Info pattern.
 //! - [`params`]: every platform and device info parameter with its name and value kind.
 //! - [`errors`]: OpenCL status code names.
+//! - [`objects`]: owning wrappers of the few OpenCL objects the CLI's tools use (`rgpu devices`,
+//!   `rgpu bench`).
 //!
 //! `src/generated.rs` (and the ICD's `crates/opencl/src/generated_dispatch.rs`) come from
 //! `python3 tools/gen_opencl_api.py`; CI runs it with `--check`.
@@ -18,6 +20,7 @@ pub use opencl_sys as sys;
 pub mod errors;
 mod generated;
 pub mod native;
+pub mod objects;
 pub mod params;
 pub mod validate;
 

@@ -3,7 +3,6 @@
 //! Each subcommand lives in `commands/`; `rgpu_env` sets up the environment that makes the
 //! `rgpu` OpenCL platform appear (used by run, devices and bench).
 
-mod cl;
 mod commands;
 mod rgpu_env;
 
@@ -35,7 +34,7 @@ enum Command {
     Server(commands::server::ServerArgs),
     Run(commands::run::RunArgs),
     Devices(commands::devices::DevicesArgs),
-    Bench(commands::bench::BenchArgs),
+    Bench(rgpu_bench::BenchArgs),
     Token(commands::token::TokenArgs),
     /// One session's worker process (started by `rgpu server`, not by hand).
     #[command(name = "server-worker", hide = true)]
@@ -67,22 +66,6 @@ fn init_logging(verbose: u8, quiet_default: &str) {
         .init();
 }
 
-/// Writes a command's output. A reader that went away (`rgpu devices | head -1`) ends the
-/// output quietly instead of panicking like `println!` does.
-pub fn write_stdout(text: &str) -> Result<(), String> {
-    use std::io::Write;
-    let mut stdout = std::io::stdout().lock();
-    match stdout
-        .write_all(text.as_bytes())
-        .and_then(|()| stdout.flush())
-    {
-        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
-            Err(format!("writing the output: {e}"))
-        }
-        _ => Ok(()),
-    }
-}
-
 fn main() -> ExitCode {
     // The matches, not only the parsed values: the server asks them which settings the command
     // line or the environment gave, so that its config file fills in only the others.
@@ -103,7 +86,7 @@ fn main() -> ExitCode {
         },
         Command::Run(args) => commands::run::run(args),
         Command::Devices(args) => commands::devices::run(args),
-        Command::Bench(args) => commands::bench::run(args),
+        Command::Bench(args) => rgpu_bench::run(args, &commands::BenchSetup::default()),
         Command::Token(args) => commands::token::run(args),
         Command::ServerWorker => commands::server::run_worker(),
     };

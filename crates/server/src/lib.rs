@@ -23,6 +23,12 @@ mod workers;
 mod writer;
 
 pub use limits::{parse_size, Limits};
+
+/// The line tests and `rgpu bench` wait for, followed by the endpoint.
+pub const LISTENING_PREFIX: &str = "rgpu server listening on ";
+/// The line before the listening one: the fingerprint clients pin (tests read it).
+pub const CERTIFICATE_PREFIX: &str = "rgpu server certificate ";
+
 pub use workers::{run_worker, WorkerCommand, WorkerStop, WorkerUser};
 
 use std::path::PathBuf;

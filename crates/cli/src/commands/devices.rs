@@ -9,8 +9,9 @@ use rgpu_cl_api::sys::{
 };
 use rgpu_cl_api::{NativeOpenCl, CL_DEVICE_RGPU_SERVER, RGPU_PLATFORM_NAME};
 
-use crate::cl::{all_devices, NamedDevice};
 use crate::rgpu_env::{ClientOptions, RgpuEnv};
+use rgpu_bench::output::format_bytes;
+use rgpu_cl_api::objects::{all_devices, NamedDevice};
 
 #[derive(clap::Args, Debug)]
 #[command(
@@ -61,7 +62,7 @@ pub fn run(args: DevicesArgs) -> Result<ExitCode, String> {
             }
         }
     }
-    crate::write_stdout(&out)?;
+    rgpu_bench::output::write_stdout(&out)?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -108,22 +109,6 @@ fn summary_row(native: &NativeOpenCl, index: usize, device: &NamedDevice) -> [St
         number(CL_DEVICE_MAX_COMPUTE_UNITS).to_string(),
         text(CL_DEVICE_RGPU_SERVER),
     ]
-}
-
-/// 1536 -> "1.5 KiB"
-pub fn format_bytes(bytes: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut value = bytes as f64;
-    let mut unit = 0;
-    while value >= 1024.0 && unit + 1 < UNITS.len() {
-        value /= 1024.0;
-        unit += 1;
-    }
-    if unit == 0 {
-        format!("{bytes} B")
-    } else {
-        format!("{value:.1} {}", UNITS[unit])
-    }
 }
 
 /// Left-aligned columns, two spaces apart.

@@ -11,13 +11,11 @@ use clap::ArgMatches;
 use rgpu_server::{
     parse_size, Limits, Server, ServerConfig, SessionSettings, WorkerCommand, WorkerUser,
 };
+use rgpu_server::{CERTIFICATE_PREFIX, LISTENING_PREFIX};
 use rgpu_transport::tls::IdentityOrigin;
 use rgpu_transport::{Endpoint, Plaintext, TlsIdentity, Token};
 use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
-
-/// The line tests and `rgpu bench` wait for, followed by the endpoint.
-pub const LISTENING_PREFIX: &str = "rgpu server listening on ";
 
 #[derive(clap::Args, Debug)]
 #[command(
@@ -229,9 +227,6 @@ impl From<PlaintextArg> for Plaintext {
     }
 }
 
-/// The line before the listening one: the fingerprint clients pin (tests read it).
-pub const CERTIFICATE_PREFIX: &str = "rgpu server certificate ";
-
 /// The hidden subcommand a session worker runs as (`rgpu server` starts it).
 pub const WORKER_SUBCOMMAND: &str = "server-worker";
 
@@ -241,7 +236,7 @@ pub fn run(args: ServerArgs, matches: &ArgMatches) -> Result<ExitCode, String> {
     let args_print_fingerprint = args.print_fingerprint;
     let resolved = config::resolve(args.settings, matches, args.config.as_deref())?;
     if args.print_config {
-        crate::write_stdout(&resolved.render())?;
+        rgpu_bench::output::write_stdout(&resolved.render())?;
         return Ok(ExitCode::SUCCESS);
     }
     let args = resolved.settings;
@@ -249,7 +244,7 @@ pub fn run(args: ServerArgs, matches: &ArgMatches) -> Result<ExitCode, String> {
     let identity = tls_identity(&args, &name)?;
     let fingerprint = identity.fingerprint()?;
     if args_print_fingerprint {
-        crate::write_stdout(&format!("{fingerprint}\n"))?;
+        rgpu_bench::output::write_stdout(&format!("{fingerprint}\n"))?;
         return Ok(ExitCode::SUCCESS);
     }
     let listen = Endpoint::parse(&args.listen).map_err(|e| format!("listen: {e}"))?;

@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use serde::Serialize;
 
-use super::{max, median, min};
+use crate::{max, median, min};
 
 /// Bytes per write() in the bandwidth test, as rgpu's bulk transfers use.
 const WRITE_SIZE: usize = 1 << 20;

@@ -15,10 +15,10 @@ use rgpu_cuda_api::native::{check, Driver, Status};
 use rgpu_cuda_api::sys::*;
 use serde::Serialize;
 
-use super::local_server::LocalServer;
-use super::median;
-use super::tcp::{self, TcpBaseline};
-use crate::rgpu_env::{RgpuEnv, CUDA_LIBRARY_NAME};
+use crate::local_server::LocalServer;
+use crate::median;
+use crate::tcp::{self, TcpBaseline};
+use crate::ClientSetup;
 
 /// The benchmark's kernels (see cuda_kernels.cu).
 const KERNELS_PTX: &str = include_str!("cuda_kernels.ptx");
@@ -141,7 +141,7 @@ const RAW_TCP_BYTES: u64 = 256 << 20;
 const DIRECTIONS: [&str; 2] = ["host to device", "device to host"];
 const MEMORY: [&str; 2] = ["pinned", "pageable"];
 
-pub fn run(args: CudaBenchArgs) -> Result<ExitCode, String> {
+pub fn run(args: CudaBenchArgs, setup: &dyn ClientSetup) -> Result<ExitCode, String> {
     if args.repetitions == 0 || args.latency_calls == 0 || args.launches == 0 {
         return Err("--repetitions, --latency-calls and --launches must be positive".into());
     }
@@ -159,14 +159,10 @@ pub fn run(args: CudaBenchArgs) -> Result<ExitCode, String> {
         .map_err(|e| format!("loopback TCP: {e}"))?;
 
     let (servers, local_server) = LocalServer::unless_given(args.servers.as_deref())?;
-    let env = RgpuEnv::prepare(&servers, args.token_file.as_deref())?;
-    env.apply_to_this_process();
-    let rgpu_library = env
-        .icd_library()
-        .parent()
-        .map(|dir| dir.join(CUDA_LIBRARY_NAME))
-        .filter(|path| path.exists())
-        .ok_or_else(|| format!("cannot find {CUDA_LIBRARY_NAME} beside the rgpu ICD"))?;
+    let rgpu_library = setup
+        .apply(&servers, args.token_file.as_deref())?
+        .cuda_library
+        .ok_or("cannot find librgpu_cuda.so beside the rgpu ICD")?;
 
     let native = Driver::load(None)?;
     let device = device_name(&native, args.device)?;
@@ -253,7 +249,7 @@ pub fn run(args: CudaBenchArgs) -> Result<ExitCode, String> {
         },
         raw_tcp,
     };
-    crate::write_stdout(&render(&report).map_err(|e| e.to_string())?)?;
+    crate::output::write_stdout(&render(&report).map_err(|e| e.to_string())?)?;
     let json = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
     std::fs::write(&args.json, json + "\n")
         .map_err(|e| format!("cannot write {}: {e}", args.json.display()))?;

@@ -14,12 +14,12 @@ use rgpu_cl_api::sys::CL_DEVICE_TYPE_ALL;
 use rgpu_cl_api::{ClError, NativeOpenCl, CL_DEVICE_RGPU_SERVER, RGPU_PLATFORM_NAME};
 use serde::Serialize;
 
-use super::local_server::LocalServer;
-use super::tcp::{self, TcpBaseline};
-use super::{max, median, min};
-use crate::cl::{all_devices, Buffer, Context, Kernel, NamedDevice, Queue};
-use crate::commands::devices::format_bytes;
-use crate::rgpu_env::RgpuEnv;
+use crate::local_server::LocalServer;
+use crate::output::format_bytes;
+use crate::tcp::{self, TcpBaseline};
+use crate::ClientSetup;
+use crate::{max, median, min};
+use rgpu_cl_api::objects::{all_devices, Buffer, Context, Kernel, NamedDevice, Queue};
 
 const DEFAULT_SIZES: &str = "512K,1M,2M,4M,8M,16M,32M,64M";
 const EMPTY_KERNEL: &str = "__kernel void rgpu_bench_empty(void) {}";
@@ -160,7 +160,7 @@ struct DeviceSamples {
     launch_us: Vec<f64>,
 }
 
-pub fn run(args: OpenclBenchArgs) -> Result<ExitCode, String> {
+pub fn run(args: OpenclBenchArgs, setup: &dyn ClientSetup) -> Result<ExitCode, String> {
     if args.window == 0 || args.repetitions == 0 || args.latency_calls == 0 {
         return Err("--window, --repetitions and --latency-calls must be positive".into());
     }
@@ -176,8 +176,7 @@ pub fn run(args: OpenclBenchArgs) -> Result<ExitCode, String> {
         .map_err(|e| format!("loopback TCP measurement: {e}"))?;
 
     let (servers, local_server) = LocalServer::unless_given(args.servers.as_deref())?;
-    let env = RgpuEnv::prepare(&servers, args.token_file.as_deref())?;
-    env.apply_to_this_process();
+    setup.apply(&servers, args.token_file.as_deref())?;
     let native = NativeOpenCl::load(None)?;
     let (local, remote) = pick_devices(&native, args.device_filter.as_deref())?;
     let server = native
@@ -238,7 +237,7 @@ pub fn run(args: OpenclBenchArgs) -> Result<ExitCode, String> {
         ],
         raw_tcp,
     };
-    crate::write_stdout(&render_report(&report).map_err(|e| e.to_string())?)?;
+    crate::output::write_stdout(&render_report(&report).map_err(|e| e.to_string())?)?;
     let json = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
     std::fs::write(&args.json, json + "\n")
         .map_err(|e| format!("cannot write {}: {e}", args.json.display()))?;

@@ -4,7 +4,7 @@ use std::io::{BufRead, BufReader};
 use std::process::{Child, ChildStderr, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::commands::server::{CERTIFICATE_PREFIX, LISTENING_PREFIX};
+use rgpu_server::{CERTIFICATE_PREFIX, LISTENING_PREFIX};
 
 /// How long the server gets to exit after SIGTERM before it is killed.
 const STOP_GRACE: Duration = Duration::from_secs(5);
@@ -40,7 +40,7 @@ impl LocalServer {
 
     /// Starts `rgpu server` (this same executable) on a free loopback port and waits for its
     /// "listening" line. It inherits this process's environment, so call this before
-    /// [`crate::rgpu_env::RgpuEnv::apply_to_this_process`]: the server must see the machine's
+    /// [`crate::ClientSetup::apply`]: the server must see the machine's
     /// platforms, not the rgpu one.
     pub fn start() -> Result<LocalServer, String> {
         let exe = std::env::current_exe().map_err(|e| format!("cannot locate rgpu: {e}"))?;

@@ -1,16 +1,16 @@
 //! The few OpenCL objects `rgpu devices` and `rgpu bench` use, as owning wrappers over
 //! [`NativeOpenCl`] (the ICD loader), so the same code drives local and rgpu devices. All
-//! native calls of the CLI are here.
+//! native OpenCL calls of the tools are here.
 
 use std::ffi::CString;
 use std::ptr::{null, null_mut};
 
-use rgpu_cl_api::native::Device;
-use rgpu_cl_api::sys::{
+use crate::native::Device;
+use crate::sys::{
     cl_command_queue, cl_context, cl_device_type, cl_kernel, cl_mem, cl_program, CL_DEVICE_NAME,
     CL_FALSE, CL_MEM_READ_WRITE, CL_PLATFORM_NAME, CL_PROGRAM_BUILD_LOG, CL_SUCCESS, CL_TRUE,
 };
-use rgpu_cl_api::{cl_call, native, ClError, NativeOpenCl};
+use crate::{cl_call, native, ClError, NativeOpenCl};
 
 /// A device with the names people pick it by.
 #[derive(Clone, Debug)]
@@ -44,7 +44,7 @@ fn check_created<T>(handle: *mut T, status: i32) -> Result<*mut T, ClError> {
         return Err(ClError(status));
     }
     if handle.is_null() {
-        return Err(ClError(rgpu_cl_api::sys::CL_INVALID_OPERATION));
+        return Err(ClError(crate::sys::CL_INVALID_OPERATION));
     }
     Ok(handle)
 }
@@ -170,7 +170,7 @@ impl<'a> Kernel<'a> {
                     )
                 }
             })
-            .map(|bytes| rgpu_cl_api::params::decode_string(&bytes))
+            .map(|bytes| crate::params::decode_string(&bytes))
             .unwrap_or_default();
             // SAFETY: releases the program created above.
             unsafe { cl_call!(native, clReleaseProgram(program)) };

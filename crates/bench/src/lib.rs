@@ -1,11 +1,28 @@
-//! `rgpu bench`: benchmarks (not tests) of rgpu against the machine's own OpenCL and CUDA.
+//! `rgpu bench`: benchmarks (not tests) of rgpu against the machine's own OpenCL and CUDA,
+//! with the raw loopback TCP bandwidth measured in the same run. The CLI runs them
+//! ([`run`]) and gives them its client environment ([`ClientSetup`]).
 
 mod cuda;
 mod local_server;
 mod opencl;
+pub mod output;
 mod tcp;
 
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+
+/// What the benchmarks need from the CLI: the environment that makes rgpu's libraries and the
+/// servers visible to this very process (the ICD loader and the CUDA driver are loaded in it).
+pub trait ClientSetup {
+    /// Prepares that environment for `servers` (a comma list) and applies it to this process.
+    fn apply(&self, servers: &str, token_file: Option<&Path>) -> Result<RgpuLibraries, String>;
+}
+
+/// Where rgpu's client libraries are.
+pub struct RgpuLibraries {
+    /// `librgpu_cuda.so`, the drop-in CUDA driver, if it is there.
+    pub cuda_library: Option<PathBuf>,
+}
 
 #[derive(clap::Args, Debug)]
 #[command(about = "Measure rgpu against native OpenCL or CUDA on this machine")]
@@ -20,10 +37,10 @@ enum BenchKind {
     Cuda(cuda::CudaBenchArgs),
 }
 
-pub fn run(args: BenchArgs) -> Result<ExitCode, String> {
+pub fn run(args: BenchArgs, setup: &dyn ClientSetup) -> Result<ExitCode, String> {
     match args.kind {
-        BenchKind::Opencl(args) => opencl::run(args),
-        BenchKind::Cuda(args) => cuda::run(args),
+        BenchKind::Opencl(args) => opencl::run(args, setup),
+        BenchKind::Cuda(args) => cuda::run(args, setup),
     }
 }
 
