@@ -329,13 +329,20 @@ def render_client(symbols, functions, implemented, enums, aliases, cudarc_versio
         )
     exported = sorted(set(symbols) | implemented)
     out.append(
+        "/// The address of an exported entry point.\n"
+        "#[derive(Clone, Copy, Debug)]\n"
+        "pub struct EntryPoint(pub *const ());\n"
+        "// SAFETY: function addresses are immutable and valid from every thread.\n"
+        "unsafe impl Sync for EntryPoint {}\n"
+        "// SAFETY: as for Sync: an address to call, the same from any thread.\n"
+        "unsafe impl Send for EntryPoint {}\n\n"
         "/// Every exported driver symbol and its address, sorted by name (cuGetProcAddress and\n"
         "/// the coverage test look names up here).\n"
-        f"pub static EXPORTS: [(&str, crate::proc_address::EntryPoint); {len(exported)}] = [\n"
+        f"pub static EXPORTS: [(&str, EntryPoint); {len(exported)}] = [\n"
     )
     for symbol in exported:
         # Qualified: cudarc's wrappers of the same names are in scope through `sys::*`.
-        out.append(f'    ("{symbol}", crate::proc_address::EntryPoint(self::{symbol} as *const ())),\n')
+        out.append(f'    ("{symbol}", EntryPoint(self::{symbol} as *const ())),\n')
     out.append("];\n")
     return "".join(out)
 

@@ -11,8 +11,9 @@ use std::sync::Mutex;
 
 use rgpu_cuda_api::sys::{CUcontext, CUdevice, CUresult, CUstream};
 
-use crate::api::{status, write_out};
+use crate::objects::PrimaryContext;
 use crate::objects::{self, Context};
+use crate::results::{status, write_out};
 use crate::servers;
 
 /// One table: words as cudart reads them (a size, then function addresses).

@@ -5011,2857 +5011,2699 @@ pub unsafe extern "C" fn cudbgUseExternalDebugger() -> CUresult {
     not_supported("cudbgUseExternalDebugger")
 }
 
+/// The address of an exported entry point.
+#[derive(Clone, Copy, Debug)]
+pub struct EntryPoint(pub *const ());
+// SAFETY: function addresses are immutable and valid from every thread.
+unsafe impl Sync for EntryPoint {}
+// SAFETY: as for Sync: an address to call, the same from any thread.
+unsafe impl Send for EntryPoint {}
+
 /// Every exported driver symbol and its address, sorted by name (cuGetProcAddress and
 /// the coverage test look names up here).
-pub static EXPORTS: [(&str, crate::proc_address::EntryPoint); 707] = [
+pub static EXPORTS: [(&str, EntryPoint); 707] = [
     (
         "cuArray3DCreate",
-        crate::proc_address::EntryPoint(self::cuArray3DCreate as *const ()),
+        EntryPoint(self::cuArray3DCreate as *const ()),
     ),
     (
         "cuArray3DCreate_v2",
-        crate::proc_address::EntryPoint(self::cuArray3DCreate_v2 as *const ()),
+        EntryPoint(self::cuArray3DCreate_v2 as *const ()),
     ),
     (
         "cuArray3DGetDescriptor",
-        crate::proc_address::EntryPoint(self::cuArray3DGetDescriptor as *const ()),
+        EntryPoint(self::cuArray3DGetDescriptor as *const ()),
     ),
     (
         "cuArray3DGetDescriptor_v2",
-        crate::proc_address::EntryPoint(self::cuArray3DGetDescriptor_v2 as *const ()),
+        EntryPoint(self::cuArray3DGetDescriptor_v2 as *const ()),
     ),
     (
         "cuArrayCreate",
-        crate::proc_address::EntryPoint(self::cuArrayCreate as *const ()),
+        EntryPoint(self::cuArrayCreate as *const ()),
     ),
     (
         "cuArrayCreate_v2",
-        crate::proc_address::EntryPoint(self::cuArrayCreate_v2 as *const ()),
+        EntryPoint(self::cuArrayCreate_v2 as *const ()),
     ),
     (
         "cuArrayDestroy",
-        crate::proc_address::EntryPoint(self::cuArrayDestroy as *const ()),
+        EntryPoint(self::cuArrayDestroy as *const ()),
     ),
     (
         "cuArrayGetDescriptor",
-        crate::proc_address::EntryPoint(self::cuArrayGetDescriptor as *const ()),
+        EntryPoint(self::cuArrayGetDescriptor as *const ()),
     ),
     (
         "cuArrayGetDescriptor_v2",
-        crate::proc_address::EntryPoint(self::cuArrayGetDescriptor_v2 as *const ()),
+        EntryPoint(self::cuArrayGetDescriptor_v2 as *const ()),
     ),
     (
         "cuArrayGetMemoryRequirements",
-        crate::proc_address::EntryPoint(self::cuArrayGetMemoryRequirements as *const ()),
+        EntryPoint(self::cuArrayGetMemoryRequirements as *const ()),
     ),
     (
         "cuArrayGetPlane",
-        crate::proc_address::EntryPoint(self::cuArrayGetPlane as *const ()),
+        EntryPoint(self::cuArrayGetPlane as *const ()),
     ),
     (
         "cuArrayGetSparseProperties",
-        crate::proc_address::EntryPoint(self::cuArrayGetSparseProperties as *const ()),
+        EntryPoint(self::cuArrayGetSparseProperties as *const ()),
     ),
     (
         "cuCheckpointProcessCheckpoint",
-        crate::proc_address::EntryPoint(self::cuCheckpointProcessCheckpoint as *const ()),
+        EntryPoint(self::cuCheckpointProcessCheckpoint as *const ()),
     ),
     (
         "cuCheckpointProcessGetRestoreThreadId",
-        crate::proc_address::EntryPoint(self::cuCheckpointProcessGetRestoreThreadId as *const ()),
+        EntryPoint(self::cuCheckpointProcessGetRestoreThreadId as *const ()),
     ),
     (
         "cuCheckpointProcessGetState",
-        crate::proc_address::EntryPoint(self::cuCheckpointProcessGetState as *const ()),
+        EntryPoint(self::cuCheckpointProcessGetState as *const ()),
     ),
     (
         "cuCheckpointProcessLock",
-        crate::proc_address::EntryPoint(self::cuCheckpointProcessLock as *const ()),
+        EntryPoint(self::cuCheckpointProcessLock as *const ()),
     ),
     (
         "cuCheckpointProcessRestore",
-        crate::proc_address::EntryPoint(self::cuCheckpointProcessRestore as *const ()),
+        EntryPoint(self::cuCheckpointProcessRestore as *const ()),
     ),
     (
         "cuCheckpointProcessUnlock",
-        crate::proc_address::EntryPoint(self::cuCheckpointProcessUnlock as *const ()),
+        EntryPoint(self::cuCheckpointProcessUnlock as *const ()),
     ),
     (
         "cuCoredumpGetAttribute",
-        crate::proc_address::EntryPoint(self::cuCoredumpGetAttribute as *const ()),
+        EntryPoint(self::cuCoredumpGetAttribute as *const ()),
     ),
     (
         "cuCoredumpGetAttributeGlobal",
-        crate::proc_address::EntryPoint(self::cuCoredumpGetAttributeGlobal as *const ()),
+        EntryPoint(self::cuCoredumpGetAttributeGlobal as *const ()),
     ),
     (
         "cuCoredumpSetAttribute",
-        crate::proc_address::EntryPoint(self::cuCoredumpSetAttribute as *const ()),
+        EntryPoint(self::cuCoredumpSetAttribute as *const ()),
     ),
     (
         "cuCoredumpSetAttributeGlobal",
-        crate::proc_address::EntryPoint(self::cuCoredumpSetAttributeGlobal as *const ()),
+        EntryPoint(self::cuCoredumpSetAttributeGlobal as *const ()),
     ),
-    (
-        "cuCtxAttach",
-        crate::proc_address::EntryPoint(self::cuCtxAttach as *const ()),
-    ),
-    (
-        "cuCtxCreate",
-        crate::proc_address::EntryPoint(self::cuCtxCreate as *const ()),
-    ),
+    ("cuCtxAttach", EntryPoint(self::cuCtxAttach as *const ())),
+    ("cuCtxCreate", EntryPoint(self::cuCtxCreate as *const ())),
     (
         "cuCtxCreate_v2",
-        crate::proc_address::EntryPoint(self::cuCtxCreate_v2 as *const ()),
+        EntryPoint(self::cuCtxCreate_v2 as *const ()),
     ),
     (
         "cuCtxCreate_v3",
-        crate::proc_address::EntryPoint(self::cuCtxCreate_v3 as *const ()),
+        EntryPoint(self::cuCtxCreate_v3 as *const ()),
     ),
     (
         "cuCtxCreate_v4",
-        crate::proc_address::EntryPoint(self::cuCtxCreate_v4 as *const ()),
+        EntryPoint(self::cuCtxCreate_v4 as *const ()),
     ),
-    (
-        "cuCtxDestroy",
-        crate::proc_address::EntryPoint(self::cuCtxDestroy as *const ()),
-    ),
+    ("cuCtxDestroy", EntryPoint(self::cuCtxDestroy as *const ())),
     (
         "cuCtxDestroy_v2",
-        crate::proc_address::EntryPoint(self::cuCtxDestroy_v2 as *const ()),
+        EntryPoint(self::cuCtxDestroy_v2 as *const ()),
     ),
-    (
-        "cuCtxDetach",
-        crate::proc_address::EntryPoint(self::cuCtxDetach as *const ()),
-    ),
+    ("cuCtxDetach", EntryPoint(self::cuCtxDetach as *const ())),
     (
         "cuCtxDisablePeerAccess",
-        crate::proc_address::EntryPoint(self::cuCtxDisablePeerAccess as *const ()),
+        EntryPoint(self::cuCtxDisablePeerAccess as *const ()),
     ),
     (
         "cuCtxEnablePeerAccess",
-        crate::proc_address::EntryPoint(self::cuCtxEnablePeerAccess as *const ()),
+        EntryPoint(self::cuCtxEnablePeerAccess as *const ()),
     ),
     (
         "cuCtxFromGreenCtx",
-        crate::proc_address::EntryPoint(self::cuCtxFromGreenCtx as *const ()),
+        EntryPoint(self::cuCtxFromGreenCtx as *const ()),
     ),
     (
         "cuCtxGetApiVersion",
-        crate::proc_address::EntryPoint(self::cuCtxGetApiVersion as *const ()),
+        EntryPoint(self::cuCtxGetApiVersion as *const ()),
     ),
     (
         "cuCtxGetCacheConfig",
-        crate::proc_address::EntryPoint(self::cuCtxGetCacheConfig as *const ()),
+        EntryPoint(self::cuCtxGetCacheConfig as *const ()),
     ),
     (
         "cuCtxGetCurrent",
-        crate::proc_address::EntryPoint(self::cuCtxGetCurrent as *const ()),
+        EntryPoint(self::cuCtxGetCurrent as *const ()),
     ),
     (
         "cuCtxGetDevResource",
-        crate::proc_address::EntryPoint(self::cuCtxGetDevResource as *const ()),
+        EntryPoint(self::cuCtxGetDevResource as *const ()),
     ),
     (
         "cuCtxGetDevice",
-        crate::proc_address::EntryPoint(self::cuCtxGetDevice as *const ()),
+        EntryPoint(self::cuCtxGetDevice as *const ()),
     ),
     (
         "cuCtxGetDevice_v2",
-        crate::proc_address::EntryPoint(self::cuCtxGetDevice_v2 as *const ()),
+        EntryPoint(self::cuCtxGetDevice_v2 as *const ()),
     ),
     (
         "cuCtxGetExecAffinity",
-        crate::proc_address::EntryPoint(self::cuCtxGetExecAffinity as *const ()),
+        EntryPoint(self::cuCtxGetExecAffinity as *const ()),
     ),
     (
         "cuCtxGetFlags",
-        crate::proc_address::EntryPoint(self::cuCtxGetFlags as *const ()),
+        EntryPoint(self::cuCtxGetFlags as *const ()),
     ),
-    (
-        "cuCtxGetId",
-        crate::proc_address::EntryPoint(self::cuCtxGetId as *const ()),
-    ),
+    ("cuCtxGetId", EntryPoint(self::cuCtxGetId as *const ())),
     (
         "cuCtxGetLimit",
-        crate::proc_address::EntryPoint(self::cuCtxGetLimit as *const ()),
+        EntryPoint(self::cuCtxGetLimit as *const ()),
     ),
     (
         "cuCtxGetSharedMemConfig",
-        crate::proc_address::EntryPoint(self::cuCtxGetSharedMemConfig as *const ()),
+        EntryPoint(self::cuCtxGetSharedMemConfig as *const ()),
     ),
     (
         "cuCtxGetStreamPriorityRange",
-        crate::proc_address::EntryPoint(self::cuCtxGetStreamPriorityRange as *const ()),
+        EntryPoint(self::cuCtxGetStreamPriorityRange as *const ()),
     ),
     (
         "cuCtxPopCurrent",
-        crate::proc_address::EntryPoint(self::cuCtxPopCurrent as *const ()),
+        EntryPoint(self::cuCtxPopCurrent as *const ()),
     ),
     (
         "cuCtxPopCurrent_v2",
-        crate::proc_address::EntryPoint(self::cuCtxPopCurrent_v2 as *const ()),
+        EntryPoint(self::cuCtxPopCurrent_v2 as *const ()),
     ),
     (
         "cuCtxPushCurrent",
-        crate::proc_address::EntryPoint(self::cuCtxPushCurrent as *const ()),
+        EntryPoint(self::cuCtxPushCurrent as *const ()),
     ),
     (
         "cuCtxPushCurrent_v2",
-        crate::proc_address::EntryPoint(self::cuCtxPushCurrent_v2 as *const ()),
+        EntryPoint(self::cuCtxPushCurrent_v2 as *const ()),
     ),
     (
         "cuCtxRecordEvent",
-        crate::proc_address::EntryPoint(self::cuCtxRecordEvent as *const ()),
+        EntryPoint(self::cuCtxRecordEvent as *const ()),
     ),
     (
         "cuCtxResetPersistingL2Cache",
-        crate::proc_address::EntryPoint(self::cuCtxResetPersistingL2Cache as *const ()),
+        EntryPoint(self::cuCtxResetPersistingL2Cache as *const ()),
     ),
     (
         "cuCtxSetCacheConfig",
-        crate::proc_address::EntryPoint(self::cuCtxSetCacheConfig as *const ()),
+        EntryPoint(self::cuCtxSetCacheConfig as *const ()),
     ),
     (
         "cuCtxSetCurrent",
-        crate::proc_address::EntryPoint(self::cuCtxSetCurrent as *const ()),
+        EntryPoint(self::cuCtxSetCurrent as *const ()),
     ),
     (
         "cuCtxSetFlags",
-        crate::proc_address::EntryPoint(self::cuCtxSetFlags as *const ()),
+        EntryPoint(self::cuCtxSetFlags as *const ()),
     ),
     (
         "cuCtxSetLimit",
-        crate::proc_address::EntryPoint(self::cuCtxSetLimit as *const ()),
+        EntryPoint(self::cuCtxSetLimit as *const ()),
     ),
     (
         "cuCtxSetSharedMemConfig",
-        crate::proc_address::EntryPoint(self::cuCtxSetSharedMemConfig as *const ()),
+        EntryPoint(self::cuCtxSetSharedMemConfig as *const ()),
     ),
     (
         "cuCtxSynchronize",
-        crate::proc_address::EntryPoint(self::cuCtxSynchronize as *const ()),
+        EntryPoint(self::cuCtxSynchronize as *const ()),
     ),
     (
         "cuCtxSynchronize_v2",
-        crate::proc_address::EntryPoint(self::cuCtxSynchronize_v2 as *const ()),
+        EntryPoint(self::cuCtxSynchronize_v2 as *const ()),
     ),
     (
         "cuCtxWaitEvent",
-        crate::proc_address::EntryPoint(self::cuCtxWaitEvent as *const ()),
+        EntryPoint(self::cuCtxWaitEvent as *const ()),
     ),
     (
         "cuDestroyExternalMemory",
-        crate::proc_address::EntryPoint(self::cuDestroyExternalMemory as *const ()),
+        EntryPoint(self::cuDestroyExternalMemory as *const ()),
     ),
     (
         "cuDestroyExternalSemaphore",
-        crate::proc_address::EntryPoint(self::cuDestroyExternalSemaphore as *const ()),
+        EntryPoint(self::cuDestroyExternalSemaphore as *const ()),
     ),
     (
         "cuDevResourceGenerateDesc",
-        crate::proc_address::EntryPoint(self::cuDevResourceGenerateDesc as *const ()),
+        EntryPoint(self::cuDevResourceGenerateDesc as *const ()),
     ),
     (
         "cuDevSmResourceSplitByCount",
-        crate::proc_address::EntryPoint(self::cuDevSmResourceSplitByCount as *const ()),
+        EntryPoint(self::cuDevSmResourceSplitByCount as *const ()),
     ),
     (
         "cuDeviceCanAccessPeer",
-        crate::proc_address::EntryPoint(self::cuDeviceCanAccessPeer as *const ()),
+        EntryPoint(self::cuDeviceCanAccessPeer as *const ()),
     ),
     (
         "cuDeviceComputeCapability",
-        crate::proc_address::EntryPoint(self::cuDeviceComputeCapability as *const ()),
+        EntryPoint(self::cuDeviceComputeCapability as *const ()),
     ),
-    (
-        "cuDeviceGet",
-        crate::proc_address::EntryPoint(self::cuDeviceGet as *const ()),
-    ),
+    ("cuDeviceGet", EntryPoint(self::cuDeviceGet as *const ())),
     (
         "cuDeviceGetAttribute",
-        crate::proc_address::EntryPoint(self::cuDeviceGetAttribute as *const ()),
+        EntryPoint(self::cuDeviceGetAttribute as *const ()),
     ),
     (
         "cuDeviceGetByPCIBusId",
-        crate::proc_address::EntryPoint(self::cuDeviceGetByPCIBusId as *const ()),
+        EntryPoint(self::cuDeviceGetByPCIBusId as *const ()),
     ),
     (
         "cuDeviceGetCount",
-        crate::proc_address::EntryPoint(self::cuDeviceGetCount as *const ()),
+        EntryPoint(self::cuDeviceGetCount as *const ()),
     ),
     (
         "cuDeviceGetDefaultMemPool",
-        crate::proc_address::EntryPoint(self::cuDeviceGetDefaultMemPool as *const ()),
+        EntryPoint(self::cuDeviceGetDefaultMemPool as *const ()),
     ),
     (
         "cuDeviceGetDevResource",
-        crate::proc_address::EntryPoint(self::cuDeviceGetDevResource as *const ()),
+        EntryPoint(self::cuDeviceGetDevResource as *const ()),
     ),
     (
         "cuDeviceGetExecAffinitySupport",
-        crate::proc_address::EntryPoint(self::cuDeviceGetExecAffinitySupport as *const ()),
+        EntryPoint(self::cuDeviceGetExecAffinitySupport as *const ()),
     ),
     (
         "cuDeviceGetGraphMemAttribute",
-        crate::proc_address::EntryPoint(self::cuDeviceGetGraphMemAttribute as *const ()),
+        EntryPoint(self::cuDeviceGetGraphMemAttribute as *const ()),
     ),
     (
         "cuDeviceGetHostAtomicCapabilities",
-        crate::proc_address::EntryPoint(self::cuDeviceGetHostAtomicCapabilities as *const ()),
+        EntryPoint(self::cuDeviceGetHostAtomicCapabilities as *const ()),
     ),
     (
         "cuDeviceGetLuid",
-        crate::proc_address::EntryPoint(self::cuDeviceGetLuid as *const ()),
+        EntryPoint(self::cuDeviceGetLuid as *const ()),
     ),
     (
         "cuDeviceGetMemPool",
-        crate::proc_address::EntryPoint(self::cuDeviceGetMemPool as *const ()),
+        EntryPoint(self::cuDeviceGetMemPool as *const ()),
     ),
     (
         "cuDeviceGetName",
-        crate::proc_address::EntryPoint(self::cuDeviceGetName as *const ()),
+        EntryPoint(self::cuDeviceGetName as *const ()),
     ),
     (
         "cuDeviceGetNvSciSyncAttributes",
-        crate::proc_address::EntryPoint(self::cuDeviceGetNvSciSyncAttributes as *const ()),
+        EntryPoint(self::cuDeviceGetNvSciSyncAttributes as *const ()),
     ),
     (
         "cuDeviceGetP2PAtomicCapabilities",
-        crate::proc_address::EntryPoint(self::cuDeviceGetP2PAtomicCapabilities as *const ()),
+        EntryPoint(self::cuDeviceGetP2PAtomicCapabilities as *const ()),
     ),
     (
         "cuDeviceGetP2PAttribute",
-        crate::proc_address::EntryPoint(self::cuDeviceGetP2PAttribute as *const ()),
+        EntryPoint(self::cuDeviceGetP2PAttribute as *const ()),
     ),
     (
         "cuDeviceGetPCIBusId",
-        crate::proc_address::EntryPoint(self::cuDeviceGetPCIBusId as *const ()),
+        EntryPoint(self::cuDeviceGetPCIBusId as *const ()),
     ),
     (
         "cuDeviceGetProperties",
-        crate::proc_address::EntryPoint(self::cuDeviceGetProperties as *const ()),
+        EntryPoint(self::cuDeviceGetProperties as *const ()),
     ),
     (
         "cuDeviceGetTexture1DLinearMaxWidth",
-        crate::proc_address::EntryPoint(self::cuDeviceGetTexture1DLinearMaxWidth as *const ()),
+        EntryPoint(self::cuDeviceGetTexture1DLinearMaxWidth as *const ()),
     ),
     (
         "cuDeviceGetUuid",
-        crate::proc_address::EntryPoint(self::cuDeviceGetUuid as *const ()),
+        EntryPoint(self::cuDeviceGetUuid as *const ()),
     ),
     (
         "cuDeviceGetUuid_v2",
-        crate::proc_address::EntryPoint(self::cuDeviceGetUuid_v2 as *const ()),
+        EntryPoint(self::cuDeviceGetUuid_v2 as *const ()),
     ),
     (
         "cuDeviceGraphMemTrim",
-        crate::proc_address::EntryPoint(self::cuDeviceGraphMemTrim as *const ()),
+        EntryPoint(self::cuDeviceGraphMemTrim as *const ()),
     ),
     (
         "cuDevicePrimaryCtxGetState",
-        crate::proc_address::EntryPoint(self::cuDevicePrimaryCtxGetState as *const ()),
+        EntryPoint(self::cuDevicePrimaryCtxGetState as *const ()),
     ),
     (
         "cuDevicePrimaryCtxRelease",
-        crate::proc_address::EntryPoint(self::cuDevicePrimaryCtxRelease as *const ()),
+        EntryPoint(self::cuDevicePrimaryCtxRelease as *const ()),
     ),
     (
         "cuDevicePrimaryCtxRelease_v2",
-        crate::proc_address::EntryPoint(self::cuDevicePrimaryCtxRelease_v2 as *const ()),
+        EntryPoint(self::cuDevicePrimaryCtxRelease_v2 as *const ()),
     ),
     (
         "cuDevicePrimaryCtxReset",
-        crate::proc_address::EntryPoint(self::cuDevicePrimaryCtxReset as *const ()),
+        EntryPoint(self::cuDevicePrimaryCtxReset as *const ()),
     ),
     (
         "cuDevicePrimaryCtxReset_v2",
-        crate::proc_address::EntryPoint(self::cuDevicePrimaryCtxReset_v2 as *const ()),
+        EntryPoint(self::cuDevicePrimaryCtxReset_v2 as *const ()),
     ),
     (
         "cuDevicePrimaryCtxRetain",
-        crate::proc_address::EntryPoint(self::cuDevicePrimaryCtxRetain as *const ()),
+        EntryPoint(self::cuDevicePrimaryCtxRetain as *const ()),
     ),
     (
         "cuDevicePrimaryCtxSetFlags",
-        crate::proc_address::EntryPoint(self::cuDevicePrimaryCtxSetFlags as *const ()),
+        EntryPoint(self::cuDevicePrimaryCtxSetFlags as *const ()),
     ),
     (
         "cuDevicePrimaryCtxSetFlags_v2",
-        crate::proc_address::EntryPoint(self::cuDevicePrimaryCtxSetFlags_v2 as *const ()),
+        EntryPoint(self::cuDevicePrimaryCtxSetFlags_v2 as *const ()),
     ),
     (
         "cuDeviceRegisterAsyncNotification",
-        crate::proc_address::EntryPoint(self::cuDeviceRegisterAsyncNotification as *const ()),
+        EntryPoint(self::cuDeviceRegisterAsyncNotification as *const ()),
     ),
     (
         "cuDeviceSetGraphMemAttribute",
-        crate::proc_address::EntryPoint(self::cuDeviceSetGraphMemAttribute as *const ()),
+        EntryPoint(self::cuDeviceSetGraphMemAttribute as *const ()),
     ),
     (
         "cuDeviceSetMemPool",
-        crate::proc_address::EntryPoint(self::cuDeviceSetMemPool as *const ()),
+        EntryPoint(self::cuDeviceSetMemPool as *const ()),
     ),
     (
         "cuDeviceTotalMem",
-        crate::proc_address::EntryPoint(self::cuDeviceTotalMem as *const ()),
+        EntryPoint(self::cuDeviceTotalMem as *const ()),
     ),
     (
         "cuDeviceTotalMem_v2",
-        crate::proc_address::EntryPoint(self::cuDeviceTotalMem_v2 as *const ()),
+        EntryPoint(self::cuDeviceTotalMem_v2 as *const ()),
     ),
     (
         "cuDeviceUnregisterAsyncNotification",
-        crate::proc_address::EntryPoint(self::cuDeviceUnregisterAsyncNotification as *const ()),
+        EntryPoint(self::cuDeviceUnregisterAsyncNotification as *const ()),
     ),
     (
         "cuDriverGetVersion",
-        crate::proc_address::EntryPoint(self::cuDriverGetVersion as *const ()),
+        EntryPoint(self::cuDriverGetVersion as *const ()),
     ),
-    (
-        "cuEGLApiInit",
-        crate::proc_address::EntryPoint(self::cuEGLApiInit as *const ()),
-    ),
+    ("cuEGLApiInit", EntryPoint(self::cuEGLApiInit as *const ())),
     (
         "cuEGLStreamConsumerAcquireFrame",
-        crate::proc_address::EntryPoint(self::cuEGLStreamConsumerAcquireFrame as *const ()),
+        EntryPoint(self::cuEGLStreamConsumerAcquireFrame as *const ()),
     ),
     (
         "cuEGLStreamConsumerConnect",
-        crate::proc_address::EntryPoint(self::cuEGLStreamConsumerConnect as *const ()),
+        EntryPoint(self::cuEGLStreamConsumerConnect as *const ()),
     ),
     (
         "cuEGLStreamConsumerConnectWithFlags",
-        crate::proc_address::EntryPoint(self::cuEGLStreamConsumerConnectWithFlags as *const ()),
+        EntryPoint(self::cuEGLStreamConsumerConnectWithFlags as *const ()),
     ),
     (
         "cuEGLStreamConsumerDisconnect",
-        crate::proc_address::EntryPoint(self::cuEGLStreamConsumerDisconnect as *const ()),
+        EntryPoint(self::cuEGLStreamConsumerDisconnect as *const ()),
     ),
     (
         "cuEGLStreamConsumerReleaseFrame",
-        crate::proc_address::EntryPoint(self::cuEGLStreamConsumerReleaseFrame as *const ()),
+        EntryPoint(self::cuEGLStreamConsumerReleaseFrame as *const ()),
     ),
     (
         "cuEGLStreamProducerConnect",
-        crate::proc_address::EntryPoint(self::cuEGLStreamProducerConnect as *const ()),
+        EntryPoint(self::cuEGLStreamProducerConnect as *const ()),
     ),
     (
         "cuEGLStreamProducerDisconnect",
-        crate::proc_address::EntryPoint(self::cuEGLStreamProducerDisconnect as *const ()),
+        EntryPoint(self::cuEGLStreamProducerDisconnect as *const ()),
     ),
     (
         "cuEGLStreamProducerPresentFrame",
-        crate::proc_address::EntryPoint(self::cuEGLStreamProducerPresentFrame as *const ()),
+        EntryPoint(self::cuEGLStreamProducerPresentFrame as *const ()),
     ),
     (
         "cuEGLStreamProducerReturnFrame",
-        crate::proc_address::EntryPoint(self::cuEGLStreamProducerReturnFrame as *const ()),
+        EntryPoint(self::cuEGLStreamProducerReturnFrame as *const ()),
     ),
     (
         "cuEventCreate",
-        crate::proc_address::EntryPoint(self::cuEventCreate as *const ()),
+        EntryPoint(self::cuEventCreate as *const ()),
     ),
     (
         "cuEventDestroy",
-        crate::proc_address::EntryPoint(self::cuEventDestroy as *const ()),
+        EntryPoint(self::cuEventDestroy as *const ()),
     ),
     (
         "cuEventDestroy_v2",
-        crate::proc_address::EntryPoint(self::cuEventDestroy_v2 as *const ()),
+        EntryPoint(self::cuEventDestroy_v2 as *const ()),
     ),
     (
         "cuEventElapsedTime",
-        crate::proc_address::EntryPoint(self::cuEventElapsedTime as *const ()),
+        EntryPoint(self::cuEventElapsedTime as *const ()),
     ),
     (
         "cuEventElapsedTime_v2",
-        crate::proc_address::EntryPoint(self::cuEventElapsedTime_v2 as *const ()),
+        EntryPoint(self::cuEventElapsedTime_v2 as *const ()),
     ),
-    (
-        "cuEventQuery",
-        crate::proc_address::EntryPoint(self::cuEventQuery as *const ()),
-    ),
+    ("cuEventQuery", EntryPoint(self::cuEventQuery as *const ())),
     (
         "cuEventRecord",
-        crate::proc_address::EntryPoint(self::cuEventRecord as *const ()),
+        EntryPoint(self::cuEventRecord as *const ()),
     ),
     (
         "cuEventRecordWithFlags",
-        crate::proc_address::EntryPoint(self::cuEventRecordWithFlags as *const ()),
+        EntryPoint(self::cuEventRecordWithFlags as *const ()),
     ),
     (
         "cuEventRecordWithFlags_ptsz",
-        crate::proc_address::EntryPoint(self::cuEventRecordWithFlags_ptsz as *const ()),
+        EntryPoint(self::cuEventRecordWithFlags_ptsz as *const ()),
     ),
     (
         "cuEventRecord_ptsz",
-        crate::proc_address::EntryPoint(self::cuEventRecord_ptsz as *const ()),
+        EntryPoint(self::cuEventRecord_ptsz as *const ()),
     ),
     (
         "cuEventSynchronize",
-        crate::proc_address::EntryPoint(self::cuEventSynchronize as *const ()),
+        EntryPoint(self::cuEventSynchronize as *const ()),
     ),
     (
         "cuExternalMemoryGetMappedBuffer",
-        crate::proc_address::EntryPoint(self::cuExternalMemoryGetMappedBuffer as *const ()),
+        EntryPoint(self::cuExternalMemoryGetMappedBuffer as *const ()),
     ),
     (
         "cuExternalMemoryGetMappedMipmappedArray",
-        crate::proc_address::EntryPoint(self::cuExternalMemoryGetMappedMipmappedArray as *const ()),
+        EntryPoint(self::cuExternalMemoryGetMappedMipmappedArray as *const ()),
     ),
     (
         "cuFlushGPUDirectRDMAWrites",
-        crate::proc_address::EntryPoint(self::cuFlushGPUDirectRDMAWrites as *const ()),
+        EntryPoint(self::cuFlushGPUDirectRDMAWrites as *const ()),
     ),
     (
         "cuFuncGetAttribute",
-        crate::proc_address::EntryPoint(self::cuFuncGetAttribute as *const ()),
+        EntryPoint(self::cuFuncGetAttribute as *const ()),
     ),
     (
         "cuFuncGetModule",
-        crate::proc_address::EntryPoint(self::cuFuncGetModule as *const ()),
+        EntryPoint(self::cuFuncGetModule as *const ()),
     ),
     (
         "cuFuncGetName",
-        crate::proc_address::EntryPoint(self::cuFuncGetName as *const ()),
+        EntryPoint(self::cuFuncGetName as *const ()),
     ),
     (
         "cuFuncGetParamInfo",
-        crate::proc_address::EntryPoint(self::cuFuncGetParamInfo as *const ()),
+        EntryPoint(self::cuFuncGetParamInfo as *const ()),
     ),
     (
         "cuFuncIsLoaded",
-        crate::proc_address::EntryPoint(self::cuFuncIsLoaded as *const ()),
+        EntryPoint(self::cuFuncIsLoaded as *const ()),
     ),
-    (
-        "cuFuncLoad",
-        crate::proc_address::EntryPoint(self::cuFuncLoad as *const ()),
-    ),
+    ("cuFuncLoad", EntryPoint(self::cuFuncLoad as *const ())),
     (
         "cuFuncSetAttribute",
-        crate::proc_address::EntryPoint(self::cuFuncSetAttribute as *const ()),
+        EntryPoint(self::cuFuncSetAttribute as *const ()),
     ),
     (
         "cuFuncSetBlockShape",
-        crate::proc_address::EntryPoint(self::cuFuncSetBlockShape as *const ()),
+        EntryPoint(self::cuFuncSetBlockShape as *const ()),
     ),
     (
         "cuFuncSetCacheConfig",
-        crate::proc_address::EntryPoint(self::cuFuncSetCacheConfig as *const ()),
+        EntryPoint(self::cuFuncSetCacheConfig as *const ()),
     ),
     (
         "cuFuncSetSharedMemConfig",
-        crate::proc_address::EntryPoint(self::cuFuncSetSharedMemConfig as *const ()),
+        EntryPoint(self::cuFuncSetSharedMemConfig as *const ()),
     ),
     (
         "cuFuncSetSharedSize",
-        crate::proc_address::EntryPoint(self::cuFuncSetSharedSize as *const ()),
+        EntryPoint(self::cuFuncSetSharedSize as *const ()),
     ),
     (
         "cuGLCtxCreate",
-        crate::proc_address::EntryPoint(self::cuGLCtxCreate as *const ()),
+        EntryPoint(self::cuGLCtxCreate as *const ()),
     ),
     (
         "cuGLCtxCreate_v2",
-        crate::proc_address::EntryPoint(self::cuGLCtxCreate_v2 as *const ()),
+        EntryPoint(self::cuGLCtxCreate_v2 as *const ()),
     ),
     (
         "cuGLGetDevices",
-        crate::proc_address::EntryPoint(self::cuGLGetDevices as *const ()),
+        EntryPoint(self::cuGLGetDevices as *const ()),
     ),
     (
         "cuGLGetDevices_v2",
-        crate::proc_address::EntryPoint(self::cuGLGetDevices_v2 as *const ()),
+        EntryPoint(self::cuGLGetDevices_v2 as *const ()),
     ),
-    (
-        "cuGLInit",
-        crate::proc_address::EntryPoint(self::cuGLInit as *const ()),
-    ),
+    ("cuGLInit", EntryPoint(self::cuGLInit as *const ())),
     (
         "cuGLMapBufferObject",
-        crate::proc_address::EntryPoint(self::cuGLMapBufferObject as *const ()),
+        EntryPoint(self::cuGLMapBufferObject as *const ()),
     ),
     (
         "cuGLMapBufferObjectAsync",
-        crate::proc_address::EntryPoint(self::cuGLMapBufferObjectAsync as *const ()),
+        EntryPoint(self::cuGLMapBufferObjectAsync as *const ()),
     ),
     (
         "cuGLMapBufferObjectAsync_v2",
-        crate::proc_address::EntryPoint(self::cuGLMapBufferObjectAsync_v2 as *const ()),
+        EntryPoint(self::cuGLMapBufferObjectAsync_v2 as *const ()),
     ),
     (
         "cuGLMapBufferObjectAsync_v2_ptsz",
-        crate::proc_address::EntryPoint(self::cuGLMapBufferObjectAsync_v2_ptsz as *const ()),
+        EntryPoint(self::cuGLMapBufferObjectAsync_v2_ptsz as *const ()),
     ),
     (
         "cuGLMapBufferObject_v2",
-        crate::proc_address::EntryPoint(self::cuGLMapBufferObject_v2 as *const ()),
+        EntryPoint(self::cuGLMapBufferObject_v2 as *const ()),
     ),
     (
         "cuGLMapBufferObject_v2_ptds",
-        crate::proc_address::EntryPoint(self::cuGLMapBufferObject_v2_ptds as *const ()),
+        EntryPoint(self::cuGLMapBufferObject_v2_ptds as *const ()),
     ),
     (
         "cuGLRegisterBufferObject",
-        crate::proc_address::EntryPoint(self::cuGLRegisterBufferObject as *const ()),
+        EntryPoint(self::cuGLRegisterBufferObject as *const ()),
     ),
     (
         "cuGLSetBufferObjectMapFlags",
-        crate::proc_address::EntryPoint(self::cuGLSetBufferObjectMapFlags as *const ()),
+        EntryPoint(self::cuGLSetBufferObjectMapFlags as *const ()),
     ),
     (
         "cuGLUnmapBufferObject",
-        crate::proc_address::EntryPoint(self::cuGLUnmapBufferObject as *const ()),
+        EntryPoint(self::cuGLUnmapBufferObject as *const ()),
     ),
     (
         "cuGLUnmapBufferObjectAsync",
-        crate::proc_address::EntryPoint(self::cuGLUnmapBufferObjectAsync as *const ()),
+        EntryPoint(self::cuGLUnmapBufferObjectAsync as *const ()),
     ),
     (
         "cuGLUnregisterBufferObject",
-        crate::proc_address::EntryPoint(self::cuGLUnregisterBufferObject as *const ()),
+        EntryPoint(self::cuGLUnregisterBufferObject as *const ()),
     ),
     (
         "cuGetErrorName",
-        crate::proc_address::EntryPoint(self::cuGetErrorName as *const ()),
+        EntryPoint(self::cuGetErrorName as *const ()),
     ),
     (
         "cuGetErrorString",
-        crate::proc_address::EntryPoint(self::cuGetErrorString as *const ()),
+        EntryPoint(self::cuGetErrorString as *const ()),
     ),
     (
         "cuGetExportTable",
-        crate::proc_address::EntryPoint(self::cuGetExportTable as *const ()),
+        EntryPoint(self::cuGetExportTable as *const ()),
     ),
     (
         "cuGetProcAddress",
-        crate::proc_address::EntryPoint(self::cuGetProcAddress as *const ()),
+        EntryPoint(self::cuGetProcAddress as *const ()),
     ),
     (
         "cuGetProcAddress_v2",
-        crate::proc_address::EntryPoint(self::cuGetProcAddress_v2 as *const ()),
+        EntryPoint(self::cuGetProcAddress_v2 as *const ()),
     ),
     (
         "cuGraphAddBatchMemOpNode",
-        crate::proc_address::EntryPoint(self::cuGraphAddBatchMemOpNode as *const ()),
+        EntryPoint(self::cuGraphAddBatchMemOpNode as *const ()),
     ),
     (
         "cuGraphAddChildGraphNode",
-        crate::proc_address::EntryPoint(self::cuGraphAddChildGraphNode as *const ()),
+        EntryPoint(self::cuGraphAddChildGraphNode as *const ()),
     ),
     (
         "cuGraphAddDependencies",
-        crate::proc_address::EntryPoint(self::cuGraphAddDependencies as *const ()),
+        EntryPoint(self::cuGraphAddDependencies as *const ()),
     ),
     (
         "cuGraphAddDependencies_v2",
-        crate::proc_address::EntryPoint(self::cuGraphAddDependencies_v2 as *const ()),
+        EntryPoint(self::cuGraphAddDependencies_v2 as *const ()),
     ),
     (
         "cuGraphAddEmptyNode",
-        crate::proc_address::EntryPoint(self::cuGraphAddEmptyNode as *const ()),
+        EntryPoint(self::cuGraphAddEmptyNode as *const ()),
     ),
     (
         "cuGraphAddEventRecordNode",
-        crate::proc_address::EntryPoint(self::cuGraphAddEventRecordNode as *const ()),
+        EntryPoint(self::cuGraphAddEventRecordNode as *const ()),
     ),
     (
         "cuGraphAddEventWaitNode",
-        crate::proc_address::EntryPoint(self::cuGraphAddEventWaitNode as *const ()),
+        EntryPoint(self::cuGraphAddEventWaitNode as *const ()),
     ),
     (
         "cuGraphAddExternalSemaphoresSignalNode",
-        crate::proc_address::EntryPoint(self::cuGraphAddExternalSemaphoresSignalNode as *const ()),
+        EntryPoint(self::cuGraphAddExternalSemaphoresSignalNode as *const ()),
     ),
     (
         "cuGraphAddExternalSemaphoresWaitNode",
-        crate::proc_address::EntryPoint(self::cuGraphAddExternalSemaphoresWaitNode as *const ()),
+        EntryPoint(self::cuGraphAddExternalSemaphoresWaitNode as *const ()),
     ),
     (
         "cuGraphAddHostNode",
-        crate::proc_address::EntryPoint(self::cuGraphAddHostNode as *const ()),
+        EntryPoint(self::cuGraphAddHostNode as *const ()),
     ),
     (
         "cuGraphAddKernelNode",
-        crate::proc_address::EntryPoint(self::cuGraphAddKernelNode as *const ()),
+        EntryPoint(self::cuGraphAddKernelNode as *const ()),
     ),
     (
         "cuGraphAddKernelNode_v2",
-        crate::proc_address::EntryPoint(self::cuGraphAddKernelNode_v2 as *const ()),
+        EntryPoint(self::cuGraphAddKernelNode_v2 as *const ()),
     ),
     (
         "cuGraphAddMemAllocNode",
-        crate::proc_address::EntryPoint(self::cuGraphAddMemAllocNode as *const ()),
+        EntryPoint(self::cuGraphAddMemAllocNode as *const ()),
     ),
     (
         "cuGraphAddMemFreeNode",
-        crate::proc_address::EntryPoint(self::cuGraphAddMemFreeNode as *const ()),
+        EntryPoint(self::cuGraphAddMemFreeNode as *const ()),
     ),
     (
         "cuGraphAddMemcpyNode",
-        crate::proc_address::EntryPoint(self::cuGraphAddMemcpyNode as *const ()),
+        EntryPoint(self::cuGraphAddMemcpyNode as *const ()),
     ),
     (
         "cuGraphAddMemsetNode",
-        crate::proc_address::EntryPoint(self::cuGraphAddMemsetNode as *const ()),
+        EntryPoint(self::cuGraphAddMemsetNode as *const ()),
     ),
     (
         "cuGraphAddNode",
-        crate::proc_address::EntryPoint(self::cuGraphAddNode as *const ()),
+        EntryPoint(self::cuGraphAddNode as *const ()),
     ),
     (
         "cuGraphAddNode_v2",
-        crate::proc_address::EntryPoint(self::cuGraphAddNode_v2 as *const ()),
+        EntryPoint(self::cuGraphAddNode_v2 as *const ()),
     ),
     (
         "cuGraphBatchMemOpNodeGetParams",
-        crate::proc_address::EntryPoint(self::cuGraphBatchMemOpNodeGetParams as *const ()),
+        EntryPoint(self::cuGraphBatchMemOpNodeGetParams as *const ()),
     ),
     (
         "cuGraphBatchMemOpNodeSetParams",
-        crate::proc_address::EntryPoint(self::cuGraphBatchMemOpNodeSetParams as *const ()),
+        EntryPoint(self::cuGraphBatchMemOpNodeSetParams as *const ()),
     ),
     (
         "cuGraphChildGraphNodeGetGraph",
-        crate::proc_address::EntryPoint(self::cuGraphChildGraphNodeGetGraph as *const ()),
+        EntryPoint(self::cuGraphChildGraphNodeGetGraph as *const ()),
     ),
-    (
-        "cuGraphClone",
-        crate::proc_address::EntryPoint(self::cuGraphClone as *const ()),
-    ),
+    ("cuGraphClone", EntryPoint(self::cuGraphClone as *const ())),
     (
         "cuGraphConditionalHandleCreate",
-        crate::proc_address::EntryPoint(self::cuGraphConditionalHandleCreate as *const ()),
+        EntryPoint(self::cuGraphConditionalHandleCreate as *const ()),
     ),
     (
         "cuGraphCreate",
-        crate::proc_address::EntryPoint(self::cuGraphCreate as *const ()),
+        EntryPoint(self::cuGraphCreate as *const ()),
     ),
     (
         "cuGraphDebugDotPrint",
-        crate::proc_address::EntryPoint(self::cuGraphDebugDotPrint as *const ()),
+        EntryPoint(self::cuGraphDebugDotPrint as *const ()),
     ),
     (
         "cuGraphDestroy",
-        crate::proc_address::EntryPoint(self::cuGraphDestroy as *const ()),
+        EntryPoint(self::cuGraphDestroy as *const ()),
     ),
     (
         "cuGraphDestroyNode",
-        crate::proc_address::EntryPoint(self::cuGraphDestroyNode as *const ()),
+        EntryPoint(self::cuGraphDestroyNode as *const ()),
     ),
     (
         "cuGraphEventRecordNodeGetEvent",
-        crate::proc_address::EntryPoint(self::cuGraphEventRecordNodeGetEvent as *const ()),
+        EntryPoint(self::cuGraphEventRecordNodeGetEvent as *const ()),
     ),
     (
         "cuGraphEventRecordNodeSetEvent",
-        crate::proc_address::EntryPoint(self::cuGraphEventRecordNodeSetEvent as *const ()),
+        EntryPoint(self::cuGraphEventRecordNodeSetEvent as *const ()),
     ),
     (
         "cuGraphEventWaitNodeGetEvent",
-        crate::proc_address::EntryPoint(self::cuGraphEventWaitNodeGetEvent as *const ()),
+        EntryPoint(self::cuGraphEventWaitNodeGetEvent as *const ()),
     ),
     (
         "cuGraphEventWaitNodeSetEvent",
-        crate::proc_address::EntryPoint(self::cuGraphEventWaitNodeSetEvent as *const ()),
+        EntryPoint(self::cuGraphEventWaitNodeSetEvent as *const ()),
     ),
     (
         "cuGraphExecBatchMemOpNodeSetParams",
-        crate::proc_address::EntryPoint(self::cuGraphExecBatchMemOpNodeSetParams as *const ()),
+        EntryPoint(self::cuGraphExecBatchMemOpNodeSetParams as *const ()),
     ),
     (
         "cuGraphExecChildGraphNodeSetParams",
-        crate::proc_address::EntryPoint(self::cuGraphExecChildGraphNodeSetParams as *const ()),
+        EntryPoint(self::cuGraphExecChildGraphNodeSetParams as *const ()),
     ),
     (
         "cuGraphExecDestroy",
-        crate::proc_address::EntryPoint(self::cuGraphExecDestroy as *const ()),
+        EntryPoint(self::cuGraphExecDestroy as *const ()),
     ),
     (
         "cuGraphExecEventRecordNodeSetEvent",
-        crate::proc_address::EntryPoint(self::cuGraphExecEventRecordNodeSetEvent as *const ()),
+        EntryPoint(self::cuGraphExecEventRecordNodeSetEvent as *const ()),
     ),
     (
         "cuGraphExecEventWaitNodeSetEvent",
-        crate::proc_address::EntryPoint(self::cuGraphExecEventWaitNodeSetEvent as *const ()),
+        EntryPoint(self::cuGraphExecEventWaitNodeSetEvent as *const ()),
     ),
     (
         "cuGraphExecExternalSemaphoresSignalNodeSetParams",
-        crate::proc_address::EntryPoint(
-            self::cuGraphExecExternalSemaphoresSignalNodeSetParams as *const (),
-        ),
+        EntryPoint(self::cuGraphExecExternalSemaphoresSignalNodeSetParams as *const ()),
     ),
     (
         "cuGraphExecExternalSemaphoresWaitNodeSetParams",
-        crate::proc_address::EntryPoint(
-            self::cuGraphExecExternalSemaphoresWaitNodeSetParams as *const (),
-        ),
+        EntryPoint(self::cuGraphExecExternalSemaphoresWaitNodeSetParams as *const ()),
     ),
     (
         "cuGraphExecGetFlags",
-        crate::proc_address::EntryPoint(self::cuGraphExecGetFlags as *const ()),
+        EntryPoint(self::cuGraphExecGetFlags as *const ()),
     ),
     (
         "cuGraphExecHostNodeSetParams",
-        crate::proc_address::EntryPoint(self::cuGraphExecHostNodeSetParams as *const ()),
+        EntryPoint(self::cuGraphExecHostNodeSetParams as *const ()),
     ),
     (
         "cuGraphExecKernelNodeSetParams",
-        crate::proc_address::EntryPoint(self::cuGraphExecKernelNodeSetParams as *const ()),
+        EntryPoint(self::cuGraphExecKernelNodeSetParams as *const ()),
     ),
     (
         "cuGraphExecKernelNodeSetParams_v2",
-        crate::proc_address::EntryPoint(self::cuGraphExecKernelNodeSetParams_v2 as *const ()),
+        EntryPoint(self::cuGraphExecKernelNodeSetParams_v2 as *const ()),
     ),
     (
         "cuGraphExecMemcpyNodeSetParams",
-        crate::proc_address::EntryPoint(self::cuGraphExecMemcpyNodeSetParams as *const ()),
+        EntryPoint(self::cuGraphExecMemcpyNodeSetParams as *const ()),
     ),
     (
         "cuGraphExecMemsetNodeSetParams",
-        crate::proc_address::EntryPoint(self::cuGraphExecMemsetNodeSetParams as *const ()),
+        EntryPoint(self::cuGraphExecMemsetNodeSetParams as *const ()),
     ),
     (
         "cuGraphExecNodeSetParams",
-        crate::proc_address::EntryPoint(self::cuGraphExecNodeSetParams as *const ()),
+        EntryPoint(self::cuGraphExecNodeSetParams as *const ()),
     ),
     (
         "cuGraphExecUpdate",
-        crate::proc_address::EntryPoint(self::cuGraphExecUpdate as *const ()),
+        EntryPoint(self::cuGraphExecUpdate as *const ()),
     ),
     (
         "cuGraphExecUpdate_v2",
-        crate::proc_address::EntryPoint(self::cuGraphExecUpdate_v2 as *const ()),
+        EntryPoint(self::cuGraphExecUpdate_v2 as *const ()),
     ),
     (
         "cuGraphExternalSemaphoresSignalNodeGetParams",
-        crate::proc_address::EntryPoint(
-            self::cuGraphExternalSemaphoresSignalNodeGetParams as *const (),
-        ),
+        EntryPoint(self::cuGraphExternalSemaphoresSignalNodeGetParams as *const ()),
     ),
     (
         "cuGraphExternalSemaphoresSignalNodeSetParams",
-        crate::proc_address::EntryPoint(
-            self::cuGraphExternalSemaphoresSignalNodeSetParams as *const (),
-        ),
+        EntryPoint(self::cuGraphExternalSemaphoresSignalNodeSetParams as *const ()),
     ),
     (
         "cuGraphExternalSemaphoresWaitNodeGetParams",
-        crate::proc_address::EntryPoint(
-            self::cuGraphExternalSemaphoresWaitNodeGetParams as *const (),
-        ),
+        EntryPoint(self::cuGraphExternalSemaphoresWaitNodeGetParams as *const ()),
     ),
     (
         "cuGraphExternalSemaphoresWaitNodeSetParams",
-        crate::proc_address::EntryPoint(
-            self::cuGraphExternalSemaphoresWaitNodeSetParams as *const (),
-        ),
+        EntryPoint(self::cuGraphExternalSemaphoresWaitNodeSetParams as *const ()),
     ),
     (
         "cuGraphGetEdges",
-        crate::proc_address::EntryPoint(self::cuGraphGetEdges as *const ()),
+        EntryPoint(self::cuGraphGetEdges as *const ()),
     ),
     (
         "cuGraphGetEdges_v2",
-        crate::proc_address::EntryPoint(self::cuGraphGetEdges_v2 as *const ()),
+        EntryPoint(self::cuGraphGetEdges_v2 as *const ()),
     ),
     (
         "cuGraphGetNodes",
-        crate::proc_address::EntryPoint(self::cuGraphGetNodes as *const ()),
+        EntryPoint(self::cuGraphGetNodes as *const ()),
     ),
     (
         "cuGraphGetRootNodes",
-        crate::proc_address::EntryPoint(self::cuGraphGetRootNodes as *const ()),
+        EntryPoint(self::cuGraphGetRootNodes as *const ()),
     ),
     (
         "cuGraphHostNodeGetParams",
-        crate::proc_address::EntryPoint(self::cuGraphHostNodeGetParams as *const ()),
+        EntryPoint(self::cuGraphHostNodeGetParams as *const ()),
     ),
     (
         "cuGraphHostNodeSetParams",
-        crate::proc_address::EntryPoint(self::cuGraphHostNodeSetParams as *const ()),
+        EntryPoint(self::cuGraphHostNodeSetParams as *const ()),
     ),
     (
         "cuGraphInstantiate",
-        crate::proc_address::EntryPoint(self::cuGraphInstantiate as *const ()),
+        EntryPoint(self::cuGraphInstantiate as *const ()),
     ),
     (
         "cuGraphInstantiateWithFlags",
-        crate::proc_address::EntryPoint(self::cuGraphInstantiateWithFlags as *const ()),
+        EntryPoint(self::cuGraphInstantiateWithFlags as *const ()),
     ),
     (
         "cuGraphInstantiateWithParams",
-        crate::proc_address::EntryPoint(self::cuGraphInstantiateWithParams as *const ()),
+        EntryPoint(self::cuGraphInstantiateWithParams as *const ()),
     ),
     (
         "cuGraphInstantiateWithParams_ptsz",
-        crate::proc_address::EntryPoint(self::cuGraphInstantiateWithParams_ptsz as *const ()),
+        EntryPoint(self::cuGraphInstantiateWithParams_ptsz as *const ()),
     ),
     (
         "cuGraphInstantiate_v2",
-        crate::proc_address::EntryPoint(self::cuGraphInstantiate_v2 as *const ()),
+        EntryPoint(self::cuGraphInstantiate_v2 as *const ()),
     ),
     (
         "cuGraphKernelNodeCopyAttributes",
-        crate::proc_address::EntryPoint(self::cuGraphKernelNodeCopyAttributes as *const ()),
+        EntryPoint(self::cuGraphKernelNodeCopyAttributes as *const ()),
     ),
     (
         "cuGraphKernelNodeGetAttribute",
-        crate::proc_address::EntryPoint(self::cuGraphKernelNodeGetAttribute as *const ()),
+        EntryPoint(self::cuGraphKernelNodeGetAttribute as *const ()),
     ),
     (
         "cuGraphKernelNodeGetParams",
-        crate::proc_address::EntryPoint(self::cuGraphKernelNodeGetParams as *const ()),
+        EntryPoint(self::cuGraphKernelNodeGetParams as *const ()),
     ),
     (
         "cuGraphKernelNodeGetParams_v2",
-        crate::proc_address::EntryPoint(self::cuGraphKernelNodeGetParams_v2 as *const ()),
+        EntryPoint(self::cuGraphKernelNodeGetParams_v2 as *const ()),
     ),
     (
         "cuGraphKernelNodeSetAttribute",
-        crate::proc_address::EntryPoint(self::cuGraphKernelNodeSetAttribute as *const ()),
+        EntryPoint(self::cuGraphKernelNodeSetAttribute as *const ()),
     ),
     (
         "cuGraphKernelNodeSetParams",
-        crate::proc_address::EntryPoint(self::cuGraphKernelNodeSetParams as *const ()),
+        EntryPoint(self::cuGraphKernelNodeSetParams as *const ()),
     ),
     (
         "cuGraphKernelNodeSetParams_v2",
-        crate::proc_address::EntryPoint(self::cuGraphKernelNodeSetParams_v2 as *const ()),
+        EntryPoint(self::cuGraphKernelNodeSetParams_v2 as *const ()),
     ),
     (
         "cuGraphLaunch",
-        crate::proc_address::EntryPoint(self::cuGraphLaunch as *const ()),
+        EntryPoint(self::cuGraphLaunch as *const ()),
     ),
     (
         "cuGraphLaunch_ptsz",
-        crate::proc_address::EntryPoint(self::cuGraphLaunch_ptsz as *const ()),
+        EntryPoint(self::cuGraphLaunch_ptsz as *const ()),
     ),
     (
         "cuGraphMemAllocNodeGetParams",
-        crate::proc_address::EntryPoint(self::cuGraphMemAllocNodeGetParams as *const ()),
+        EntryPoint(self::cuGraphMemAllocNodeGetParams as *const ()),
     ),
     (
         "cuGraphMemFreeNodeGetParams",
-        crate::proc_address::EntryPoint(self::cuGraphMemFreeNodeGetParams as *const ()),
+        EntryPoint(self::cuGraphMemFreeNodeGetParams as *const ()),
     ),
     (
         "cuGraphMemcpyNodeGetParams",
-        crate::proc_address::EntryPoint(self::cuGraphMemcpyNodeGetParams as *const ()),
+        EntryPoint(self::cuGraphMemcpyNodeGetParams as *const ()),
     ),
     (
         "cuGraphMemcpyNodeSetParams",
-        crate::proc_address::EntryPoint(self::cuGraphMemcpyNodeSetParams as *const ()),
+        EntryPoint(self::cuGraphMemcpyNodeSetParams as *const ()),
     ),
     (
         "cuGraphMemsetNodeGetParams",
-        crate::proc_address::EntryPoint(self::cuGraphMemsetNodeGetParams as *const ()),
+        EntryPoint(self::cuGraphMemsetNodeGetParams as *const ()),
     ),
     (
         "cuGraphMemsetNodeSetParams",
-        crate::proc_address::EntryPoint(self::cuGraphMemsetNodeSetParams as *const ()),
+        EntryPoint(self::cuGraphMemsetNodeSetParams as *const ()),
     ),
     (
         "cuGraphNodeFindInClone",
-        crate::proc_address::EntryPoint(self::cuGraphNodeFindInClone as *const ()),
+        EntryPoint(self::cuGraphNodeFindInClone as *const ()),
     ),
     (
         "cuGraphNodeGetDependencies",
-        crate::proc_address::EntryPoint(self::cuGraphNodeGetDependencies as *const ()),
+        EntryPoint(self::cuGraphNodeGetDependencies as *const ()),
     ),
     (
         "cuGraphNodeGetDependencies_v2",
-        crate::proc_address::EntryPoint(self::cuGraphNodeGetDependencies_v2 as *const ()),
+        EntryPoint(self::cuGraphNodeGetDependencies_v2 as *const ()),
     ),
     (
         "cuGraphNodeGetDependentNodes",
-        crate::proc_address::EntryPoint(self::cuGraphNodeGetDependentNodes as *const ()),
+        EntryPoint(self::cuGraphNodeGetDependentNodes as *const ()),
     ),
     (
         "cuGraphNodeGetDependentNodes_v2",
-        crate::proc_address::EntryPoint(self::cuGraphNodeGetDependentNodes_v2 as *const ()),
+        EntryPoint(self::cuGraphNodeGetDependentNodes_v2 as *const ()),
     ),
     (
         "cuGraphNodeGetEnabled",
-        crate::proc_address::EntryPoint(self::cuGraphNodeGetEnabled as *const ()),
+        EntryPoint(self::cuGraphNodeGetEnabled as *const ()),
     ),
     (
         "cuGraphNodeGetType",
-        crate::proc_address::EntryPoint(self::cuGraphNodeGetType as *const ()),
+        EntryPoint(self::cuGraphNodeGetType as *const ()),
     ),
     (
         "cuGraphNodeSetEnabled",
-        crate::proc_address::EntryPoint(self::cuGraphNodeSetEnabled as *const ()),
+        EntryPoint(self::cuGraphNodeSetEnabled as *const ()),
     ),
     (
         "cuGraphNodeSetParams",
-        crate::proc_address::EntryPoint(self::cuGraphNodeSetParams as *const ()),
+        EntryPoint(self::cuGraphNodeSetParams as *const ()),
     ),
     (
         "cuGraphReleaseUserObject",
-        crate::proc_address::EntryPoint(self::cuGraphReleaseUserObject as *const ()),
+        EntryPoint(self::cuGraphReleaseUserObject as *const ()),
     ),
     (
         "cuGraphRemoveDependencies",
-        crate::proc_address::EntryPoint(self::cuGraphRemoveDependencies as *const ()),
+        EntryPoint(self::cuGraphRemoveDependencies as *const ()),
     ),
     (
         "cuGraphRemoveDependencies_v2",
-        crate::proc_address::EntryPoint(self::cuGraphRemoveDependencies_v2 as *const ()),
+        EntryPoint(self::cuGraphRemoveDependencies_v2 as *const ()),
     ),
     (
         "cuGraphRetainUserObject",
-        crate::proc_address::EntryPoint(self::cuGraphRetainUserObject as *const ()),
+        EntryPoint(self::cuGraphRetainUserObject as *const ()),
     ),
     (
         "cuGraphUpload",
-        crate::proc_address::EntryPoint(self::cuGraphUpload as *const ()),
+        EntryPoint(self::cuGraphUpload as *const ()),
     ),
     (
         "cuGraphUpload_ptsz",
-        crate::proc_address::EntryPoint(self::cuGraphUpload_ptsz as *const ()),
+        EntryPoint(self::cuGraphUpload_ptsz as *const ()),
     ),
     (
         "cuGraphicsEGLRegisterImage",
-        crate::proc_address::EntryPoint(self::cuGraphicsEGLRegisterImage as *const ()),
+        EntryPoint(self::cuGraphicsEGLRegisterImage as *const ()),
     ),
     (
         "cuGraphicsGLRegisterBuffer",
-        crate::proc_address::EntryPoint(self::cuGraphicsGLRegisterBuffer as *const ()),
+        EntryPoint(self::cuGraphicsGLRegisterBuffer as *const ()),
     ),
     (
         "cuGraphicsGLRegisterImage",
-        crate::proc_address::EntryPoint(self::cuGraphicsGLRegisterImage as *const ()),
+        EntryPoint(self::cuGraphicsGLRegisterImage as *const ()),
     ),
     (
         "cuGraphicsMapResources",
-        crate::proc_address::EntryPoint(self::cuGraphicsMapResources as *const ()),
+        EntryPoint(self::cuGraphicsMapResources as *const ()),
     ),
     (
         "cuGraphicsMapResources_ptsz",
-        crate::proc_address::EntryPoint(self::cuGraphicsMapResources_ptsz as *const ()),
+        EntryPoint(self::cuGraphicsMapResources_ptsz as *const ()),
     ),
     (
         "cuGraphicsResourceGetMappedEglFrame",
-        crate::proc_address::EntryPoint(self::cuGraphicsResourceGetMappedEglFrame as *const ()),
+        EntryPoint(self::cuGraphicsResourceGetMappedEglFrame as *const ()),
     ),
     (
         "cuGraphicsResourceGetMappedMipmappedArray",
-        crate::proc_address::EntryPoint(
-            self::cuGraphicsResourceGetMappedMipmappedArray as *const (),
-        ),
+        EntryPoint(self::cuGraphicsResourceGetMappedMipmappedArray as *const ()),
     ),
     (
         "cuGraphicsResourceGetMappedPointer",
-        crate::proc_address::EntryPoint(self::cuGraphicsResourceGetMappedPointer as *const ()),
+        EntryPoint(self::cuGraphicsResourceGetMappedPointer as *const ()),
     ),
     (
         "cuGraphicsResourceGetMappedPointer_v2",
-        crate::proc_address::EntryPoint(self::cuGraphicsResourceGetMappedPointer_v2 as *const ()),
+        EntryPoint(self::cuGraphicsResourceGetMappedPointer_v2 as *const ()),
     ),
     (
         "cuGraphicsResourceSetMapFlags",
-        crate::proc_address::EntryPoint(self::cuGraphicsResourceSetMapFlags as *const ()),
+        EntryPoint(self::cuGraphicsResourceSetMapFlags as *const ()),
     ),
     (
         "cuGraphicsResourceSetMapFlags_v2",
-        crate::proc_address::EntryPoint(self::cuGraphicsResourceSetMapFlags_v2 as *const ()),
+        EntryPoint(self::cuGraphicsResourceSetMapFlags_v2 as *const ()),
     ),
     (
         "cuGraphicsSubResourceGetMappedArray",
-        crate::proc_address::EntryPoint(self::cuGraphicsSubResourceGetMappedArray as *const ()),
+        EntryPoint(self::cuGraphicsSubResourceGetMappedArray as *const ()),
     ),
     (
         "cuGraphicsUnmapResources",
-        crate::proc_address::EntryPoint(self::cuGraphicsUnmapResources as *const ()),
+        EntryPoint(self::cuGraphicsUnmapResources as *const ()),
     ),
     (
         "cuGraphicsUnmapResources_ptsz",
-        crate::proc_address::EntryPoint(self::cuGraphicsUnmapResources_ptsz as *const ()),
+        EntryPoint(self::cuGraphicsUnmapResources_ptsz as *const ()),
     ),
     (
         "cuGraphicsUnregisterResource",
-        crate::proc_address::EntryPoint(self::cuGraphicsUnregisterResource as *const ()),
+        EntryPoint(self::cuGraphicsUnregisterResource as *const ()),
     ),
     (
         "cuGraphicsVDPAURegisterOutputSurface",
-        crate::proc_address::EntryPoint(self::cuGraphicsVDPAURegisterOutputSurface as *const ()),
+        EntryPoint(self::cuGraphicsVDPAURegisterOutputSurface as *const ()),
     ),
     (
         "cuGraphicsVDPAURegisterVideoSurface",
-        crate::proc_address::EntryPoint(self::cuGraphicsVDPAURegisterVideoSurface as *const ()),
+        EntryPoint(self::cuGraphicsVDPAURegisterVideoSurface as *const ()),
     ),
     (
         "cuGreenCtxCreate",
-        crate::proc_address::EntryPoint(self::cuGreenCtxCreate as *const ()),
+        EntryPoint(self::cuGreenCtxCreate as *const ()),
     ),
     (
         "cuGreenCtxDestroy",
-        crate::proc_address::EntryPoint(self::cuGreenCtxDestroy as *const ()),
+        EntryPoint(self::cuGreenCtxDestroy as *const ()),
     ),
     (
         "cuGreenCtxGetDevResource",
-        crate::proc_address::EntryPoint(self::cuGreenCtxGetDevResource as *const ()),
+        EntryPoint(self::cuGreenCtxGetDevResource as *const ()),
     ),
     (
         "cuGreenCtxGetId",
-        crate::proc_address::EntryPoint(self::cuGreenCtxGetId as *const ()),
+        EntryPoint(self::cuGreenCtxGetId as *const ()),
     ),
     (
         "cuGreenCtxRecordEvent",
-        crate::proc_address::EntryPoint(self::cuGreenCtxRecordEvent as *const ()),
+        EntryPoint(self::cuGreenCtxRecordEvent as *const ()),
     ),
     (
         "cuGreenCtxStreamCreate",
-        crate::proc_address::EntryPoint(self::cuGreenCtxStreamCreate as *const ()),
+        EntryPoint(self::cuGreenCtxStreamCreate as *const ()),
     ),
     (
         "cuGreenCtxWaitEvent",
-        crate::proc_address::EntryPoint(self::cuGreenCtxWaitEvent as *const ()),
+        EntryPoint(self::cuGreenCtxWaitEvent as *const ()),
     ),
     (
         "cuImportExternalMemory",
-        crate::proc_address::EntryPoint(self::cuImportExternalMemory as *const ()),
+        EntryPoint(self::cuImportExternalMemory as *const ()),
     ),
     (
         "cuImportExternalSemaphore",
-        crate::proc_address::EntryPoint(self::cuImportExternalSemaphore as *const ()),
+        EntryPoint(self::cuImportExternalSemaphore as *const ()),
     ),
-    (
-        "cuInit",
-        crate::proc_address::EntryPoint(self::cuInit as *const ()),
-    ),
+    ("cuInit", EntryPoint(self::cuInit as *const ())),
     (
         "cuIpcCloseMemHandle",
-        crate::proc_address::EntryPoint(self::cuIpcCloseMemHandle as *const ()),
+        EntryPoint(self::cuIpcCloseMemHandle as *const ()),
     ),
     (
         "cuIpcGetEventHandle",
-        crate::proc_address::EntryPoint(self::cuIpcGetEventHandle as *const ()),
+        EntryPoint(self::cuIpcGetEventHandle as *const ()),
     ),
     (
         "cuIpcGetMemHandle",
-        crate::proc_address::EntryPoint(self::cuIpcGetMemHandle as *const ()),
+        EntryPoint(self::cuIpcGetMemHandle as *const ()),
     ),
     (
         "cuIpcOpenEventHandle",
-        crate::proc_address::EntryPoint(self::cuIpcOpenEventHandle as *const ()),
+        EntryPoint(self::cuIpcOpenEventHandle as *const ()),
     ),
     (
         "cuIpcOpenMemHandle",
-        crate::proc_address::EntryPoint(self::cuIpcOpenMemHandle as *const ()),
+        EntryPoint(self::cuIpcOpenMemHandle as *const ()),
     ),
     (
         "cuIpcOpenMemHandle_v2",
-        crate::proc_address::EntryPoint(self::cuIpcOpenMemHandle_v2 as *const ()),
+        EntryPoint(self::cuIpcOpenMemHandle_v2 as *const ()),
     ),
     (
         "cuKernelGetAttribute",
-        crate::proc_address::EntryPoint(self::cuKernelGetAttribute as *const ()),
+        EntryPoint(self::cuKernelGetAttribute as *const ()),
     ),
     (
         "cuKernelGetFunction",
-        crate::proc_address::EntryPoint(self::cuKernelGetFunction as *const ()),
+        EntryPoint(self::cuKernelGetFunction as *const ()),
     ),
     (
         "cuKernelGetLibrary",
-        crate::proc_address::EntryPoint(self::cuKernelGetLibrary as *const ()),
+        EntryPoint(self::cuKernelGetLibrary as *const ()),
     ),
     (
         "cuKernelGetName",
-        crate::proc_address::EntryPoint(self::cuKernelGetName as *const ()),
+        EntryPoint(self::cuKernelGetName as *const ()),
     ),
     (
         "cuKernelGetParamInfo",
-        crate::proc_address::EntryPoint(self::cuKernelGetParamInfo as *const ()),
+        EntryPoint(self::cuKernelGetParamInfo as *const ()),
     ),
     (
         "cuKernelSetAttribute",
-        crate::proc_address::EntryPoint(self::cuKernelSetAttribute as *const ()),
+        EntryPoint(self::cuKernelSetAttribute as *const ()),
     ),
     (
         "cuKernelSetCacheConfig",
-        crate::proc_address::EntryPoint(self::cuKernelSetCacheConfig as *const ()),
+        EntryPoint(self::cuKernelSetCacheConfig as *const ()),
     ),
-    (
-        "cuLaunch",
-        crate::proc_address::EntryPoint(self::cuLaunch as *const ()),
-    ),
+    ("cuLaunch", EntryPoint(self::cuLaunch as *const ())),
     (
         "cuLaunchCooperativeKernel",
-        crate::proc_address::EntryPoint(self::cuLaunchCooperativeKernel as *const ()),
+        EntryPoint(self::cuLaunchCooperativeKernel as *const ()),
     ),
     (
         "cuLaunchCooperativeKernelMultiDevice",
-        crate::proc_address::EntryPoint(self::cuLaunchCooperativeKernelMultiDevice as *const ()),
+        EntryPoint(self::cuLaunchCooperativeKernelMultiDevice as *const ()),
     ),
     (
         "cuLaunchCooperativeKernel_ptsz",
-        crate::proc_address::EntryPoint(self::cuLaunchCooperativeKernel_ptsz as *const ()),
+        EntryPoint(self::cuLaunchCooperativeKernel_ptsz as *const ()),
     ),
-    (
-        "cuLaunchGrid",
-        crate::proc_address::EntryPoint(self::cuLaunchGrid as *const ()),
-    ),
+    ("cuLaunchGrid", EntryPoint(self::cuLaunchGrid as *const ())),
     (
         "cuLaunchGridAsync",
-        crate::proc_address::EntryPoint(self::cuLaunchGridAsync as *const ()),
+        EntryPoint(self::cuLaunchGridAsync as *const ()),
     ),
     (
         "cuLaunchHostFunc",
-        crate::proc_address::EntryPoint(self::cuLaunchHostFunc as *const ()),
+        EntryPoint(self::cuLaunchHostFunc as *const ()),
     ),
     (
         "cuLaunchHostFunc_ptsz",
-        crate::proc_address::EntryPoint(self::cuLaunchHostFunc_ptsz as *const ()),
+        EntryPoint(self::cuLaunchHostFunc_ptsz as *const ()),
     ),
     (
         "cuLaunchKernel",
-        crate::proc_address::EntryPoint(self::cuLaunchKernel as *const ()),
+        EntryPoint(self::cuLaunchKernel as *const ()),
     ),
     (
         "cuLaunchKernelEx",
-        crate::proc_address::EntryPoint(self::cuLaunchKernelEx as *const ()),
+        EntryPoint(self::cuLaunchKernelEx as *const ()),
     ),
     (
         "cuLaunchKernelEx_ptsz",
-        crate::proc_address::EntryPoint(self::cuLaunchKernelEx_ptsz as *const ()),
+        EntryPoint(self::cuLaunchKernelEx_ptsz as *const ()),
     ),
     (
         "cuLaunchKernel_ptsz",
-        crate::proc_address::EntryPoint(self::cuLaunchKernel_ptsz as *const ()),
+        EntryPoint(self::cuLaunchKernel_ptsz as *const ()),
     ),
     (
         "cuLibraryEnumerateKernels",
-        crate::proc_address::EntryPoint(self::cuLibraryEnumerateKernels as *const ()),
+        EntryPoint(self::cuLibraryEnumerateKernels as *const ()),
     ),
     (
         "cuLibraryGetGlobal",
-        crate::proc_address::EntryPoint(self::cuLibraryGetGlobal as *const ()),
+        EntryPoint(self::cuLibraryGetGlobal as *const ()),
     ),
     (
         "cuLibraryGetKernel",
-        crate::proc_address::EntryPoint(self::cuLibraryGetKernel as *const ()),
+        EntryPoint(self::cuLibraryGetKernel as *const ()),
     ),
     (
         "cuLibraryGetKernelCount",
-        crate::proc_address::EntryPoint(self::cuLibraryGetKernelCount as *const ()),
+        EntryPoint(self::cuLibraryGetKernelCount as *const ()),
     ),
     (
         "cuLibraryGetManaged",
-        crate::proc_address::EntryPoint(self::cuLibraryGetManaged as *const ()),
+        EntryPoint(self::cuLibraryGetManaged as *const ()),
     ),
     (
         "cuLibraryGetModule",
-        crate::proc_address::EntryPoint(self::cuLibraryGetModule as *const ()),
+        EntryPoint(self::cuLibraryGetModule as *const ()),
     ),
     (
         "cuLibraryGetUnifiedFunction",
-        crate::proc_address::EntryPoint(self::cuLibraryGetUnifiedFunction as *const ()),
+        EntryPoint(self::cuLibraryGetUnifiedFunction as *const ()),
     ),
     (
         "cuLibraryLoadData",
-        crate::proc_address::EntryPoint(self::cuLibraryLoadData as *const ()),
+        EntryPoint(self::cuLibraryLoadData as *const ()),
     ),
     (
         "cuLibraryLoadFromFile",
-        crate::proc_address::EntryPoint(self::cuLibraryLoadFromFile as *const ()),
+        EntryPoint(self::cuLibraryLoadFromFile as *const ()),
     ),
     (
         "cuLibraryUnload",
-        crate::proc_address::EntryPoint(self::cuLibraryUnload as *const ()),
+        EntryPoint(self::cuLibraryUnload as *const ()),
     ),
     (
         "cuLinkAddData",
-        crate::proc_address::EntryPoint(self::cuLinkAddData as *const ()),
+        EntryPoint(self::cuLinkAddData as *const ()),
     ),
     (
         "cuLinkAddData_v2",
-        crate::proc_address::EntryPoint(self::cuLinkAddData_v2 as *const ()),
+        EntryPoint(self::cuLinkAddData_v2 as *const ()),
     ),
     (
         "cuLinkAddFile",
-        crate::proc_address::EntryPoint(self::cuLinkAddFile as *const ()),
+        EntryPoint(self::cuLinkAddFile as *const ()),
     ),
     (
         "cuLinkAddFile_v2",
-        crate::proc_address::EntryPoint(self::cuLinkAddFile_v2 as *const ()),
+        EntryPoint(self::cuLinkAddFile_v2 as *const ()),
     ),
     (
         "cuLinkComplete",
-        crate::proc_address::EntryPoint(self::cuLinkComplete as *const ()),
+        EntryPoint(self::cuLinkComplete as *const ()),
     ),
-    (
-        "cuLinkCreate",
-        crate::proc_address::EntryPoint(self::cuLinkCreate as *const ()),
-    ),
+    ("cuLinkCreate", EntryPoint(self::cuLinkCreate as *const ())),
     (
         "cuLinkCreate_v2",
-        crate::proc_address::EntryPoint(self::cuLinkCreate_v2 as *const ()),
+        EntryPoint(self::cuLinkCreate_v2 as *const ()),
     ),
     (
         "cuLinkDestroy",
-        crate::proc_address::EntryPoint(self::cuLinkDestroy as *const ()),
+        EntryPoint(self::cuLinkDestroy as *const ()),
     ),
     (
         "cuLogsCurrent",
-        crate::proc_address::EntryPoint(self::cuLogsCurrent as *const ()),
+        EntryPoint(self::cuLogsCurrent as *const ()),
     ),
     (
         "cuLogsDumpToFile",
-        crate::proc_address::EntryPoint(self::cuLogsDumpToFile as *const ()),
+        EntryPoint(self::cuLogsDumpToFile as *const ()),
     ),
     (
         "cuLogsDumpToMemory",
-        crate::proc_address::EntryPoint(self::cuLogsDumpToMemory as *const ()),
+        EntryPoint(self::cuLogsDumpToMemory as *const ()),
     ),
     (
         "cuLogsRegisterCallback",
-        crate::proc_address::EntryPoint(self::cuLogsRegisterCallback as *const ()),
+        EntryPoint(self::cuLogsRegisterCallback as *const ()),
     ),
     (
         "cuLogsUnregisterCallback",
-        crate::proc_address::EntryPoint(self::cuLogsUnregisterCallback as *const ()),
+        EntryPoint(self::cuLogsUnregisterCallback as *const ()),
     ),
     (
         "cuMemAddressFree",
-        crate::proc_address::EntryPoint(self::cuMemAddressFree as *const ()),
+        EntryPoint(self::cuMemAddressFree as *const ()),
     ),
     (
         "cuMemAddressReserve",
-        crate::proc_address::EntryPoint(self::cuMemAddressReserve as *const ()),
+        EntryPoint(self::cuMemAddressReserve as *const ()),
     ),
-    (
-        "cuMemAdvise",
-        crate::proc_address::EntryPoint(self::cuMemAdvise as *const ()),
-    ),
+    ("cuMemAdvise", EntryPoint(self::cuMemAdvise as *const ())),
     (
         "cuMemAdvise_v2",
-        crate::proc_address::EntryPoint(self::cuMemAdvise_v2 as *const ()),
+        EntryPoint(self::cuMemAdvise_v2 as *const ()),
     ),
-    (
-        "cuMemAlloc",
-        crate::proc_address::EntryPoint(self::cuMemAlloc as *const ()),
-    ),
+    ("cuMemAlloc", EntryPoint(self::cuMemAlloc as *const ())),
     (
         "cuMemAllocAsync",
-        crate::proc_address::EntryPoint(self::cuMemAllocAsync as *const ()),
+        EntryPoint(self::cuMemAllocAsync as *const ()),
     ),
     (
         "cuMemAllocAsync_ptsz",
-        crate::proc_address::EntryPoint(self::cuMemAllocAsync_ptsz as *const ()),
+        EntryPoint(self::cuMemAllocAsync_ptsz as *const ()),
     ),
     (
         "cuMemAllocFromPoolAsync",
-        crate::proc_address::EntryPoint(self::cuMemAllocFromPoolAsync as *const ()),
+        EntryPoint(self::cuMemAllocFromPoolAsync as *const ()),
     ),
     (
         "cuMemAllocFromPoolAsync_ptsz",
-        crate::proc_address::EntryPoint(self::cuMemAllocFromPoolAsync_ptsz as *const ()),
+        EntryPoint(self::cuMemAllocFromPoolAsync_ptsz as *const ()),
     ),
     (
         "cuMemAllocHost",
-        crate::proc_address::EntryPoint(self::cuMemAllocHost as *const ()),
+        EntryPoint(self::cuMemAllocHost as *const ()),
     ),
     (
         "cuMemAllocHost_v2",
-        crate::proc_address::EntryPoint(self::cuMemAllocHost_v2 as *const ()),
+        EntryPoint(self::cuMemAllocHost_v2 as *const ()),
     ),
     (
         "cuMemAllocManaged",
-        crate::proc_address::EntryPoint(self::cuMemAllocManaged as *const ()),
+        EntryPoint(self::cuMemAllocManaged as *const ()),
     ),
     (
         "cuMemAllocPitch",
-        crate::proc_address::EntryPoint(self::cuMemAllocPitch as *const ()),
+        EntryPoint(self::cuMemAllocPitch as *const ()),
     ),
     (
         "cuMemAllocPitch_v2",
-        crate::proc_address::EntryPoint(self::cuMemAllocPitch_v2 as *const ()),
+        EntryPoint(self::cuMemAllocPitch_v2 as *const ()),
     ),
     (
         "cuMemAlloc_v2",
-        crate::proc_address::EntryPoint(self::cuMemAlloc_v2 as *const ()),
+        EntryPoint(self::cuMemAlloc_v2 as *const ()),
     ),
     (
         "cuMemBatchDecompressAsync",
-        crate::proc_address::EntryPoint(self::cuMemBatchDecompressAsync as *const ()),
+        EntryPoint(self::cuMemBatchDecompressAsync as *const ()),
     ),
     (
         "cuMemBatchDecompressAsync_ptsz",
-        crate::proc_address::EntryPoint(self::cuMemBatchDecompressAsync_ptsz as *const ()),
+        EntryPoint(self::cuMemBatchDecompressAsync_ptsz as *const ()),
     ),
-    (
-        "cuMemCreate",
-        crate::proc_address::EntryPoint(self::cuMemCreate as *const ()),
-    ),
+    ("cuMemCreate", EntryPoint(self::cuMemCreate as *const ())),
     (
         "cuMemDiscardAndPrefetchBatchAsync",
-        crate::proc_address::EntryPoint(self::cuMemDiscardAndPrefetchBatchAsync as *const ()),
+        EntryPoint(self::cuMemDiscardAndPrefetchBatchAsync as *const ()),
     ),
     (
         "cuMemDiscardAndPrefetchBatchAsync_ptsz",
-        crate::proc_address::EntryPoint(self::cuMemDiscardAndPrefetchBatchAsync_ptsz as *const ()),
+        EntryPoint(self::cuMemDiscardAndPrefetchBatchAsync_ptsz as *const ()),
     ),
     (
         "cuMemDiscardBatchAsync",
-        crate::proc_address::EntryPoint(self::cuMemDiscardBatchAsync as *const ()),
+        EntryPoint(self::cuMemDiscardBatchAsync as *const ()),
     ),
     (
         "cuMemDiscardBatchAsync_ptsz",
-        crate::proc_address::EntryPoint(self::cuMemDiscardBatchAsync_ptsz as *const ()),
+        EntryPoint(self::cuMemDiscardBatchAsync_ptsz as *const ()),
     ),
     (
         "cuMemExportToShareableHandle",
-        crate::proc_address::EntryPoint(self::cuMemExportToShareableHandle as *const ()),
+        EntryPoint(self::cuMemExportToShareableHandle as *const ()),
     ),
-    (
-        "cuMemFree",
-        crate::proc_address::EntryPoint(self::cuMemFree as *const ()),
-    ),
+    ("cuMemFree", EntryPoint(self::cuMemFree as *const ())),
     (
         "cuMemFreeAsync",
-        crate::proc_address::EntryPoint(self::cuMemFreeAsync as *const ()),
+        EntryPoint(self::cuMemFreeAsync as *const ()),
     ),
     (
         "cuMemFreeAsync_ptsz",
-        crate::proc_address::EntryPoint(self::cuMemFreeAsync_ptsz as *const ()),
+        EntryPoint(self::cuMemFreeAsync_ptsz as *const ()),
     ),
     (
         "cuMemFreeHost",
-        crate::proc_address::EntryPoint(self::cuMemFreeHost as *const ()),
+        EntryPoint(self::cuMemFreeHost as *const ()),
     ),
-    (
-        "cuMemFree_v2",
-        crate::proc_address::EntryPoint(self::cuMemFree_v2 as *const ()),
-    ),
+    ("cuMemFree_v2", EntryPoint(self::cuMemFree_v2 as *const ())),
     (
         "cuMemGetAccess",
-        crate::proc_address::EntryPoint(self::cuMemGetAccess as *const ()),
+        EntryPoint(self::cuMemGetAccess as *const ()),
     ),
     (
         "cuMemGetAddressRange",
-        crate::proc_address::EntryPoint(self::cuMemGetAddressRange as *const ()),
+        EntryPoint(self::cuMemGetAddressRange as *const ()),
     ),
     (
         "cuMemGetAddressRange_v2",
-        crate::proc_address::EntryPoint(self::cuMemGetAddressRange_v2 as *const ()),
+        EntryPoint(self::cuMemGetAddressRange_v2 as *const ()),
     ),
     (
         "cuMemGetAllocationGranularity",
-        crate::proc_address::EntryPoint(self::cuMemGetAllocationGranularity as *const ()),
+        EntryPoint(self::cuMemGetAllocationGranularity as *const ()),
     ),
     (
         "cuMemGetAllocationPropertiesFromHandle",
-        crate::proc_address::EntryPoint(self::cuMemGetAllocationPropertiesFromHandle as *const ()),
+        EntryPoint(self::cuMemGetAllocationPropertiesFromHandle as *const ()),
     ),
     (
         "cuMemGetAttribute",
-        crate::proc_address::EntryPoint(self::cuMemGetAttribute as *const ()),
+        EntryPoint(self::cuMemGetAttribute as *const ()),
     ),
     (
         "cuMemGetAttribute_v2",
-        crate::proc_address::EntryPoint(self::cuMemGetAttribute_v2 as *const ()),
+        EntryPoint(self::cuMemGetAttribute_v2 as *const ()),
     ),
     (
         "cuMemGetDefaultMemPool",
-        crate::proc_address::EntryPoint(self::cuMemGetDefaultMemPool as *const ()),
+        EntryPoint(self::cuMemGetDefaultMemPool as *const ()),
     ),
     (
         "cuMemGetHandleForAddressRange",
-        crate::proc_address::EntryPoint(self::cuMemGetHandleForAddressRange as *const ()),
+        EntryPoint(self::cuMemGetHandleForAddressRange as *const ()),
     ),
-    (
-        "cuMemGetInfo",
-        crate::proc_address::EntryPoint(self::cuMemGetInfo as *const ()),
-    ),
+    ("cuMemGetInfo", EntryPoint(self::cuMemGetInfo as *const ())),
     (
         "cuMemGetInfo_v2",
-        crate::proc_address::EntryPoint(self::cuMemGetInfo_v2 as *const ()),
+        EntryPoint(self::cuMemGetInfo_v2 as *const ()),
     ),
     (
         "cuMemGetMemPool",
-        crate::proc_address::EntryPoint(self::cuMemGetMemPool as *const ()),
+        EntryPoint(self::cuMemGetMemPool as *const ()),
     ),
     (
         "cuMemHostAlloc",
-        crate::proc_address::EntryPoint(self::cuMemHostAlloc as *const ()),
+        EntryPoint(self::cuMemHostAlloc as *const ()),
     ),
     (
         "cuMemHostGetDevicePointer",
-        crate::proc_address::EntryPoint(self::cuMemHostGetDevicePointer as *const ()),
+        EntryPoint(self::cuMemHostGetDevicePointer as *const ()),
     ),
     (
         "cuMemHostGetDevicePointer_v2",
-        crate::proc_address::EntryPoint(self::cuMemHostGetDevicePointer_v2 as *const ()),
+        EntryPoint(self::cuMemHostGetDevicePointer_v2 as *const ()),
     ),
     (
         "cuMemHostGetFlags",
-        crate::proc_address::EntryPoint(self::cuMemHostGetFlags as *const ()),
+        EntryPoint(self::cuMemHostGetFlags as *const ()),
     ),
     (
         "cuMemHostRegister",
-        crate::proc_address::EntryPoint(self::cuMemHostRegister as *const ()),
+        EntryPoint(self::cuMemHostRegister as *const ()),
     ),
     (
         "cuMemHostRegister_v2",
-        crate::proc_address::EntryPoint(self::cuMemHostRegister_v2 as *const ()),
+        EntryPoint(self::cuMemHostRegister_v2 as *const ()),
     ),
     (
         "cuMemHostUnregister",
-        crate::proc_address::EntryPoint(self::cuMemHostUnregister as *const ()),
+        EntryPoint(self::cuMemHostUnregister as *const ()),
     ),
     (
         "cuMemImportFromShareableHandle",
-        crate::proc_address::EntryPoint(self::cuMemImportFromShareableHandle as *const ()),
+        EntryPoint(self::cuMemImportFromShareableHandle as *const ()),
     ),
-    (
-        "cuMemMap",
-        crate::proc_address::EntryPoint(self::cuMemMap as *const ()),
-    ),
+    ("cuMemMap", EntryPoint(self::cuMemMap as *const ())),
     (
         "cuMemMapArrayAsync",
-        crate::proc_address::EntryPoint(self::cuMemMapArrayAsync as *const ()),
+        EntryPoint(self::cuMemMapArrayAsync as *const ()),
     ),
     (
         "cuMemMapArrayAsync_ptsz",
-        crate::proc_address::EntryPoint(self::cuMemMapArrayAsync_ptsz as *const ()),
+        EntryPoint(self::cuMemMapArrayAsync_ptsz as *const ()),
     ),
     (
         "cuMemPoolCreate",
-        crate::proc_address::EntryPoint(self::cuMemPoolCreate as *const ()),
+        EntryPoint(self::cuMemPoolCreate as *const ()),
     ),
     (
         "cuMemPoolDestroy",
-        crate::proc_address::EntryPoint(self::cuMemPoolDestroy as *const ()),
+        EntryPoint(self::cuMemPoolDestroy as *const ()),
     ),
     (
         "cuMemPoolExportPointer",
-        crate::proc_address::EntryPoint(self::cuMemPoolExportPointer as *const ()),
+        EntryPoint(self::cuMemPoolExportPointer as *const ()),
     ),
     (
         "cuMemPoolExportToShareableHandle",
-        crate::proc_address::EntryPoint(self::cuMemPoolExportToShareableHandle as *const ()),
+        EntryPoint(self::cuMemPoolExportToShareableHandle as *const ()),
     ),
     (
         "cuMemPoolGetAccess",
-        crate::proc_address::EntryPoint(self::cuMemPoolGetAccess as *const ()),
+        EntryPoint(self::cuMemPoolGetAccess as *const ()),
     ),
     (
         "cuMemPoolGetAttribute",
-        crate::proc_address::EntryPoint(self::cuMemPoolGetAttribute as *const ()),
+        EntryPoint(self::cuMemPoolGetAttribute as *const ()),
     ),
     (
         "cuMemPoolImportFromShareableHandle",
-        crate::proc_address::EntryPoint(self::cuMemPoolImportFromShareableHandle as *const ()),
+        EntryPoint(self::cuMemPoolImportFromShareableHandle as *const ()),
     ),
     (
         "cuMemPoolImportPointer",
-        crate::proc_address::EntryPoint(self::cuMemPoolImportPointer as *const ()),
+        EntryPoint(self::cuMemPoolImportPointer as *const ()),
     ),
     (
         "cuMemPoolSetAccess",
-        crate::proc_address::EntryPoint(self::cuMemPoolSetAccess as *const ()),
+        EntryPoint(self::cuMemPoolSetAccess as *const ()),
     ),
     (
         "cuMemPoolSetAttribute",
-        crate::proc_address::EntryPoint(self::cuMemPoolSetAttribute as *const ()),
+        EntryPoint(self::cuMemPoolSetAttribute as *const ()),
     ),
     (
         "cuMemPoolTrimTo",
-        crate::proc_address::EntryPoint(self::cuMemPoolTrimTo as *const ()),
+        EntryPoint(self::cuMemPoolTrimTo as *const ()),
     ),
     (
         "cuMemPrefetchAsync",
-        crate::proc_address::EntryPoint(self::cuMemPrefetchAsync as *const ()),
+        EntryPoint(self::cuMemPrefetchAsync as *const ()),
     ),
     (
         "cuMemPrefetchAsync_ptsz",
-        crate::proc_address::EntryPoint(self::cuMemPrefetchAsync_ptsz as *const ()),
+        EntryPoint(self::cuMemPrefetchAsync_ptsz as *const ()),
     ),
     (
         "cuMemPrefetchAsync_v2",
-        crate::proc_address::EntryPoint(self::cuMemPrefetchAsync_v2 as *const ()),
+        EntryPoint(self::cuMemPrefetchAsync_v2 as *const ()),
     ),
     (
         "cuMemPrefetchAsync_v2_ptsz",
-        crate::proc_address::EntryPoint(self::cuMemPrefetchAsync_v2_ptsz as *const ()),
+        EntryPoint(self::cuMemPrefetchAsync_v2_ptsz as *const ()),
     ),
     (
         "cuMemPrefetchBatchAsync",
-        crate::proc_address::EntryPoint(self::cuMemPrefetchBatchAsync as *const ()),
+        EntryPoint(self::cuMemPrefetchBatchAsync as *const ()),
     ),
     (
         "cuMemPrefetchBatchAsync_ptsz",
-        crate::proc_address::EntryPoint(self::cuMemPrefetchBatchAsync_ptsz as *const ()),
+        EntryPoint(self::cuMemPrefetchBatchAsync_ptsz as *const ()),
     ),
     (
         "cuMemRangeGetAttribute",
-        crate::proc_address::EntryPoint(self::cuMemRangeGetAttribute as *const ()),
+        EntryPoint(self::cuMemRangeGetAttribute as *const ()),
     ),
     (
         "cuMemRangeGetAttributes",
-        crate::proc_address::EntryPoint(self::cuMemRangeGetAttributes as *const ()),
+        EntryPoint(self::cuMemRangeGetAttributes as *const ()),
     ),
-    (
-        "cuMemRelease",
-        crate::proc_address::EntryPoint(self::cuMemRelease as *const ()),
-    ),
+    ("cuMemRelease", EntryPoint(self::cuMemRelease as *const ())),
     (
         "cuMemRetainAllocationHandle",
-        crate::proc_address::EntryPoint(self::cuMemRetainAllocationHandle as *const ()),
+        EntryPoint(self::cuMemRetainAllocationHandle as *const ()),
     ),
     (
         "cuMemSetAccess",
-        crate::proc_address::EntryPoint(self::cuMemSetAccess as *const ()),
+        EntryPoint(self::cuMemSetAccess as *const ()),
     ),
     (
         "cuMemSetMemPool",
-        crate::proc_address::EntryPoint(self::cuMemSetMemPool as *const ()),
+        EntryPoint(self::cuMemSetMemPool as *const ()),
     ),
-    (
-        "cuMemUnmap",
-        crate::proc_address::EntryPoint(self::cuMemUnmap as *const ()),
-    ),
-    (
-        "cuMemcpy",
-        crate::proc_address::EntryPoint(self::cuMemcpy as *const ()),
-    ),
-    (
-        "cuMemcpy2D",
-        crate::proc_address::EntryPoint(self::cuMemcpy2D as *const ()),
-    ),
+    ("cuMemUnmap", EntryPoint(self::cuMemUnmap as *const ())),
+    ("cuMemcpy", EntryPoint(self::cuMemcpy as *const ())),
+    ("cuMemcpy2D", EntryPoint(self::cuMemcpy2D as *const ())),
     (
         "cuMemcpy2DAsync",
-        crate::proc_address::EntryPoint(self::cuMemcpy2DAsync as *const ()),
+        EntryPoint(self::cuMemcpy2DAsync as *const ()),
     ),
     (
         "cuMemcpy2DAsync_v2",
-        crate::proc_address::EntryPoint(self::cuMemcpy2DAsync_v2 as *const ()),
+        EntryPoint(self::cuMemcpy2DAsync_v2 as *const ()),
     ),
     (
         "cuMemcpy2DAsync_v2_ptsz",
-        crate::proc_address::EntryPoint(self::cuMemcpy2DAsync_v2_ptsz as *const ()),
+        EntryPoint(self::cuMemcpy2DAsync_v2_ptsz as *const ()),
     ),
     (
         "cuMemcpy2DUnaligned",
-        crate::proc_address::EntryPoint(self::cuMemcpy2DUnaligned as *const ()),
+        EntryPoint(self::cuMemcpy2DUnaligned as *const ()),
     ),
     (
         "cuMemcpy2DUnaligned_v2",
-        crate::proc_address::EntryPoint(self::cuMemcpy2DUnaligned_v2 as *const ()),
+        EntryPoint(self::cuMemcpy2DUnaligned_v2 as *const ()),
     ),
     (
         "cuMemcpy2DUnaligned_v2_ptds",
-        crate::proc_address::EntryPoint(self::cuMemcpy2DUnaligned_v2_ptds as *const ()),
+        EntryPoint(self::cuMemcpy2DUnaligned_v2_ptds as *const ()),
     ),
     (
         "cuMemcpy2D_v2",
-        crate::proc_address::EntryPoint(self::cuMemcpy2D_v2 as *const ()),
+        EntryPoint(self::cuMemcpy2D_v2 as *const ()),
     ),
     (
         "cuMemcpy2D_v2_ptds",
-        crate::proc_address::EntryPoint(self::cuMemcpy2D_v2_ptds as *const ()),
+        EntryPoint(self::cuMemcpy2D_v2_ptds as *const ()),
     ),
-    (
-        "cuMemcpy3D",
-        crate::proc_address::EntryPoint(self::cuMemcpy3D as *const ()),
-    ),
+    ("cuMemcpy3D", EntryPoint(self::cuMemcpy3D as *const ())),
     (
         "cuMemcpy3DAsync",
-        crate::proc_address::EntryPoint(self::cuMemcpy3DAsync as *const ()),
+        EntryPoint(self::cuMemcpy3DAsync as *const ()),
     ),
     (
         "cuMemcpy3DAsync_v2",
-        crate::proc_address::EntryPoint(self::cuMemcpy3DAsync_v2 as *const ()),
+        EntryPoint(self::cuMemcpy3DAsync_v2 as *const ()),
     ),
     (
         "cuMemcpy3DAsync_v2_ptsz",
-        crate::proc_address::EntryPoint(self::cuMemcpy3DAsync_v2_ptsz as *const ()),
+        EntryPoint(self::cuMemcpy3DAsync_v2_ptsz as *const ()),
     ),
     (
         "cuMemcpy3DBatchAsync",
-        crate::proc_address::EntryPoint(self::cuMemcpy3DBatchAsync as *const ()),
+        EntryPoint(self::cuMemcpy3DBatchAsync as *const ()),
     ),
     (
         "cuMemcpy3DBatchAsync_ptsz",
-        crate::proc_address::EntryPoint(self::cuMemcpy3DBatchAsync_ptsz as *const ()),
+        EntryPoint(self::cuMemcpy3DBatchAsync_ptsz as *const ()),
     ),
     (
         "cuMemcpy3DBatchAsync_v2",
-        crate::proc_address::EntryPoint(self::cuMemcpy3DBatchAsync_v2 as *const ()),
+        EntryPoint(self::cuMemcpy3DBatchAsync_v2 as *const ()),
     ),
     (
         "cuMemcpy3DBatchAsync_v2_ptsz",
-        crate::proc_address::EntryPoint(self::cuMemcpy3DBatchAsync_v2_ptsz as *const ()),
+        EntryPoint(self::cuMemcpy3DBatchAsync_v2_ptsz as *const ()),
     ),
     (
         "cuMemcpy3DPeer",
-        crate::proc_address::EntryPoint(self::cuMemcpy3DPeer as *const ()),
+        EntryPoint(self::cuMemcpy3DPeer as *const ()),
     ),
     (
         "cuMemcpy3DPeerAsync",
-        crate::proc_address::EntryPoint(self::cuMemcpy3DPeerAsync as *const ()),
+        EntryPoint(self::cuMemcpy3DPeerAsync as *const ()),
     ),
     (
         "cuMemcpy3DPeerAsync_ptsz",
-        crate::proc_address::EntryPoint(self::cuMemcpy3DPeerAsync_ptsz as *const ()),
+        EntryPoint(self::cuMemcpy3DPeerAsync_ptsz as *const ()),
     ),
     (
         "cuMemcpy3DPeer_ptds",
-        crate::proc_address::EntryPoint(self::cuMemcpy3DPeer_ptds as *const ()),
+        EntryPoint(self::cuMemcpy3DPeer_ptds as *const ()),
     ),
     (
         "cuMemcpy3D_v2",
-        crate::proc_address::EntryPoint(self::cuMemcpy3D_v2 as *const ()),
+        EntryPoint(self::cuMemcpy3D_v2 as *const ()),
     ),
     (
         "cuMemcpy3D_v2_ptds",
-        crate::proc_address::EntryPoint(self::cuMemcpy3D_v2_ptds as *const ()),
+        EntryPoint(self::cuMemcpy3D_v2_ptds as *const ()),
     ),
     (
         "cuMemcpyAsync",
-        crate::proc_address::EntryPoint(self::cuMemcpyAsync as *const ()),
+        EntryPoint(self::cuMemcpyAsync as *const ()),
     ),
     (
         "cuMemcpyAsync_ptsz",
-        crate::proc_address::EntryPoint(self::cuMemcpyAsync_ptsz as *const ()),
+        EntryPoint(self::cuMemcpyAsync_ptsz as *const ()),
     ),
-    (
-        "cuMemcpyAtoA",
-        crate::proc_address::EntryPoint(self::cuMemcpyAtoA as *const ()),
-    ),
+    ("cuMemcpyAtoA", EntryPoint(self::cuMemcpyAtoA as *const ())),
     (
         "cuMemcpyAtoA_v2",
-        crate::proc_address::EntryPoint(self::cuMemcpyAtoA_v2 as *const ()),
+        EntryPoint(self::cuMemcpyAtoA_v2 as *const ()),
     ),
     (
         "cuMemcpyAtoA_v2_ptds",
-        crate::proc_address::EntryPoint(self::cuMemcpyAtoA_v2_ptds as *const ()),
+        EntryPoint(self::cuMemcpyAtoA_v2_ptds as *const ()),
     ),
-    (
-        "cuMemcpyAtoD",
-        crate::proc_address::EntryPoint(self::cuMemcpyAtoD as *const ()),
-    ),
+    ("cuMemcpyAtoD", EntryPoint(self::cuMemcpyAtoD as *const ())),
     (
         "cuMemcpyAtoD_v2",
-        crate::proc_address::EntryPoint(self::cuMemcpyAtoD_v2 as *const ()),
+        EntryPoint(self::cuMemcpyAtoD_v2 as *const ()),
     ),
     (
         "cuMemcpyAtoD_v2_ptds",
-        crate::proc_address::EntryPoint(self::cuMemcpyAtoD_v2_ptds as *const ()),
+        EntryPoint(self::cuMemcpyAtoD_v2_ptds as *const ()),
     ),
-    (
-        "cuMemcpyAtoH",
-        crate::proc_address::EntryPoint(self::cuMemcpyAtoH as *const ()),
-    ),
+    ("cuMemcpyAtoH", EntryPoint(self::cuMemcpyAtoH as *const ())),
     (
         "cuMemcpyAtoHAsync",
-        crate::proc_address::EntryPoint(self::cuMemcpyAtoHAsync as *const ()),
+        EntryPoint(self::cuMemcpyAtoHAsync as *const ()),
     ),
     (
         "cuMemcpyAtoHAsync_v2",
-        crate::proc_address::EntryPoint(self::cuMemcpyAtoHAsync_v2 as *const ()),
+        EntryPoint(self::cuMemcpyAtoHAsync_v2 as *const ()),
     ),
     (
         "cuMemcpyAtoHAsync_v2_ptsz",
-        crate::proc_address::EntryPoint(self::cuMemcpyAtoHAsync_v2_ptsz as *const ()),
+        EntryPoint(self::cuMemcpyAtoHAsync_v2_ptsz as *const ()),
     ),
     (
         "cuMemcpyAtoH_v2",
-        crate::proc_address::EntryPoint(self::cuMemcpyAtoH_v2 as *const ()),
+        EntryPoint(self::cuMemcpyAtoH_v2 as *const ()),
     ),
     (
         "cuMemcpyAtoH_v2_ptds",
-        crate::proc_address::EntryPoint(self::cuMemcpyAtoH_v2_ptds as *const ()),
+        EntryPoint(self::cuMemcpyAtoH_v2_ptds as *const ()),
     ),
     (
         "cuMemcpyBatchAsync",
-        crate::proc_address::EntryPoint(self::cuMemcpyBatchAsync as *const ()),
+        EntryPoint(self::cuMemcpyBatchAsync as *const ()),
     ),
     (
         "cuMemcpyBatchAsync_ptsz",
-        crate::proc_address::EntryPoint(self::cuMemcpyBatchAsync_ptsz as *const ()),
+        EntryPoint(self::cuMemcpyBatchAsync_ptsz as *const ()),
     ),
     (
         "cuMemcpyBatchAsync_v2",
-        crate::proc_address::EntryPoint(self::cuMemcpyBatchAsync_v2 as *const ()),
+        EntryPoint(self::cuMemcpyBatchAsync_v2 as *const ()),
     ),
     (
         "cuMemcpyBatchAsync_v2_ptsz",
-        crate::proc_address::EntryPoint(self::cuMemcpyBatchAsync_v2_ptsz as *const ()),
+        EntryPoint(self::cuMemcpyBatchAsync_v2_ptsz as *const ()),
     ),
-    (
-        "cuMemcpyDtoA",
-        crate::proc_address::EntryPoint(self::cuMemcpyDtoA as *const ()),
-    ),
+    ("cuMemcpyDtoA", EntryPoint(self::cuMemcpyDtoA as *const ())),
     (
         "cuMemcpyDtoA_v2",
-        crate::proc_address::EntryPoint(self::cuMemcpyDtoA_v2 as *const ()),
+        EntryPoint(self::cuMemcpyDtoA_v2 as *const ()),
     ),
     (
         "cuMemcpyDtoA_v2_ptds",
-        crate::proc_address::EntryPoint(self::cuMemcpyDtoA_v2_ptds as *const ()),
+        EntryPoint(self::cuMemcpyDtoA_v2_ptds as *const ()),
     ),
-    (
-        "cuMemcpyDtoD",
-        crate::proc_address::EntryPoint(self::cuMemcpyDtoD as *const ()),
-    ),
+    ("cuMemcpyDtoD", EntryPoint(self::cuMemcpyDtoD as *const ())),
     (
         "cuMemcpyDtoDAsync",
-        crate::proc_address::EntryPoint(self::cuMemcpyDtoDAsync as *const ()),
+        EntryPoint(self::cuMemcpyDtoDAsync as *const ()),
     ),
     (
         "cuMemcpyDtoDAsync_v2",
-        crate::proc_address::EntryPoint(self::cuMemcpyDtoDAsync_v2 as *const ()),
+        EntryPoint(self::cuMemcpyDtoDAsync_v2 as *const ()),
     ),
     (
         "cuMemcpyDtoDAsync_v2_ptsz",
-        crate::proc_address::EntryPoint(self::cuMemcpyDtoDAsync_v2_ptsz as *const ()),
+        EntryPoint(self::cuMemcpyDtoDAsync_v2_ptsz as *const ()),
     ),
     (
         "cuMemcpyDtoD_v2",
-        crate::proc_address::EntryPoint(self::cuMemcpyDtoD_v2 as *const ()),
+        EntryPoint(self::cuMemcpyDtoD_v2 as *const ()),
     ),
     (
         "cuMemcpyDtoD_v2_ptds",
-        crate::proc_address::EntryPoint(self::cuMemcpyDtoD_v2_ptds as *const ()),
+        EntryPoint(self::cuMemcpyDtoD_v2_ptds as *const ()),
     ),
-    (
-        "cuMemcpyDtoH",
-        crate::proc_address::EntryPoint(self::cuMemcpyDtoH as *const ()),
-    ),
+    ("cuMemcpyDtoH", EntryPoint(self::cuMemcpyDtoH as *const ())),
     (
         "cuMemcpyDtoHAsync",
-        crate::proc_address::EntryPoint(self::cuMemcpyDtoHAsync as *const ()),
+        EntryPoint(self::cuMemcpyDtoHAsync as *const ()),
     ),
     (
         "cuMemcpyDtoHAsync_v2",
-        crate::proc_address::EntryPoint(self::cuMemcpyDtoHAsync_v2 as *const ()),
+        EntryPoint(self::cuMemcpyDtoHAsync_v2 as *const ()),
     ),
     (
         "cuMemcpyDtoHAsync_v2_ptsz",
-        crate::proc_address::EntryPoint(self::cuMemcpyDtoHAsync_v2_ptsz as *const ()),
+        EntryPoint(self::cuMemcpyDtoHAsync_v2_ptsz as *const ()),
     ),
     (
         "cuMemcpyDtoH_v2",
-        crate::proc_address::EntryPoint(self::cuMemcpyDtoH_v2 as *const ()),
+        EntryPoint(self::cuMemcpyDtoH_v2 as *const ()),
     ),
     (
         "cuMemcpyDtoH_v2_ptds",
-        crate::proc_address::EntryPoint(self::cuMemcpyDtoH_v2_ptds as *const ()),
+        EntryPoint(self::cuMemcpyDtoH_v2_ptds as *const ()),
     ),
-    (
-        "cuMemcpyHtoA",
-        crate::proc_address::EntryPoint(self::cuMemcpyHtoA as *const ()),
-    ),
+    ("cuMemcpyHtoA", EntryPoint(self::cuMemcpyHtoA as *const ())),
     (
         "cuMemcpyHtoAAsync",
-        crate::proc_address::EntryPoint(self::cuMemcpyHtoAAsync as *const ()),
+        EntryPoint(self::cuMemcpyHtoAAsync as *const ()),
     ),
     (
         "cuMemcpyHtoAAsync_v2",
-        crate::proc_address::EntryPoint(self::cuMemcpyHtoAAsync_v2 as *const ()),
+        EntryPoint(self::cuMemcpyHtoAAsync_v2 as *const ()),
     ),
     (
         "cuMemcpyHtoAAsync_v2_ptsz",
-        crate::proc_address::EntryPoint(self::cuMemcpyHtoAAsync_v2_ptsz as *const ()),
+        EntryPoint(self::cuMemcpyHtoAAsync_v2_ptsz as *const ()),
     ),
     (
         "cuMemcpyHtoA_v2",
-        crate::proc_address::EntryPoint(self::cuMemcpyHtoA_v2 as *const ()),
+        EntryPoint(self::cuMemcpyHtoA_v2 as *const ()),
     ),
     (
         "cuMemcpyHtoA_v2_ptds",
-        crate::proc_address::EntryPoint(self::cuMemcpyHtoA_v2_ptds as *const ()),
+        EntryPoint(self::cuMemcpyHtoA_v2_ptds as *const ()),
     ),
-    (
-        "cuMemcpyHtoD",
-        crate::proc_address::EntryPoint(self::cuMemcpyHtoD as *const ()),
-    ),
+    ("cuMemcpyHtoD", EntryPoint(self::cuMemcpyHtoD as *const ())),
     (
         "cuMemcpyHtoDAsync",
-        crate::proc_address::EntryPoint(self::cuMemcpyHtoDAsync as *const ()),
+        EntryPoint(self::cuMemcpyHtoDAsync as *const ()),
     ),
     (
         "cuMemcpyHtoDAsync_v2",
-        crate::proc_address::EntryPoint(self::cuMemcpyHtoDAsync_v2 as *const ()),
+        EntryPoint(self::cuMemcpyHtoDAsync_v2 as *const ()),
     ),
     (
         "cuMemcpyHtoDAsync_v2_ptsz",
-        crate::proc_address::EntryPoint(self::cuMemcpyHtoDAsync_v2_ptsz as *const ()),
+        EntryPoint(self::cuMemcpyHtoDAsync_v2_ptsz as *const ()),
     ),
     (
         "cuMemcpyHtoD_v2",
-        crate::proc_address::EntryPoint(self::cuMemcpyHtoD_v2 as *const ()),
+        EntryPoint(self::cuMemcpyHtoD_v2 as *const ()),
     ),
     (
         "cuMemcpyHtoD_v2_ptds",
-        crate::proc_address::EntryPoint(self::cuMemcpyHtoD_v2_ptds as *const ()),
+        EntryPoint(self::cuMemcpyHtoD_v2_ptds as *const ()),
     ),
-    (
-        "cuMemcpyPeer",
-        crate::proc_address::EntryPoint(self::cuMemcpyPeer as *const ()),
-    ),
+    ("cuMemcpyPeer", EntryPoint(self::cuMemcpyPeer as *const ())),
     (
         "cuMemcpyPeerAsync",
-        crate::proc_address::EntryPoint(self::cuMemcpyPeerAsync as *const ()),
+        EntryPoint(self::cuMemcpyPeerAsync as *const ()),
     ),
     (
         "cuMemcpyPeerAsync_ptsz",
-        crate::proc_address::EntryPoint(self::cuMemcpyPeerAsync_ptsz as *const ()),
+        EntryPoint(self::cuMemcpyPeerAsync_ptsz as *const ()),
     ),
     (
         "cuMemcpyPeer_ptds",
-        crate::proc_address::EntryPoint(self::cuMemcpyPeer_ptds as *const ()),
+        EntryPoint(self::cuMemcpyPeer_ptds as *const ()),
     ),
     (
         "cuMemcpy_ptds",
-        crate::proc_address::EntryPoint(self::cuMemcpy_ptds as *const ()),
+        EntryPoint(self::cuMemcpy_ptds as *const ()),
     ),
-    (
-        "cuMemsetD16",
-        crate::proc_address::EntryPoint(self::cuMemsetD16 as *const ()),
-    ),
+    ("cuMemsetD16", EntryPoint(self::cuMemsetD16 as *const ())),
     (
         "cuMemsetD16Async",
-        crate::proc_address::EntryPoint(self::cuMemsetD16Async as *const ()),
+        EntryPoint(self::cuMemsetD16Async as *const ()),
     ),
     (
         "cuMemsetD16Async_ptsz",
-        crate::proc_address::EntryPoint(self::cuMemsetD16Async_ptsz as *const ()),
+        EntryPoint(self::cuMemsetD16Async_ptsz as *const ()),
     ),
     (
         "cuMemsetD16_v2",
-        crate::proc_address::EntryPoint(self::cuMemsetD16_v2 as *const ()),
+        EntryPoint(self::cuMemsetD16_v2 as *const ()),
     ),
     (
         "cuMemsetD16_v2_ptds",
-        crate::proc_address::EntryPoint(self::cuMemsetD16_v2_ptds as *const ()),
+        EntryPoint(self::cuMemsetD16_v2_ptds as *const ()),
     ),
     (
         "cuMemsetD2D16",
-        crate::proc_address::EntryPoint(self::cuMemsetD2D16 as *const ()),
+        EntryPoint(self::cuMemsetD2D16 as *const ()),
     ),
     (
         "cuMemsetD2D16Async",
-        crate::proc_address::EntryPoint(self::cuMemsetD2D16Async as *const ()),
+        EntryPoint(self::cuMemsetD2D16Async as *const ()),
     ),
     (
         "cuMemsetD2D16Async_ptsz",
-        crate::proc_address::EntryPoint(self::cuMemsetD2D16Async_ptsz as *const ()),
+        EntryPoint(self::cuMemsetD2D16Async_ptsz as *const ()),
     ),
     (
         "cuMemsetD2D16_v2",
-        crate::proc_address::EntryPoint(self::cuMemsetD2D16_v2 as *const ()),
+        EntryPoint(self::cuMemsetD2D16_v2 as *const ()),
     ),
     (
         "cuMemsetD2D16_v2_ptds",
-        crate::proc_address::EntryPoint(self::cuMemsetD2D16_v2_ptds as *const ()),
+        EntryPoint(self::cuMemsetD2D16_v2_ptds as *const ()),
     ),
     (
         "cuMemsetD2D32",
-        crate::proc_address::EntryPoint(self::cuMemsetD2D32 as *const ()),
+        EntryPoint(self::cuMemsetD2D32 as *const ()),
     ),
     (
         "cuMemsetD2D32Async",
-        crate::proc_address::EntryPoint(self::cuMemsetD2D32Async as *const ()),
+        EntryPoint(self::cuMemsetD2D32Async as *const ()),
     ),
     (
         "cuMemsetD2D32Async_ptsz",
-        crate::proc_address::EntryPoint(self::cuMemsetD2D32Async_ptsz as *const ()),
+        EntryPoint(self::cuMemsetD2D32Async_ptsz as *const ()),
     ),
     (
         "cuMemsetD2D32_v2",
-        crate::proc_address::EntryPoint(self::cuMemsetD2D32_v2 as *const ()),
+        EntryPoint(self::cuMemsetD2D32_v2 as *const ()),
     ),
     (
         "cuMemsetD2D32_v2_ptds",
-        crate::proc_address::EntryPoint(self::cuMemsetD2D32_v2_ptds as *const ()),
+        EntryPoint(self::cuMemsetD2D32_v2_ptds as *const ()),
     ),
-    (
-        "cuMemsetD2D8",
-        crate::proc_address::EntryPoint(self::cuMemsetD2D8 as *const ()),
-    ),
+    ("cuMemsetD2D8", EntryPoint(self::cuMemsetD2D8 as *const ())),
     (
         "cuMemsetD2D8Async",
-        crate::proc_address::EntryPoint(self::cuMemsetD2D8Async as *const ()),
+        EntryPoint(self::cuMemsetD2D8Async as *const ()),
     ),
     (
         "cuMemsetD2D8Async_ptsz",
-        crate::proc_address::EntryPoint(self::cuMemsetD2D8Async_ptsz as *const ()),
+        EntryPoint(self::cuMemsetD2D8Async_ptsz as *const ()),
     ),
     (
         "cuMemsetD2D8_v2",
-        crate::proc_address::EntryPoint(self::cuMemsetD2D8_v2 as *const ()),
+        EntryPoint(self::cuMemsetD2D8_v2 as *const ()),
     ),
     (
         "cuMemsetD2D8_v2_ptds",
-        crate::proc_address::EntryPoint(self::cuMemsetD2D8_v2_ptds as *const ()),
+        EntryPoint(self::cuMemsetD2D8_v2_ptds as *const ()),
     ),
-    (
-        "cuMemsetD32",
-        crate::proc_address::EntryPoint(self::cuMemsetD32 as *const ()),
-    ),
+    ("cuMemsetD32", EntryPoint(self::cuMemsetD32 as *const ())),
     (
         "cuMemsetD32Async",
-        crate::proc_address::EntryPoint(self::cuMemsetD32Async as *const ()),
+        EntryPoint(self::cuMemsetD32Async as *const ()),
     ),
     (
         "cuMemsetD32Async_ptsz",
-        crate::proc_address::EntryPoint(self::cuMemsetD32Async_ptsz as *const ()),
+        EntryPoint(self::cuMemsetD32Async_ptsz as *const ()),
     ),
     (
         "cuMemsetD32_v2",
-        crate::proc_address::EntryPoint(self::cuMemsetD32_v2 as *const ()),
+        EntryPoint(self::cuMemsetD32_v2 as *const ()),
     ),
     (
         "cuMemsetD32_v2_ptds",
-        crate::proc_address::EntryPoint(self::cuMemsetD32_v2_ptds as *const ()),
+        EntryPoint(self::cuMemsetD32_v2_ptds as *const ()),
     ),
-    (
-        "cuMemsetD8",
-        crate::proc_address::EntryPoint(self::cuMemsetD8 as *const ()),
-    ),
+    ("cuMemsetD8", EntryPoint(self::cuMemsetD8 as *const ())),
     (
         "cuMemsetD8Async",
-        crate::proc_address::EntryPoint(self::cuMemsetD8Async as *const ()),
+        EntryPoint(self::cuMemsetD8Async as *const ()),
     ),
     (
         "cuMemsetD8Async_ptsz",
-        crate::proc_address::EntryPoint(self::cuMemsetD8Async_ptsz as *const ()),
+        EntryPoint(self::cuMemsetD8Async_ptsz as *const ()),
     ),
     (
         "cuMemsetD8_v2",
-        crate::proc_address::EntryPoint(self::cuMemsetD8_v2 as *const ()),
+        EntryPoint(self::cuMemsetD8_v2 as *const ()),
     ),
     (
         "cuMemsetD8_v2_ptds",
-        crate::proc_address::EntryPoint(self::cuMemsetD8_v2_ptds as *const ()),
+        EntryPoint(self::cuMemsetD8_v2_ptds as *const ()),
     ),
     (
         "cuMipmappedArrayCreate",
-        crate::proc_address::EntryPoint(self::cuMipmappedArrayCreate as *const ()),
+        EntryPoint(self::cuMipmappedArrayCreate as *const ()),
     ),
     (
         "cuMipmappedArrayDestroy",
-        crate::proc_address::EntryPoint(self::cuMipmappedArrayDestroy as *const ()),
+        EntryPoint(self::cuMipmappedArrayDestroy as *const ()),
     ),
     (
         "cuMipmappedArrayGetLevel",
-        crate::proc_address::EntryPoint(self::cuMipmappedArrayGetLevel as *const ()),
+        EntryPoint(self::cuMipmappedArrayGetLevel as *const ()),
     ),
     (
         "cuMipmappedArrayGetMemoryRequirements",
-        crate::proc_address::EntryPoint(self::cuMipmappedArrayGetMemoryRequirements as *const ()),
+        EntryPoint(self::cuMipmappedArrayGetMemoryRequirements as *const ()),
     ),
     (
         "cuMipmappedArrayGetSparseProperties",
-        crate::proc_address::EntryPoint(self::cuMipmappedArrayGetSparseProperties as *const ()),
+        EntryPoint(self::cuMipmappedArrayGetSparseProperties as *const ()),
     ),
     (
         "cuModuleEnumerateFunctions",
-        crate::proc_address::EntryPoint(self::cuModuleEnumerateFunctions as *const ()),
+        EntryPoint(self::cuModuleEnumerateFunctions as *const ()),
     ),
     (
         "cuModuleGetFunction",
-        crate::proc_address::EntryPoint(self::cuModuleGetFunction as *const ()),
+        EntryPoint(self::cuModuleGetFunction as *const ()),
     ),
     (
         "cuModuleGetFunctionCount",
-        crate::proc_address::EntryPoint(self::cuModuleGetFunctionCount as *const ()),
+        EntryPoint(self::cuModuleGetFunctionCount as *const ()),
     ),
     (
         "cuModuleGetGlobal",
-        crate::proc_address::EntryPoint(self::cuModuleGetGlobal as *const ()),
+        EntryPoint(self::cuModuleGetGlobal as *const ()),
     ),
     (
         "cuModuleGetGlobal_v2",
-        crate::proc_address::EntryPoint(self::cuModuleGetGlobal_v2 as *const ()),
+        EntryPoint(self::cuModuleGetGlobal_v2 as *const ()),
     ),
     (
         "cuModuleGetLoadingMode",
-        crate::proc_address::EntryPoint(self::cuModuleGetLoadingMode as *const ()),
+        EntryPoint(self::cuModuleGetLoadingMode as *const ()),
     ),
     (
         "cuModuleGetSurfRef",
-        crate::proc_address::EntryPoint(self::cuModuleGetSurfRef as *const ()),
+        EntryPoint(self::cuModuleGetSurfRef as *const ()),
     ),
     (
         "cuModuleGetTexRef",
-        crate::proc_address::EntryPoint(self::cuModuleGetTexRef as *const ()),
+        EntryPoint(self::cuModuleGetTexRef as *const ()),
     ),
-    (
-        "cuModuleLoad",
-        crate::proc_address::EntryPoint(self::cuModuleLoad as *const ()),
-    ),
+    ("cuModuleLoad", EntryPoint(self::cuModuleLoad as *const ())),
     (
         "cuModuleLoadData",
-        crate::proc_address::EntryPoint(self::cuModuleLoadData as *const ()),
+        EntryPoint(self::cuModuleLoadData as *const ()),
     ),
     (
         "cuModuleLoadDataEx",
-        crate::proc_address::EntryPoint(self::cuModuleLoadDataEx as *const ()),
+        EntryPoint(self::cuModuleLoadDataEx as *const ()),
     ),
     (
         "cuModuleLoadFatBinary",
-        crate::proc_address::EntryPoint(self::cuModuleLoadFatBinary as *const ()),
+        EntryPoint(self::cuModuleLoadFatBinary as *const ()),
     ),
     (
         "cuModuleUnload",
-        crate::proc_address::EntryPoint(self::cuModuleUnload as *const ()),
+        EntryPoint(self::cuModuleUnload as *const ()),
     ),
     (
         "cuMulticastAddDevice",
-        crate::proc_address::EntryPoint(self::cuMulticastAddDevice as *const ()),
+        EntryPoint(self::cuMulticastAddDevice as *const ()),
     ),
     (
         "cuMulticastBindAddr",
-        crate::proc_address::EntryPoint(self::cuMulticastBindAddr as *const ()),
+        EntryPoint(self::cuMulticastBindAddr as *const ()),
     ),
     (
         "cuMulticastBindMem",
-        crate::proc_address::EntryPoint(self::cuMulticastBindMem as *const ()),
+        EntryPoint(self::cuMulticastBindMem as *const ()),
     ),
     (
         "cuMulticastCreate",
-        crate::proc_address::EntryPoint(self::cuMulticastCreate as *const ()),
+        EntryPoint(self::cuMulticastCreate as *const ()),
     ),
     (
         "cuMulticastGetGranularity",
-        crate::proc_address::EntryPoint(self::cuMulticastGetGranularity as *const ()),
+        EntryPoint(self::cuMulticastGetGranularity as *const ()),
     ),
     (
         "cuMulticastUnbind",
-        crate::proc_address::EntryPoint(self::cuMulticastUnbind as *const ()),
+        EntryPoint(self::cuMulticastUnbind as *const ()),
     ),
     (
         "cuOccupancyAvailableDynamicSMemPerBlock",
-        crate::proc_address::EntryPoint(self::cuOccupancyAvailableDynamicSMemPerBlock as *const ()),
+        EntryPoint(self::cuOccupancyAvailableDynamicSMemPerBlock as *const ()),
     ),
     (
         "cuOccupancyMaxActiveBlocksPerMultiprocessor",
-        crate::proc_address::EntryPoint(
-            self::cuOccupancyMaxActiveBlocksPerMultiprocessor as *const (),
-        ),
+        EntryPoint(self::cuOccupancyMaxActiveBlocksPerMultiprocessor as *const ()),
     ),
     (
         "cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags",
-        crate::proc_address::EntryPoint(
-            self::cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags as *const (),
-        ),
+        EntryPoint(self::cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags as *const ()),
     ),
     (
         "cuOccupancyMaxActiveClusters",
-        crate::proc_address::EntryPoint(self::cuOccupancyMaxActiveClusters as *const ()),
+        EntryPoint(self::cuOccupancyMaxActiveClusters as *const ()),
     ),
     (
         "cuOccupancyMaxPotentialBlockSize",
-        crate::proc_address::EntryPoint(self::cuOccupancyMaxPotentialBlockSize as *const ()),
+        EntryPoint(self::cuOccupancyMaxPotentialBlockSize as *const ()),
     ),
     (
         "cuOccupancyMaxPotentialBlockSizeWithFlags",
-        crate::proc_address::EntryPoint(
-            self::cuOccupancyMaxPotentialBlockSizeWithFlags as *const (),
-        ),
+        EntryPoint(self::cuOccupancyMaxPotentialBlockSizeWithFlags as *const ()),
     ),
     (
         "cuOccupancyMaxPotentialClusterSize",
-        crate::proc_address::EntryPoint(self::cuOccupancyMaxPotentialClusterSize as *const ()),
+        EntryPoint(self::cuOccupancyMaxPotentialClusterSize as *const ()),
     ),
     (
         "cuParamSetSize",
-        crate::proc_address::EntryPoint(self::cuParamSetSize as *const ()),
+        EntryPoint(self::cuParamSetSize as *const ()),
     ),
     (
         "cuParamSetTexRef",
-        crate::proc_address::EntryPoint(self::cuParamSetTexRef as *const ()),
+        EntryPoint(self::cuParamSetTexRef as *const ()),
     ),
-    (
-        "cuParamSetf",
-        crate::proc_address::EntryPoint(self::cuParamSetf as *const ()),
-    ),
-    (
-        "cuParamSeti",
-        crate::proc_address::EntryPoint(self::cuParamSeti as *const ()),
-    ),
-    (
-        "cuParamSetv",
-        crate::proc_address::EntryPoint(self::cuParamSetv as *const ()),
-    ),
+    ("cuParamSetf", EntryPoint(self::cuParamSetf as *const ())),
+    ("cuParamSeti", EntryPoint(self::cuParamSeti as *const ())),
+    ("cuParamSetv", EntryPoint(self::cuParamSetv as *const ())),
     (
         "cuPointerGetAttribute",
-        crate::proc_address::EntryPoint(self::cuPointerGetAttribute as *const ()),
+        EntryPoint(self::cuPointerGetAttribute as *const ()),
     ),
     (
         "cuPointerGetAttributes",
-        crate::proc_address::EntryPoint(self::cuPointerGetAttributes as *const ()),
+        EntryPoint(self::cuPointerGetAttributes as *const ()),
     ),
     (
         "cuPointerSetAttribute",
-        crate::proc_address::EntryPoint(self::cuPointerSetAttribute as *const ()),
+        EntryPoint(self::cuPointerSetAttribute as *const ()),
     ),
     (
         "cuProfilerInitialize",
-        crate::proc_address::EntryPoint(self::cuProfilerInitialize as *const ()),
+        EntryPoint(self::cuProfilerInitialize as *const ()),
     ),
     (
         "cuProfilerStart",
-        crate::proc_address::EntryPoint(self::cuProfilerStart as *const ()),
+        EntryPoint(self::cuProfilerStart as *const ()),
     ),
     (
         "cuProfilerStop",
-        crate::proc_address::EntryPoint(self::cuProfilerStop as *const ()),
+        EntryPoint(self::cuProfilerStop as *const ()),
     ),
     (
         "cuSignalExternalSemaphoresAsync",
-        crate::proc_address::EntryPoint(self::cuSignalExternalSemaphoresAsync as *const ()),
+        EntryPoint(self::cuSignalExternalSemaphoresAsync as *const ()),
     ),
     (
         "cuSignalExternalSemaphoresAsync_ptsz",
-        crate::proc_address::EntryPoint(self::cuSignalExternalSemaphoresAsync_ptsz as *const ()),
+        EntryPoint(self::cuSignalExternalSemaphoresAsync_ptsz as *const ()),
     ),
     (
         "cuStreamAddCallback",
-        crate::proc_address::EntryPoint(self::cuStreamAddCallback as *const ()),
+        EntryPoint(self::cuStreamAddCallback as *const ()),
     ),
     (
         "cuStreamAddCallback_ptsz",
-        crate::proc_address::EntryPoint(self::cuStreamAddCallback_ptsz as *const ()),
+        EntryPoint(self::cuStreamAddCallback_ptsz as *const ()),
     ),
     (
         "cuStreamAttachMemAsync",
-        crate::proc_address::EntryPoint(self::cuStreamAttachMemAsync as *const ()),
+        EntryPoint(self::cuStreamAttachMemAsync as *const ()),
     ),
     (
         "cuStreamAttachMemAsync_ptsz",
-        crate::proc_address::EntryPoint(self::cuStreamAttachMemAsync_ptsz as *const ()),
+        EntryPoint(self::cuStreamAttachMemAsync_ptsz as *const ()),
     ),
     (
         "cuStreamBatchMemOp",
-        crate::proc_address::EntryPoint(self::cuStreamBatchMemOp as *const ()),
+        EntryPoint(self::cuStreamBatchMemOp as *const ()),
     ),
     (
         "cuStreamBatchMemOp_ptsz",
-        crate::proc_address::EntryPoint(self::cuStreamBatchMemOp_ptsz as *const ()),
+        EntryPoint(self::cuStreamBatchMemOp_ptsz as *const ()),
     ),
     (
         "cuStreamBatchMemOp_v2",
-        crate::proc_address::EntryPoint(self::cuStreamBatchMemOp_v2 as *const ()),
+        EntryPoint(self::cuStreamBatchMemOp_v2 as *const ()),
     ),
     (
         "cuStreamBatchMemOp_v2_ptsz",
-        crate::proc_address::EntryPoint(self::cuStreamBatchMemOp_v2_ptsz as *const ()),
+        EntryPoint(self::cuStreamBatchMemOp_v2_ptsz as *const ()),
     ),
     (
         "cuStreamBeginCapture",
-        crate::proc_address::EntryPoint(self::cuStreamBeginCapture as *const ()),
+        EntryPoint(self::cuStreamBeginCapture as *const ()),
     ),
     (
         "cuStreamBeginCaptureToGraph",
-        crate::proc_address::EntryPoint(self::cuStreamBeginCaptureToGraph as *const ()),
+        EntryPoint(self::cuStreamBeginCaptureToGraph as *const ()),
     ),
     (
         "cuStreamBeginCaptureToGraph_ptsz",
-        crate::proc_address::EntryPoint(self::cuStreamBeginCaptureToGraph_ptsz as *const ()),
+        EntryPoint(self::cuStreamBeginCaptureToGraph_ptsz as *const ()),
     ),
     (
         "cuStreamBeginCapture_ptsz",
-        crate::proc_address::EntryPoint(self::cuStreamBeginCapture_ptsz as *const ()),
+        EntryPoint(self::cuStreamBeginCapture_ptsz as *const ()),
     ),
     (
         "cuStreamBeginCapture_v2",
-        crate::proc_address::EntryPoint(self::cuStreamBeginCapture_v2 as *const ()),
+        EntryPoint(self::cuStreamBeginCapture_v2 as *const ()),
     ),
     (
         "cuStreamBeginCapture_v2_ptsz",
-        crate::proc_address::EntryPoint(self::cuStreamBeginCapture_v2_ptsz as *const ()),
+        EntryPoint(self::cuStreamBeginCapture_v2_ptsz as *const ()),
     ),
     (
         "cuStreamCopyAttributes",
-        crate::proc_address::EntryPoint(self::cuStreamCopyAttributes as *const ()),
+        EntryPoint(self::cuStreamCopyAttributes as *const ()),
     ),
     (
         "cuStreamCopyAttributes_ptsz",
-        crate::proc_address::EntryPoint(self::cuStreamCopyAttributes_ptsz as *const ()),
+        EntryPoint(self::cuStreamCopyAttributes_ptsz as *const ()),
     ),
     (
         "cuStreamCreate",
-        crate::proc_address::EntryPoint(self::cuStreamCreate as *const ()),
+        EntryPoint(self::cuStreamCreate as *const ()),
     ),
     (
         "cuStreamCreateWithPriority",
-        crate::proc_address::EntryPoint(self::cuStreamCreateWithPriority as *const ()),
+        EntryPoint(self::cuStreamCreateWithPriority as *const ()),
     ),
     (
         "cuStreamDestroy",
-        crate::proc_address::EntryPoint(self::cuStreamDestroy as *const ()),
+        EntryPoint(self::cuStreamDestroy as *const ()),
     ),
     (
         "cuStreamDestroy_v2",
-        crate::proc_address::EntryPoint(self::cuStreamDestroy_v2 as *const ()),
+        EntryPoint(self::cuStreamDestroy_v2 as *const ()),
     ),
     (
         "cuStreamEndCapture",
-        crate::proc_address::EntryPoint(self::cuStreamEndCapture as *const ()),
+        EntryPoint(self::cuStreamEndCapture as *const ()),
     ),
     (
         "cuStreamEndCapture_ptsz",
-        crate::proc_address::EntryPoint(self::cuStreamEndCapture_ptsz as *const ()),
+        EntryPoint(self::cuStreamEndCapture_ptsz as *const ()),
     ),
     (
         "cuStreamGetAttribute",
-        crate::proc_address::EntryPoint(self::cuStreamGetAttribute as *const ()),
+        EntryPoint(self::cuStreamGetAttribute as *const ()),
     ),
     (
         "cuStreamGetAttribute_ptsz",
-        crate::proc_address::EntryPoint(self::cuStreamGetAttribute_ptsz as *const ()),
+        EntryPoint(self::cuStreamGetAttribute_ptsz as *const ()),
     ),
     (
         "cuStreamGetCaptureInfo",
-        crate::proc_address::EntryPoint(self::cuStreamGetCaptureInfo as *const ()),
+        EntryPoint(self::cuStreamGetCaptureInfo as *const ()),
     ),
     (
         "cuStreamGetCaptureInfo_ptsz",
-        crate::proc_address::EntryPoint(self::cuStreamGetCaptureInfo_ptsz as *const ()),
+        EntryPoint(self::cuStreamGetCaptureInfo_ptsz as *const ()),
     ),
     (
         "cuStreamGetCaptureInfo_v2",
-        crate::proc_address::EntryPoint(self::cuStreamGetCaptureInfo_v2 as *const ()),
+        EntryPoint(self::cuStreamGetCaptureInfo_v2 as *const ()),
     ),
     (
         "cuStreamGetCaptureInfo_v2_ptsz",
-        crate::proc_address::EntryPoint(self::cuStreamGetCaptureInfo_v2_ptsz as *const ()),
+        EntryPoint(self::cuStreamGetCaptureInfo_v2_ptsz as *const ()),
     ),
     (
         "cuStreamGetCaptureInfo_v3",
-        crate::proc_address::EntryPoint(self::cuStreamGetCaptureInfo_v3 as *const ()),
+        EntryPoint(self::cuStreamGetCaptureInfo_v3 as *const ()),
     ),
     (
         "cuStreamGetCaptureInfo_v3_ptsz",
-        crate::proc_address::EntryPoint(self::cuStreamGetCaptureInfo_v3_ptsz as *const ()),
+        EntryPoint(self::cuStreamGetCaptureInfo_v3_ptsz as *const ()),
     ),
     (
         "cuStreamGetCtx",
-        crate::proc_address::EntryPoint(self::cuStreamGetCtx as *const ()),
+        EntryPoint(self::cuStreamGetCtx as *const ()),
     ),
     (
         "cuStreamGetCtx_ptsz",
-        crate::proc_address::EntryPoint(self::cuStreamGetCtx_ptsz as *const ()),
+        EntryPoint(self::cuStreamGetCtx_ptsz as *const ()),
     ),
     (
         "cuStreamGetCtx_v2",
-        crate::proc_address::EntryPoint(self::cuStreamGetCtx_v2 as *const ()),
+        EntryPoint(self::cuStreamGetCtx_v2 as *const ()),
     ),
     (
         "cuStreamGetCtx_v2_ptsz",
-        crate::proc_address::EntryPoint(self::cuStreamGetCtx_v2_ptsz as *const ()),
+        EntryPoint(self::cuStreamGetCtx_v2_ptsz as *const ()),
     ),
     (
         "cuStreamGetDevice",
-        crate::proc_address::EntryPoint(self::cuStreamGetDevice as *const ()),
+        EntryPoint(self::cuStreamGetDevice as *const ()),
     ),
     (
         "cuStreamGetDevice_ptsz",
-        crate::proc_address::EntryPoint(self::cuStreamGetDevice_ptsz as *const ()),
+        EntryPoint(self::cuStreamGetDevice_ptsz as *const ()),
     ),
     (
         "cuStreamGetFlags",
-        crate::proc_address::EntryPoint(self::cuStreamGetFlags as *const ()),
+        EntryPoint(self::cuStreamGetFlags as *const ()),
     ),
     (
         "cuStreamGetFlags_ptsz",
-        crate::proc_address::EntryPoint(self::cuStreamGetFlags_ptsz as *const ()),
+        EntryPoint(self::cuStreamGetFlags_ptsz as *const ()),
     ),
     (
         "cuStreamGetGreenCtx",
-        crate::proc_address::EntryPoint(self::cuStreamGetGreenCtx as *const ()),
+        EntryPoint(self::cuStreamGetGreenCtx as *const ()),
     ),
     (
         "cuStreamGetId",
-        crate::proc_address::EntryPoint(self::cuStreamGetId as *const ()),
+        EntryPoint(self::cuStreamGetId as *const ()),
     ),
     (
         "cuStreamGetId_ptsz",
-        crate::proc_address::EntryPoint(self::cuStreamGetId_ptsz as *const ()),
+        EntryPoint(self::cuStreamGetId_ptsz as *const ()),
     ),
     (
         "cuStreamGetPriority",
-        crate::proc_address::EntryPoint(self::cuStreamGetPriority as *const ()),
+        EntryPoint(self::cuStreamGetPriority as *const ()),
     ),
     (
         "cuStreamGetPriority_ptsz",
-        crate::proc_address::EntryPoint(self::cuStreamGetPriority_ptsz as *const ()),
+        EntryPoint(self::cuStreamGetPriority_ptsz as *const ()),
     ),
     (
         "cuStreamIsCapturing",
-        crate::proc_address::EntryPoint(self::cuStreamIsCapturing as *const ()),
+        EntryPoint(self::cuStreamIsCapturing as *const ()),
     ),
     (
         "cuStreamIsCapturing_ptsz",
-        crate::proc_address::EntryPoint(self::cuStreamIsCapturing_ptsz as *const ()),
+        EntryPoint(self::cuStreamIsCapturing_ptsz as *const ()),
     ),
     (
         "cuStreamQuery",
-        crate::proc_address::EntryPoint(self::cuStreamQuery as *const ()),
+        EntryPoint(self::cuStreamQuery as *const ()),
     ),
     (
         "cuStreamQuery_ptsz",
-        crate::proc_address::EntryPoint(self::cuStreamQuery_ptsz as *const ()),
+        EntryPoint(self::cuStreamQuery_ptsz as *const ()),
     ),
     (
         "cuStreamSetAttribute",
-        crate::proc_address::EntryPoint(self::cuStreamSetAttribute as *const ()),
+        EntryPoint(self::cuStreamSetAttribute as *const ()),
     ),
     (
         "cuStreamSetAttribute_ptsz",
-        crate::proc_address::EntryPoint(self::cuStreamSetAttribute_ptsz as *const ()),
+        EntryPoint(self::cuStreamSetAttribute_ptsz as *const ()),
     ),
     (
         "cuStreamSynchronize",
-        crate::proc_address::EntryPoint(self::cuStreamSynchronize as *const ()),
+        EntryPoint(self::cuStreamSynchronize as *const ()),
     ),
     (
         "cuStreamSynchronize_ptsz",
-        crate::proc_address::EntryPoint(self::cuStreamSynchronize_ptsz as *const ()),
+        EntryPoint(self::cuStreamSynchronize_ptsz as *const ()),
     ),
     (
         "cuStreamUpdateCaptureDependencies",
-        crate::proc_address::EntryPoint(self::cuStreamUpdateCaptureDependencies as *const ()),
+        EntryPoint(self::cuStreamUpdateCaptureDependencies as *const ()),
     ),
     (
         "cuStreamUpdateCaptureDependencies_ptsz",
-        crate::proc_address::EntryPoint(self::cuStreamUpdateCaptureDependencies_ptsz as *const ()),
+        EntryPoint(self::cuStreamUpdateCaptureDependencies_ptsz as *const ()),
     ),
     (
         "cuStreamUpdateCaptureDependencies_v2",
-        crate::proc_address::EntryPoint(self::cuStreamUpdateCaptureDependencies_v2 as *const ()),
+        EntryPoint(self::cuStreamUpdateCaptureDependencies_v2 as *const ()),
     ),
     (
         "cuStreamUpdateCaptureDependencies_v2_ptsz",
-        crate::proc_address::EntryPoint(
-            self::cuStreamUpdateCaptureDependencies_v2_ptsz as *const (),
-        ),
+        EntryPoint(self::cuStreamUpdateCaptureDependencies_v2_ptsz as *const ()),
     ),
     (
         "cuStreamWaitEvent",
-        crate::proc_address::EntryPoint(self::cuStreamWaitEvent as *const ()),
+        EntryPoint(self::cuStreamWaitEvent as *const ()),
     ),
     (
         "cuStreamWaitEvent_ptsz",
-        crate::proc_address::EntryPoint(self::cuStreamWaitEvent_ptsz as *const ()),
+        EntryPoint(self::cuStreamWaitEvent_ptsz as *const ()),
     ),
     (
         "cuStreamWaitValue32",
-        crate::proc_address::EntryPoint(self::cuStreamWaitValue32 as *const ()),
+        EntryPoint(self::cuStreamWaitValue32 as *const ()),
     ),
     (
         "cuStreamWaitValue32_ptsz",
-        crate::proc_address::EntryPoint(self::cuStreamWaitValue32_ptsz as *const ()),
+        EntryPoint(self::cuStreamWaitValue32_ptsz as *const ()),
     ),
     (
         "cuStreamWaitValue32_v2",
-        crate::proc_address::EntryPoint(self::cuStreamWaitValue32_v2 as *const ()),
+        EntryPoint(self::cuStreamWaitValue32_v2 as *const ()),
     ),
     (
         "cuStreamWaitValue32_v2_ptsz",
-        crate::proc_address::EntryPoint(self::cuStreamWaitValue32_v2_ptsz as *const ()),
+        EntryPoint(self::cuStreamWaitValue32_v2_ptsz as *const ()),
     ),
     (
         "cuStreamWaitValue64",
-        crate::proc_address::EntryPoint(self::cuStreamWaitValue64 as *const ()),
+        EntryPoint(self::cuStreamWaitValue64 as *const ()),
     ),
     (
         "cuStreamWaitValue64_ptsz",
-        crate::proc_address::EntryPoint(self::cuStreamWaitValue64_ptsz as *const ()),
+        EntryPoint(self::cuStreamWaitValue64_ptsz as *const ()),
     ),
     (
         "cuStreamWaitValue64_v2",
-        crate::proc_address::EntryPoint(self::cuStreamWaitValue64_v2 as *const ()),
+        EntryPoint(self::cuStreamWaitValue64_v2 as *const ()),
     ),
     (
         "cuStreamWaitValue64_v2_ptsz",
-        crate::proc_address::EntryPoint(self::cuStreamWaitValue64_v2_ptsz as *const ()),
+        EntryPoint(self::cuStreamWaitValue64_v2_ptsz as *const ()),
     ),
     (
         "cuStreamWriteValue32",
-        crate::proc_address::EntryPoint(self::cuStreamWriteValue32 as *const ()),
+        EntryPoint(self::cuStreamWriteValue32 as *const ()),
     ),
     (
         "cuStreamWriteValue32_ptsz",
-        crate::proc_address::EntryPoint(self::cuStreamWriteValue32_ptsz as *const ()),
+        EntryPoint(self::cuStreamWriteValue32_ptsz as *const ()),
     ),
     (
         "cuStreamWriteValue32_v2",
-        crate::proc_address::EntryPoint(self::cuStreamWriteValue32_v2 as *const ()),
+        EntryPoint(self::cuStreamWriteValue32_v2 as *const ()),
     ),
     (
         "cuStreamWriteValue32_v2_ptsz",
-        crate::proc_address::EntryPoint(self::cuStreamWriteValue32_v2_ptsz as *const ()),
+        EntryPoint(self::cuStreamWriteValue32_v2_ptsz as *const ()),
     ),
     (
         "cuStreamWriteValue64",
-        crate::proc_address::EntryPoint(self::cuStreamWriteValue64 as *const ()),
+        EntryPoint(self::cuStreamWriteValue64 as *const ()),
     ),
     (
         "cuStreamWriteValue64_ptsz",
-        crate::proc_address::EntryPoint(self::cuStreamWriteValue64_ptsz as *const ()),
+        EntryPoint(self::cuStreamWriteValue64_ptsz as *const ()),
     ),
     (
         "cuStreamWriteValue64_v2",
-        crate::proc_address::EntryPoint(self::cuStreamWriteValue64_v2 as *const ()),
+        EntryPoint(self::cuStreamWriteValue64_v2 as *const ()),
     ),
     (
         "cuStreamWriteValue64_v2_ptsz",
-        crate::proc_address::EntryPoint(self::cuStreamWriteValue64_v2_ptsz as *const ()),
+        EntryPoint(self::cuStreamWriteValue64_v2_ptsz as *const ()),
     ),
     (
         "cuSurfObjectCreate",
-        crate::proc_address::EntryPoint(self::cuSurfObjectCreate as *const ()),
+        EntryPoint(self::cuSurfObjectCreate as *const ()),
     ),
     (
         "cuSurfObjectDestroy",
-        crate::proc_address::EntryPoint(self::cuSurfObjectDestroy as *const ()),
+        EntryPoint(self::cuSurfObjectDestroy as *const ()),
     ),
     (
         "cuSurfObjectGetResourceDesc",
-        crate::proc_address::EntryPoint(self::cuSurfObjectGetResourceDesc as *const ()),
+        EntryPoint(self::cuSurfObjectGetResourceDesc as *const ()),
     ),
     (
         "cuSurfRefGetArray",
-        crate::proc_address::EntryPoint(self::cuSurfRefGetArray as *const ()),
+        EntryPoint(self::cuSurfRefGetArray as *const ()),
     ),
     (
         "cuSurfRefSetArray",
-        crate::proc_address::EntryPoint(self::cuSurfRefSetArray as *const ()),
+        EntryPoint(self::cuSurfRefSetArray as *const ()),
     ),
     (
         "cuTensorMapEncodeIm2col",
-        crate::proc_address::EntryPoint(self::cuTensorMapEncodeIm2col as *const ()),
+        EntryPoint(self::cuTensorMapEncodeIm2col as *const ()),
     ),
     (
         "cuTensorMapEncodeIm2colWide",
-        crate::proc_address::EntryPoint(self::cuTensorMapEncodeIm2colWide as *const ()),
+        EntryPoint(self::cuTensorMapEncodeIm2colWide as *const ()),
     ),
     (
         "cuTensorMapEncodeTiled",
-        crate::proc_address::EntryPoint(self::cuTensorMapEncodeTiled as *const ()),
+        EntryPoint(self::cuTensorMapEncodeTiled as *const ()),
     ),
     (
         "cuTensorMapReplaceAddress",
-        crate::proc_address::EntryPoint(self::cuTensorMapReplaceAddress as *const ()),
+        EntryPoint(self::cuTensorMapReplaceAddress as *const ()),
     ),
     (
         "cuTexObjectCreate",
-        crate::proc_address::EntryPoint(self::cuTexObjectCreate as *const ()),
+        EntryPoint(self::cuTexObjectCreate as *const ()),
     ),
     (
         "cuTexObjectDestroy",
-        crate::proc_address::EntryPoint(self::cuTexObjectDestroy as *const ()),
+        EntryPoint(self::cuTexObjectDestroy as *const ()),
     ),
     (
         "cuTexObjectGetResourceDesc",
-        crate::proc_address::EntryPoint(self::cuTexObjectGetResourceDesc as *const ()),
+        EntryPoint(self::cuTexObjectGetResourceDesc as *const ()),
     ),
     (
         "cuTexObjectGetResourceViewDesc",
-        crate::proc_address::EntryPoint(self::cuTexObjectGetResourceViewDesc as *const ()),
+        EntryPoint(self::cuTexObjectGetResourceViewDesc as *const ()),
     ),
     (
         "cuTexObjectGetTextureDesc",
-        crate::proc_address::EntryPoint(self::cuTexObjectGetTextureDesc as *const ()),
+        EntryPoint(self::cuTexObjectGetTextureDesc as *const ()),
     ),
     (
         "cuTexRefCreate",
-        crate::proc_address::EntryPoint(self::cuTexRefCreate as *const ()),
+        EntryPoint(self::cuTexRefCreate as *const ()),
     ),
     (
         "cuTexRefDestroy",
-        crate::proc_address::EntryPoint(self::cuTexRefDestroy as *const ()),
+        EntryPoint(self::cuTexRefDestroy as *const ()),
     ),
     (
         "cuTexRefGetAddress",
-        crate::proc_address::EntryPoint(self::cuTexRefGetAddress as *const ()),
+        EntryPoint(self::cuTexRefGetAddress as *const ()),
     ),
     (
         "cuTexRefGetAddressMode",
-        crate::proc_address::EntryPoint(self::cuTexRefGetAddressMode as *const ()),
+        EntryPoint(self::cuTexRefGetAddressMode as *const ()),
     ),
     (
         "cuTexRefGetAddress_v2",
-        crate::proc_address::EntryPoint(self::cuTexRefGetAddress_v2 as *const ()),
+        EntryPoint(self::cuTexRefGetAddress_v2 as *const ()),
     ),
     (
         "cuTexRefGetArray",
-        crate::proc_address::EntryPoint(self::cuTexRefGetArray as *const ()),
+        EntryPoint(self::cuTexRefGetArray as *const ()),
     ),
     (
         "cuTexRefGetBorderColor",
-        crate::proc_address::EntryPoint(self::cuTexRefGetBorderColor as *const ()),
+        EntryPoint(self::cuTexRefGetBorderColor as *const ()),
     ),
     (
         "cuTexRefGetFilterMode",
-        crate::proc_address::EntryPoint(self::cuTexRefGetFilterMode as *const ()),
+        EntryPoint(self::cuTexRefGetFilterMode as *const ()),
     ),
     (
         "cuTexRefGetFlags",
-        crate::proc_address::EntryPoint(self::cuTexRefGetFlags as *const ()),
+        EntryPoint(self::cuTexRefGetFlags as *const ()),
     ),
     (
         "cuTexRefGetFormat",
-        crate::proc_address::EntryPoint(self::cuTexRefGetFormat as *const ()),
+        EntryPoint(self::cuTexRefGetFormat as *const ()),
     ),
     (
         "cuTexRefGetMaxAnisotropy",
-        crate::proc_address::EntryPoint(self::cuTexRefGetMaxAnisotropy as *const ()),
+        EntryPoint(self::cuTexRefGetMaxAnisotropy as *const ()),
     ),
     (
         "cuTexRefGetMipmapFilterMode",
-        crate::proc_address::EntryPoint(self::cuTexRefGetMipmapFilterMode as *const ()),
+        EntryPoint(self::cuTexRefGetMipmapFilterMode as *const ()),
     ),
     (
         "cuTexRefGetMipmapLevelBias",
-        crate::proc_address::EntryPoint(self::cuTexRefGetMipmapLevelBias as *const ()),
+        EntryPoint(self::cuTexRefGetMipmapLevelBias as *const ()),
     ),
     (
         "cuTexRefGetMipmapLevelClamp",
-        crate::proc_address::EntryPoint(self::cuTexRefGetMipmapLevelClamp as *const ()),
+        EntryPoint(self::cuTexRefGetMipmapLevelClamp as *const ()),
     ),
     (
         "cuTexRefGetMipmappedArray",
-        crate::proc_address::EntryPoint(self::cuTexRefGetMipmappedArray as *const ()),
+        EntryPoint(self::cuTexRefGetMipmappedArray as *const ()),
     ),
     (
         "cuTexRefSetAddress",
-        crate::proc_address::EntryPoint(self::cuTexRefSetAddress as *const ()),
+        EntryPoint(self::cuTexRefSetAddress as *const ()),
     ),
     (
         "cuTexRefSetAddress2D",
-        crate::proc_address::EntryPoint(self::cuTexRefSetAddress2D as *const ()),
+        EntryPoint(self::cuTexRefSetAddress2D as *const ()),
     ),
     (
         "cuTexRefSetAddress2D_v2",
-        crate::proc_address::EntryPoint(self::cuTexRefSetAddress2D_v2 as *const ()),
+        EntryPoint(self::cuTexRefSetAddress2D_v2 as *const ()),
     ),
     (
         "cuTexRefSetAddress2D_v3",
-        crate::proc_address::EntryPoint(self::cuTexRefSetAddress2D_v3 as *const ()),
+        EntryPoint(self::cuTexRefSetAddress2D_v3 as *const ()),
     ),
     (
         "cuTexRefSetAddressMode",
-        crate::proc_address::EntryPoint(self::cuTexRefSetAddressMode as *const ()),
+        EntryPoint(self::cuTexRefSetAddressMode as *const ()),
     ),
     (
         "cuTexRefSetAddress_v2",
-        crate::proc_address::EntryPoint(self::cuTexRefSetAddress_v2 as *const ()),
+        EntryPoint(self::cuTexRefSetAddress_v2 as *const ()),
     ),
     (
         "cuTexRefSetArray",
-        crate::proc_address::EntryPoint(self::cuTexRefSetArray as *const ()),
+        EntryPoint(self::cuTexRefSetArray as *const ()),
     ),
     (
         "cuTexRefSetBorderColor",
-        crate::proc_address::EntryPoint(self::cuTexRefSetBorderColor as *const ()),
+        EntryPoint(self::cuTexRefSetBorderColor as *const ()),
     ),
     (
         "cuTexRefSetFilterMode",
-        crate::proc_address::EntryPoint(self::cuTexRefSetFilterMode as *const ()),
+        EntryPoint(self::cuTexRefSetFilterMode as *const ()),
     ),
     (
         "cuTexRefSetFlags",
-        crate::proc_address::EntryPoint(self::cuTexRefSetFlags as *const ()),
+        EntryPoint(self::cuTexRefSetFlags as *const ()),
     ),
     (
         "cuTexRefSetFormat",
-        crate::proc_address::EntryPoint(self::cuTexRefSetFormat as *const ()),
+        EntryPoint(self::cuTexRefSetFormat as *const ()),
     ),
     (
         "cuTexRefSetMaxAnisotropy",
-        crate::proc_address::EntryPoint(self::cuTexRefSetMaxAnisotropy as *const ()),
+        EntryPoint(self::cuTexRefSetMaxAnisotropy as *const ()),
     ),
     (
         "cuTexRefSetMipmapFilterMode",
-        crate::proc_address::EntryPoint(self::cuTexRefSetMipmapFilterMode as *const ()),
+        EntryPoint(self::cuTexRefSetMipmapFilterMode as *const ()),
     ),
     (
         "cuTexRefSetMipmapLevelBias",
-        crate::proc_address::EntryPoint(self::cuTexRefSetMipmapLevelBias as *const ()),
+        EntryPoint(self::cuTexRefSetMipmapLevelBias as *const ()),
     ),
     (
         "cuTexRefSetMipmapLevelClamp",
-        crate::proc_address::EntryPoint(self::cuTexRefSetMipmapLevelClamp as *const ()),
+        EntryPoint(self::cuTexRefSetMipmapLevelClamp as *const ()),
     ),
     (
         "cuTexRefSetMipmappedArray",
-        crate::proc_address::EntryPoint(self::cuTexRefSetMipmappedArray as *const ()),
+        EntryPoint(self::cuTexRefSetMipmappedArray as *const ()),
     ),
     (
         "cuThreadExchangeStreamCaptureMode",
-        crate::proc_address::EntryPoint(self::cuThreadExchangeStreamCaptureMode as *const ()),
+        EntryPoint(self::cuThreadExchangeStreamCaptureMode as *const ()),
     ),
     (
         "cuUserObjectCreate",
-        crate::proc_address::EntryPoint(self::cuUserObjectCreate as *const ()),
+        EntryPoint(self::cuUserObjectCreate as *const ()),
     ),
     (
         "cuUserObjectRelease",
-        crate::proc_address::EntryPoint(self::cuUserObjectRelease as *const ()),
+        EntryPoint(self::cuUserObjectRelease as *const ()),
     ),
     (
         "cuUserObjectRetain",
-        crate::proc_address::EntryPoint(self::cuUserObjectRetain as *const ()),
+        EntryPoint(self::cuUserObjectRetain as *const ()),
     ),
     (
         "cuVDPAUCtxCreate",
-        crate::proc_address::EntryPoint(self::cuVDPAUCtxCreate as *const ()),
+        EntryPoint(self::cuVDPAUCtxCreate as *const ()),
     ),
     (
         "cuVDPAUCtxCreate_v2",
-        crate::proc_address::EntryPoint(self::cuVDPAUCtxCreate_v2 as *const ()),
+        EntryPoint(self::cuVDPAUCtxCreate_v2 as *const ()),
     ),
     (
         "cuVDPAUGetDevice",
-        crate::proc_address::EntryPoint(self::cuVDPAUGetDevice as *const ()),
+        EntryPoint(self::cuVDPAUGetDevice as *const ()),
     ),
     (
         "cuWaitExternalSemaphoresAsync",
-        crate::proc_address::EntryPoint(self::cuWaitExternalSemaphoresAsync as *const ()),
+        EntryPoint(self::cuWaitExternalSemaphoresAsync as *const ()),
     ),
     (
         "cuWaitExternalSemaphoresAsync_ptsz",
-        crate::proc_address::EntryPoint(self::cuWaitExternalSemaphoresAsync_ptsz as *const ()),
+        EntryPoint(self::cuWaitExternalSemaphoresAsync_ptsz as *const ()),
     ),
     (
         "cudbgApiAttach",
-        crate::proc_address::EntryPoint(self::cudbgApiAttach as *const ()),
+        EntryPoint(self::cudbgApiAttach as *const ()),
     ),
     (
         "cudbgApiClientPid",
-        crate::proc_address::EntryPoint(self::cudbgApiClientPid as *const ()),
+        EntryPoint(self::cudbgApiClientPid as *const ()),
     ),
     (
         "cudbgApiClientRevision",
-        crate::proc_address::EntryPoint(self::cudbgApiClientRevision as *const ()),
+        EntryPoint(self::cudbgApiClientRevision as *const ()),
     ),
     (
         "cudbgApiDetach",
-        crate::proc_address::EntryPoint(self::cudbgApiDetach as *const ()),
+        EntryPoint(self::cudbgApiDetach as *const ()),
     ),
-    (
-        "cudbgApiInit",
-        crate::proc_address::EntryPoint(self::cudbgApiInit as *const ()),
-    ),
+    ("cudbgApiInit", EntryPoint(self::cudbgApiInit as *const ())),
     (
         "cudbgAttachHandlerAvailable",
-        crate::proc_address::EntryPoint(self::cudbgAttachHandlerAvailable as *const ()),
+        EntryPoint(self::cudbgAttachHandlerAvailable as *const ()),
     ),
     (
         "cudbgDebuggerCapabilities",
-        crate::proc_address::EntryPoint(self::cudbgDebuggerCapabilities as *const ()),
+        EntryPoint(self::cudbgDebuggerCapabilities as *const ()),
     ),
     (
         "cudbgDebuggerInitialized",
-        crate::proc_address::EntryPoint(self::cudbgDebuggerInitialized as *const ()),
+        EntryPoint(self::cudbgDebuggerInitialized as *const ()),
     ),
     (
         "cudbgDetachSuspendedDevicesMask",
-        crate::proc_address::EntryPoint(self::cudbgDetachSuspendedDevicesMask as *const ()),
+        EntryPoint(self::cudbgDetachSuspendedDevicesMask as *const ()),
     ),
     (
         "cudbgEnableIntegratedMemcheck",
-        crate::proc_address::EntryPoint(self::cudbgEnableIntegratedMemcheck as *const ()),
+        EntryPoint(self::cudbgEnableIntegratedMemcheck as *const ()),
     ),
     (
         "cudbgEnableLaunchBlocking",
-        crate::proc_address::EntryPoint(self::cudbgEnableLaunchBlocking as *const ()),
+        EntryPoint(self::cudbgEnableLaunchBlocking as *const ()),
     ),
     (
         "cudbgEnablePreemptionDebugging",
-        crate::proc_address::EntryPoint(self::cudbgEnablePreemptionDebugging as *const ()),
+        EntryPoint(self::cudbgEnablePreemptionDebugging as *const ()),
     ),
-    (
-        "cudbgGetAPI",
-        crate::proc_address::EntryPoint(self::cudbgGetAPI as *const ()),
-    ),
+    ("cudbgGetAPI", EntryPoint(self::cudbgGetAPI as *const ())),
     (
         "cudbgGetAPIVersion",
-        crate::proc_address::EntryPoint(self::cudbgGetAPIVersion as *const ()),
+        EntryPoint(self::cudbgGetAPIVersion as *const ()),
     ),
     (
         "cudbgInjectionPath",
-        crate::proc_address::EntryPoint(self::cudbgInjectionPath as *const ()),
+        EntryPoint(self::cudbgInjectionPath as *const ()),
     ),
-    (
-        "cudbgIpcFlag",
-        crate::proc_address::EntryPoint(self::cudbgIpcFlag as *const ()),
-    ),
-    (
-        "cudbgMain",
-        crate::proc_address::EntryPoint(self::cudbgMain as *const ()),
-    ),
+    ("cudbgIpcFlag", EntryPoint(self::cudbgIpcFlag as *const ())),
+    ("cudbgMain", EntryPoint(self::cudbgMain as *const ())),
     (
         "cudbgReportDriverApiError",
-        crate::proc_address::EntryPoint(self::cudbgReportDriverApiError as *const ()),
+        EntryPoint(self::cudbgReportDriverApiError as *const ()),
     ),
     (
         "cudbgReportDriverApiErrorFlags",
-        crate::proc_address::EntryPoint(self::cudbgReportDriverApiErrorFlags as *const ()),
+        EntryPoint(self::cudbgReportDriverApiErrorFlags as *const ()),
     ),
     (
         "cudbgReportDriverInternalError",
-        crate::proc_address::EntryPoint(self::cudbgReportDriverInternalError as *const ()),
+        EntryPoint(self::cudbgReportDriverInternalError as *const ()),
     ),
     (
         "cudbgReportedDriverApiErrorCode",
-        crate::proc_address::EntryPoint(self::cudbgReportedDriverApiErrorCode as *const ()),
+        EntryPoint(self::cudbgReportedDriverApiErrorCode as *const ()),
     ),
     (
         "cudbgReportedDriverApiErrorFuncNameAddr",
-        crate::proc_address::EntryPoint(self::cudbgReportedDriverApiErrorFuncNameAddr as *const ()),
+        EntryPoint(self::cudbgReportedDriverApiErrorFuncNameAddr as *const ()),
     ),
     (
         "cudbgReportedDriverApiErrorFuncNameSize",
-        crate::proc_address::EntryPoint(self::cudbgReportedDriverApiErrorFuncNameSize as *const ()),
+        EntryPoint(self::cudbgReportedDriverApiErrorFuncNameSize as *const ()),
     ),
     (
         "cudbgReportedDriverApiErrorNameAddr",
-        crate::proc_address::EntryPoint(self::cudbgReportedDriverApiErrorNameAddr as *const ()),
+        EntryPoint(self::cudbgReportedDriverApiErrorNameAddr as *const ()),
     ),
     (
         "cudbgReportedDriverApiErrorNameSize",
-        crate::proc_address::EntryPoint(self::cudbgReportedDriverApiErrorNameSize as *const ()),
+        EntryPoint(self::cudbgReportedDriverApiErrorNameSize as *const ()),
     ),
     (
         "cudbgReportedDriverApiErrorSource",
-        crate::proc_address::EntryPoint(self::cudbgReportedDriverApiErrorSource as *const ()),
+        EntryPoint(self::cudbgReportedDriverApiErrorSource as *const ()),
     ),
     (
         "cudbgReportedDriverApiErrorStringAddr",
-        crate::proc_address::EntryPoint(self::cudbgReportedDriverApiErrorStringAddr as *const ()),
+        EntryPoint(self::cudbgReportedDriverApiErrorStringAddr as *const ()),
     ),
     (
         "cudbgReportedDriverApiErrorStringSize",
-        crate::proc_address::EntryPoint(self::cudbgReportedDriverApiErrorStringSize as *const ()),
+        EntryPoint(self::cudbgReportedDriverApiErrorStringSize as *const ()),
     ),
     (
         "cudbgReportedDriverInternalErrorCode",
-        crate::proc_address::EntryPoint(self::cudbgReportedDriverInternalErrorCode as *const ()),
+        EntryPoint(self::cudbgReportedDriverInternalErrorCode as *const ()),
     ),
     (
         "cudbgResumeForAttachDetach",
-        crate::proc_address::EntryPoint(self::cudbgResumeForAttachDetach as *const ()),
+        EntryPoint(self::cudbgResumeForAttachDetach as *const ()),
     ),
     (
         "cudbgRpcEnabled",
-        crate::proc_address::EntryPoint(self::cudbgRpcEnabled as *const ()),
+        EntryPoint(self::cudbgRpcEnabled as *const ()),
     ),
     (
         "cudbgSessionId",
-        crate::proc_address::EntryPoint(self::cudbgSessionId as *const ()),
+        EntryPoint(self::cudbgSessionId as *const ()),
     ),
     (
         "cudbgUseExternalDebugger",
-        crate::proc_address::EntryPoint(self::cudbgUseExternalDebugger as *const ()),
+        EntryPoint(self::cudbgUseExternalDebugger as *const ()),
     ),
 ];

@@ -21,6 +21,7 @@ mod handles;
 mod objects;
 pub mod proc_address;
 mod ranges;
+mod results;
 mod servers;
 mod unsupported;
 

@@ -5,15 +5,16 @@
 //! client, so creation never waits for the network).
 
 use std::cell::RefCell;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 
 use rgpu_client::{Connection, CudaClient};
 use rgpu_cuda_api::sys::*;
 use rgpu_protocol::cuda::{FunctionInfo, Id, ImageKind};
 
 use crate::handles::{new_handle, Registry};
+use crate::servers::Device;
 
 /// An id for a stream capture, unique in the process (0 means "not capturing").
 pub fn next_capture_id() -> u64 {
@@ -132,7 +133,7 @@ impl Context {
         let server = self.conn.cuda();
         server
             .create_context(self.remote, device.remote_ordinal, flags, primary)
-            .map_err(crate::servers::client_error)?;
+            .map_err(crate::results::client_error)?;
         self.created.store(true, Ordering::Release);
         Ok(())
     }
@@ -438,5 +439,67 @@ pub fn stream_unique_id(stream: CUstream) -> Option<u64> {
             Context::from_handle(current_handle()).map(|c| c.unique_id)
         }
         _ => Stream::from_handle(stream).map(|s| s.unique_id),
+    }
+}
+
+/// Each device's primary context: it exists before anything retains it (cudart asks for it
+/// through a private table); the server-side context is made on first use. A reset after the
+/// session was lost puts a new one, in a new session, in its place; the old one stays (the
+/// program may still name it) and fails with device-lost errors.
+static PRIMARY_CONTEXTS: RwLock<BTreeMap<i32, Arc<Context>>> = RwLock::new(BTreeMap::new());
+
+/// The primary context of a device (kept here, with the other handles, rather than in the
+/// device list, which knows nothing of contexts).
+pub trait PrimaryContext {
+    /// The device's primary context.
+    fn primary(&self) -> Arc<Context>;
+    /// `cuDevicePrimaryCtxReset`: when the primary context's session was lost, the next one
+    /// lives in a new session (if the server is back). Returns the (new) primary context.
+    fn reset_primary(&self) -> Arc<Context>;
+}
+
+impl PrimaryContext for Device {
+    fn primary(&self) -> Arc<Context> {
+        let known = PRIMARY_CONTEXTS
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&self.ordinal)
+            .cloned();
+        if let Some(context) = known {
+            return context;
+        }
+        let mut contexts = PRIMARY_CONTEXTS.write().unwrap_or_else(|e| e.into_inner());
+        contexts
+            .entry(self.ordinal)
+            .or_insert_with(|| {
+                Context::new(&self.link.current(), self.ordinal, ContextKind::Primary, 0).register()
+            })
+            .clone()
+    }
+
+    fn reset_primary(&self) -> Arc<Context> {
+        let old = self.primary();
+        if old.conn.is_alive() {
+            return old;
+        }
+        let conn = self.link.connection();
+        if Arc::ptr_eq(&conn, &old.conn) {
+            return old;
+        }
+        let fresh = Context::new(&conn, self.ordinal, ContextKind::Primary, 0);
+        fresh
+            .flags
+            .store(old.flags.load(Ordering::Relaxed), Ordering::Relaxed);
+        let fresh = fresh.register();
+        PRIMARY_CONTEXTS
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(self.ordinal, fresh.clone());
+        log::warn!(
+            "rgpu: device {} has a new primary context on server {}",
+            self.ordinal,
+            self.link.endpoint()
+        );
+        fresh
     }
 }

@@ -6,14 +6,6 @@ use rgpu_cuda_api::sys::CUdriverProcAddressQueryResult;
 
 use crate::generated_exports::EXPORTS;
 
-/// The address of an exported entry point, as stored in the generated table.
-#[derive(Clone, Copy, Debug)]
-pub struct EntryPoint(pub *const ());
-// SAFETY: function addresses are immutable and valid from every thread.
-unsafe impl Sync for EntryPoint {}
-// SAFETY: as for Sync: an address to call, the same from any thread.
-unsafe impl Send for EntryPoint {}
-
 /// `CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM`: ask for the `_ptds`/`_ptsz` variants.
 const PER_THREAD_DEFAULT_STREAM: u64 = 2;
 

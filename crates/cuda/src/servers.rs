@@ -2,14 +2,11 @@
 //! `cuInit`. Every GPU of every server in `RGPU_SERVERS` is a device of the program, numbered
 //! in server order; all device queries are answered from the inventory fetched here.
 
-use std::sync::atomic::Ordering;
-use std::sync::{Arc, OnceLock, RwLock};
+use std::sync::{Arc, OnceLock};
 
 use rgpu_client::{ClientConfig, ClientError, Connection, CudaClient, ServerLink};
 use rgpu_cuda_api::sys::CUresult;
 use rgpu_protocol::cuda::CuDevice;
-
-use crate::objects::{Context, ContextKind};
 
 /// The driver API version this library implements (`cuDriverGetVersion` never says more).
 pub const API_VERSION: i32 = 13000;
@@ -33,49 +30,11 @@ pub struct Device {
     /// Attribute values indexed by `CUdevice_attribute`; `None` where the server's driver did
     /// not answer.
     attributes: Vec<Option<i32>>,
-    /// The device's primary context: it exists before anything retains it (cudart asks for it
-    /// through a private table); the server-side context is made on first use. A reset after
-    /// the session was lost puts a new one, in a new session, in its place; the old one stays
-    /// allocated (the program may still name it) and fails with device-lost errors.
-    primary: RwLock<Arc<Context>>,
 }
 
 impl Device {
     pub fn attribute(&self, attribute: u32) -> Option<i32> {
         self.attributes.get(attribute as usize).copied().flatten()
-    }
-
-    /// The device's primary context.
-    pub fn primary(&self) -> Arc<Context> {
-        self.primary
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
-    }
-
-    /// `cuDevicePrimaryCtxReset`: when the primary context's session was lost, the next one
-    /// lives in a new session (if the server is back). Returns the (new) primary context.
-    pub fn reset_primary(&self) -> Arc<Context> {
-        let old = self.primary();
-        if old.conn.is_alive() {
-            return old;
-        }
-        let conn = self.link.connection();
-        if Arc::ptr_eq(&conn, &old.conn) {
-            return old;
-        }
-        let fresh = Context::new(&conn, self.ordinal, ContextKind::Primary, 0);
-        fresh
-            .flags
-            .store(old.flags.load(Ordering::Relaxed), Ordering::Relaxed);
-        let fresh = fresh.register();
-        *self.primary.write().unwrap_or_else(|e| e.into_inner()) = fresh.clone();
-        log::warn!(
-            "rgpu: device {} has a new primary context on server {}",
-            self.ordinal,
-            self.link.endpoint()
-        );
-        fresh
     }
 }
 
@@ -186,22 +145,11 @@ fn make_device(link: &Arc<ServerLink>, ordinal: u32, info: CuDevice, global: i32
     for &(attribute, value) in &info.attributes {
         attributes[attribute as usize] = Some(value);
     }
-    let primary = Context::new(&link.current(), global, ContextKind::Primary, 0).register();
     Device {
         link: link.clone(),
         ordinal: global,
         remote_ordinal: ordinal,
         info,
         attributes,
-        primary: RwLock::new(primary),
-    }
-}
-
-/// The CUDA error for a failed exchange with a server.
-pub fn client_error(error: ClientError) -> CUresult {
-    log::error!("rgpu: {error}");
-    match error {
-        ClientError::Timeout(_) => CUresult::CUDA_ERROR_LAUNCH_TIMEOUT,
-        _ => CUresult::CUDA_ERROR_DEVICE_UNAVAILABLE,
     }
 }

@@ -25,7 +25,7 @@ use super::stream::synchronize_stream;
 use super::Outcome;
 use super::{from_remote, status};
 use crate::objects::{capture_of, resolve_stream, Context};
-use crate::servers::client_error;
+use crate::results::client_error;
 
 /// Bytes per step of a copy relayed between devices of different servers.
 const RELAY_CHUNK: u64 = 8 << 20;

@@ -8,6 +8,7 @@ use rgpu_cuda_api::sys::*;
 use rgpu_protocol::cuda::CuPeer;
 
 use super::{status, write_out};
+use crate::objects::PrimaryContext;
 use crate::servers::{self, device};
 
 pub unsafe fn cuDeviceGetCount(count: *mut c_int) -> CUresult {

@@ -12,8 +12,9 @@ use rgpu_protocol::cuda::{Id, ImageKind};
 use sha2::{Digest, Sha256};
 
 use super::{from_remote, status, write_out, Outcome};
+use crate::objects::PrimaryContext;
 use crate::objects::{current_context, server_key, Context, Function, Image};
-use crate::servers::client_error;
+use crate::results::client_error;
 
 /// Images up to this size go with the first request; larger ones only when the server asks.
 const SEND_WITH_FIRST_REQUEST: usize = 64 << 10;

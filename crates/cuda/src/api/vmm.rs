@@ -16,6 +16,7 @@ use rgpu_protocol::cuda::{MemAccess, MemProp};
 
 use super::memory::{allocate, context_of, forget_device_range};
 use super::{status, write_out, Outcome};
+use crate::objects::PrimaryContext;
 use crate::objects::{current_context, Context};
 
 /// CU_MEM_LOCATION_TYPE_DEVICE: a location whose id is a device ordinal.
