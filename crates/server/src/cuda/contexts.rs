@@ -120,7 +120,11 @@ impl CudaSession {
             self.current = null_mut();
         }
         // SAFETY: this session's live handles and local buffers; the driver checks addresses.
-        unsafe { cu_call!(driver, cuCtxDestroy_v2(context.raw)) }
+        let status = unsafe { cu_call!(driver, cuCtxDestroy_v2(context.raw)) };
+        if status == SUCCESS {
+            self.forget_objects_of(context.raw);
+        }
+        status
     }
 
     /// `cuCtxEnablePeerAccess` (`flags` given) or `cuCtxDisablePeerAccess` in `ctx` for `peer`.

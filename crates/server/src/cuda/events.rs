@@ -1,10 +1,10 @@
 //! Events.
 
 use rgpu_cuda_api::cu_call;
-use rgpu_cuda_api::native::Driver;
 use rgpu_cuda_api::native::{check, Status};
 use rgpu_protocol::cuda::{serve, Answer, Id};
 
+use super::owned;
 use super::session::{code, Served};
 
 impl serve::Events for Served<'_> {
@@ -15,15 +15,14 @@ impl serve::Events for Served<'_> {
             check(unsafe { cu_call!(cuda.backend.driver, cuEventCreate(raw, flags)) })
         });
         made.map(|raw| {
-            cuda.events.insert(id, raw);
+            cuda.events
+                .insert(id, owned::Event::new(raw, cuda.current, &cuda.backend));
         })
     }
 
     fn destroy_event(&mut self, id: Id) -> Answer<()> {
         let taken = self.cuda.events.remove(&id);
-        // SAFETY: this session's live handles and local buffers; the driver checks addresses.
-        let destroy = |driver: &Driver, raw| unsafe { cu_call!(driver, cuEventDestroy_v2(raw)) };
-        self.cuda.destroy(taken, destroy)
+        self.cuda.destroy(taken)
     }
 
     fn record_event(&mut self, ctx: Id, event: Id, stream: Id, flags: u32) -> Answer<()> {

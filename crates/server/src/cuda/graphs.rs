@@ -2,11 +2,11 @@
 //! own, instantiates and launches it.
 
 use rgpu_cuda_api::cu_call;
-use rgpu_cuda_api::native::Driver;
 use rgpu_cuda_api::native::{check, Status, INVALID_HANDLE, INVALID_VALUE};
 use rgpu_cuda_api::sys::*;
 use rgpu_protocol::cuda::{serve, Answer, Id};
 
+use super::owned;
 use super::session::{code, Served};
 
 impl serve::Graphs for Served<'_> {
@@ -28,14 +28,15 @@ impl serve::Graphs for Served<'_> {
             check(unsafe { cu_call!(cuda.backend.driver, cuStreamEndCapture(stream, raw)) })
         });
         code(made.map(|raw| {
-            cuda.graphs.insert(graph, raw);
+            cuda.graphs
+                .insert(graph, owned::Graph::new(raw, cuda.current, &cuda.backend));
         }))
     }
 
     fn graph_instantiate(&mut self, ctx: Id, graph: Id, exec: Id, flags: u64) -> Status {
         let cuda = &mut *self.cuda;
         let made = cuda.create_in(ctx, |cuda, raw| {
-            let graph = *cuda.graphs.get(&graph).ok_or(INVALID_HANDLE)?;
+            let graph = cuda.graphs.get(&graph).ok_or(INVALID_HANDLE)?.raw();
             // SAFETY: this session's live handles and local buffers; the driver checks addresses.
             check(unsafe {
                 cu_call!(
@@ -45,7 +46,10 @@ impl serve::Graphs for Served<'_> {
             })
         });
         code(made.map(|raw| {
-            cuda.graph_execs.insert(exec, raw);
+            cuda.graph_execs.insert(
+                exec,
+                owned::GraphExec::new(raw, cuda.current, &cuda.backend),
+            );
         }))
     }
 
@@ -53,7 +57,7 @@ impl serve::Graphs for Served<'_> {
         let cuda = &mut *self.cuda;
         cuda.enter(ctx).and_then(|()| {
             let stream = cuda.stream(stream)?;
-            let exec = *cuda.graph_execs.get(&exec).ok_or(INVALID_HANDLE)?;
+            let exec = cuda.graph_execs.get(&exec).ok_or(INVALID_HANDLE)?.raw();
             let driver = &cuda.backend.driver;
             check(if upload {
                 // SAFETY: this session's live handles and local buffers; the driver checks addresses.
@@ -67,16 +71,12 @@ impl serve::Graphs for Served<'_> {
 
     fn graph_destroy(&mut self, graph: Id) -> Answer<()> {
         let taken = self.cuda.graphs.remove(&graph);
-        // SAFETY: this session's live handles and local buffers; the driver checks addresses.
-        let destroy = |driver: &Driver, raw| unsafe { cu_call!(driver, cuGraphDestroy(raw)) };
-        self.cuda.destroy(taken, destroy)
+        self.cuda.destroy(taken)
     }
 
     fn graph_exec_destroy(&mut self, exec: Id) -> Answer<()> {
         let taken = self.cuda.graph_execs.remove(&exec);
-        // SAFETY: this session's live handles and local buffers; the driver checks addresses.
-        let destroy = |driver: &Driver, raw| unsafe { cu_call!(driver, cuGraphExecDestroy(raw)) };
-        self.cuda.destroy(taken, destroy)
+        self.cuda.destroy(taken)
     }
 }
 

@@ -10,6 +10,7 @@ mod graphs;
 mod launches;
 mod memory;
 mod modules;
+mod owned;
 mod pieces;
 mod session;
 mod staging;

@@ -12,6 +12,7 @@ use rgpu_cuda_api::sys::*;
 use rgpu_protocol::cuda::{serve, Answer, FunctionInfo, Global, Id, ImageKind, Loaded};
 use sha2::{Digest, Sha256};
 
+use super::owned::{self, Owned};
 use super::session::{CudaSession, Function, Image, ImageHandle, Served, MAX_IMAGE_BYTES};
 use crate::session::End;
 
@@ -117,7 +118,7 @@ impl CudaSession {
                 if status != SUCCESS {
                     return status;
                 }
-                ImageHandle::Module(module)
+                ImageHandle::Module(owned::Module::new(module, self.current, &self.backend))
             }
             ImageKind::Library => {
                 let mut library = null_mut();
@@ -140,7 +141,7 @@ impl CudaSession {
                 if status != SUCCESS {
                     return status;
                 }
-                ImageHandle::Library(library)
+                ImageHandle::Library(owned::Library::new(library, null_mut(), &self.backend))
             }
         };
         self.images.insert(
@@ -154,18 +155,9 @@ impl CudaSession {
     }
 
     fn unload_image(&mut self, id: Id) -> Status {
-        let driver = &self.backend.driver;
-        match self.images.remove(&id) {
-            Some(Image {
-                handle: ImageHandle::Module(module),
-                ..
-            // SAFETY: this session's live handles and local buffers; the driver checks addresses.
-            }) => unsafe { cu_call!(driver, cuModuleUnload(module)) },
-            Some(Image {
-                handle: ImageHandle::Library(library),
-                ..
-            // SAFETY: this session's live handles and local buffers; the driver checks addresses.
-            }) => unsafe { cu_call!(driver, cuLibraryUnload(library)) },
+        match self.images.remove(&id).map(|image| image.handle) {
+            Some(ImageHandle::Module(module)) => module.destroy(),
+            Some(ImageHandle::Library(library)) => library.destroy(),
             None => INVALID_HANDLE,
         }
     }
@@ -180,7 +172,7 @@ impl CudaSession {
                 check(unsafe {
                     cu_call!(
                         driver,
-                        cuModuleGetFunction(&mut raw, *module, name.as_ptr())
+                        cuModuleGetFunction(&mut raw, module.raw(), name.as_ptr())
                     )
                 })?;
                 Function {
@@ -194,7 +186,7 @@ impl CudaSession {
                 check(unsafe {
                     cu_call!(
                         driver,
-                        cuLibraryGetKernel(&mut kernel, *library, name.as_ptr())
+                        cuLibraryGetKernel(&mut kernel, library.raw(), name.as_ptr())
                     )
                 })?;
                 Function {
@@ -282,14 +274,14 @@ impl CudaSession {
             Some(ImageHandle::Module(module)) => unsafe {
                 cu_call!(
                     driver,
-                    cuModuleGetGlobal_v2(&mut ptr, &mut size, *module, name.as_ptr())
+                    cuModuleGetGlobal_v2(&mut ptr, &mut size, module.raw(), name.as_ptr())
                 )
             },
             // SAFETY: this session's live handles and local buffers; the driver checks addresses.
             Some(ImageHandle::Library(library)) => unsafe {
                 cu_call!(
                     driver,
-                    cuLibraryGetGlobal(&mut ptr, &mut size, *library, name.as_ptr())
+                    cuLibraryGetGlobal(&mut ptr, &mut size, library.raw(), name.as_ptr())
                 )
             },
             None => INVALID_HANDLE,

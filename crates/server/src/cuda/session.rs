@@ -18,6 +18,7 @@ use rgpu_cuda_api::sys::*;
 use rgpu_protocol::cuda::{serve, Answer, CuReply, CuRequest, Id};
 use rgpu_protocol::ServerMsg;
 
+use super::owned::{self, Owned};
 use super::staging::Staging;
 use super::Backend;
 use crate::limits::Usage;
@@ -35,8 +36,8 @@ pub(super) struct Context {
 }
 
 pub(super) enum ImageHandle {
-    Module(CUmodule),
-    Library(CUlibrary),
+    Module(owned::Module),
+    Library(owned::Library),
 }
 
 pub(super) struct Image {
@@ -66,8 +67,8 @@ pub(crate) struct CudaSession {
     pub(super) primary: HashMap<u32, CUcontext>,
     pub(super) current: CUcontext,
     pub(super) current_device: u32,
-    pub(super) streams: HashMap<Id, CUstream>,
-    pub(super) events: HashMap<Id, CUevent>,
+    pub(super) streams: HashMap<Id, owned::Stream>,
+    pub(super) events: HashMap<Id, owned::Event>,
     pub(super) images: HashMap<Id, Image>,
     pub(super) functions: HashMap<Id, Function>,
     /// Stream-ordered allocations not yet freed, with their context: they come from the
@@ -79,8 +80,8 @@ pub(crate) struct CudaSession {
     /// The session's memory and object counts (shared with its OpenCL tables).
     pub(super) usage: Arc<Usage>,
     /// Graphs captured from streams, and their executable instances.
-    pub(super) graphs: HashMap<Id, CUgraph>,
-    pub(super) graph_execs: HashMap<Id, CUgraphExec>,
+    pub(super) graphs: HashMap<Id, owned::Graph>,
+    pub(super) graph_execs: HashMap<Id, owned::GraphExec>,
     /// Virtual memory management: physical allocations, mappings and address reservations.
     /// They belong to the device, not to a context, so the session undoes them at its end.
     pub(super) vmm_handles: HashMap<Id, CUmemGenericAllocationHandle>,
@@ -155,14 +156,13 @@ impl CudaSession {
             // SAFETY: this session's live handles and local buffers; the driver checks addresses.
             unsafe { cu_call!(driver, cuMemAddressFree(ptr, size as usize)) };
         }
-        for (_, exec) in self.graph_execs.drain() {
-            // SAFETY: this session's live handles and local buffers; the driver checks addresses.
-            unsafe { cu_call!(driver, cuGraphExecDestroy(exec)) };
-        }
-        for (_, graph) in self.graphs.drain() {
-            // SAFETY: this session's live handles and local buffers; the driver checks addresses.
-            unsafe { cu_call!(driver, cuGraphDestroy(graph)) };
-        }
+        // The owned objects go before their contexts (dropping destroys them).
+        self.graph_execs.clear();
+        self.graphs.clear();
+        self.events.clear();
+        self.streams.clear();
+        self.functions.clear();
+        self.images.clear();
         for (ptr, ctx) in self.async_allocations.drain() {
             // SAFETY: this session's live handles and local buffers; the driver checks addresses.
             unsafe { cu_call!(driver, cuCtxSetCurrent(ctx)) };
@@ -187,10 +187,6 @@ impl CudaSession {
         }
         self.contexts.clear();
         self.primary.clear();
-        self.streams.clear();
-        self.events.clear();
-        self.images.clear();
-        self.functions.clear();
         self.current = null_mut();
         count
     }
@@ -242,16 +238,52 @@ impl CudaSession {
 
     /// Destroys an object made by `create_in`, taken out of its table (`None`: an id the
     /// session does not hold, which the client's library never sends; nothing to do).
-    pub(super) fn destroy<T>(
-        &self,
-        taken: Option<T>,
-        destroy: impl FnOnce(&rgpu_cuda_api::native::Driver, T) -> Status,
-    ) -> Answer<()> {
-        let Some(raw) = taken else {
+    pub(super) fn destroy(&self, taken: Option<impl Owned>) -> Answer<()> {
+        let Some(object) = taken else {
             return Ok(());
         };
         self.usage.remove_objects(1);
-        check(destroy(&self.backend.driver, raw))
+        check(object.destroy())
+    }
+
+    /// The objects made in `ctx`, which was just destroyed and took them along: forgotten, not
+    /// destroyed again.
+    pub(super) fn forget_objects_of(&mut self, ctx: CUcontext) {
+        fn forget_in<T: Owned>(table: &mut HashMap<Id, T>, ctx: CUcontext) -> usize {
+            let gone: Vec<Id> = table
+                .iter()
+                .filter(|(_, object)| object.context() == ctx)
+                .map(|(&id, _)| id)
+                .collect();
+            for id in &gone {
+                if let Some(object) = table.remove(id) {
+                    object.forget();
+                }
+            }
+            gone.len()
+        }
+        let counted = forget_in(&mut self.streams, ctx)
+            + forget_in(&mut self.events, ctx)
+            + forget_in(&mut self.graphs, ctx)
+            + forget_in(&mut self.graph_execs, ctx);
+        self.usage.remove_objects(counted);
+        let modules: Vec<Id> = self
+            .images
+            .iter()
+            .filter(
+                |(_, image)| matches!(&image.handle, ImageHandle::Module(m) if m.context() == ctx),
+            )
+            .map(|(&id, _)| id)
+            .collect();
+        for id in modules {
+            if let Some(Image {
+                handle: ImageHandle::Module(module),
+                ..
+            }) = self.images.remove(&id)
+            {
+                module.forget();
+            }
+        }
     }
 
     /// Runs `allocate` if the memory quota has room for `size` more bytes, and keeps them
@@ -290,11 +322,17 @@ impl CudaSession {
         if id == 0 {
             return Ok(null_mut());
         }
-        self.streams.get(&id).copied().ok_or(INVALID_HANDLE)
+        self.streams
+            .get(&id)
+            .map(owned::Stream::raw)
+            .ok_or(INVALID_HANDLE)
     }
 
     pub(super) fn event(&self, id: Id) -> Result<CUevent, Status> {
-        self.events.get(&id).copied().ok_or(INVALID_HANDLE)
+        self.events
+            .get(&id)
+            .map(owned::Event::raw)
+            .ok_or(INVALID_HANDLE)
     }
 
     pub(super) fn function(&self, id: Id) -> Result<Function, Status> {

@@ -1,10 +1,10 @@
 //! Streams.
 
 use rgpu_cuda_api::cu_call;
-use rgpu_cuda_api::native::Driver;
 use rgpu_cuda_api::native::{check, Status};
 use rgpu_protocol::cuda::{serve, Answer, Id};
 
+use super::owned;
 use super::session::{code, Served};
 
 impl serve::Streams for Served<'_> {
@@ -20,15 +20,14 @@ impl serve::Streams for Served<'_> {
             })
         });
         made.map(|raw| {
-            cuda.streams.insert(id, raw);
+            cuda.streams
+                .insert(id, owned::Stream::new(raw, cuda.current, &cuda.backend));
         })
     }
 
     fn destroy_stream(&mut self, id: Id) -> Answer<()> {
         let taken = self.cuda.streams.remove(&id);
-        // SAFETY: this session's live handles and local buffers; the driver checks addresses.
-        let destroy = |driver: &Driver, raw| unsafe { cu_call!(driver, cuStreamDestroy_v2(raw)) };
-        self.cuda.destroy(taken, destroy)
+        self.cuda.destroy(taken)
     }
 
     fn stream_synchronize(&mut self, ctx: Id, stream: Id) -> Status {
