@@ -31,7 +31,7 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    Server(commands::server::ServerArgs),
+    Server(Box<commands::server::ServerArgs>),
     Run(commands::run::RunArgs),
     Devices(commands::devices::DevicesArgs),
     Bench(rgpu_bench::BenchArgs),
@@ -81,7 +81,7 @@ fn main() -> ExitCode {
 
     let result = match cli.command {
         Command::Server(args) => match matches.subcommand_matches("server") {
-            Some(server_matches) => commands::server::run(args, server_matches),
+            Some(server_matches) => commands::server::run(*args, server_matches),
             None => Err("internal: no matches for `server`".to_string()),
         },
         Command::Run(args) => commands::run::run(args),

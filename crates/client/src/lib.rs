@@ -6,6 +6,7 @@ mod connection;
 mod lanes;
 mod link;
 mod once;
+mod selection;
 mod wait;
 
 use std::sync::Arc;
@@ -19,6 +20,7 @@ pub use rgpu_protocol::cuda::CudaClient;
 pub use rgpu_protocol::opencl::OpenClClient;
 use rgpu_transport::Stream;
 pub use rgpu_transport::{load_client_token, ClientSecurity, Endpoint, TlsConnector, Token};
+pub use selection::{DeviceKind, DeviceSelection, SelectionError};
 pub use wait::Handoff;
 
 #[derive(Debug, Clone)]

@@ -4,7 +4,9 @@
 
 use std::sync::{Arc, OnceLock};
 
-use rgpu_client::{ClientConfig, ClientError, Connection, CudaClient, ServerLink};
+use rgpu_client::{
+    ClientConfig, ClientError, Connection, CudaClient, DeviceKind, DeviceSelection, ServerLink,
+};
 use rgpu_cuda_api::sys::CUresult;
 use rgpu_protocol::cuda::CuDevice;
 
@@ -87,7 +89,12 @@ fn connect() -> Result<Servers, CUresult> {
         log::error!("rgpu: RGPU_SERVERS is not set: no CUDA devices");
         return Err(CUresult::CUDA_ERROR_NO_DEVICE);
     }
-    let mut devices = Vec::new();
+    let selection = DeviceSelection::from_env().map_err(|e| {
+        log::error!("rgpu: {e}");
+        CUresult::CUDA_ERROR_NO_DEVICE
+    })?;
+    // (server, its ordinal for the device, what it is), every server's devices in order.
+    let mut found = Vec::new();
     let mut servers = 0;
     let mut driver_version = API_VERSION;
     for (endpoint, result) in config.servers.iter().zip(config.connect_all()) {
@@ -118,13 +125,29 @@ fn connect() -> Result<Servers, CUresult> {
                     Ok(())
                 });
                 for (ordinal, info) in inventory.devices.into_iter().enumerate() {
-                    let global = devices.len() as i32;
-                    devices.push(make_device(&link, ordinal as u32, info, global));
+                    found.push((link.clone(), ordinal as u32, info));
                 }
             }
             Err(e) => log::error!("rgpu: server {endpoint} is not available: {e}"),
         }
     }
+    let chosen = selection
+        .choose(found, |(_, _, info)| (info.name.clone(), DeviceKind::Gpu))
+        .map_err(|e| {
+            log::error!("rgpu: {e}");
+            CUresult::CUDA_ERROR_NO_DEVICE
+        })?;
+    if selection.is_active() {
+        log::info!(
+            "rgpu: {} CUDA devices selected ({selection:?})",
+            chosen.len()
+        );
+    }
+    let devices: Vec<Device> = chosen
+        .into_iter()
+        .enumerate()
+        .map(|(global, (link, ordinal, info))| make_device(&link, ordinal, info, global as i32))
+        .collect();
     if devices.is_empty() {
         return Err(CUresult::CUDA_ERROR_NO_DEVICE);
     }

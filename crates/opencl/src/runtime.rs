@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use opencl_sys::*;
 use rgpu_client::OpenClClient;
-use rgpu_client::{ClientConfig, Connection, ServerLink};
+use rgpu_client::{ClientConfig, Connection, DeviceKind, DeviceSelection, ServerLink};
 use rgpu_protocol::opencl::{DeviceDesc, Id};
 
 use crate::handle::{self, Ref};
@@ -46,7 +46,15 @@ fn init() -> Option<Runtime> {
         log::debug!("RGPU_SERVERS is not set: the rgpu platform is not offered");
         return None;
     }
-    let mut devices = Vec::new();
+    let selection = match DeviceSelection::from_env() {
+        Ok(selection) => selection,
+        Err(e) => {
+            log::error!("rgpu: {e}");
+            return None;
+        }
+    };
+    // (server, its address, the device), every server's devices in order.
+    let mut found = Vec::new();
     for (endpoint, result) in config.servers.iter().zip(config.connect_all()) {
         match result.and_then(|conn| inventory_devices(&conn).map(|d| (conn, d))) {
             Ok((conn, descs)) => {
@@ -61,12 +69,29 @@ fn init() -> Option<Runtime> {
                     Ok(())
                 });
                 for desc in descs {
-                    devices.push(make_device(&link, endpoint.to_string(), desc));
+                    found.push((link.clone(), endpoint.to_string(), desc));
                 }
             }
             Err(e) => log::error!("rgpu: server {endpoint} is not available: {e}"),
         }
     }
+    let chosen = match selection.choose(found, |(_, _, desc)| describe(desc)) {
+        Ok(chosen) => chosen,
+        Err(e) => {
+            log::error!("rgpu: {e}");
+            Vec::new()
+        }
+    };
+    if selection.is_active() {
+        log::info!(
+            "rgpu: {} OpenCL devices selected ({selection:?})",
+            chosen.len()
+        );
+    }
+    let devices = chosen
+        .into_iter()
+        .map(|(link, server, desc)| make_device(&link, server, desc))
+        .collect();
     let (sender, receiver) = channel::<Box<dyn FnOnce() + Send>>();
     std::thread::Builder::new()
         .name("rgpu-callbacks".into())
@@ -100,6 +125,31 @@ fn offered(extension: &str) -> bool {
 
 /// A device as the application sees it: the server's info, with the facts that differ for a
 /// remote device adjusted.
+/// A device's name and kind, for the environment's device selection.
+fn describe(desc: &DeviceDesc) -> (String, DeviceKind) {
+    let value = |param| desc.info.iter().find(|(p, _)| *p == param).map(|(_, v)| v);
+    let name = value(CL_DEVICE_NAME)
+        .map(|v| {
+            String::from_utf8_lossy(v)
+                .trim_end_matches('\0')
+                .to_string()
+        })
+        .unwrap_or_default();
+    let bits = value(CL_DEVICE_TYPE)
+        .and_then(|v| v.get(..8))
+        .map_or(0, |b| u64::from_le_bytes(b.try_into().unwrap()));
+    let kind = if bits & CL_DEVICE_TYPE_GPU != 0 {
+        DeviceKind::Gpu
+    } else if bits & CL_DEVICE_TYPE_CPU != 0 {
+        DeviceKind::Cpu
+    } else if bits & CL_DEVICE_TYPE_ACCELERATOR != 0 {
+        DeviceKind::Accelerator
+    } else {
+        DeviceKind::Other
+    };
+    (name, kind)
+}
+
 fn make_device(link: &Arc<ServerLink>, server: String, desc: DeviceDesc) -> Ref<Device> {
     let mut info: HashMap<u32, Vec<u8>> = desc.info.into_iter().collect();
     let device_type = info

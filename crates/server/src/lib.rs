@@ -103,6 +103,17 @@ impl ShutdownHandle {
 }
 
 impl Server {
+    /// The devices it serves: (OpenCL devices, CUDA GPUs).
+    pub fn device_counts(&self) -> (usize, usize) {
+        let cuda = self.shared.cuda.as_ref();
+        (
+            self.shared.inventory.devices.len(),
+            cuda.map_or(0, |c| c.inventory.devices.len()),
+        )
+    }
+}
+
+impl Server {
     /// Loads OpenCL, takes the inventory and binds the listening socket. A machine without
     /// OpenCL still gets a server (with no devices) and a warning.
     pub fn bind(config: ServerConfig) -> Result<Server, String> {

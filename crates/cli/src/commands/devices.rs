@@ -35,6 +35,21 @@ pub fn run(args: DevicesArgs) -> Result<ExitCode, String> {
     let native = NativeOpenCl::load(None)?;
     let devices = rgpu_devices(&native, &env)?;
     if devices.is_empty() {
+        let selected = std::env::vars().any(|(name, _)| {
+            [
+                "RGPU_DEVICE_TYPES",
+                "RGPU_DEVICE_FILTER",
+                "RGPU_DEVICES_PER_RANK",
+            ]
+            .contains(&name.as_str())
+        });
+        if selected {
+            return Err(
+                "the rgpu platform has no devices: the device selection \
+                        (RGPU_DEVICE_TYPES, RGPU_DEVICE_FILTER, RGPU_DEVICES_PER_RANK) leaves none"
+                    .into(),
+            );
+        }
         return Err(format!(
             "the rgpu platform has no devices: none of the servers {} could be used (see the \
              messages above; -v shows more)",

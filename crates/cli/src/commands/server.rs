@@ -116,6 +116,12 @@ pub struct ServerSettings {
     #[arg(long, env = "RGPU_SERVER_NAME")]
     name: Option<String>,
 
+    /// Refuse to start (exit 1, saying why) when fewer than N devices are found: OpenCL
+    /// devices or CUDA GPUs, whichever are more (a node missing a GPU is then noticed, by the
+    /// service manager or a cluster's prolog, instead of serving fewer).
+    #[arg(long, value_name = "N", env = "RGPU_SERVER_EXPECT_DEVICES")]
+    expect_devices: Option<usize>,
+
     /// Seconds a client may stay unreachable (host gone, silent network partition) before its
     /// session is ended and what it held is released.
     #[arg(
@@ -300,6 +306,15 @@ pub fn run(args: ServerArgs, matches: &ArgMatches) -> Result<ExitCode, String> {
     let mut signals =
         Signals::new([SIGINT, SIGTERM]).map_err(|e| format!("cannot catch signals: {e}"))?;
     let server = Server::bind(config)?;
+    if let Some(expected) = args.expect_devices {
+        let (opencl, cuda) = server.device_counts();
+        if opencl.max(cuda) < expected {
+            return Err(format!(
+                "found {opencl} OpenCL devices and {cuda} CUDA GPUs, fewer than the \
+                 {expected} expected (--expect-devices); not serving"
+            ));
+        }
+    }
     let shutdown = server.shutdown_handle();
     std::thread::Builder::new()
         .name("rgpu-signals".into())
