@@ -38,42 +38,31 @@ fn not_an_answer(reply: ServerMsg) -> ClientError {
     ClientError::Protocol(format!("unexpected reply {reply:?}"))
 }
 
-impl CudaClient for Cuda<'_> {
-    type Error = ClientError;
-    type Sink = ReadSink;
+/// A table's client trait on a connection: its transport is the connection's call, post and
+/// read, with the table's requests and replies in their envelope variant.
+macro_rules! transport {
+    ($Api:ident, $Trait:ident, $Request:ident, $Reply:ident, $Variant:ident) => {
+        impl $Trait for $Api<'_> {
+            type Error = ClientError;
+            type Sink = ReadSink;
 
-    fn send_call(&self, request: CuRequest, bulk: &[u8]) -> Result<CuReply, ClientError> {
-        match self.0.call(&ClientMsg::Cu(request), bulk)? {
-            ServerMsg::Cu(reply) => Ok(reply),
-            other => Err(not_an_answer(other)),
+            fn send_call(&self, request: $Request, bulk: &[u8]) -> Result<$Reply, ClientError> {
+                match self.0.call(&ClientMsg::$Variant(request), bulk)? {
+                    ServerMsg::$Variant(reply) => Ok(reply),
+                    other => Err(not_an_answer(other)),
+                }
+            }
+
+            fn send_post(&self, request: $Request, bulk: &[u8]) -> Result<(), ClientError> {
+                self.0.post(&ClientMsg::$Variant(request), bulk)
+            }
+
+            fn send_read(&self, request: $Request, sink: ReadSink) -> Result<(), ClientError> {
+                self.0.start_read(&ClientMsg::$Variant(request), sink)
+            }
         }
-    }
-
-    fn send_post(&self, request: CuRequest, bulk: &[u8]) -> Result<(), ClientError> {
-        self.0.post(&ClientMsg::Cu(request), bulk)
-    }
-
-    fn send_read(&self, request: CuRequest, sink: ReadSink) -> Result<(), ClientError> {
-        self.0.start_read(&ClientMsg::Cu(request), sink)
-    }
+    };
 }
 
-impl OpenClClient for OpenCl<'_> {
-    type Error = ClientError;
-    type Sink = ReadSink;
-
-    fn send_call(&self, request: ClRequest, bulk: &[u8]) -> Result<ClReply, ClientError> {
-        match self.0.call(&ClientMsg::Cl(request), bulk)? {
-            ServerMsg::Cl(reply) => Ok(reply),
-            other => Err(not_an_answer(other)),
-        }
-    }
-
-    fn send_post(&self, request: ClRequest, bulk: &[u8]) -> Result<(), ClientError> {
-        self.0.post(&ClientMsg::Cl(request), bulk)
-    }
-
-    fn send_read(&self, request: ClRequest, sink: ReadSink) -> Result<(), ClientError> {
-        self.0.start_read(&ClientMsg::Cl(request), sink)
-    }
-}
+transport!(Cuda, CudaClient, CuRequest, CuReply, Cu);
+transport!(OpenCl, OpenClClient, ClRequest, ClReply, Cl);
