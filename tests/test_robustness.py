@@ -313,9 +313,10 @@ def handshake(server) -> socket.socket:
 
 
 def ping(s: socket.socket, seq: int) -> None:
-    s.sendall(frame(b"\x01", seq))  # ClientMsg::Ping
+    s.sendall(frame(b"\x01\x00", seq))  # ClientMsg::Session(SessionRequest::Ping)
     _, body, _ = read_frame(s)
-    assert body == b"\x03", f"expected Pong, got {body[:40]!r}"  # ServerMsg::Pong
+    # ServerMsg::Session(SessionReply::Ping(()))
+    assert body == b"\x03\x00", f"expected the ping's reply, got {body[:40]!r}"
 
 
 def closed_by_peer(s: socket.socket, timeout: float) -> bool:

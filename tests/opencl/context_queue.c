@@ -290,7 +290,7 @@ int main(void) {
         cl_int err = clSetContextDestructorCallback(c4, ctx_destructor, &tag);
         if (err == CL_SUCCESS) {
             CHECK(clReleaseContext(c4));
-            for (int i = 0; i < 200 && !g_destructor_called; i++) sleep_ms(10);
+            for (int i = 0; i < 3000 && !g_destructor_called; i++) sleep_ms(10);
             REQUIRE(g_destructor_called == 77, "context destructor callback not called (%d)",
                     g_destructor_called);
         } else {

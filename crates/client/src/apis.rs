@@ -4,6 +4,7 @@
 
 use rgpu_protocol::cuda::{CuReply, CuRequest, CudaClient};
 use rgpu_protocol::opencl::{ClReply, ClRequest, OpenClClient};
+use rgpu_protocol::session::{SessionClient, SessionReply, SessionRequest};
 use rgpu_protocol::table::UnexpectedReply;
 use rgpu_protocol::{ClientMsg, ServerMsg};
 
@@ -24,6 +25,10 @@ pub struct Cuda<'a>(&'a Connection);
 #[derive(Clone, Copy)]
 pub struct OpenCl<'a>(&'a Connection);
 
+/// The session's own messages on a connection.
+#[derive(Clone, Copy)]
+pub struct Session<'a>(&'a Connection);
+
 impl Connection {
     pub fn cuda(&self) -> Cuda<'_> {
         Cuda(self)
@@ -31,6 +36,10 @@ impl Connection {
 
     pub fn opencl(&self) -> OpenCl<'_> {
         OpenCl(self)
+    }
+
+    pub fn session(&self) -> Session<'_> {
+        Session(self)
     }
 }
 
@@ -66,3 +75,10 @@ macro_rules! transport {
 
 transport!(Cuda, CudaClient, CuRequest, CuReply, Cu);
 transport!(OpenCl, OpenClClient, ClRequest, ClReply, Cl);
+transport!(
+    Session,
+    SessionClient,
+    SessionRequest,
+    SessionReply,
+    Session
+);

@@ -12,6 +12,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use rgpu_protocol::opencl::Id;
+use rgpu_protocol::session::SessionClient;
 use rgpu_protocol::{decode_body, ClientMsg, LaneKey, ServerMsg, MAX_LANES};
 use rgpu_transport::{
     client_handshake, Endpoint, FrameReader, FrameWriter, ReadHalf, Stream, TransportError,
@@ -367,7 +368,7 @@ impl Connection {
     /// Round trip time of an empty request.
     pub fn ping(&self) -> Result<Duration, ClientError> {
         let start = Instant::now();
-        self.call(&ClientMsg::Ping, &[])?;
+        self.session().ping()?;
         Ok(start.elapsed())
     }
 

@@ -15,6 +15,7 @@ pub mod auth;
 pub mod cuda;
 pub mod frame;
 pub mod opencl;
+pub mod session;
 
 use serde::{Deserialize, Serialize};
 
@@ -181,8 +182,8 @@ pub enum ClientMsg {
         /// Present when this connection is to be a data lane of an existing session.
         lane: Option<LaneAttach>,
     },
-    /// Reply: `ServerMsg::Pong`. Measures a round trip.
-    Ping,
+    /// The session's own messages (session.rs).
+    Session(session::SessionRequest),
     Cl(opencl::ClRequest),
     Cu(cuda::CuRequest),
 }
@@ -190,7 +191,8 @@ pub enum ClientMsg {
 impl ClientMsg {
     pub fn expects_reply(&self) -> bool {
         match self {
-            ClientMsg::Authenticate { .. } | ClientMsg::Ping => true,
+            ClientMsg::Authenticate { .. } => true,
+            ClientMsg::Session(req) => req.expects_reply(),
             ClientMsg::Cl(req) => req.expects_reply(),
             ClientMsg::Cu(req) => req.expects_reply(),
         }
@@ -214,29 +216,21 @@ pub enum ServerMsg {
         lane_key: LaneKey,
     },
     /// The session is over; the reason is meant for the user.
-    Fatal {
-        message: String,
-    },
-    Pong,
+    Fatal { message: String },
+    /// The reply to the session request with the frame's seq.
+    Session(session::SessionReply),
     /// The reply to the request with the frame's seq.
     Cl(opencl::ClReply),
     /// The reply to the CUDA request with the frame's seq.
     Cu(cuda::CuReply),
     /// A chunk of a read's data (OpenCL or CUDA) for the request with the frame's seq, at this
     /// byte offset of the read. Bulk: the chunk.
-    Data {
-        offset: u64,
-    },
+    Data { offset: u64 },
     /// The end of a read (OpenCL or CUDA) for the request with the frame's seq, after its
     /// `Data`: its status (an OpenCL status or a `CUresult`).
-    ReadDone {
-        status: i32,
-    },
+    ReadDone { status: i32 },
     /// An event the client asked about (`NotifyEvent`) reached `status`.
-    EventStatus {
-        event: opencl::Id,
-        status: i32,
-    },
+    EventStatus { event: opencl::Id, status: i32 },
 }
 
 sample_struct!(LaneAttach {
@@ -246,7 +240,7 @@ sample_struct!(LaneAttach {
 });
 sample_enum!(ClientMsg {
     Authenticate { client_nonce, proof, client_name, lane },
-    Ping,
+    Session(request),
     Cl(request),
     Cu(request),
 });
@@ -254,7 +248,7 @@ sample_enum!(ServerMsg {
     Challenge { server_nonce, token_required, server_name },
     Welcome { session_id, server_proof, lane_key },
     Fatal { message },
-    Pong,
+    Session(reply),
     Cl(reply),
     Cu(reply),
     Data { offset },

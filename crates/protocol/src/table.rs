@@ -60,6 +60,11 @@ impl FromStatus<u32> for u32 {
     }
 }
 
+/// A reply that carries nothing (a status-less message is never refused with a status).
+impl<S> FromStatus<S> for () {
+    fn from_status(_: S) -> Self {}
+}
+
 impl FromStatus<i32> for i32 {
     fn from_status(status: i32) -> Self {
         status
@@ -341,6 +346,8 @@ macro_rules! wire_api {
         }
     };
     (@expect $Reply:ident $Variant:ident $reply:ident) => {
+        // A table of one message has no other reply.
+        #[allow(unreachable_patterns)]
         match $reply {
             $Reply::$Variant(value) => Ok(value),
             other => Err($crate::table::UnexpectedReply {

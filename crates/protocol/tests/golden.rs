@@ -15,6 +15,7 @@ use std::path::PathBuf;
 use rgpu_protocol::cuda::{self, CuReply, CuRequest};
 use rgpu_protocol::opencl::{self, ClReply, ClRequest};
 use rgpu_protocol::sample::Sample;
+use rgpu_protocol::session::{SessionReply, SessionRequest};
 use rgpu_protocol::*;
 
 fn golden_path() -> PathBuf {
@@ -31,6 +32,16 @@ fn encode_everything() -> Vec<(String, String)> {
     fn add<T: serde::Serialize>(out: &mut Vec<(String, String)>, name: String, value: &T) {
         let bytes = postcard::to_allocvec(value).expect("encodes");
         out.push((name, hex(&bytes)));
+    }
+    for request in SessionRequest::samples() {
+        add(
+            &mut out,
+            format!("SessionRequest.{}", request.name()),
+            &request,
+        );
+    }
+    for reply in SessionReply::samples() {
+        add(&mut out, format!("SessionReply.{}", reply.name()), &reply);
     }
     for request in ClRequest::samples() {
         add(&mut out, format!("ClRequest.{}", request.name()), &request);

@@ -6,6 +6,7 @@
 use rgpu_protocol::cuda::{CuReply, CuRequest, Extent, Pitch};
 use rgpu_protocol::opencl::{ClReply, ClRequest, Command, ObjKind};
 use rgpu_protocol::sample::Sample;
+use rgpu_protocol::session::{SessionReply, SessionRequest};
 use rgpu_protocol::*;
 
 fn round_trip<T>(msg: &T)
@@ -27,12 +28,18 @@ fn every_message_round_trips() {
     let mut client: Vec<ClientMsg> = ClientMsg::variants();
     client.extend(ClRequest::samples().into_iter().map(ClientMsg::Cl));
     client.extend(CuRequest::samples().into_iter().map(ClientMsg::Cu));
+    client.extend(
+        SessionRequest::samples()
+            .into_iter()
+            .map(ClientMsg::Session),
+    );
     let mut server: Vec<ServerMsg> = ServerMsg::variants();
     server.extend(ClReply::samples().into_iter().map(ServerMsg::Cl));
     server.extend(CuReply::samples().into_iter().map(ServerMsg::Cu));
+    server.extend(SessionReply::samples().into_iter().map(ServerMsg::Session));
     assert_eq!(
         client.len(),
-        4 + ClRequest::NAMES.len() + CuRequest::NAMES.len()
+        4 + ClRequest::NAMES.len() + CuRequest::NAMES.len() + SessionRequest::NAMES.len()
     );
     for msg in &client {
         round_trip(msg);
@@ -57,7 +64,7 @@ fn replies_answer_their_own_request() {
 
 #[test]
 fn what_is_answered_and_what_carries_bulk_is_as_the_tables_say() {
-    assert!(ClientMsg::Ping.expects_reply());
+    assert!(ClientMsg::Session(SessionRequest::Ping {}).expects_reply());
     let read = ClRequest::EnqueueRead {
         queue: 1,
         wait: vec![],

@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use rgpu_cl_api::error_name;
 use rgpu_protocol::opencl::{self, ClReply};
+use rgpu_protocol::session::{self, SessionReply};
 use rgpu_protocol::{decode_body, ClientMsg, FrameHeader, LaneAttach, LaneKey, ServerMsg};
 use rgpu_transport::{
     accept_preamble, random_lane_key, server_handshake, FrameReader, ReadHalf, Route, Stream,
@@ -303,10 +304,9 @@ impl Session {
             };
             self.bulk = Incoming::of(&header);
             let result = match msg {
-                ClientMsg::Ping if header.bulk_len == 0 => {
-                    self.send(&ServerMsg::Pong, header.seq, &[])
+                ClientMsg::Session(request) => {
+                    session::serve::dispatch(self, header.seq, header.bulk_len, request)
                 }
-                ClientMsg::Ping => Err(End::Protocol("bulk data with a ping".into())),
                 ClientMsg::Authenticate { .. } => {
                     Err(End::Protocol("authentication after the handshake".into()))
                 }
@@ -445,4 +445,27 @@ impl opencl::serve::Server for Session {
             "{bulk_len} bytes of bulk data with {message}, which takes none"
         ))
     }
+}
+
+/// The session's own messages.
+impl session::serve::Server for Session {
+    type End = End;
+
+    fn reply(&mut self, seq: u64, reply: SessionReply) -> Result<(), End> {
+        self.send(&ServerMsg::Session(reply), seq, &[])
+    }
+
+    fn defer(&mut self, message: &'static str, status: session::Status) {
+        log::debug!("session {}: {message} failed: {status}", self.id);
+    }
+
+    fn unexpected_bulk(&mut self, message: &'static str, bulk_len: u64) -> End {
+        End::Protocol(format!(
+            "{bulk_len} bytes of bulk data with {message}, which takes none"
+        ))
+    }
+}
+
+impl session::serve::Control for Session {
+    fn ping(&mut self) {}
 }

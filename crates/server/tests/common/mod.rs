@@ -6,6 +6,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use rgpu_protocol::opencl::{ClReply, ClRequest, Command, Id, Inventory, Transfer};
+use rgpu_protocol::session::{SessionReply, SessionRequest};
 use rgpu_protocol::{ClientMsg, ServerMsg};
 use rgpu_server::{Server, ServerConfig, ShutdownHandle};
 use rgpu_transport::{
@@ -200,9 +201,11 @@ impl Client {
 
     pub fn ping(&mut self) {
         self.seq += 1;
-        self.writer.send(&ClientMsg::Ping, self.seq, &[]).unwrap();
+        let ping = ClientMsg::Session(SessionRequest::Ping {});
+        self.writer.send(&ping, self.seq, &[]).unwrap();
         let (seq, msg, _) = self.next();
-        assert_eq!((seq, msg), (self.seq, ServerMsg::Pong));
+        let pong = ServerMsg::Session(SessionReply::Ping(()));
+        assert_eq!((seq, msg), (self.seq, pong));
     }
 
     pub fn inventory(&mut self) -> Inventory {

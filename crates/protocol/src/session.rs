@@ -1,0 +1,20 @@
+//! The session's own messages (after the handshake): what is neither OpenCL nor CUDA. The
+//! handshake itself (`Challenge`, `Authenticate`, `Welcome`, `Fatal`) is a fixed exchange before
+//! any request, declared with the envelopes in the crate root; events and read data the server
+//! sends unasked are envelope variants too (`EventStatus`, `Data`, `ReadDone`).
+
+/// A status of a session message (none fails today; the table's deferral needs a type).
+pub type Status = u32;
+
+wire_api! {
+    request: SessionRequest,
+    reply: SessionReply,
+    status: Status,
+    client: SessionClient;
+
+    /// Keeping the session alive and measuring it.
+    group Control {
+        /// Answered at once: measures a round trip (and shows the session is served).
+        call Ping ping() -> ();
+    }
+}
