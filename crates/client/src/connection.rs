@@ -13,18 +13,16 @@ use std::time::{Duration, Instant};
 
 use rgpu_protocol::opencl::Id;
 use rgpu_protocol::session::SessionClient;
-use rgpu_protocol::{decode_body, ClientMsg, LaneKey, ServerMsg, MAX_LANES};
+use rgpu_protocol::{
+    decode_body, ClientMsg, FrameHeader, LaneKey, ServerMsg, MAX_LANES, STRIPE_MIN,
+};
 use rgpu_transport::{
     client_handshake, Endpoint, FrameReader, FrameWriter, ReadHalf, Stream, TransportError,
 };
 
 use crate::lanes::Lanes;
-use crate::ClientConfig;
-
-/// Posted bulk of at least this many bytes goes striped over data lanes (one 1 MiB chunk per
-/// lane or more).
-const STRIPE_MIN: usize = 4 << 20;
 use crate::wait::Handoff;
+use crate::ClientConfig;
 use crate::ClientError;
 
 /// Where the data of a read goes, and what happens when the read ends.
@@ -58,9 +56,17 @@ struct Shared {
     /// Why the connection can no longer be used, once it cannot.
     broken: Mutex<Option<String>>,
     event_listener: OnceLock<EventListener>,
+    /// The data lanes, once asked for (`None` inside: none could be opened).
+    lanes: OnceLock<Option<Lanes>>,
+    /// How long a striped read's lanes may take to deliver it.
+    reply_timeout: Duration,
 }
 
 impl Shared {
+    fn lanes(&self) -> Option<&Lanes> {
+        self.lanes.get().and_then(Option::as_ref)
+    }
+
     fn break_with(&self, why: String) {
         {
             let mut broken = self.broken.lock().unwrap();
@@ -110,8 +116,10 @@ pub struct Connection {
     config: ClientConfig,
     client_name: String,
     lane_key: LaneKey,
-    /// The data lanes, once asked for (`None` inside: none could be opened).
-    lanes: OnceLock<Option<Lanes>>,
+    /// Whether the server was asked to stripe large reads over the lanes (`ReadLanes`), once
+    /// decided: at the first large read.
+    striped_reads: OnceLock<bool>,
+    tls: bool,
 }
 
 /// Wakes the flusher thread when posted requests wait in the write buffer.
@@ -146,10 +154,13 @@ impl Connection {
             TransportError::Auth(why) => ClientError::Connect(format!("{endpoint}: {why}")),
             other => ClientError::Connect(format!("{endpoint}: {other}")),
         })?;
+        let tls = matches!(stream, Stream::Tls(_));
         let shared = Arc::new(Shared {
             pending: Mutex::new(HashMap::new()),
             broken: Mutex::new(None),
             event_listener: OnceLock::new(),
+            lanes: OnceLock::new(),
+            reply_timeout,
         });
         // Read directly by the reader thread, also in TLS (no read-ahead thread: small replies
         // must not wait for a thread hand-over).
@@ -184,7 +195,8 @@ impl Connection {
             config: config.clone(),
             client_name,
             lane_key: welcome.lane_key,
-            lanes: OnceLock::new(),
+            striped_reads: OnceLock::new(),
+            tls,
         }))
     }
 
@@ -219,7 +231,7 @@ impl Connection {
     /// request; `RGPU_LANES`), the request and everything before it leaving first.
     pub fn post(&self, msg: &ClientMsg, bulk: &[u8]) -> Result<(), ClientError> {
         debug_assert!(!msg.expects_reply(), "post() of a request with a reply");
-        if bulk.len() >= STRIPE_MIN && self.lanes_for_bulk() > 0 {
+        if bulk.len() as u64 >= STRIPE_MIN && self.lanes_for_bulk() > 0 {
             return self.post_striped(msg, bulk);
         }
         self.shared.check()?;
@@ -286,6 +298,9 @@ impl Connection {
             (sink.done)(Err(e.clone()));
             return Err(e);
         }
+        if sink.len as u64 >= STRIPE_MIN {
+            self.ask_for_striped_reads();
+        }
         let seq = self.next_seq();
         self.shared
             .pending
@@ -301,6 +316,18 @@ impl Connection {
         Ok(())
     }
 
+    /// At the first large read: opens the lanes and asks the server to stripe large reads over
+    /// them, where `RGPU_STRIPED_READS` says so (a posted request, so it leaves with the read).
+    fn ask_for_striped_reads(&self) {
+        self.striped_reads.get_or_init(|| {
+            if !crate::striped_reads_from_env(self.tls) {
+                return false;
+            }
+            let lanes = self.lanes_for_bulk();
+            lanes > 0 && self.session().read_lanes(lanes as u32).is_ok()
+        });
+    }
+
     /// The number of data lanes for striped transfers. The first call opens `want` of them
     /// (posting large bulk opens `RGPU_LANES`); if that fails, or `want` is 0, there are none,
     /// and all bulk follows its request on the connection.
@@ -314,7 +341,7 @@ impl Connection {
     }
 
     fn lanes_opened_with(&self, want: impl FnOnce() -> usize) -> usize {
-        let lanes = self.lanes.get_or_init(|| {
+        let lanes = self.shared.lanes.get_or_init(|| {
             let want = want();
             if want == 0 {
                 return None;
@@ -344,7 +371,7 @@ impl Connection {
     /// Queues a request whose bulk `data` goes striped over the data lanes and returns once
     /// all of it is in the sockets. The request and everything queued before it leave first.
     fn post_striped(&self, msg: &ClientMsg, data: &[u8]) -> Result<(), ClientError> {
-        let Some(lanes) = self.lanes.get().and_then(Option::as_ref) else {
+        let Some(lanes) = self.shared.lanes() else {
             return Err(ClientError::Protocol(
                 "a striped transfer without data lanes".into(),
             ));
@@ -398,7 +425,7 @@ impl Connection {
     fn break_off(&self, why: String) -> ClientError {
         let why = format!("lost connection to {}: {why}", self.endpoint);
         self.control.shutdown();
-        if let Some(lanes) = self.lanes.get().and_then(Option::as_ref) {
+        if let Some(lanes) = self.shared.lanes() {
             lanes.shutdown();
         }
         self.shared.break_with(why.clone());
@@ -485,7 +512,9 @@ fn read_one(reader: &mut FrameReader<ReadHalf>, shared: &Shared) -> Result<(), T
                 Some(Pending::Read(sink)) => Some((sink.dst, sink.len)),
                 _ => None,
             };
-            match target {
+            // Where the data goes: inside the pending read's destination, or nowhere (a read
+            // whose caller gave up, after a timeout).
+            let chunk = match target {
                 Some((dst, len)) => {
                     let end = offset.checked_add(header.bulk_len);
                     if end.is_none_or(|end| end > len as u64) {
@@ -497,16 +526,21 @@ fn read_one(reader: &mut FrameReader<ReadHalf>, shared: &Shared) -> Result<(), T
                     }
                     // SAFETY: [dst, dst+len) is writable while the read is pending (ReadSink
                     // contract) and the range was just checked to lie inside it.
-                    let chunk = unsafe {
+                    Some(unsafe {
                         std::slice::from_raw_parts_mut(
                             dst.0.add(offset as usize),
                             header.bulk_len as usize,
                         )
-                    };
-                    reader.read_bulk(chunk)?;
+                    })
                 }
-                // A read whose caller gave up (timeout): drop its data.
-                None => reader.skip_bulk(header.bulk_len)?,
+                None => None,
+            };
+            if header.lanes > 0 {
+                receive_striped(shared, &header, chunk)?;
+            } else if let Some(chunk) = chunk {
+                reader.read_bulk(chunk)?;
+            } else {
+                reader.skip_bulk(header.bulk_len)?;
             }
         }
         ServerMsg::EventStatus { event, status } => {
@@ -539,4 +573,23 @@ fn read_one(reader: &mut FrameReader<ReadHalf>, shared: &Shared) -> Result<(), T
         }
     }
     Ok(())
+}
+
+/// Takes a read's data that the server announced striped over the data lanes (`header`) into
+/// `chunk` (`None`: drops it), before the next frame is read.
+fn receive_striped(
+    shared: &Shared,
+    header: &FrameHeader,
+    chunk: Option<&mut [u8]>,
+) -> Result<(), TransportError> {
+    let malformed =
+        |why: String| TransportError::Protocol(rgpu_protocol::ProtocolError::Malformed(why));
+    let lanes = shared.lanes().ok_or_else(|| {
+        malformed("read data striped over data lanes this client never opened".into())
+    })?;
+    let len = usize::try_from(header.bulk_len).map_err(|e| malformed(e.to_string()))?;
+    let dst = chunk.map_or(std::ptr::null_mut(), |chunk| chunk.as_mut_ptr());
+    lanes
+        .receive(dst, len, header.lanes, shared.reply_timeout)
+        .map_err(|why| TransportError::Io(std::io::Error::other(why)))
 }

@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 pub use frame::{decode_body, encode_frame, encode_frame_striped, FrameHeader, HEADER_LEN};
 
 /// Bumped on every incompatible change of any message.
-pub const PROTOCOL_VERSION: u32 = 5;
+pub const PROTOCOL_VERSION: u32 = 6;
 /// First bytes on the wire, each way.
 pub const MAGIC: [u8; 4] = *b"RGPU";
 
@@ -158,6 +158,33 @@ pub type LaneKey = [u8; 32];
 pub const LANE_CHUNK: u64 = 1 << 20;
 /// The most data lanes a session may have.
 pub const MAX_LANES: u32 = 8;
+/// Transfers of at least this many bytes go striped over the data lanes where a session has
+/// them (one [`LANE_CHUNK`] per lane or more); smaller ones follow their frame.
+pub const STRIPE_MIN: u64 = 4 << 20;
+
+/// How the bytes `[at, at + len)` of a striped transfer over `lanes` lanes are dealt: the
+/// pieces, in order, each with its lane and its range relative to `at` (a piece never
+/// crosses a [`LANE_CHUNK`] boundary).
+pub fn dealt(
+    at: u64,
+    len: usize,
+    lanes: u32,
+) -> impl Iterator<Item = (usize, std::ops::Range<usize>)> {
+    let lanes = u64::from(lanes.max(1));
+    let mut done = 0usize;
+    std::iter::from_fn(move || {
+        if done >= len {
+            return None;
+        }
+        let position = at + done as u64;
+        let lane = ((position / LANE_CHUNK) % lanes) as usize;
+        let left_in_chunk = (LANE_CHUNK - position % LANE_CHUNK) as usize;
+        let n = left_in_chunk.min(len - done);
+        let range = done..done + n;
+        done += n;
+        Some((lane, range))
+    })
+}
 
 /// What a connection says in its handshake to become data lane `index` of session `session`
 /// instead of a session of its own. A data lane carries only the raw bytes of striped
@@ -255,3 +282,27 @@ sample_enum!(ServerMsg {
     ReadDone { status },
     EventStatus { event, status },
 });
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dealing_follows_the_lane_chunks() {
+        let chunk = LANE_CHUNK as usize;
+        // From the start of a transfer: whole chunks, lane after lane.
+        let pieces: Vec<_> = dealt(0, 2 * chunk + 5, 2).collect();
+        assert_eq!(
+            pieces,
+            vec![
+                (0, 0..chunk),
+                (1, chunk..2 * chunk),
+                (0, 2 * chunk..2 * chunk + 5)
+            ]
+        );
+        // From inside one: the first piece ends at the chunk's end; ranges are relative.
+        let pieces: Vec<_> = dealt(LANE_CHUNK + 10, chunk, 3).collect();
+        assert_eq!(pieces, vec![(1, 0..chunk - 10), (2, chunk - 10..chunk)]);
+        assert_eq!(dealt(7, 0, 4).count(), 0);
+    }
+}

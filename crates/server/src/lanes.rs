@@ -8,14 +8,19 @@
 //! then reads the request's bytes from the lanes in the order they were dealt
 //! ([`rgpu_protocol::LANE_CHUNK`] bytes from each lane in turn). So requests keep one order,
 //! and nothing but the session thread reads a lane.
+//!
+//! The other way, where the client asked for it (`ReadLanes`), a large read's data is dealt
+//! the same way to a sending thread per lane ([`LaneSenders`]), announced by one `Data` frame
+//! on the session's connection. With TLS each lane's thread seals its own records, so several
+//! cores encrypt at once.
 
 use std::collections::HashMap;
-use std::io::Read;
-use std::sync::{Arc, Condvar, Mutex};
+use std::io::{Read, Write};
+use std::sync::{mpsc, Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use rgpu_protocol::{LaneAttach, LaneKey, LANE_CHUNK, MAX_LANES};
-use rgpu_transport::{ReadHalf, Stream};
+use rgpu_protocol::{dealt, LaneAttach, LaneKey, LANE_CHUNK, MAX_LANES};
+use rgpu_transport::{Countdown, ReadHalf, Stream};
 
 /// How long a striped request waits for a lane that has not joined yet (its client opened it
 /// before sending the request, so it is at most a handshake away).
@@ -160,7 +165,7 @@ impl Striped {
     }
 
     /// Reads the next `dst.len()` bytes of the request from the lanes it was dealt over.
-    pub fn read(&mut self, readers: &mut LaneReaders, dst: &mut [u8]) -> Result<(), String> {
+    pub fn read(&mut self, readers: &mut LaneHandles, dst: &mut [u8]) -> Result<(), String> {
         if dst.len() as u64 > self.remaining() {
             return Err("a request read past its striped bulk".into());
         }
@@ -181,7 +186,7 @@ impl Striped {
     }
 
     /// Reads and drops the next `len` bytes of the request (at most what is left).
-    pub fn skip(&mut self, readers: &mut LaneReaders, len: u64) -> Result<(), String> {
+    pub fn skip(&mut self, readers: &mut LaneHandles, len: u64) -> Result<(), String> {
         let mut left = len.min(self.remaining());
         let mut scratch = vec![0u8; (LANE_CHUNK.min(left)) as usize];
         while left > 0 {
@@ -193,18 +198,33 @@ impl Striped {
     }
 }
 
-/// The session thread's reading handles on its lanes, taken as they are first needed.
-pub(crate) struct LaneReaders {
+/// The session thread's handles on its lanes: reading handles taken as they are first needed,
+/// sending threads started at the first striped read.
+pub(crate) struct LaneHandles {
     lanes: Arc<SessionLanes>,
     readers: Vec<Option<ReadHalf>>,
+    senders: Option<LaneSenders>,
 }
 
-impl LaneReaders {
-    pub fn new(lanes: Arc<SessionLanes>) -> LaneReaders {
-        LaneReaders {
+impl LaneHandles {
+    pub fn new(lanes: Arc<SessionLanes>) -> LaneHandles {
+        LaneHandles {
             lanes,
             readers: Vec::new(),
+            senders: None,
         }
+    }
+
+    /// Sending threads on the first `count` lanes (started if need be).
+    pub fn senders(&mut self, count: u32) -> Result<&LaneSenders, String> {
+        if self
+            .senders
+            .as_ref()
+            .is_none_or(|s| s.lanes.len() < count as usize)
+        {
+            self.senders = Some(LaneSenders::start(&self.lanes, count)?);
+        }
+        Ok(self.senders.as_ref().expect("just started"))
     }
 
     fn lane(&mut self, index: usize) -> Result<&mut ReadHalf, String> {
@@ -219,6 +239,128 @@ impl LaneReaders {
             self.readers[index] = Some(reader);
         }
         Ok(self.readers[index].as_mut().expect("just taken"))
+    }
+}
+
+/// Memory a sending thread writes out while its owner waits (see [`LaneSenders::send`]).
+#[derive(Clone, Copy)]
+struct Lent(*const u8, usize);
+// SAFETY: sending threads only read the bytes, and only until the job's countdown finishes;
+// their owner keeps them unchanged until then (`Staging` waits for it before reusing a slot).
+unsafe impl Send for Lent {}
+
+struct Outgoing {
+    bytes: Lent,
+    done: Arc<Countdown>,
+}
+
+/// A thread per lane writing what it is given to its lane, in order.
+pub(crate) struct LaneSenders {
+    lanes: Vec<mpsc::Sender<Outgoing>>,
+}
+
+impl LaneSenders {
+    fn start(lanes: &SessionLanes, count: u32) -> Result<LaneSenders, String> {
+        let mut senders = Vec::with_capacity(count as usize);
+        for index in 0..count as usize {
+            let mut stream = lanes.take(index)?;
+            let (sender, inbox) = mpsc::channel::<Outgoing>();
+            std::thread::Builder::new()
+                .name(format!("rgpu-lane{index}-out"))
+                .spawn(move || {
+                    // Ends when the session drops its senders; a failed write fails each job
+                    // after it at once (the stream is shut down).
+                    while let Ok(job) = inbox.recv() {
+                        let Lent(start, len) = job.bytes;
+                        // SAFETY: see `Lent`: the owner keeps these bytes until `done` finishes.
+                        let bytes = unsafe { std::slice::from_raw_parts(start, len) };
+                        let result = stream.write_all(bytes).map_err(|e| {
+                            stream.shutdown();
+                            format!("data lane {index}: {e}")
+                        });
+                        job.done.finish(result);
+                    }
+                })
+                .map_err(|e| format!("data lane {index}: {e}"))?;
+            senders.push(sender);
+        }
+        Ok(LaneSenders { lanes: senders })
+    }
+}
+
+/// The data of one read going out striped over the first `count` lanes: `len` bytes, dealt in
+/// order.
+pub(crate) struct StripedOut {
+    count: u32,
+    len: u64,
+    dealt: u64,
+    /// One countdown per dealt piece of memory, to learn of failures at the end.
+    pieces: Vec<Arc<Countdown>>,
+}
+
+impl StripedOut {
+    pub fn new(len: u64, count: u32) -> StripedOut {
+        StripedOut {
+            count,
+            len,
+            dealt: 0,
+            pieces: Vec::new(),
+        }
+    }
+
+    pub fn count(&self) -> u32 {
+        self.count
+    }
+
+    /// Hands the next `bytes` of the read to the lanes' threads. The returned countdown
+    /// finishes when they are written: until then `bytes` must stay as they are (the caller
+    /// lends them; that is why this is unsafe).
+    ///
+    /// # Safety
+    /// `bytes` must stay valid and unchanged until the returned countdown has finished.
+    pub unsafe fn deal(
+        &mut self,
+        senders: &LaneSenders,
+        bytes: &[u8],
+    ) -> Result<Arc<Countdown>, String> {
+        if bytes.len() as u64 > self.len - self.dealt {
+            return Err("a read dealt past its announced length".into());
+        }
+        let done = Arc::new(Countdown::new(0));
+        for (lane, range) in dealt(self.dealt, bytes.len(), self.count) {
+            done.add();
+            let piece = &bytes[range];
+            let job = Outgoing {
+                bytes: Lent(piece.as_ptr(), piece.len()),
+                done: done.clone(),
+            };
+            if let Err(mpsc::SendError(job)) = senders.lanes[lane].send(job) {
+                job.done
+                    .finish(Err(format!("data lane {lane} has stopped")));
+            }
+        }
+        self.dealt += bytes.len() as u64;
+        self.pieces.push(done.clone());
+        Ok(done)
+    }
+
+    /// Deals zeros for whatever was announced and not dealt (a read that failed midway: the
+    /// client still takes every announced byte), then waits until the lanes have written all
+    /// of it. `Err` if a lane failed.
+    pub fn finish(mut self, senders: &LaneSenders) -> Result<(), String> {
+        let left = self.len - self.dealt;
+        let zeros = vec![0u8; left.min(LANE_CHUNK) as usize];
+        let mut padded = Ok(());
+        while self.dealt < self.len && padded.is_ok() {
+            let n = zeros.len().min((self.len - self.dealt) as usize);
+            // SAFETY: `zeros` lives until every piece's countdown is waited for below.
+            padded = unsafe { self.deal(senders, &zeros[..n]) }
+                .and_then(|done| done.wait(None).map_err(|why| why.unwrap_or_default()));
+        }
+        for piece in &self.pieces {
+            piece.wait(None).map_err(|why| why.unwrap_or_default())?;
+        }
+        padded
     }
 }
 
@@ -264,7 +406,7 @@ mod tests {
                 writers[i % count as usize].write_all(chunk).unwrap();
             }
         });
-        let mut readers = LaneReaders::new(session);
+        let mut readers = LaneHandles::new(session);
         let mut striped = Striped::new(data.len() as u64, count);
         let mut back = vec![0u8; data.len()];
         // Pieces that straddle the chunks, as the server's staging pieces may.
@@ -278,5 +420,51 @@ mod tests {
         assert_eq!(back[..3_500_100], data[..3_500_100]);
         assert_eq!(striped.remaining(), 0);
         registry.close(1);
+    }
+
+    /// A read dealt to the lanes' sending threads arrives in order on the lanes; what a read
+    /// that failed midway did not deal arrives as zeros.
+    #[test]
+    fn striped_reads_go_out_in_order_and_are_padded() {
+        let registry = LaneRegistry::default();
+        let key = [7u8; 32];
+        let session = registry.open(2, key);
+        let mut client_ends = Vec::new();
+        for index in 0..2 {
+            let (ours, theirs) = UnixStream::pair().unwrap();
+            let attach = LaneAttach {
+                session: 2,
+                key,
+                index,
+            };
+            registry.join(&attach, &Stream::Unix(theirs)).unwrap();
+            client_ends.push(ours);
+        }
+        let len = 3 * LANE_CHUNK as usize + 999;
+        let data: Vec<u8> = (0..len).map(|i| (i % 249) as u8 | 1).collect();
+        let receiver = std::thread::spawn(move || {
+            let mut back = vec![0u8; len];
+            for (lane, range) in dealt(0, len, 2) {
+                client_ends[lane].read_exact(&mut back[range]).unwrap();
+            }
+            back
+        });
+        let mut handles = LaneHandles::new(session);
+        let mut out = StripedOut::new(len as u64, 2);
+        let senders = handles.senders(2).unwrap();
+        // Pieces that straddle the lane chunks; the last 1 MiB is never dealt.
+        let dealt_len = len - LANE_CHUNK as usize;
+        for piece in data[..dealt_len].chunks(700_000) {
+            // SAFETY: `data` outlives the countdowns (waited for by finish below).
+            unsafe { out.deal(senders, piece) }.unwrap();
+        }
+        out.finish(senders).unwrap();
+        let back = receiver.join().unwrap();
+        assert!(back[..dealt_len] == data[..dealt_len], "dealt bytes differ");
+        assert!(
+            back[dealt_len..].iter().all(|&b| b == 0),
+            "padding is zeros"
+        );
+        registry.close(2);
     }
 }

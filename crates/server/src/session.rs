@@ -16,7 +16,7 @@ use rgpu_transport::{
     TransportError,
 };
 
-use crate::lanes::{LaneReaders, Striped};
+use crate::lanes::{LaneHandles, Striped, StripedOut};
 use crate::limits::{IdleClock, Usage};
 use crate::opencl::session::ClSession;
 use crate::shared::Shared;
@@ -218,7 +218,7 @@ pub(crate) fn serve(admitted: Admitted, shared: &Arc<Shared>, id: u64) {
         _ => None,
     };
     let mut session = Session::new(id, shared.clone(), stream, read_half, write_half);
-    session.lanes = Some(LaneReaders::new(lanes));
+    session.lanes = Some(LaneHandles::new(lanes));
     session.idle = idle.clone();
     let end = session.serve();
     if let Some(idle) = idle {
@@ -245,8 +245,10 @@ pub struct Session {
     pub(crate) writer: Arc<Writer>,
     /// The session's OpenCL objects and the threads and buffers that serve them.
     pub(crate) cl: ClSession,
-    /// Reading handles on the session's data lanes (`None` only in tests of a bare session).
-    pub(crate) lanes: Option<LaneReaders>,
+    /// Handles on the session's data lanes (`None` only in tests of a bare session).
+    pub(crate) lanes: Option<LaneHandles>,
+    /// Over how many lanes the client takes large reads (`ReadLanes`; 0: none).
+    read_lanes: u32,
     /// The current request's bulk bytes still to be read.
     bulk: Incoming,
     /// The session's CUDA objects, from its first CUDA request on.
@@ -275,6 +277,7 @@ impl Session {
             writer,
             cl,
             lanes: None,
+            read_lanes: 0,
             bulk: Incoming::Inline { remaining: 0 },
             cuda: None,
             idle: None,
@@ -346,6 +349,56 @@ impl Session {
         self.writer
             .send_read(seq, data, last)
             .map_err(|e| End::from_transport(e, self.shared.stopping()))
+    }
+
+    /// Starts the data of read `seq`, `len` bytes, striped over the data lanes if the client
+    /// takes reads that way and this one is large enough: announces it and returns how it goes
+    /// out ([`Session::deal_read`], then [`Session::finish_striped_read`]). `None`: the data
+    /// follows `Data` frames on the connection as usual.
+    pub(crate) fn start_striped_read(
+        &mut self,
+        seq: u64,
+        len: u64,
+    ) -> Result<Option<StripedOut>, End> {
+        let count = self.read_lanes;
+        if count == 0 || len < rgpu_protocol::STRIPE_MIN {
+            return Ok(None);
+        }
+        let Some(lanes) = self.lanes.as_mut() else {
+            return Ok(None);
+        };
+        if let Err(why) = lanes.senders(count) {
+            log::warn!("session {}: reads go unstriped: {why}", self.id);
+            self.read_lanes = 0;
+            return Ok(None);
+        }
+        self.writer
+            .send_striped(&ServerMsg::Data { offset: 0 }, seq, len, count)
+            .map_err(|e| End::from_transport(e, self.shared.stopping()))?;
+        Ok(Some(StripedOut::new(len, count)))
+    }
+
+    /// Hands the next `bytes` of a striped read to the lanes' sending threads; the countdown
+    /// finishes once they are written.
+    ///
+    /// # Safety
+    /// `bytes` must stay valid and unchanged until the returned countdown has finished.
+    pub(crate) unsafe fn deal_read(
+        &mut self,
+        out: &mut StripedOut,
+        bytes: &[u8],
+    ) -> Result<Arc<rgpu_transport::Countdown>, End> {
+        let lanes = self.lanes.as_mut().ok_or(End::Protocol(NO_LANES.into()))?;
+        let senders = lanes.senders(out.count()).map_err(End::Broken)?;
+        // SAFETY: passed on from the caller.
+        unsafe { out.deal(senders, bytes) }.map_err(End::Broken)
+    }
+
+    /// Waits until a striped read's data is all written (what was not dealt goes as zeros).
+    pub(crate) fn finish_striped_read(&mut self, out: StripedOut) -> Result<(), End> {
+        let lanes = self.lanes.as_mut().ok_or(End::Protocol(NO_LANES.into()))?;
+        let senders = lanes.senders(out.count()).map_err(End::Broken)?;
+        out.finish(senders).map_err(End::Broken)
     }
 
     /// Reads the next `dst.len()` bytes of the current request's bulk.
@@ -468,4 +521,14 @@ impl session::serve::Server for Session {
 
 impl session::serve::Control for Session {
     fn ping(&mut self) {}
+}
+
+impl session::serve::Lanes for Session {
+    fn read_lanes(&mut self, lanes: u32) -> Result<(), session::Status> {
+        if lanes > rgpu_protocol::MAX_LANES {
+            return Err(1);
+        }
+        self.read_lanes = lanes;
+        Ok(())
+    }
 }

@@ -24,6 +24,19 @@ impl Writer {
         writer.send(msg, seq, bulk)
     }
 
+    /// Sends a frame whose `bulk_len` bytes go striped over `lanes` data lanes (not with it).
+    pub fn send_striped(
+        &self,
+        msg: &ServerMsg,
+        seq: u64,
+        bulk_len: u64,
+        lanes: u32,
+    ) -> Result<(), TransportError> {
+        let mut writer = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        writer.queue_striped(msg, seq, bulk_len, lanes)?;
+        writer.flush()
+    }
+
     /// Sends a read's last data (`(offset, bytes)`) and its final reply in one write (small
     /// synchronous reads are latency-bound: one system call and one wake-up of the client, not
     /// two).

@@ -2,12 +2,14 @@
 //! authenticated handshake.
 //! Used by both the server and the client core; knows nothing of OpenCL or CUDA.
 
+mod countdown;
 mod framed;
 mod handshake;
 mod read_ahead;
 mod stream;
 pub mod tls;
 
+pub use countdown::Countdown;
 pub use framed::{FrameReader, FrameWriter};
 pub use handshake::{
     accept_preamble, client_handshake, load_client_token, random_lane_key, server_handshake,

@@ -14,6 +14,7 @@ use rgpu_protocol::ServerMsg;
 use super::pieces::{pieces, Piece};
 use super::session::{CudaSession, Served, INVALID_CONTEXT};
 use super::staging::CHUNK;
+use crate::lanes::StripedOut;
 use crate::session::{End, Session};
 
 impl serve::Copies for Served<'_> {
@@ -287,7 +288,9 @@ fn read_from_device(
 }
 
 /// Issues the copies to staging and sends every piece but the last, which it returns as
-/// (staging slot, packed offset, length), with the status so far.
+/// (staging slot, packed offset, length), with the status so far. A large read whose client
+/// takes reads over the data lanes goes out there whole (nothing is returned): its pieces are
+/// lent to the lanes' sending threads.
 #[allow(clippy::type_complexity)]
 fn stream_out(
     session: &mut Session,
@@ -297,6 +300,29 @@ fn stream_out(
     src: u64,
     extent: Extent,
     pitch: Pitch,
+) -> Result<(Status, Option<(usize, u64, usize)>), End> {
+    let mut striped = session.start_striped_read(seq, extent.bytes().unwrap_or(0))?;
+    let pumped = pump_out(session, cuda, seq, stream, src, extent, pitch, &mut striped);
+    match striped {
+        None => pumped,
+        Some(out) => {
+            let (status, _) = pumped?;
+            session.finish_striped_read(out)?;
+            Ok((status, None))
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments, clippy::type_complexity)]
+fn pump_out(
+    session: &mut Session,
+    cuda: &mut CudaSession,
+    seq: u64,
+    stream: CUstream,
+    src: u64,
+    extent: Extent,
+    pitch: Pitch,
+    striped: &mut Option<StripedOut>,
 ) -> Result<(Status, Option<(usize, u64, usize)>), End> {
     let driver = &cuda.backend.driver;
     let mut to_issue = pieces(extent, pitch, CHUNK);
@@ -326,14 +352,22 @@ fn stream_out(
         let Some((slot, offset, len)) = in_flight.pop_front() else {
             return Ok((SUCCESS, None));
         };
-        if in_flight.is_empty() {
+        if in_flight.is_empty() && striped.is_none() {
             return Ok((SUCCESS, Some((slot, offset, len))));
         }
         let buffer = match cuda.staging.buffer(driver, slot) {
-            Ok(buffer) => buffer,
+            Ok(buffer) => &buffer[..len],
             Err(status) => return Ok((status, None)),
         };
-        session.send(&ServerMsg::Data { offset }, seq, &buffer[..len])?;
+        match striped.as_mut() {
+            Some(out) => {
+                // SAFETY: the slot's buffer is not handed out again (nor freed) before `done`
+                // finishes: `Staging` waits for what it lent.
+                let done = unsafe { session.deal_read(out, buffer) }?;
+                cuda.staging.lend(slot, done);
+            }
+            None => session.send(&ServerMsg::Data { offset }, seq, buffer)?,
+        }
     }
 }
 

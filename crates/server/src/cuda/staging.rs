@@ -2,11 +2,15 @@
 //! pipelined: while one chunk crosses PCIe, the next crosses the network.
 //!
 //! Each slot is guarded by an event recorded after the copy that uses it; a slot is reused only
-//! when its event has completed. The buffers are allocated in the context of the first copy
+//! when its event has completed, and when the data lanes' threads that were lent its buffer
+//! (a striped read) have written it out. The buffers are allocated in the context of the first copy
 //! (portable, so every context can use them) and freed before that context is destroyed.
 
 use std::collections::HashMap;
 use std::ptr::null_mut;
+use std::sync::Arc;
+
+use rgpu_transport::Countdown;
 
 use rgpu_cuda_api::sys::*;
 
@@ -20,6 +24,8 @@ struct Slot {
     host: *mut u8,
     /// The event of the last copy through this slot, and its context.
     guard: Option<(CUcontext, CUevent)>,
+    /// Lane threads writing the buffer out (a striped read); their failures are the read's.
+    lent: Option<Arc<Countdown>>,
 }
 
 #[derive(Default)]
@@ -49,6 +55,7 @@ impl Staging {
                 self.slots.push(Slot {
                     host: host.cast(),
                     guard: None,
+                    lent: None,
                 });
             }
             self.owner = Some(ctx);
@@ -94,7 +101,16 @@ impl Staging {
         check(status)
     }
 
+    /// The slot's buffer is being written out by lane threads until `done` finishes.
+    pub fn lend(&mut self, index: usize, done: Arc<Countdown>) {
+        self.slots[index].lent = Some(done);
+    }
+
     fn wait(&mut self, driver: &Driver, index: usize) -> Result<(), Status> {
+        if let Some(lent) = self.slots[index].lent.take() {
+            // Failures are reported by the read that lent the buffer.
+            let _ = lent.wait(None);
+        }
         if let Some((ctx, event)) = self.slots[index].guard.take() {
             // SAFETY: this session's live handles and local buffers; the driver checks addresses.
             let status = unsafe { cu_call!(driver, cuEventSynchronize(event)) };
