@@ -5,6 +5,7 @@
 # the machine shows as spread rather than as a difference. Loopback is the worst case for TLS:
 # the link is faster than any network, so the encryption's cost is all there is to see.
 #   RGPU_BUILD_DIR=dist bash scripts/gpu-tls-costs.sh        # results under $OUT or /tmp
+#   CONFIGS="off on on:unstriped off:striped" ROUNDS=2 ...    # which client settings, in turn
 # Also measured: the session start (exec to first cuMemAlloc done) with and without TLS.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -41,12 +42,21 @@ for tls in off on; do
     echo "RGPU_TLS=$tls: session start median ${median} ms (all: ${starts[*]})" | tee -a "$out/tls-costs.txt"
 done
 
+# Each configuration is RGPU_TLS's value, optionally with `:striped` or `:unstriped`
+# (RGPU_STRIPED_READS on or off; by default reads are striped over the data lanes in TLS only).
 for round in $(seq "$rounds"); do
-    for tls in off on; do
-        name=bench-cuda-tls-$tls-$round
-        (cd /tmp && RGPU_TLS=$tls "$bin/rgpu" bench cuda --servers "$endpoint" --sizes 1M,64M \
-            --repetitions 7 --json "$out/$name.json") >"$out/$name.txt" 2>&1
-        echo "== RGPU_TLS=$tls, round $round" | tee -a "$out/tls-costs.txt"
+    for config in ${CONFIGS:-off on}; do
+        tls=${config%%:*}
+        case $config in
+            *:striped) striped=on ;;
+            *:unstriped) striped=off ;;
+            *) striped=auto ;;
+        esac
+        name=bench-cuda-tls-${config/:/-}-$round
+        (cd /tmp && RGPU_TLS=$tls RGPU_STRIPED_READS=$striped "$bin/rgpu" bench cuda \
+            --servers "$endpoint" --sizes 1M,64M --repetitions 7 --json "$out/$name.json") \
+            >"$out/$name.txt" 2>&1
+        echo "== RGPU_TLS=$tls RGPU_STRIPED_READS=$striped, round $round" | tee -a "$out/tls-costs.txt"
         tee -a "$out/tls-costs.txt" <"$out/$name.txt"
     done
 done

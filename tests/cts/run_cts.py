@@ -5,13 +5,16 @@ by sub-test.
     python3 tests/cts/run_cts.py                      # the CI groups, a local server on PoCL
     python3 tests/cts/run_cts.py --groups test_basic  # on demand (most of an hour)
     python3 tests/cts/run_cts.py --results            # also write docs/cts-results.md
+    python3 tests/cts/run_cts.py --groups test_basic --jobs 12   # sub-tests 12 at a time
 
 The binaries come from `bash scripts/cts-build.sh` (target/cts). Each group runs once natively
 (the platform whose name contains RGPU_TEST_NATIVE, default "Portable") and once through
 `rgpu run` (the rgpu platform) against an rgpu server started here on the same machine
 (`--servers` names others). The CTS writes each sub-test's result to a JSON file
 (CL_CONFORMANCE_RESULTS_FILENAME); a run that ends without one (a crash, a timeout) is run again
-one sub-test at a time, so a crash is pinned to its sub-test.
+one sub-test at a time, so a crash is pinned to its sub-test. With `--jobs N` every sub-test
+runs as a process of its own from the start, N at a time (for a machine with cores to spare:
+PoCL compiles each kernel on one core).
 
 A sub-test that passes natively and not through rgpu is a regression, unless
 tests/cts/known-differences.txt lists it (`group/sub-test  reason`). Exit status 1 on any
@@ -29,6 +32,7 @@ import shutil
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -104,9 +108,14 @@ def run_once(cmd: list[str], env: dict, log: Path, results: Path, timeout: float
 
 
 def run_group(group: str, binary: Path, how: str, prefix: list[str], platform: int,
-              timeout: float, retry: bool = True) -> tuple[dict[str, str], str]:
+              timeout: float, retry: bool = True, jobs: int = 1) -> tuple[dict[str, str], str]:
     """All sub-tests of `group`, run as `how` ("native" or "rgpu")."""
     env = h.base_env(CL_PLATFORM_INDEX=str(platform), CL_DEVICE_INDEX="0")
+    if jobs > 1:
+        started = time.monotonic()
+        results = run_each(group, binary, how, prefix, env, timeout, jobs)
+        return results, f"{len(results)} sub-tests, {jobs} at a time, in " \
+                        f"{time.monotonic() - started:.0f} s"
     log = OUT / f"{group}-{how}.log"
     results, status = run_once(prefix + [str(binary)], env, log, OUT / f"{group}-{how}.json",
                                timeout, binary.parent)
@@ -116,18 +125,25 @@ def run_group(group: str, binary: Path, how: str, prefix: list[str], platform: i
         return {}, status
     # No results: one sub-test at a time, so that a crash is pinned to its sub-test.
     print(f"  {how}: {status}; running its sub-tests one at a time", flush=True)
-    results = {}
-    for name in list_subtests(binary):
-        one, why = run_once(prefix + [str(binary), name], env,
-                            OUT / f"{group}-{how}-{name}.log",
-                            OUT / f"{group}-{how}-{name}.json", max(timeout / 4, 120),
-                            binary.parent)
-        if one is None or name not in one:
-            results[name] = "crash"
-            print(f"    {name}: {why}", flush=True)
-        else:
-            results[name] = one[name]
-    return results, status + " (then one at a time)"
+    return run_each(group, binary, how, prefix, env, timeout, 1), status + " (then one at a time)"
+
+
+def run_each(group: str, binary: Path, how: str, prefix: list[str], env: dict, timeout: float,
+             jobs: int) -> dict[str, str]:
+    """Every sub-test of `group` as a process of its own, `jobs` at a time; a sub-test that
+    wrote no result crashed."""
+    def one(name: str) -> tuple[str, str]:
+        found, why = run_once(prefix + [str(binary), name], env,
+                              OUT / f"{group}-{how}-{name}.log",
+                              OUT / f"{group}-{how}-{name}.json", max(timeout / 4, 120),
+                              binary.parent)
+        if found is None or name not in found:
+            print(f"    {how} {name}: {why}", flush=True)
+            return name, "crash"
+        return name, found[name]
+
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        return dict(pool.map(one, list_subtests(binary)))
 
 
 def load_known() -> dict[str, str]:
@@ -155,6 +171,8 @@ def main() -> int:
     parser.add_argument("--no-retry", action="store_true",
                         help="do not run a group that ended without results again one "
                              "sub-test at a time")
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="run each sub-test as a process of its own, this many at a time")
     parser.add_argument("--results", action="store_true",
                         help=f"also write {DOC.relative_to(h.REPO)}")
     args = parser.parse_args()
@@ -186,10 +204,10 @@ def main() -> int:
             print(f"[cts] {group}", flush=True)
             timeout = args.timeout or GROUP_TIMEOUTS.get(group, 1200)
             native, native_status = run_group(group, binary, "native", [], native_index,
-                                              timeout, not args.no_retry)
+                                              timeout, not args.no_retry, args.jobs)
             print(f"  native: {native_status}", flush=True)
             remote, remote_status = run_group(group, binary, "rgpu", rgpu_prefix, rgpu_index,
-                                              timeout, not args.no_retry)
+                                              timeout, not args.no_retry, args.jobs)
             print(f"  rgpu:   {remote_status}", flush=True)
             count = lambda res, what: sum(1 for v in res.values() if v == what)  # noqa: E731
             group_regressions = []
