@@ -59,7 +59,7 @@ impl std::error::Error for ClientError {}
 /// - `RGPU_TOKEN` / `RGPU_TOKEN_FILE`: the shared token
 /// - `RGPU_CONNECT_TIMEOUT` (seconds, default 5), `RGPU_TIMEOUT` (seconds a reply may take, default 600)
 /// - `RGPU_LIVENESS_TIMEOUT` (seconds an unreachable server is waited for, default 10)
-/// - `RGPU_LANES` (data lanes per server, default 4), `RGPU_STRIPED_READS` (`auto`, `on`, `off`)
+/// - `RGPU_LANES` (data lanes per server, default 4), `RGPU_STRIPED_READS` (`off`, `on`, `auto`)
 /// - `RGPU_TLS` (`auto`: TLS except to loopback and Unix sockets; `on`; `off`),
 ///   `RGPU_TLS_FINGERPRINT` (the servers' certificates, pinned), `RGPU_TLS_CA` (a CA bundle)
 #[derive(Clone)]
@@ -110,18 +110,16 @@ pub fn lanes_from_env() -> usize {
         .unwrap_or(DEFAULT_LANES)
 }
 
-/// Whether large reads come back striped over the data lanes (`RGPU_STRIPED_READS`: `auto`,
-/// the default, on TLS connections only; `on`; `off`). With TLS each lane's records are sealed
-/// and opened by threads of their own, which one connection's two threads cannot keep up
-/// with; in plaintext one connection is already about as fast (docs/benchmarks.md).
+/// Whether large reads come back striped over the data lanes (`RGPU_STRIPED_READS`: `on`;
+/// `off`, the default; `auto`: on TLS connections only). With TLS each lane's records are
+/// sealed and opened by threads of their own, where one connection's two threads seal and open
+/// everything; in plaintext one connection was measured about as fast (docs/benchmarks.md).
+/// Off by default until measured on the GPU machine.
 pub fn striped_reads_from_env(tls: bool) -> bool {
-    match std::env::var("RGPU_STRIPED_READS")
-        .as_deref()
-        .map(str::trim)
-    {
+    match std::env::var("RGPU_STRIPED_READS").as_deref().map(str::trim) {
         Ok("on" | "1") => true,
-        Ok("off" | "0") => false,
-        _ => tls,
+        Ok("auto") => tls,
+        _ => false,
     }
 }
 
