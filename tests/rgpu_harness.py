@@ -332,6 +332,21 @@ def run_rgpu(prog: Path | list, servers: list, args: list[str] = (),
                timeout=timeout)
 
 
+def hold_session(isolation: Path, server: Server, **env: str) -> subprocess.Popen:
+    """A client (tests/opencl/isolation.c) that keeps its session open until it gets a line
+    on stdin; returned once it says READY (or has ended)."""
+    proc = subprocess.Popen(
+        rgpu_run_cmd([server], [isolation, "secret", "held"]),
+        env=base_env(RGPU_TEST_PLATFORM="rgpu", **env), text=True, stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line or line.strip() == "READY":
+            break
+    return proc
+
+
 def assert_pass(r: Result, group: str, server: Server | None = None) -> None:
     ok = (not r.timed_out and r.returncode == 0 and
           re.search(rf"^PASS {re.escape(group)}\b", r.stdout, re.M) is not None)

@@ -22,20 +22,6 @@ def allocate(c_program, server, size, count):
     return allocated, (int(refused.group(2)) if refused else None), r
 
 
-def hold_session(c_program, server):
-    """A client that keeps its session open until it gets a line on stdin."""
-    proc = subprocess.Popen(
-        h.rgpu_run_cmd([server], [c_program("isolation"), "secret", "held"]),
-        env=h.base_env(RGPU_TEST_PLATFORM="rgpu"), text=True, stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line or line.strip() == "READY":
-            break
-    return proc
-
-
 def test_memory_quota_refuses_with_the_apis_error(start_server, c_program):
     server = start_server(args=["--session-memory", "64M"])
     allocated, code, r = allocate(c_program, server, 24 * MIB, 5)
@@ -57,7 +43,7 @@ def test_object_quota(start_server, c_program):
 
 def test_session_limits_per_client_and_in_all(start_server, c_program):
     server = start_server(args=["--max-sessions-per-client", "1"])
-    holder = hold_session(c_program, server)
+    holder = h.hold_session(c_program("isolation"), server)
     try:
         r = h.run_rgpu(c_program("platform_device"), [server], timeout=60)
         assert not r.timed_out and r.returncode != 0, r.describe()
@@ -70,7 +56,7 @@ def test_session_limits_per_client_and_in_all(start_server, c_program):
     h.assert_pass(h.run_rgpu(c_program("platform_device"), [server]), "platform_device", server)
 
     full = start_server(args=["--max-sessions", "1"])
-    holder = hold_session(c_program, full)
+    holder = h.hold_session(c_program("isolation"), full)
     try:
         r = h.run_rgpu(c_program("platform_device"), [full], timeout=60)
         assert r.returncode != 0 and "server is full" in full.log(), full.log_tail()
@@ -80,7 +66,7 @@ def test_session_limits_per_client_and_in_all(start_server, c_program):
 
 def test_idle_sessions_are_closed_busy_ones_are_not(start_server, c_program):
     server = start_server(args=["--idle-timeout", "2"])
-    holder = hold_session(c_program, server)
+    holder = h.hold_session(c_program("isolation"), server)
     server.wait_log("idle_timeout", timeout=20)
     assert "no request for 2 s (idle_timeout); closing it" in server.log(), server.log_tail()
     out, _ = holder.communicate("go\n", timeout=60)

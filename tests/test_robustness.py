@@ -304,8 +304,9 @@ def handshake(server) -> socket.socket:
     _, body, _ = read_frame(s)
     assert body[0] == 0, f"expected Challenge, got {body[:8]!r}"  # ServerMsg::Challenge
     name = b"malformed-frame-test"
-    # Authenticate: nonce, proof None, name, lane None.
-    auth = b"\x00" + os.urandom(32) + b"\x00" + varint(len(name)) + name + b"\x00"
+    # Authenticate: nonce, proof None, name, lane None, application (the name), wait 0 s.
+    auth = (b"\x00" + os.urandom(32) + b"\x00" + varint(len(name)) + name + b"\x00"
+            + varint(len(name)) + name + varint(0))
     s.sendall(frame(auth, 1))
     _, body, _ = read_frame(s)
     assert body[0] == 1, f"expected Welcome, got {body[:40]!r}"  # ServerMsg::Welcome

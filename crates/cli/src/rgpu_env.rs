@@ -62,6 +62,9 @@ impl RgpuEnv {
                 .map_err(|e| format!("token file {}: {e}", token_file.display()))?;
             vars.push(("RGPU_TOKEN_FILE", absolute.into_os_string()));
         }
+        if std::env::var_os("RGPU_APP_ID").is_none() {
+            vars.push(("RGPU_APP_ID", OsString::from(application_id())));
+        }
 
         // Built before filling, so that a failure below removes the directory again.
         let mut env = RgpuEnv {
@@ -163,6 +166,21 @@ impl RgpuEnv {
 impl Drop for RgpuEnv {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.vendors_dir);
+    }
+}
+
+/// The application the command run belongs to, for servers whose devices are used by one
+/// application at a time: the SLURM job (its steps and MPI ranks share the job's devices), else
+/// this `rgpu run` (the command and its children: MPI ranks it starts, worker processes).
+fn application_id() -> String {
+    match std::env::var("SLURM_JOB_ID") {
+        Ok(job) if !job.trim().is_empty() => format!("slurm-job-{}", job.trim()),
+        _ => {
+            let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .map(|h| h.trim().to_string())
+                .unwrap_or_else(|_| "localhost".into());
+            format!("{host}:rgpu-run-{}", std::process::id())
+        }
     }
 }
 
@@ -292,7 +310,13 @@ mod tests {
             assert!(dir.join(system_icd.file_name().unwrap()).exists());
         }
         let vars: Vec<&str> = env.vars.iter().map(|(n, _)| *n).collect();
-        assert_eq!(vars, ["RGPU_SERVERS", "OCL_ICD_VENDORS"]);
+        let app = std::env::var_os("RGPU_APP_ID").is_none();
+        let expected: &[&str] = if app {
+            &["RGPU_SERVERS", "RGPU_APP_ID", "OCL_ICD_VENDORS"]
+        } else {
+            &["RGPU_SERVERS", "OCL_ICD_VENDORS"]
+        };
+        assert_eq!(vars, expected);
         drop(env);
         assert!(!dir.exists());
         std::fs::remove_dir_all(lib_dir).unwrap();

@@ -17,7 +17,8 @@ use rgpu_protocol::{
     decode_body, ClientMsg, FrameHeader, LaneKey, ServerMsg, MAX_LANES, STRIPE_MIN,
 };
 use rgpu_transport::{
-    client_handshake, Endpoint, FrameReader, FrameWriter, ReadHalf, Stream, TransportError,
+    client_handshake, Endpoint, FrameReader, FrameWriter, Introduction, ReadHalf, Stream,
+    TransportError,
 };
 
 use crate::lanes::Lanes;
@@ -147,7 +148,11 @@ impl Connection {
             &config.tls,
             endpoint,
             config.token.as_ref(),
-            &client_name,
+            Introduction {
+                name: &client_name,
+                application: &crate::application_from_env(),
+                wait: crate::exclusive_wait_from_env(),
+            },
             None,
         )
         .map_err(|e| match e {

@@ -60,6 +60,8 @@ impl std::error::Error for ClientError {}
 /// - `RGPU_CONNECT_TIMEOUT` (seconds, default 5), `RGPU_TIMEOUT` (seconds a reply may take, default 600)
 /// - `RGPU_LIVENESS_TIMEOUT` (seconds an unreachable server is waited for, default 10)
 /// - `RGPU_LANES` (data lanes per server, default 4), `RGPU_STRIPED_READS` (`off`, `on`, `auto`)
+/// - `RGPU_APP_ID` (the application, for servers used exclusively), `RGPU_EXCLUSIVE_WAIT`
+///   (seconds to wait for such a server, default 600)
 /// - `RGPU_TLS` (`auto`: TLS except to loopback and Unix sockets; `on`; `off`),
 ///   `RGPU_TLS_FINGERPRINT` (the servers' certificates, pinned), `RGPU_TLS_CA` (a CA bundle)
 #[derive(Clone)]
@@ -110,13 +112,41 @@ pub fn lanes_from_env() -> usize {
         .unwrap_or(DEFAULT_LANES)
 }
 
+/// The application this process belongs to (`RGPU_APP_ID`, which `rgpu run` sets for the
+/// command it runs and its children; else this host and process): on a server whose devices
+/// are used exclusively, sessions of one application share them.
+pub fn application_from_env() -> String {
+    match std::env::var("RGPU_APP_ID") {
+        Ok(id) if !id.trim().is_empty() => id.trim().to_string(),
+        _ => {
+            let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .map(|h| h.trim().to_string())
+                .unwrap_or_else(|_| "localhost".into());
+            format!("{host}:{}", std::process::id())
+        }
+    }
+}
+
+/// How long to wait for a server whose devices another application uses exclusively
+/// (`RGPU_EXCLUSIVE_WAIT`, seconds, default 600; 0: be refused at once).
+pub fn exclusive_wait_from_env() -> Duration {
+    std::env::var("RGPU_EXCLUSIVE_WAIT")
+        .ok()
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .filter(|s| s.is_finite() && *s >= 0.0)
+        .map_or(Duration::from_secs(600), Duration::from_secs_f64)
+}
+
 /// Whether large reads come back striped over the data lanes (`RGPU_STRIPED_READS`: `on`;
 /// `off`, the default; `auto`: on TLS connections only). With TLS each lane's records are
 /// sealed and opened by threads of their own, where one connection's two threads seal and open
 /// everything; in plaintext one connection was measured about as fast (docs/benchmarks.md).
 /// Off by default until measured on the GPU machine.
 pub fn striped_reads_from_env(tls: bool) -> bool {
-    match std::env::var("RGPU_STRIPED_READS").as_deref().map(str::trim) {
+    match std::env::var("RGPU_STRIPED_READS")
+        .as_deref()
+        .map(str::trim)
+    {
         Ok("on" | "1") => true,
         Ok("auto") => tls,
         _ => false,

@@ -5,7 +5,8 @@
 //! before any message is decoded; it also says whether the connection continues in TLS. Then
 //! (inside TLS where agreed) the server sends a [`ServerMsg::Challenge`], the client
 //! answers with [`ClientMsg::Authenticate`] and the server with [`ServerMsg::Welcome`] (or
-//! [`ServerMsg::Fatal`]). After that the client sends requests and the server replies.
+//! [`ServerMsg::Fatal`]), after [`ServerMsg::Queued`] notices while another application uses
+//! its devices exclusively. After that the client sends requests and the server replies.
 
 #[macro_use]
 pub mod table;
@@ -208,6 +209,12 @@ pub enum ClientMsg {
         client_name: String,
         /// Present when this connection is to be a data lane of an existing session.
         lane: Option<LaneAttach>,
+        /// Which application the session belongs to (`RGPU_APP_ID`): on a server whose
+        /// devices are used exclusively, the sessions of one application share them.
+        application: String,
+        /// Seconds the client waits for a server whose devices another application uses
+        /// exclusively (0: refuse at once); the server sends `Queued` while it waits.
+        wait_secs: u32,
     },
     /// The session's own messages (session.rs).
     Session(session::SessionRequest),
@@ -258,6 +265,9 @@ pub enum ServerMsg {
     ReadDone { status: i32 },
     /// An event the client asked about (`NotifyEvent`) reached `status`.
     EventStatus { event: opencl::Id, status: i32 },
+    /// Before the welcome: the server's devices are in exclusive use by another application,
+    /// and this one waits behind `ahead` others (sent again when that changes).
+    Queued { ahead: u32 },
 }
 
 sample_struct!(LaneAttach {
@@ -266,7 +276,7 @@ sample_struct!(LaneAttach {
     index
 });
 sample_enum!(ClientMsg {
-    Authenticate { client_nonce, proof, client_name, lane },
+    Authenticate { client_nonce, proof, client_name, lane, application, wait_secs },
     Session(request),
     Cl(request),
     Cu(request),
@@ -281,6 +291,7 @@ sample_enum!(ServerMsg {
     Data { offset },
     ReadDone { status },
     EventStatus { event, status },
+    Queued { ahead },
 });
 
 #[cfg(test)]

@@ -22,7 +22,7 @@ mod shared;
 mod workers;
 mod writer;
 
-pub use limits::{parse_size, Limits};
+pub use limits::{parse_size, Exclusive, Limits};
 
 /// The line tests and `rgpu bench` wait for, followed by the endpoint.
 pub const LISTENING_PREFIX: &str = "rgpu server listening on ";

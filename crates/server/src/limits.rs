@@ -10,12 +10,16 @@
 //!   (`CL_OUT_OF_RESOURCES`, `CL_OUT_OF_HOST_MEMORY`, `CUDA_ERROR_OUT_OF_MEMORY`), and the
 //!   server logs it once per session and kind.
 //! - An idle session (no request for `idle_timeout`) is closed.
+//! - With `exclusive` set, the server's devices are used by one application at a time
+//!   ([`Lease`]): the sessions of the application that holds them come in; another
+//!   application's wait in a bounded FIFO queue, up to what their client asked for and the
+//!   server allows, and are told how many wait before them.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
@@ -32,6 +36,17 @@ pub struct Limits {
     pub session_memory: u64,
     /// Objects (contexts, queues, buffers, kernels, events, streams, ...) one session may hold.
     pub session_objects: usize,
+    /// `Some`: the devices are used by one application at a time.
+    pub exclusive: Option<Exclusive>,
+}
+
+/// How applications queue for a server whose devices are used exclusively.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Exclusive {
+    /// Applications that may wait at once; one more is refused.
+    pub queue: usize,
+    /// The longest any client waits, whatever it asked for.
+    pub max_wait: Duration,
 }
 
 /// Who a session belongs to, for the per-client limit.
@@ -41,21 +56,49 @@ pub(crate) enum ClientKey {
     Local,
 }
 
-/// The listener's count of live sessions.
+/// Who asks for a session: the client's address, its application and how long it waits for
+/// exclusive use.
+pub(crate) struct Asking<'a> {
+    pub client: ClientKey,
+    pub application: &'a str,
+    pub wait: Duration,
+}
+
+/// The listener's count of live sessions, and the lease of exclusive use.
 #[derive(Default)]
 pub(crate) struct Admission {
     live: Mutex<(usize, HashMap<ClientKey, usize>)>,
+    lease: Arc<Lease>,
 }
 
-/// A place taken by a live session; dropping it gives the place back.
+/// A place taken by a live session; dropping it gives the place back (and its share of the
+/// lease).
 pub(crate) struct Slot {
     admission: Arc<Admission>,
     client: ClientKey,
+    _held: Option<Held>,
 }
 
 impl Admission {
-    /// Takes a place for a new session of `client`, if the limits leave one.
-    pub fn admit(self: &Arc<Self>, limits: &Limits, client: ClientKey) -> Result<Slot, String> {
+    /// Takes a place for a new session, if the limits leave one, after waiting (and calling
+    /// `queued` with the number of applications ahead whenever it changes) for exclusive use
+    /// where the server has it.
+    pub fn admit(
+        self: &Arc<Self>,
+        limits: &Limits,
+        asking: Asking<'_>,
+        queued: impl FnMut(usize),
+    ) -> Result<Slot, String> {
+        let held = match &limits.exclusive {
+            Some(exclusive) => Some(self.lease.acquire(
+                asking.application,
+                asking.wait.min(exclusive.max_wait),
+                exclusive.queue,
+                queued,
+            )?),
+            None => None,
+        };
+        let client = asking.client;
         let mut live = self.live.lock().unwrap_or_else(|e| e.into_inner());
         let (total, per_client) = &mut *live;
         if limits.max_sessions > 0 && *total >= limits.max_sessions {
@@ -75,7 +118,172 @@ impl Admission {
         Ok(Slot {
             admission: self.clone(),
             client,
+            _held: held,
         })
+    }
+}
+
+/// Exclusive use of the server's devices: held by one application (by as many of its
+/// sessions as it opens) at a time; other applications wait their turn, first come first
+/// served.
+#[derive(Default)]
+pub(crate) struct Lease {
+    state: Mutex<LeaseState>,
+    changed: Condvar,
+}
+
+#[derive(Default)]
+struct LeaseState {
+    /// The application that holds the devices, and how many of its sessions are live.
+    holder: Option<(String, usize)>,
+    /// Waiting applications' tickets, oldest first.
+    queue: VecDeque<(u64, String)>,
+    next_ticket: u64,
+}
+
+/// One session's share of the lease; the last one dropped frees the devices.
+pub(crate) struct Held {
+    lease: Arc<Lease>,
+}
+
+impl Lease {
+    fn lock(&self) -> MutexGuard<'_, LeaseState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A share of the lease for `application`: at once if it holds the devices or nobody
+    /// does (and nobody waits), else after the applications queued before it, within `wait`.
+    fn acquire(
+        self: &Arc<Self>,
+        application: &str,
+        wait: Duration,
+        queue_limit: usize,
+        mut queued: impl FnMut(usize),
+    ) -> Result<Held, String> {
+        let mut state = self.lock();
+        if state.take(application, None) {
+            return Ok(Held {
+                lease: self.clone(),
+            });
+        }
+        let holder = state.holder_name();
+        if wait.is_zero() {
+            return Err(format!(
+                "this server's devices are in exclusive use by {holder}; not waiting \
+                 (RGPU_EXCLUSIVE_WAIT=0)"
+            ));
+        }
+        let waiting: usize = state
+            .queue
+            .iter()
+            .filter(|(_, app)| app != application)
+            .count();
+        if waiting >= queue_limit {
+            return Err(format!(
+                "this server's devices are in exclusive use by {holder} and {waiting} \
+                 applications wait for them, its limit (exclusive_queue)"
+            ));
+        }
+        let ticket = state.next_ticket;
+        state.next_ticket += 1;
+        state.queue.push_back((ticket, application.to_string()));
+        log::info!(
+            "application {application} waits up to {} s for exclusive use of the devices, \
+             held by {holder}",
+            wait.as_secs()
+        );
+        let deadline = Instant::now() + wait;
+        let mut told = None;
+        loop {
+            if state.take(application, Some(ticket)) {
+                drop(state);
+                log::info!("application {application} has the devices now (exclusive use)");
+                self.changed.notify_all();
+                return Ok(Held {
+                    lease: self.clone(),
+                });
+            }
+            let ahead = state.position(ticket);
+            if told != Some(ahead) {
+                told = Some(ahead);
+                // Not under the lock: the callback writes to the client.
+                drop(state);
+                queued(ahead);
+                state = self.lock();
+                continue;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                state.queue.retain(|(t, _)| *t != ticket);
+                let holder = state.holder_name();
+                drop(state);
+                self.changed.notify_all();
+                return Err(format!(
+                    "waited {} s for this server's devices, in exclusive use by {holder}",
+                    wait.as_secs()
+                ));
+            }
+            state = self
+                .changed
+                .wait_timeout(state, left)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+    }
+}
+
+impl LeaseState {
+    /// Gives `application` a share if it holds the lease, or if nobody does and it is first
+    /// in the queue (`ticket`; `None`: only if nobody waits). Its ticket leaves the queue.
+    fn take(&mut self, application: &str, ticket: Option<u64>) -> bool {
+        let granted = match &mut self.holder {
+            Some((holder, sessions)) if holder == application => {
+                *sessions += 1;
+                true
+            }
+            Some(_) => false,
+            None => {
+                let first = self.queue.front().map(|(t, _)| *t);
+                if first == ticket {
+                    self.holder = Some((application.to_string(), 1));
+                    true
+                } else {
+                    false
+                }
+            }
+        };
+        if granted {
+            if let Some(ticket) = ticket {
+                self.queue.retain(|(t, _)| *t != ticket);
+            }
+        }
+        granted
+    }
+
+    /// How many applications wait before `ticket`.
+    fn position(&self, ticket: u64) -> usize {
+        self.queue.iter().take_while(|(t, _)| *t != ticket).count()
+    }
+
+    fn holder_name(&self) -> String {
+        match &self.holder {
+            Some((application, _)) => format!("application {application}"),
+            None => "an application ahead in the queue".into(),
+        }
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        let mut state = self.lease.lock();
+        if let Some((_, sessions)) = &mut state.holder {
+            *sessions -= 1;
+            if *sessions == 0 {
+                state.holder = None;
+            }
+        }
+        drop(state);
+        self.lease.changed.notify_all();
     }
 }
 
@@ -287,6 +495,116 @@ impl IdleClock {
 mod tests {
     use super::*;
 
+    fn asking(client: ClientKey, application: &str) -> Asking<'_> {
+        Asking {
+            client,
+            application,
+            wait: Duration::from_secs(30),
+        }
+    }
+
+    fn exclusive(queue: usize) -> Limits {
+        Limits {
+            exclusive: Some(Exclusive {
+                queue,
+                max_wait: Duration::from_secs(60),
+            }),
+            ..Limits::default()
+        }
+    }
+
+    /// One application's sessions share the devices; another's waits its turn, told how many
+    /// wait before it, and comes in when the first application's last session ends.
+    #[test]
+    fn exclusive_use_goes_to_one_application_at_a_time() {
+        let admission = Arc::new(Admission::default());
+        let limits = exclusive(4);
+        let a1 = admission
+            .admit(&limits, asking(ClientKey::Local, "a"), |_| {})
+            .unwrap();
+        let a2 = admission
+            .admit(&limits, asking(ClientKey::Local, "a"), |_| {})
+            .unwrap();
+        let no_wait = Asking {
+            wait: Duration::ZERO,
+            ..asking(ClientKey::Local, "b")
+        };
+        let err = admission.admit(&limits, no_wait, |_| {}).err().unwrap();
+        assert!(err.contains("exclusive use by application a"), "{err}");
+
+        let (told_b, heard_b) = std::sync::mpsc::channel();
+        let b = {
+            let (admission, limits) = (admission.clone(), limits.clone());
+            std::thread::spawn(move || {
+                admission
+                    .admit(&limits, asking(ClientKey::Local, "b"), |ahead| {
+                        told_b.send(ahead).unwrap()
+                    })
+                    .map(|_slot| ())
+            })
+        };
+        assert_eq!(heard_b.recv().unwrap(), 0, "b waits first in the queue");
+        let (told_c, heard_c) = std::sync::mpsc::channel();
+        let c = {
+            let (admission, limits) = (admission.clone(), limits.clone());
+            std::thread::spawn(move || {
+                admission
+                    .admit(&limits, asking(ClientKey::Local, "c"), |ahead| {
+                        told_c.send(ahead).unwrap()
+                    })
+                    .map(|_slot| ())
+            })
+        };
+        assert_eq!(heard_c.recv().unwrap(), 1, "c waits behind b");
+        drop(a1);
+        // a still has a session: b keeps waiting.
+        assert!(heard_b.recv_timeout(Duration::from_millis(200)).is_err());
+        drop(a2);
+        b.join().unwrap().unwrap();
+        // b came in and (its thread done) left; c, told it is first now, follows.
+        c.join().unwrap().unwrap();
+        // (Told it is first once b came in, unless b had already left when c looked.)
+        assert!(heard_c.try_iter().all(|ahead| ahead == 0));
+    }
+
+    #[test]
+    fn exclusive_waits_are_bounded() {
+        let admission = Arc::new(Admission::default());
+        let mut limits = exclusive(1);
+        let _a = admission
+            .admit(&limits, asking(ClientKey::Local, "a"), |_| {})
+            .unwrap();
+        limits.exclusive.as_mut().unwrap().max_wait = Duration::from_millis(100);
+        let err = admission
+            .admit(&limits, asking(ClientKey::Local, "b"), |_| {})
+            .err()
+            .unwrap();
+        assert!(
+            err.contains("waited") && err.contains("application a"),
+            "{err}"
+        );
+        // A queue that is full refuses at once.
+        let waiting = {
+            let (admission, mut limits) = (admission.clone(), limits.clone());
+            limits.exclusive.as_mut().unwrap().max_wait = Duration::from_secs(60);
+            let (told, heard) = std::sync::mpsc::channel();
+            let thread = std::thread::spawn(move || {
+                let _ = admission.admit(&limits, asking(ClientKey::Local, "b"), |n| {
+                    let _ = told.send(n);
+                });
+            });
+            heard.recv().unwrap();
+            thread
+        };
+        let err = admission
+            .admit(&limits, asking(ClientKey::Local, "c"), |_| {})
+            .err()
+            .unwrap();
+        assert!(err.contains("exclusive_queue"), "{err}");
+        drop(_a);
+        waiting.join().unwrap();
+    }
+
     #[test]
     fn sizes() {
         assert_eq!(parse_size("4096").unwrap(), 4096);
@@ -309,18 +627,29 @@ mod tests {
         };
         let a: IpAddr = "10.0.0.1".parse().unwrap();
         let b: IpAddr = "10.0.0.2".parse().unwrap();
-        let a1 = admission.admit(&limits, ClientKey::Address(a)).unwrap();
-        let _a2 = admission.admit(&limits, ClientKey::Address(a)).unwrap();
+        let a1 = admission
+            .admit(&limits, asking(ClientKey::Address(a), "app"), |_| {})
+            .unwrap();
+        let _a2 = admission
+            .admit(&limits, asking(ClientKey::Address(a), "app"), |_| {})
+            .unwrap();
         let err = admission
-            .admit(&limits, ClientKey::Address(a))
+            .admit(&limits, asking(ClientKey::Address(a), "app"), |_| {})
             .err()
             .unwrap();
         assert!(err.contains("max_sessions_per_client"), "{err}");
-        let _b1 = admission.admit(&limits, ClientKey::Address(b)).unwrap();
-        let err = admission.admit(&limits, ClientKey::Local).err().unwrap();
+        let _b1 = admission
+            .admit(&limits, asking(ClientKey::Address(b), "app"), |_| {})
+            .unwrap();
+        let err = admission
+            .admit(&limits, asking(ClientKey::Local, "app"), |_| {})
+            .err()
+            .unwrap();
         assert!(err.contains("full"), "{err}");
         drop(a1);
-        assert!(admission.admit(&limits, ClientKey::Local).is_ok());
+        assert!(admission
+            .admit(&limits, asking(ClientKey::Local, "app"), |_| {})
+            .is_ok());
     }
 
     #[test]

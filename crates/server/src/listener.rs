@@ -99,7 +99,12 @@ fn serve_in_worker(mut stream: Stream, shared: &Shared, workers: &Arc<WorkerPool
     };
     match route.lane_of {
         Some(session) => workers.route_lane(session, route, stream),
-        None => workers.serve(stream, route, |peer| shared.admit_session(peer), id),
+        None => workers.serve(
+            stream,
+            route,
+            |peer, application, wait, queued| shared.admit_session(peer, application, wait, queued),
+            id,
+        ),
     }
 }
 

@@ -10,10 +10,10 @@ use std::sync::Arc;
 use rgpu_cl_api::error_name;
 use rgpu_protocol::opencl::{self, ClReply};
 use rgpu_protocol::session::{self, SessionReply};
-use rgpu_protocol::{decode_body, ClientMsg, FrameHeader, LaneAttach, LaneKey, ServerMsg};
+use rgpu_protocol::{decode_body, ClientMsg, FrameHeader, LaneKey, ServerMsg};
 use rgpu_transport::{
-    accept_preamble, random_lane_key, server_handshake, FrameReader, ReadHalf, Route, Stream,
-    TransportError,
+    accept_preamble, random_lane_key, server_handshake, Applicant, FrameReader, ReadHalf, Route,
+    Stream, TransportError,
 };
 
 use crate::lanes::{LaneHandles, Striped, StripedOut};
@@ -118,7 +118,7 @@ pub(crate) fn handshake(
     shared: &Shared,
     id: u64,
     lane_key: LaneKey,
-    admit: impl FnOnce(Option<&LaneAttach>, &Stream) -> Result<(), String>,
+    admit: impl FnOnce(&Applicant, &Stream) -> Result<(), String>,
 ) -> Option<Admitted> {
     let peer = stream.peer_description();
     let hello = server_handshake(

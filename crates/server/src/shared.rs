@@ -7,10 +7,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rgpu_protocol::LaneAttach;
-use rgpu_transport::{ServerSecurity, Stream, Token};
+use rgpu_transport::{tell_queued, Applicant, ServerSecurity, Stream, Token};
 
 use crate::lanes::LaneRegistry;
-use crate::limits::{Admission, ClientKey, Limits, Slot};
+use crate::limits::{Admission, Asking, ClientKey, Limits, Slot};
 use crate::opencl::inventory::Inventory;
 use crate::workers::WorkerPool;
 
@@ -68,29 +68,49 @@ impl Shared {
     /// a place in `slot` if the session limits leave one.
     pub fn admit(
         &self,
-        lane: Option<&LaneAttach>,
+        applicant: &Applicant,
         stream: &Stream,
         slot: &mut Option<Slot>,
         join_lane: impl FnOnce(&LaneAttach, &Stream) -> Result<(), String>,
     ) -> Result<(), String> {
-        match lane {
+        match &applicant.lane {
             Some(lane) => join_lane(lane, stream),
             None => {
                 // A refusal is logged with the handshake's outcome.
-                *slot = Some(self.admit_session(stream.peer_ip())?);
+                let queued = |ahead: usize| {
+                    let _ = tell_queued(stream, ahead as u32);
+                };
+                *slot = Some(self.admit_session(
+                    stream.peer_ip(),
+                    &applicant.application,
+                    applicant.wait,
+                    queued,
+                )?);
                 Ok(())
             }
         }
     }
 
-    /// A place for a new session from `peer` (`None`: a Unix socket), if the session limits
-    /// leave one.
-    pub fn admit_session(&self, peer: Option<std::net::IpAddr>) -> Result<Slot, String> {
+    /// A place for a new session of `application` from `peer` (`None`: a Unix socket), if
+    /// the session limits leave one; with exclusive use, once the application's turn has come
+    /// (within `wait`; `queued` hears how many wait before it).
+    pub fn admit_session(
+        &self,
+        peer: Option<std::net::IpAddr>,
+        application: &str,
+        wait: Duration,
+        queued: impl FnMut(usize),
+    ) -> Result<Slot, String> {
         let client = match peer {
             Some(ip) => ClientKey::Address(ip),
             None => ClientKey::Local,
         };
-        self.admission.admit(&self.limits, client)
+        let asking = Asking {
+            client,
+            application,
+            wait,
+        };
+        self.admission.admit(&self.limits, asking, queued)
     }
 
     pub fn stopping(&self) -> bool {

@@ -236,6 +236,29 @@ pub fn accept_preamble(
     })
 }
 
+/// How a client introduces itself in its handshake.
+#[derive(Clone, Copy, Debug)]
+pub struct Introduction<'a> {
+    /// For the server's log: program name and pid.
+    pub name: &'a str,
+    /// The application the session belongs to (sessions of one application share a server
+    /// whose devices are used exclusively).
+    pub application: &'a str,
+    /// How long to wait while another application uses the server's devices exclusively.
+    pub wait: Duration,
+}
+
+/// A plain name: an application of its own that does not wait.
+impl<'a> From<&'a str> for Introduction<'a> {
+    fn from(name: &'a str) -> Introduction<'a> {
+        Introduction {
+            name,
+            application: name,
+            wait: Duration::ZERO,
+        }
+    }
+}
+
 pub struct ClientWelcome {
     pub session_id: u64,
     pub server_name: String,
@@ -246,14 +269,15 @@ pub struct ClientWelcome {
 /// Runs the client side of the handshake on a fresh connection to `endpoint`: preambles, TLS
 /// where `tls` says so, then authentication. With `lane`, the connection joins an existing
 /// session as one of its data lanes. Returns the connection (in TLS or not) and the welcome.
-pub fn client_handshake(
+pub fn client_handshake<'a>(
     mut stream: Stream,
     tls: &TlsConnector,
     endpoint: &Endpoint,
     token: Option<&Token>,
-    client_name: &str,
+    client: impl Into<Introduction<'a>>,
     lane: Option<LaneAttach>,
 ) -> Result<(Stream, ClientWelcome), TransportError> {
+    let client = client.into();
     stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
     let use_tls = tls.wants_tls(&stream);
     stream.write_all(&Preamble::client(use_tls, lane.map(|l| l.session)).encode())?;
@@ -304,13 +328,29 @@ pub fn client_handshake(
         &ClientMsg::Authenticate {
             client_nonce,
             proof,
-            client_name: client_name.to_string(),
+            client_name: client.name.to_string(),
             lane,
+            application: client.application.to_string(),
+            wait_secs: client.wait.as_secs().min(u64::from(u32::MAX)) as u32,
         },
         0,
         &[],
     )?;
-    let (_, welcome) = reader.read_message::<ServerMsg>()?;
+    let mut welcome = reader.read_message::<ServerMsg>()?.1;
+    let mut ahead = None;
+    while let ServerMsg::Queued { ahead: now } = welcome {
+        if ahead != Some(now) {
+            log::warn!(
+                "rgpu: {server_name} ({endpoint}) is in exclusive use by another application; \
+                 waiting up to {} s behind {now} other(s) (RGPU_EXCLUSIVE_WAIT)",
+                client.wait.as_secs()
+            );
+            ahead = Some(now);
+        }
+        // The server answers within the wait the client asked for.
+        stream.set_read_timeout(Some(client.wait + HANDSHAKE_TIMEOUT))?;
+        welcome = reader.read_message::<ServerMsg>()?.1;
+    }
     let result = match welcome {
         ServerMsg::Welcome {
             session_id,
@@ -352,11 +392,29 @@ pub struct ClientHello {
     pub lane: Option<LaneAttach>,
 }
 
+/// What a client asks of `admit` in the server's handshake.
+#[derive(Debug)]
+pub struct Applicant {
+    /// `Some`: the connection is to join that session as its data lane.
+    pub lane: Option<LaneAttach>,
+    /// The application the session belongs to (see [`Introduction`]).
+    pub application: String,
+    /// How long the client waits for exclusive use of the devices.
+    pub wait: Duration,
+}
+
+/// Tells a client that waits for admission how many others wait before it (see
+/// [`ServerMsg::Queued`]); for `admit`, before the handshake's answer.
+pub fn tell_queued(stream: &Stream, ahead: u32) -> Result<(), TransportError> {
+    FrameWriter::new(stream.try_clone()?).send(&ServerMsg::Queued { ahead }, 0, &[])
+}
+
 /// Runs the server side of the handshake after [`accept_preamble`]: TLS where `route` asked
 /// for it, then authentication. With a token, the client must prove it holds it; without one,
 /// only local clients are let in. Then `admit` decides, for a data lane
-/// (`Some(attach)`: it takes the lane's stream) or a new session (`None`: room for one more?);
-/// its `Err` reaches the client as the reason it was refused. A new session gets `lane_key`,
+/// (`applicant.lane`: it takes the lane's stream) or a new session (room for one more? the
+/// devices free, or free soon enough? it may [`tell_queued`] meanwhile); its `Err` reaches the
+/// client as the reason it was refused. A new session gets `lane_key`,
 /// the key its own future lanes must present.
 #[allow(clippy::too_many_arguments)]
 pub fn server_handshake(
@@ -367,7 +425,7 @@ pub fn server_handshake(
     server_name: &str,
     session_id: u64,
     lane_key: LaneKey,
-    admit: impl FnOnce(Option<&LaneAttach>, &Stream) -> Result<(), String>,
+    admit: impl FnOnce(&Applicant, &Stream) -> Result<(), String>,
 ) -> Result<(Stream, ClientHello), TransportError> {
     stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
     if route.tls {
@@ -413,6 +471,8 @@ pub fn server_handshake(
         proof,
         client_name,
         lane,
+        application,
+        wait_secs,
     } = answer
     else {
         return Err(TransportError::Auth("client did not authenticate".into()));
@@ -437,7 +497,12 @@ pub fn server_handshake(
             auth::server_proof(token.as_bytes(), &server_nonce, &client_nonce)
         }
     };
-    if let Err(message) = admit(lane.as_ref(), &stream) {
+    let applicant = Applicant {
+        lane,
+        application,
+        wait: Duration::from_secs(wait_secs.into()),
+    };
+    if let Err(message) = admit(&applicant, &stream) {
         let _ = writer.send(
             &ServerMsg::Fatal {
                 message: message.clone(),

@@ -13,7 +13,8 @@ pub use countdown::Countdown;
 pub use framed::{FrameReader, FrameWriter};
 pub use handshake::{
     accept_preamble, client_handshake, load_client_token, random_lane_key, server_handshake,
-    ClientHello, ClientWelcome, Plaintext, Route, ServerSecurity, Token,
+    tell_queued, Applicant, ClientHello, ClientWelcome, Introduction, Plaintext, Route,
+    ServerSecurity, Token,
 };
 pub use read_ahead::ReadHalf;
 pub use stream::{Endpoint, Listener, Stream, StreamKind};

@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use rgpu_protocol::{LaneAttach, LaneKey, Preamble, PROTOCOL_VERSION};
 use rgpu_transport::{
-    accept_preamble, client_handshake, server_handshake, ClientHello, ClientSecurity, Endpoint,
-    Fingerprint, Plaintext, ServerSecurity, Stream, TlsConnector, TlsIdentity, TlsMode, Token,
-    TransportError,
+    accept_preamble, client_handshake, server_handshake, tell_queued, Applicant, ClientHello,
+    ClientSecurity, Endpoint, Fingerprint, Introduction, Plaintext, ServerSecurity, Stream,
+    TlsConnector, TlsIdentity, TlsMode, Token, TransportError,
 };
 
 const KEY: LaneKey = [9; 32];
@@ -27,10 +27,10 @@ fn pair_endpoint() -> Endpoint {
     Endpoint::Unix("socketpair".into())
 }
 
-type Admit = fn(Option<&LaneAttach>, &Stream) -> Result<(), String>;
+type Admit = fn(&Applicant, &Stream) -> Result<(), String>;
 
-fn sessions_only(lane: Option<&LaneAttach>, _: &Stream) -> Result<(), String> {
-    match lane {
+fn sessions_only(applicant: &Applicant, _: &Stream) -> Result<(), String> {
+    match applicant.lane {
         None => Ok(()),
         Some(_) => Err("no lanes here".into()),
     }
@@ -91,6 +91,55 @@ fn matching_tokens_authenticate_both_ways() {
     );
     assert_eq!(client.unwrap(), 77);
     assert_eq!(server.unwrap(), "test-client");
+}
+
+/// A client whose server makes it wait (exclusive use by another application) hears how many
+/// wait before it, keeps waiting past the handshake's usual timeout's worth of notices, and is
+/// welcomed; the server learns its application and how long it waits.
+#[test]
+fn a_queued_client_waits_for_its_welcome() {
+    let (a, b) = UnixStream::pair().unwrap();
+    let server = thread::spawn(move || {
+        let mut stream = Stream::Unix(b);
+        let security = ServerSecurity::default();
+        let route = accept_preamble(&mut stream, &security)?;
+        let mut asked = None;
+        server_handshake(
+            stream,
+            &route,
+            &security,
+            None,
+            "s",
+            5,
+            KEY,
+            |applicant, stream| {
+                asked = Some((applicant.application.clone(), applicant.wait));
+                for ahead in [2, 1, 0] {
+                    tell_queued(stream, ahead).map_err(|e| e.to_string())?;
+                    thread::sleep(Duration::from_millis(50));
+                }
+                Ok(())
+            },
+        )?;
+        Ok::<_, TransportError>(asked)
+    });
+    let introduction = Introduction {
+        name: "queued",
+        application: "job-42",
+        wait: Duration::from_secs(30),
+    };
+    let (_, welcome) = client_handshake(
+        Stream::Unix(a),
+        &plain(),
+        &pair_endpoint(),
+        None,
+        introduction,
+        None,
+    )
+    .unwrap();
+    assert_eq!(welcome.session_id, 5);
+    let asked = server.join().unwrap().unwrap();
+    assert_eq!(asked, Some(("job-42".to_string(), Duration::from_secs(30))));
 }
 
 #[test]
@@ -188,8 +237,8 @@ fn lanes_join_only_with_the_key() {
                 "s",
                 78,
                 [0; 32],
-                |lane, _| {
-                    let lane = lane.ok_or("expected a lane")?;
+                |applicant, _| {
+                    let lane = applicant.lane.ok_or("expected a lane")?;
                     if lane.session == 77 && lane.key == KEY && lane.index == 2 {
                         Ok(())
                     } else {

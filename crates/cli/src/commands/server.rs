@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use clap::ArgMatches;
 use rgpu_server::{
-    parse_size, Limits, Server, ServerConfig, SessionSettings, WorkerCommand, WorkerUser,
+    parse_size, Exclusive, Limits, Server, ServerConfig, SessionSettings, WorkerCommand, WorkerUser,
 };
 use rgpu_server::{CERTIFICATE_PREFIX, LISTENING_PREFIX};
 use rgpu_transport::tls::IdentityOrigin;
@@ -179,6 +179,37 @@ pub struct ServerSettings {
     )]
     idle_timeout: f64,
 
+    /// How applications share the devices: `shared` (sessions of any number of applications
+    /// at once, time-sliced on each GPU) or `exclusive` (one application at a time: the
+    /// sessions of one RGPU_APP_ID come in; another application's wait their turn, first come
+    /// first served, up to the wait their client asked for with RGPU_EXCLUSIVE_WAIT).
+    #[arg(
+        long,
+        value_enum,
+        default_value = "shared",
+        env = "RGPU_SERVER_SHARING"
+    )]
+    sharing: Sharing,
+
+    /// With --sharing exclusive: applications that may wait at once (one more is refused).
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 16,
+        env = "RGPU_SERVER_EXCLUSIVE_QUEUE"
+    )]
+    exclusive_queue: usize,
+
+    /// With --sharing exclusive: the longest any application waits, in seconds, whatever its
+    /// client asked for.
+    #[arg(
+        long,
+        value_name = "SECONDS",
+        default_value_t = 3600.0,
+        env = "RGPU_SERVER_EXCLUSIVE_MAX_WAIT"
+    )]
+    exclusive_max_wait: f64,
+
     /// Where sessions run: `process` (each in a worker process of its own, so a crash or a
     /// sticky GPU error ends only that session) or `thread` (all in this process; debugging).
     #[arg(
@@ -211,6 +242,15 @@ pub struct ServerSettings {
 enum Isolation {
     Process,
     Thread,
+}
+
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
+enum Sharing {
+    Shared,
+    Exclusive,
 }
 
 #[derive(
@@ -285,6 +325,13 @@ pub fn run(args: ServerArgs, matches: &ArgMatches) -> Result<ExitCode, String> {
                 session_memory: parse_size(&args.session_memory)
                     .map_err(|e| format!("session_memory: {e}"))?,
                 session_objects: args.session_objects,
+                exclusive: match args.sharing {
+                    Sharing::Shared => None,
+                    Sharing::Exclusive => Some(Exclusive {
+                        queue: args.exclusive_queue,
+                        max_wait: positive_seconds("exclusive_max_wait", args.exclusive_max_wait)?,
+                    }),
+                },
             },
         },
         workers: match args.isolation {

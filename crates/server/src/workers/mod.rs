@@ -33,7 +33,7 @@ use nix::sys::socket::{
     SockFlag, SockType,
 };
 use rgpu_protocol::LaneKey;
-use rgpu_transport::{Route, Stream, StreamKind};
+use rgpu_transport::{Applicant, Route, Stream, StreamKind};
 use serde::{Deserialize, Serialize};
 
 use crate::limits::Slot;
@@ -95,7 +95,7 @@ impl WorkerUser {
 #[derive(Debug, Serialize, Deserialize)]
 enum ToWorker {
     /// First message: load the native libraries with these settings, then say `Ready`.
-    Init(SessionSettings),
+    Init(Box<SessionSettings>),
     /// A new connection, its preamble read: finish its handshake (TLS, authentication) and,
     /// once admitted, serve it as session `id`. Its socket comes with the message.
     Session {
@@ -106,6 +106,9 @@ enum ToWorker {
     },
     /// Whether the session may start (the listener counts sessions against the limits).
     Admission(Result<(), String>),
+    /// Before `Admission`: the session waits for exclusive use behind `ahead` applications
+    /// (the worker tells its client).
+    Queued { ahead: u32 },
     /// A connection that says it is a data lane of the session: its handshake proves it (the
     /// key). Its socket comes with it.
     Lane { route: Route, kind: StreamKind },
@@ -116,8 +119,9 @@ enum ToWorker {
 enum FromWorker {
     /// The native libraries are loaded; the worker waits for its session.
     Ready { devices: usize, cuda_devices: usize },
-    /// The client authenticated: may its session start? (Answered by `Admission`.)
-    Authenticated,
+    /// The client authenticated: may its session start? (Answered by `Admission`.) Its
+    /// application, and how long it waits for exclusive use.
+    Authenticated { application: String, wait: Duration },
     /// The session started (the client's self-description, for the listener's logs).
     Serving { client: String },
     /// The handshake failed (logged by the worker): nothing ran for that client, and the
@@ -334,7 +338,7 @@ impl WorkerPool {
         };
         let init = worker
             .control
-            .send(&ToWorker::Init(self.settings.clone()), None)
+            .send(&ToWorker::Init(Box::new(self.settings.clone())), None)
             .and_then(|()| worker.control.recv::<FromWorker>());
         match init {
             Ok(Some((
@@ -430,7 +434,12 @@ impl WorkerPool {
         self: &Arc<Self>,
         stream: Stream,
         route: Route,
-        admit: impl Fn(Option<std::net::IpAddr>) -> Result<Slot, String>,
+        admit: impl Fn(
+            Option<std::net::IpAddr>,
+            &str,
+            Duration,
+            &mut dyn FnMut(usize),
+        ) -> Result<Slot, String>,
         id: u64,
     ) {
         let peer = stream.peer_description();
@@ -464,8 +473,17 @@ impl WorkerPool {
         let mut client = String::new();
         let unused = loop {
             match control.recv::<FromWorker>() {
-                Ok(Some((FromWorker::Authenticated, _))) => {
-                    let admission = admit(peer_ip).map(|s| slot = Some(s));
+                Ok(Some((FromWorker::Authenticated { application, wait }, _))) => {
+                    let mut queued = |ahead: usize| {
+                        let _ = control.send(
+                            &ToWorker::Queued {
+                                ahead: ahead as u32,
+                            },
+                            None,
+                        );
+                    };
+                    let admission =
+                        admit(peer_ip, &application, wait, &mut queued).map(|s| slot = Some(s));
                     if control.send(&ToWorker::Admission(admission), None).is_err() {
                         break false;
                     }

@@ -39,7 +39,7 @@ pub fn run_worker(on_start: impl FnOnce(WorkerStop)) -> Result<(), String> {
     let Some((ToWorker::Init(settings), _)) = control.recv()? else {
         return Err("the listener sent no settings".into());
     };
-    let shared = Arc::new(crate::load_shared(settings, false));
+    let shared = Arc::new(crate::load_shared(*settings, false));
     control.send(
         &FromWorker::Ready {
             devices: shared.inventory.devices.len(),
@@ -59,13 +59,19 @@ pub fn run_worker(on_start: impl FnOnce(WorkerStop)) -> Result<(), String> {
         };
         shared.lanes.open(id, lane_key);
         let mut early_lanes = Vec::new();
-        let admitted =
-            crate::session::handshake(stream, &route, &shared, id, lane_key, |lane, _| {
-                if lane.is_some() {
+        let admitted = crate::session::handshake(
+            stream,
+            &route,
+            &shared,
+            id,
+            lane_key,
+            |applicant, stream| {
+                if applicant.lane.is_some() {
                     return Err("not a data lane of a session on this server".into());
                 }
-                ask_admission(&control, &mut early_lanes)
-            });
+                ask_admission(&control, applicant, stream, &mut early_lanes)
+            },
+        );
         match admitted {
             Some(admitted) => break (id, admitted, early_lanes),
             None => {
@@ -131,13 +137,27 @@ fn next_session(control: &Control) -> Result<Option<(u64, Route, LaneKey, Stream
     }
 }
 
-/// Asks the listener whether an authenticated session may start. Lanes that come meanwhile
-/// (claims only: no session here has a key yet) wait in `early_lanes`.
-fn ask_admission(control: &Control, early_lanes: &mut Vec<(Route, Stream)>) -> Result<(), String> {
-    control.send(&FromWorker::Authenticated, None)?;
+/// Asks the listener whether an authenticated session may start, telling the client while it
+/// waits for exclusive use. Lanes that come meanwhile (claims only: no session here has a key
+/// yet) wait in `early_lanes`.
+fn ask_admission(
+    control: &Control,
+    applicant: &Applicant,
+    stream: &Stream,
+    early_lanes: &mut Vec<(Route, Stream)>,
+) -> Result<(), String> {
+    let asking = FromWorker::Authenticated {
+        application: applicant.application.clone(),
+        wait: applicant.wait,
+    };
+    control.send(&asking, None)?;
     loop {
         match control.recv::<ToWorker>()? {
             Some((ToWorker::Admission(decision), _)) => return decision,
+            Some((ToWorker::Queued { ahead }, _)) => {
+                // A client that went away is found when its welcome is sent.
+                let _ = rgpu_transport::tell_queued(stream, ahead);
+            }
             Some((ToWorker::Lane { route, kind }, Some(fd))) => {
                 early_lanes.push((route, Stream::from_fd(kind, fd)))
             }
@@ -174,8 +194,8 @@ fn join_lane(
         .name("rgpu-lane-join".into())
         .spawn(move || {
             // A lane's welcome carries no key of its own.
-            crate::session::handshake(lane, &route, &shared, id, [0; 32], |attach, stream| {
-                match attach {
+            crate::session::handshake(lane, &route, &shared, id, [0; 32], |applicant, stream| {
+                match &applicant.lane {
                     Some(attach) if route.lane_of == Some(attach.session) => {
                         shared.lanes.join(attach, stream)
                     }
