@@ -225,11 +225,14 @@ conffiles_ok() {
     grep -q ' /etc/rgpu/server.toml ' <<<"$c" && grep -q ' /etc/default/rgpu-server ' <<<"$c"
 }
 default_config_ok() {
-    # Loopback only: the one active setting is listen = "127.0.0.1:7450"; no token.
-    local active
+    # Loopback only and no token: the active settings are listen = "127.0.0.1:7450" and the
+    # TLS key pair's place in the service's state directory, nothing else.
+    local active expected
     active=$(grep -Ev '^[[:space:]]*(#|$)' /etc/rgpu/server.toml)
     info "active settings of /etc/rgpu/server.toml: $active"
-    [ "$active" = 'listen = "127.0.0.1:7450"' ]
+    expected=$(printf '%s\n' 'listen = "127.0.0.1:7450"' \
+        'tls_cert = "/var/lib/rgpu/tls/server.crt"' 'tls_key = "/var/lib/rgpu/tls/server.key"')
+    [ "$(sort <<<"$active")" = "$(sort <<<"$expected")" ]
 }
 nothing_running() {
     local pids
