@@ -5,6 +5,7 @@
 
 mod commands;
 mod rgpu_env;
+mod slurm;
 
 use std::process::ExitCode;
 

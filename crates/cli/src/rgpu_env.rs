@@ -30,13 +30,37 @@ const SYSTEM_VENDORS_DIR: &str = "/etc/OpenCL/vendors";
 #[derive(clap::Args, Clone, Debug)]
 pub struct ClientOptions {
     /// Servers whose devices the rgpu platform shows: host:port or unix:/path, comma-separated.
-    #[arg(long, value_name = "LIST", env = "RGPU_SERVERS", default_value = DEFAULT_SERVERS)]
-    pub servers: String,
+    /// Default: in a SLURM job, the job's servers (started by rgpu's prolog, with the job's
+    /// token and their certificates); else 127.0.0.1:7450.
+    #[arg(long, value_name = "LIST", env = "RGPU_SERVERS")]
+    pub servers: Option<String>,
 
     /// File holding the token the servers require (passed on as RGPU_TOKEN_FILE; RGPU_TOKEN
     /// in the environment works too).
     #[arg(long, value_name = "FILE")]
     pub token_file: Option<PathBuf>,
+}
+
+impl ClientOptions {
+    /// The environment for these options: the servers given, else the SLURM job's, else the
+    /// local default.
+    pub fn environment(&self) -> Result<RgpuEnv, String> {
+        if let Some(servers) = &self.servers {
+            return RgpuEnv::prepare(servers, self.token_file.as_deref());
+        }
+        match crate::slurm::job_servers()? {
+            Some(job) => {
+                let token = self.token_file.as_deref().unwrap_or(&job.token_file);
+                let mut env = RgpuEnv::prepare(&job.servers, Some(token))?;
+                if std::env::var_os("RGPU_TLS_FINGERPRINT").is_none() {
+                    env.vars
+                        .push(("RGPU_TLS_FINGERPRINT", OsString::from(job.fingerprints)));
+                }
+                Ok(env)
+            }
+            None => RgpuEnv::prepare(DEFAULT_SERVERS, self.token_file.as_deref()),
+        }
+    }
 }
 
 /// A prepared environment. The vendors directory is removed when this is dropped.
@@ -156,6 +180,15 @@ impl RgpuEnv {
         for (name, value) in &self.vars {
             std::env::set_var(name, value);
         }
+    }
+
+    /// The servers the program is given (RGPU_SERVERS).
+    pub fn servers(&self) -> String {
+        self.vars
+            .iter()
+            .find(|(name, _)| *name == "RGPU_SERVERS")
+            .map(|(_, value)| value.to_string_lossy().into_owned())
+            .unwrap_or_default()
     }
 
     pub fn icd_library(&self) -> &Path {

@@ -30,7 +30,7 @@ pub struct DevicesArgs {
 }
 
 pub fn run(args: DevicesArgs) -> Result<ExitCode, String> {
-    let env = RgpuEnv::prepare(&args.client.servers, args.client.token_file.as_deref())?;
+    let env = args.client.environment()?;
     env.apply_to_this_process();
     let native = NativeOpenCl::load(None)?;
     let devices = rgpu_devices(&native, &env)?;
@@ -53,7 +53,7 @@ pub fn run(args: DevicesArgs) -> Result<ExitCode, String> {
         return Err(format!(
             "the rgpu platform has no devices: none of the servers {} could be used (see the \
              messages above; -v shows more)",
-            args.client.servers
+            env.servers()
         ));
     }
 

@@ -12,7 +12,7 @@ use signal_hook::iterator::exfiltrator::WithOrigin;
 use signal_hook::iterator::{Handle, SignalsInfo};
 use signal_hook::low_level::siginfo::Cause;
 
-use crate::rgpu_env::{ClientOptions, RgpuEnv};
+use crate::rgpu_env::ClientOptions;
 
 #[derive(clap::Args, Debug)]
 #[command(
@@ -38,7 +38,7 @@ pub struct RunArgs {
 }
 
 pub fn run(args: RunArgs) -> Result<ExitCode, String> {
-    let env = RgpuEnv::prepare(&args.client.servers, args.client.token_file.as_deref())?;
+    let env = args.client.environment()?;
     let (program, program_args) = args.command.split_first().expect("clap requires CMD");
     let mut command = Command::new(program);
     command.args(program_args);

@@ -46,6 +46,12 @@ pub struct ServerArgs {
     #[arg(long)]
     print_config: bool,
 
+    /// Find the devices as serving would (libraries, filters), print how many there are, and
+    /// exit without serving: 0, or 1 with --expect-devices when there are fewer (a cluster's
+    /// epilog checks a node this way).
+    #[arg(long)]
+    check_devices: bool,
+
     /// Print the fingerprint of the server's TLS certificate (making the key pair first if
     /// there is none yet), then exit. Clients pin it with RGPU_TLS_FINGERPRINT.
     #[arg(long)]
@@ -280,6 +286,7 @@ pub const WORKER_SUBCOMMAND: &str = "server-worker";
 /// command line or the environment gave (those win over the config file).
 pub fn run(args: ServerArgs, matches: &ArgMatches) -> Result<ExitCode, String> {
     let args_print_fingerprint = args.print_fingerprint;
+    let check_devices = args.check_devices;
     let resolved = config::resolve(args.settings, matches, args.config.as_deref())?;
     if args.print_config {
         rgpu_bench::output::write_stdout(&resolved.render())?;
@@ -361,6 +368,11 @@ pub fn run(args: ServerArgs, matches: &ArgMatches) -> Result<ExitCode, String> {
                  {expected} expected (--expect-devices); not serving"
             ));
         }
+    }
+    if check_devices {
+        let (opencl, cuda) = server.device_counts();
+        rgpu_bench::output::write_stdout(&format!("{opencl} OpenCL devices, {cuda} CUDA GPUs\n"))?;
+        return Ok(ExitCode::SUCCESS);
     }
     let shutdown = server.shutdown_handle();
     std::thread::Builder::new()
