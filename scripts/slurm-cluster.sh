@@ -93,7 +93,7 @@ MpiDefault=none
 SchedulerType=sched/backfill
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
-GresTypes=gpu
+GresTypes=gpu,shard
 ReturnToService=2
 SlurmdTimeout=60
 InactiveLimit=0
@@ -107,8 +107,8 @@ MailProg=/bin/true
 JobCompType=jobcomp/none
 AccountingStorageType=accounting_storage/none
 NodeName=n1 NodeAddr=${ADDR[n1]} CPUs=$(nproc) RealMemory=1000 State=UNKNOWN
-NodeName=n2 NodeAddr=${ADDR[n2]} CPUs=$(nproc) RealMemory=1000 Gres=gpu:pocl:1 State=UNKNOWN
-NodeName=n3 NodeAddr=${ADDR[n3]} CPUs=$(nproc) RealMemory=1000 Gres=gpu:pocl:1 State=UNKNOWN
+NodeName=n2 NodeAddr=${ADDR[n2]} CPUs=$(nproc) RealMemory=1000 Gres=gpu:pocl:1,shard:4 State=UNKNOWN
+NodeName=n3 NodeAddr=${ADDR[n3]} CPUs=$(nproc) RealMemory=1000 Gres=gpu:pocl:1,shard:4 State=UNKNOWN
 PartitionName=cpu Nodes=n1 Default=YES OverSubscribe=YES State=UP
 PartitionName=gpu Nodes=n2,n3 OverSubscribe=YES State=UP
 CONF
@@ -119,11 +119,13 @@ CONF
 IgnoreSystemd=yes
 CONF
     # The GPU nodes' "GPU" is PoCL's OpenCL device; SLURM's gpu GRES wants a device file per
-    # GPU, so each gets a stand-in (nothing binds it: no device cgroup here).
+    # GPU, so each gets a stand-in (nothing binds it: no device cgroup here). Shards let jobs
+    # share a GPU: a job with --gres=gpu has it alone, jobs with --gres=shard share it.
     mkdir -p "$DIR/dev"
     touch "$DIR/dev/pocl0"
     cat >"$DIR/etc/gres.conf" <<CONF
 NodeName=n[2-3] Name=gpu Type=pocl File=$DIR/dev/pocl0
+NodeName=n[2-3] Name=shard Count=4 File=$DIR/dev/pocl0
 CONF
 }
 

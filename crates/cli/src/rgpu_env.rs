@@ -52,10 +52,13 @@ impl ClientOptions {
             Some(job) => {
                 let token = self.token_file.as_deref().unwrap_or(&job.token_file);
                 let mut env = RgpuEnv::prepare(&job.servers, Some(token))?;
-                if std::env::var_os("RGPU_TLS_FINGERPRINT").is_none() {
-                    env.vars
-                        .push(("RGPU_TLS_FINGERPRINT", OsString::from(job.fingerprints)));
+                // The job's servers' certificates, beside any the user pins.
+                let mut pins = OsString::from(job.fingerprints);
+                if let Some(own) = std::env::var_os("RGPU_TLS_FINGERPRINT") {
+                    pins.push(",");
+                    pins.push(own);
                 }
+                env.vars.push(("RGPU_TLS_FINGERPRINT", pins));
                 Ok(env)
             }
             None => RgpuEnv::prepare(DEFAULT_SERVERS, self.token_file.as_deref()),
