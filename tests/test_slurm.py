@@ -113,12 +113,19 @@ def test_a_job_on_the_cpu_node_uses_two_gpu_nodes(cluster, example):
     rgpu = str(h.RGPU)
     r = sh(["salloc", "-Q", "-p", "cpu", "-N1", "-n2", ":", "-p", "gpu", "-N2", "--gres=gpu:1",
             "bash", "-c",
+            f"{rgpu} cluster-status && "
             f"srun --het-group=0 -n1 {rgpu} devices && "
             f"srun --het-group=0 -n1 {rgpu} run -- clinfo -l && "
             f"RGPU_DEVICES_PER_RANK=1 EXAMPLE_PLATFORM=rgpu EXAMPLE_N=1048576 "
             f"srun --het-group=0 -n2 -l {rgpu} run -- {example}"], timeout=300)
+    # cluster-status, from the submitting host: the job on all three nodes, its two servers
+    # and their devices; then `rgpu devices` in the job's step, the same two.
+    for node in ("n1", "n2", "n3"):
+        assert re.search(rf"^{node}\s.*\b1 \(root, ", r.stdout, re.M), r.stdout
+    assert re.search(r"^job 1 \(root\): rgpu servers 10\.77\.9\.12:\d+,10\.77\.9\.13:\d+$",
+                     r.stdout, re.M), r.stdout
     servers = re.findall(r"\s(10\.77\.9\.1[23]):\d+\s*$", r.stdout, re.M)
-    assert sorted(servers) == [f"{NET}.12", f"{NET}.13"], r.stdout
+    assert sorted(servers) == [f"{NET}.12", f"{NET}.12", f"{NET}.13", f"{NET}.13"], r.stdout
     rgpu_platform = re.search(r"Platform #\d+: rgpu\n((?:\s+[`+]-- Device.*\n)+)", r.stdout)
     assert rgpu_platform and len(rgpu_platform.group(1).splitlines()) == 2, r.stdout
     assert len(re.findall(r"^\d: result: OK", r.stdout, re.M)) == 2, r.stdout

@@ -35,6 +35,7 @@ enum Command {
     Server(Box<commands::server::ServerArgs>),
     Run(commands::run::RunArgs),
     Devices(commands::devices::DevicesArgs),
+    ClusterStatus(commands::cluster_status::ClusterStatusArgs),
     Bench(rgpu_bench::BenchArgs),
     Token(commands::token::TokenArgs),
     /// One session's worker process (started by `rgpu server`, not by hand).
@@ -87,6 +88,7 @@ fn main() -> ExitCode {
         },
         Command::Run(args) => commands::run::run(args),
         Command::Devices(args) => commands::devices::run(args),
+        Command::ClusterStatus(args) => commands::cluster_status::run(args),
         Command::Bench(args) => rgpu_bench::run(args, &commands::BenchSetup::default()),
         Command::Token(args) => commands::token::run(args),
         Command::ServerWorker => commands::server::run_worker(),

@@ -25,13 +25,18 @@ pub struct JobServers {
 
 /// The servers of the SLURM job in the environment (SLURM_JOB_ID), if its prolog started any.
 pub fn job_servers() -> Result<Option<JobServers>, String> {
-    let Ok(job) = std::env::var("SLURM_JOB_ID") else {
-        return Ok(None);
-    };
+    match std::env::var("SLURM_JOB_ID") {
+        Ok(job) => servers_of_job(job.trim()),
+        Err(_) => Ok(None),
+    }
+}
+
+/// The servers of job `job` (the id its steps see), if its prolog started any.
+pub fn servers_of_job(job: &str) -> Result<Option<JobServers>, String> {
     let state = std::env::var_os("RGPU_SLURM_STATE")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(DEFAULT_STATE_DIR));
-    read_job(&state.join(job.trim()))
+    read_job(&state.join(job))
 }
 
 /// Reads a job's state directory; `None` where the job has none (no rgpu servers).

@@ -127,7 +127,7 @@ fn summary_row(native: &NativeOpenCl, index: usize, device: &NamedDevice) -> [St
 }
 
 /// Left-aligned columns, two spaces apart.
-fn render_table<const N: usize>(header: &[String; N], rows: &[[String; N]]) -> String {
+pub(crate) fn render_table<const N: usize>(header: &[String; N], rows: &[[String; N]]) -> String {
     let mut widths = header.each_ref().map(|h| h.chars().count());
     for row in rows {
         for (width, cell) in widths.iter_mut().zip(row) {

@@ -1,5 +1,6 @@
 //! One module per subcommand.
 
+pub mod cluster_status;
 pub mod devices;
 pub mod run;
 pub mod server;
