@@ -188,7 +188,8 @@ rgpu_procs() { # PIDs whose command is rgpu (this PID namespace only: /proc is i
 }
 FILES=(/usr/bin/rgpu /usr/lib/rgpu/librgpu_opencl.so /usr/lib/rgpu/librgpu_cuda.so
        /etc/rgpu/server.toml /etc/default/rgpu-server /lib/systemd/system/rgpu-server.service
-       /usr/share/doc/rgpu/copyright)
+       /usr/share/doc/rgpu/copyright /usr/lib/rgpu/slurm/rgpu-prolog
+       /usr/lib/rgpu/slurm/rgpu-epilog /usr/share/rgpu/slurm/rgpu-slurm.conf)
 UNIT=/lib/systemd/system/rgpu-server.service
 WANTS=/etc/systemd/system/multi-user.target.wants/rgpu-server.service
 

@@ -4,10 +4,12 @@
 #   target/debian/rgpu_<version>_<debian arch>.deb           (cargo-deb; see the
 #       [package.metadata.deb] section of crates/cli/Cargo.toml): /usr/bin/rgpu, both libraries
 #       in the private /usr/lib/rgpu/, the rgpu-server systemd service, /etc/rgpu/server.toml
-#       (loopback only) and /etc/default/rgpu-server;
+#       (loopback only), /etc/default/rgpu-server, and the SLURM prolog and epilog in
+#       /usr/lib/rgpu/slurm/ with their example settings in /usr/share/rgpu/slurm/;
 #   target/package/rgpu-<version>-<arch>-linux.tar.gz        for other distributions:
 #       rgpu-<version>/{bin/rgpu, lib/rgpu/librgpu_opencl.so, lib/rgpu/librgpu_cuda.so,
-#       share/rgpu/{server.toml, rgpu-server.env, rgpu-server.service}, README.md, INSTALL}
+#       share/rgpu/{server.toml, rgpu-server.env, rgpu-server.service}, lib/rgpu/slurm/
+#       (the SLURM prolog and epilog), share/rgpu/slurm/rgpu-slurm.conf, README.md, INSTALL}
 #
 # Binaries and libraries are stripped in both (the release profile keeps line tables for the
 # developers' backtraces: ~80 MB unstripped, ~9 MB stripped). Both are checked by
@@ -120,6 +122,9 @@ if [ "$MAKE_TAR" = 1 ]; then
     install -m 0644 "$RELEASE/librgpu_opencl.so" "$RELEASE/librgpu_cuda.so" "$STAGE/$NAME/lib/rgpu/"
     strip --strip-unneeded "$STAGE/$NAME/bin/rgpu" "$STAGE/$NAME/lib/rgpu/"*.so
     install -m 0644 packaging/server.toml packaging/rgpu-server.env "$STAGE/$NAME/share/rgpu/"
+    install -d "$STAGE/$NAME/lib/rgpu/slurm" "$STAGE/$NAME/share/rgpu/slurm"
+    install -m 0755 packaging/slurm/rgpu-prolog packaging/slurm/rgpu-epilog "$STAGE/$NAME/lib/rgpu/slurm/"
+    install -m 0644 packaging/slurm/rgpu-slurm.conf "$STAGE/$NAME/share/rgpu/slurm/"
     # The unit as the INSTALL note below installs rgpu: /usr/local/bin/rgpu.
     sed -e 's|/usr/bin/rgpu |/usr/local/bin/rgpu |' \
         -e "s|file:///usr/share/doc/rgpu/README.md|file:///opt/$NAME/README.md|" packaging/rgpu-server.service \
