@@ -133,6 +133,21 @@ def test_a_job_on_the_cpu_node_uses_two_gpu_nodes(cluster, example):
     wait_for("the job's state removed", lambda: not any((DIR / "jobs").iterdir()))
 
 
+def test_mpi_ranks_get_devices_of_their_own(cluster):
+    """Two ranks of Debian's Open MPI in a job on the CPU node, each with one of the job's two
+    GPUs (RGPU_DEVICES_PER_RANK=1, the rank from OMPI_COMM_WORLD_RANK): distinct servers."""
+    if shutil.which("mpirun") is None:
+        pytest.skip("no mpirun (scripts/setup.sh installs openmpi-bin)")
+    r = sh(["salloc", "-Q", "-p", "cpu", "-N1", "-n2", ":", "-p", "gpu", "-N2", "--gres=gpu:1",
+            "srun", "--het-group=0", "-n1", "mpirun", "--allow-run-as-root", "--oversubscribe",
+            "-np", "2", "--mca", "plm", "isolated", "--mca", "btl", "self,tcp",
+            h.RGPU, "devices"], timeout=300, RGPU_DEVICES_PER_RANK="1")
+    print(r.stdout)
+    devices = re.findall(r"^0\s.*\s(10\.77\.9\.1[23]):\d+\s*$", r.stdout, re.M)
+    assert sorted(devices) == [f"{NET}.12", f"{NET}.13"], r.stdout
+    assert not re.search(r"^1\s", r.stdout, re.M), "a rank saw more than its one device"
+
+
 def test_a_second_job_for_the_same_gpu_waits_in_slurms_queue(cluster):
     first = sh(["sbatch", "--parsable", "-p", "gpu", "--gres=gpu:1", "-w", "n2",
                 "--wrap", "sleep 20"]).stdout.strip()
