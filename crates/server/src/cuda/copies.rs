@@ -266,7 +266,18 @@ fn read_from_device(
 ) -> Result<(), End> {
     let (status, last) = match cuda.enter(ctx).and_then(|()| cuda.stream(stream)) {
         Ok(_) if !extent.fits(pitch) => (INVALID_VALUE, None),
-        Ok(stream) => stream_out(session, cuda, seq, stream, src, extent, pitch)?,
+        Ok(stream) => {
+            // A large read whose client takes reads over the data lanes goes out there whole.
+            let mut striped = session.start_striped_read(seq, extent.bytes().unwrap_or(0))?;
+            let sent = stream_out(session, cuda, seq, stream, src, extent, pitch, &mut striped)?;
+            match striped {
+                Some(out) => {
+                    session.finish_striped_read(out)?;
+                    (sent.0, None)
+                }
+                None => sent,
+            }
+        }
         Err(status) => (status, None),
     };
     let mut status = cuda.sync_status(status);
@@ -288,33 +299,11 @@ fn read_from_device(
 }
 
 /// Issues the copies to staging and sends every piece but the last, which it returns as
-/// (staging slot, packed offset, length), with the status so far. A large read whose client
-/// takes reads over the data lanes goes out there whole (nothing is returned): its pieces are
-/// lent to the lanes' sending threads.
-#[allow(clippy::type_complexity)]
-fn stream_out(
-    session: &mut Session,
-    cuda: &mut CudaSession,
-    seq: u64,
-    stream: CUstream,
-    src: u64,
-    extent: Extent,
-    pitch: Pitch,
-) -> Result<(Status, Option<(usize, u64, usize)>), End> {
-    let mut striped = session.start_striped_read(seq, extent.bytes().unwrap_or(0))?;
-    let pumped = pump_out(session, cuda, seq, stream, src, extent, pitch, &mut striped);
-    match striped {
-        None => pumped,
-        Some(out) => {
-            let (status, _) = pumped?;
-            session.finish_striped_read(out)?;
-            Ok((status, None))
-        }
-    }
-}
-
+/// (staging slot, packed offset, length), with the status so far. With `striped`, every piece
+/// goes to the data lanes' sending threads (lent: `Staging` waits for them before it reuses a
+/// slot) and nothing is returned.
 #[allow(clippy::too_many_arguments, clippy::type_complexity)]
-fn pump_out(
+fn stream_out(
     session: &mut Session,
     cuda: &mut CudaSession,
     seq: u64,
