@@ -513,6 +513,28 @@ mod tests {
         }
     }
 
+    /// A session of `application` asking on a thread of its own (ending at once when admitted),
+    /// and what it is told while it waits.
+    fn waiting(
+        admission: &Arc<Admission>,
+        limits: &Limits,
+        application: &'static str,
+    ) -> (
+        std::thread::JoinHandle<Result<(), String>>,
+        std::sync::mpsc::Receiver<usize>,
+    ) {
+        let (told, heard) = std::sync::mpsc::channel();
+        let (admission, limits) = (admission.clone(), limits.clone());
+        let thread = std::thread::spawn(move || {
+            admission
+                .admit(&limits, asking(ClientKey::Local, application), |ahead| {
+                    let _ = told.send(ahead);
+                })
+                .map(|_slot| ())
+        });
+        (thread, heard)
+    }
+
     /// One application's sessions share the devices; another's waits its turn, told how many
     /// wait before it, and comes in when the first application's last session ends.
     #[test]
@@ -532,29 +554,9 @@ mod tests {
         let err = admission.admit(&limits, no_wait, |_| {}).err().unwrap();
         assert!(err.contains("exclusive use by application a"), "{err}");
 
-        let (told_b, heard_b) = std::sync::mpsc::channel();
-        let b = {
-            let (admission, limits) = (admission.clone(), limits.clone());
-            std::thread::spawn(move || {
-                admission
-                    .admit(&limits, asking(ClientKey::Local, "b"), |ahead| {
-                        told_b.send(ahead).unwrap()
-                    })
-                    .map(|_slot| ())
-            })
-        };
+        let (b, heard_b) = waiting(&admission, &limits, "b");
         assert_eq!(heard_b.recv().unwrap(), 0, "b waits first in the queue");
-        let (told_c, heard_c) = std::sync::mpsc::channel();
-        let c = {
-            let (admission, limits) = (admission.clone(), limits.clone());
-            std::thread::spawn(move || {
-                admission
-                    .admit(&limits, asking(ClientKey::Local, "c"), |ahead| {
-                        told_c.send(ahead).unwrap()
-                    })
-                    .map(|_slot| ())
-            })
-        };
+        let (c, heard_c) = waiting(&admission, &limits, "c");
         assert_eq!(heard_c.recv().unwrap(), 1, "c waits behind b");
         drop(a1);
         // a still has a session: b keeps waiting.
@@ -584,25 +586,16 @@ mod tests {
             "{err}"
         );
         // A queue that is full refuses at once.
-        let waiting = {
-            let (admission, mut limits) = (admission.clone(), limits.clone());
-            limits.exclusive.as_mut().unwrap().max_wait = Duration::from_secs(60);
-            let (told, heard) = std::sync::mpsc::channel();
-            let thread = std::thread::spawn(move || {
-                let _ = admission.admit(&limits, asking(ClientKey::Local, "b"), |n| {
-                    let _ = told.send(n);
-                });
-            });
-            heard.recv().unwrap();
-            thread
-        };
+        limits.exclusive.as_mut().unwrap().max_wait = Duration::from_secs(60);
+        let (b, heard_b) = waiting(&admission, &limits, "b");
+        heard_b.recv().unwrap();
         let err = admission
             .admit(&limits, asking(ClientKey::Local, "c"), |_| {})
             .err()
             .unwrap();
         assert!(err.contains("exclusive_queue"), "{err}");
         drop(_a);
-        waiting.join().unwrap();
+        b.join().unwrap().unwrap();
     }
 
     #[test]
