@@ -573,7 +573,7 @@ mod tests {
     fn exclusive_waits_are_bounded() {
         let admission = Arc::new(Admission::default());
         let mut limits = exclusive(1);
-        let _a = admission
+        let a = admission
             .admit(&limits, asking(ClientKey::Local, "a"), |_| {})
             .unwrap();
         limits.exclusive.as_mut().unwrap().max_wait = Duration::from_millis(100);
@@ -594,7 +594,7 @@ mod tests {
             .err()
             .unwrap();
         assert!(err.contains("exclusive_queue"), "{err}");
-        drop(_a);
+        drop(a);
         b.join().unwrap().unwrap();
     }
 
