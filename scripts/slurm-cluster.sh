@@ -74,6 +74,9 @@ CONF
 # rgpu's test cluster (scripts/slurm-cluster.sh): one machine, nodes in network namespaces.
 ClusterName=rgpu-test
 SlurmctldHost=rgpuctl($NET.1)
+# Ports of their own: the controller listens on every address of this machine.
+SlurmctldPort=16817
+SlurmdPort=16818
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
@@ -160,16 +163,45 @@ daemons_up() {
     fi
     for node in "${NODES[@]}"; do
         pid_alive "$DIR/run/slurmd-$node.pid" && continue
-        # Its own network (the node's address) and host name; the file system is shared.
-        nsenter "--net=/run/netns/rgpu-$node" unshare --uts sh -c \
-            "hostname $node && exec slurmd -N $node -f '$SLURM_CONF'"
+        # Its own network (the node's address), host name and mounts (only /sys/fs/cgroup may
+        # differ: see cgroup_mounts); the file system is shared.
+        nsenter "--net=/run/netns/rgpu-$node" unshare --uts --mount --propagation private \
+            sh -c "hostname $node && $(declare -f cgroup_mounts); cgroup_mounts &&
+                   exec slurmd -N $node -f '$SLURM_CONF'"
     done
+}
+
+# slurmd 22.05 starts its cgroup plugin whatever the task and proctrack plugins, and wants the
+# machine's cgroup file systems under /sys/fs/cgroup. A machine's init mounts them; a chroot
+# with a fresh sysfs (scripts/fresh-root-check.sh) has none, so the node mounts them (in its
+# own mount namespace) as the machine has them: the unified hierarchy, or each v1 hierarchy
+# this process is in.
+cgroup_mounts() {
+    if awk '$2 == "/sys/fs/cgroup" { found = 1 } END { exit !found }' /proc/self/mounts; then
+        return 0
+    fi
+    if grep -qx '0::/.*' /proc/self/cgroup && [ "$(wc -l </proc/self/cgroup)" -eq 1 ]; then
+        mount -t cgroup2 none /sys/fs/cgroup
+        return
+    fi
+    mount -t tmpfs -o mode=755 cgroup /sys/fs/cgroup || return
+    local controllers name
+    while IFS=: read -r _ controllers _; do
+        [ -n "$controllers" ] || continue
+        name=${controllers#name=}
+        mkdir -p "/sys/fs/cgroup/$name"
+        if [ "$name" != "$controllers" ]; then
+            mount -t cgroup -o "none,name=$name" cgroup "/sys/fs/cgroup/$name" || return
+        else
+            mount -t cgroup -o "$controllers" cgroup "/sys/fs/cgroup/$name" || return
+        fi
+    done </proc/self/cgroup
 }
 
 wait_ready() {
     local deadline=$((SECONDS + 90)) states
     while [ $SECONDS -lt $deadline ]; do
-        states=$(sinfo -N -h -o '%N %t' 2>/dev/null | sort -u)
+        states=$(sinfo -N -h -o '%N %t' 2>/dev/null | sort -u) || true
         if [ "$(grep -cE ' (idle|mix|alloc)$' <<<"$states")" -eq ${#NODES[@]} ]; then
             return 0
         fi

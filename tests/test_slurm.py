@@ -77,7 +77,12 @@ def no_jobs() -> bool:
 @pytest.fixture(scope="module")
 def cluster(rgpu_bins):
     sh(["bash", SCRIPT, "down"], check=False)
-    sh(["bash", SCRIPT, "up"], timeout=300)
+    try:
+        sh(["bash", SCRIPT, "up"], timeout=300)
+    except AssertionError:
+        # Nothing half-started may stay behind for the tests after this module.
+        sh(["bash", SCRIPT, "down"], check=False)
+        raise
     yield
     sh(["bash", SCRIPT, "down"], timeout=120)
     # Nothing left: no daemon of the cluster, no namespace, no link, no file.
