@@ -376,12 +376,25 @@ pub unsafe extern "C" fn clGetEventProfilingInfo(
                 write_info(value, param_value_size, param_value, param_value_size_ret)
             };
         }
-        let value = match crate::api::program::server_info(
-            &event.conn,
-            InfoQuery::EventProfiling(event.id),
-            param_name,
-        ) {
+        let ask = || {
+            crate::api::program::server_info(
+                &event.conn,
+                InfoQuery::EventProfiling(event.id),
+                param_name,
+            )
+        };
+        let value = match ask() {
             Ok(value) => value,
+            // Complete here (a read's data arrived) while the server's native event, which
+            // joins the read's pieces, completes a moment later: profiling info is due once
+            // the event is complete, so wait for the server's and ask again.
+            Err(CL_PROFILING_INFO_NOT_AVAILABLE) if event.is_final() => {
+                let waited = event.conn.opencl().wait_for_events(vec![event.id]).outcome();
+                match waited.and_then(|()| ask()) {
+                    Ok(value) => value,
+                    Err(code) => return code,
+                }
+            }
             Err(code) => return code,
         };
         if event.is_final() {
