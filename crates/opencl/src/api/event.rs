@@ -389,7 +389,11 @@ pub unsafe extern "C" fn clGetEventProfilingInfo(
             // joins the read's pieces, completes a moment later: profiling info is due once
             // the event is complete, so wait for the server's and ask again.
             Err(CL_PROFILING_INFO_NOT_AVAILABLE) if event.is_final() => {
-                let waited = event.conn.opencl().wait_for_events(vec![event.id]).outcome();
+                let waited = event
+                    .conn
+                    .opencl()
+                    .wait_for_events(vec![event.id])
+                    .outcome();
                 match waited.and_then(|()| ask()) {
                     Ok(value) => value,
                     Err(code) => return code,
