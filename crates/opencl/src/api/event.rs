@@ -385,9 +385,10 @@ pub unsafe extern "C" fn clGetEventProfilingInfo(
         };
         let value = match ask() {
             Ok(value) => value,
-            // Complete here (a read's data arrived) while the server's native event, which
-            // joins the read's pieces, completes a moment later: profiling info is due once
-            // the event is complete, so wait for the server's and ask again.
+            // Complete here (a read's data arrived, say) while the server's native event is
+            // not quite yet (the data goes out as the read's pieces complete; seen in CI on a
+            // loaded machine). Profiling info is due once the event is complete: wait for
+            // the server's and ask again.
             Err(CL_PROFILING_INFO_NOT_AVAILABLE) if event.is_final() => {
                 let waited = event
                     .conn
