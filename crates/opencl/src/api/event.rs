@@ -385,11 +385,11 @@ pub unsafe extern "C" fn clGetEventProfilingInfo(
         };
         let value = match ask() {
             Ok(value) => value,
-            // Complete here (a read's data arrived, say) while the server's native event is
-            // not quite yet (the data goes out as the read's pieces complete; seen in CI on a
-            // loaded machine). Profiling info is due once the event is complete: wait for
-            // the server's and ask again.
-            Err(CL_PROFILING_INFO_NOT_AVAILABLE) if event.is_final() => {
+            // The event is complete (here, or as the server sees it) while the server's
+            // implementation has not filled in its times yet (PoCL, under load, a moment after
+            // a read's data went out or its status turned complete; seen in CI). Profiling
+            // info is due once the event is complete: wait for it on the server, ask again.
+            Err(CL_PROFILING_INFO_NOT_AVAILABLE) if current_status(&event) == Ok(CL_COMPLETE) => {
                 let waited = event
                     .conn
                     .opencl()
