@@ -23,6 +23,7 @@ import rgpu_harness as h
 SCRIPT = h.REPO / "scripts" / "slurm-cluster.sh"
 DIR = Path("/run/rgpu-slurm-test")
 NET = "10.77.9"
+RUN_DIR = h.WORK / "slurm"
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("slurmctld") is None,
                                 reason="needs root and SLURM (scripts/setup.sh installs it)")
@@ -35,8 +36,10 @@ def cluster_env(**extra: str) -> dict:
 
 
 def sh(cmd: list[str], timeout: float = 120, check: bool = True, **extra: str):
+    # In the tests' work directory: sbatch writes its jobs' output where it is run.
+    RUN_DIR.mkdir(parents=True, exist_ok=True)
     r = subprocess.run([str(c) for c in cmd], env=cluster_env(**extra), capture_output=True,
-                       text=True, timeout=timeout)
+                       text=True, timeout=timeout, cwd=RUN_DIR)
     if check and r.returncode != 0:
         raise AssertionError(f"{' '.join(map(str, cmd))}: exit {r.returncode}\n"
                              f"{r.stdout}\n{r.stderr}\n{logs()}")
@@ -97,7 +100,7 @@ def cluster(rgpu_bins):
 
 @pytest.fixture(scope="module")
 def example(cluster):
-    out = h.WORK / "slurm" / "vector_add"
+    out = RUN_DIR / "vector_add"
     out.parent.mkdir(parents=True, exist_ok=True)
     subprocess.run(["gcc", "-O2", "-o", str(out), str(h.REPO / "examples" / "vector_add.c"),
                     "-lOpenCL", "-lm"], check=True)
@@ -172,7 +175,7 @@ def test_a_second_job_for_the_same_gpu_waits_in_slurms_queue(cluster):
 
 
 def test_jobs_with_gpu_shards_share_the_gpu(cluster):
-    outs = [h.WORK / "slurm" / f"shard-{i}.out" for i in range(2)]
+    outs = [RUN_DIR / f"shard-{i}.out" for i in range(2)]
     jobs = [sh(["sbatch", "--parsable", "-p", "gpu", "--gres=shard:2", "-w", "n3", "-o", out,
                 "--wrap", f"{h.RGPU} devices && sleep 6"]).stdout.strip() for out in outs]
     wait_for("both shard jobs running at once",
