@@ -212,9 +212,7 @@ fn application_id() -> String {
     match std::env::var("SLURM_JOB_ID") {
         Ok(job) if !job.trim().is_empty() => format!("slurm-job-{}", job.trim()),
         _ => {
-            let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-                .map(|h| h.trim().to_string())
-                .unwrap_or_else(|_| "localhost".into());
+            let host = rgpu_transport::host_name().unwrap_or_else(|| "localhost".into());
             format!("{host}:rgpu-run-{}", std::process::id())
         }
     }

@@ -119,9 +119,7 @@ pub fn application_from_env() -> String {
     match std::env::var("RGPU_APP_ID") {
         Ok(id) if !id.trim().is_empty() => id.trim().to_string(),
         _ => {
-            let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-                .map(|h| h.trim().to_string())
-                .unwrap_or_else(|_| "localhost".into());
+            let host = rgpu_transport::host_name().unwrap_or_else(|| "localhost".into());
             format!("{host}:{}", std::process::id())
         }
     }

@@ -17,7 +17,7 @@ pub use handshake::{
     ServerSecurity, Token,
 };
 pub use read_ahead::ReadHalf;
-pub use stream::{Endpoint, Listener, Stream, StreamKind};
+pub use stream::{host_name, Endpoint, Listener, Stream, StreamKind};
 pub use tls::{ClientSecurity, Fingerprint, TlsConnector, TlsIdentity, TlsMode};
 
 use rgpu_protocol::ProtocolError;

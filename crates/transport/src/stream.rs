@@ -313,3 +313,12 @@ impl Drop for Listener {
         }
     }
 }
+
+/// This machine's host name (`None` where it cannot be read or is empty): names a server, and
+/// the application a client process belongs to.
+pub fn host_name() -> Option<String> {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|name| name.trim().to_string())
+        .ok()
+        .filter(|name| !name.is_empty())
+}

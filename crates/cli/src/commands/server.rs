@@ -470,11 +470,7 @@ fn is_local_only(endpoint: &Endpoint) -> bool {
 }
 
 fn host_name() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|name| name.trim().to_string())
-        .ok()
-        .filter(|name| !name.is_empty())
-        .unwrap_or_else(|| "rgpu-server".to_string())
+    rgpu_transport::host_name().unwrap_or_else(|| "rgpu-server".to_string())
 }
 
 #[cfg(test)]
