@@ -141,6 +141,14 @@ LEGACY_SIGNATURES = {
     "cuGetProcAddress": "symbol: *const ::core::ffi::c_char, pfn: *mut *mut ::core::ffi::c_void, "
                         "cudaVersion: ::core::ffi::c_int, flags: cuuint64_t",
     "cuStreamBeginCapture": "hStream: CUstream",
+    "cuLinkCreate": "numOptions: ::core::ffi::c_uint, options: *mut CUjit_option, "
+                    "optionValues: *mut *mut ::core::ffi::c_void, stateOut: *mut CUlinkState",
+    "cuLinkAddData": "state: CUlinkState, type_: CUjitInputType, data: *mut ::core::ffi::c_void, "
+                     "size: usize, name: *const ::core::ffi::c_char, numOptions: ::core::ffi::c_uint, "
+                     "options: *mut CUjit_option, optionValues: *mut *mut ::core::ffi::c_void",
+    "cuLinkAddFile": "state: CUlinkState, type_: CUjitInputType, path: *const ::core::ffi::c_char, "
+                     "numOptions: ::core::ffi::c_uint, options: *mut CUjit_option, "
+                     "optionValues: *mut *mut ::core::ffi::c_void",
     "cuStreamGetCaptureInfo_v2": "hStream: CUstream, captureStatus_out: *mut CUstreamCaptureStatus, "
                                  "id_out: *mut cuuint64_t, graph_out: *mut CUgraph, "
                                  "dependencies_out: *mut *const CUgraphNode, "

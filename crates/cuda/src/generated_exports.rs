@@ -587,8 +587,11 @@ pub unsafe extern "C" fn cuDeviceGetUuid_v2(uuid: *mut CUuuid, dev: CUdevice) ->
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuDeviceGraphMemTrim() -> CUresult {
-    not_supported("cuDeviceGraphMemTrim")
+pub unsafe extern "C" fn cuDeviceGraphMemTrim(device: CUdevice) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuDeviceGraphMemTrim", || unsafe {
+        crate::api::cuDeviceGraphMemTrim(device)
+    })
 }
 
 #[no_mangle]
@@ -1107,8 +1110,23 @@ pub unsafe extern "C" fn cuGraphAddBatchMemOpNode() -> CUresult {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuGraphAddChildGraphNode() -> CUresult {
-    not_supported("cuGraphAddChildGraphNode")
+pub unsafe extern "C" fn cuGraphAddChildGraphNode(
+    phGraphNode: *mut CUgraphNode,
+    hGraph: CUgraph,
+    dependencies: *const CUgraphNode,
+    numDependencies: usize,
+    childGraph: CUgraph,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuGraphAddChildGraphNode", || unsafe {
+        crate::api::cuGraphAddChildGraphNode(
+            phGraphNode,
+            hGraph,
+            dependencies,
+            numDependencies,
+            childGraph,
+        )
+    })
 }
 
 #[no_mangle]
@@ -1117,23 +1135,70 @@ pub unsafe extern "C" fn cuGraphAddDependencies() -> CUresult {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuGraphAddDependencies_v2() -> CUresult {
-    not_supported("cuGraphAddDependencies_v2")
+pub unsafe extern "C" fn cuGraphAddDependencies_v2(
+    hGraph: CUgraph,
+    from: *const CUgraphNode,
+    to: *const CUgraphNode,
+    edgeData: *const CUgraphEdgeData,
+    numDependencies: usize,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuGraphAddDependencies_v2", || unsafe {
+        crate::api::cuGraphAddDependencies_v2(hGraph, from, to, edgeData, numDependencies)
+    })
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuGraphAddEmptyNode() -> CUresult {
-    not_supported("cuGraphAddEmptyNode")
+pub unsafe extern "C" fn cuGraphAddEmptyNode(
+    phGraphNode: *mut CUgraphNode,
+    hGraph: CUgraph,
+    dependencies: *const CUgraphNode,
+    numDependencies: usize,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuGraphAddEmptyNode", || unsafe {
+        crate::api::cuGraphAddEmptyNode(phGraphNode, hGraph, dependencies, numDependencies)
+    })
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuGraphAddEventRecordNode() -> CUresult {
-    not_supported("cuGraphAddEventRecordNode")
+pub unsafe extern "C" fn cuGraphAddEventRecordNode(
+    phGraphNode: *mut CUgraphNode,
+    hGraph: CUgraph,
+    dependencies: *const CUgraphNode,
+    numDependencies: usize,
+    event: CUevent,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuGraphAddEventRecordNode", || unsafe {
+        crate::api::cuGraphAddEventRecordNode(
+            phGraphNode,
+            hGraph,
+            dependencies,
+            numDependencies,
+            event,
+        )
+    })
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuGraphAddEventWaitNode() -> CUresult {
-    not_supported("cuGraphAddEventWaitNode")
+pub unsafe extern "C" fn cuGraphAddEventWaitNode(
+    phGraphNode: *mut CUgraphNode,
+    hGraph: CUgraph,
+    dependencies: *const CUgraphNode,
+    numDependencies: usize,
+    event: CUevent,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuGraphAddEventWaitNode", || unsafe {
+        crate::api::cuGraphAddEventWaitNode(
+            phGraphNode,
+            hGraph,
+            dependencies,
+            numDependencies,
+            event,
+        )
+    })
 }
 
 #[no_mangle]
@@ -1157,8 +1222,23 @@ pub unsafe extern "C" fn cuGraphAddKernelNode() -> CUresult {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuGraphAddKernelNode_v2() -> CUresult {
-    not_supported("cuGraphAddKernelNode_v2")
+pub unsafe extern "C" fn cuGraphAddKernelNode_v2(
+    phGraphNode: *mut CUgraphNode,
+    hGraph: CUgraph,
+    dependencies: *const CUgraphNode,
+    numDependencies: usize,
+    nodeParams: *const CUDA_KERNEL_NODE_PARAMS,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuGraphAddKernelNode_v2", || unsafe {
+        crate::api::cuGraphAddKernelNode_v2(
+            phGraphNode,
+            hGraph,
+            dependencies,
+            numDependencies,
+            nodeParams,
+        )
+    })
 }
 
 #[no_mangle]
@@ -1172,13 +1252,47 @@ pub unsafe extern "C" fn cuGraphAddMemFreeNode() -> CUresult {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuGraphAddMemcpyNode() -> CUresult {
-    not_supported("cuGraphAddMemcpyNode")
+pub unsafe extern "C" fn cuGraphAddMemcpyNode(
+    phGraphNode: *mut CUgraphNode,
+    hGraph: CUgraph,
+    dependencies: *const CUgraphNode,
+    numDependencies: usize,
+    copyParams: *const CUDA_MEMCPY3D,
+    ctx: CUcontext,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuGraphAddMemcpyNode", || unsafe {
+        crate::api::cuGraphAddMemcpyNode(
+            phGraphNode,
+            hGraph,
+            dependencies,
+            numDependencies,
+            copyParams,
+            ctx,
+        )
+    })
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuGraphAddMemsetNode() -> CUresult {
-    not_supported("cuGraphAddMemsetNode")
+pub unsafe extern "C" fn cuGraphAddMemsetNode(
+    phGraphNode: *mut CUgraphNode,
+    hGraph: CUgraph,
+    dependencies: *const CUgraphNode,
+    numDependencies: usize,
+    memsetParams: *const CUDA_MEMSET_NODE_PARAMS,
+    ctx: CUcontext,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuGraphAddMemsetNode", || unsafe {
+        crate::api::cuGraphAddMemsetNode(
+            phGraphNode,
+            hGraph,
+            dependencies,
+            numDependencies,
+            memsetParams,
+            ctx,
+        )
+    })
 }
 
 #[no_mangle]
@@ -1187,8 +1301,25 @@ pub unsafe extern "C" fn cuGraphAddNode() -> CUresult {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuGraphAddNode_v2() -> CUresult {
-    not_supported("cuGraphAddNode_v2")
+pub unsafe extern "C" fn cuGraphAddNode_v2(
+    phGraphNode: *mut CUgraphNode,
+    hGraph: CUgraph,
+    dependencies: *const CUgraphNode,
+    dependencyData: *const CUgraphEdgeData,
+    numDependencies: usize,
+    nodeParams: *mut CUgraphNodeParams,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuGraphAddNode_v2", || unsafe {
+        crate::api::cuGraphAddNode_v2(
+            phGraphNode,
+            hGraph,
+            dependencies,
+            dependencyData,
+            numDependencies,
+            nodeParams,
+        )
+    })
 }
 
 #[no_mangle]
@@ -1212,13 +1343,34 @@ pub unsafe extern "C" fn cuGraphClone() -> CUresult {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuGraphConditionalHandleCreate() -> CUresult {
-    not_supported("cuGraphConditionalHandleCreate")
+pub unsafe extern "C" fn cuGraphConditionalHandleCreate(
+    pHandle_out: *mut CUgraphConditionalHandle,
+    hGraph: CUgraph,
+    ctx: CUcontext,
+    defaultLaunchValue: ::core::ffi::c_uint,
+    flags: ::core::ffi::c_uint,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuGraphConditionalHandleCreate", || unsafe {
+        crate::api::cuGraphConditionalHandleCreate(
+            pHandle_out,
+            hGraph,
+            ctx,
+            defaultLaunchValue,
+            flags,
+        )
+    })
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuGraphCreate() -> CUresult {
-    not_supported("cuGraphCreate")
+pub unsafe extern "C" fn cuGraphCreate(
+    phGraph: *mut CUgraph,
+    flags: ::core::ffi::c_uint,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuGraphCreate", || unsafe {
+        crate::api::cuGraphCreate(phGraph, flags)
+    })
 }
 
 #[no_mangle]
@@ -1245,8 +1397,14 @@ pub unsafe extern "C" fn cuGraphEventRecordNodeGetEvent() -> CUresult {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuGraphEventRecordNodeSetEvent() -> CUresult {
-    not_supported("cuGraphEventRecordNodeSetEvent")
+pub unsafe extern "C" fn cuGraphEventRecordNodeSetEvent(
+    hNode: CUgraphNode,
+    event: CUevent,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuGraphEventRecordNodeSetEvent", || unsafe {
+        crate::api::cuGraphEventRecordNodeSetEvent(hNode, event)
+    })
 }
 
 #[no_mangle]
@@ -1265,8 +1423,15 @@ pub unsafe extern "C" fn cuGraphExecBatchMemOpNodeSetParams() -> CUresult {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuGraphExecChildGraphNodeSetParams() -> CUresult {
-    not_supported("cuGraphExecChildGraphNodeSetParams")
+pub unsafe extern "C" fn cuGraphExecChildGraphNodeSetParams(
+    hGraphExec: CUgraphExec,
+    hNode: CUgraphNode,
+    childGraph: CUgraph,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuGraphExecChildGraphNodeSetParams", || unsafe {
+        crate::api::cuGraphExecChildGraphNodeSetParams(hGraphExec, hNode, childGraph)
+    })
 }
 
 #[no_mangle]
@@ -1278,8 +1443,15 @@ pub unsafe extern "C" fn cuGraphExecDestroy(hGraphExec: CUgraphExec) -> CUresult
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuGraphExecEventRecordNodeSetEvent() -> CUresult {
-    not_supported("cuGraphExecEventRecordNodeSetEvent")
+pub unsafe extern "C" fn cuGraphExecEventRecordNodeSetEvent(
+    hGraphExec: CUgraphExec,
+    hNode: CUgraphNode,
+    event: CUevent,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuGraphExecEventRecordNodeSetEvent", || unsafe {
+        crate::api::cuGraphExecEventRecordNodeSetEvent(hGraphExec, hNode, event)
+    })
 }
 
 #[no_mangle]
@@ -1313,18 +1485,41 @@ pub unsafe extern "C" fn cuGraphExecKernelNodeSetParams() -> CUresult {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuGraphExecKernelNodeSetParams_v2() -> CUresult {
-    not_supported("cuGraphExecKernelNodeSetParams_v2")
+pub unsafe extern "C" fn cuGraphExecKernelNodeSetParams_v2(
+    hGraphExec: CUgraphExec,
+    hNode: CUgraphNode,
+    nodeParams: *const CUDA_KERNEL_NODE_PARAMS,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuGraphExecKernelNodeSetParams_v2", || unsafe {
+        crate::api::cuGraphExecKernelNodeSetParams_v2(hGraphExec, hNode, nodeParams)
+    })
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuGraphExecMemcpyNodeSetParams() -> CUresult {
-    not_supported("cuGraphExecMemcpyNodeSetParams")
+pub unsafe extern "C" fn cuGraphExecMemcpyNodeSetParams(
+    hGraphExec: CUgraphExec,
+    hNode: CUgraphNode,
+    copyParams: *const CUDA_MEMCPY3D,
+    ctx: CUcontext,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuGraphExecMemcpyNodeSetParams", || unsafe {
+        crate::api::cuGraphExecMemcpyNodeSetParams(hGraphExec, hNode, copyParams, ctx)
+    })
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuGraphExecMemsetNodeSetParams() -> CUresult {
-    not_supported("cuGraphExecMemsetNodeSetParams")
+pub unsafe extern "C" fn cuGraphExecMemsetNodeSetParams(
+    hGraphExec: CUgraphExec,
+    hNode: CUgraphNode,
+    memsetParams: *const CUDA_MEMSET_NODE_PARAMS,
+    ctx: CUcontext,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuGraphExecMemsetNodeSetParams", || unsafe {
+        crate::api::cuGraphExecMemsetNodeSetParams(hGraphExec, hNode, memsetParams, ctx)
+    })
 }
 
 #[no_mangle]
@@ -1338,8 +1533,15 @@ pub unsafe extern "C" fn cuGraphExecUpdate() -> CUresult {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuGraphExecUpdate_v2() -> CUresult {
-    not_supported("cuGraphExecUpdate_v2")
+pub unsafe extern "C" fn cuGraphExecUpdate_v2(
+    hGraphExec: CUgraphExec,
+    hGraph: CUgraph,
+    resultInfo: *mut CUgraphExecUpdateResultInfo,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuGraphExecUpdate_v2", || unsafe {
+        crate::api::cuGraphExecUpdate_v2(hGraphExec, hGraph, resultInfo)
+    })
 }
 
 #[no_mangle]
@@ -1373,8 +1575,15 @@ pub unsafe extern "C" fn cuGraphGetEdges_v2() -> CUresult {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuGraphGetNodes() -> CUresult {
-    not_supported("cuGraphGetNodes")
+pub unsafe extern "C" fn cuGraphGetNodes(
+    hGraph: CUgraph,
+    nodes: *mut CUgraphNode,
+    numNodes: *mut usize,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuGraphGetNodes", || unsafe {
+        crate::api::cuGraphGetNodes(hGraph, nodes, numNodes)
+    })
 }
 
 #[no_mangle]
@@ -1469,8 +1678,14 @@ pub unsafe extern "C" fn cuGraphKernelNodeSetParams() -> CUresult {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuGraphKernelNodeSetParams_v2() -> CUresult {
-    not_supported("cuGraphKernelNodeSetParams_v2")
+pub unsafe extern "C" fn cuGraphKernelNodeSetParams_v2(
+    hNode: CUgraphNode,
+    nodeParams: *const CUDA_KERNEL_NODE_PARAMS,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuGraphKernelNodeSetParams_v2", || unsafe {
+        crate::api::cuGraphKernelNodeSetParams_v2(hNode, nodeParams)
+    })
 }
 
 #[no_mangle]
@@ -1508,8 +1723,14 @@ pub unsafe extern "C" fn cuGraphMemcpyNodeGetParams() -> CUresult {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuGraphMemcpyNodeSetParams() -> CUresult {
-    not_supported("cuGraphMemcpyNodeSetParams")
+pub unsafe extern "C" fn cuGraphMemcpyNodeSetParams(
+    hNode: CUgraphNode,
+    nodeParams: *const CUDA_MEMCPY3D,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuGraphMemcpyNodeSetParams", || unsafe {
+        crate::api::cuGraphMemcpyNodeSetParams(hNode, nodeParams)
+    })
 }
 
 #[no_mangle]
@@ -1518,8 +1739,14 @@ pub unsafe extern "C" fn cuGraphMemsetNodeGetParams() -> CUresult {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuGraphMemsetNodeSetParams() -> CUresult {
-    not_supported("cuGraphMemsetNodeSetParams")
+pub unsafe extern "C" fn cuGraphMemsetNodeSetParams(
+    hNode: CUgraphNode,
+    nodeParams: *const CUDA_MEMSET_NODE_PARAMS,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuGraphMemsetNodeSetParams", || unsafe {
+        crate::api::cuGraphMemsetNodeSetParams(hNode, nodeParams)
+    })
 }
 
 #[no_mangle]
@@ -1553,13 +1780,23 @@ pub unsafe extern "C" fn cuGraphNodeGetEnabled() -> CUresult {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuGraphNodeGetType() -> CUresult {
-    not_supported("cuGraphNodeGetType")
+pub unsafe extern "C" fn cuGraphNodeGetType(hNode: CUgraphNode, type_: *mut u32) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuGraphNodeGetType", || unsafe {
+        crate::api::cuGraphNodeGetType(hNode, type_)
+    })
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuGraphNodeSetEnabled() -> CUresult {
-    not_supported("cuGraphNodeSetEnabled")
+pub unsafe extern "C" fn cuGraphNodeSetEnabled(
+    hGraphExec: CUgraphExec,
+    hNode: CUgraphNode,
+    isEnabled: ::core::ffi::c_uint,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuGraphNodeSetEnabled", || unsafe {
+        crate::api::cuGraphNodeSetEnabled(hGraphExec, hNode, isEnabled)
+    })
 }
 
 #[no_mangle]
@@ -1578,8 +1815,17 @@ pub unsafe extern "C" fn cuGraphRemoveDependencies() -> CUresult {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuGraphRemoveDependencies_v2() -> CUresult {
-    not_supported("cuGraphRemoveDependencies_v2")
+pub unsafe extern "C" fn cuGraphRemoveDependencies_v2(
+    hGraph: CUgraph,
+    from: *const CUgraphNode,
+    to: *const CUgraphNode,
+    edgeData: *const CUgraphEdgeData,
+    numDependencies: usize,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuGraphRemoveDependencies_v2", || unsafe {
+        crate::api::cuGraphRemoveDependencies_v2(hGraph, from, to, edgeData, numDependencies)
+    })
 }
 
 #[no_mangle]
@@ -2118,8 +2364,29 @@ pub unsafe extern "C" fn cuLibraryLoadData(
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuLibraryLoadFromFile() -> CUresult {
-    not_supported("cuLibraryLoadFromFile")
+pub unsafe extern "C" fn cuLibraryLoadFromFile(
+    library: *mut CUlibrary,
+    fileName: *const ::core::ffi::c_char,
+    jitOptions: *mut u32,
+    jitOptionsValues: *mut *mut ::core::ffi::c_void,
+    numJitOptions: ::core::ffi::c_uint,
+    libraryOptions: *mut u32,
+    libraryOptionValues: *mut *mut ::core::ffi::c_void,
+    numLibraryOptions: ::core::ffi::c_uint,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuLibraryLoadFromFile", || unsafe {
+        crate::api::cuLibraryLoadFromFile(
+            library,
+            fileName,
+            jitOptions,
+            jitOptionsValues,
+            numJitOptions,
+            libraryOptions,
+            libraryOptionValues,
+            numLibraryOptions,
+        )
+    })
 }
 
 #[no_mangle]
@@ -2131,43 +2398,131 @@ pub unsafe extern "C" fn cuLibraryUnload(library: CUlibrary) -> CUresult {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuLinkAddData() -> CUresult {
-    not_supported("cuLinkAddData")
+pub unsafe extern "C" fn cuLinkAddData(
+    state: CUlinkState,
+    type_: u32,
+    data: *mut ::core::ffi::c_void,
+    size: usize,
+    name: *const ::core::ffi::c_char,
+    numOptions: ::core::ffi::c_uint,
+    options: *mut u32,
+    optionValues: *mut *mut ::core::ffi::c_void,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuLinkAddData", || unsafe {
+        crate::api::cuLinkAddData(
+            state,
+            type_,
+            data,
+            size,
+            name,
+            numOptions,
+            options,
+            optionValues,
+        )
+    })
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuLinkAddData_v2() -> CUresult {
-    not_supported("cuLinkAddData_v2")
+pub unsafe extern "C" fn cuLinkAddData_v2(
+    state: CUlinkState,
+    type_: u32,
+    data: *mut ::core::ffi::c_void,
+    size: usize,
+    name: *const ::core::ffi::c_char,
+    numOptions: ::core::ffi::c_uint,
+    options: *mut u32,
+    optionValues: *mut *mut ::core::ffi::c_void,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuLinkAddData_v2", || unsafe {
+        crate::api::cuLinkAddData_v2(
+            state,
+            type_,
+            data,
+            size,
+            name,
+            numOptions,
+            options,
+            optionValues,
+        )
+    })
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuLinkAddFile() -> CUresult {
-    not_supported("cuLinkAddFile")
+pub unsafe extern "C" fn cuLinkAddFile(
+    state: CUlinkState,
+    type_: u32,
+    path: *const ::core::ffi::c_char,
+    numOptions: ::core::ffi::c_uint,
+    options: *mut u32,
+    optionValues: *mut *mut ::core::ffi::c_void,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuLinkAddFile", || unsafe {
+        crate::api::cuLinkAddFile(state, type_, path, numOptions, options, optionValues)
+    })
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuLinkAddFile_v2() -> CUresult {
-    not_supported("cuLinkAddFile_v2")
+pub unsafe extern "C" fn cuLinkAddFile_v2(
+    state: CUlinkState,
+    type_: u32,
+    path: *const ::core::ffi::c_char,
+    numOptions: ::core::ffi::c_uint,
+    options: *mut u32,
+    optionValues: *mut *mut ::core::ffi::c_void,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuLinkAddFile_v2", || unsafe {
+        crate::api::cuLinkAddFile_v2(state, type_, path, numOptions, options, optionValues)
+    })
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuLinkComplete() -> CUresult {
-    not_supported("cuLinkComplete")
+pub unsafe extern "C" fn cuLinkComplete(
+    state: CUlinkState,
+    cubinOut: *mut *mut ::core::ffi::c_void,
+    sizeOut: *mut usize,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuLinkComplete", || unsafe {
+        crate::api::cuLinkComplete(state, cubinOut, sizeOut)
+    })
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuLinkCreate() -> CUresult {
-    not_supported("cuLinkCreate")
+pub unsafe extern "C" fn cuLinkCreate(
+    numOptions: ::core::ffi::c_uint,
+    options: *mut u32,
+    optionValues: *mut *mut ::core::ffi::c_void,
+    stateOut: *mut CUlinkState,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuLinkCreate", || unsafe {
+        crate::api::cuLinkCreate(numOptions, options, optionValues, stateOut)
+    })
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuLinkCreate_v2() -> CUresult {
-    not_supported("cuLinkCreate_v2")
+pub unsafe extern "C" fn cuLinkCreate_v2(
+    numOptions: ::core::ffi::c_uint,
+    options: *mut u32,
+    optionValues: *mut *mut ::core::ffi::c_void,
+    stateOut: *mut CUlinkState,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuLinkCreate_v2", || unsafe {
+        crate::api::cuLinkCreate_v2(numOptions, options, optionValues, stateOut)
+    })
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuLinkDestroy() -> CUresult {
-    not_supported("cuLinkDestroy")
+pub unsafe extern "C" fn cuLinkDestroy(state: CUlinkState) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuLinkDestroy", || unsafe {
+        crate::api::cuLinkDestroy(state)
+    })
 }
 
 #[no_mangle]
@@ -3723,8 +4078,14 @@ pub unsafe extern "C" fn cuModuleGetTexRef() -> CUresult {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuModuleLoad() -> CUresult {
-    not_supported("cuModuleLoad")
+pub unsafe extern "C" fn cuModuleLoad(
+    module: *mut CUmodule,
+    fname: *const ::core::ffi::c_char,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuModuleLoad", || unsafe {
+        crate::api::cuModuleLoad(module, fname)
+    })
 }
 
 #[no_mangle]
@@ -4068,13 +4429,47 @@ pub unsafe extern "C" fn cuStreamBeginCapture(hStream: CUstream) -> CUresult {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuStreamBeginCaptureToGraph() -> CUresult {
-    not_supported("cuStreamBeginCaptureToGraph")
+pub unsafe extern "C" fn cuStreamBeginCaptureToGraph(
+    hStream: CUstream,
+    hGraph: CUgraph,
+    dependencies: *const CUgraphNode,
+    dependencyData: *const CUgraphEdgeData,
+    numDependencies: usize,
+    mode: u32,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuStreamBeginCaptureToGraph", || unsafe {
+        crate::api::cuStreamBeginCaptureToGraph(
+            hStream,
+            hGraph,
+            dependencies,
+            dependencyData,
+            numDependencies,
+            mode,
+        )
+    })
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuStreamBeginCaptureToGraph_ptsz() -> CUresult {
-    not_supported("cuStreamBeginCaptureToGraph_ptsz")
+pub unsafe extern "C" fn cuStreamBeginCaptureToGraph_ptsz(
+    hStream: CUstream,
+    hGraph: CUgraph,
+    dependencies: *const CUgraphNode,
+    dependencyData: *const CUgraphEdgeData,
+    numDependencies: usize,
+    mode: u32,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuStreamBeginCaptureToGraph_ptsz", || unsafe {
+        crate::api::cuStreamBeginCaptureToGraph(
+            hStream,
+            hGraph,
+            dependencies,
+            dependencyData,
+            numDependencies,
+            mode,
+        )
+    })
 }
 
 #[no_mangle]

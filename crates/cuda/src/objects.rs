@@ -52,6 +52,7 @@ macro_rules! registered {
             }
 
             /// Gives the object to the program as a handle.
+            #[allow(dead_code)]
             pub fn into_handle(self) -> $handle {
                 let handle = self.handle;
                 self.register();
@@ -389,6 +390,33 @@ pub struct Graph {
     pub remote: Id,
 }
 registered!(Graph, CUgraph);
+
+/// A JIT link in progress on a server.
+pub struct Link {
+    /// The handle the program holds (see crate::handles).
+    pub handle: usize,
+    pub conn: Arc<Connection>,
+    pub remote: Id,
+    /// Where the program wants the link's logs (its `cuLinkCreate` options).
+    pub jit: crate::api::jit::JitRequest,
+    /// The linked cubin, once complete: the program reads it until it destroys the link.
+    pub cubin: Mutex<Option<Box<[u8]>>>,
+}
+registered!(Link, CUlinkState);
+
+/// A node of a graph built node by node.
+pub struct GraphNode {
+    /// The handle the program holds (see crate::handles).
+    pub handle: usize,
+    pub conn: Arc<Connection>,
+    pub remote: Id,
+    /// Its `CUgraphNodeType`.
+    pub kind: u32,
+    /// A conditional node's body graph handles: the array the program reads `phGraph_out` from,
+    /// valid for the node's lifetime.
+    pub bodies: Box<[usize]>,
+}
+registered!(GraphNode, CUgraphNode);
 
 /// An executable graph on a server.
 pub struct GraphExec {

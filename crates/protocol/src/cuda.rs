@@ -163,8 +163,81 @@ pub struct Loaded {
     pub status: Status,
     /// The server does not hold an image with that hash; send it.
     pub need_image: bool,
-    /// The JIT's log, if any.
-    pub log: String,
+    /// What the JIT compiler said.
+    pub logs: JitLogs,
+}
+
+/// One `CUjit_option` with a value (a number: the log buffers and symbol tables, which hold
+/// host addresses, stay on the client).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JitOption {
+    pub option: u32,
+    pub value: u64,
+}
+
+/// The JIT compiler's or linker's logs and time (`CU_JIT_INFO_LOG_BUFFER`,
+/// `CU_JIT_ERROR_LOG_BUFFER`, `CU_JIT_WALL_TIME`), for the client to hand the program.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct JitLogs {
+    pub info: String,
+    pub error: String,
+    pub wall_time_ms: f32,
+}
+
+/// The answer to `LinkAddData` and `LinkComplete`: the status, the logs so far and, once
+/// complete, the linked cubin (the program gets it as host memory).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Linked {
+    pub status: Status,
+    pub logs: JitLogs,
+    pub cubin: Vec<u8>,
+}
+
+/// What a graph node does (`CUgraphNodeParams`, with the client's handles as session ids).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum NodeParams {
+    /// A kernel; its parameter buffer is the request's bulk (laid out as for `Launch`).
+    Kernel {
+        function: Id,
+        grid: [u32; 3],
+        block: [u32; 3],
+        shared_mem: u32,
+    },
+    /// As `Memset`.
+    Memset {
+        dst: DevicePtr,
+        value: u32,
+        element_size: u8,
+        width: u64,
+        height: u64,
+        pitch: u64,
+    },
+    /// A copy between device addresses of this server.
+    Copy {
+        dst: DevicePtr,
+        dst_pitch: Pitch,
+        src: DevicePtr,
+        src_pitch: Pitch,
+        extent: Extent,
+    },
+    Empty,
+    EventRecord {
+        event: Id,
+    },
+    EventWait {
+        event: Id,
+    },
+    /// A copy of graph `graph` as a child graph.
+    Child {
+        graph: Id,
+    },
+    /// A conditional node on `handle` (the server's `CUgraphConditionalHandle`); the driver
+    /// makes its `bodies.len()` body graphs, which take the ids in `bodies`.
+    Conditional {
+        handle: u64,
+        kind: u32,
+        bodies: Vec<Id>,
+    },
 }
 
 wire_api! {
@@ -256,10 +329,24 @@ wire_api! {
 
     /// Modules, libraries, functions and kernels.
     group Modules {
-        /// Loads an image whose SHA-256 is `hash`. Bulk: the image, or nothing when the client
-        /// expects the server to hold it already.
-        call [bulk] LoadImage load_image(id: Id, ctx: Id, kind: ImageKind, hash: [u8; 32])
-            -> Loaded;
+        /// Loads an image whose SHA-256 is `hash`, compiled with the JIT options `jit`. Bulk:
+        /// the image, or nothing when the client expects the server to hold it already.
+        call [bulk] LoadImage load_image(
+            id: Id,
+            ctx: Id,
+            kind: ImageKind,
+            hash: [u8; 32],
+            jit: Vec<JitOption>,
+        ) -> Loaded;
+        /// `cuLinkCreate`: a JIT link in `ctx`.
+        post LinkCreate link_create(id: Id, ctx: Id, jit: Vec<JitOption>);
+        /// `cuLinkAddData` / `cuLinkAddFile` (the client reads the file). Bulk: the input.
+        call [bulk] LinkAddData link_add_data(link: Id, input: u32, name: String, jit: Vec<JitOption>)
+            -> Linked;
+        /// `cuLinkComplete`: the linked cubin. The server also keeps it as an image, so that
+        /// loading it next travels as its hash.
+        call LinkComplete link_complete(link: Id) -> Linked;
+        post LinkDestroy link_destroy(link: Id);
         post UnloadImage unload_image(id: Id);
         /// `cuModuleGetFunction` (`image` a module) or `cuLibraryGetKernel` (a library).
         call GetFunction get_function(id: Id, image: Id, name: String) -> Answer<FunctionInfo>;
@@ -322,11 +409,13 @@ wire_api! {
         call EventElapsedTime event_elapsed_time(start: Id, end: Id) -> Answer<f32>;
     }
 
-    /// Graphs by stream capture.
+    /// Graphs: by stream capture, or built node by node.
     group Graphs {
         /// `cuStreamBeginCapture`: the stream's work from now on is recorded into a graph on the
-        /// server.
-        call BeginCapture begin_capture(ctx: Id, stream: Id, mode: u32) -> Status;
+        /// server; `into` (`cuStreamBeginCaptureToGraph`): into that existing graph, after the
+        /// nodes `after`, else 0.
+        call BeginCapture begin_capture(ctx: Id, stream: Id, mode: u32, into: Id, after: Vec<Id>)
+            -> Status;
         /// `cuStreamEndCapture`: the recorded graph becomes `graph`.
         call EndCapture end_capture(ctx: Id, stream: Id, graph: Id) -> Status;
         /// `cuGraphInstantiateWithFlags`.
@@ -335,6 +424,42 @@ wire_api! {
         post GraphLaunch graph_launch(ctx: Id, exec: Id, stream: Id, upload: bool);
         post GraphDestroy graph_destroy(graph: Id);
         post GraphExecDestroy graph_exec_destroy(exec: Id);
+        /// `cuGraphCreate`.
+        post GraphCreate graph_create(ctx: Id, graph: Id, flags: u32);
+        /// `cuGraphAdd*Node`: node `node` of `graph`, after the nodes `after`. Bulk: a kernel
+        /// node's parameter buffer.
+        post [bulk] GraphAddNode graph_add_node(
+            ctx: Id,
+            graph: Id,
+            node: Id,
+            after: Vec<Id>,
+            params: NodeParams,
+        );
+        /// `cuGraph*NodeSetParams` (`exec` 0) and `cuGraphExec*NodeSetParams`: new parameters
+        /// for node `node` of the same kind. Bulk: as for `GraphAddNode`.
+        post [bulk] GraphNodeSetParams graph_node_set_params(
+            ctx: Id,
+            exec: Id,
+            node: Id,
+            params: NodeParams,
+        );
+        /// `cuGraphNodeSetEnabled`.
+        post GraphNodeSetEnabled graph_node_set_enabled(exec: Id, node: Id, enabled: bool);
+        /// `cuGraphAddDependencies` (`remove`: `cuGraphRemoveDependencies`), pairwise.
+        post GraphDependencies graph_dependencies(graph: Id, from: Vec<Id>, to: Vec<Id>, remove: bool);
+        /// `cuGraphConditionalHandleCreate`: the server's handle, which kernels receive.
+        call GraphConditionalHandle graph_conditional_handle(
+            ctx: Id,
+            graph: Id,
+            default_value: u32,
+            flags: u32,
+        ) -> Answer<u64>;
+        /// `cuGraphExecUpdate`: the `CUgraphExecUpdateResult`, and the status.
+        call GraphExecUpdate graph_exec_update(ctx: Id, exec: Id, graph: Id) -> Answer<u32>;
+        /// `cuGraphGetNodes` (how many).
+        call GraphNodeCount graph_node_count(graph: Id) -> Answer<u64>;
+        /// `cuDeviceGraphMemTrim`.
+        call GraphMemTrim graph_mem_trim(device: u32) -> Status;
     }
 
     /// Virtual memory management.
@@ -427,7 +552,30 @@ impl crate::table::FromStatus<Status> for Loaded {
         Loaded {
             status,
             need_image: false,
-            log: String::new(),
+            logs: JitLogs::default(),
+        }
+    }
+}
+
+impl Loaded {
+    /// A load that failed before the image was looked at.
+    pub fn from_status_only(status: Status) -> Loaded {
+        crate::table::FromStatus::from_status(status)
+    }
+}
+
+impl Linked {
+    /// A link step that failed before the linker ran.
+    pub fn from_status_only(status: Status) -> Linked {
+        crate::table::FromStatus::from_status(status)
+    }
+}
+
+impl crate::table::FromStatus<Status> for Linked {
+    fn from_status(status: Status) -> Self {
+        Linked {
+            status,
+            ..Linked::default()
         }
     }
 }
@@ -451,10 +599,23 @@ sample_struct! {
     FunctionInfo { params, attributes },
     MemInfo { free, total },
     Global { ptr, size },
-    Loaded { status, need_image, log },
+    Loaded { status, need_image, logs },
+    JitOption { option, value },
+    JitLogs { info, error, wall_time_ms },
+    Linked { status, logs, cubin },
 }
 
 sample_enum!(ImageKind { Module, Library });
+sample_enum!(NodeParams {
+    Kernel { function, grid, block, shared_mem },
+    Memset { dst, value, element_size, width, height, pitch },
+    Copy { dst, dst_pitch, src, src_pitch, extent },
+    Empty,
+    EventRecord { event },
+    EventWait { event },
+    Child { graph },
+    Conditional { handle, kind, bodies },
+});
 sample_enum!(OccupancyQuery {
     MaxActiveBlocks { function, block_size, shared_mem, flags },
     AvailableDynamicSharedMem { function, num_blocks, block_size },

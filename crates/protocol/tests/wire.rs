@@ -90,7 +90,17 @@ fn what_is_answered_and_what_carries_bulk_is_as_the_tables_say() {
         .filter(|r| r.takes_bulk())
         .map(|r| r.name())
         .collect();
-    assert_eq!(bulk, ["MemcpyHtoD", "LoadImage", "Launch"]);
+    assert_eq!(
+        bulk,
+        [
+            "MemcpyHtoD",
+            "LoadImage",
+            "LinkAddData",
+            "Launch",
+            "GraphAddNode",
+            "GraphNodeSetParams"
+        ]
+    );
     let reads: Vec<&str> = CuRequest::samples()
         .iter()
         .filter(|r| r.reads())

@@ -422,6 +422,23 @@ impl Session {
         }
     }
 
+    /// Reads the request's bulk, `len` bytes of at most `max`, into `dst` (reused: no
+    /// allocation once it has grown).
+    pub(crate) fn take_bulk_into(
+        &mut self,
+        dst: &mut Vec<u8>,
+        len: u64,
+        max: u64,
+    ) -> Result<(), End> {
+        if len > max {
+            return Err(End::Protocol(format!(
+                "{len} bytes of bulk, at most {max} expected"
+            )));
+        }
+        dst.resize(len as usize, 0);
+        self.take_bulk(dst)
+    }
+
     /// Reads and drops the next `len` bytes of the current request's bulk.
     pub(crate) fn skip_bulk(&mut self, len: u64) -> Result<(), End> {
         let lanes = &mut self.lanes;

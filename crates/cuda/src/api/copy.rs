@@ -660,6 +660,75 @@ unsafe fn copy_3d(p: *const CUDA_MEMCPY3D, stream: Option<CUstream>) -> CUresult
     copy_3d_from!(p, (null, null), stream)
 }
 
+/// A graph's copy node: rows between device addresses of one server (copies to or from host
+/// memory would run on the server, away from the program's memory: not offered).
+///
+/// # Safety
+/// `p` is null or points to a valid `CUDA_MEMCPY3D`.
+pub(crate) unsafe fn graph_copy(
+    p: *const CUDA_MEMCPY3D,
+) -> Result<rgpu_protocol::cuda::NodeParams, CUresult> {
+    // SAFETY: the caller's guarantee.
+    let p = unsafe { p.as_ref() }.ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+    if p.srcLOD != 0 || p.dstLOD != 0 {
+        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+    }
+    let side = |memory_type: u32, host: u64, device: u64, xyz, pitch, slice_rows| Described {
+        memory_type,
+        host,
+        device,
+        xyz,
+        pitch,
+        slice_rows,
+        ctx: std::ptr::null_mut(),
+    };
+    // SAFETY: fields of a valid descriptor.
+    let (src_type, dst_type) = unsafe {
+        (
+            memory_type(std::ptr::addr_of!(p.srcMemoryType)),
+            memory_type(std::ptr::addr_of!(p.dstMemoryType)),
+        )
+    };
+    let src = side(
+        src_type,
+        p.srcHost as u64,
+        p.srcDevice,
+        (p.srcXInBytes, p.srcY, p.srcZ),
+        p.srcPitch,
+        p.srcHeight,
+    )
+    .side()?;
+    let dst = side(
+        dst_type,
+        p.dstHost as u64,
+        p.dstDevice,
+        (p.dstXInBytes, p.dstY, p.dstZ),
+        p.dstPitch,
+        p.dstHeight,
+    )
+    .side()?;
+    let extent = Extent {
+        width: p.WidthInBytes as u64,
+        height: p.Height as u64,
+        depth: p.Depth as u64,
+    };
+    match (&src.memory, &dst.memory) {
+        (Memory::Device(a), Memory::Device(b)) if Arc::ptr_eq(&a.conn, &b.conn) => {
+            Ok(rgpu_protocol::cuda::NodeParams::Copy {
+                dst: dst.start,
+                dst_pitch: dst.pitch,
+                src: src.start,
+                src_pitch: src.pitch,
+                extent,
+            })
+        }
+        (Memory::Device(_), Memory::Device(_)) => Err(CUresult::CUDA_ERROR_INVALID_VALUE),
+        _ => Err(crate::unsupported::not_supported(
+            "graph copy nodes to or from host memory",
+        )),
+    }
+}
+
 /// # Safety
 /// `p` is null or points to a valid `CUDA_MEMCPY3D_PEER`.
 unsafe fn copy_3d_peer(p: *const CUDA_MEMCPY3D_PEER, stream: Option<CUstream>) -> CUresult {

@@ -1,12 +1,13 @@
 //! CUDA graphs by stream capture. The server records a capturing stream's work into a graph of
 //! its own (the program's launches and device copies reach it in order anyway); the client
 //! keeps each stream's capture state, and holds graphs and executable graphs as handles.
-//! Building graphs node by node is not offered.
+//! Graphs built node by node are in graph_nodes.rs.
 
 use std::cell::Cell;
+use std::collections::BTreeMap;
 use std::ffi::c_uint;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use rgpu_client::CudaClient;
 use rgpu_cuda_api::sys::*;
@@ -22,7 +23,46 @@ thread_local! {
 /// CU_STREAM_CAPTURE_MODE_RELAXED, the largest mode value.
 const LAST_CAPTURE_MODE: c_uint = 2;
 
+/// Captures into an existing graph (`cuStreamBeginCaptureToGraph`), by capture id: the
+/// graph's handle, which `cuStreamEndCapture` hands back.
+static CAPTURED_INTO: Mutex<BTreeMap<u64, usize>> = Mutex::new(BTreeMap::new());
+
 pub unsafe fn cuStreamBeginCapture_v2(stream: CUstream, mode: c_uint) -> CUresult {
+    // SAFETY: no dependencies to read.
+    unsafe { begin_capture(stream, mode, std::ptr::null_mut(), std::ptr::null(), 0) }
+}
+
+pub unsafe fn cuStreamBeginCaptureToGraph(
+    stream: CUstream,
+    graph: CUgraph,
+    deps: *const CUgraphNode,
+    edges: *const CUgraphEdgeData,
+    count: usize,
+    mode: c_uint,
+) -> CUresult {
+    if graph.is_null() {
+        return CUresult::CUDA_ERROR_INVALID_VALUE;
+    }
+    if !edges.is_null() {
+        return crate::unsupported::not_supported(
+            "graph edges with data (cuStreamBeginCaptureToGraph)",
+        );
+    }
+    // SAFETY: the program's dependency list, valid as the API requires.
+    unsafe { begin_capture(stream, mode, graph, deps, count) }
+}
+
+/// Begins a capture on `stream`: into a new graph, or into `into` after `deps`.
+///
+/// # Safety
+/// `deps` holds `count` node handles (or is null with `count` 0).
+unsafe fn begin_capture(
+    stream: CUstream,
+    mode: c_uint,
+    into: CUgraph,
+    deps: *const CUgraphNode,
+    count: usize,
+) -> CUresult {
     status((|| {
         // The default streams cannot be captured.
         let object =
@@ -34,13 +74,23 @@ pub unsafe fn cuStreamBeginCapture_v2(stream: CUstream, mode: c_uint) -> CUresul
             return Err(CUresult::CUDA_ERROR_ILLEGAL_STATE);
         }
         let (ctx, id) = resolve_stream(stream)?;
+        let (graph, after) = if into.is_null() {
+            (0, Vec::new())
+        } else {
+            let graph = Graph::from_handle(into).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+            // SAFETY: the caller's guarantee.
+            let after = unsafe { super::graph_nodes::node_ids(deps, count, &graph.conn)? };
+            (graph.remote, after)
+        };
         ctx.conn
             .cuda()
-            .begin_capture(ctx.remote, id, mode)
+            .begin_capture(ctx.remote, id, mode, graph, after)
             .outcome()?;
-        object
-            .capture
-            .store(crate::objects::next_capture_id(), Ordering::Release);
+        let capture = crate::objects::next_capture_id();
+        if !into.is_null() {
+            CAPTURED_INTO.lock().unwrap().insert(capture, into as usize);
+        }
+        object.capture.store(capture, Ordering::Release);
         Ok(())
     })())
 }
@@ -60,16 +110,29 @@ pub unsafe fn cuStreamEndCapture(stream: CUstream, graph: *mut CUgraph) -> CUres
             return Err(CUresult::CUDA_ERROR_ILLEGAL_STATE);
         }
         let (ctx, id) = resolve_stream(stream)?;
-        let captured = Graph::new(&ctx.conn);
+        let capture = object.capture.load(Ordering::Acquire);
+        let into = CAPTURED_INTO.lock().unwrap().remove(&capture);
+        let existing = into.and_then(|handle| Graph::from_handle(handle as CUgraph));
+        // Into an existing graph, the same graph comes back; else a new one.
+        let (remote, fresh) = match &existing {
+            Some(graph) => (graph.remote, None),
+            None => {
+                let graph = Graph::new(&ctx.conn);
+                (graph.remote, Some(graph))
+            }
+        };
         let server = ctx.conn.cuda();
-        let ended = server
-            .end_capture(ctx.remote, id, captured.remote)
-            .outcome();
+        let ended = server.end_capture(ctx.remote, id, remote).outcome();
         // The capture is over either way (the driver ends it, also on failure).
         object.capture.store(0, Ordering::Release);
         ended?;
+        let handle = match (fresh, existing) {
+            (Some(graph), _) => graph.into_handle(),
+            (None, Some(graph)) => graph.handle as CUgraph,
+            (None, None) => return Err(CUresult::CUDA_ERROR_INVALID_VALUE),
+        };
         // SAFETY: an out-pointer from the caller: null (refused by write_out) or writable, as the API requires.
-        unsafe { write_out(graph, captured.into_handle()) }
+        unsafe { write_out(graph, handle) }
     })())
 }
 

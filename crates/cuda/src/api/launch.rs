@@ -21,7 +21,7 @@ thread_local! {
 }
 
 /// Packs the launch's parameters into `buffer`.
-unsafe fn pack_params(
+pub(crate) unsafe fn pack_params(
     function: &Function,
     params: *mut *mut c_void,
     extra: *mut *mut c_void,

@@ -11,6 +11,7 @@ use rgpu_cuda_api::sys::*;
 use rgpu_protocol::cuda::{Id, ImageKind};
 use sha2::{Digest, Sha256};
 
+use super::jit::JitRequest;
 use super::{from_remote, status, write_out, Outcome};
 use crate::objects::PrimaryContext;
 use crate::objects::{current_context, server_key, Context, Function, Image};
@@ -27,33 +28,49 @@ fn send_image(
     id: Id,
     hash: [u8; 32],
     bytes: &[u8],
+    jit: &JitRequest,
 ) -> Result<(), CUresult> {
     let request = |with_image: bool| {
         let bulk: &[u8] = if with_image { bytes } else { &[] };
         let server = ctx.conn.cuda();
         server
-            .load_image(id, ctx.remote, kind, hash, bulk)
+            .load_image(id, ctx.remote, kind, hash, jit.wire.clone(), bulk)
             .map_err(client_error)
     };
     let mut loaded = request(bytes.len() <= SEND_WITH_FIRST_REQUEST)?;
     if loaded.need_image {
         loaded = request(true)?;
     }
-    if !loaded.log.is_empty() {
-        log::warn!("rgpu: module load: {}", loaded.log);
+    jit.deliver(&loaded.logs);
+    if loaded.status != 0 && !loaded.logs.error.is_empty() {
+        log::warn!("rgpu: module load: {}", loaded.logs.error);
     }
     from_remote(loaded.status)
 }
 
-fn load(ctx: &Context, kind: ImageKind, image: *const c_void) -> Result<Image, CUresult> {
+fn load(
+    ctx: &Context,
+    kind: ImageKind,
+    image: *const c_void,
+    jit: &JitRequest,
+) -> Result<Image, CUresult> {
     // SAFETY: the API contract: `image` points at a module image (fatbin, cubin or PTX).
     let bytes = unsafe { image_bytes(image) }.ok_or(CUresult::CUDA_ERROR_INVALID_IMAGE)?;
+    load_bytes(ctx, kind, bytes, jit)
+}
+
+fn load_bytes(
+    ctx: &Context,
+    kind: ImageKind,
+    bytes: &[u8],
+    jit: &JitRequest,
+) -> Result<Image, CUresult> {
     let hash: [u8; 32] = Sha256::digest(bytes).into();
     // A library may be used on every server; keep its bytes for the others.
     let several_servers = crate::servers::servers().is_ok_and(|rt| rt.servers > 1);
     let kept = (kind == ImageKind::Library && several_servers).then(|| Arc::from(bytes));
     let object = Image::new(&ctx.conn, kind, hash, kept);
-    send_image(ctx, kind, object.remote, hash, bytes)?;
+    send_image(ctx, kind, object.remote, hash, bytes, jit)?;
     Ok(object)
 }
 
@@ -72,7 +89,14 @@ fn image_on(image: &Image, ctx: &Context) -> Result<Id, CUresult> {
         .as_ref()
         .ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
     let id = ctx.conn.new_id();
-    send_image(ctx, image.kind, id, image.hash, bytes)?;
+    send_image(
+        ctx,
+        image.kind,
+        id,
+        image.hash,
+        bytes,
+        &JitRequest::default(),
+    )?;
     image.other_servers.lock().unwrap().insert(key, id);
     Ok(id)
 }
@@ -100,31 +124,46 @@ pub(crate) fn function_on(function: &Function, ctx: &Context) -> Result<Id, CUre
 }
 
 pub unsafe fn cuModuleLoadData(module: *mut CUmodule, image: *const c_void) -> CUresult {
-    status(current_context().and_then(|ctx| {
-        if module.is_null() {
-            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
-        }
-        let object = load(&ctx, ImageKind::Module, image)?;
-        // SAFETY: an out-pointer from the caller: null (refused by write_out) or writable, as the API requires.
-        unsafe { write_out(module, object.into_handle().cast()) }
-    }))
+    // SAFETY: the caller's arguments, passed on as they came.
+    unsafe { cuModuleLoadDataEx(module, image, 0, std::ptr::null_mut(), std::ptr::null_mut()) }
 }
 
 pub unsafe fn cuModuleLoadDataEx(
     module: *mut CUmodule,
     image: *const c_void,
-    _num_options: c_uint,
-    _options: *mut u32,
-    _values: *mut *mut c_void,
+    num_options: c_uint,
+    options: *mut u32,
+    values: *mut *mut c_void,
 ) -> CUresult {
-    // JIT options tune compilation or ask for logs; the server's driver compiles with defaults.
-    // SAFETY: the caller's arguments, passed on as they came.
-    unsafe { cuModuleLoadData(module, image) }
+    status(current_context().and_then(|ctx| {
+        if module.is_null() {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        // SAFETY: the program's option arrays, valid for the call as the API requires.
+        let jit = unsafe { JitRequest::parse(num_options, options, values)? };
+        let object = load(&ctx, ImageKind::Module, image, &jit)?;
+        // SAFETY: an out-pointer from the caller: null (refused by write_out) or writable, as the API requires.
+        unsafe { write_out(module, object.into_handle().cast()) }
+    }))
 }
 
 pub unsafe fn cuModuleLoadFatBinary(module: *mut CUmodule, fatbin: *const c_void) -> CUresult {
     // SAFETY: the caller's arguments, passed on as they came.
     unsafe { cuModuleLoadData(module, fatbin) }
+}
+
+/// `cuModuleLoad`: a cubin, fatbin or PTX file of the client's, loaded on the server.
+pub unsafe fn cuModuleLoad(module: *mut CUmodule, path: *const c_char) -> CUresult {
+    status(current_context().and_then(|ctx| {
+        if module.is_null() {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        // SAFETY: a NUL-terminated path, as the API requires.
+        let bytes = unsafe { super::jit::read_file(path)? };
+        let object = load_bytes(&ctx, ImageKind::Module, &bytes, &JitRequest::default())?;
+        // SAFETY: checked non-null above.
+        unsafe { write_out(module, object.into_handle().cast()) }
+    }))
 }
 
 pub unsafe fn cuModuleUnload(module: CUmodule) -> CUresult {
@@ -151,9 +190,33 @@ pub unsafe fn cuModuleGetLoadingMode(mode: *mut c_uint) -> CUresult {
 pub unsafe fn cuLibraryLoadData(
     library: *mut CUlibrary,
     code: *const c_void,
-    _jit_options: *mut u32,
-    _jit_values: *mut *mut c_void,
-    _num_jit_options: c_uint,
+    jit_options: *mut u32,
+    jit_values: *mut *mut c_void,
+    num_jit_options: c_uint,
+    _library_options: *mut u32,
+    _library_values: *mut *mut c_void,
+    _num_library_options: c_uint,
+) -> CUresult {
+    // Library options (binary preservation, unified-function loading) only tune how the
+    // driver keeps the image; the server's driver keeps it as it does by default.
+    status(library_context().and_then(|ctx| {
+        if library.is_null() {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        // SAFETY: the program's option arrays, valid for the call as the API requires.
+        let jit = unsafe { JitRequest::parse(num_jit_options, jit_options, jit_values)? };
+        let object = load(&ctx, ImageKind::Library, code, &jit)?;
+        // SAFETY: an out-pointer from the caller: null (refused by write_out) or writable, as the API requires.
+        unsafe { write_out(library, object.into_handle().cast()) }
+    }))
+}
+
+pub unsafe fn cuLibraryLoadFromFile(
+    library: *mut CUlibrary,
+    path: *const c_char,
+    jit_options: *mut u32,
+    jit_values: *mut *mut c_void,
+    num_jit_options: c_uint,
     _library_options: *mut u32,
     _library_values: *mut *mut c_void,
     _num_library_options: c_uint,
@@ -162,8 +225,15 @@ pub unsafe fn cuLibraryLoadData(
         if library.is_null() {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
         }
-        let object = load(&ctx, ImageKind::Library, code)?;
-        // SAFETY: an out-pointer from the caller: null (refused by write_out) or writable, as the API requires.
+        // SAFETY: a NUL-terminated path and the program's option arrays, as the API requires.
+        let (bytes, jit) = unsafe {
+            (
+                super::jit::read_file(path)?,
+                JitRequest::parse(num_jit_options, jit_options, jit_values)?,
+            )
+        };
+        let object = load_bytes(&ctx, ImageKind::Library, &bytes, &jit)?;
+        // SAFETY: checked non-null above.
         unsafe { write_out(library, object.into_handle().cast()) }
     }))
 }

@@ -69,16 +69,16 @@ impl serve::Copies for Served<'_> {
 
 /// The rows of a device-to-device copy: `extent`, lying `src_pitch` / `dst_pitch` apart.
 #[derive(Clone, Copy)]
-struct DeviceCopy {
-    dst: u64,
-    dst_pitch: Pitch,
-    src: u64,
-    src_pitch: Pitch,
-    extent: Extent,
+pub(super) struct DeviceCopy {
+    pub(super) dst: u64,
+    pub(super) dst_pitch: Pitch,
+    pub(super) src: u64,
+    pub(super) src_pitch: Pitch,
+    pub(super) extent: Extent,
 }
 
 impl DeviceCopy {
-    fn descriptor(&self) -> CUDA_MEMCPY3D {
+    pub(super) fn descriptor(&self) -> CUDA_MEMCPY3D {
         let device = CUmemorytype::CU_MEMORYTYPE_DEVICE;
         // With one slice the rows per slice do not matter; the driver still wants them to hold
         // the copy's rows.

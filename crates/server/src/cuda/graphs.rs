@@ -1,27 +1,89 @@
-//! Graphs by stream capture: the server records a capturing stream's work into a graph of its
-//! own, instantiates and launches it.
+//! Graphs: captured from a stream's work, or built node by node; instantiated, updated and
+//! launched. Nodes and the body graphs of conditional nodes belong to their graph (the driver
+//! destroys them with it): the session knows them by the client's ids, with their graph.
+
+use std::ffi::c_void;
+use std::ptr::{null, null_mut};
 
 use rgpu_cuda_api::cu_call;
+use rgpu_cuda_api::launch_param;
 use rgpu_cuda_api::native::{check, Status, INVALID_HANDLE, INVALID_VALUE};
 use rgpu_cuda_api::sys::*;
-use rgpu_protocol::cuda::{serve, Answer, Id};
+use rgpu_protocol::cuda::{serve, Answer, Id, NodeParams};
 
+use super::copies::DeviceCopy;
+use super::launches::MAX_PARAMS;
 use super::owned;
-use super::session::{code, Served};
+use super::session::{code, CudaSession, Served};
+use crate::session::End;
+
+/// A node of one of the session's graphs.
+pub(super) struct GraphNode {
+    pub(super) raw: CUgraphNode,
+    pub(super) graph: Id,
+}
+
+/// A graph the driver made as the body of a conditional node of graph `owner`.
+pub(super) struct GraphBody {
+    pub(super) raw: CUgraph,
+    pub(super) owner: Id,
+}
 
 impl serve::Graphs for Served<'_> {
-    fn begin_capture(&mut self, ctx: Id, stream: Id, mode: u32) -> Status {
+    fn begin_capture(
+        &mut self,
+        ctx: Id,
+        stream: Id,
+        mode: u32,
+        into: Id,
+        after: Vec<Id>,
+    ) -> Status {
         let cuda = &mut *self.cuda;
         code(cuda.enter(ctx).and_then(|()| {
             let stream = cuda.stream(stream)?;
             let mode = capture_mode(mode).ok_or(INVALID_VALUE)?;
-            // SAFETY: this session's live handles and local buffers; the driver checks addresses.
-            check(unsafe { cu_call!(cuda.backend.driver, cuStreamBeginCapture_v2(stream, mode)) })
+            let driver = &cuda.backend.driver;
+            if into == 0 {
+                // SAFETY: this session's live handles and local buffers; the driver checks addresses.
+                return check(unsafe { cu_call!(driver, cuStreamBeginCapture_v2(stream, mode)) });
+            }
+            let graph = cuda.graph(into)?;
+            let after = cuda.nodes(&after)?;
+            // SAFETY: as above; `after` outlives the call.
+            check(unsafe {
+                cu_call!(
+                    driver,
+                    cuStreamBeginCaptureToGraph(
+                        stream,
+                        graph,
+                        after.as_ptr(),
+                        null(),
+                        after.len(),
+                        mode
+                    )
+                )
+            })
         }))
     }
 
     fn end_capture(&mut self, ctx: Id, stream: Id, graph: Id) -> Status {
         let cuda = &mut *self.cuda;
+        // Captured into an existing graph: the driver hands that graph back.
+        if let Ok(existing) = cuda.graph(graph) {
+            return code(cuda.enter(ctx).and_then(|()| {
+                let stream = cuda.stream(stream)?;
+                let mut raw = null_mut();
+                // SAFETY: this session's live handles and local buffers; the driver checks addresses.
+                check(unsafe {
+                    cu_call!(cuda.backend.driver, cuStreamEndCapture(stream, &mut raw))
+                })?;
+                if raw == existing {
+                    Ok(())
+                } else {
+                    Err(INVALID_VALUE)
+                }
+            }));
+        }
         let made = cuda.create_in(ctx, |cuda, raw| {
             let stream = cuda.stream(stream)?;
             // SAFETY: this session's live handles and local buffers; the driver checks addresses.
@@ -36,7 +98,7 @@ impl serve::Graphs for Served<'_> {
     fn graph_instantiate(&mut self, ctx: Id, graph: Id, exec: Id, flags: u64) -> Status {
         let cuda = &mut *self.cuda;
         let made = cuda.create_in(ctx, |cuda, raw| {
-            let graph = cuda.graphs.get(&graph).ok_or(INVALID_HANDLE)?.raw();
+            let graph = cuda.graph(graph)?;
             // SAFETY: this session's live handles and local buffers; the driver checks addresses.
             check(unsafe {
                 cu_call!(
@@ -71,12 +133,537 @@ impl serve::Graphs for Served<'_> {
 
     fn graph_destroy(&mut self, graph: Id) -> Answer<()> {
         let taken = self.cuda.graphs.remove(&graph);
+        self.cuda.forget_parts_of(graph);
         self.cuda.destroy(taken)
     }
 
     fn graph_exec_destroy(&mut self, exec: Id) -> Answer<()> {
         let taken = self.cuda.graph_execs.remove(&exec);
         self.cuda.destroy(taken)
+    }
+
+    fn graph_create(&mut self, ctx: Id, graph: Id, flags: u32) -> Answer<()> {
+        let cuda = &mut *self.cuda;
+        let raw = cuda.create_in(ctx, |cuda, raw| {
+            // SAFETY: this session's live handles and local buffers; the driver checks addresses.
+            check(unsafe { cu_call!(cuda.backend.driver, cuGraphCreate(raw, flags)) })
+        })?;
+        cuda.graphs
+            .insert(graph, owned::Graph::new(raw, cuda.current, &cuda.backend));
+        Ok(())
+    }
+
+    fn graph_add_node(
+        &mut self,
+        ctx: Id,
+        graph: Id,
+        node: Id,
+        after: Vec<Id>,
+        params: NodeParams,
+        bulk_len: u64,
+    ) -> Result<Answer<()>, End> {
+        let cuda = &mut *self.cuda;
+        self.session
+            .take_bulk_into(&mut cuda.params, bulk_len, MAX_PARAMS)?;
+        Ok(cuda.enter(ctx).and_then(|()| {
+            let raw = cuda.add_node(graph, &after, params)?;
+            cuda.graph_nodes.insert(node, GraphNode { raw, graph });
+            Ok(())
+        }))
+    }
+
+    fn graph_node_set_params(
+        &mut self,
+        ctx: Id,
+        exec: Id,
+        node: Id,
+        params: NodeParams,
+        bulk_len: u64,
+    ) -> Result<Answer<()>, End> {
+        let cuda = &mut *self.cuda;
+        self.session
+            .take_bulk_into(&mut cuda.params, bulk_len, MAX_PARAMS)?;
+        Ok(cuda
+            .enter(ctx)
+            .and_then(|()| check(cuda.set_node_params(exec, node, params))))
+    }
+
+    fn graph_node_set_enabled(&mut self, exec: Id, node: Id, enabled: bool) -> Answer<()> {
+        let cuda = &mut *self.cuda;
+        let exec = cuda.graph_execs.get(&exec).ok_or(INVALID_HANDLE)?.raw();
+        let node = cuda.node(node)?;
+        // SAFETY: this session's live handles and local buffers; the driver checks addresses.
+        check(unsafe {
+            cu_call!(
+                cuda.backend.driver,
+                cuGraphNodeSetEnabled(exec, node, enabled as u32)
+            )
+        })
+    }
+
+    fn graph_dependencies(
+        &mut self,
+        graph: Id,
+        from: Vec<Id>,
+        to: Vec<Id>,
+        remove: bool,
+    ) -> Answer<()> {
+        let cuda = &mut *self.cuda;
+        let graph = cuda.graph(graph)?;
+        let (from, to) = (cuda.nodes(&from)?, cuda.nodes(&to)?);
+        if from.len() != to.len() {
+            return Err(INVALID_VALUE);
+        }
+        let driver = &cuda.backend.driver;
+        let (f, t, n) = (from.as_ptr(), to.as_ptr(), from.len());
+        // SAFETY: this session's live handles and local buffers; the driver checks addresses.
+        check(unsafe {
+            if remove {
+                cu_call!(driver, cuGraphRemoveDependencies_v2(graph, f, t, null(), n))
+            } else {
+                cu_call!(driver, cuGraphAddDependencies_v2(graph, f, t, null(), n))
+            }
+        })
+    }
+
+    fn graph_conditional_handle(
+        &mut self,
+        ctx: Id,
+        graph: Id,
+        default_value: u32,
+        flags: u32,
+    ) -> Answer<u64> {
+        let cuda = &mut *self.cuda;
+        cuda.enter(ctx)?;
+        let graph = cuda.graph(graph)?;
+        let mut handle = 0;
+        // SAFETY: this session's live handles and local buffers; the driver checks addresses.
+        check(unsafe {
+            cu_call!(
+                cuda.backend.driver,
+                cuGraphConditionalHandleCreate(
+                    &mut handle,
+                    graph,
+                    cuda.current,
+                    default_value,
+                    flags
+                )
+            )
+        })?;
+        Ok(handle)
+    }
+
+    fn graph_exec_update(&mut self, ctx: Id, exec: Id, graph: Id) -> Answer<u32> {
+        let cuda = &mut *self.cuda;
+        cuda.enter(ctx)?;
+        let graph = cuda.graph(graph)?;
+        let exec = cuda.graph_execs.get(&exec).ok_or(INVALID_HANDLE)?.raw();
+        let mut info = CUgraphExecUpdateResultInfo_st {
+            result: CUgraphExecUpdateResult::CU_GRAPH_EXEC_UPDATE_SUCCESS,
+            errorNode: null_mut(),
+            errorFromNode: null_mut(),
+        };
+        // SAFETY: this session's live handles and local buffers; the driver checks addresses.
+        let status = unsafe {
+            cu_call!(
+                cuda.backend.driver,
+                cuGraphExecUpdate_v2(exec, graph, &mut info)
+            )
+        };
+        check(status).map(|()| info.result as u32)
+    }
+
+    fn graph_node_count(&mut self, graph: Id) -> Answer<u64> {
+        let cuda = &mut *self.cuda;
+        let graph = cuda.graph(graph)?;
+        let mut count = 0usize;
+        // SAFETY: this session's live handles and local buffers; the driver checks addresses.
+        check(unsafe {
+            cu_call!(
+                cuda.backend.driver,
+                cuGraphGetNodes(graph, null_mut(), &mut count)
+            )
+        })?;
+        Ok(count as u64)
+    }
+
+    fn graph_mem_trim(&mut self, device: u32) -> Status {
+        let cuda = &mut *self.cuda;
+        // SAFETY: a device ordinal; the driver checks it.
+        code(check(unsafe {
+            cu_call!(
+                cuda.backend.driver,
+                cuDeviceGraphMemTrim(device as CUdevice)
+            )
+        }))
+    }
+}
+
+impl CudaSession {
+    /// A graph of the session: made by it, or the body of one of its conditional nodes.
+    pub(super) fn graph(&self, id: Id) -> Result<CUgraph, Status> {
+        if let Some(graph) = self.graphs.get(&id) {
+            return Ok(graph.raw());
+        }
+        self.graph_bodies
+            .get(&id)
+            .map(|body| body.raw)
+            .ok_or(INVALID_HANDLE)
+    }
+
+    fn node(&self, id: Id) -> Result<CUgraphNode, Status> {
+        self.graph_nodes
+            .get(&id)
+            .map(|node| node.raw)
+            .ok_or(INVALID_HANDLE)
+    }
+
+    fn nodes(&self, ids: &[Id]) -> Result<Vec<CUgraphNode>, Status> {
+        ids.iter().map(|&id| self.node(id)).collect()
+    }
+
+    /// Graph `graph` is gone: its nodes and conditional bodies (and theirs) went with it.
+    fn forget_parts_of(&mut self, graph: Id) {
+        let mut gone = vec![graph];
+        while let Some(graph) = gone.pop() {
+            self.graph_nodes.retain(|_, node| node.graph != graph);
+            let bodies: Vec<Id> = self
+                .graph_bodies
+                .iter()
+                .filter(|(_, body)| body.owner == graph)
+                .map(|(&id, _)| id)
+                .collect();
+            for body in bodies {
+                self.graph_bodies.remove(&body);
+                gone.push(body);
+            }
+        }
+    }
+
+    /// The kernel node parameters of `function`, its parameter buffer `self.params`.
+    fn kernel_node(
+        &mut self,
+        function: Id,
+        grid: [u32; 3],
+        block: [u32; 3],
+        shared_mem: u32,
+        extra: &mut [*mut c_void; 5],
+        size: &mut usize,
+    ) -> Result<CUDA_KERNEL_NODE_PARAMS, Status> {
+        let function = self.function(function)?;
+        *size = self.params.len();
+        *extra = [
+            launch_param::BUFFER_POINTER as *mut c_void,
+            self.params.as_mut_ptr().cast(),
+            launch_param::BUFFER_SIZE as *mut c_void,
+            (size as *mut usize).cast(),
+            launch_param::END as *mut c_void,
+        ];
+        let (func, kern, ctx) = if function.is_kernel {
+            (null_mut(), function.raw.cast(), self.current)
+        } else {
+            (function.raw, null_mut(), null_mut())
+        };
+        Ok(CUDA_KERNEL_NODE_PARAMS {
+            func,
+            gridDimX: grid[0],
+            gridDimY: grid[1],
+            gridDimZ: grid[2],
+            blockDimX: block[0],
+            blockDimY: block[1],
+            blockDimZ: block[2],
+            sharedMemBytes: shared_mem,
+            kernelParams: null_mut(),
+            extra: extra.as_mut_ptr(),
+            kern,
+            ctx,
+        })
+    }
+
+    /// Adds a node to `graph` after `after`; its raw handle.
+    fn add_node(
+        &mut self,
+        graph: Id,
+        after: &[Id],
+        params: NodeParams,
+    ) -> Result<CUgraphNode, Status> {
+        let graph_raw = self.graph(graph)?;
+        let deps = self.nodes(after)?;
+        let (deps, n) = (deps.as_ptr(), deps.len());
+        let mut node = null_mut();
+        let current = self.current;
+        let status = match params {
+            NodeParams::Kernel {
+                function,
+                grid,
+                block,
+                shared_mem,
+            } => {
+                let (mut extra, mut size) = ([null_mut(); 5], 0);
+                let p =
+                    self.kernel_node(function, grid, block, shared_mem, &mut extra, &mut size)?;
+                // SAFETY: this session's live handles and local buffers (the parameter buffer
+                // and `extra` outlive the call, which copies them); the driver checks addresses.
+                unsafe {
+                    cu_call!(
+                        self.backend.driver,
+                        cuGraphAddKernelNode_v2(&mut node, graph_raw, deps, n, &p)
+                    )
+                }
+            }
+            NodeParams::Memset {
+                dst,
+                value,
+                element_size,
+                width,
+                height,
+                pitch,
+            } => {
+                let p = memset_params(dst, value, element_size, width, height, pitch);
+                // SAFETY: as above.
+                unsafe {
+                    cu_call!(
+                        self.backend.driver,
+                        cuGraphAddMemsetNode(&mut node, graph_raw, deps, n, &p, current)
+                    )
+                }
+            }
+            NodeParams::Copy {
+                dst,
+                dst_pitch,
+                src,
+                src_pitch,
+                extent,
+            } => {
+                let copy = DeviceCopy {
+                    dst,
+                    dst_pitch,
+                    src,
+                    src_pitch,
+                    extent,
+                };
+                let p = copy.descriptor();
+                // SAFETY: as above.
+                unsafe {
+                    cu_call!(
+                        self.backend.driver,
+                        cuGraphAddMemcpyNode(&mut node, graph_raw, deps, n, &p, current)
+                    )
+                }
+            }
+            // SAFETY: as above.
+            NodeParams::Empty => unsafe {
+                cu_call!(
+                    self.backend.driver,
+                    cuGraphAddEmptyNode(&mut node, graph_raw, deps, n)
+                )
+            },
+            NodeParams::EventRecord { event } => {
+                let event = self.event(event)?;
+                // SAFETY: as above.
+                unsafe {
+                    cu_call!(
+                        self.backend.driver,
+                        cuGraphAddEventRecordNode(&mut node, graph_raw, deps, n, event)
+                    )
+                }
+            }
+            NodeParams::EventWait { event } => {
+                let event = self.event(event)?;
+                // SAFETY: as above.
+                unsafe {
+                    cu_call!(
+                        self.backend.driver,
+                        cuGraphAddEventWaitNode(&mut node, graph_raw, deps, n, event)
+                    )
+                }
+            }
+            NodeParams::Child { graph: child } => {
+                let child = self.graph(child)?;
+                // SAFETY: as above.
+                unsafe {
+                    cu_call!(
+                        self.backend.driver,
+                        cuGraphAddChildGraphNode(&mut node, graph_raw, deps, n, child)
+                    )
+                }
+            }
+            NodeParams::Conditional {
+                handle,
+                kind,
+                bodies,
+            } => {
+                let kind = match kind {
+                    0 => CUgraphConditionalNodeType::CU_GRAPH_COND_TYPE_IF,
+                    1 => CUgraphConditionalNodeType::CU_GRAPH_COND_TYPE_WHILE,
+                    2 => CUgraphConditionalNodeType::CU_GRAPH_COND_TYPE_SWITCH,
+                    _ => return Err(INVALID_VALUE),
+                };
+                if bodies.is_empty() || bodies.len() > 64 {
+                    return Err(INVALID_VALUE);
+                }
+                let mut out = vec![null_mut(); bodies.len()];
+                // SAFETY: a plain C struct of integers and pointers, valid zeroed.
+                let mut p: CUgraphNodeParams = unsafe { std::mem::zeroed() };
+                p.type_ = CUgraphNodeType::CU_GRAPH_NODE_TYPE_CONDITIONAL;
+                p.__bindgen_anon_1.conditional = CUDA_CONDITIONAL_NODE_PARAMS {
+                    handle,
+                    type_: kind,
+                    size: bodies.len() as u32,
+                    phGraph_out: out.as_mut_ptr(),
+                    ctx: current,
+                };
+                // SAFETY: as above; `out` has room for every body graph.
+                let status = unsafe {
+                    cu_call!(
+                        self.backend.driver,
+                        cuGraphAddNode_v2(&mut node, graph_raw, deps, null(), n, &mut p)
+                    )
+                };
+                if status == cudaError_enum::CUDA_SUCCESS as u32 {
+                    for (id, raw) in bodies.into_iter().zip(out) {
+                        self.graph_bodies
+                            .insert(id, GraphBody { raw, owner: graph });
+                    }
+                }
+                status
+            }
+        };
+        check(status).map(|()| node)
+    }
+
+    /// New parameters for a node, in its graph (`exec` 0) or in an executable graph.
+    fn set_node_params(&mut self, exec: Id, node: Id, params: NodeParams) -> Status {
+        let node = match self.node(node) {
+            Ok(node) => node,
+            Err(status) => return status,
+        };
+        let exec = match exec {
+            0 => null_mut(),
+            id => match self.graph_execs.get(&id) {
+                Some(exec) => exec.raw(),
+                None => return INVALID_HANDLE,
+            },
+        };
+        let current = self.current;
+        let backend = self.backend.clone();
+        let driver = &backend.driver;
+        match params {
+            NodeParams::Kernel {
+                function,
+                grid,
+                block,
+                shared_mem,
+            } => {
+                let (mut extra, mut size) = ([null_mut(); 5], 0);
+                let p = match self
+                    .kernel_node(function, grid, block, shared_mem, &mut extra, &mut size)
+                {
+                    Ok(p) => p,
+                    Err(status) => return status,
+                };
+                // SAFETY: this session's live handles and local buffers; the driver checks addresses.
+                unsafe {
+                    if exec.is_null() {
+                        cu_call!(driver, cuGraphKernelNodeSetParams_v2(node, &p))
+                    } else {
+                        cu_call!(driver, cuGraphExecKernelNodeSetParams_v2(exec, node, &p))
+                    }
+                }
+            }
+            NodeParams::Memset {
+                dst,
+                value,
+                element_size,
+                width,
+                height,
+                pitch,
+            } => {
+                let p = memset_params(dst, value, element_size, width, height, pitch);
+                // SAFETY: as above.
+                unsafe {
+                    if exec.is_null() {
+                        cu_call!(driver, cuGraphMemsetNodeSetParams(node, &p))
+                    } else {
+                        cu_call!(
+                            driver,
+                            cuGraphExecMemsetNodeSetParams(exec, node, &p, current)
+                        )
+                    }
+                }
+            }
+            NodeParams::Copy {
+                dst,
+                dst_pitch,
+                src,
+                src_pitch,
+                extent,
+            } => {
+                let copy = DeviceCopy {
+                    dst,
+                    dst_pitch,
+                    src,
+                    src_pitch,
+                    extent,
+                };
+                let p = copy.descriptor();
+                // SAFETY: as above.
+                unsafe {
+                    if exec.is_null() {
+                        cu_call!(driver, cuGraphMemcpyNodeSetParams(node, &p))
+                    } else {
+                        cu_call!(
+                            driver,
+                            cuGraphExecMemcpyNodeSetParams(exec, node, &p, current)
+                        )
+                    }
+                }
+            }
+            NodeParams::Child { graph } if !exec.is_null() => match self.graph(graph) {
+                // SAFETY: as above.
+                Ok(child) => unsafe {
+                    cu_call!(
+                        driver,
+                        cuGraphExecChildGraphNodeSetParams(exec, node, child)
+                    )
+                },
+                Err(status) => status,
+            },
+            NodeParams::EventRecord { event } => match self.event(event) {
+                // SAFETY: as above.
+                Ok(event) => unsafe {
+                    if exec.is_null() {
+                        cu_call!(driver, cuGraphEventRecordNodeSetEvent(node, event))
+                    } else {
+                        cu_call!(
+                            driver,
+                            cuGraphExecEventRecordNodeSetEvent(exec, node, event)
+                        )
+                    }
+                },
+                Err(status) => status,
+            },
+            _ => INVALID_VALUE,
+        }
+    }
+}
+
+/// `CUDA_MEMSET_NODE_PARAMS` from the wire.
+fn memset_params(
+    dst: u64,
+    value: u32,
+    element_size: u8,
+    width: u64,
+    height: u64,
+    pitch: u64,
+) -> CUDA_MEMSET_NODE_PARAMS {
+    CUDA_MEMSET_NODE_PARAMS {
+        dst,
+        pitch: pitch as usize,
+        value,
+        elementSize: element_size as u32,
+        width: width as usize,
+        height: height as usize,
     }
 }
 

@@ -11,6 +11,9 @@ use rgpu_cuda_api::sys::*;
 use rgpu_protocol::cuda::{serve, Answer, Id, LaunchAttribute, OccupancyQuery};
 
 use super::session::{CudaSession, Served};
+
+/// The largest kernel parameter buffer a launch may carry (the driver's limit is 32 KiB).
+pub(super) const MAX_PARAMS: u64 = 1 << 20;
 use crate::session::End;
 
 impl serve::Launches for Served<'_> {
@@ -27,11 +30,8 @@ impl serve::Launches for Served<'_> {
         bulk_len: u64,
     ) -> Result<Answer<()>, End> {
         let cuda = &mut *self.cuda;
-        let mut params = std::mem::take(&mut cuda.params);
-        params.resize(bulk_len as usize, 0);
-        let read = self.session.take_bulk(&mut params);
-        cuda.params = params;
-        read?;
+        self.session
+            .take_bulk_into(&mut cuda.params, bulk_len, MAX_PARAMS)?;
         Ok(cuda.enter(ctx).and_then(|()| {
             check(cuda.launch(function, stream, grid, block, shared_mem, &attributes))
         }))

@@ -1,7 +1,7 @@
 //! Modules and libraries (images kept by hash across sessions: a client sends a large one only
 //! when the server lacks it), their functions, kernels and globals, and function attributes.
 
-use std::ffi::CString;
+use std::ffi::{c_void, CStr, CString};
 use std::ptr::null_mut;
 use std::sync::Arc;
 
@@ -9,7 +9,9 @@ use rgpu_cuda_api::cu_call;
 use rgpu_cuda_api::generated::{func_cache, function_attribute, FUNCTION_ATTRIBUTE_VALUES};
 use rgpu_cuda_api::native::{check, Status, INVALID_HANDLE, INVALID_VALUE, NOT_SUPPORTED, SUCCESS};
 use rgpu_cuda_api::sys::*;
-use rgpu_protocol::cuda::{serve, Answer, FunctionInfo, Global, Id, ImageKind, Loaded};
+use rgpu_protocol::cuda::{
+    serve, Answer, FunctionInfo, Global, Id, ImageKind, JitLogs, JitOption, Linked, Loaded,
+};
 use sha2::{Digest, Sha256};
 
 use super::owned::{self, Owned};
@@ -23,6 +25,7 @@ impl serve::Modules for Served<'_> {
         ctx: Id,
         kind: ImageKind,
         hash: [u8; 32],
+        jit: Vec<JitOption>,
         bulk_len: u64,
     ) -> Result<Loaded, End> {
         let cuda = &mut *self.cuda;
@@ -33,7 +36,7 @@ impl serve::Modules for Served<'_> {
                     return Ok(Loaded {
                         status: SUCCESS,
                         need_image: true,
-                        log: String::new(),
+                        logs: JitLogs::default(),
                     })
                 }
             }
@@ -50,11 +53,87 @@ impl serve::Modules for Served<'_> {
             cuda.backend.keep_image(hash, bytes.clone());
             bytes
         };
+        let mut options = match Jit::new(&jit) {
+            Ok(options) => options,
+            Err(status) => return Ok(Loaded::from_status_only(status)),
+        };
         Ok(Loaded {
-            status: cuda.load_image(id, ctx, kind, bytes),
+            status: cuda.load_image(id, ctx, kind, bytes, &mut options),
             need_image: false,
-            log: String::new(),
+            logs: options.logs(),
         })
+    }
+
+    fn link_create(&mut self, id: Id, ctx: Id, jit: Vec<JitOption>) -> Answer<()> {
+        let cuda = &mut *self.cuda;
+        cuda.enter(ctx)?;
+        let mut options = Jit::new(&jit)?;
+        let mut state = null_mut();
+        let (n, opts, values) = options.raw();
+        // SAFETY: the option arrays and log buffers live in `options`, which the link keeps
+        // until the driver's link state is destroyed (the driver writes logs into them).
+        check(unsafe {
+            cu_call!(
+                cuda.backend.driver,
+                cuLinkCreate_v2(n, opts, values, &mut state)
+            )
+        })?;
+        let state = owned::LinkState::new(state, cuda.current, &cuda.backend);
+        cuda.links.insert(id, Link { state, options });
+        Ok(())
+    }
+
+    fn link_add_data(
+        &mut self,
+        link: Id,
+        input: u32,
+        name: String,
+        jit: Vec<JitOption>,
+        bulk_len: u64,
+    ) -> Result<Linked, End> {
+        if bulk_len > MAX_IMAGE_BYTES {
+            return Err(End::Protocol(format!("a {bulk_len}-byte link input")));
+        }
+        let mut data = vec![0u8; bulk_len as usize];
+        self.session.take_bulk(&mut data)?;
+        let cuda = &mut *self.cuda;
+        Ok(cuda.link_add_data(link, input, &name, &jit, data))
+    }
+
+    fn link_complete(&mut self, link: Id) -> Linked {
+        let cuda = &mut *self.cuda;
+        let Some(found) = cuda.links.get_mut(&link) else {
+            return Linked::from_status_only(INVALID_HANDLE);
+        };
+        let (mut cubin, mut size) = (null_mut(), 0usize);
+        // SAFETY: a live link state of this session; the driver writes the out-pointers.
+        let status = unsafe {
+            cu_call!(
+                cuda.backend.driver,
+                cuLinkComplete(found.state.raw(), &mut cubin, &mut size)
+            )
+        };
+        let mut linked = Linked {
+            status,
+            logs: found.options.logs(),
+            cubin: Vec::new(),
+        };
+        if status == SUCCESS && !cubin.is_null() {
+            // SAFETY: the driver's linked image, `size` bytes, valid until the link is destroyed.
+            let bytes = unsafe { std::slice::from_raw_parts(cubin.cast::<u8>(), size) }.to_vec();
+            // Kept by hash: the program loads it next, and it then travels as its hash.
+            let hash: [u8; 32] = Sha256::digest(&bytes).into();
+            cuda.backend.keep_image(hash, Arc::new(bytes.clone()));
+            linked.cubin = bytes;
+        }
+        linked
+    }
+
+    fn link_destroy(&mut self, link: Id) -> Answer<()> {
+        match self.cuda.links.remove(&link) {
+            Some(link) => check(link.state.destroy()),
+            None => Err(INVALID_HANDLE),
+        }
     }
 
     fn unload_image(&mut self, id: Id) -> Answer<()> {
@@ -103,18 +182,193 @@ impl serve::Modules for Served<'_> {
     }
 }
 
+/// A JIT link in progress: the driver's state and the options (with the log buffers) it
+/// writes into until it is destroyed.
+pub(super) struct Link {
+    state: owned::LinkState,
+    options: Jit,
+}
+
+/// Log buffer bytes the server gives the JIT compiler and linker, for each log.
+const JIT_LOG_BYTES: usize = 64 << 10;
+
+/// A request's JIT options as the driver takes them, with the server's own log buffers and
+/// wall-time slot appended (the client hands the logs to the program's buffers).
+pub(super) struct Jit {
+    options: Vec<u32>,
+    values: Vec<*mut c_void>,
+    info: Box<[u8]>,
+    error: Box<[u8]>,
+}
+
+impl Jit {
+    /// The options the driver gets for `requested`; host-address options (symbol tables) are
+    /// not supported, and the log options are the server's.
+    fn new(requested: &[JitOption]) -> Result<Jit, Status> {
+        use CUjit_option_enum::*;
+        let host_addresses = [
+            CU_JIT_GLOBAL_SYMBOL_NAMES,
+            CU_JIT_GLOBAL_SYMBOL_ADDRESSES,
+            CU_JIT_REFERENCED_KERNEL_NAMES,
+            CU_JIT_REFERENCED_VARIABLE_NAMES,
+        ];
+        let logs = [
+            CU_JIT_WALL_TIME,
+            CU_JIT_INFO_LOG_BUFFER,
+            CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES,
+            CU_JIT_ERROR_LOG_BUFFER,
+            CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
+        ];
+        let mut jit = Jit {
+            options: Vec::with_capacity(requested.len() + logs.len()),
+            values: Vec::with_capacity(requested.len() + logs.len()),
+            info: vec![0u8; JIT_LOG_BYTES].into_boxed_slice(),
+            error: vec![0u8; JIT_LOG_BYTES].into_boxed_slice(),
+        };
+        for option in requested {
+            if option.option >= CU_JIT_NUM_OPTIONS as u32 {
+                return Err(INVALID_VALUE);
+            }
+            if host_addresses.iter().any(|&o| o as u32 == option.option) {
+                return Err(NOT_SUPPORTED);
+            }
+            if logs.iter().any(|&o| o as u32 == option.option) {
+                continue;
+            }
+            jit.options.push(option.option);
+            jit.values.push(option.value as usize as *mut c_void);
+        }
+        let (info, error) = (jit.info.as_mut_ptr().cast(), jit.error.as_mut_ptr().cast());
+        let size = (JIT_LOG_BYTES - 1) as *mut c_void;
+        for (option, value) in [
+            (CU_JIT_WALL_TIME, null_mut()),
+            (CU_JIT_INFO_LOG_BUFFER, info),
+            (CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES, size),
+            (CU_JIT_ERROR_LOG_BUFFER, error),
+            (CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES, size),
+        ] {
+            jit.options.push(option as u32);
+            jit.values.push(value);
+        }
+        Ok(jit)
+    }
+
+    /// Count, options and values, as the driver's calls take them.
+    fn raw(&mut self) -> (u32, *mut CUjit_option, *mut *mut c_void) {
+        (
+            self.options.len() as u32,
+            // `CUjit_option` is a u32 enum; the values are only read by the driver.
+            self.options.as_mut_ptr().cast(),
+            self.values.as_mut_ptr(),
+        )
+    }
+
+    /// What the compiler or linker wrote so far.
+    fn logs(&self) -> JitLogs {
+        let text = |buffer: &[u8]| {
+            CStr::from_bytes_until_nul(buffer)
+                .map(|s| s.to_string_lossy().trim_end().to_string())
+                .unwrap_or_default()
+        };
+        let wall = self
+            .options
+            .iter()
+            .position(|&o| o == CUjit_option_enum::CU_JIT_WALL_TIME as u32)
+            .map_or(0.0, |i| f32::from_bits(self.values[i] as usize as u32));
+        JitLogs {
+            info: text(&self.info),
+            error: text(&self.error),
+            wall_time_ms: wall,
+        }
+    }
+}
+
+/// `CUjitInputType` from the wire.
+fn jit_input(input: u32) -> Option<CUjitInputType> {
+    use CUjitInputType_enum::*;
+    Some(match input {
+        0 => CU_JIT_INPUT_CUBIN,
+        1 => CU_JIT_INPUT_PTX,
+        2 => CU_JIT_INPUT_FATBINARY,
+        3 => CU_JIT_INPUT_OBJECT,
+        4 => CU_JIT_INPUT_LIBRARY,
+        5 => CU_JIT_INPUT_NVVM,
+        _ => return None,
+    })
+}
+
 impl CudaSession {
-    fn load_image(&mut self, id: Id, ctx: Id, kind: ImageKind, bytes: Arc<Vec<u8>>) -> Status {
+    fn link_add_data(
+        &mut self,
+        link: Id,
+        input: u32,
+        name: &str,
+        jit: &[JitOption],
+        mut data: Vec<u8>,
+    ) -> Linked {
+        let Some(found) = self.links.get_mut(&link) else {
+            return Linked::from_status_only(INVALID_HANDLE);
+        };
+        let (Some(input), Ok(name)) = (jit_input(input), CString::new(name)) else {
+            return Linked::from_status_only(INVALID_VALUE);
+        };
+        let mut options = match Jit::new(jit) {
+            Ok(options) => options,
+            Err(status) => return Linked::from_status_only(status),
+        };
+        // The link's own options carry the logs: these are the input's.
+        let keep = options.options.len() - 5;
+        options.options.truncate(keep);
+        options.values.truncate(keep);
+        let (n, opts, values) = options.raw();
+        // SAFETY: a live link state of this session, and local buffers that outlive the call
+        // (the driver copies the input).
+        let status = unsafe {
+            cu_call!(
+                self.backend.driver,
+                cuLinkAddData_v2(
+                    found.state.raw(),
+                    input,
+                    data.as_mut_ptr().cast(),
+                    data.len(),
+                    name.as_ptr(),
+                    n,
+                    opts,
+                    values
+                )
+            )
+        };
+        Linked {
+            status,
+            logs: found.options.logs(),
+            cubin: Vec::new(),
+        }
+    }
+
+    fn load_image(
+        &mut self,
+        id: Id,
+        ctx: Id,
+        kind: ImageKind,
+        bytes: Arc<Vec<u8>>,
+        jit: &mut Jit,
+    ) -> Status {
         if let Err(status) = self.enter(ctx) {
             return status;
         }
         let driver = &self.backend.driver;
         let code = bytes.as_ptr().cast();
+        let (n, opts, values) = jit.raw();
         let handle = match kind {
             ImageKind::Module => {
                 let mut module = null_mut();
                 // SAFETY: this session's live handles and local buffers; the driver checks addresses.
-                let status = unsafe { cu_call!(driver, cuModuleLoadData(&mut module, code)) };
+                let status = unsafe {
+                    cu_call!(
+                        driver,
+                        cuModuleLoadDataEx(&mut module, code, n, opts, values)
+                    )
+                };
                 if status != SUCCESS {
                     return status;
                 }
@@ -129,9 +383,9 @@ impl CudaSession {
                         cuLibraryLoadData(
                             &mut library,
                             code,
-                            null_mut(),
-                            null_mut(),
-                            0,
+                            opts,
+                            values,
+                            n,
                             null_mut(),
                             null_mut(),
                             0

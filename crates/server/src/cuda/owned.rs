@@ -100,6 +100,11 @@ owned!(
     cuGraphExecDestroy
 );
 owned!(
+    /// A JIT link in progress.
+    LinkState(CUlinkState),
+    cuLinkDestroy
+);
+owned!(
     /// A module loaded in one of the session's contexts.
     Module(CUmodule),
     cuModuleUnload

@@ -82,6 +82,11 @@ pub(crate) struct CudaSession {
     /// Graphs captured from streams, and their executable instances.
     pub(super) graphs: HashMap<Id, owned::Graph>,
     pub(super) graph_execs: HashMap<Id, owned::GraphExec>,
+    /// Nodes of the session's graphs, and the body graphs of their conditional nodes.
+    pub(super) graph_nodes: HashMap<Id, super::graphs::GraphNode>,
+    pub(super) graph_bodies: HashMap<Id, super::graphs::GraphBody>,
+    /// JIT links in progress.
+    pub(super) links: HashMap<Id, super::modules::Link>,
     /// Virtual memory management: physical allocations, mappings and address reservations.
     /// They belong to the device, not to a context, so the session undoes them at its end.
     pub(super) vmm_handles: HashMap<Id, CUmemGenericAllocationHandle>,
@@ -111,6 +116,9 @@ impl CudaSession {
             async_allocations: HashMap::new(),
             graphs: HashMap::new(),
             graph_execs: HashMap::new(),
+            graph_nodes: HashMap::new(),
+            graph_bodies: HashMap::new(),
+            links: HashMap::new(),
             vmm_handles: HashMap::new(),
             vmm_mappings: HashMap::new(),
             vmm_reservations: HashMap::new(),

@@ -1,0 +1,750 @@
+//! Graphs built node by node (XLA's command buffers, CUTLASS, hand-built graphs): each node is
+//! made on the server under an id the client picks, so building a graph posts requests and
+//! never waits for the network; failures show at the next synchronizing call. The client keeps
+//! what the program may ask back (a node's type, a conditional node's body graphs).
+//!
+//! Nodes run on the server's device: kernel, device-to-device copy, memset, empty, event,
+//! child-graph and conditional nodes. Host nodes and copies to or from host memory inside a
+//! graph are not offered (the host is on another machine) and answer NOT_SUPPORTED.
+
+use std::cell::RefCell;
+use std::ffi::{c_uint, c_void};
+use std::sync::Arc;
+
+use rgpu_client::CudaClient;
+use rgpu_cuda_api::sys::*;
+use rgpu_protocol::cuda::{Id, NodeParams};
+
+use super::{status, write_out, Outcome};
+use crate::objects::{current_context, Context, Event, Graph, GraphExec, GraphNode};
+use crate::unsupported::not_supported;
+
+thread_local! {
+    /// A kernel node's parameter buffer, reused.
+    static PARAMS: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+const NODE_KERNEL: u32 = 0;
+const NODE_MEMCPY: u32 = 1;
+const NODE_MEMSET: u32 = 2;
+const NODE_GRAPH: u32 = 4;
+const NODE_EMPTY: u32 = 5;
+const NODE_WAIT_EVENT: u32 = 6;
+const NODE_EVENT_RECORD: u32 = 7;
+const NODE_CONDITIONAL: u32 = 13;
+
+/// A graph and the current context, which must be on the graph's server.
+fn graph_and_context(graph: CUgraph) -> Result<(Arc<Graph>, Arc<Context>), CUresult> {
+    let graph = Graph::from_handle(graph).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+    let ctx = current_context()?;
+    if !Arc::ptr_eq(&ctx.conn, &graph.conn) {
+        return Err(CUresult::CUDA_ERROR_INVALID_CONTEXT);
+    }
+    Ok((graph, ctx))
+}
+
+/// A node of `graph`'s server.
+fn node_of(
+    node: CUgraphNode,
+    conn: &Arc<rgpu_client::Connection>,
+) -> Result<Arc<GraphNode>, CUresult> {
+    let node = GraphNode::from_handle(node).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+    if !Arc::ptr_eq(&node.conn, conn) {
+        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+    }
+    Ok(node)
+}
+
+/// The ids of `count` nodes at `nodes`.
+///
+/// # Safety
+/// `nodes` is null (with `count` 0) or points to `count` node handles.
+pub(crate) unsafe fn node_ids(
+    nodes: *const CUgraphNode,
+    count: usize,
+    conn: &Arc<rgpu_client::Connection>,
+) -> Result<Vec<Id>, CUresult> {
+    if count == 0 {
+        return Ok(Vec::new());
+    }
+    if nodes.is_null() {
+        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+    }
+    // SAFETY: the caller's guarantee.
+    let nodes = unsafe { std::slice::from_raw_parts(nodes, count) };
+    nodes
+        .iter()
+        .map(|&node| node_of(node, conn).map(|n| n.remote))
+        .collect()
+}
+
+/// The event's id (events live on the server of their context).
+fn event_id(event: CUevent) -> Result<Id, CUresult> {
+    Event::from_handle(event)
+        .map(|e| e.remote)
+        .ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)
+}
+
+/// The wire form of a kernel node: the function's id on `ctx`'s server and its parameters
+/// packed into `buffer`.
+///
+/// # Safety
+/// The pointers are the program's, valid as the API requires.
+#[allow(clippy::too_many_arguments)]
+unsafe fn kernel_params(
+    ctx: &Context,
+    func: *mut c_void,
+    grid: [u32; 3],
+    block: [u32; 3],
+    shared_mem: u32,
+    params: *mut *mut c_void,
+    extra: *mut *mut c_void,
+    buffer: &mut Vec<u8>,
+) -> Result<NodeParams, CUresult> {
+    let function =
+        crate::objects::Function::from_handle(func).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+    let remote = super::module::function_on(&function, ctx)?;
+    // SAFETY: the caller's guarantee.
+    unsafe { super::launch::pack_params(&function, params, extra, buffer)? };
+    Ok(NodeParams::Kernel {
+        function: remote,
+        grid,
+        block,
+        shared_mem,
+    })
+}
+
+/// The wire form of `CUDA_KERNEL_NODE_PARAMS` (v2: `kern` when `func` is null).
+///
+/// # Safety
+/// `p` is null or a valid descriptor.
+unsafe fn kernel_node(
+    ctx: &Context,
+    p: *const CUDA_KERNEL_NODE_PARAMS,
+    buffer: &mut Vec<u8>,
+) -> Result<NodeParams, CUresult> {
+    // SAFETY: the caller's guarantee.
+    let p = unsafe { p.as_ref() }.ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+    let func = if p.func.is_null() {
+        p.kern.cast()
+    } else {
+        p.func.cast()
+    };
+    // SAFETY: the descriptor's pointers, valid as the API requires.
+    unsafe {
+        kernel_params(
+            ctx,
+            func,
+            [p.gridDimX, p.gridDimY, p.gridDimZ],
+            [p.blockDimX, p.blockDimY, p.blockDimZ],
+            p.sharedMemBytes,
+            p.kernelParams,
+            p.extra,
+            buffer,
+        )
+    }
+}
+
+/// The wire form of `CUDA_MEMSET_NODE_PARAMS`.
+///
+/// # Safety
+/// `p` is null or a valid descriptor.
+unsafe fn memset_node(p: *const CUDA_MEMSET_NODE_PARAMS) -> Result<NodeParams, CUresult> {
+    // SAFETY: the caller's guarantee.
+    let p = unsafe { p.as_ref() }.ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+    if ![1, 2, 4].contains(&p.elementSize) {
+        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+    }
+    Ok(NodeParams::Memset {
+        dst: p.dst,
+        value: p.value,
+        element_size: p.elementSize as u8,
+        width: p.width as u64,
+        height: p.height as u64,
+        pitch: p.pitch as u64,
+    })
+}
+
+/// Runs `make` with the thread's parameter buffer, then posts the node.
+fn post_node(
+    graph: CUgraph,
+    deps: *const CUgraphNode,
+    count: usize,
+    kind: u32,
+    bodies: usize,
+    make: impl FnOnce(&Context, &mut Vec<u8>) -> Result<NodeParams, CUresult>,
+) -> Result<Arc<GraphNode>, CUresult> {
+    let (graph, ctx) = graph_and_context(graph)?;
+    // SAFETY: the program's dependency list, valid as the API requires.
+    let after = unsafe { node_ids(deps, count, &graph.conn)? };
+    PARAMS.with(|buffer| {
+        let mut buffer = buffer.borrow_mut();
+        buffer.clear();
+        let mut params = make(&ctx, &mut buffer)?;
+        // A conditional node's bodies: graphs the driver makes, known here by new ids.
+        let body_graphs: Vec<Graph> = (0..bodies).map(|_| Graph::new(&ctx.conn)).collect();
+        if let NodeParams::Conditional { bodies, .. } = &mut params {
+            *bodies = body_graphs.iter().map(|g| g.remote).collect();
+        }
+        let node = GraphNode {
+            handle: crate::handles::new_handle(),
+            conn: ctx.conn.clone(),
+            remote: ctx.conn.new_id(),
+            kind,
+            bodies: body_graphs
+                .into_iter()
+                .map(|g| g.into_handle() as usize)
+                .collect(),
+        };
+        ctx.conn
+            .cuda()
+            .graph_add_node(
+                ctx.remote,
+                graph.remote,
+                node.remote,
+                after,
+                params,
+                &buffer,
+            )
+            .outcome()?;
+        Ok(node.register())
+    })
+}
+
+/// Writes a new node's handle out.
+fn made(node: *mut CUgraphNode, made: Result<Arc<GraphNode>, CUresult>) -> CUresult {
+    status(made.and_then(|object| {
+        // SAFETY: an out-pointer from the caller: null (refused by write_out) or writable, as the API requires.
+        unsafe { write_out(node, object.handle as CUgraphNode) }
+    }))
+}
+
+pub unsafe fn cuGraphCreate(graph: *mut CUgraph, flags: c_uint) -> CUresult {
+    status(current_context().and_then(|ctx| {
+        if graph.is_null() || flags != 0 {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        let object = Graph::new(&ctx.conn);
+        ctx.conn
+            .cuda()
+            .graph_create(ctx.remote, object.remote, flags)
+            .outcome()?;
+        // SAFETY: checked non-null above; writable as the API requires.
+        unsafe { write_out(graph, object.into_handle()) }
+    }))
+}
+
+pub unsafe fn cuGraphAddKernelNode_v2(
+    node: *mut CUgraphNode,
+    graph: CUgraph,
+    deps: *const CUgraphNode,
+    count: usize,
+    params: *const CUDA_KERNEL_NODE_PARAMS,
+) -> CUresult {
+    made(
+        node,
+        post_node(graph, deps, count, NODE_KERNEL, 0, |ctx, buffer| {
+            // SAFETY: the program's descriptor, valid as the API requires.
+            unsafe { kernel_node(ctx, params, buffer) }
+        }),
+    )
+}
+
+pub unsafe fn cuGraphAddMemsetNode(
+    node: *mut CUgraphNode,
+    graph: CUgraph,
+    deps: *const CUgraphNode,
+    count: usize,
+    params: *const CUDA_MEMSET_NODE_PARAMS,
+    _ctx: CUcontext,
+) -> CUresult {
+    made(
+        node,
+        post_node(graph, deps, count, NODE_MEMSET, 0, |_, _| {
+            // SAFETY: the program's descriptor, valid as the API requires.
+            unsafe { memset_node(params) }
+        }),
+    )
+}
+
+pub unsafe fn cuGraphAddMemcpyNode(
+    node: *mut CUgraphNode,
+    graph: CUgraph,
+    deps: *const CUgraphNode,
+    count: usize,
+    params: *const CUDA_MEMCPY3D,
+    _ctx: CUcontext,
+) -> CUresult {
+    made(
+        node,
+        post_node(graph, deps, count, NODE_MEMCPY, 0, |_, _| {
+            // SAFETY: the program's descriptor, valid as the API requires.
+            unsafe { super::copy::graph_copy(params) }
+        }),
+    )
+}
+
+pub unsafe fn cuGraphAddEmptyNode(
+    node: *mut CUgraphNode,
+    graph: CUgraph,
+    deps: *const CUgraphNode,
+    count: usize,
+) -> CUresult {
+    made(
+        node,
+        post_node(graph, deps, count, NODE_EMPTY, 0, |_, _| {
+            Ok(NodeParams::Empty)
+        }),
+    )
+}
+
+pub unsafe fn cuGraphAddChildGraphNode(
+    node: *mut CUgraphNode,
+    graph: CUgraph,
+    deps: *const CUgraphNode,
+    count: usize,
+    child: CUgraph,
+) -> CUresult {
+    made(
+        node,
+        post_node(graph, deps, count, NODE_GRAPH, 0, |_, _| {
+            let child = Graph::from_handle(child).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+            Ok(NodeParams::Child {
+                graph: child.remote,
+            })
+        }),
+    )
+}
+
+pub unsafe fn cuGraphAddEventRecordNode(
+    node: *mut CUgraphNode,
+    graph: CUgraph,
+    deps: *const CUgraphNode,
+    count: usize,
+    event: CUevent,
+) -> CUresult {
+    made(
+        node,
+        post_node(graph, deps, count, NODE_EVENT_RECORD, 0, |_, _| {
+            Ok(NodeParams::EventRecord {
+                event: event_id(event)?,
+            })
+        }),
+    )
+}
+
+pub unsafe fn cuGraphAddEventWaitNode(
+    node: *mut CUgraphNode,
+    graph: CUgraph,
+    deps: *const CUgraphNode,
+    count: usize,
+    event: CUevent,
+) -> CUresult {
+    made(
+        node,
+        post_node(graph, deps, count, NODE_WAIT_EVENT, 0, |_, _| {
+            Ok(NodeParams::EventWait {
+                event: event_id(event)?,
+            })
+        }),
+    )
+}
+
+pub unsafe fn cuGraphAddNode_v2(
+    node: *mut CUgraphNode,
+    graph: CUgraph,
+    deps: *const CUgraphNode,
+    edges: *const CUgraphEdgeData,
+    count: usize,
+    params: *mut CUgraphNodeParams,
+) -> CUresult {
+    if !edges.is_null() {
+        return not_supported("graph edges with data (cuGraphAddNode)");
+    }
+    // SAFETY: the program's descriptor, valid as the API requires.
+    let Some(p) = (unsafe { params.as_mut() }) else {
+        return CUresult::CUDA_ERROR_INVALID_VALUE;
+    };
+    // SAFETY: reading the type tag as an integer (it may hold values the enum lacks).
+    let kind = unsafe { std::ptr::addr_of!(p.type_).cast::<u32>().read() };
+    // SAFETY: each arm reads the union member the type tag names.
+    let made_node = unsafe {
+        match kind {
+            NODE_KERNEL => {
+                let k = p.__bindgen_anon_1.kernel;
+                post_node(graph, deps, count, kind, 0, |ctx, buffer| {
+                    let func = if k.func.is_null() {
+                        k.kern.cast()
+                    } else {
+                        k.func.cast()
+                    };
+                    kernel_params(
+                        ctx,
+                        func,
+                        [k.gridDimX, k.gridDimY, k.gridDimZ],
+                        [k.blockDimX, k.blockDimY, k.blockDimZ],
+                        k.sharedMemBytes,
+                        k.kernelParams,
+                        k.extra,
+                        buffer,
+                    )
+                })
+            }
+            NODE_MEMSET => {
+                let m = p.__bindgen_anon_1.memset;
+                let v1 = CUDA_MEMSET_NODE_PARAMS {
+                    dst: m.dst,
+                    pitch: m.pitch,
+                    value: m.value,
+                    elementSize: m.elementSize,
+                    width: m.width,
+                    height: m.height,
+                };
+                post_node(graph, deps, count, kind, 0, |_, _| memset_node(&v1))
+            }
+            NODE_MEMCPY => {
+                let copy = std::ptr::addr_of!(p.__bindgen_anon_1.memcpy.copyParams);
+                post_node(graph, deps, count, kind, 0, |_, _| {
+                    super::copy::graph_copy(copy)
+                })
+            }
+            NODE_EMPTY => post_node(graph, deps, count, kind, 0, |_, _| Ok(NodeParams::Empty)),
+            NODE_GRAPH => {
+                let child = p.__bindgen_anon_1.graph.graph;
+                post_node(graph, deps, count, kind, 0, |_, _| {
+                    let child =
+                        Graph::from_handle(child).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+                    Ok(NodeParams::Child {
+                        graph: child.remote,
+                    })
+                })
+            }
+            NODE_EVENT_RECORD => {
+                let event = p.__bindgen_anon_1.eventRecord.event;
+                post_node(graph, deps, count, kind, 0, |_, _| {
+                    Ok(NodeParams::EventRecord {
+                        event: event_id(event)?,
+                    })
+                })
+            }
+            NODE_WAIT_EVENT => {
+                let event = p.__bindgen_anon_1.eventWait.event;
+                post_node(graph, deps, count, kind, 0, |_, _| {
+                    Ok(NodeParams::EventWait {
+                        event: event_id(event)?,
+                    })
+                })
+            }
+            NODE_CONDITIONAL => {
+                let c = p.__bindgen_anon_1.conditional;
+                let cond_kind = std::ptr::addr_of!(c.type_).cast::<u32>().read();
+                let made_node = post_node(graph, deps, count, kind, c.size as usize, |_, _| {
+                    if c.size == 0 || c.size > 64 {
+                        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+                    }
+                    Ok(NodeParams::Conditional {
+                        handle: c.handle,
+                        kind: cond_kind,
+                        bodies: Vec::new(),
+                    })
+                });
+                if let Ok(object) = &made_node {
+                    // The body graphs, in an array that lives as long as the node.
+                    p.__bindgen_anon_1.conditional.phGraph_out =
+                        object.bodies.as_ptr() as *mut CUgraph;
+                }
+                made_node
+            }
+            _ => return not_supported("this kind of graph node (host, memory or semaphore nodes)"),
+        }
+    };
+    made(node, made_node)
+}
+
+pub unsafe fn cuGraphConditionalHandleCreate(
+    handle: *mut CUgraphConditionalHandle,
+    graph: CUgraph,
+    _ctx: CUcontext,
+    default_value: c_uint,
+    flags: c_uint,
+) -> CUresult {
+    status(graph_and_context(graph).and_then(|(graph, ctx)| {
+        if handle.is_null() {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        let value = ctx
+            .conn
+            .cuda()
+            .graph_conditional_handle(ctx.remote, graph.remote, default_value, flags)
+            .outcome()?;
+        // SAFETY: checked non-null above; writable as the API requires.
+        unsafe { write_out(handle, value) }
+    }))
+}
+
+/// New parameters for `node`, in its graph (`exec` null) or in an executable graph.
+fn set_params(
+    exec: CUgraphExec,
+    node: CUgraphNode,
+    kind: u32,
+    make: impl FnOnce(&Context, &mut Vec<u8>) -> Result<NodeParams, CUresult>,
+) -> CUresult {
+    status((|| {
+        let ctx = current_context()?;
+        let node = node_of(node, &ctx.conn)?;
+        if node.kind != kind {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        let exec = match GraphExec::from_handle(exec) {
+            Some(exec) => exec.remote,
+            None if exec.is_null() => 0,
+            None => return Err(CUresult::CUDA_ERROR_INVALID_VALUE),
+        };
+        PARAMS.with(|buffer| {
+            let mut buffer = buffer.borrow_mut();
+            buffer.clear();
+            let params = make(&ctx, &mut buffer)?;
+            ctx.conn
+                .cuda()
+                .graph_node_set_params(ctx.remote, exec, node.remote, params, &buffer)
+                .outcome()
+        })
+    })())
+}
+
+pub unsafe fn cuGraphKernelNodeSetParams_v2(
+    node: CUgraphNode,
+    params: *const CUDA_KERNEL_NODE_PARAMS,
+) -> CUresult {
+    set_params(std::ptr::null_mut(), node, NODE_KERNEL, |ctx, buffer| {
+        // SAFETY: the program's descriptor, valid as the API requires.
+        unsafe { kernel_node(ctx, params, buffer) }
+    })
+}
+
+pub unsafe fn cuGraphExecKernelNodeSetParams_v2(
+    exec: CUgraphExec,
+    node: CUgraphNode,
+    params: *const CUDA_KERNEL_NODE_PARAMS,
+) -> CUresult {
+    set_params(exec, node, NODE_KERNEL, |ctx, buffer| {
+        // SAFETY: the program's descriptor, valid as the API requires.
+        unsafe { kernel_node(ctx, params, buffer) }
+    })
+}
+
+pub unsafe fn cuGraphMemsetNodeSetParams(
+    node: CUgraphNode,
+    params: *const CUDA_MEMSET_NODE_PARAMS,
+) -> CUresult {
+    // SAFETY: the program's descriptor, valid as the API requires.
+    set_params(std::ptr::null_mut(), node, NODE_MEMSET, |_, _| unsafe {
+        memset_node(params)
+    })
+}
+
+pub unsafe fn cuGraphExecMemsetNodeSetParams(
+    exec: CUgraphExec,
+    node: CUgraphNode,
+    params: *const CUDA_MEMSET_NODE_PARAMS,
+    _ctx: CUcontext,
+) -> CUresult {
+    // SAFETY: the program's descriptor, valid as the API requires.
+    set_params(exec, node, NODE_MEMSET, |_, _| unsafe {
+        memset_node(params)
+    })
+}
+
+pub unsafe fn cuGraphMemcpyNodeSetParams(
+    node: CUgraphNode,
+    params: *const CUDA_MEMCPY3D,
+) -> CUresult {
+    // SAFETY: the program's descriptor, valid as the API requires.
+    set_params(std::ptr::null_mut(), node, NODE_MEMCPY, |_, _| unsafe {
+        super::copy::graph_copy(params)
+    })
+}
+
+pub unsafe fn cuGraphExecMemcpyNodeSetParams(
+    exec: CUgraphExec,
+    node: CUgraphNode,
+    params: *const CUDA_MEMCPY3D,
+    _ctx: CUcontext,
+) -> CUresult {
+    // SAFETY: the program's descriptor, valid as the API requires.
+    set_params(exec, node, NODE_MEMCPY, |_, _| unsafe {
+        super::copy::graph_copy(params)
+    })
+}
+
+pub unsafe fn cuGraphExecChildGraphNodeSetParams(
+    exec: CUgraphExec,
+    node: CUgraphNode,
+    child: CUgraph,
+) -> CUresult {
+    set_params(exec, node, NODE_GRAPH, |_, _| {
+        let child = Graph::from_handle(child).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+        Ok(NodeParams::Child {
+            graph: child.remote,
+        })
+    })
+}
+
+pub unsafe fn cuGraphEventRecordNodeSetEvent(node: CUgraphNode, event: CUevent) -> CUresult {
+    set_params(std::ptr::null_mut(), node, NODE_EVENT_RECORD, |_, _| {
+        Ok(NodeParams::EventRecord {
+            event: event_id(event)?,
+        })
+    })
+}
+
+pub unsafe fn cuGraphExecEventRecordNodeSetEvent(
+    exec: CUgraphExec,
+    node: CUgraphNode,
+    event: CUevent,
+) -> CUresult {
+    set_params(exec, node, NODE_EVENT_RECORD, |_, _| {
+        Ok(NodeParams::EventRecord {
+            event: event_id(event)?,
+        })
+    })
+}
+
+pub unsafe fn cuGraphNodeSetEnabled(
+    exec: CUgraphExec,
+    node: CUgraphNode,
+    enabled: c_uint,
+) -> CUresult {
+    status((|| {
+        let exec = GraphExec::from_handle(exec).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+        let node = node_of(node, &exec.conn)?;
+        exec.conn
+            .cuda()
+            .graph_node_set_enabled(exec.remote, node.remote, enabled != 0)
+            .outcome()
+    })())
+}
+
+/// `cuGraphAddDependencies` / `cuGraphRemoveDependencies`.
+///
+/// # Safety
+/// The node lists hold `count` handles each (or are null with `count` 0).
+unsafe fn dependencies(
+    graph: CUgraph,
+    from: *const CUgraphNode,
+    to: *const CUgraphNode,
+    edges: *const CUgraphEdgeData,
+    count: usize,
+    remove: bool,
+) -> CUresult {
+    if !edges.is_null() {
+        return not_supported("graph edges with data (cuGraphAddDependencies)");
+    }
+    status((|| {
+        let graph = Graph::from_handle(graph).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+        // SAFETY: the caller's guarantee.
+        let (from, to) = unsafe {
+            (
+                node_ids(from, count, &graph.conn)?,
+                node_ids(to, count, &graph.conn)?,
+            )
+        };
+        graph
+            .conn
+            .cuda()
+            .graph_dependencies(graph.remote, from, to, remove)
+            .outcome()
+    })())
+}
+
+pub unsafe fn cuGraphAddDependencies_v2(
+    graph: CUgraph,
+    from: *const CUgraphNode,
+    to: *const CUgraphNode,
+    edges: *const CUgraphEdgeData,
+    count: usize,
+) -> CUresult {
+    // SAFETY: the program's lists, valid as the API requires.
+    unsafe { dependencies(graph, from, to, edges, count, false) }
+}
+
+pub unsafe fn cuGraphRemoveDependencies_v2(
+    graph: CUgraph,
+    from: *const CUgraphNode,
+    to: *const CUgraphNode,
+    edges: *const CUgraphEdgeData,
+    count: usize,
+) -> CUresult {
+    // SAFETY: the program's lists, valid as the API requires.
+    unsafe { dependencies(graph, from, to, edges, count, true) }
+}
+
+pub unsafe fn cuGraphGetNodes(
+    graph: CUgraph,
+    nodes: *mut CUgraphNode,
+    count: *mut usize,
+) -> CUresult {
+    if !nodes.is_null() {
+        // Captured graphs hold nodes the client never named.
+        return not_supported("cuGraphGetNodes with a node array");
+    }
+    status((|| {
+        let graph = Graph::from_handle(graph).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+        let n = graph.conn.cuda().graph_node_count(graph.remote).outcome()?;
+        // SAFETY: an out-pointer from the caller: null (refused by write_out) or writable, as the API requires.
+        unsafe { write_out(count, n as usize) }
+    })())
+}
+
+pub unsafe fn cuGraphNodeGetType(node: CUgraphNode, kind: *mut u32) -> CUresult {
+    status((|| {
+        let node = GraphNode::from_handle(node).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+        if kind.is_null() {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        // SAFETY: checked non-null, writable as the API requires.
+        unsafe { kind.write(node.kind) };
+        Ok(())
+    })())
+}
+
+pub unsafe fn cuGraphExecUpdate_v2(
+    exec: CUgraphExec,
+    graph: CUgraph,
+    info: *mut CUgraphExecUpdateResultInfo,
+) -> CUresult {
+    let result = (|| {
+        let exec = GraphExec::from_handle(exec).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+        let (graph, ctx) = graph_and_context(graph)?;
+        ctx.conn
+            .cuda()
+            .graph_exec_update(ctx.remote, exec.remote, graph.remote)
+            .outcome()
+    })();
+    // CU_GRAPH_EXEC_UPDATE_ERROR (1) when the update failed without a verdict.
+    let verdict = result.unwrap_or(1);
+    // SAFETY: the program's result record, null or writable as the API requires.
+    if let Some(info) = unsafe { info.as_mut() } {
+        // SAFETY: the enum field is a 32-bit integer.
+        unsafe {
+            std::ptr::addr_of_mut!(info.result)
+                .cast::<u32>()
+                .write(verdict)
+        };
+        info.errorNode = std::ptr::null_mut();
+        info.errorFromNode = std::ptr::null_mut();
+    }
+    status(result.map(|_| ()))
+}
+
+pub unsafe fn cuDeviceGraphMemTrim(device: CUdevice) -> CUresult {
+    status((|| {
+        let device = crate::servers::device(device)?;
+        device
+            .link
+            .connection()
+            .cuda()
+            .graph_mem_trim(device.remote_ordinal)
+            .outcome()
+    })())
+}
