@@ -63,6 +63,26 @@ macro_rules! cu_call {
     };
 }
 
+/// Calls a driver function whose enum parameters are passed as the integers a client sent
+/// (never made into Rust enum values, which must hold a listed variant): the C ABI passes a
+/// C enum as a 32-bit integer. The caller names the function's C parameter types:
+/// `unsafe { cu_call_raw!(driver, cuStreamGetAttribute(stream: CUstream, attr: u32,
+/// out: *mut CUstreamAttrValue)) }`. Evaluates to the status, `NOT_SUPPORTED` if the driver
+/// lacks it.
+#[macro_export]
+macro_rules! cu_call_raw {
+    ($driver:expr, $name:ident($($arg:tt : $ty:ty),* $(,)?)) => {
+        match $driver.fns.$name {
+            Some(function) => {
+                let function: unsafe extern "C" fn($($ty),*) -> $crate::native::Status =
+                    std::mem::transmute(function);
+                function($($arg),*)
+            }
+            None => $crate::native::NOT_SUPPORTED,
+        }
+    };
+}
+
 /// Turns a status into a `Result`.
 pub fn check(status: Status) -> Result<(), Status> {
     if status == SUCCESS {

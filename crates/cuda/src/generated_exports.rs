@@ -479,8 +479,14 @@ pub unsafe extern "C" fn cuDeviceGetCount(count: *mut ::core::ffi::c_int) -> CUr
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuDeviceGetDefaultMemPool() -> CUresult {
-    not_supported("cuDeviceGetDefaultMemPool")
+pub unsafe extern "C" fn cuDeviceGetDefaultMemPool(
+    pool_out: *mut CUmemoryPool,
+    dev: CUdevice,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuDeviceGetDefaultMemPool", || unsafe {
+        crate::api::cuDeviceGetDefaultMemPool(pool_out, dev)
+    })
 }
 
 #[no_mangle]
@@ -509,8 +515,11 @@ pub unsafe extern "C" fn cuDeviceGetLuid() -> CUresult {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuDeviceGetMemPool() -> CUresult {
-    not_supported("cuDeviceGetMemPool")
+pub unsafe extern "C" fn cuDeviceGetMemPool(pool: *mut CUmemoryPool, dev: CUdevice) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuDeviceGetMemPool", || unsafe {
+        crate::api::cuDeviceGetMemPool(pool, dev)
+    })
 }
 
 #[no_mangle]
@@ -679,8 +688,11 @@ pub unsafe extern "C" fn cuDeviceSetGraphMemAttribute() -> CUresult {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuDeviceSetMemPool() -> CUresult {
-    not_supported("cuDeviceSetMemPool")
+pub unsafe extern "C" fn cuDeviceSetMemPool(dev: CUdevice, pool: CUmemoryPool) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuDeviceSetMemPool", || unsafe {
+        crate::api::cuDeviceSetMemPool(dev, pool)
+    })
 }
 
 #[no_mangle]
@@ -2612,13 +2624,29 @@ pub unsafe extern "C" fn cuMemAllocAsync_ptsz(
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemAllocFromPoolAsync() -> CUresult {
-    not_supported("cuMemAllocFromPoolAsync")
+pub unsafe extern "C" fn cuMemAllocFromPoolAsync(
+    dptr: *mut CUdeviceptr,
+    bytesize: usize,
+    pool: CUmemoryPool,
+    hStream: CUstream,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuMemAllocFromPoolAsync", || unsafe {
+        crate::api::cuMemAllocFromPoolAsync(dptr, bytesize, pool, hStream)
+    })
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemAllocFromPoolAsync_ptsz() -> CUresult {
-    not_supported("cuMemAllocFromPoolAsync_ptsz")
+pub unsafe extern "C" fn cuMemAllocFromPoolAsync_ptsz(
+    dptr: *mut CUdeviceptr,
+    bytesize: usize,
+    pool: CUmemoryPool,
+    hStream: CUstream,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuMemAllocFromPoolAsync_ptsz", || unsafe {
+        crate::api::cuMemAllocFromPoolAsync(dptr, bytesize, pool, hStream)
+    })
 }
 
 #[no_mangle]
@@ -2915,13 +2943,22 @@ pub unsafe extern "C" fn cuMemMapArrayAsync_ptsz() -> CUresult {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemPoolCreate() -> CUresult {
-    not_supported("cuMemPoolCreate")
+pub unsafe extern "C" fn cuMemPoolCreate(
+    pool: *mut CUmemoryPool,
+    poolProps: *const CUmemPoolProps,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuMemPoolCreate", || unsafe {
+        crate::api::cuMemPoolCreate(pool, poolProps)
+    })
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemPoolDestroy() -> CUresult {
-    not_supported("cuMemPoolDestroy")
+pub unsafe extern "C" fn cuMemPoolDestroy(pool: CUmemoryPool) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuMemPoolDestroy", || unsafe {
+        crate::api::cuMemPoolDestroy(pool)
+    })
 }
 
 #[no_mangle]
@@ -2935,13 +2972,27 @@ pub unsafe extern "C" fn cuMemPoolExportToShareableHandle() -> CUresult {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemPoolGetAccess() -> CUresult {
-    not_supported("cuMemPoolGetAccess")
+pub unsafe extern "C" fn cuMemPoolGetAccess(
+    flags: *mut u32,
+    memPool: CUmemoryPool,
+    location: *mut CUmemLocation,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuMemPoolGetAccess", || unsafe {
+        crate::api::cuMemPoolGetAccess(flags, memPool, location)
+    })
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemPoolGetAttribute() -> CUresult {
-    not_supported("cuMemPoolGetAttribute")
+pub unsafe extern "C" fn cuMemPoolGetAttribute(
+    pool: CUmemoryPool,
+    attr: u32,
+    value: *mut ::core::ffi::c_void,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuMemPoolGetAttribute", || unsafe {
+        crate::api::cuMemPoolGetAttribute(pool, attr, value)
+    })
 }
 
 #[no_mangle]
@@ -2955,18 +3006,35 @@ pub unsafe extern "C" fn cuMemPoolImportPointer() -> CUresult {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemPoolSetAccess() -> CUresult {
-    not_supported("cuMemPoolSetAccess")
+pub unsafe extern "C" fn cuMemPoolSetAccess(
+    pool: CUmemoryPool,
+    map: *const CUmemAccessDesc,
+    count: usize,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuMemPoolSetAccess", || unsafe {
+        crate::api::cuMemPoolSetAccess(pool, map, count)
+    })
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemPoolSetAttribute() -> CUresult {
-    not_supported("cuMemPoolSetAttribute")
+pub unsafe extern "C" fn cuMemPoolSetAttribute(
+    pool: CUmemoryPool,
+    attr: u32,
+    value: *mut ::core::ffi::c_void,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuMemPoolSetAttribute", || unsafe {
+        crate::api::cuMemPoolSetAttribute(pool, attr, value)
+    })
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemPoolTrimTo() -> CUresult {
-    not_supported("cuMemPoolTrimTo")
+pub unsafe extern "C" fn cuMemPoolTrimTo(pool: CUmemoryPool, minBytesToKeep: usize) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuMemPoolTrimTo", || unsafe {
+        crate::api::cuMemPoolTrimTo(pool, minBytesToKeep)
+    })
 }
 
 #[no_mangle]
@@ -4346,12 +4414,16 @@ pub unsafe extern "C" fn cuProfilerInitialize() -> CUresult {
 
 #[no_mangle]
 pub unsafe extern "C" fn cuProfilerStart() -> CUresult {
-    not_supported("cuProfilerStart")
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuProfilerStart", || unsafe {
+        crate::api::cuProfilerStart()
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn cuProfilerStop() -> CUresult {
-    not_supported("cuProfilerStop")
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuProfilerStop", || unsafe { crate::api::cuProfilerStop() })
 }
 
 #[no_mangle]
@@ -4562,13 +4634,27 @@ pub unsafe extern "C" fn cuStreamEndCapture_ptsz(
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuStreamGetAttribute() -> CUresult {
-    not_supported("cuStreamGetAttribute")
+pub unsafe extern "C" fn cuStreamGetAttribute(
+    hStream: CUstream,
+    attr: u32,
+    value_out: *mut CUstreamAttrValue,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuStreamGetAttribute", || unsafe {
+        crate::api::cuStreamGetAttribute(hStream, attr, value_out)
+    })
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuStreamGetAttribute_ptsz() -> CUresult {
-    not_supported("cuStreamGetAttribute_ptsz")
+pub unsafe extern "C" fn cuStreamGetAttribute_ptsz(
+    hStream: CUstream,
+    attr: u32,
+    value_out: *mut CUstreamAttrValue,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuStreamGetAttribute_ptsz", || unsafe {
+        crate::api::cuStreamGetAttribute(hStream, attr, value_out)
+    })
 }
 
 #[no_mangle]
@@ -4819,13 +4905,27 @@ pub unsafe extern "C" fn cuStreamQuery_ptsz(hStream: CUstream) -> CUresult {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuStreamSetAttribute() -> CUresult {
-    not_supported("cuStreamSetAttribute")
+pub unsafe extern "C" fn cuStreamSetAttribute(
+    hStream: CUstream,
+    attr: u32,
+    value: *const CUstreamAttrValue,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuStreamSetAttribute", || unsafe {
+        crate::api::cuStreamSetAttribute(hStream, attr, value)
+    })
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuStreamSetAttribute_ptsz() -> CUresult {
-    not_supported("cuStreamSetAttribute_ptsz")
+pub unsafe extern "C" fn cuStreamSetAttribute_ptsz(
+    hStream: CUstream,
+    attr: u32,
+    value: *const CUstreamAttrValue,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuStreamSetAttribute_ptsz", || unsafe {
+        crate::api::cuStreamSetAttribute(hStream, attr, value)
+    })
 }
 
 #[no_mangle]
@@ -4994,8 +5094,43 @@ pub unsafe extern "C" fn cuSurfRefSetArray() -> CUresult {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuTensorMapEncodeIm2col() -> CUresult {
-    not_supported("cuTensorMapEncodeIm2col")
+pub unsafe extern "C" fn cuTensorMapEncodeIm2col(
+    tensorMap: *mut CUtensorMap,
+    tensorDataType: u32,
+    tensorRank: cuuint32_t,
+    globalAddress: *mut ::core::ffi::c_void,
+    globalDim: *const cuuint64_t,
+    globalStrides: *const cuuint64_t,
+    pixelBoxLowerCorner: *const ::core::ffi::c_int,
+    pixelBoxUpperCorner: *const ::core::ffi::c_int,
+    channelsPerPixel: cuuint32_t,
+    pixelsPerColumn: cuuint32_t,
+    elementStrides: *const cuuint32_t,
+    interleave: u32,
+    swizzle: u32,
+    l2Promotion: u32,
+    oobFill: u32,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuTensorMapEncodeIm2col", || unsafe {
+        crate::api::cuTensorMapEncodeIm2col(
+            tensorMap,
+            tensorDataType,
+            tensorRank,
+            globalAddress,
+            globalDim,
+            globalStrides,
+            pixelBoxLowerCorner,
+            pixelBoxUpperCorner,
+            channelsPerPixel,
+            pixelsPerColumn,
+            elementStrides,
+            interleave,
+            swizzle,
+            l2Promotion,
+            oobFill,
+        )
+    })
 }
 
 #[no_mangle]
@@ -5004,13 +5139,48 @@ pub unsafe extern "C" fn cuTensorMapEncodeIm2colWide() -> CUresult {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuTensorMapEncodeTiled() -> CUresult {
-    not_supported("cuTensorMapEncodeTiled")
+pub unsafe extern "C" fn cuTensorMapEncodeTiled(
+    tensorMap: *mut CUtensorMap,
+    tensorDataType: u32,
+    tensorRank: cuuint32_t,
+    globalAddress: *mut ::core::ffi::c_void,
+    globalDim: *const cuuint64_t,
+    globalStrides: *const cuuint64_t,
+    boxDim: *const cuuint32_t,
+    elementStrides: *const cuuint32_t,
+    interleave: u32,
+    swizzle: u32,
+    l2Promotion: u32,
+    oobFill: u32,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuTensorMapEncodeTiled", || unsafe {
+        crate::api::cuTensorMapEncodeTiled(
+            tensorMap,
+            tensorDataType,
+            tensorRank,
+            globalAddress,
+            globalDim,
+            globalStrides,
+            boxDim,
+            elementStrides,
+            interleave,
+            swizzle,
+            l2Promotion,
+            oobFill,
+        )
+    })
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuTensorMapReplaceAddress() -> CUresult {
-    not_supported("cuTensorMapReplaceAddress")
+pub unsafe extern "C" fn cuTensorMapReplaceAddress(
+    tensorMap: *mut CUtensorMap,
+    globalAddress: *mut ::core::ffi::c_void,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuTensorMapReplaceAddress", || unsafe {
+        crate::api::cuTensorMapReplaceAddress(tensorMap, globalAddress)
+    })
 }
 
 #[no_mangle]

@@ -391,6 +391,17 @@ pub struct Graph {
 }
 registered!(Graph, CUgraph);
 
+/// A memory pool: a device's default pool or one the program made, on the device's server.
+pub struct MemPool {
+    /// The handle the program holds (see crate::handles).
+    pub handle: usize,
+    pub conn: Arc<Connection>,
+    pub pool: rgpu_protocol::cuda::Pool,
+    /// The device's ordinal in the program.
+    pub device: i32,
+}
+registered!(MemPool, CUmemoryPool);
+
 /// A JIT link in progress on a server.
 pub struct Link {
     /// The handle the program holds (see crate::handles).

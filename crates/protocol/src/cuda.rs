@@ -193,6 +193,57 @@ pub struct Linked {
     pub cubin: Vec<u8>,
 }
 
+/// A memory pool: a device's default pool, or one the session made.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Pool {
+    /// The default pool of the server's device.
+    Default(u32),
+    Created(Id),
+}
+
+/// `CUmemPoolProps`, with the device ordinal already the server's.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolProps {
+    pub alloc_type: u32,
+    pub handle_types: u32,
+    pub location_type: u32,
+    pub location_id: i32,
+    pub max_size: u64,
+    pub usage: u16,
+}
+
+/// A tensor map to encode, as `cuTensorMapEncodeTiled` / `Im2col` take it, or a map whose
+/// address to replace.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum TensorMapRequest {
+    Tiled {
+        data_type: u32,
+        address: DevicePtr,
+        dims: Vec<u64>,
+        strides: Vec<u64>,
+        box_dims: Vec<u32>,
+        element_strides: Vec<u32>,
+        /// Interleave, swizzle, L2 promotion and out-of-bounds fill.
+        modes: [u32; 4],
+    },
+    Im2col {
+        data_type: u32,
+        address: DevicePtr,
+        dims: Vec<u64>,
+        strides: Vec<u64>,
+        lower_corner: Vec<i32>,
+        upper_corner: Vec<i32>,
+        channels: u32,
+        pixels: u32,
+        element_strides: Vec<u32>,
+        modes: [u32; 4],
+    },
+    ReplaceAddress {
+        map: Vec<u8>,
+        address: DevicePtr,
+    },
+}
+
 /// What a graph node does (`CUgraphNodeParams`, with the client's handles as session ids).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum NodeParams {
@@ -266,6 +317,11 @@ wire_api! {
         call GetLimit get_limit(ctx: Id, limit: u32) -> Answer<u64>;
         /// `cuCtxSetLimit`.
         call SetLimit set_limit(ctx: Id, limit: u32, value: u64) -> Status;
+        /// `cuProfilerStart` / `cuProfilerStop` for `ctx` (a profiler on the server sees them).
+        post Profiler profiler(ctx: Id, start: bool);
+        /// `cuTensorMapEncode*` / `cuTensorMapReplaceAddress`: the 128-byte descriptor. Host
+        /// work, but its format is the driver's own, so the server's driver makes it.
+        call TensorMap tensor_map(request: TensorMapRequest) -> Answer<Vec<u8>>;
     }
 
     /// Allocations and memsets.
@@ -280,6 +336,25 @@ wire_api! {
         call MemAllocAsync mem_alloc_async(ctx: Id, stream: Id, size: u64) -> Answer<DevicePtr>;
         /// `cuMemFreeAsync`.
         post MemFreeAsync mem_free_async(ctx: Id, stream: Id, ptr: DevicePtr);
+        /// `cuMemPoolCreate`: pool `id`.
+        call MemPoolCreate mem_pool_create(ctx: Id, id: Id, props: PoolProps) -> Status;
+        post MemPoolDestroy mem_pool_destroy(id: Id);
+        /// `cuMemAllocFromPoolAsync`.
+        call MemAllocFromPool mem_alloc_from_pool(ctx: Id, stream: Id, pool: Pool, size: u64)
+            -> Answer<DevicePtr>;
+        /// `cuMemPoolSetAttribute` (values of every attribute fit 64 bits).
+        call MemPoolSetAttribute mem_pool_set_attribute(pool: Pool, attribute: u32, value: u64)
+            -> Status;
+        /// `cuMemPoolGetAttribute`.
+        call MemPoolGetAttribute mem_pool_get_attribute(pool: Pool, attribute: u32) -> Answer<u64>;
+        /// `cuMemPoolTrimTo`.
+        post MemPoolTrim mem_pool_trim(pool: Pool, keep: u64);
+        /// `cuMemPoolSetAccess`.
+        call MemPoolSetAccess mem_pool_set_access(pool: Pool, access: Vec<MemAccess>) -> Status;
+        /// `cuMemPoolGetAccess` from a device of this server: the `CUmemAccess_flags`.
+        call MemPoolGetAccess mem_pool_get_access(pool: Pool, device: u32) -> Answer<u32>;
+        /// `cuDeviceSetMemPool`: `cuMemAllocAsync` on `device` takes from `pool` from now on.
+        call DeviceSetMemPool device_set_mem_pool(device: u32, pool: Pool) -> Status;
         /// `cuMemsetD8/16/32[Async]` (`element_size` 1, 2 or 4) and their 2D forms (`height` > 1,
         /// rows `pitch` bytes apart, `width` elements each).
         post Memset memset(
@@ -389,6 +464,10 @@ wire_api! {
     /// Streams.
     group Streams {
         post CreateStream create_stream(id: Id, ctx: Id, flags: u32, priority: i32);
+        /// `cuStreamSetAttribute`: the attribute's id and the bytes of its value union.
+        post StreamSetAttribute stream_set_attribute(ctx: Id, stream: Id, attribute: LaunchAttribute);
+        /// `cuStreamGetAttribute`: the bytes of the value union.
+        call StreamGetAttribute stream_get_attribute(ctx: Id, stream: Id, id: u32) -> Answer<Vec<u8>>;
         post DestroyStream destroy_stream(id: Id);
         /// Also reports the first deferred failure.
         call StreamSynchronize stream_synchronize(ctx: Id, stream: Id) -> Status;
@@ -601,11 +680,21 @@ sample_struct! {
     Global { ptr, size },
     Loaded { status, need_image, logs },
     JitOption { option, value },
+    PoolProps { alloc_type, handle_types, location_type, location_id, max_size, usage },
     JitLogs { info, error, wall_time_ms },
     Linked { status, logs, cubin },
 }
 
 sample_enum!(ImageKind { Module, Library });
+sample_enum!(Pool { Default(device), Created(id) });
+sample_enum!(TensorMapRequest {
+    Tiled { data_type, address, dims, strides, box_dims, element_strides, modes },
+    Im2col {
+        data_type, address, dims, strides, lower_corner, upper_corner, channels, pixels,
+        element_strides, modes,
+    },
+    ReplaceAddress { map, address },
+});
 sample_enum!(NodeParams {
     Kernel { function, grid, block, shared_mem },
     Memset { dst, value, element_size, width, height, pitch },

@@ -157,6 +157,14 @@ pub unsafe fn cuCtxSetLimit(limit: c_uint, value: usize) -> CUresult {
     }))
 }
 
+pub unsafe fn cuProfilerStart() -> CUresult {
+    status(current_context().and_then(|ctx| ctx.conn.cuda().profiler(ctx.remote, true).outcome()))
+}
+
+pub unsafe fn cuProfilerStop() -> CUresult {
+    status(current_context().and_then(|ctx| ctx.conn.cuda().profiler(ctx.remote, false).outcome()))
+}
+
 pub unsafe fn cuCtxGetStreamPriorityRange(least: *mut c_int, greatest: *mut c_int) -> CUresult {
     // SAFETY: the caller's out-pointers, each written only when non-null.
     status(current_context().map(|_| unsafe {

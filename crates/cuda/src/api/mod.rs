@@ -16,7 +16,9 @@ pub mod launch;
 pub mod loader;
 pub mod memory;
 pub mod module;
+pub mod pools;
 pub mod stream;
+pub mod tensor_map;
 pub mod vmm;
 
 pub use context::*;
@@ -31,7 +33,9 @@ pub use launch::*;
 pub use loader::*;
 pub use memory::*;
 pub use module::*;
+pub use pools::*;
 pub use stream::*;
+pub use tensor_map::*;
 pub use vmm::*;
 
 pub(crate) use crate::results::{from_remote, status, write_out, Outcome};

@@ -4,7 +4,7 @@ use std::ffi::{c_int, c_uint};
 
 use rgpu_client::CudaClient;
 use rgpu_cuda_api::sys::*;
-use rgpu_protocol::cuda::Id;
+use rgpu_protocol::cuda::{Id, LaunchAttribute};
 
 use super::memory::take_async_read_error;
 use super::{status, write_out, Outcome};
@@ -71,6 +71,52 @@ pub unsafe fn cuStreamWaitEvent(stream: CUstream, event: CUevent, flags: c_uint)
         server
             .stream_wait_event(ctx.remote, id, event.remote, flags)
             .outcome()
+    }))
+}
+
+pub unsafe fn cuStreamSetAttribute(
+    stream: CUstream,
+    attribute: u32,
+    value: *const CUstreamAttrValue,
+) -> CUresult {
+    status(resolve_stream(stream).and_then(|(ctx, id)| {
+        if value.is_null() {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        // SAFETY: the program's value union, readable as the API requires.
+        let bytes = unsafe {
+            std::slice::from_raw_parts(value.cast::<u8>(), std::mem::size_of::<CUstreamAttrValue>())
+        }
+        .to_vec();
+        let attribute = LaunchAttribute {
+            id: attribute,
+            value: bytes,
+        };
+        ctx.conn
+            .cuda()
+            .stream_set_attribute(ctx.remote, id, attribute)
+            .outcome()
+    }))
+}
+
+pub unsafe fn cuStreamGetAttribute(
+    stream: CUstream,
+    attribute: u32,
+    value: *mut CUstreamAttrValue,
+) -> CUresult {
+    status(resolve_stream(stream).and_then(|(ctx, id)| {
+        if value.is_null() {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        let bytes = ctx
+            .conn
+            .cuda()
+            .stream_get_attribute(ctx.remote, id, attribute)
+            .outcome()?;
+        let n = bytes.len().min(std::mem::size_of::<CUstreamAttrValue>());
+        // SAFETY: the program's value union, writable as the API requires; at most its size.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), value.cast::<u8>(), n) };
+        Ok(())
     }))
 }
 

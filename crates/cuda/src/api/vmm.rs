@@ -178,6 +178,36 @@ pub unsafe fn cuMemRelease(handle: CUmemGenericAllocationHandle) -> CUresult {
     }))
 }
 
+/// Reads `count` access descriptors as integers (their enum fields may hold values the enums
+/// lack), devices translated to the server's ordinals.
+///
+/// # Safety
+/// `desc` holds `count` descriptors.
+pub(crate) unsafe fn read_access(
+    desc: *const CUmemAccessDesc,
+    count: usize,
+) -> Result<Vec<MemAccess>, CUresult> {
+    (0..count)
+        .map(|i| {
+            // SAFETY: the caller's guarantee; read as integers.
+            let (location_type, id, flags) = unsafe {
+                let d = desc.add(i);
+                (
+                    std::ptr::addr_of!((*d).location.type_).cast::<u32>().read(),
+                    (*d).location.id,
+                    std::ptr::addr_of!((*d).flags).cast::<u32>().read(),
+                )
+            };
+            let (location_id, _) = device_location(location_type, id)?;
+            Ok(MemAccess {
+                location_type,
+                location_id,
+                flags,
+            })
+        })
+        .collect()
+}
+
 pub unsafe fn cuMemSetAccess(
     ptr: CUdeviceptr,
     size: usize,
@@ -188,25 +218,8 @@ pub unsafe fn cuMemSetAccess(
         if desc.is_null() && count > 0 {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
         }
-        let access = (0..count)
-            .map(|i| {
-                // SAFETY: the caller passes `count` descriptors; read as integers.
-                let (location_type, id, flags) = unsafe {
-                    let d = desc.add(i);
-                    (
-                        std::ptr::addr_of!((*d).location.type_).cast::<u32>().read(),
-                        (*d).location.id,
-                        std::ptr::addr_of!((*d).flags).cast::<u32>().read(),
-                    )
-                };
-                let (location_id, _) = device_location(location_type, id)?;
-                Ok(MemAccess {
-                    location_type,
-                    location_id,
-                    flags,
-                })
-            })
-            .collect::<Result<Vec<_>, CUresult>>()?;
+        // SAFETY: the caller passes `count` descriptors.
+        let access = unsafe { read_access(desc, count)? };
         let server = ctx.conn.cuda();
         server
             .vmm_set_access(ctx.remote, ptr, size as u64, access)

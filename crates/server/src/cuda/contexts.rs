@@ -3,15 +3,33 @@
 
 use std::ptr::null_mut;
 
-use rgpu_cuda_api::cu_call;
 use rgpu_cuda_api::generated::limit;
 use rgpu_cuda_api::native::{check, Status, INVALID_VALUE, SUCCESS};
 use rgpu_cuda_api::sys::*;
-use rgpu_protocol::cuda::{serve, Answer, CuInventory, Id};
+use rgpu_cuda_api::{cu_call, cu_call_raw};
+use rgpu_protocol::cuda::{serve, Answer, CuInventory, Id, TensorMapRequest};
 
 use super::session::{code, Context, CudaSession, Served, INVALID_CONTEXT, INVALID_DEVICE};
 
 impl serve::Contexts for Served<'_> {
+    fn profiler(&mut self, ctx: Id, start: bool) -> Answer<()> {
+        let cuda = &mut *self.cuda;
+        cuda.enter(ctx)?;
+        let driver = &cuda.backend.driver;
+        // SAFETY: no arguments; they apply to the current context.
+        check(unsafe {
+            if start {
+                cu_call!(driver, cuProfilerStart())
+            } else {
+                cu_call!(driver, cuProfilerStop())
+            }
+        })
+    }
+
+    fn tensor_map(&mut self, request: TensorMapRequest) -> Answer<Vec<u8>> {
+        encode_tensor_map(&self.cuda.backend.driver, request)
+    }
+
     fn get_inventory(&mut self) -> CuInventory {
         self.cuda.backend.inventory.clone()
     }
@@ -139,4 +157,126 @@ impl CudaSession {
             None => unsafe { cu_call!(driver, cuCtxDisablePeerAccess(peer)) },
         })
     }
+}
+
+/// A tensor map made by the driver (host work: no context needed). The address is a device
+/// address of the client's session on this server, as kernels will use it.
+fn encode_tensor_map(driver: &super::Driver, request: TensorMapRequest) -> Answer<Vec<u8>> {
+    // SAFETY: plain bytes, valid zeroed.
+    let mut map: CUtensorMap = unsafe { std::mem::zeroed() };
+    let out = &mut map as *mut CUtensorMap;
+    let status = match request {
+        TensorMapRequest::Tiled {
+            data_type,
+            address,
+            dims,
+            strides,
+            box_dims,
+            element_strides,
+            modes,
+        } => {
+            let rank = dims.len() as u32;
+            if rank == 0
+                || strides.len() + 1 < dims.len()
+                || box_dims.len() != dims.len()
+                || element_strides.len() != dims.len()
+            {
+                return Err(INVALID_VALUE);
+            }
+            let address = address as *mut std::ffi::c_void;
+            let (dims, strides) = (dims.as_ptr(), strides.as_ptr());
+            let (boxes, elements) = (box_dims.as_ptr(), element_strides.as_ptr());
+            let [interleave, swizzle, l2, oob] = modes;
+            // SAFETY: local arrays of the lengths the rank needs; the enums are the client's
+            // integers, which the driver checks.
+            unsafe {
+                cu_call_raw!(
+                    driver,
+                    cuTensorMapEncodeTiled(
+                        out: *mut CUtensorMap,
+                        data_type: u32,
+                        rank: u32,
+                        address: *mut std::ffi::c_void,
+                        dims: *const u64,
+                        strides: *const u64,
+                        boxes: *const u32,
+                        elements: *const u32,
+                        interleave: u32,
+                        swizzle: u32,
+                        l2: u32,
+                        oob: u32,
+                    )
+                )
+            }
+        }
+        TensorMapRequest::Im2col {
+            data_type,
+            address,
+            dims,
+            strides,
+            lower_corner,
+            upper_corner,
+            channels,
+            pixels,
+            element_strides,
+            modes,
+        } => {
+            let rank = dims.len() as u32;
+            if rank < 3
+                || strides.len() + 1 < dims.len()
+                || element_strides.len() != dims.len()
+                || lower_corner.len() + 2 < dims.len()
+                || upper_corner.len() + 2 < dims.len()
+            {
+                return Err(INVALID_VALUE);
+            }
+            let address = address as *mut std::ffi::c_void;
+            let (dims, strides) = (dims.as_ptr(), strides.as_ptr());
+            let (lower, upper) = (lower_corner.as_ptr(), upper_corner.as_ptr());
+            let elements = element_strides.as_ptr();
+            let [interleave, swizzle, l2, oob] = modes;
+            // SAFETY: as above.
+            unsafe {
+                cu_call_raw!(
+                    driver,
+                    cuTensorMapEncodeIm2col(
+                        out: *mut CUtensorMap,
+                        data_type: u32,
+                        rank: u32,
+                        address: *mut std::ffi::c_void,
+                        dims: *const u64,
+                        strides: *const u64,
+                        lower: *const i32,
+                        upper: *const i32,
+                        channels: u32,
+                        pixels: u32,
+                        elements: *const u32,
+                        interleave: u32,
+                        swizzle: u32,
+                        l2: u32,
+                        oob: u32,
+                    )
+                )
+            }
+        }
+        TensorMapRequest::ReplaceAddress { map: old, address } => {
+            if old.len() != std::mem::size_of::<CUtensorMap>() {
+                return Err(INVALID_VALUE);
+            }
+            // SAFETY: `old` holds exactly one map's bytes.
+            unsafe { std::ptr::copy_nonoverlapping(old.as_ptr(), out.cast::<u8>(), old.len()) };
+            // SAFETY: a local map and an address the driver checks.
+            unsafe {
+                cu_call!(
+                    driver,
+                    cuTensorMapReplaceAddress(out, address as *mut std::ffi::c_void)
+                )
+            }
+        }
+    };
+    check(status)?;
+    // SAFETY: the map's bytes.
+    let bytes =
+        unsafe { std::slice::from_raw_parts(out.cast::<u8>(), std::mem::size_of::<CUtensorMap>()) };
+    Ok(bytes.to_vec())
 }

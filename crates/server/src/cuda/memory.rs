@@ -4,7 +4,7 @@
 use rgpu_cuda_api::cu_call;
 use rgpu_cuda_api::native::{check, Status, INVALID_VALUE};
 use rgpu_cuda_api::sys::*;
-use rgpu_protocol::cuda::{serve, Answer, DevicePtr, Id, MemInfo};
+use rgpu_protocol::cuda::{serve, Answer, DevicePtr, Id, MemAccess, MemInfo, Pool, PoolProps};
 
 use super::session::{code, Charged, CudaSession, Served};
 
@@ -82,6 +82,52 @@ impl serve::Memory for Served<'_> {
             cuda.uncharge(Charged::Pointer(ptr));
         }
         status
+    }
+
+    fn mem_pool_create(&mut self, ctx: Id, id: Id, props: PoolProps) -> Status {
+        code(self.cuda.create_pool(ctx, id, &props))
+    }
+
+    fn mem_pool_destroy(&mut self, id: Id) -> Answer<()> {
+        let taken = self.cuda.mem_pools.remove(&id);
+        self.cuda.destroy(taken)
+    }
+
+    fn mem_alloc_from_pool(
+        &mut self,
+        ctx: Id,
+        stream: Id,
+        pool: Pool,
+        size: u64,
+    ) -> Answer<DevicePtr> {
+        self.cuda.alloc_from_pool(ctx, stream, pool, size)
+    }
+
+    fn mem_pool_set_attribute(&mut self, pool: Pool, attribute: u32, value: u64) -> Status {
+        code(self.cuda.set_pool_attribute(pool, attribute, value))
+    }
+
+    fn mem_pool_get_attribute(&mut self, pool: Pool, attribute: u32) -> Answer<u64> {
+        self.cuda.pool_attribute(pool, attribute)
+    }
+
+    fn mem_pool_trim(&mut self, pool: Pool, keep: u64) -> Answer<()> {
+        let cuda = &mut *self.cuda;
+        let pool = cuda.pool(pool)?;
+        // SAFETY: a live pool.
+        check(unsafe { cu_call!(cuda.backend.driver, cuMemPoolTrimTo(pool, keep as usize)) })
+    }
+
+    fn mem_pool_set_access(&mut self, pool: Pool, access: Vec<MemAccess>) -> Status {
+        code(self.cuda.set_pool_access(pool, &access))
+    }
+
+    fn mem_pool_get_access(&mut self, pool: Pool, device: u32) -> Answer<u32> {
+        self.cuda.pool_access(pool, device)
+    }
+
+    fn device_set_mem_pool(&mut self, device: u32, pool: Pool) -> Status {
+        code(self.cuda.set_device_pool(device, pool))
     }
 
     #[allow(clippy::too_many_arguments)]

@@ -12,6 +12,7 @@ mod memory;
 mod modules;
 mod owned;
 mod pieces;
+mod pools;
 mod session;
 mod staging;
 mod streams;

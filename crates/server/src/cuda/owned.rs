@@ -100,6 +100,11 @@ owned!(
     cuGraphExecDestroy
 );
 owned!(
+    /// A memory pool the session made.
+    MemPool(CUmemoryPool),
+    cuMemPoolDestroy
+);
+owned!(
     /// A JIT link in progress.
     LinkState(CUlinkState),
     cuLinkDestroy

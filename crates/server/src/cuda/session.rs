@@ -85,6 +85,8 @@ pub(crate) struct CudaSession {
     /// Nodes of the session's graphs, and the body graphs of their conditional nodes.
     pub(super) graph_nodes: HashMap<Id, super::graphs::GraphNode>,
     pub(super) graph_bodies: HashMap<Id, super::graphs::GraphBody>,
+    /// Memory pools the session made.
+    pub(super) mem_pools: HashMap<Id, owned::MemPool>,
     /// JIT links in progress.
     pub(super) links: HashMap<Id, super::modules::Link>,
     /// Virtual memory management: physical allocations, mappings and address reservations.
@@ -119,6 +121,7 @@ impl CudaSession {
             graph_nodes: HashMap::new(),
             graph_bodies: HashMap::new(),
             links: HashMap::new(),
+            mem_pools: HashMap::new(),
             vmm_handles: HashMap::new(),
             vmm_mappings: HashMap::new(),
             vmm_reservations: HashMap::new(),

@@ -1,8 +1,9 @@
 //! Streams.
 
-use rgpu_cuda_api::cu_call;
-use rgpu_cuda_api::native::{check, Status};
-use rgpu_protocol::cuda::{serve, Answer, Id};
+use rgpu_cuda_api::native::{check, Status, INVALID_VALUE};
+use rgpu_cuda_api::sys::CUstreamAttrValue;
+use rgpu_cuda_api::{cu_call, cu_call_raw};
+use rgpu_protocol::cuda::{serve, Answer, Id, LaunchAttribute};
 
 use super::owned;
 use super::session::{code, Served};
@@ -23,6 +24,68 @@ impl serve::Streams for Served<'_> {
             cuda.streams
                 .insert(id, owned::Stream::new(raw, cuda.current, &cuda.backend));
         })
+    }
+
+    fn stream_set_attribute(
+        &mut self,
+        ctx: Id,
+        stream: Id,
+        attribute: LaunchAttribute,
+    ) -> Answer<()> {
+        let cuda = &mut *self.cuda;
+        cuda.enter(ctx)?;
+        let stream = cuda.stream(stream)?;
+        // SAFETY: plain data, valid zeroed.
+        let mut value: CUstreamAttrValue = unsafe { std::mem::zeroed() };
+        let size = std::mem::size_of::<CUstreamAttrValue>();
+        if attribute.value.len() > size {
+            return Err(INVALID_VALUE);
+        }
+        // SAFETY: at most the union's size, checked above.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                attribute.value.as_ptr(),
+                (&mut value as *mut CUstreamAttrValue).cast::<u8>(),
+                attribute.value.len(),
+            )
+        };
+        let (id, value) = (attribute.id, &value as *const CUstreamAttrValue);
+        // SAFETY: a live stream and a local value; the attribute is the client's integer.
+        check(unsafe {
+            cu_call_raw!(
+                cuda.backend.driver,
+                cuStreamSetAttribute(
+                    stream: rgpu_cuda_api::sys::CUstream,
+                    id: u32,
+                    value: *const CUstreamAttrValue,
+                )
+            )
+        })
+    }
+
+    fn stream_get_attribute(&mut self, ctx: Id, stream: Id, id: u32) -> Answer<Vec<u8>> {
+        let cuda = &mut *self.cuda;
+        cuda.enter(ctx)?;
+        let stream = cuda.stream(stream)?;
+        // SAFETY: plain data, valid zeroed.
+        let mut value: CUstreamAttrValue = unsafe { std::mem::zeroed() };
+        let out = &mut value as *mut CUstreamAttrValue;
+        // SAFETY: a live stream and a local out-value.
+        check(unsafe {
+            cu_call_raw!(
+                cuda.backend.driver,
+                cuStreamGetAttribute(
+                    stream: rgpu_cuda_api::sys::CUstream,
+                    id: u32,
+                    out: *mut CUstreamAttrValue,
+                )
+            )
+        })?;
+        // SAFETY: the union's bytes.
+        let bytes = unsafe {
+            std::slice::from_raw_parts(out.cast::<u8>(), std::mem::size_of::<CUstreamAttrValue>())
+        };
+        Ok(bytes.to_vec())
     }
 
     fn destroy_stream(&mut self, id: Id) -> Answer<()> {

@@ -2,9 +2,9 @@
 //! allocations (charged to the session's memory quota), mappings and access. They belong to the
 //! device, not to a context, so the session records them and undoes them at its end.
 
-use rgpu_cuda_api::cu_call;
-use rgpu_cuda_api::native::{check, Status, INVALID_HANDLE, NOT_SUPPORTED};
+use rgpu_cuda_api::native::{check, Status, INVALID_HANDLE};
 use rgpu_cuda_api::sys::*;
+use rgpu_cuda_api::{cu_call, cu_call_raw};
 use rgpu_protocol::cuda::{serve, Answer, DevicePtr, Id, MemAccess, MemProp};
 
 use super::session::{code, Charged, Served};
@@ -15,17 +15,20 @@ impl serve::VirtualMemory for Served<'_> {
         cuda.enter(ctx).and_then(|()| {
             let prop = allocation_prop(&prop);
             let mut granularity = 0usize;
-            let entry = cuda
-                .backend
-                .driver
-                .fns
-                .cuMemGetAllocationGranularity
-                .ok_or(NOT_SUPPORTED)?;
-            // SAFETY: the option enum is a 32-bit integer in the C ABI; the driver checks it.
-            let entry: unsafe extern "C" fn(*mut usize, *const CUmemAllocationProp, u32) -> Status =
-                unsafe { std::mem::transmute(entry) };
-            // SAFETY: valid out-pointer and property struct.
-            check(unsafe { entry(&mut granularity, &prop, option) })?;
+            let out = &mut granularity as *mut usize;
+            let prop = &prop as *const CUmemAllocationProp;
+            // SAFETY: valid out-pointer and property struct; the option is passed as the
+            // integer the client sent, which the driver checks.
+            check(unsafe {
+                cu_call_raw!(
+                    cuda.backend.driver,
+                    cuMemGetAllocationGranularity(
+                        out: *mut usize,
+                        prop: *const CUmemAllocationProp,
+                        option: u32,
+                    )
+                )
+            })?;
             Ok(granularity as u64)
         })
     }
@@ -177,7 +180,7 @@ fn allocation_prop(prop: &MemProp) -> CUmemAllocationProp {
     }
 }
 
-fn access_desc(access: &MemAccess) -> CUmemAccessDesc {
+pub(super) fn access_desc(access: &MemAccess) -> CUmemAccessDesc {
     // SAFETY: as in `allocation_prop`.
     unsafe {
         let mut raw: CUmemAccessDesc = std::mem::zeroed();

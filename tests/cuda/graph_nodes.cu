@@ -1,0 +1,178 @@
+// graph_nodes: CUDA graphs built node by node, as XLA's command buffers build them: memset,
+// kernel, device-to-device copy, empty (barrier) and child-graph nodes; kernel parameters
+// updated in the executable graph; an executable graph updated from a new graph; a WHILE
+// conditional node whose body kernel decrements a counter on the device and sets the
+// condition; stream capture into an existing graph. Checks every result against the CPU.
+//
+//   nvcc -O2 -o graph_nodes graph_nodes.cu && ./graph_nodes
+//
+// Prints `CHECK` lines, then `PASS graph_nodes`, or `FAIL graph_nodes: why` and exit status 1.
+#include <cuda_runtime.h>
+#include <cstdio>
+#include <vector>
+
+#define PROG "graph_nodes"
+#include "check.h"
+
+__global__ void scale_add(float *x, float a, float b, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] = a * x[i] + b;
+}
+
+// One iteration of a WHILE loop: x += 1 and count down; the loop goes on while *left > 0.
+__global__ void loop_body(float *x, int n, int *left, cudaGraphConditionalHandle handle) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] += 1.0f;
+    __syncthreads();
+    if (i == 0) {
+        int remaining = --*left;
+        cudaGraphSetConditional(handle, remaining > 0 ? 1 : 0);
+    }
+}
+
+int main() {
+    const int n = 4096, threads = 256, blocks = n / threads;
+    const size_t bytes = n * sizeof(float);
+    float *x, *y;
+    int *left;
+    CK(cudaMalloc(&x, bytes));
+    CK(cudaMalloc(&y, bytes));
+    CK(cudaMalloc(&left, sizeof(int)));
+    cudaStream_t stream;
+    CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    std::vector<float> back(n);
+
+    // memset(x, 2.0f) -> x = 3x + 1 -> barrier -> copy x to y -> child graph: y = 0.5y + 0.
+    cudaGraph_t graph, child;
+    CK(cudaGraphCreate(&graph, 0));
+    CK(cudaGraphCreate(&child, 0));
+    cudaGraphNode_t memset_node, kernel_node, barrier, copy_node, child_node, child_kernel;
+    cudaMemsetParams ms = {};
+    ms.dst = x;
+    ms.value = 0x40000000;  // 2.0f
+    ms.elementSize = 4;
+    ms.width = n;
+    ms.height = 1;
+    CK(cudaGraphAddMemsetNode(&memset_node, graph, nullptr, 0, &ms));
+    float a = 3.0f, b = 1.0f;
+    int count = n;
+    void *args[] = {&x, &a, &b, &count};
+    cudaKernelNodeParams kp = {};
+    kp.func = (void *)scale_add;
+    kp.gridDim = dim3(blocks);
+    kp.blockDim = dim3(threads);
+    kp.kernelParams = args;
+    CK(cudaGraphAddKernelNode(&kernel_node, graph, &memset_node, 1, &kp));
+    CK(cudaGraphAddEmptyNode(&barrier, graph, &kernel_node, 1));
+    CK(cudaGraphAddMemcpyNode1D(&copy_node, graph, &barrier, 1, y, x, bytes,
+                                cudaMemcpyDeviceToDevice));
+    float half = 0.5f, zero = 0.0f;
+    void *child_args[] = {&y, &half, &zero, &count};
+    cudaKernelNodeParams ckp = kp;
+    ckp.kernelParams = child_args;
+    CK(cudaGraphAddKernelNode(&child_kernel, child, nullptr, 0, &ckp));
+    CK(cudaGraphAddChildGraphNode(&child_node, graph, &copy_node, 1, child));
+    size_t nodes = 0;
+    CK(cudaGraphGetNodes(graph, nullptr, &nodes));
+    EXPECT(nodes == 5, "graph has %zu nodes, expected 5", nodes);
+    cudaGraphNodeType type;
+    CK(cudaGraphNodeGetType(copy_node, &type));
+    EXPECT(type == cudaGraphNodeTypeMemcpy, "copy node has type %d", (int)type);
+
+    cudaGraphExec_t exec;
+    CK(cudaGraphInstantiate(&exec, graph, 0));
+    CK(cudaGraphLaunch(exec, stream));
+    CK(cudaStreamSynchronize(stream));
+    CK(cudaMemcpy(back.data(), y, bytes, cudaMemcpyDeviceToHost));
+    for (int i = 0; i < n; ++i) EXPECT(back[i] == 3.5f, "y[%d] = %g, expected 3.5", i, back[i]);
+    printf("CHECK built %.6e %.6e\n", back[0], back[n - 1]);
+
+    // New kernel parameters in the executable graph: x = 5x - 2 -> y = 0.5 * 8 = 4.
+    a = 5.0f;
+    b = -2.0f;
+    CK(cudaGraphExecKernelNodeSetParams(exec, kernel_node, &kp));
+    CK(cudaGraphLaunch(exec, stream));
+    CK(cudaStreamSynchronize(stream));
+    CK(cudaMemcpy(back.data(), y, bytes, cudaMemcpyDeviceToHost));
+    for (int i = 0; i < n; ++i) EXPECT(back[i] == 4.0f, "y[%d] = %g after set-params", i, back[i]);
+    printf("CHECK set_params %.6e\n", back[7]);
+
+    // The same topology with another memset value, applied by cudaGraphExecUpdate.
+    ms.value = 0x3f800000;  // 1.0f: y = 0.5 * (5 - 2) = 1.5
+    CK(cudaGraphMemsetNodeSetParams(memset_node, &ms));
+    CK(cudaGraphKernelNodeSetParams(kernel_node, &kp));
+    cudaGraphExecUpdateResultInfo info;
+    CK(cudaGraphExecUpdate(exec, graph, &info));
+    EXPECT(info.result == cudaGraphExecUpdateSuccess, "update result %d", (int)info.result);
+    CK(cudaGraphLaunch(exec, stream));
+    CK(cudaStreamSynchronize(stream));
+    CK(cudaMemcpy(back.data(), y, bytes, cudaMemcpyDeviceToHost));
+    for (int i = 0; i < n; ++i) EXPECT(back[i] == 1.5f, "y[%d] = %g after update", i, back[i]);
+    printf("CHECK exec_update %.6e\n", back[n / 2]);
+
+    // A WHILE loop on the device: 10 iterations of x += 1, starting from 0.
+    cudaGraph_t loop;
+    CK(cudaGraphCreate(&loop, 0));
+    cudaGraphConditionalHandle handle;
+    CK(cudaGraphConditionalHandleCreate(&handle, loop, 1, cudaGraphCondAssignDefault));
+    cudaGraphNodeParams cp = {};
+    cp.type = cudaGraphNodeTypeConditional;
+    cp.conditional.handle = handle;
+    cp.conditional.type = cudaGraphCondTypeWhile;
+    cp.conditional.size = 1;
+    cudaGraphNode_t cond_node, body_node;
+    CK(cudaGraphAddNode(&cond_node, loop, nullptr, 0, &cp));
+    cudaGraph_t body = cp.conditional.phGraph_out[0];
+    EXPECT(body != nullptr, "no body graph");
+    void *body_args[] = {&x, &count, &left, &handle};
+    cudaKernelNodeParams bp = {};
+    bp.func = (void *)loop_body;
+    bp.gridDim = dim3(1);
+    bp.blockDim = dim3(threads);
+    bp.kernelParams = body_args;
+    int small = threads;  // the body touches the first 256 elements
+    body_args[1] = &small;
+    CK(cudaGraphAddKernelNode(&body_node, body, nullptr, 0, &bp));
+    int ten = 10;
+    CK(cudaMemset(x, 0, bytes));
+    CK(cudaMemcpy(left, &ten, sizeof(int), cudaMemcpyHostToDevice));
+    cudaGraphExec_t loop_exec;
+    CK(cudaGraphInstantiate(&loop_exec, loop, 0));
+    CK(cudaGraphLaunch(loop_exec, stream));
+    CK(cudaStreamSynchronize(stream));
+    CK(cudaMemcpy(back.data(), x, bytes, cudaMemcpyDeviceToHost));
+    for (int i = 0; i < threads; ++i) EXPECT(back[i] == 10.0f, "loop x[%d] = %g", i, back[i]);
+    printf("CHECK while_loop %.6e %.6e\n", back[0], back[threads]);
+
+    // Stream capture into an existing graph, after its node: x = 2x + 3 twice -> 2(2*10+3)+3.
+    cudaGraph_t more;
+    CK(cudaGraphCreate(&more, 0));
+    cudaGraphNode_t first;
+    CK(cudaGraphAddEmptyNode(&first, more, nullptr, 0));
+    CK(cudaStreamBeginCaptureToGraph(stream, more, &first, nullptr, 1,
+                                     cudaStreamCaptureModeThreadLocal));
+    scale_add<<<blocks, threads, 0, stream>>>(x, 2.0f, 3.0f, threads);
+    scale_add<<<blocks, threads, 0, stream>>>(x, 2.0f, 3.0f, threads);
+    cudaGraph_t ended;
+    CK(cudaStreamEndCapture(stream, &ended));
+    EXPECT(ended == more, "capture into a graph returned another graph");
+    CK(cudaGraphGetNodes(more, nullptr, &nodes));
+    EXPECT(nodes == 3, "captured graph has %zu nodes, expected 3", nodes);
+    cudaGraphExec_t more_exec;
+    CK(cudaGraphInstantiate(&more_exec, more, 0));
+    CK(cudaGraphLaunch(more_exec, stream));
+    CK(cudaStreamSynchronize(stream));
+    CK(cudaMemcpy(back.data(), x, bytes, cudaMemcpyDeviceToHost));
+    EXPECT(back[0] == 49.0f, "captured x[0] = %g, expected 49", back[0]);
+    printf("CHECK capture_to_graph %.6e\n", back[0]);
+
+    CK(cudaGraphExecDestroy(more_exec));
+    CK(cudaGraphExecDestroy(loop_exec));
+    CK(cudaGraphExecDestroy(exec));
+    CK(cudaGraphDestroy(more));
+    CK(cudaGraphDestroy(loop));
+    CK(cudaGraphDestroy(graph));
+    CK(cudaGraphDestroy(child));
+    printf("PASS graph_nodes\n");
+    return 0;
+}
