@@ -76,7 +76,8 @@ for prog in acc_matmul acc_jacobi acc_reduce omp_target $(ls "$odir/bin"); do
     all_names+=("$prog")
     selected "$prog" && names+=("$prog")
 done
-for name in ${ONLY//,/ }; do
+only=${ONLY:-}
+for name in ${only//,/ }; do
     [[ " ${all_names[*]} " == *" $name "* ]] ||
         echo "warning: ONLY names an unknown program: $name (known: ${all_names[*]})"
 done

@@ -121,7 +121,7 @@ int main() {
     cp.conditional.type = cudaGraphCondTypeWhile;
     cp.conditional.size = 1;
     cudaGraphNode_t cond_node, body_node;
-    CK(cudaGraphAddNode(&cond_node, loop, nullptr, 0, &cp));
+    CK(cudaGraphAddNode(&cond_node, loop, nullptr, nullptr, 0, &cp));
     cudaGraph_t body = cp.conditional.phGraph_out[0];
     EXPECT(body != nullptr, "no body graph");
     void *body_args[] = {&x, &count, &left, &handle};

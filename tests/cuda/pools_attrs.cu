@@ -111,12 +111,12 @@ int main() {
     CK(cudaProfilerStart());
     CK(cudaProfilerStop());
 
-    // A tensor map over a 256x512 float matrix, 64x32 boxes.
+    // A tensor map over a 256x512 float matrix, 32x32 boxes.
     float *m;
     CK(cudaMalloc(&m, 256 * 512 * sizeof(float)));
     CUtensorMap map1, map2, map3;
     cuuint64_t dims[2] = {512, 256}, strides[1] = {512 * sizeof(float)};
-    cuuint32_t box[2] = {64, 32}, estrides[2] = {1, 1};
+    cuuint32_t box[2] = {32, 32}, estrides[2] = {1, 1};  // 128-byte rows, as 128B swizzle needs
     CU(cuTensorMapEncodeTiled(&map1, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, m, dims, strides, box,
                               estrides, CU_TENSOR_MAP_INTERLEAVE_NONE,
                               CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,

@@ -98,8 +98,8 @@ const NAMES: [&str; 10] = [
     "263E8860 (green context)",
     "D4082055 (integrity check)",
     "21318C60 (tools context)",
-    "69A28E9F",
-    "DA9151D3",
+    "69A28E9F (NVML's)",
+    "DA9151D3 (NVRTC's JIT cache)",
     "F8CFF951",
 ];
 
@@ -147,7 +147,14 @@ extern "C" fn unsupported<const TABLE: usize, const SLOT: usize>() -> CUresult {
     let mut seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());
     if !seen.contains(&(TABLE, SLOT)) {
         seen.push((TABLE, SLOT));
-        log::warn!(
+        // NVML asks its table at every init and copes with refusals: not worth a warning.
+        let level = if TABLE == UNKNOWN_69A2 {
+            log::Level::Debug
+        } else {
+            log::Level::Warn
+        };
+        log::log!(
+            level,
             "rgpu: private driver table {} slot {SLOT} is not supported; returning CUDA_ERROR_NOT_SUPPORTED",
             NAMES[TABLE]
         );
@@ -514,10 +521,26 @@ unsafe extern "C" fn tools_stream_handle(
     status(unsafe { write_out(out, handle) })
 }
 
-// ---- Tables whose slots nobody has described: stubs only.
+// ---- DA9151D3: NVRTC's handle on the driver's JIT compile cache (seen from libnvrtc, once
+// per nvrtcCompileProgram; slot 1 opens a cache entry, 2 closes it, 3 looks up, 4 stores, 6
+// frees). Slot 1 answers as the driver does with its cache off (CUDA_CACHE_DISABLE=1):
+// CUDA_ERROR_NOT_INITIALIZED, nothing written; NVRTC then compiles without the cache, which is
+// the right thing for a cache that would live on the client while the driver is remote.
+
+static UNKNOWN_DA91_TABLE: Table<7> = table!(UNKNOWN_DA91, 7, {
+    1 => jit_cache_disabled,
+});
+
+extern "C" fn jit_cache_disabled() -> CUresult {
+    CUresult::CUDA_ERROR_NOT_INITIALIZED
+}
+
+// ---- 69A28E9F: NVML's private interface into libcuda (called from nvmlInit and
+// nvmlShutdown; with every slot refused, NVML answers its public calls the same). Slot 19
+// must never succeed: the slot NVML calls next returns a pointer it then uses.
+// F8CFF951: three words, slots never seen called. Stubs only.
 
 static UNKNOWN_69A2_TABLE: Table<34> = table!(UNKNOWN_69A2, 34, {});
-static UNKNOWN_DA91_TABLE: Table<7> = table!(UNKNOWN_DA91, 7, {});
 static UNKNOWN_F8CF_TABLE: Table<3> = table!(UNKNOWN_F8CF, 3, {});
 
 /// MD2 (RFC 1319) and HMAC over it with a 16-byte block, as the integrity check uses them.

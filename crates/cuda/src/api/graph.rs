@@ -43,7 +43,8 @@ pub unsafe fn cuStreamBeginCaptureToGraph(
     if graph.is_null() {
         return CUresult::CUDA_ERROR_INVALID_VALUE;
     }
-    if !edges.is_null() {
+    // SAFETY: the program's edge list, as long as its dependency list.
+    if !unsafe { super::graph_nodes::plain_edges(edges, count) } {
         return crate::unsupported::not_supported(
             "graph edges with data (cuStreamBeginCaptureToGraph)",
         );

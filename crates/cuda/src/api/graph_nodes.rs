@@ -78,6 +78,25 @@ pub(crate) unsafe fn node_ids(
         .collect()
 }
 
+/// Whether `count` edges at `edges` (null: none) all carry no data: default ports, the
+/// default type. Such edges are plain dependencies, as the driver treats them.
+///
+/// # Safety
+/// `edges` is null or holds `count` edge records.
+pub(crate) unsafe fn plain_edges(edges: *const CUgraphEdgeData, count: usize) -> bool {
+    if edges.is_null() {
+        return true;
+    }
+    // SAFETY: the caller's guarantee; each record is plain bytes.
+    let bytes = unsafe {
+        std::slice::from_raw_parts(
+            edges.cast::<u8>(),
+            count * std::mem::size_of::<CUgraphEdgeData>(),
+        )
+    };
+    bytes.iter().all(|&b| b == 0)
+}
+
 /// The event's id (events live on the server of their context).
 fn event_id(event: CUevent) -> Result<Id, CUresult> {
     Event::from_handle(event)
@@ -358,7 +377,8 @@ pub unsafe fn cuGraphAddNode_v2(
     count: usize,
     params: *mut CUgraphNodeParams,
 ) -> CUresult {
-    if !edges.is_null() {
+    // SAFETY: the program's edge list, as long as its dependency list.
+    if !unsafe { plain_edges(edges, count) } {
         return not_supported("graph edges with data (cuGraphAddNode)");
     }
     // SAFETY: the program's descriptor, valid as the API requires.
@@ -637,7 +657,8 @@ unsafe fn dependencies(
     count: usize,
     remove: bool,
 ) -> CUresult {
-    if !edges.is_null() {
+    // SAFETY: the caller's guarantee covers the edge list too.
+    if !unsafe { plain_edges(edges, count) } {
         return not_supported("graph edges with data (cuGraphAddDependencies)");
     }
     status((|| {
