@@ -101,6 +101,19 @@ pub struct ProcessStatus {
     pub used_memory: Option<u64>,
 }
 
+/// NVML's spelling of a device UUID (the CUDA UUID's bytes): `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`.
+pub fn uuid_string(bytes: &[u8; 16]) -> String {
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    format!(
+        "GPU-{}-{}-{}-{}-{}",
+        &hex[0..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..32]
+    )
+}
+
 /// A server without CUDA has no devices.
 impl crate::table::FromStatus<u32> for NvmlInventory {
     fn from_status(_: u32) -> Self {
@@ -123,4 +136,19 @@ sample_struct! {
     MemoryStatus { total, reserved, free, used },
     Utilization { gpu, memory },
     ProcessStatus { pid, used_memory },
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn uuids_are_spelled_as_nvml_does() {
+        let bytes = [
+            0x2f, 0x1a, 0x3b, 0x4c, 0x5d, 0x6e, 0x7f, 0x80, 0x91, 0xa2, 0xb3, 0xc4, 0xd5, 0xe6,
+            0xf7, 0x08,
+        ];
+        assert_eq!(
+            super::uuid_string(&bytes),
+            "GPU-2f1a3b4c-5d6e-7f80-91a2-b3c4d5e6f708"
+        );
+    }
 }

@@ -11,7 +11,7 @@ use nvml_wrapper::enums::device::UsedGpuMemory;
 use nvml_wrapper::{Device, Nvml};
 use rgpu_protocol::cuda::{serve, Answer};
 use rgpu_protocol::nvml::{
-    DeviceFacts, DeviceStatus, MemoryStatus, NvmlInventory, ProcessStatus, Utilization,
+    uuid_string, DeviceFacts, DeviceStatus, MemoryStatus, NvmlInventory, ProcessStatus, Utilization,
 };
 
 use super::session::{Served, INVALID_DEVICE};
@@ -107,19 +107,6 @@ fn load_nvml() -> Option<Nvml> {
     }
 }
 
-/// NVML's spelling of a UUID: `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`.
-pub fn uuid_string(bytes: &[u8; 16]) -> String {
-    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-    format!(
-        "GPU-{}-{}-{}-{}-{}",
-        &hex[0..8],
-        &hex[8..12],
-        &hex[12..16],
-        &hex[16..20],
-        &hex[20..32]
-    )
-}
-
 fn facts(device: &Device) -> DeviceFacts {
     DeviceFacts {
         serial: device.serial().ok(),
@@ -192,22 +179,5 @@ fn status(device: &Device) -> DeviceStatus {
                 })
                 .collect()
         }),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn uuids_are_spelled_as_nvml_does() {
-        let bytes = [
-            0x2f, 0x1a, 0x3b, 0x4c, 0x5d, 0x6e, 0x7f, 0x80, 0x91, 0xa2, 0xb3, 0xc4, 0xd5, 0xe6,
-            0xf7, 0x08,
-        ];
-        assert_eq!(
-            uuid_string(&bytes),
-            "GPU-2f1a3b4c-5d6e-7f80-91a2-b3c4d5e6f708"
-        );
     }
 }
