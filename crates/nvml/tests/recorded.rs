@@ -89,10 +89,8 @@ fn recording() -> Recorded {
 fn handle(index: u32) -> nvmlDevice_t {
     let mut handle = std::ptr::null();
     // SAFETY: a writable handle slot.
-    assert_eq!(
-        unsafe { nvmlDeviceGetHandleByIndex_v2(index, &mut handle) },
-        NVML_SUCCESS
-    );
+    let status = unsafe { nvmlDeviceGetHandleByIndex_v2(index, &mut handle) };
+    assert_eq!(status, NVML_SUCCESS);
     handle
 }
 
