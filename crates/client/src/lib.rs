@@ -17,7 +17,7 @@ pub use apis::{Cuda, OpenCl};
 pub use connection::{Connection, ReadSink, SendPtr};
 pub use cuda_devices::{choose_devices, find_cuda_devices, RemoteDevice, RemoteDevices};
 pub use link::ServerLink;
-pub use once::first_time;
+pub use once::{first_time, panic_message};
 pub use rgpu_protocol::cuda::CudaClient;
 pub use rgpu_protocol::opencl::OpenClClient;
 use rgpu_transport::Stream;

@@ -17,11 +17,7 @@ pub fn guard(name: &'static str, call: impl FnOnce() -> nvmlReturn_t) -> nvmlRet
             result
         }
         Err(panic) => {
-            let why = panic
-                .downcast_ref::<&str>()
-                .copied()
-                .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
-                .unwrap_or("(no message)");
+            let why = rgpu_client::panic_message(&*panic);
             crate::devices::init_logging();
             log::error!("rgpu: {name} panicked ({why}); returning NVML_ERROR_UNKNOWN");
             NVML_ERROR_UNKNOWN
