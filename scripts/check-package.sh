@@ -187,6 +187,7 @@ rgpu_procs() { # PIDs whose command is rgpu (this PID namespace only: /proc is i
     return 0
 }
 FILES=(/usr/bin/rgpu /usr/lib/rgpu/librgpu_opencl.so /usr/lib/rgpu/librgpu_cuda.so
+       /usr/lib/rgpu/librgpu_nvml.so
        /etc/rgpu/server.toml /etc/default/rgpu-server /lib/systemd/system/rgpu-server.service
        /usr/share/doc/rgpu/copyright /usr/lib/rgpu/slurm/rgpu-prolog
        /usr/lib/rgpu/slurm/rgpu-epilog /usr/share/rgpu/slurm/rgpu-slurm.conf)
@@ -323,6 +324,10 @@ server)
     info "rgpu run: libcuda.so.1 -> $cuda"
     check "rgpu run gives programs /usr/lib/rgpu/librgpu_cuda.so as libcuda.so.1" \
         test "$cuda" = /usr/lib/rgpu/librgpu_cuda.so
+    nvml=$(/usr/bin/rgpu run -- sh -c 'readlink "${LD_LIBRARY_PATH%%:*}/libnvidia-ml.so.1"' 2>&1)
+    info "rgpu run: libnvidia-ml.so.1 -> $nvml"
+    check "rgpu run gives programs /usr/lib/rgpu/librgpu_nvml.so as libnvidia-ml.so.1" \
+        test "$nvml" = /usr/lib/rgpu/librgpu_nvml.so
     kill -TERM "$server" 2>/dev/null
     if ! timeout 30 tail --pid="$server" -f /dev/null; then
         info "still running 30 s after SIGTERM: SIGKILL"

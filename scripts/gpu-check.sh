@@ -7,7 +7,8 @@
 #   RGPU_BUILD_DIR=dist bash scripts/gpu-check.sh
 #   ONLY=vector_add,cupy_check bash scripts/gpu-check.sh     # a subset, by name
 #
-# The build directory holds rgpu, librgpu_cuda.so and librgpu_opencl.so, and optionally the
+# The build directory holds rgpu, librgpu_cuda.so, librgpu_nvml.so and librgpu_opencl.so, and
+# optionally the
 # server's CUDA wire test as server-cuda-tests:
 #   cp "$(cargo test --release -p rgpu-server --test cuda --no-run 2>&1 |
 #       grep -o 'target/release/deps/cuda-[0-9a-f]*' | head -n1)" dist/server-cuda-tests
@@ -52,7 +53,7 @@ selected() { [ -z "${ONLY:-}" ] || [[ ",$ONLY," == *",$1,"* ]]; }
 
 # ---- (a) the rgpu build: the CLI, the CUDA driver library and the OpenCL ICD (`rgpu run`
 # sets up both for its child, so both must be there).
-for f in rgpu librgpu_cuda.so librgpu_opencl.so; do
+for f in rgpu librgpu_cuda.so librgpu_nvml.so librgpu_opencl.so; do
     if [ ! -f "$bin/$f" ]; then
         fail "setup: $bin/$f not found (build with cargo build --release, or set RGPU_BUILD_DIR)"
         summary
@@ -74,7 +75,7 @@ for name in cupy_check torch_check torch_compile_check torch_fft_check jax_check
     all_names+=("$name")
     selected "$name" && py_names+=("$name")
 done
-all_names+=(server_wire session_cleanup sticky_error recovery handle_race)
+all_names+=(server_wire session_cleanup sticky_error recovery handle_race nvml)
 only=${ONLY:-}
 for name in ${only//,/ }; do
     [[ " ${all_names[*]} " == *" $name "* ]] ||
@@ -348,6 +349,49 @@ if selected handle_race; then
         tail_of "$out/handle_race.out"
     else
         pass "handle_race ($(grep -m1 '^handles ok' "$out/handle_race.out" | sed 's/^handles ok //'))"
+    fi
+fi
+
+# ---- nvml: rgpu's libnvidia-ml.so.1 with two servers serving this one GPU. Natively NVML
+# shows this machine's GPUs; through rgpu, nvidia-smi -L and pynvml list both servers' devices
+# (2), each with this GPU's UUID, and torch.cuda.device_count() (which counts through NVML)
+# says 2 as well.
+if selected nvml; then
+    nvml_servers="$endpoint,$endpoint2"
+    native_uuid=$(nvidia-smi --query-gpu=uuid --format=csv,noheader -i 0 2>/dev/null | head -n1)
+    timeout -k 10 "$run_timeout" "$bin/rgpu" run --servers "$nvml_servers" -- nvidia-smi -L \
+        >"$out/nvml_smi.out" 2>&1
+    smi_rc=$?
+    timeout -k 10 "$run_timeout" "$python" tests/cuda/nvml_check.py >"$out/nvml.native.out" 2>&1
+    native_rc=$?
+    timeout -k 10 "$run_timeout" "$bin/rgpu" run --servers "$nvml_servers" -- \
+        "$python" tests/cuda/nvml_check.py >"$out/nvml.rgpu.out" 2>&1
+    rgpu_rc=$?
+    smi_gpus=$(grep -c "^GPU [0-9]" "$out/nvml_smi.out")
+    smi_uuids=$(grep -o "UUID: GPU-[0-9a-f-]*" "$out/nvml_smi.out" | sed 's/UUID: //' | sort -u | tr '\n' ' ')
+    nvml_count=$(sed -n 's/^nvml count //p' "$out/nvml.rgpu.out")
+    nvml_uuids=$(awk '/^nvml device/ {print $4}' "$out/nvml.rgpu.out" | sort -u | tr '\n' ' ')
+    torch_count=$(sed -n 's/^torch count //p' "$out/nvml.rgpu.out")
+    native_count=$(sed -n 's/^nvml count //p' "$out/nvml.native.out")
+    if [ $native_rc -eq 77 ]; then
+        skip "nvml: $(sed 's/^SKIP [^:]*: //' "$out/nvml.native.out" | head -n1)"
+    elif [ $smi_rc -ne 0 ] || [ "$smi_gpus" != 2 ]; then
+        fail "nvml: rgpu run -- nvidia-smi -L listed $smi_gpus GPUs, not 2 (exit $smi_rc)"
+        tail_of "$out/nvml_smi.out"
+    elif [ -n "$native_uuid" ] && [ "$smi_uuids" != "$native_uuid " ]; then
+        fail "nvml: nvidia-smi -L through rgpu shows UUIDs $smi_uuids; this GPU is $native_uuid"
+        tail_of "$out/nvml_smi.out"
+    elif [ $rgpu_rc -ne 0 ] || [ "$nvml_count" != 2 ]; then
+        fail "nvml: pynvml through rgpu counted ${nvml_count:-nothing}, not 2 (exit $rgpu_rc)"
+        tail_of "$out/nvml.rgpu.out"
+    elif [ -n "$native_uuid" ] && [ "$nvml_uuids" != "$native_uuid " ]; then
+        fail "nvml: pynvml through rgpu shows UUIDs $nvml_uuids; this GPU is $native_uuid"
+        tail_of "$out/nvml.rgpu.out"
+    elif [ -n "$torch_count" ] && [ "$torch_count" != 2 ]; then
+        fail "nvml: torch.cuda.device_count() through rgpu is $torch_count, not 2"
+        tail_of "$out/nvml.rgpu.out"
+    else
+        pass "nvml (nvidia-smi -L and pynvml: 2 GPUs through rgpu, $native_count natively; UUID $native_uuid; torch ${torch_count:-not installed})"
     fi
 fi
 

@@ -86,23 +86,24 @@ TARGET_DIR=$(cargo metadata --format-version 1 --no-deps |
 [ -n "$TARGET_DIR" ] || TARGET_DIR=$REPO/target
 RELEASE=$TARGET_DIR/release
 if [ "$BUILD" = 1 ]; then
-    log "cargo build --release (rgpu, librgpu_opencl.so, librgpu_cuda.so)"
-    cargo build --release -p rgpu-cli -p rgpu-opencl -p rgpu-cuda
+    log "cargo build --release (rgpu, librgpu_opencl.so, librgpu_cuda.so, librgpu_nvml.so)"
+    cargo build --release -p rgpu-cli -p rgpu-opencl -p rgpu-cuda -p rgpu-nvml
 fi
-for f in rgpu librgpu_opencl.so librgpu_cuda.so; do
+for f in rgpu librgpu_opencl.so librgpu_cuda.so librgpu_nvml.so; do
     [ -f "$RELEASE/$f" ] || die "no $RELEASE/$f: build it (without --no-build)"
 done
 
 # ---------------------------------------------------------------- .deb
 if [ "$MAKE_DEB" = 1 ]; then
     log "cargo deb (rgpu $VERSION)"
-    # --no-build: cargo-deb would build the rgpu-cli package only, not the two cdylibs of the
+    # --no-build: cargo-deb would build the rgpu-cli package only, not the three cdylibs of the
     # other workspace members; they were built above. --strip: the release profile has debug = 1.
     maintainer=()
     [ -n "${RGPU_DEB_MAINTAINER:-}" ] && maintainer=(--maintainer "$RGPU_DEB_MAINTAINER")
     cargo deb -p rgpu-cli --no-build --strip "${maintainer[@]}" --output "$TARGET_DIR/debian/"
     DEB=$(ls -t "$TARGET_DIR"/debian/rgpu_"$VERSION"_*.deb | head -n1)
-    # The libraries must stay out of ldconfig's directories (librgpu_cuda.so is libcuda.so.1).
+    # The libraries must stay out of ldconfig's directories (librgpu_cuda.so is libcuda.so.1,
+    # librgpu_nvml.so libnvidia-ml.so.1).
     if dpkg-deb -c "$DEB" | awk '{print $6}' |
         grep -E '^\./(usr/)?lib/([^/]+-linux-gnu/)?lib[^/]*\.so' >/dev/null; then
         die "$DEB puts a library in a directory ldconfig scans"
@@ -119,7 +120,8 @@ if [ "$MAKE_TAR" = 1 ]; then
     rm -rf "$STAGE"
     mkdir -p "$STAGE/$NAME/bin" "$STAGE/$NAME/lib/rgpu" "$STAGE/$NAME/share/rgpu"
     install -m 0755 "$RELEASE/rgpu" "$STAGE/$NAME/bin/rgpu"
-    install -m 0644 "$RELEASE/librgpu_opencl.so" "$RELEASE/librgpu_cuda.so" "$STAGE/$NAME/lib/rgpu/"
+    install -m 0644 "$RELEASE/librgpu_opencl.so" "$RELEASE/librgpu_cuda.so" "$RELEASE/librgpu_nvml.so" \
+        "$STAGE/$NAME/lib/rgpu/"
     strip --strip-unneeded "$STAGE/$NAME/bin/rgpu" "$STAGE/$NAME/lib/rgpu/"*.so
     install -m 0644 packaging/server.toml packaging/rgpu-server.env "$STAGE/$NAME/share/rgpu/"
     install -d "$STAGE/$NAME/lib/rgpu/slurm" "$STAGE/$NAME/share/rgpu/slurm"
@@ -145,7 +147,8 @@ Install (as root) under /opt, with the command on PATH:
 Keep bin/ and lib/rgpu/ together: rgpu finds librgpu_opencl.so and librgpu_cuda.so in
 ../lib/rgpu of its own (symlinks resolved) path, or in RGPU_LIBRARY_DIR. Never copy
 lib/rgpu/*.so into /usr/lib, /usr/local/lib or any directory ldconfig scans:
-librgpu_cuda.so carries the soname libcuda.so.1 and would take the place of NVIDIA's driver.
+librgpu_cuda.so carries the soname libcuda.so.1 and librgpu_nvml.so libnvidia-ml.so.1: they
+would take the place of NVIDIA's driver.
 
 Clients need the OpenCL ICD loader (libOpenCL.so.1: ocl-icd-libopencl1 on Debian/Ubuntu,
 ocl-icd on Fedora/Arch); servers need it too, plus an OpenCL driver and/or NVIDIA's driver.

@@ -243,6 +243,7 @@ PY_PKGS=(
     "mako mako"                             # pyopencl's optional templating (pyopencl.array etc.)
     "scikit_build_core scikit-build-core"   # only to download pyopencl's sdist (its tests)
     "nanobind nanobind"                     # idem
+    "pynvml nvidia-ml-py"                   # NVIDIA's NVML bindings: tests/test_nvml.py drives rgpu's NVML with them
 )
 py_missing=()
 for entry in "${PY_PKGS[@]}"; do

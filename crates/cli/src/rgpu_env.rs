@@ -2,7 +2,8 @@
 //! a private vendors directory holding `rgpu.icd` (naming `librgpu_opencl.so`) and copies of the
 //! machine's ICD files, named by `OCL_ICD_VENDORS`, plus `RGPU_SERVERS` and `RGPU_TOKEN_FILE`
 //! for the rgpu ICD; and a private `lib` directory, first on `LD_LIBRARY_PATH`, where
-//! `libcuda.so.1` is rgpu's CUDA driver library (`librgpu_cuda.so`). Used by `rgpu run` (for the child), `rgpu devices` and `rgpu bench` (for
+//! `libcuda.so.1` is rgpu's CUDA driver library (`librgpu_cuda.so`) and `libnvidia-ml.so.1`
+//! rgpu's NVML (`librgpu_nvml.so`). Used by `rgpu run` (for the child), `rgpu devices` and `rgpu bench` (for
 //! the ICD loader they load in-process).
 
 use std::ffi::OsString;
@@ -21,6 +22,11 @@ pub const ICD_LIBRARY_NAME: &str = "librgpu_opencl.so";
 pub const CUDA_LIBRARY_NAME: &str = "librgpu_cuda.so";
 /// The names programs load the CUDA driver by.
 const CUDA_SONAMES: [&str; 2] = ["libcuda.so.1", "libcuda.so"];
+/// rgpu's drop-in NVML, built next to the ICD.
+pub const NVML_LIBRARY_NAME: &str = "librgpu_nvml.so";
+/// The names programs load NVML by (nvidia-smi and pynvml `libnvidia-ml.so.1`, some tools
+/// the development name).
+const NVML_SONAMES: [&str; 2] = ["libnvidia-ml.so.1", "libnvidia-ml.so"];
 /// Overrides the directory searched for [`ICD_LIBRARY_NAME`].
 pub const LIBRARY_DIR_ENV: &str = "RGPU_LIBRARY_DIR";
 /// The system's ICD files.
@@ -145,29 +151,36 @@ impl RgpuEnv {
         Ok(())
     }
 
-    /// Links the driver's sonames to rgpu's CUDA library in a `lib` directory of the private
-    /// directory; `None` when the CUDA library was not built (OpenCL still works).
+    /// Links the driver's sonames to rgpu's CUDA library, and NVML's to rgpu's NVML, in a
+    /// `lib` directory of the private directory; `None` when neither was built (OpenCL still
+    /// works).
     fn fill_cuda_lib_dir(&self) -> Result<Option<PathBuf>, String> {
-        let Some(cuda_library) = self
-            .icd_library
-            .parent()
-            .map(|dir| dir.join(CUDA_LIBRARY_NAME))
-            .filter(|path| path.exists())
-        else {
-            log::debug!(
-                "no {CUDA_LIBRARY_NAME} beside {}",
-                self.icd_library.display()
-            );
-            return Ok(None);
-        };
         let lib_dir = self.vendors_dir.join("lib");
-        std::fs::create_dir(&lib_dir).map_err(|e| format!("{}: {e}", lib_dir.display()))?;
-        for name in CUDA_SONAMES {
-            let link = lib_dir.join(name);
-            std::os::unix::fs::symlink(&cuda_library, &link)
-                .map_err(|e| format!("{}: {e}", link.display()))?;
+        let mut linked = false;
+        for (library, sonames) in [
+            (CUDA_LIBRARY_NAME, &CUDA_SONAMES),
+            (NVML_LIBRARY_NAME, &NVML_SONAMES),
+        ] {
+            let Some(path) = self
+                .icd_library
+                .parent()
+                .map(|dir| dir.join(library))
+                .filter(|path| path.exists())
+            else {
+                log::debug!("no {library} beside {}", self.icd_library.display());
+                continue;
+            };
+            if !linked {
+                std::fs::create_dir(&lib_dir).map_err(|e| format!("{}: {e}", lib_dir.display()))?;
+                linked = true;
+            }
+            for name in sonames {
+                let link = lib_dir.join(name);
+                std::os::unix::fs::symlink(&path, &link)
+                    .map_err(|e| format!("{}: {e}", link.display()))?;
+            }
         }
-        Ok(Some(lib_dir))
+        Ok(linked.then_some(lib_dir))
     }
 
     /// Sets the variables for a child process.
@@ -353,6 +366,31 @@ mod tests {
         assert_eq!(vars, expected);
         drop(env);
         assert!(!dir.exists());
+        std::fs::remove_dir_all(lib_dir).unwrap();
+    }
+
+    #[test]
+    fn cuda_and_nvml_libraries_are_linked_under_the_drivers_names() {
+        let lib_dir = std::fs::canonicalize(create_private_dir().unwrap()).unwrap();
+        for name in [ICD_LIBRARY_NAME, CUDA_LIBRARY_NAME, NVML_LIBRARY_NAME] {
+            std::fs::write(lib_dir.join(name), b"").unwrap();
+        }
+        let env = RgpuEnv {
+            vendors_dir: create_private_dir().unwrap(),
+            icd_library: lib_dir.join(ICD_LIBRARY_NAME),
+            vars: Vec::new(),
+        };
+        let linked = env.fill_cuda_lib_dir().unwrap().expect("a lib directory");
+        for (soname, target) in [
+            ("libcuda.so.1", CUDA_LIBRARY_NAME),
+            ("libcuda.so", CUDA_LIBRARY_NAME),
+            ("libnvidia-ml.so.1", NVML_LIBRARY_NAME),
+            ("libnvidia-ml.so", NVML_LIBRARY_NAME),
+        ] {
+            let link = std::fs::read_link(linked.join(soname)).unwrap();
+            assert_eq!(link, lib_dir.join(target), "{soname}");
+        }
+        drop(env);
         std::fs::remove_dir_all(lib_dir).unwrap();
     }
 

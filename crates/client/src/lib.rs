@@ -3,6 +3,7 @@
 
 mod apis;
 mod connection;
+mod cuda_devices;
 mod lanes;
 mod link;
 mod once;
@@ -14,8 +15,9 @@ use std::time::Duration;
 
 pub use apis::{Cuda, OpenCl};
 pub use connection::{Connection, ReadSink, SendPtr};
+pub use cuda_devices::{choose_devices, find_cuda_devices, RemoteDevice, RemoteDevices};
 pub use link::ServerLink;
-pub use once::first_time;
+pub use once::{first_time, panic_message};
 pub use rgpu_protocol::cuda::CudaClient;
 pub use rgpu_protocol::opencl::OpenClClient;
 use rgpu_transport::Stream;

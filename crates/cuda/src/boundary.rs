@@ -16,11 +16,7 @@ pub fn guard(name: &'static str, call: impl FnOnce() -> CUresult) -> CUresult {
     })) {
         Ok(result) => result,
         Err(panic) => {
-            let why = panic
-                .downcast_ref::<&str>()
-                .copied()
-                .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
-                .unwrap_or("(no message)");
+            let why = rgpu_client::panic_message(&*panic);
             crate::servers::init_logging();
             log::error!("rgpu: {name} panicked ({why}); returning CUDA_ERROR_UNKNOWN");
             CUresult::CUDA_ERROR_UNKNOWN

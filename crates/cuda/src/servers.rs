@@ -4,9 +4,7 @@
 
 use std::sync::{Arc, OnceLock};
 
-use rgpu_client::{
-    ClientConfig, ClientError, Connection, CudaClient, DeviceKind, DeviceSelection, ServerLink,
-};
+use rgpu_client::{RemoteDevice, ServerLink};
 use rgpu_cuda_api::sys::CUresult;
 use rgpu_protocol::cuda::CuDevice;
 
@@ -81,97 +79,41 @@ pub fn init_logging() {
 
 fn connect() -> Result<Servers, CUresult> {
     init_logging();
-    let config = ClientConfig::from_env().map_err(|e| {
+    // Launches and async copies are posted; they must reach the GPU while the program goes
+    // on posting, not only at its next synchronizing call.
+    let found = rgpu_client::find_cuda_devices(|conn| conn.flush_in_background()).map_err(|e| {
         log::error!("rgpu: {e}");
         CUresult::CUDA_ERROR_NO_DEVICE
     })?;
-    if config.servers.is_empty() {
-        log::error!("rgpu: RGPU_SERVERS is not set: no CUDA devices");
-        return Err(CUresult::CUDA_ERROR_NO_DEVICE);
-    }
-    let selection = DeviceSelection::from_env().map_err(|e| {
-        log::error!("rgpu: {e}");
-        CUresult::CUDA_ERROR_NO_DEVICE
-    })?;
-    // (server, its ordinal for the device, what it is), every server's devices in order.
-    let mut found = Vec::new();
-    let mut servers = 0;
-    let mut driver_version = API_VERSION;
-    for (endpoint, result) in config.servers.iter().zip(config.connect_all()) {
-        let inventory = result.and_then(|conn| Ok((conn.clone(), inventory_of(&conn)?)));
-        match inventory {
-            Ok((conn, inventory)) => {
-                if inventory.devices.is_empty() {
-                    log::info!("rgpu: server {endpoint} has no CUDA devices");
-                    continue;
-                }
-                servers += 1;
-                driver_version = driver_version.min(inventory.driver_version);
-                // Launches and async copies are posted; they must reach the GPU while the
-                // program goes on posting, not only at its next synchronizing call.
-                conn.flush_in_background();
-                let known: Vec<String> = inventory.devices.iter().map(|d| d.name.clone()).collect();
-                let link = ServerLink::new(endpoint, &config, conn, move |fresh| {
-                    let names: Vec<String> = inventory_of(fresh)
-                        .map_err(|e| e.to_string())?
-                        .devices
-                        .into_iter()
-                        .map(|d| d.name)
-                        .collect();
-                    if names != known {
-                        return Err("it serves other GPUs than before".into());
-                    }
-                    fresh.flush_in_background();
-                    Ok(())
-                });
-                for (ordinal, info) in inventory.devices.into_iter().enumerate() {
-                    found.push((link.clone(), ordinal as u32, info));
-                }
-            }
-            Err(e) => log::error!("rgpu: server {endpoint} is not available: {e}"),
-        }
-    }
-    let chosen = selection
-        .choose(found, |(_, _, info)| (info.name.clone(), DeviceKind::Gpu))
-        .map_err(|e| {
-            log::error!("rgpu: {e}");
-            CUresult::CUDA_ERROR_NO_DEVICE
-        })?;
-    if selection.is_active() {
-        log::info!(
-            "rgpu: {} CUDA devices selected ({selection:?})",
-            chosen.len()
-        );
-    }
-    let devices: Vec<Device> = chosen
+    let devices: Vec<Device> = found
+        .devices
         .into_iter()
         .enumerate()
-        .map(|(global, (link, ordinal, info))| make_device(&link, ordinal, info, global as i32))
+        .map(|(global, found)| make_device(found, global as i32))
         .collect();
     if devices.is_empty() {
         return Err(CUresult::CUDA_ERROR_NO_DEVICE);
     }
     Ok(Servers {
         devices,
-        servers,
-        driver_version,
+        servers: found.servers,
+        driver_version: found
+            .lowest_driver_version
+            .map_or(API_VERSION, |v| v.min(API_VERSION)),
     })
 }
 
-fn inventory_of(conn: &Connection) -> Result<rgpu_protocol::cuda::CuInventory, ClientError> {
-    conn.cuda().get_inventory()
-}
-
-fn make_device(link: &Arc<ServerLink>, ordinal: u32, info: CuDevice, global: i32) -> Device {
+fn make_device(found: RemoteDevice, global: i32) -> Device {
+    let info = found.info;
     let size = info.attributes.iter().map(|&(a, _)| a as usize + 1).max();
     let mut attributes = vec![None; size.unwrap_or(0)];
     for &(attribute, value) in &info.attributes {
         attributes[attribute as usize] = Some(value);
     }
     Device {
-        link: link.clone(),
+        link: found.link,
         ordinal: global,
-        remote_ordinal: ordinal,
+        remote_ordinal: found.remote_ordinal,
         info,
         attributes,
     }

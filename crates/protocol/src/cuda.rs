@@ -13,6 +13,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::nvml::{DeviceStatus, NvmlInventory};
+
 /// A session-local object id chosen by the client (0: none / default stream).
 pub type Id = u64;
 /// A device address on the server.
@@ -563,6 +565,14 @@ wire_api! {
         call VmmRelease vmm_release(ctx: Id, handle: Id) -> Status;
         /// `cuMemAddressFree`.
         call VmmAddressFree vmm_address_free(ctx: Id, ptr: DevicePtr, size: u64) -> Status;
+    }
+
+    /// NVML's view of the devices, for the drop-in `libnvidia-ml.so.1` (crate::nvml).
+    group Monitoring {
+        /// The server's NVML versions and each device's fixed facts (CUDA device order).
+        call GetNvmlInventory get_nvml_inventory() -> NvmlInventory;
+        /// One device's live values (memory, utilization, sensors, this session's processes).
+        call GetDeviceStatus get_device_status(device: u32) -> Answer<DeviceStatus>;
     }
 }
 

@@ -15,6 +15,7 @@ pub mod sample;
 pub mod auth;
 pub mod cuda;
 pub mod frame;
+pub mod nvml;
 pub mod opencl;
 pub mod session;
 

@@ -1,7 +1,7 @@
 //! The server's CUDA backend: the native driver ([`driver`]), the inventory of its GPUs taken
 //! once at start, the cache of module images shared by all sessions, and the per-session state
 //! that carries out CUDA requests ([`session`]), one file per group of the CUDA table
-//! (`contexts`, `memory`, `copies`, `modules`, `launches`, `streams`, `events`, `graphs`, `vmm`).
+//! (`contexts`, `memory`, `copies`, `modules`, `launches`, `streams`, `events`, `graphs`, `vmm`, `monitoring`).
 
 mod contexts;
 mod copies;
@@ -10,6 +10,7 @@ mod graphs;
 mod launches;
 mod memory;
 mod modules;
+mod monitoring;
 mod owned;
 mod pieces;
 mod pools;

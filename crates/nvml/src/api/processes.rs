@@ -1,0 +1,142 @@
+//! The process lists. A server reports the processes of the asking session (its worker
+//! process on the server); they are this program's, so they are shown with this process's
+//! pid, which is what `torch.cuda.list_gpu_processes()` and monitoring tools can make sense
+//! of (the worker's pid means nothing on this machine). Graphics and MPS lists are empty.
+
+use std::ffi::c_uint;
+
+use super::{known, non_null, status};
+use crate::devices;
+use crate::types::*;
+
+/// Writes the list NVML's way: `*count` is the room in `infos`; too little room answers
+/// INSUFFICIENT_SIZE with the count needed; otherwise the entries and their count.
+///
+/// # Safety
+/// `count` must be null or valid for reading and writing; `infos` null or valid for writing
+/// `*count` entries.
+unsafe fn write_list<T>(
+    count: *mut c_uint,
+    infos: *mut T,
+    entries: Vec<T>,
+) -> Result<(), nvmlReturn_t> {
+    non_null(count)?;
+    let needed = entries.len() as c_uint;
+    // SAFETY: readable and writable, by the caller's contract.
+    let room = unsafe { *count };
+    // SAFETY: as above.
+    unsafe { *count = needed };
+    if room < needed {
+        return Err(NVML_ERROR_INSUFFICIENT_SIZE);
+    }
+    if needed > 0 {
+        non_null(infos)?;
+    }
+    for (i, entry) in entries.into_iter().enumerate() {
+        // SAFETY: `infos` holds `room` >= `needed` entries.
+        unsafe { infos.add(i).write(entry) };
+    }
+    Ok(())
+}
+
+/// This program's processes on `device`, as (pid here, bytes used).
+fn compute_processes(device: nvmlDevice_t) -> Result<Vec<(u32, u64)>, nvmlReturn_t> {
+    let device = devices::device(device)?;
+    let processes = known(device.status()?.processes)?;
+    let pid = std::process::id();
+    Ok(processes
+        .into_iter()
+        .map(|p| (pid, p.used_memory.unwrap_or(NVML_VALUE_NOT_AVAILABLE)))
+        .collect())
+}
+
+fn v3(entries: Vec<(u32, u64)>) -> Vec<nvmlProcessInfo_t> {
+    entries
+        .into_iter()
+        .map(|(pid, used)| nvmlProcessInfo_t {
+            pid,
+            usedGpuMemory: used,
+            gpuInstanceId: NO_INSTANCE,
+            computeInstanceId: NO_INSTANCE,
+        })
+        .collect()
+}
+
+fn v1(entries: Vec<(u32, u64)>) -> Vec<nvmlProcessInfo_v1_t> {
+    entries
+        .into_iter()
+        .map(|(pid, used)| nvmlProcessInfo_v1_t {
+            pid,
+            usedGpuMemory: used,
+        })
+        .collect()
+}
+
+pub unsafe fn nvmlDeviceGetComputeRunningProcesses_v3(
+    device: nvmlDevice_t,
+    infoCount: *mut c_uint,
+    infos: *mut nvmlProcessInfo_t,
+) -> nvmlReturn_t {
+    // SAFETY: the caller's contract.
+    status(compute_processes(device).and_then(|e| unsafe { write_list(infoCount, infos, v3(e)) }))
+}
+
+pub unsafe fn nvmlDeviceGetComputeRunningProcesses_v2(
+    device: nvmlDevice_t,
+    infoCount: *mut c_uint,
+    infos: *mut nvmlProcessInfo_t,
+) -> nvmlReturn_t {
+    // SAFETY: the same contract (v2 has v3's layout).
+    unsafe { nvmlDeviceGetComputeRunningProcesses_v3(device, infoCount, infos) }
+}
+
+pub unsafe fn nvmlDeviceGetComputeRunningProcesses(
+    device: nvmlDevice_t,
+    infoCount: *mut c_uint,
+    infos: *mut nvmlProcessInfo_v1_t,
+) -> nvmlReturn_t {
+    // SAFETY: the caller's contract.
+    status(compute_processes(device).and_then(|e| unsafe { write_list(infoCount, infos, v1(e)) }))
+}
+
+/// No graphics (or MPS) processes: the servers run compute sessions only.
+fn no_processes(device: nvmlDevice_t) -> Result<Vec<(u32, u64)>, nvmlReturn_t> {
+    devices::device(device)?;
+    Ok(Vec::new())
+}
+
+pub unsafe fn nvmlDeviceGetGraphicsRunningProcesses_v3(
+    device: nvmlDevice_t,
+    infoCount: *mut c_uint,
+    infos: *mut nvmlProcessInfo_t,
+) -> nvmlReturn_t {
+    // SAFETY: the caller's contract.
+    status(no_processes(device).and_then(|e| unsafe { write_list(infoCount, infos, v3(e)) }))
+}
+
+pub unsafe fn nvmlDeviceGetGraphicsRunningProcesses_v2(
+    device: nvmlDevice_t,
+    infoCount: *mut c_uint,
+    infos: *mut nvmlProcessInfo_t,
+) -> nvmlReturn_t {
+    // SAFETY: the same contract.
+    unsafe { nvmlDeviceGetGraphicsRunningProcesses_v3(device, infoCount, infos) }
+}
+
+pub unsafe fn nvmlDeviceGetGraphicsRunningProcesses(
+    device: nvmlDevice_t,
+    infoCount: *mut c_uint,
+    infos: *mut nvmlProcessInfo_v1_t,
+) -> nvmlReturn_t {
+    // SAFETY: the caller's contract.
+    status(no_processes(device).and_then(|e| unsafe { write_list(infoCount, infos, v1(e)) }))
+}
+
+pub unsafe fn nvmlDeviceGetMPSComputeRunningProcesses_v3(
+    device: nvmlDevice_t,
+    infoCount: *mut c_uint,
+    infos: *mut nvmlProcessInfo_t,
+) -> nvmlReturn_t {
+    // SAFETY: the caller's contract.
+    status(no_processes(device).and_then(|e| unsafe { write_list(infoCount, infos, v3(e)) }))
+}

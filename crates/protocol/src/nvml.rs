@@ -1,0 +1,154 @@
+//! What the drop-in `libnvidia-ml.so.1` asks a server (the CUDA table's `Monitoring` group):
+//! the server's NVML versions and each CUDA device's fixed facts, fetched once, and a device's
+//! live values, fetched per query. Devices are the server's CUDA ordinals (the server maps
+//! them to its NVML devices by UUID). Every value is `None` where the server's NVML does not
+//! answer it (or the server has no NVML): the client reports NVML_ERROR_NOT_SUPPORTED.
+
+use serde::{Deserialize, Serialize};
+
+/// The server's NVML: versions, and the fixed facts of each CUDA device, in CUDA order.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct NvmlInventory {
+    /// `nvmlSystemGetDriverVersion`, e.g. "580.82.07".
+    pub driver_version: Option<String>,
+    /// `nvmlSystemGetNVMLVersion`, e.g. "13.580.82.07".
+    pub nvml_version: Option<String>,
+    /// `nvmlSystemGetCudaDriverVersion_v2`, e.g. 13000.
+    pub cuda_driver_version: Option<i32>,
+    /// One per CUDA device of the server (`CuInventory::devices`), in that order.
+    pub devices: Vec<DeviceFacts>,
+}
+
+/// What NVML says of a device that does not change while the server runs.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct DeviceFacts {
+    pub serial: Option<String>,
+    pub board_id: Option<u32>,
+    /// `nvmlBrandType_t`.
+    pub brand: Option<u32>,
+    /// `nvmlDeviceArchitecture_t`.
+    pub architecture: Option<u32>,
+    pub minor_number: Option<u32>,
+    /// `nvmlPciInfo_t.pciDeviceId` and `.pciSubSystemId`.
+    pub pci_ids: Option<(u32, u32)>,
+    pub vbios_version: Option<String>,
+    pub num_cores: Option<u32>,
+    pub memory_bus_width: Option<u32>,
+    pub max_pcie_link_generation: Option<u32>,
+    pub max_pcie_link_width: Option<u32>,
+    /// `(nvmlClockType_t, MHz)` for each clock whose maximum NVML answers.
+    pub max_clocks: Vec<(u32, u32)>,
+    /// `nvmlDeviceGetPowerManagementDefaultLimit`, milliwatts.
+    pub default_power_limit: Option<u32>,
+}
+
+/// A device's live values, as NVML reports them at the time of the query.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct DeviceStatus {
+    pub memory: Option<MemoryStatus>,
+    pub utilization: Option<Utilization>,
+    /// The GPU's temperature sensor, degrees C.
+    pub temperature: Option<u32>,
+    /// Milliwatts.
+    pub power_usage: Option<u32>,
+    pub power_limit: Option<u32>,
+    pub enforced_power_limit: Option<u32>,
+    /// `(nvmlClockType_t, MHz)` for each clock whose current value NVML answers.
+    pub clocks: Vec<(u32, u32)>,
+    /// Percent (fan 0).
+    pub fan_speed: Option<u32>,
+    /// `nvmlPstates_t`.
+    pub performance_state: Option<u32>,
+    /// `nvmlEnableState_t`.
+    pub persistence_mode: Option<u32>,
+    /// `nvmlComputeMode_t`.
+    pub compute_mode: Option<u32>,
+    /// MIG mode: (current, pending).
+    pub mig_mode: Option<(u32, u32)>,
+    /// ECC mode: (current, pending), `nvmlEnableState_t`.
+    pub ecc_mode: Option<(u32, u32)>,
+    pub display_mode: Option<u32>,
+    pub display_active: Option<u32>,
+    pub pcie_link_generation: Option<u32>,
+    pub pcie_link_width: Option<u32>,
+    /// The asking session's own processes on the device (its worker process; the client shows
+    /// them as itself): `None` where the server's NVML cannot list processes.
+    pub processes: Option<Vec<ProcessStatus>>,
+}
+
+/// `nvmlMemory_v2_t`, bytes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemoryStatus {
+    pub total: u64,
+    pub reserved: u64,
+    pub free: u64,
+    pub used: u64,
+}
+
+/// `nvmlUtilization_t`, percent.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Utilization {
+    pub gpu: u32,
+    pub memory: u32,
+}
+
+/// One process using the device.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcessStatus {
+    /// The process on the server.
+    pub pid: u32,
+    /// Bytes; `None` where NVML cannot say (`NVML_VALUE_NOT_AVAILABLE`).
+    pub used_memory: Option<u64>,
+}
+
+/// NVML's spelling of a device UUID (the CUDA UUID's bytes): `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`.
+pub fn uuid_string(bytes: &[u8; 16]) -> String {
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    format!(
+        "GPU-{}-{}-{}-{}-{}",
+        &hex[0..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..32]
+    )
+}
+
+/// A server without CUDA has no devices.
+impl crate::table::FromStatus<u32> for NvmlInventory {
+    fn from_status(_: u32) -> Self {
+        NvmlInventory::default()
+    }
+}
+
+sample_struct! {
+    NvmlInventory { driver_version, nvml_version, cuda_driver_version, devices },
+    DeviceFacts {
+        serial, board_id, brand, architecture, minor_number, pci_ids, vbios_version, num_cores,
+        memory_bus_width, max_pcie_link_generation, max_pcie_link_width, max_clocks,
+        default_power_limit,
+    },
+    DeviceStatus {
+        memory, utilization, temperature, power_usage, power_limit, enforced_power_limit, clocks,
+        fan_speed, performance_state, persistence_mode, compute_mode, mig_mode, ecc_mode,
+        display_mode, display_active, pcie_link_generation, pcie_link_width, processes,
+    },
+    MemoryStatus { total, reserved, free, used },
+    Utilization { gpu, memory },
+    ProcessStatus { pid, used_memory },
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn uuids_are_spelled_as_nvml_does() {
+        let bytes = [
+            0x2f, 0x1a, 0x3b, 0x4c, 0x5d, 0x6e, 0x7f, 0x80, 0x91, 0xa2, 0xb3, 0xc4, 0xd5, 0xe6,
+            0xf7, 0x08,
+        ];
+        assert_eq!(
+            super::uuid_string(&bytes),
+            "GPU-2f1a3b4c-5d6e-7f80-91a2-b3c4d5e6f708"
+        );
+    }
+}
