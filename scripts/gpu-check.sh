@@ -370,7 +370,7 @@ if selected nvml; then
     smi_gpus=$(grep -c "^GPU [0-9]" "$out/nvml_smi.out")
     smi_uuids=$(grep -o "UUID: GPU-[0-9a-f-]*" "$out/nvml_smi.out" | sed 's/UUID: //' | sort -u | tr '\n' ' ')
     nvml_count=$(sed -n 's/^nvml count //p' "$out/nvml.rgpu.out")
-    nvml_uuids=$(awk '/^nvml device/ {print $4}' "$out/nvml.rgpu.out" | sort -u | tr '\n' ' ')
+    nvml_uuids=$(awk '/^nvml device/ {print $5}' "$out/nvml.rgpu.out" | sort -u | tr '\n' ' ')
     torch_count=$(sed -n 's/^torch count //p' "$out/nvml.rgpu.out")
     native_count=$(sed -n 's/^nvml count //p' "$out/nvml.native.out")
     if [ $native_rc -eq 77 ]; then

@@ -4,7 +4,7 @@
 //! using it. Each object knows its server connection and its session id there (chosen by the
 //! client, so creation never waits for the network).
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -141,38 +141,44 @@ impl Context {
 }
 
 thread_local! {
-    /// This thread's context stack; the last entry is the current context.
-    static CONTEXT_STACK: RefCell<Vec<CUcontext>> = const { RefCell::new(Vec::new()) };
+    /// This thread's current context handle (null: none). A plain integer, which keeps no
+    /// destructor: runtimes ask for it at process exit, after destructors ran (libgomp's
+    /// device finalization calls cuCtxGetDevice then).
+    static CURRENT: Cell<usize> = const { Cell::new(0) };
+    /// The contexts pushed beneath the current one (cuCtxPushCurrent), oldest first.
+    static BENEATH: RefCell<Vec<usize>> = const { RefCell::new(Vec::new()) };
 }
 
 /// The calling thread's current context handle (null when none).
 pub fn current_handle() -> CUcontext {
-    CONTEXT_STACK.with(|stack| {
-        stack
-            .borrow()
-            .last()
-            .copied()
-            .unwrap_or(std::ptr::null_mut())
-    })
+    CURRENT.with(|current| current.get() as CUcontext)
 }
 
 /// Replaces the current context (cuCtxSetCurrent); null pops it.
 pub fn set_current(ctx: CUcontext) {
-    CONTEXT_STACK.with(|stack| {
-        let mut stack = stack.borrow_mut();
-        stack.pop();
-        if !ctx.is_null() {
-            stack.push(ctx);
-        }
-    })
+    if ctx.is_null() {
+        pop_current();
+    } else {
+        CURRENT.with(|current| current.set(ctx as usize));
+    }
 }
 
 pub fn push_current(ctx: CUcontext) {
-    CONTEXT_STACK.with(|stack| stack.borrow_mut().push(ctx))
+    let below = CURRENT.with(|current| current.replace(ctx as usize));
+    if below != 0 {
+        // After the thread's destructors ran, what was beneath is forgotten.
+        let _ = BENEATH.try_with(|stack| stack.borrow_mut().push(below));
+    }
 }
 
 pub fn pop_current() -> Option<CUcontext> {
-    CONTEXT_STACK.with(|stack| stack.borrow_mut().pop())
+    let next = BENEATH
+        .try_with(|stack| stack.borrow_mut().pop())
+        .ok()
+        .flatten()
+        .unwrap_or(0);
+    let popped = CURRENT.with(|current| current.replace(next));
+    (popped != 0).then_some(popped as CUcontext)
 }
 
 /// The calling thread's current context, made on the server if need be.

@@ -246,6 +246,15 @@ pub enum TensorMapRequest {
     },
 }
 
+/// `CUgraphEdgeData`: the ports an edge joins and its type (e.g. programmatic, for
+/// programmatic dependent launch).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Edge {
+    pub from_port: u8,
+    pub to_port: u8,
+    pub kind: u8,
+}
+
 /// What a graph node does (`CUgraphNodeParams`, with the client's handles as session ids).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum NodeParams {
@@ -507,13 +516,15 @@ wire_api! {
         post GraphExecDestroy graph_exec_destroy(exec: Id);
         /// `cuGraphCreate`.
         post GraphCreate graph_create(ctx: Id, graph: Id, flags: u32);
-        /// `cuGraphAdd*Node`: node `node` of `graph`, after the nodes `after`. Bulk: a kernel
-        /// node's parameter buffer.
+        /// `cuGraphAdd*Node`: node `node` of `graph`, after the nodes `after` (`edges`: the
+        /// data of each of those edges, or empty for plain ones). Bulk: a kernel node's
+        /// parameter buffer.
         post [bulk] GraphAddNode graph_add_node(
             ctx: Id,
             graph: Id,
             node: Id,
             after: Vec<Id>,
+            edges: Vec<Edge>,
             params: NodeParams,
         );
         /// `cuGraph*NodeSetParams` (`exec` 0) and `cuGraphExec*NodeSetParams`: new parameters
@@ -526,8 +537,15 @@ wire_api! {
         );
         /// `cuGraphNodeSetEnabled`.
         post GraphNodeSetEnabled graph_node_set_enabled(exec: Id, node: Id, enabled: bool);
-        /// `cuGraphAddDependencies` (`remove`: `cuGraphRemoveDependencies`), pairwise.
-        post GraphDependencies graph_dependencies(graph: Id, from: Vec<Id>, to: Vec<Id>, remove: bool);
+        /// `cuGraphAddDependencies` (`remove`: `cuGraphRemoveDependencies`), pairwise, with
+        /// each edge's data (or empty for plain edges).
+        post GraphDependencies graph_dependencies(
+            graph: Id,
+            from: Vec<Id>,
+            to: Vec<Id>,
+            edges: Vec<Edge>,
+            remove: bool,
+        );
         /// `cuGraphConditionalHandleCreate`: the server's handle, which kernels receive.
         call GraphConditionalHandle graph_conditional_handle(
             ctx: Id,
@@ -690,6 +708,7 @@ sample_struct! {
     Global { ptr, size },
     Loaded { status, need_image, logs },
     JitOption { option, value },
+    Edge { from_port, to_port, kind },
     PoolProps { alloc_type, handle_types, location_type, location_id, max_size, usage },
     JitLogs { info, error, wall_time_ms },
     Linked { status, logs, cubin },

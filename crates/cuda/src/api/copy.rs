@@ -714,11 +714,19 @@ pub(crate) unsafe fn graph_copy(
     };
     match (&src.memory, &dst.memory) {
         (Memory::Device(a), Memory::Device(b)) if Arc::ptr_eq(&a.conn, &b.conn) => {
+            // Contiguous rows (a 1D copy's pitches may be anything) travel as one run.
+            let (extent, src_pitch, dst_pitch) =
+                if extent.is_contiguous(src.pitch) && extent.is_contiguous(dst.pitch) {
+                    let linear = Extent::linear(extent.bytes().unwrap_or(0));
+                    (linear, linear.packed(), linear.packed())
+                } else {
+                    (extent, src.pitch, dst.pitch)
+                };
             Ok(rgpu_protocol::cuda::NodeParams::Copy {
                 dst: dst.start,
-                dst_pitch: dst.pitch,
+                dst_pitch,
                 src: src.start,
-                src_pitch: src.pitch,
+                src_pitch,
                 extent,
             })
         }

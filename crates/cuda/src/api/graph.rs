@@ -44,7 +44,7 @@ pub unsafe fn cuStreamBeginCaptureToGraph(
         return CUresult::CUDA_ERROR_INVALID_VALUE;
     }
     // SAFETY: the program's edge list, as long as its dependency list.
-    if !unsafe { super::graph_nodes::plain_edges(edges, count) } {
+    if !unsafe { super::graph_nodes::read_edges(edges, count) }.is_empty() {
         return crate::unsupported::not_supported(
             "graph edges with data (cuStreamBeginCaptureToGraph)",
         );

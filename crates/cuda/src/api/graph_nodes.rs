@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use rgpu_client::CudaClient;
 use rgpu_cuda_api::sys::*;
-use rgpu_protocol::cuda::{Id, NodeParams};
+use rgpu_protocol::cuda::{Edge, Id, NodeParams};
 
 use super::{status, write_out, Outcome};
 use crate::objects::{current_context, Context, Event, Graph, GraphExec, GraphNode};
@@ -78,23 +78,30 @@ pub(crate) unsafe fn node_ids(
         .collect()
 }
 
-/// Whether `count` edges at `edges` (null: none) all carry no data: default ports, the
-/// default type. Such edges are plain dependencies, as the driver treats them.
+/// The data of `count` edges at `edges`: empty when there is none (a null list, or every
+/// edge with default ports and the default type; the reserved bytes are not looked at).
 ///
 /// # Safety
 /// `edges` is null or holds `count` edge records.
-pub(crate) unsafe fn plain_edges(edges: *const CUgraphEdgeData, count: usize) -> bool {
-    if edges.is_null() {
-        return true;
+pub(crate) unsafe fn read_edges(edges: *const CUgraphEdgeData, count: usize) -> Vec<Edge> {
+    if edges.is_null() || count == 0 {
+        return Vec::new();
     }
-    // SAFETY: the caller's guarantee; each record is plain bytes.
-    let bytes = unsafe {
-        std::slice::from_raw_parts(
-            edges.cast::<u8>(),
-            count * std::mem::size_of::<CUgraphEdgeData>(),
-        )
-    };
-    bytes.iter().all(|&b| b == 0)
+    // SAFETY: the caller's guarantee.
+    let records = unsafe { std::slice::from_raw_parts(edges, count) };
+    let read: Vec<Edge> = records
+        .iter()
+        .map(|e| Edge {
+            from_port: e.from_port,
+            to_port: e.to_port,
+            kind: e.type_,
+        })
+        .collect();
+    if read.iter().all(|e| *e == Edge::default()) {
+        Vec::new()
+    } else {
+        read
+    }
 }
 
 /// The event's id (events live on the server of their context).
@@ -189,6 +196,7 @@ fn post_node(
     graph: CUgraph,
     deps: *const CUgraphNode,
     count: usize,
+    edges: Vec<Edge>,
     kind: u32,
     bodies: usize,
     make: impl FnOnce(&Context, &mut Vec<u8>) -> Result<NodeParams, CUresult>,
@@ -222,6 +230,7 @@ fn post_node(
                 graph.remote,
                 node.remote,
                 after,
+                edges,
                 params,
                 &buffer,
             )
@@ -262,10 +271,18 @@ pub unsafe fn cuGraphAddKernelNode_v2(
 ) -> CUresult {
     made(
         node,
-        post_node(graph, deps, count, NODE_KERNEL, 0, |ctx, buffer| {
-            // SAFETY: the program's descriptor, valid as the API requires.
-            unsafe { kernel_node(ctx, params, buffer) }
-        }),
+        post_node(
+            graph,
+            deps,
+            count,
+            Vec::new(),
+            NODE_KERNEL,
+            0,
+            |ctx, buffer| {
+                // SAFETY: the program's descriptor, valid as the API requires.
+                unsafe { kernel_node(ctx, params, buffer) }
+            },
+        ),
     )
 }
 
@@ -279,7 +296,7 @@ pub unsafe fn cuGraphAddMemsetNode(
 ) -> CUresult {
     made(
         node,
-        post_node(graph, deps, count, NODE_MEMSET, 0, |_, _| {
+        post_node(graph, deps, count, Vec::new(), NODE_MEMSET, 0, |_, _| {
             // SAFETY: the program's descriptor, valid as the API requires.
             unsafe { memset_node(params) }
         }),
@@ -296,7 +313,7 @@ pub unsafe fn cuGraphAddMemcpyNode(
 ) -> CUresult {
     made(
         node,
-        post_node(graph, deps, count, NODE_MEMCPY, 0, |_, _| {
+        post_node(graph, deps, count, Vec::new(), NODE_MEMCPY, 0, |_, _| {
             // SAFETY: the program's descriptor, valid as the API requires.
             unsafe { super::copy::graph_copy(params) }
         }),
@@ -311,7 +328,7 @@ pub unsafe fn cuGraphAddEmptyNode(
 ) -> CUresult {
     made(
         node,
-        post_node(graph, deps, count, NODE_EMPTY, 0, |_, _| {
+        post_node(graph, deps, count, Vec::new(), NODE_EMPTY, 0, |_, _| {
             Ok(NodeParams::Empty)
         }),
     )
@@ -326,7 +343,7 @@ pub unsafe fn cuGraphAddChildGraphNode(
 ) -> CUresult {
     made(
         node,
-        post_node(graph, deps, count, NODE_GRAPH, 0, |_, _| {
+        post_node(graph, deps, count, Vec::new(), NODE_GRAPH, 0, |_, _| {
             let child = Graph::from_handle(child).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
             Ok(NodeParams::Child {
                 graph: child.remote,
@@ -344,11 +361,19 @@ pub unsafe fn cuGraphAddEventRecordNode(
 ) -> CUresult {
     made(
         node,
-        post_node(graph, deps, count, NODE_EVENT_RECORD, 0, |_, _| {
-            Ok(NodeParams::EventRecord {
-                event: event_id(event)?,
-            })
-        }),
+        post_node(
+            graph,
+            deps,
+            count,
+            Vec::new(),
+            NODE_EVENT_RECORD,
+            0,
+            |_, _| {
+                Ok(NodeParams::EventRecord {
+                    event: event_id(event)?,
+                })
+            },
+        ),
     )
 }
 
@@ -361,11 +386,19 @@ pub unsafe fn cuGraphAddEventWaitNode(
 ) -> CUresult {
     made(
         node,
-        post_node(graph, deps, count, NODE_WAIT_EVENT, 0, |_, _| {
-            Ok(NodeParams::EventWait {
-                event: event_id(event)?,
-            })
-        }),
+        post_node(
+            graph,
+            deps,
+            count,
+            Vec::new(),
+            NODE_WAIT_EVENT,
+            0,
+            |_, _| {
+                Ok(NodeParams::EventWait {
+                    event: event_id(event)?,
+                })
+            },
+        ),
     )
 }
 
@@ -378,9 +411,7 @@ pub unsafe fn cuGraphAddNode_v2(
     params: *mut CUgraphNodeParams,
 ) -> CUresult {
     // SAFETY: the program's edge list, as long as its dependency list.
-    if !unsafe { plain_edges(edges, count) } {
-        return not_supported("graph edges with data (cuGraphAddNode)");
-    }
+    let edge_data = unsafe { read_edges(edges, count) };
     // SAFETY: the program's descriptor, valid as the API requires.
     let Some(p) = (unsafe { params.as_mut() }) else {
         return CUresult::CUDA_ERROR_INVALID_VALUE;
@@ -392,23 +423,31 @@ pub unsafe fn cuGraphAddNode_v2(
         match kind {
             NODE_KERNEL => {
                 let k = p.__bindgen_anon_1.kernel;
-                post_node(graph, deps, count, kind, 0, |ctx, buffer| {
-                    let func = if k.func.is_null() {
-                        k.kern.cast()
-                    } else {
-                        k.func.cast()
-                    };
-                    kernel_params(
-                        ctx,
-                        func,
-                        [k.gridDimX, k.gridDimY, k.gridDimZ],
-                        [k.blockDimX, k.blockDimY, k.blockDimZ],
-                        k.sharedMemBytes,
-                        k.kernelParams,
-                        k.extra,
-                        buffer,
-                    )
-                })
+                post_node(
+                    graph,
+                    deps,
+                    count,
+                    edge_data.clone(),
+                    kind,
+                    0,
+                    |ctx, buffer| {
+                        let func = if k.func.is_null() {
+                            k.kern.cast()
+                        } else {
+                            k.func.cast()
+                        };
+                        kernel_params(
+                            ctx,
+                            func,
+                            [k.gridDimX, k.gridDimY, k.gridDimZ],
+                            [k.blockDimX, k.blockDimY, k.blockDimZ],
+                            k.sharedMemBytes,
+                            k.kernelParams,
+                            k.extra,
+                            buffer,
+                        )
+                    },
+                )
             }
             NODE_MEMSET => {
                 let m = p.__bindgen_anon_1.memset;
@@ -420,18 +459,22 @@ pub unsafe fn cuGraphAddNode_v2(
                     width: m.width,
                     height: m.height,
                 };
-                post_node(graph, deps, count, kind, 0, |_, _| memset_node(&v1))
+                post_node(graph, deps, count, edge_data.clone(), kind, 0, |_, _| {
+                    memset_node(&v1)
+                })
             }
             NODE_MEMCPY => {
                 let copy = std::ptr::addr_of!(p.__bindgen_anon_1.memcpy.copyParams);
-                post_node(graph, deps, count, kind, 0, |_, _| {
+                post_node(graph, deps, count, edge_data.clone(), kind, 0, |_, _| {
                     super::copy::graph_copy(copy)
                 })
             }
-            NODE_EMPTY => post_node(graph, deps, count, kind, 0, |_, _| Ok(NodeParams::Empty)),
+            NODE_EMPTY => post_node(graph, deps, count, edge_data.clone(), kind, 0, |_, _| {
+                Ok(NodeParams::Empty)
+            }),
             NODE_GRAPH => {
                 let child = p.__bindgen_anon_1.graph.graph;
-                post_node(graph, deps, count, kind, 0, |_, _| {
+                post_node(graph, deps, count, edge_data.clone(), kind, 0, |_, _| {
                     let child =
                         Graph::from_handle(child).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
                     Ok(NodeParams::Child {
@@ -441,7 +484,7 @@ pub unsafe fn cuGraphAddNode_v2(
             }
             NODE_EVENT_RECORD => {
                 let event = p.__bindgen_anon_1.eventRecord.event;
-                post_node(graph, deps, count, kind, 0, |_, _| {
+                post_node(graph, deps, count, edge_data.clone(), kind, 0, |_, _| {
                     Ok(NodeParams::EventRecord {
                         event: event_id(event)?,
                     })
@@ -449,7 +492,7 @@ pub unsafe fn cuGraphAddNode_v2(
             }
             NODE_WAIT_EVENT => {
                 let event = p.__bindgen_anon_1.eventWait.event;
-                post_node(graph, deps, count, kind, 0, |_, _| {
+                post_node(graph, deps, count, edge_data.clone(), kind, 0, |_, _| {
                     Ok(NodeParams::EventWait {
                         event: event_id(event)?,
                     })
@@ -458,16 +501,24 @@ pub unsafe fn cuGraphAddNode_v2(
             NODE_CONDITIONAL => {
                 let c = p.__bindgen_anon_1.conditional;
                 let cond_kind = std::ptr::addr_of!(c.type_).cast::<u32>().read();
-                let made_node = post_node(graph, deps, count, kind, c.size as usize, |_, _| {
-                    if c.size == 0 || c.size > 64 {
-                        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
-                    }
-                    Ok(NodeParams::Conditional {
-                        handle: c.handle,
-                        kind: cond_kind,
-                        bodies: Vec::new(),
-                    })
-                });
+                let made_node = post_node(
+                    graph,
+                    deps,
+                    count,
+                    edge_data.clone(),
+                    kind,
+                    c.size as usize,
+                    |_, _| {
+                        if c.size == 0 || c.size > 64 {
+                            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+                        }
+                        Ok(NodeParams::Conditional {
+                            handle: c.handle,
+                            kind: cond_kind,
+                            bodies: Vec::new(),
+                        })
+                    },
+                );
                 if let Ok(object) = &made_node {
                     // The body graphs, in an array that lives as long as the node.
                     p.__bindgen_anon_1.conditional.phGraph_out =
@@ -658,9 +709,7 @@ unsafe fn dependencies(
     remove: bool,
 ) -> CUresult {
     // SAFETY: the caller's guarantee covers the edge list too.
-    if !unsafe { plain_edges(edges, count) } {
-        return not_supported("graph edges with data (cuGraphAddDependencies)");
-    }
+    let edge_data = unsafe { read_edges(edges, count) };
     status((|| {
         let graph = Graph::from_handle(graph).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
         // SAFETY: the caller's guarantee.
@@ -673,7 +722,7 @@ unsafe fn dependencies(
         graph
             .conn
             .cuda()
-            .graph_dependencies(graph.remote, from, to, remove)
+            .graph_dependencies(graph.remote, from, to, edge_data, remove)
             .outcome()
     })())
 }

@@ -9,7 +9,7 @@ use rgpu_cuda_api::cu_call;
 use rgpu_cuda_api::launch_param;
 use rgpu_cuda_api::native::{check, Status, INVALID_HANDLE, INVALID_VALUE};
 use rgpu_cuda_api::sys::*;
-use rgpu_protocol::cuda::{serve, Answer, Id, NodeParams};
+use rgpu_protocol::cuda::{serve, Answer, Edge, Id, NodeParams};
 
 use super::copies::DeviceCopy;
 use super::launches::MAX_PARAMS;
@@ -159,6 +159,7 @@ impl serve::Graphs for Served<'_> {
         graph: Id,
         node: Id,
         after: Vec<Id>,
+        edges: Vec<Edge>,
         params: NodeParams,
         bulk_len: u64,
     ) -> Result<Answer<()>, End> {
@@ -166,8 +167,17 @@ impl serve::Graphs for Served<'_> {
         self.session
             .take_bulk_into(&mut cuda.params, bulk_len, MAX_PARAMS)?;
         Ok(cuda.enter(ctx).and_then(|()| {
-            let raw = cuda.add_node(graph, &after, params)?;
+            if !edges.is_empty() && edges.len() != after.len() {
+                return Err(INVALID_VALUE);
+            }
+            // Edges with data: the node first, then its dependencies with their data.
+            let plain = if edges.is_empty() { &after[..] } else { &[] };
+            let raw = cuda.add_node(graph, plain, params)?;
             cuda.graph_nodes.insert(node, GraphNode { raw, graph });
+            if !edges.is_empty() {
+                let to = vec![node; after.len()];
+                cuda.dependencies(graph, &after, &to, &edges, false)?;
+            }
             Ok(())
         }))
     }
@@ -206,24 +216,10 @@ impl serve::Graphs for Served<'_> {
         graph: Id,
         from: Vec<Id>,
         to: Vec<Id>,
+        edges: Vec<Edge>,
         remove: bool,
     ) -> Answer<()> {
-        let cuda = &mut *self.cuda;
-        let graph = cuda.graph(graph)?;
-        let (from, to) = (cuda.nodes(&from)?, cuda.nodes(&to)?);
-        if from.len() != to.len() {
-            return Err(INVALID_VALUE);
-        }
-        let driver = &cuda.backend.driver;
-        let (f, t, n) = (from.as_ptr(), to.as_ptr(), from.len());
-        // SAFETY: this session's live handles and local buffers; the driver checks addresses.
-        check(unsafe {
-            if remove {
-                cu_call!(driver, cuGraphRemoveDependencies_v2(graph, f, t, null(), n))
-            } else {
-                cu_call!(driver, cuGraphAddDependencies_v2(graph, f, t, null(), n))
-            }
-        })
+        self.cuda.dependencies(graph, &from, &to, &edges, remove)
     }
 
     fn graph_conditional_handle(
@@ -320,6 +316,51 @@ impl CudaSession {
 
     fn nodes(&self, ids: &[Id]) -> Result<Vec<CUgraphNode>, Status> {
         ids.iter().map(|&id| self.node(id)).collect()
+    }
+
+    /// Adds (or removes) the edges `from[i]` -> `to[i]`, with their data when `edges` has any.
+    fn dependencies(
+        &self,
+        graph: Id,
+        from: &[Id],
+        to: &[Id],
+        edges: &[Edge],
+        remove: bool,
+    ) -> Answer<()> {
+        let graph = self.graph(graph)?;
+        let (from, to) = (self.nodes(from)?, self.nodes(to)?);
+        if from.len() != to.len() || (!edges.is_empty() && edges.len() != from.len()) {
+            return Err(INVALID_VALUE);
+        }
+        let data: Vec<CUgraphEdgeData> = edges
+            .iter()
+            .map(|edge| {
+                // SAFETY: plain bytes, valid zeroed; the type is written as its integer.
+                let mut raw: CUgraphEdgeData = unsafe { std::mem::zeroed() };
+                raw.from_port = edge.from_port;
+                raw.to_port = edge.to_port;
+                raw.type_ = edge.kind;
+                raw
+            })
+            .collect();
+        let data_ptr = if data.is_empty() {
+            null()
+        } else {
+            data.as_ptr()
+        };
+        let driver = &self.backend.driver;
+        let (f, t, n) = (from.as_ptr(), to.as_ptr(), from.len());
+        // SAFETY: this session's live handles and local lists of `n` entries each.
+        check(unsafe {
+            if remove {
+                cu_call!(
+                    driver,
+                    cuGraphRemoveDependencies_v2(graph, f, t, data_ptr, n)
+                )
+            } else {
+                cu_call!(driver, cuGraphAddDependencies_v2(graph, f, t, data_ptr, n))
+            }
+        })
     }
 
     /// Graph `graph` is gone: its nodes and conditional bodies (and theirs) went with it.
