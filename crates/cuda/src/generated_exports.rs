@@ -1599,8 +1599,15 @@ pub unsafe extern "C" fn cuGraphGetNodes(
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuGraphGetRootNodes() -> CUresult {
-    not_supported("cuGraphGetRootNodes")
+pub unsafe extern "C" fn cuGraphGetRootNodes(
+    hGraph: CUgraph,
+    rootNodes: *mut CUgraphNode,
+    numRootNodes: *mut usize,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuGraphGetRootNodes", || unsafe {
+        crate::api::cuGraphGetRootNodes(hGraph, rootNodes, numRootNodes)
+    })
 }
 
 #[no_mangle]
@@ -1772,8 +1779,16 @@ pub unsafe extern "C" fn cuGraphNodeGetDependencies() -> CUresult {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuGraphNodeGetDependencies_v2() -> CUresult {
-    not_supported("cuGraphNodeGetDependencies_v2")
+pub unsafe extern "C" fn cuGraphNodeGetDependencies_v2(
+    hNode: CUgraphNode,
+    dependencies: *mut CUgraphNode,
+    edgeData: *mut CUgraphEdgeData,
+    numDependencies: *mut usize,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuGraphNodeGetDependencies_v2", || unsafe {
+        crate::api::cuGraphNodeGetDependencies_v2(hNode, dependencies, edgeData, numDependencies)
+    })
 }
 
 #[no_mangle]
@@ -1782,8 +1797,21 @@ pub unsafe extern "C" fn cuGraphNodeGetDependentNodes() -> CUresult {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuGraphNodeGetDependentNodes_v2() -> CUresult {
-    not_supported("cuGraphNodeGetDependentNodes_v2")
+pub unsafe extern "C" fn cuGraphNodeGetDependentNodes_v2(
+    hNode: CUgraphNode,
+    dependentNodes: *mut CUgraphNode,
+    edgeData: *mut CUgraphEdgeData,
+    numDependentNodes: *mut usize,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuGraphNodeGetDependentNodes_v2", || unsafe {
+        crate::api::cuGraphNodeGetDependentNodes_v2(
+            hNode,
+            dependentNodes,
+            edgeData,
+            numDependentNodes,
+        )
+    })
 }
 
 #[no_mangle]

@@ -388,12 +388,15 @@ impl Function {
     }
 }
 
-/// A graph captured on a server.
+/// A graph on a server (captured or built node by node).
 pub struct Graph {
     /// The handle the program holds (see crate::handles).
     pub handle: usize,
     pub conn: Arc<Connection>,
     pub remote: Id,
+    /// Handles of the nodes the program has seen, by id, so that a node listed twice is
+    /// one handle.
+    pub nodes: Mutex<HashMap<Id, usize>>,
 }
 registered!(Graph, CUgraph);
 
@@ -427,6 +430,8 @@ pub struct GraphNode {
     pub handle: usize,
     pub conn: Arc<Connection>,
     pub remote: Id,
+    /// Its graph's handle.
+    pub graph: usize,
     /// Its `CUgraphNodeType`.
     pub kind: u32,
     /// A conditional node's body graph handles: the array the program reads `phGraph_out` from,
@@ -450,6 +455,7 @@ impl Graph {
             handle: new_handle(),
             conn: conn.clone(),
             remote: conn.new_id(),
+            nodes: Mutex::new(HashMap::new()),
         }
     }
 }

@@ -255,6 +255,18 @@ pub struct Edge {
     pub kind: u8,
 }
 
+/// Which nodes of a graph `GraphNodes` lists.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum NodeQuery {
+    All,
+    Roots,
+    DependenciesOf(Id),
+    DependentsOf(Id),
+}
+
+/// The first id the server gives a node the client never named.
+pub const SERVER_NODE_IDS: Id = 1 << 63;
+
 /// What a graph node does (`CUgraphNodeParams`, with the client's handles as session ids).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum NodeParams {
@@ -557,6 +569,10 @@ wire_api! {
         call GraphExecUpdate graph_exec_update(ctx: Id, exec: Id, graph: Id) -> Answer<u32>;
         /// `cuGraphGetNodes` (how many).
         call GraphNodeCount graph_node_count(graph: Id) -> Answer<u64>;
+        /// `cuGraphGetNodes`, `cuGraphGetRootNodes`, `cuGraphNodeGetDependencies` and
+        /// `cuGraphNodeGetDependentNodes`: each node's id and `CUgraphNodeType`. Nodes the
+        /// client never named (made by stream capture) get ids of the server's (high bit set).
+        call GraphNodes graph_nodes(graph: Id, query: NodeQuery) -> Answer<Vec<(Id, u32)>>;
         /// `cuDeviceGraphMemTrim`.
         call GraphMemTrim graph_mem_trim(device: u32) -> Status;
     }
@@ -716,6 +732,7 @@ sample_struct! {
 
 sample_enum!(ImageKind { Module, Library });
 sample_enum!(Pool { Default(device), Created(id) });
+sample_enum!(NodeQuery { All, Roots, DependenciesOf(node), DependentsOf(node) });
 sample_enum!(TensorMapRequest {
     Tiled { data_type, address, dims, strides, box_dims, element_strides, modes },
     Im2col {

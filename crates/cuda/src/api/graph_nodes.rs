@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use rgpu_client::CudaClient;
 use rgpu_cuda_api::sys::*;
-use rgpu_protocol::cuda::{Edge, Id, NodeParams};
+use rgpu_protocol::cuda::{Edge, Id, NodeParams, NodeQuery};
 
 use super::{status, write_out, Outcome};
 use crate::objects::{current_context, Context, Event, Graph, GraphExec, GraphNode};
@@ -217,6 +217,7 @@ fn post_node(
             handle: crate::handles::new_handle(),
             conn: ctx.conn.clone(),
             remote: ctx.conn.new_id(),
+            graph: graph.handle,
             kind,
             bodies: body_graphs
                 .into_iter()
@@ -235,7 +236,9 @@ fn post_node(
                 &buffer,
             )
             .outcome()?;
-        Ok(node.register())
+        let node = node.register();
+        graph.nodes.lock().unwrap().insert(node.remote, node.handle);
+        Ok(node)
     })
 }
 
@@ -749,21 +752,135 @@ pub unsafe fn cuGraphRemoveDependencies_v2(
     unsafe { dependencies(graph, from, to, edges, count, true) }
 }
 
+/// Lists nodes of `graph` as the `cuGraphGet*Nodes` calls do: with `out` null, how many in
+/// `count`; else up to `count` handles (the rest of `out` nulled) and how many were written.
+///
+/// # Safety
+/// `out` is null or has room for `*count` handles; `count` is null or valid.
+unsafe fn list_nodes(
+    graph: &Graph,
+    query: NodeQuery,
+    out: *mut CUgraphNode,
+    count: *mut usize,
+) -> Result<(), CUresult> {
+    if count.is_null() {
+        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+    }
+    let listed = graph
+        .conn
+        .cuda()
+        .graph_nodes(graph.remote, query)
+        .outcome()?;
+    if out.is_null() {
+        // SAFETY: checked non-null; the caller's guarantee.
+        unsafe { count.write(listed.len()) };
+        return Ok(());
+    }
+    // SAFETY: the caller's guarantee.
+    let room = unsafe { count.read() };
+    let mut known = graph.nodes.lock().unwrap();
+    for i in 0..room {
+        let handle = match listed.get(i) {
+            Some(&(id, kind)) => *known.entry(id).or_insert_with(|| {
+                GraphNode {
+                    handle: crate::handles::new_handle(),
+                    conn: graph.conn.clone(),
+                    remote: id,
+                    graph: graph.handle,
+                    kind,
+                    bodies: Box::new([]),
+                }
+                .register()
+                .handle
+            }),
+            None => 0,
+        };
+        // SAFETY: the caller's guarantee: room for `room` handles.
+        unsafe { out.add(i).write(handle as CUgraphNode) };
+    }
+    // SAFETY: as above.
+    unsafe { count.write(room.min(listed.len())) };
+    Ok(())
+}
+
 pub unsafe fn cuGraphGetNodes(
     graph: CUgraph,
     nodes: *mut CUgraphNode,
     count: *mut usize,
 ) -> CUresult {
-    if !nodes.is_null() {
-        // Captured graphs hold nodes the client never named.
-        return not_supported("cuGraphGetNodes with a node array");
-    }
+    status(
+        Graph::from_handle(graph)
+            .ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)
+            .and_then(
+                // SAFETY: the program's list and count, as the API requires.
+                |graph| unsafe { list_nodes(&graph, NodeQuery::All, nodes, count) },
+            ),
+    )
+}
+
+pub unsafe fn cuGraphGetRootNodes(
+    graph: CUgraph,
+    nodes: *mut CUgraphNode,
+    count: *mut usize,
+) -> CUresult {
+    status(
+        Graph::from_handle(graph)
+            .ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)
+            .and_then(
+                // SAFETY: as above.
+                |graph| unsafe { list_nodes(&graph, NodeQuery::Roots, nodes, count) },
+            ),
+    )
+}
+
+/// The nodes before or after `node`, with plain edges (edge data is not reported).
+///
+/// # Safety
+/// As `list_nodes`; `edges` is null or has room for `*count` records.
+unsafe fn neighbours(
+    node: CUgraphNode,
+    before: bool,
+    out: *mut CUgraphNode,
+    edges: *mut CUgraphEdgeData,
+    count: *mut usize,
+) -> CUresult {
     status((|| {
-        let graph = Graph::from_handle(graph).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
-        let n = graph.conn.cuda().graph_node_count(graph.remote).outcome()?;
-        // SAFETY: an out-pointer from the caller: null (refused by write_out) or writable, as the API requires.
-        unsafe { write_out(count, n as usize) }
+        let node = GraphNode::from_handle(node).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+        let graph =
+            Graph::from_handle(node.graph as CUgraph).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+        let query = if before {
+            NodeQuery::DependenciesOf(node.remote)
+        } else {
+            NodeQuery::DependentsOf(node.remote)
+        };
+        // SAFETY: the caller's guarantee.
+        unsafe { list_nodes(&graph, query, out, count)? };
+        if !edges.is_null() && !out.is_null() {
+            // SAFETY: as above: room for as many records as handles were written.
+            unsafe { std::ptr::write_bytes(edges, 0, count.read()) };
+        }
+        Ok(())
     })())
+}
+
+pub unsafe fn cuGraphNodeGetDependencies_v2(
+    node: CUgraphNode,
+    deps: *mut CUgraphNode,
+    edges: *mut CUgraphEdgeData,
+    count: *mut usize,
+) -> CUresult {
+    // SAFETY: the program's lists and count, as the API requires.
+    unsafe { neighbours(node, true, deps, edges, count) }
+}
+
+pub unsafe fn cuGraphNodeGetDependentNodes_v2(
+    node: CUgraphNode,
+    dependents: *mut CUgraphNode,
+    edges: *mut CUgraphEdgeData,
+    count: *mut usize,
+) -> CUresult {
+    // SAFETY: as above.
+    unsafe { neighbours(node, false, dependents, edges, count) }
 }
 
 pub unsafe fn cuGraphNodeGetType(node: CUgraphNode, kind: *mut u32) -> CUresult {

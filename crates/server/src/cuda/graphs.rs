@@ -5,11 +5,11 @@
 use std::ffi::c_void;
 use std::ptr::{null, null_mut};
 
-use rgpu_cuda_api::cu_call;
 use rgpu_cuda_api::launch_param;
 use rgpu_cuda_api::native::{check, Status, INVALID_HANDLE, INVALID_VALUE};
 use rgpu_cuda_api::sys::*;
-use rgpu_protocol::cuda::{serve, Answer, Edge, Id, NodeParams};
+use rgpu_cuda_api::{cu_call, cu_call_raw};
+use rgpu_protocol::cuda::{serve, Answer, Edge, Id, NodeParams, NodeQuery, SERVER_NODE_IDS};
 
 use super::copies::DeviceCopy;
 use super::launches::MAX_PARAMS;
@@ -283,6 +283,47 @@ impl serve::Graphs for Served<'_> {
         Ok(count as u64)
     }
 
+    fn graph_nodes(&mut self, graph: Id, query: NodeQuery) -> Answer<Vec<(Id, u32)>> {
+        let cuda = &mut *self.cuda;
+        let raw_graph = cuda.graph(graph)?;
+        let driver = &cuda.backend.driver;
+        // Asks twice: how many, then the nodes.
+        let list = |out: *mut CUgraphNode, count: &mut usize| -> Status {
+            // SAFETY: this session's live handles; `out` is null or has room for `count`.
+            unsafe {
+                match query {
+                    NodeQuery::All => cu_call!(driver, cuGraphGetNodes(raw_graph, out, count)),
+                    NodeQuery::Roots => {
+                        cu_call!(driver, cuGraphGetRootNodes(raw_graph, out, count))
+                    }
+                    NodeQuery::DependenciesOf(node) => match cuda.node(node) {
+                        Ok(node) => cu_call!(
+                            driver,
+                            cuGraphNodeGetDependencies_v2(node, out, null_mut(), count)
+                        ),
+                        Err(status) => status,
+                    },
+                    NodeQuery::DependentsOf(node) => match cuda.node(node) {
+                        Ok(node) => cu_call!(
+                            driver,
+                            cuGraphNodeGetDependentNodes_v2(node, out, null_mut(), count)
+                        ),
+                        Err(status) => status,
+                    },
+                }
+            }
+        };
+        let mut count = 0usize;
+        check(list(null_mut(), &mut count))?;
+        let mut raws = vec![null_mut(); count];
+        check(list(raws.as_mut_ptr(), &mut count))?;
+        raws.truncate(count);
+        Ok(raws
+            .into_iter()
+            .map(|raw| cuda.name_node(raw, graph))
+            .collect())
+    }
+
     fn graph_mem_trim(&mut self, device: u32) -> Status {
         let cuda = &mut *self.cuda;
         // SAFETY: a device ordinal; the driver checks it.
@@ -305,6 +346,29 @@ impl CudaSession {
             .get(&id)
             .map(|body| body.raw)
             .ok_or(INVALID_HANDLE)
+    }
+
+    /// The session's id of a node of `graph` (a new one of the server's if the client never
+    /// named it), with its type.
+    fn name_node(&mut self, raw: CUgraphNode, graph: Id) -> (Id, u32) {
+        // CU_GRAPH_NODE_TYPE_EMPTY unless the driver says otherwise.
+        let mut kind = 5u32;
+        let out = &mut kind as *mut u32;
+        // SAFETY: a node the driver just listed; the type is written as its integer (it may
+        // be one the enum lacks).
+        let _ = unsafe {
+            cu_call_raw!(
+                self.backend.driver,
+                cuGraphNodeGetType(raw: CUgraphNode, out: *mut u32)
+            )
+        };
+        if let Some((&id, _)) = self.graph_nodes.iter().find(|(_, node)| node.raw == raw) {
+            return (id, kind);
+        }
+        self.next_node_id += 1;
+        let id = SERVER_NODE_IDS + self.next_node_id;
+        self.graph_nodes.insert(id, GraphNode { raw, graph });
+        (id, kind)
     }
 
     fn node(&self, id: Id) -> Result<CUgraphNode, Status> {

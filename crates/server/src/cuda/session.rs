@@ -85,6 +85,8 @@ pub(crate) struct CudaSession {
     /// Nodes of the session's graphs, and the body graphs of their conditional nodes.
     pub(super) graph_nodes: HashMap<Id, super::graphs::GraphNode>,
     pub(super) graph_bodies: HashMap<Id, super::graphs::GraphBody>,
+    /// The last id the server gave a node the client never named (past SERVER_NODE_IDS).
+    pub(super) next_node_id: u64,
     /// Memory pools the session made.
     pub(super) mem_pools: HashMap<Id, owned::MemPool>,
     /// JIT links in progress.
@@ -120,6 +122,7 @@ impl CudaSession {
             graph_execs: HashMap::new(),
             graph_nodes: HashMap::new(),
             graph_bodies: HashMap::new(),
+            next_node_id: 0,
             links: HashMap::new(),
             mem_pools: HashMap::new(),
             vmm_handles: HashMap::new(),
