@@ -12,6 +12,7 @@ use rgpu_cl_api::{NativeOpenCl, CL_DEVICE_RGPU_SERVER, RGPU_PLATFORM_NAME};
 use crate::rgpu_env::{ClientOptions, RgpuEnv};
 use rgpu_bench::output::format_bytes;
 use rgpu_cl_api::objects::{all_devices, NamedDevice};
+use rgpu_client::CudaClient;
 
 #[derive(clap::Args, Debug)]
 #[command(
@@ -67,6 +68,7 @@ pub fn run(args: DevicesArgs) -> Result<ExitCode, String> {
     ]
     .map(String::from);
     let mut out = render_table(&header, &rows);
+    out += &cuda_table();
     if args.all {
         for (index, device) in devices.iter().enumerate() {
             out += &format!("\ndevice {index}: {}\n", device.name);
@@ -82,6 +84,48 @@ pub fn run(args: DevicesArgs) -> Result<ExitCode, String> {
 }
 
 /// The devices of the platform named `rgpu`; an error when that platform did not load.
+/// The servers' CUDA GPUs as a CUDA program sees them (its device numbers), with the memory
+/// in use and the utilization now (the servers' NVML); empty where no server has CUDA.
+fn cuda_table() -> String {
+    let Ok(found) = rgpu_client::find_cuda_devices(|_| {}) else {
+        return String::new();
+    };
+    if found.devices.is_empty() {
+        return String::new();
+    }
+    let rows: Vec<[String; 5]> = found
+        .devices
+        .iter()
+        .enumerate()
+        .map(|(index, device)| {
+            let status = device
+                .link
+                .connection()
+                .cuda()
+                .get_device_status(device.remote_ordinal)
+                .ok()
+                .and_then(Result::ok);
+            let memory = status.as_ref().and_then(|s| s.memory);
+            let used = match memory {
+                Some(m) => format!("{} / {}", format_bytes(m.used), format_bytes(m.total)),
+                None => format!("? / {}", format_bytes(device.info.total_mem)),
+            };
+            let busy = status
+                .and_then(|s| s.utilization)
+                .map_or("?".into(), |u| format!("{}%", u.gpu));
+            [
+                index.to_string(),
+                device.info.name.clone(),
+                used,
+                busy,
+                device.link.endpoint().to_string(),
+            ]
+        })
+        .collect();
+    let header = ["#", "CUDA DEVICE", "MEMORY IN USE", "BUSY", "SERVER"].map(String::from);
+    format!("\n{}", render_table(&header, &rows))
+}
+
 fn rgpu_devices(native: &NativeOpenCl, env: &RgpuEnv) -> Result<Vec<NamedDevice>, String> {
     let devices = all_devices(native, CL_DEVICE_TYPE_ALL)
         .map_err(|e| format!("listing OpenCL devices: {e}"))?;

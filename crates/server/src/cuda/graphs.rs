@@ -172,7 +172,13 @@ impl serve::Graphs for Served<'_> {
             }
             // Edges with data: the node first, then its dependencies with their data.
             let plain = if edges.is_empty() { &after[..] } else { &[] };
-            let raw = cuda.add_node(graph, plain, params)?;
+            // Which node failed, for the server's debug log (no formatting otherwise).
+            let what = log::log_enabled!(log::Level::Debug).then(|| format!("{params:?}"));
+            let raw = cuda.add_node(graph, plain, params).inspect_err(|status| {
+                if let Some(what) = &what {
+                    log::debug!("graph {graph}: adding {what} failed: CUDA error {status}");
+                }
+            })?;
             cuda.graph_nodes.insert(node, GraphNode { raw, graph });
             if !edges.is_empty() {
                 let to = vec![node; after.len()];
