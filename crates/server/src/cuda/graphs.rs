@@ -2,10 +2,8 @@
 //! launched. Nodes and the body graphs of conditional nodes belong to their graph (the driver
 //! destroys them with it): the session knows them by the client's ids, with their graph.
 
-use std::ffi::c_void;
 use std::ptr::{null, null_mut};
 
-use rgpu_cuda_api::launch_param;
 use rgpu_cuda_api::native::{check, Status, INVALID_HANDLE, INVALID_VALUE};
 use rgpu_cuda_api::sys::*;
 use rgpu_cuda_api::{cu_call, cu_call_raw};
@@ -451,29 +449,46 @@ impl CudaSession {
         }
     }
 
-    /// The kernel node parameters of `function`, its parameter buffer `self.params`.
+    /// The kernel node parameters of `function`, its parameter buffer `self.params`. The
+    /// parameters go one by one (`kernelParams`, pointing into the buffer) and a library
+    /// kernel as its function in the current context: the forms every kind of graph takes
+    /// (the body graphs of conditional nodes refuse a parameter buffer).
     fn kernel_node(
         &mut self,
         function: Id,
         grid: [u32; 3],
         block: [u32; 3],
         shared_mem: u32,
-        extra: &mut [*mut c_void; 5],
-        size: &mut usize,
     ) -> Result<CUDA_KERNEL_NODE_PARAMS, Status> {
-        let function = self.function(function)?;
-        *size = self.params.len();
-        *extra = [
-            launch_param::BUFFER_POINTER as *mut c_void,
-            self.params.as_mut_ptr().cast(),
-            launch_param::BUFFER_SIZE as *mut c_void,
-            (size as *mut usize).cast(),
-            launch_param::END as *mut c_void,
-        ];
-        let (func, kern, ctx) = if function.is_kernel {
-            (null_mut(), function.raw.cast(), self.current)
+        let found = self.function(function)?;
+        let offsets = self.param_offsets.get(&function).ok_or(INVALID_HANDLE)?;
+        let base = self.params.as_mut_ptr();
+        self.param_pointers.clear();
+        for &offset in offsets {
+            if offset as usize >= self.params.len() {
+                return Err(INVALID_VALUE);
+            }
+            // SAFETY: within the parameter buffer (checked above).
+            self.param_pointers
+                .push(unsafe { base.add(offset as usize) }.cast());
+        }
+        let func = if found.is_kernel {
+            let mut func = null_mut();
+            // SAFETY: a live library kernel of this session; the current context is entered.
+            check(unsafe {
+                cu_call!(
+                    self.backend.driver,
+                    cuKernelGetFunction(&mut func, found.raw.cast())
+                )
+            })?;
+            func
         } else {
-            (function.raw, null_mut(), null_mut())
+            found.raw
+        };
+        let params = if self.param_pointers.is_empty() {
+            null_mut()
+        } else {
+            self.param_pointers.as_mut_ptr()
         };
         Ok(CUDA_KERNEL_NODE_PARAMS {
             func,
@@ -484,10 +499,10 @@ impl CudaSession {
             blockDimY: block[1],
             blockDimZ: block[2],
             sharedMemBytes: shared_mem,
-            kernelParams: null_mut(),
-            extra: extra.as_mut_ptr(),
-            kern,
-            ctx,
+            kernelParams: params,
+            extra: null_mut(),
+            kern: null_mut(),
+            ctx: null_mut(),
         })
     }
 
@@ -510,11 +525,10 @@ impl CudaSession {
                 block,
                 shared_mem,
             } => {
-                let (mut extra, mut size) = ([null_mut(); 5], 0);
-                let p =
-                    self.kernel_node(function, grid, block, shared_mem, &mut extra, &mut size)?;
+                let p = self.kernel_node(function, grid, block, shared_mem)?;
                 // SAFETY: this session's live handles and local buffers (the parameter buffer
-                // and `extra` outlive the call, which copies them); the driver checks addresses.
+                // and the pointers into it outlive the call, which copies the parameters); the
+                // driver checks addresses.
                 unsafe {
                     cu_call!(
                         self.backend.driver,
@@ -666,10 +680,7 @@ impl CudaSession {
                 block,
                 shared_mem,
             } => {
-                let (mut extra, mut size) = ([null_mut(); 5], 0);
-                let p = match self
-                    .kernel_node(function, grid, block, shared_mem, &mut extra, &mut size)
-                {
+                let p = match self.kernel_node(function, grid, block, shared_mem) {
                     Ok(p) => p,
                     Err(status) => return status,
                 };

@@ -452,6 +452,8 @@ impl CudaSession {
         };
         let info = self.describe_function(function);
         self.functions.insert(id, function);
+        self.param_offsets
+            .insert(id, info.params.iter().map(|&(offset, _)| offset).collect());
         Ok(info)
     }
 
@@ -475,6 +477,8 @@ impl CudaSession {
         };
         let info = self.describe_function(function);
         self.functions.insert(id, function);
+        self.param_offsets
+            .insert(id, info.params.iter().map(|&(offset, _)| offset).collect());
         Ok(info)
     }
 

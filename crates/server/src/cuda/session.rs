@@ -71,6 +71,11 @@ pub(crate) struct CudaSession {
     pub(super) events: HashMap<Id, owned::Event>,
     pub(super) images: HashMap<Id, Image>,
     pub(super) functions: HashMap<Id, Function>,
+    /// Each function's parameter offsets in its parameter buffer (graph kernel nodes pass
+    /// parameters one by one: conditional bodies take no parameter buffer).
+    pub(super) param_offsets: HashMap<Id, Vec<u32>>,
+    /// Pointers to each parameter of a kernel node, reused.
+    pub(super) param_pointers: Vec<*mut std::ffi::c_void>,
     /// Stream-ordered allocations not yet freed, with their context: they come from the
     /// device's pool, which outlives contexts, so the session frees them itself at the end.
     pub(super) async_allocations: HashMap<u64, CUcontext>,
@@ -117,6 +122,8 @@ impl CudaSession {
             events: HashMap::new(),
             images: HashMap::new(),
             functions: HashMap::new(),
+            param_offsets: HashMap::new(),
+            param_pointers: Vec::new(),
             async_allocations: HashMap::new(),
             graphs: HashMap::new(),
             graph_execs: HashMap::new(),
@@ -176,6 +183,7 @@ impl CudaSession {
         self.events.clear();
         self.streams.clear();
         self.functions.clear();
+        self.param_offsets.clear();
         self.images.clear();
         for (ptr, ctx) in self.async_allocations.drain() {
             // SAFETY: this session's live handles and local buffers; the driver checks addresses.
