@@ -16,9 +16,10 @@ try:
     import numpy as np
     from numba import cuda, float32
 
-    # Numba's own CPU compiler: when it fails here (a NumPy newer than this Numba supports),
-    # no GPU is involved and the CUDA target cannot work either.
+    # Numba's compilers without a GPU (its CPU target, and PTX for the CUDA target): when they
+    # fail here (a NumPy newer than this Numba supports), the CUDA target cannot work either.
     numba.njit(lambda v: v + 1)(1)
+    cuda.compile_ptx(lambda v: None, (float32[:],))
 except Exception as e:  # noqa: BLE001 - any failure here means "Numba does not work here"
     print(f"SKIP numba: Numba cannot compile here: {type(e).__name__}: {e}")
     sys.exit(77)

@@ -174,7 +174,11 @@ impl serve::Graphs for Served<'_> {
             let what = log::log_enabled!(log::Level::Debug).then(|| format!("{params:?}"));
             let raw = cuda.add_node(graph, plain, params).inspect_err(|status| {
                 if let Some(what) = &what {
-                    log::debug!("graph {graph}: adding {what} failed: CUDA error {status}");
+                    log::debug!(
+                        "graph {graph}: adding {what} ({} bytes of parameters) failed: CUDA \
+                         error {status}",
+                        cuda.params.len()
+                    );
                 }
             })?;
             cuda.graph_nodes.insert(node, GraphNode { raw, graph });
@@ -627,26 +631,30 @@ impl CudaSession {
                 if bodies.is_empty() || bodies.len() > 64 {
                     return Err(INVALID_VALUE);
                 }
-                let mut out = vec![null_mut(); bodies.len()];
                 // SAFETY: a plain C struct of integers and pointers, valid zeroed.
                 let mut p: CUgraphNodeParams = unsafe { std::mem::zeroed() };
                 p.type_ = CUgraphNodeType::CU_GRAPH_NODE_TYPE_CONDITIONAL;
+                // `phGraph_out` stays null: the driver points it at an array of its own.
                 p.__bindgen_anon_1.conditional = CUDA_CONDITIONAL_NODE_PARAMS {
                     handle,
                     type_: kind,
                     size: bodies.len() as u32,
-                    phGraph_out: out.as_mut_ptr(),
+                    phGraph_out: null_mut(),
                     ctx: current,
                 };
-                // SAFETY: as above; `out` has room for every body graph.
+                // SAFETY: as above.
                 let status = unsafe {
                     cu_call!(
                         self.backend.driver,
                         cuGraphAddNode_v2(&mut node, graph_raw, deps, null(), n, &mut p)
                     )
                 };
-                if status == cudaError_enum::CUDA_SUCCESS as u32 {
-                    for (id, raw) in bodies.into_iter().zip(out) {
+                // SAFETY: the union member just written; the driver's array holds `size` graphs.
+                let out = unsafe { p.__bindgen_anon_1.conditional.phGraph_out };
+                if status == cudaError_enum::CUDA_SUCCESS as u32 && !out.is_null() {
+                    for (i, id) in bodies.into_iter().enumerate() {
+                        // SAFETY: within the driver's array of `size` body graphs.
+                        let raw = unsafe { out.add(i).read() };
                         self.graph_bodies
                             .insert(id, GraphBody { raw, owner: graph });
                     }
