@@ -71,7 +71,7 @@ for src in tests/cuda/*.cu; do
     selected "$name" && cu_names+=("$name")
 done
 py_names=()
-for name in cupy_check torch_check torch_compile_check torch_fft_check jax_check numba_check; do
+for name in cupy_check torch_check torch_compile_check torch_fft_check jax_check numba_check fork_check; do
     all_names+=("$name")
     selected "$name" && py_names+=("$name")
 done

@@ -92,6 +92,11 @@ impl Shared {
     }
 
     fn check(&self) -> Result<(), ClientError> {
+        // In a forked child the connection is the parent's; the lock may even be held by a
+        // parent thread that does not exist here.
+        if rgpu_transport::fork::forked() {
+            return Err(ClientError::Broken(rgpu_transport::fork::FORKED.into()));
+        }
         match &*self.broken.lock().unwrap() {
             Some(why) => Err(ClientError::Broken(why.clone())),
             None => Ok(()),
@@ -236,6 +241,7 @@ impl Connection {
     /// request; `RGPU_LANES`), the request and everything before it leaving first.
     pub fn post(&self, msg: &ClientMsg, bulk: &[u8]) -> Result<(), ClientError> {
         debug_assert!(!msg.expects_reply(), "post() of a request with a reply");
+        self.shared.check()?;
         if bulk.len() as u64 >= STRIPE_MIN && self.lanes_for_bulk() > 0 {
             return self.post_striped(msg, bulk);
         }
@@ -445,6 +451,11 @@ impl Connection {
 
 impl Drop for Connection {
     fn drop(&mut self) {
+        // A forked child's copy: what is buffered is the parent's to send (and the streams
+        // refuse anyway); its locks may be held by parent threads that do not exist here.
+        if rgpu_transport::fork::forked() {
+            return;
+        }
         if let Ok(mut writer) = self.writer.lock() {
             let _ = writer.flush();
         }

@@ -20,6 +20,7 @@ pub use link::ServerLink;
 pub use once::{first_time, panic_message};
 pub use rgpu_protocol::cuda::CudaClient;
 pub use rgpu_protocol::opencl::OpenClClient;
+pub use rgpu_transport::fork;
 use rgpu_transport::Stream;
 pub use rgpu_transport::{load_client_token, ClientSecurity, Endpoint, TlsConnector, Token};
 pub use selection::{DeviceKind, DeviceSelection, SelectionError};

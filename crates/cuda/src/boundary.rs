@@ -10,6 +10,11 @@ use rgpu_cuda_api::sys::CUresult;
 /// Runs an entry point's implementation; a panic inside returns `CUDA_ERROR_UNKNOWN`.
 #[inline]
 pub fn guard(name: &'static str, call: impl FnOnce() -> CUresult) -> CUresult {
+    // A child forked after CUDA was set up: as NVIDIA's driver, refuse (the sessions are the
+    // parent's); the error strings still answer.
+    if rgpu_client::fork::forked() && !name.starts_with("cuGetError") {
+        return CUresult::CUDA_ERROR_NOT_INITIALIZED;
+    }
     match catch_unwind(AssertUnwindSafe(|| {
         inject_panic(name);
         call()

@@ -3,6 +3,7 @@
 //! Used by both the server and the client core; knows nothing of OpenCL or CUDA.
 
 mod countdown;
+pub mod fork;
 mod framed;
 mod handshake;
 mod read_ahead;

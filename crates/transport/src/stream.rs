@@ -70,6 +70,11 @@ pub enum Stream {
 impl Stream {
     /// Connects with a bound on the time spent (every address of a host name is tried).
     pub fn connect(endpoint: &Endpoint, timeout: Duration) -> io::Result<Stream> {
+        if crate::fork::forked() {
+            // The parent's connections are unusable here; the library says so first.
+            return Err(crate::fork::forked_error());
+        }
+        crate::fork::note_connection_opened();
         match endpoint {
             Endpoint::Unix(path) => Ok(Stream::Unix(UnixStream::connect(path)?)),
             Endpoint::Tcp(addr) => {
@@ -157,8 +162,12 @@ impl Stream {
         socket.set_tcp_user_timeout(Some(timeout))
     }
 
-    /// Ends both directions; a thread blocked reading the stream wakes up.
+    /// Ends both directions; a thread blocked reading the stream wakes up. Not in a forked
+    /// child: the socket is the parent's (see [`crate::fork`]).
     pub fn shutdown(&self) {
+        if crate::fork::forked() {
+            return;
+        }
         let _ = match self {
             Stream::Tcp(s) => s.shutdown(Shutdown::Both),
             Stream::Unix(s) => s.shutdown(Shutdown::Both),
@@ -201,6 +210,9 @@ impl Stream {
 
 impl Read for Stream {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if crate::fork::forked() {
+            return Err(crate::fork::forked_error());
+        }
         match self {
             Stream::Tcp(s) => s.read(buf),
             Stream::Unix(s) => s.read(buf),
@@ -211,6 +223,9 @@ impl Read for Stream {
 
 impl Write for Stream {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        if crate::fork::forked() {
+            return Err(crate::fork::forked_error());
+        }
         match self {
             Stream::Tcp(s) => s.write(buf),
             Stream::Unix(s) => s.write(buf),
@@ -219,6 +234,9 @@ impl Write for Stream {
     }
 
     fn write_vectored(&mut self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
+        if crate::fork::forked() {
+            return Err(crate::fork::forked_error());
+        }
         match self {
             Stream::Tcp(s) => s.write_vectored(bufs),
             Stream::Unix(s) => s.write_vectored(bufs),
