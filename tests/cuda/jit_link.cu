@@ -2,7 +2,8 @@
 // JIT-based libraries use them: PTX linked with cuLinkCreate/cuLinkAddData/cuLinkComplete (info
 // log, error log and wall time asked for), the cubin loaded with cuModuleLoadData; the same PTX
 // written to a file and loaded with cuModuleLoad and cuLinkAddFile; bad PTX refused with an error
-// log; cuModuleLoadDataEx with JIT options. The kernels run and are checked against the CPU.
+// log; cuModuleLoadDataEx with JIT options; PTX newer than the driver refused with the driver's
+// own error. The kernels run and are checked against the CPU.
 //
 //   nvcc -O2 -o jit_link jit_link.cu -lcuda && ./jit_link
 //
@@ -138,6 +139,14 @@ int main() {
     EXPECT(error[0] != 0, "no error log for bad PTX");
     printf("error log: %s\n", error);
     printf("CHECK bad_ptx %d\n", (int)(refused == CUDA_ERROR_INVALID_PTX));
+    // PTX newer than the driver (a client built with a newer toolkit than the server's
+    // driver): the driver's own CUDA_ERROR_UNSUPPORTED_PTX_VERSION, and the session goes on.
+    const char *future_ptx = ".version 9.9\n.target sm_80\n.address_size 64\n"
+                             ".visible .entry f() { ret; }\n";
+    CUmodule future;
+    CUresult skew = cuModuleLoadData(&future, future_ptx);
+    EXPECT(skew == CUDA_ERROR_UNSUPPORTED_PTX_VERSION, "PTX 9.9 -> %d", (int)skew);
+    printf("CHECK future_ptx %d\n", (int)skew);
     // Good PTX with options.
     CUmodule tuned;
     CUjit_option topts[] = {CU_JIT_OPTIMIZATION_LEVEL, CU_JIT_MAX_REGISTERS};
