@@ -34,3 +34,18 @@
             exit(1);                               \
         }                                          \
     } while (0)
+
+// A driver API call that must succeed (programs that include cuda.h).
+#ifdef __cuda_cuda_h__
+#define CU(call)                                                                          \
+    do {                                                                                  \
+        CUresult r_ = (call);                                                             \
+        if (r_ != CUDA_SUCCESS) {                                                         \
+            const char *name_ = "?";                                                      \
+            cuGetErrorName(r_, &name_);                                                   \
+            printf("FAIL " PROG ": %s:%d: %s -> %s\n", __FILE__, __LINE__, #call, name_); \
+            fflush(stdout);                                                               \
+            exit(1);                                                                      \
+        }                                                                                 \
+    } while (0)
+#endif

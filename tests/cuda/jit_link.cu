@@ -16,16 +16,6 @@
 #define PROG "jit_link"
 #include "check.h"
 
-#define CU(call)                                                                          \
-    do {                                                                                  \
-        CUresult r_ = (call);                                                             \
-        if (r_ != CUDA_SUCCESS) {                                                         \
-            const char *name_ = "?";                                                      \
-            cuGetErrorName(r_, &name_);                                                   \
-            printf("FAIL " PROG ": %s:%d: %s -> %s\n", __FILE__, __LINE__, #call, name_); \
-            exit(1);                                                                      \
-        }                                                                                 \
-    } while (0)
 
 // add_one(float *p, int n): p[i] += 1.
 static const char *kPtx =

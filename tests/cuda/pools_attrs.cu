@@ -16,16 +16,6 @@
 #define PROG "pools_attrs"
 #include "check.h"
 
-#define CU(call)                                                                          \
-    do {                                                                                  \
-        CUresult r_ = (call);                                                             \
-        if (r_ != CUDA_SUCCESS) {                                                         \
-            const char *name_ = "?";                                                      \
-            cuGetErrorName(r_, &name_);                                                   \
-            printf("FAIL " PROG ": %s:%d: %s -> %s\n", __FILE__, __LINE__, #call, name_); \
-            exit(1);                                                                      \
-        }                                                                                 \
-    } while (0)
 
 __global__ void fill(int *x, int value, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;

@@ -14,18 +14,6 @@
 #define PROG "vmm"
 #include "check.h"
 
-#define CKD(call)                                                                         \
-    do {                                                                                  \
-        CUresult r_ = (call);                                                             \
-        if (r_ != CUDA_SUCCESS) {                                                         \
-            const char *name_ = "?";                                                      \
-            cuGetErrorName(r_, &name_);                                                   \
-            printf("FAIL " PROG ": %s:%d: %s -> %s\n", __FILE__, __LINE__, #call, name_); \
-            fflush(stdout);                                                               \
-            exit(1);                                                                      \
-        }                                                                                 \
-    } while (0)
-
 __global__ void fill(unsigned *p, size_t n, unsigned base) {
     for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
         p[i] = base + (unsigned)i;
@@ -34,20 +22,20 @@ __global__ void fill(unsigned *p, size_t n, unsigned base) {
 int main() {
     CK(cudaFree(0));  // the runtime's primary context, current on this thread
     CUdevice device;
-    CKD(cuCtxGetDevice(&device));
+    CU(cuCtxGetDevice(&device));
 
     CUmemAllocationProp prop = {};
     prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
     prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
     prop.location.id = device;
     size_t granularity = 0;
-    CKD(cuMemGetAllocationGranularity(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+    CU(cuMemGetAllocationGranularity(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
     EXPECT(granularity > 0, "granularity 0");
 
     // Reserve room for 8 chunks; map 2, then grow to 4.
     const size_t chunk = 4 * granularity, reserved = 8 * chunk;
     CUdeviceptr base = 0;
-    CKD(cuMemAddressReserve(&base, reserved, 0, 0, 0));
+    CU(cuMemAddressReserve(&base, reserved, 0, 0, 0));
     CUmemAccessDesc access = {};
     access.location = prop.location;
     access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
@@ -55,16 +43,16 @@ int main() {
     for (int grow = 0; grow < 2; ++grow) {
         for (int k = 0; k < 2; ++k) {
             CUmemGenericAllocationHandle handle;
-            CKD(cuMemCreate(&handle, chunk, &prop, 0));
-            CKD(cuMemMap(base + handles.size() * chunk, chunk, 0, handle, 0));
+            CU(cuMemCreate(&handle, chunk, &prop, 0));
+            CU(cuMemMap(base + handles.size() * chunk, chunk, 0, handle, 0));
             handles.push_back(handle);
         }
-        CKD(cuMemSetAccess(base, handles.size() * chunk, &access, 1));
+        CU(cuMemSetAccess(base, handles.size() * chunk, &access, 1));
     }
     const size_t words = handles.size() * chunk / sizeof(unsigned);
     fill<<<264, 256>>>((unsigned *)base, words, 1000u);
     CK(cudaGetLastError());
-    CKD(cuMemsetD32(base + chunk, 7u, 16));  // inside the second chunk
+    CU(cuMemsetD32(base + chunk, 7u, 16));  // inside the second chunk
     std::vector<unsigned> back(words);
     CK(cudaMemcpy(back.data(), (void *)base, words * sizeof(unsigned), cudaMemcpyDeviceToHost));
     const size_t seventh = chunk / sizeof(unsigned);
@@ -74,9 +62,9 @@ int main() {
     }
     printf("CHECK vmm_words %.6e %.6e\n", (double)back[1], (double)back[words - 1]);
 
-    CKD(cuMemUnmap(base, handles.size() * chunk));
-    for (CUmemGenericAllocationHandle handle : handles) CKD(cuMemRelease(handle));
-    CKD(cuMemAddressFree(base, reserved));
+    CU(cuMemUnmap(base, handles.size() * chunk));
+    for (CUmemGenericAllocationHandle handle : handles) CU(cuMemRelease(handle));
+    CU(cuMemAddressFree(base, reserved));
     printf("PASS " PROG "\n");
     return 0;
 }

@@ -355,6 +355,26 @@ pub unsafe fn cuGraphAddChildGraphNode(
     )
 }
 
+/// An event record or wait node.
+fn add_event_node(
+    node: *mut CUgraphNode,
+    graph: CUgraph,
+    deps: *const CUgraphNode,
+    count: usize,
+    event: CUevent,
+    kind: u32,
+) -> CUresult {
+    let made_node = post_node(graph, deps, count, Vec::new(), kind, 0, |_, _| {
+        let event = event_id(event)?;
+        Ok(if kind == NODE_EVENT_RECORD {
+            NodeParams::EventRecord { event }
+        } else {
+            NodeParams::EventWait { event }
+        })
+    });
+    made(node, made_node)
+}
+
 pub unsafe fn cuGraphAddEventRecordNode(
     node: *mut CUgraphNode,
     graph: CUgraph,
@@ -362,22 +382,7 @@ pub unsafe fn cuGraphAddEventRecordNode(
     count: usize,
     event: CUevent,
 ) -> CUresult {
-    made(
-        node,
-        post_node(
-            graph,
-            deps,
-            count,
-            Vec::new(),
-            NODE_EVENT_RECORD,
-            0,
-            |_, _| {
-                Ok(NodeParams::EventRecord {
-                    event: event_id(event)?,
-                })
-            },
-        ),
-    )
+    add_event_node(node, graph, deps, count, event, NODE_EVENT_RECORD)
 }
 
 pub unsafe fn cuGraphAddEventWaitNode(
@@ -387,22 +392,7 @@ pub unsafe fn cuGraphAddEventWaitNode(
     count: usize,
     event: CUevent,
 ) -> CUresult {
-    made(
-        node,
-        post_node(
-            graph,
-            deps,
-            count,
-            Vec::new(),
-            NODE_WAIT_EVENT,
-            0,
-            |_, _| {
-                Ok(NodeParams::EventWait {
-                    event: event_id(event)?,
-                })
-            },
-        ),
-    )
+    add_event_node(node, graph, deps, count, event, NODE_WAIT_EVENT)
 }
 
 pub unsafe fn cuGraphAddNode_v2(

@@ -564,14 +564,14 @@ impl CudaSession {
                 src_pitch,
                 extent,
             } => {
-                let copy = DeviceCopy {
+                let p = DeviceCopy {
                     dst,
                     dst_pitch,
                     src,
                     src_pitch,
                     extent,
-                };
-                let p = copy.descriptor();
+                }
+                .descriptor();
                 // SAFETY: as above.
                 unsafe {
                     cu_call!(
@@ -729,14 +729,14 @@ impl CudaSession {
                 src_pitch,
                 extent,
             } => {
-                let copy = DeviceCopy {
+                let p = DeviceCopy {
                     dst,
                     dst_pitch,
                     src,
                     src_pitch,
                     extent,
-                };
-                let p = copy.descriptor();
+                }
+                .descriptor();
                 // SAFETY: as above.
                 unsafe {
                     if exec.is_null() {
