@@ -37,15 +37,8 @@ rtol=${RGPU_CHECK_RTOL:-1e-4}
 mkdir -p "$out"
 echo "logs: $out"
 
-passed=0
-failed=0
-pass() { echo "PASS $*"; passed=$((passed + 1)); }
-fail() { echo "FAIL $*"; failed=$((failed + 1)); }
-summary() { echo "$passed passed, $failed failed"; }
-tail_of() { tail -n "${2:-15}" "$1" 2>/dev/null | sed 's/^/    /'; }
-secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f", b - a }'; }
-first_fail() { grep -m1 '^FAIL' "$1" | cut -c1-200; }
-selected() { [ -z "${ONLY:-}" ] || [[ ",$ONLY," == *",$1,"* ]]; }
+# shellcheck source=lib/checks.sh
+. scripts/lib/checks.sh
 
 # ---- (a) the rgpu build and the offload folder.
 for f in rgpu librgpu_cuda.so librgpu_opencl.so; do
@@ -88,25 +81,6 @@ if [ ${#names[@]} -eq 0 ]; then
 fi
 
 # ---- (b) the server, on a free loopback port (port 0: it picks one and logs it).
-start_server() {
-    "$bin/rgpu" server --listen "${2:-127.0.0.1:0}" >"$1" 2>&1 &
-    server_pid=$!
-    server_endpoint=""
-    for _ in $(seq 600); do
-        server_endpoint=$(sed -n 's/^.*rgpu server listening on \([^ ]*\).*$/\1/p' "$1" | head -n1)
-        [ -n "$server_endpoint" ] && return 0
-        kill -0 $server_pid 2>/dev/null || break
-        sleep 0.1
-    done
-    if kill -0 $server_pid 2>/dev/null; then
-        fail "setup: the rgpu server did not report listening within 60 s; its log:"
-    else
-        fail "setup: the rgpu server exited before listening; its log:"
-    fi
-    tail_of "$1"
-    summary
-    exit 1
-}
 start_server "$out/server.log"
 server=$server_pid
 endpoint=$server_endpoint
