@@ -16,8 +16,14 @@ pub unsafe extern "C" fn cuArray3DCreate() -> CUresult {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuArray3DCreate_v2() -> CUresult {
-    not_supported("cuArray3DCreate_v2")
+pub unsafe extern "C" fn cuArray3DCreate_v2(
+    pHandle: *mut CUarray,
+    pAllocateArray: *const CUDA_ARRAY3D_DESCRIPTOR,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuArray3DCreate_v2", || unsafe {
+        crate::api::cuArray3DCreate_v2(pHandle, pAllocateArray)
+    })
 }
 
 #[no_mangle]
@@ -26,8 +32,14 @@ pub unsafe extern "C" fn cuArray3DGetDescriptor() -> CUresult {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuArray3DGetDescriptor_v2() -> CUresult {
-    not_supported("cuArray3DGetDescriptor_v2")
+pub unsafe extern "C" fn cuArray3DGetDescriptor_v2(
+    pArrayDescriptor: *mut CUDA_ARRAY3D_DESCRIPTOR,
+    hArray: CUarray,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuArray3DGetDescriptor_v2", || unsafe {
+        crate::api::cuArray3DGetDescriptor_v2(pArrayDescriptor, hArray)
+    })
 }
 
 #[no_mangle]
@@ -36,13 +48,22 @@ pub unsafe extern "C" fn cuArrayCreate() -> CUresult {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuArrayCreate_v2() -> CUresult {
-    not_supported("cuArrayCreate_v2")
+pub unsafe extern "C" fn cuArrayCreate_v2(
+    pHandle: *mut CUarray,
+    pAllocateArray: *const CUDA_ARRAY_DESCRIPTOR,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuArrayCreate_v2", || unsafe {
+        crate::api::cuArrayCreate_v2(pHandle, pAllocateArray)
+    })
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuArrayDestroy() -> CUresult {
-    not_supported("cuArrayDestroy")
+pub unsafe extern "C" fn cuArrayDestroy(hArray: CUarray) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuArrayDestroy", || unsafe {
+        crate::api::cuArrayDestroy(hArray)
+    })
 }
 
 #[no_mangle]
@@ -51,8 +72,14 @@ pub unsafe extern "C" fn cuArrayGetDescriptor() -> CUresult {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuArrayGetDescriptor_v2() -> CUresult {
-    not_supported("cuArrayGetDescriptor_v2")
+pub unsafe extern "C" fn cuArrayGetDescriptor_v2(
+    pArrayDescriptor: *mut CUDA_ARRAY_DESCRIPTOR,
+    hArray: CUarray,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuArrayGetDescriptor_v2", || unsafe {
+        crate::api::cuArrayGetDescriptor_v2(pArrayDescriptor, hArray)
+    })
 }
 
 #[no_mangle]
@@ -3398,23 +3425,57 @@ pub unsafe extern "C" fn cuMemcpyAtoHAsync() -> CUresult {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemcpyAtoHAsync_v2() -> CUresult {
-    not_supported("cuMemcpyAtoHAsync_v2")
+pub unsafe extern "C" fn cuMemcpyAtoHAsync_v2(
+    dstHost: *mut ::core::ffi::c_void,
+    srcArray: CUarray,
+    srcOffset: usize,
+    ByteCount: usize,
+    hStream: CUstream,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuMemcpyAtoHAsync_v2", || unsafe {
+        crate::api::cuMemcpyAtoHAsync_v2(dstHost, srcArray, srcOffset, ByteCount, hStream)
+    })
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemcpyAtoHAsync_v2_ptsz() -> CUresult {
-    not_supported("cuMemcpyAtoHAsync_v2_ptsz")
+pub unsafe extern "C" fn cuMemcpyAtoHAsync_v2_ptsz(
+    dstHost: *mut ::core::ffi::c_void,
+    srcArray: CUarray,
+    srcOffset: usize,
+    ByteCount: usize,
+    hStream: CUstream,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuMemcpyAtoHAsync_v2_ptsz", || unsafe {
+        crate::api::cuMemcpyAtoHAsync_v2(dstHost, srcArray, srcOffset, ByteCount, hStream)
+    })
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemcpyAtoH_v2() -> CUresult {
-    not_supported("cuMemcpyAtoH_v2")
+pub unsafe extern "C" fn cuMemcpyAtoH_v2(
+    dstHost: *mut ::core::ffi::c_void,
+    srcArray: CUarray,
+    srcOffset: usize,
+    ByteCount: usize,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuMemcpyAtoH_v2", || unsafe {
+        crate::api::cuMemcpyAtoH_v2(dstHost, srcArray, srcOffset, ByteCount)
+    })
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemcpyAtoH_v2_ptds() -> CUresult {
-    not_supported("cuMemcpyAtoH_v2_ptds")
+pub unsafe extern "C" fn cuMemcpyAtoH_v2_ptds(
+    dstHost: *mut ::core::ffi::c_void,
+    srcArray: CUarray,
+    srcOffset: usize,
+    ByteCount: usize,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuMemcpyAtoH_v2_ptds", || unsafe {
+        crate::api::cuMemcpyAtoH_v2(dstHost, srcArray, srcOffset, ByteCount)
+    })
 }
 
 #[no_mangle]
@@ -3583,23 +3644,57 @@ pub unsafe extern "C" fn cuMemcpyHtoAAsync() -> CUresult {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemcpyHtoAAsync_v2() -> CUresult {
-    not_supported("cuMemcpyHtoAAsync_v2")
+pub unsafe extern "C" fn cuMemcpyHtoAAsync_v2(
+    dstArray: CUarray,
+    dstOffset: usize,
+    srcHost: *const ::core::ffi::c_void,
+    ByteCount: usize,
+    hStream: CUstream,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuMemcpyHtoAAsync_v2", || unsafe {
+        crate::api::cuMemcpyHtoAAsync_v2(dstArray, dstOffset, srcHost, ByteCount, hStream)
+    })
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemcpyHtoAAsync_v2_ptsz() -> CUresult {
-    not_supported("cuMemcpyHtoAAsync_v2_ptsz")
+pub unsafe extern "C" fn cuMemcpyHtoAAsync_v2_ptsz(
+    dstArray: CUarray,
+    dstOffset: usize,
+    srcHost: *const ::core::ffi::c_void,
+    ByteCount: usize,
+    hStream: CUstream,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuMemcpyHtoAAsync_v2_ptsz", || unsafe {
+        crate::api::cuMemcpyHtoAAsync_v2(dstArray, dstOffset, srcHost, ByteCount, hStream)
+    })
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemcpyHtoA_v2() -> CUresult {
-    not_supported("cuMemcpyHtoA_v2")
+pub unsafe extern "C" fn cuMemcpyHtoA_v2(
+    dstArray: CUarray,
+    dstOffset: usize,
+    srcHost: *const ::core::ffi::c_void,
+    ByteCount: usize,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuMemcpyHtoA_v2", || unsafe {
+        crate::api::cuMemcpyHtoA_v2(dstArray, dstOffset, srcHost, ByteCount)
+    })
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemcpyHtoA_v2_ptds() -> CUresult {
-    not_supported("cuMemcpyHtoA_v2_ptds")
+pub unsafe extern "C" fn cuMemcpyHtoA_v2_ptds(
+    dstArray: CUarray,
+    dstOffset: usize,
+    srcHost: *const ::core::ffi::c_void,
+    ByteCount: usize,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuMemcpyHtoA_v2_ptds", || unsafe {
+        crate::api::cuMemcpyHtoA_v2(dstArray, dstOffset, srcHost, ByteCount)
+    })
 }
 
 #[no_mangle]
@@ -5097,13 +5192,22 @@ pub unsafe extern "C" fn cuStreamWriteValue64_v2_ptsz() -> CUresult {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuSurfObjectCreate() -> CUresult {
-    not_supported("cuSurfObjectCreate")
+pub unsafe extern "C" fn cuSurfObjectCreate(
+    pSurfObject: *mut CUsurfObject,
+    pResDesc: *const CUDA_RESOURCE_DESC,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuSurfObjectCreate", || unsafe {
+        crate::api::cuSurfObjectCreate(pSurfObject, pResDesc)
+    })
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuSurfObjectDestroy() -> CUresult {
-    not_supported("cuSurfObjectDestroy")
+pub unsafe extern "C" fn cuSurfObjectDestroy(surfObject: CUsurfObject) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuSurfObjectDestroy", || unsafe {
+        crate::api::cuSurfObjectDestroy(surfObject)
+    })
 }
 
 #[no_mangle]
@@ -5212,13 +5316,24 @@ pub unsafe extern "C" fn cuTensorMapReplaceAddress(
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuTexObjectCreate() -> CUresult {
-    not_supported("cuTexObjectCreate")
+pub unsafe extern "C" fn cuTexObjectCreate(
+    pTexObject: *mut CUtexObject,
+    pResDesc: *const CUDA_RESOURCE_DESC,
+    pTexDesc: *const CUDA_TEXTURE_DESC,
+    pResViewDesc: *const CUDA_RESOURCE_VIEW_DESC,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuTexObjectCreate", || unsafe {
+        crate::api::cuTexObjectCreate(pTexObject, pResDesc, pTexDesc, pResViewDesc)
+    })
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuTexObjectDestroy() -> CUresult {
-    not_supported("cuTexObjectDestroy")
+pub unsafe extern "C" fn cuTexObjectDestroy(texObject: CUtexObject) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuTexObjectDestroy", || unsafe {
+        crate::api::cuTexObjectDestroy(texObject)
+    })
 }
 
 #[no_mangle]

@@ -400,6 +400,17 @@ pub struct Graph {
 }
 registered!(Graph, CUgraph);
 
+/// A CUDA array on the server of the context it was made in.
+pub struct Array {
+    /// The handle the program holds (see crate::handles).
+    pub handle: usize,
+    pub remote: Id,
+    pub ctx: Arc<Context>,
+    /// How it was made (`cuArray3DGetDescriptor` answers from it).
+    pub desc: rgpu_protocol::cuda::ArrayDesc,
+}
+registered!(Array, CUarray);
+
 /// A memory pool: a device's default pool or one the program made, on the device's server.
 pub struct MemPool {
     /// The handle the program holds (see crate::handles).

@@ -195,6 +195,40 @@ pub struct Linked {
     pub cubin: Vec<u8>,
 }
 
+/// `CUDA_ARRAY3D_DESCRIPTOR`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ArrayDesc {
+    pub width: u64,
+    pub height: u64,
+    pub depth: u64,
+    /// `CUarray_format`.
+    pub format: u32,
+    pub channels: u32,
+    pub flags: u32,
+}
+
+impl ArrayDesc {
+    /// Bytes of one element (`format` and `channels`); `None` for a format rgpu does not know.
+    pub fn element_bytes(&self) -> Option<u64> {
+        let format = match self.format {
+            0x01 | 0x08 => 1,        // unsigned / signed 8-bit
+            0x02 | 0x09 | 0x10 => 2, // 16-bit integers, half
+            0x03 | 0x0a | 0x20 => 4, // 32-bit integers, float
+            _ => return None,
+        };
+        Some(format * self.channels as u64)
+    }
+}
+
+/// One side of a copy between device memory and arrays of a server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Place {
+    /// Device memory: rows from `ptr`, laid out by `pitch`.
+    Device { ptr: DevicePtr, pitch: Pitch },
+    /// An array, from `origin` (x in bytes, row, slice).
+    Array { id: Id, origin: [u64; 3] },
+}
+
 /// A memory pool: a device's default pool, or one the session made.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Pool {
@@ -577,6 +611,39 @@ wire_api! {
         call GraphMemTrim graph_mem_trim(device: u32) -> Status;
     }
 
+    /// CUDA arrays, and texture and surface objects.
+    group Arrays {
+        /// `cuArray3DCreate` (`cuArrayCreate`: depth 0): array `id`.
+        call ArrayCreate array_create(ctx: Id, id: Id, desc: ArrayDesc) -> Status;
+        post ArrayDestroy array_destroy(id: Id);
+        /// Bulk: the rows to write into `array` from `origin` (x in bytes, row, slice),
+        /// packed, in stream order.
+        post [bulk] MemcpyHtoA memcpy_htoa(
+            ctx: Id,
+            stream: Id,
+            array: Id,
+            origin: [u64; 3],
+            extent: Extent,
+        );
+        /// Reads rows of `array` from `origin`: the data comes packed.
+        read MemcpyAtoH memcpy_atoh(ctx: Id, stream: Id, array: Id, origin: [u64; 3], extent: Extent);
+        /// A copy between arrays and device memory of this server, in stream order.
+        post MemcpyArray memcpy_array(ctx: Id, stream: Id, src: Place, dst: Place, extent: Extent);
+        /// `cuTexObjectCreate`: `CUDA_RESOURCE_DESC`, `CUDA_TEXTURE_DESC` and
+        /// `CUDA_RESOURCE_VIEW_DESC` (empty: none) as their bytes, an array's session id in
+        /// place of its handle; the object, as kernels receive it.
+        call TexObjectCreate tex_object_create(
+            ctx: Id,
+            resource: Vec<u8>,
+            texture: Vec<u8>,
+            view: Vec<u8>,
+        ) -> Answer<u64>;
+        /// `cuSurfObjectCreate`, likewise.
+        call SurfObjectCreate surf_object_create(ctx: Id, resource: Vec<u8>) -> Answer<u64>;
+        /// `cuTexObjectDestroy` / `cuSurfObjectDestroy`.
+        post ObjectDestroy object_destroy(object: u64, surface: bool);
+    }
+
     /// Virtual memory management.
     group VirtualMemory {
         /// `cuMemGetAllocationGranularity`.
@@ -724,6 +791,7 @@ sample_struct! {
     Global { ptr, size },
     Loaded { status, need_image, logs },
     JitOption { option, value },
+    ArrayDesc { width, height, depth, format, channels, flags },
     Edge { from_port, to_port, kind },
     PoolProps { alloc_type, handle_types, location_type, location_id, max_size, usage },
     JitLogs { info, error, wall_time_ms },
@@ -732,6 +800,7 @@ sample_struct! {
 
 sample_enum!(ImageKind { Module, Library });
 sample_enum!(Pool { Default(device), Created(id) });
+sample_enum!(Place { Device { ptr, pitch }, Array { id, origin } });
 sample_enum!(NodeQuery { All, Roots, DependenciesOf(node), DependentsOf(node) });
 sample_enum!(TensorMapRequest {
     Tiled { data_type, address, dims, strides, box_dims, element_strides, modes },

@@ -98,7 +98,8 @@ fn what_is_answered_and_what_carries_bulk_is_as_the_tables_say() {
             "LinkAddData",
             "Launch",
             "GraphAddNode",
-            "GraphNodeSetParams"
+            "GraphNodeSetParams",
+            "MemcpyHtoA"
         ]
     );
     let reads: Vec<&str> = CuRequest::samples()
@@ -106,7 +107,7 @@ fn what_is_answered_and_what_carries_bulk_is_as_the_tables_say() {
         .filter(|r| r.reads())
         .map(|r| r.name())
         .collect();
-    assert_eq!(reads, ["MemcpyDtoH"]);
+    assert_eq!(reads, ["MemcpyDtoH", "MemcpyAtoH"]);
 }
 
 fn header_bytes(body_len: u32, lanes: u32, bulk_len: u64) -> [u8; HEADER_LEN] {

@@ -18,13 +18,13 @@ use std::sync::Arc;
 
 use rgpu_client::{CudaClient, Handoff, ReadSink, SendPtr};
 use rgpu_cuda_api::sys::*;
-use rgpu_protocol::cuda::{DevicePtr, Extent, Id, Pitch};
+use rgpu_protocol::cuda::{DevicePtr, Extent, Id, Pitch, Place};
 
 use super::memory::{context_of, is_device_memory, is_page_locked, note_async_read_error};
 use super::stream::synchronize_stream;
 use super::Outcome;
 use super::{from_remote, status};
-use crate::objects::{capture_of, resolve_stream, Context};
+use crate::objects::{capture_of, resolve_stream, Array, Context};
 use crate::results::client_error;
 
 /// Bytes per step of a copy relayed between devices of different servers.
@@ -41,6 +41,8 @@ enum Memory {
     Host,
     /// Device memory, with the context that owns it.
     Device(Arc<Context>),
+    /// A CUDA array, from an origin (x in bytes, row, slice).
+    Array(Arc<Array>, [u64; 3]),
 }
 
 /// One side of a copy: its first byte, how its rows lie, and whose memory it is.
@@ -103,7 +105,9 @@ fn transfer(copy: Transfer, stream: Option<CUstream>) -> Result<(), CUresult> {
         Some(0) => return Ok(()),
         Some(_) => {}
     }
-    if !extent.fits(src.pitch) || !extent.fits(dst.pitch) {
+    // An array's rows are the driver's to lay out (it checks the box against the array).
+    let fits = |side: &Side| matches!(side.memory, Memory::Array(..)) || extent.fits(side.pitch);
+    if !fits(&src) || !fits(&dst) {
         return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
     }
     let touches_host = matches!(src.memory, Memory::Host) || matches!(dst.memory, Memory::Host);
@@ -114,13 +118,51 @@ fn transfer(copy: Transfer, stream: Option<CUstream>) -> Result<(), CUresult> {
     match (&src.memory, &dst.memory) {
         (Memory::Host, Memory::Device(owner)) => {
             let (ctx, stream) = queue_on(owner, queue)?;
-            write_rows(&ctx, stream, dst.clone(), src.clone(), extent)
+            let data = packed_rows(&src, extent);
+            write_device(&ctx, stream, dst.start, extent, dst.pitch, &data)
         }
         (Memory::Device(owner), Memory::Host) => {
             let (ctx, stream_id) = queue_on(owner, queue)?;
             let span = extent.span(dst.pitch).unwrap_or(0) as usize;
             let wait = stream.is_none() || !is_page_locked(dst.start as *mut c_void, span);
-            read_rows(&ctx, stream_id, src.clone(), dst.clone(), extent, wait)
+            read_rows(&dst, extent, wait, |into, wait| {
+                read_device(&ctx, stream_id, into, src.start, extent, src.pitch, wait)
+            })
+        }
+        (Memory::Host, Memory::Array(array, origin)) => {
+            let (ctx, stream) = queue_on(&array.ctx, queue)?;
+            let data = packed_rows(&src, extent);
+            let server = ctx.conn.cuda();
+            server
+                .memcpy_htoa(ctx.remote, stream, array.remote, *origin, extent, &data)
+                .outcome()
+        }
+        (Memory::Array(array, origin), Memory::Host) => {
+            let (ctx, stream_id) = queue_on(&array.ctx, queue)?;
+            let span = extent.span(dst.pitch).unwrap_or(0) as usize;
+            let wait = stream.is_none() || !is_page_locked(dst.start as *mut c_void, span);
+            read_rows(&dst, extent, wait, |into, wait| {
+                let len = extent.bytes().unwrap_or(0) as usize;
+                let server = ctx.conn.cuda();
+                read_into(into, len, wait, |sink| {
+                    server
+                        .memcpy_atoh(ctx.remote, stream_id, array.remote, *origin, extent, sink)
+                        .outcome()
+                })
+            })
+        }
+        (Memory::Array(..), _) | (_, Memory::Array(..)) => {
+            let (owner, from, to) = (array_or_device_owner(&dst)?, place(&src)?, place(&dst)?);
+            if !Arc::ptr_eq(&array_or_device_owner(&src)?.conn, &owner.conn) {
+                return Err(crate::unsupported::not_supported(
+                    "copies between arrays and memory of different servers",
+                ));
+            }
+            let (ctx, stream) = queue_on(&owner, queue)?;
+            ctx.conn
+                .cuda()
+                .memcpy_array(ctx.remote, stream, from, to, extent)
+                .outcome()
         }
         (Memory::Device(from), Memory::Device(to)) if Arc::ptr_eq(&from.conn, &to.conn) => {
             let (ctx, stream) = queue_on(to, queue)?;
@@ -190,31 +232,48 @@ fn device_shape(extent: Extent, pitch: Pitch) -> (Extent, Pitch) {
     }
 }
 
-/// Posts the write of `src`'s rows (host memory) to the device rows of `dst`.
-fn write_rows(
-    ctx: &Context,
-    stream: Id,
-    dst: Side,
-    src: Side,
-    extent: Extent,
-) -> Result<(), CUresult> {
+/// `src`'s rows (host memory), packed: borrowed when they already are.
+fn packed_rows(src: &Side, extent: Extent) -> std::borrow::Cow<'static, [u8]> {
     let bytes = extent.bytes().unwrap_or(0) as usize;
-    let packed;
-    let data: &[u8] = if extent.is_contiguous(src.pitch) {
-        // SAFETY: the API contract: the source holds the extent's rows, here one run.
-        unsafe { std::slice::from_raw_parts(src.start as *const u8, bytes) }
-    } else {
-        let mut rows = Vec::with_capacity(bytes);
-        for offset in extent.row_offsets(src.pitch) {
-            // SAFETY: as above, row by row.
-            rows.extend_from_slice(unsafe {
-                std::slice::from_raw_parts((src.start + offset) as *const u8, extent.width as usize)
-            });
-        }
-        packed = rows;
-        &packed
-    };
-    write_device(ctx, stream, dst.start, extent, dst.pitch, data)
+    if extent.is_contiguous(src.pitch) {
+        // SAFETY: the API contract: the source holds the extent's rows, here one run, for the
+        // duration of the copy call.
+        return std::borrow::Cow::Borrowed(unsafe {
+            std::slice::from_raw_parts(src.start as *const u8, bytes)
+        });
+    }
+    let mut rows = Vec::with_capacity(bytes);
+    for offset in extent.row_offsets(src.pitch) {
+        // SAFETY: as above, row by row.
+        rows.extend_from_slice(unsafe {
+            std::slice::from_raw_parts((src.start + offset) as *const u8, extent.width as usize)
+        });
+    }
+    std::borrow::Cow::Owned(rows)
+}
+
+/// The context that owns a device or array side.
+fn array_or_device_owner(side: &Side) -> Result<Arc<Context>, CUresult> {
+    match &side.memory {
+        Memory::Device(owner) => Ok(owner.clone()),
+        Memory::Array(array, _) => Ok(array.ctx.clone()),
+        Memory::Host => Err(CUresult::CUDA_ERROR_INVALID_VALUE),
+    }
+}
+
+/// A device or array side as the server names it.
+fn place(side: &Side) -> Result<Place, CUresult> {
+    match &side.memory {
+        Memory::Device(_) => Ok(Place::Device {
+            ptr: side.start,
+            pitch: side.pitch,
+        }),
+        Memory::Array(array, origin) => Ok(Place::Array {
+            id: array.remote,
+            origin: *origin,
+        }),
+        Memory::Host => Err(CUresult::CUDA_ERROR_INVALID_VALUE),
+    }
 }
 
 fn write_device(
@@ -233,30 +292,20 @@ fn write_device(
         .outcome()
 }
 
-/// Reads the device rows of `src` into the host rows of `dst`; waits unless `wait` is false
-/// (then `dst`'s rows must be one contiguous run).
+/// Reads rows into the host rows of `dst` with `fetch` (which reads them packed into the
+/// pointer it is given, waiting when told); waits unless `wait` is false (then `dst`'s rows
+/// must be one contiguous run).
 fn read_rows(
-    ctx: &Context,
-    stream: Id,
-    src: Side,
-    dst: Side,
+    dst: &Side,
     extent: Extent,
     wait: bool,
+    fetch: impl FnOnce(*mut u8, bool) -> Result<(), CUresult>,
 ) -> Result<(), CUresult> {
     if extent.is_contiguous(dst.pitch) {
-        let into = dst.start as *mut u8;
-        return read_device(ctx, stream, into, src.start, extent, src.pitch, wait);
+        return fetch(dst.start as *mut u8, wait);
     }
     let mut packed = vec![0u8; extent.bytes().unwrap_or(0) as usize];
-    read_device(
-        ctx,
-        stream,
-        packed.as_mut_ptr(),
-        src.start,
-        extent,
-        src.pitch,
-        true,
-    )?;
+    fetch(packed.as_mut_ptr(), true)?;
     let width = extent.width as usize;
     for (row, offset) in packed
         .chunks_exact(width)
@@ -281,11 +330,27 @@ fn read_device(
     pitch: Pitch,
     wait: bool,
 ) -> Result<(), CUresult> {
+    let len = extent.bytes().unwrap_or(0) as usize;
+    let (extent, pitch) = device_shape(extent, pitch);
+    let server = ctx.conn.cuda();
+    read_into(into, len, wait, |sink| {
+        server
+            .memcpy_dtoh(ctx.remote, stream, src, extent, pitch, sink)
+            .outcome()
+    })
+}
+
+/// Issues a read of `len` bytes into `into` (`issue` sends the request with the sink);
+/// waits for it unless `wait` is false (a failure then surfaces at the next synchronization).
+fn read_into(
+    into: *mut u8,
+    len: usize,
+    wait: bool,
+    issue: impl FnOnce(ReadSink) -> Result<(), CUresult>,
+) -> Result<(), CUresult> {
     if into.is_null() {
         return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
     }
-    let len = extent.bytes().unwrap_or(0) as usize;
-    let (extent, pitch) = device_shape(extent, pitch);
     let done = wait.then(|| Arc::new(Handoff::<Result<i32, rgpu_client::ClientError>>::default()));
     let signal = done.clone();
     let sink = ReadSink {
@@ -299,10 +364,7 @@ fn read_device(
             }),
         }),
     };
-    let server = ctx.conn.cuda();
-    server
-        .memcpy_dtoh(ctx.remote, stream, src, extent, pitch, sink)
-        .outcome()?;
+    issue(sink)?;
     let Some(done) = done else {
         return Ok(());
     };
@@ -522,6 +584,8 @@ struct Described {
     memory_type: u32,
     host: u64,
     device: u64,
+    /// The array handle, for an array side.
+    array: usize,
     xyz: (usize, usize, usize),
     pitch: usize,
     slice_rows: usize,
@@ -552,9 +616,18 @@ impl Described {
                     ..side
                 })
             }
-            MEMORY_ARRAY => Err(crate::unsupported::not_supported(
-                "copies to or from CUDA arrays",
-            )),
+            MEMORY_ARRAY => {
+                let array = Array::from_handle(self.array as CUarray)
+                    .ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+                Ok(Side {
+                    start: 0,
+                    pitch: Pitch {
+                        row: 0,
+                        slice_rows: 0,
+                    },
+                    memory: Memory::Array(array, [x as u64, y as u64, z as u64]),
+                })
+            }
             _ => Err(CUresult::CUDA_ERROR_INVALID_VALUE),
         }
     }
@@ -587,6 +660,7 @@ unsafe fn copy_2d(p: *const CUDA_MEMCPY2D, stream: Option<CUstream>) -> CUresult
         memory_type: unsafe { memory_type(std::ptr::addr_of!(p.srcMemoryType)) },
         host: p.srcHost as u64,
         device: p.srcDevice,
+        array: p.srcArray as usize,
         xyz: (p.srcXInBytes, p.srcY, 0),
         pitch: p.srcPitch,
         slice_rows: p.Height,
@@ -597,6 +671,7 @@ unsafe fn copy_2d(p: *const CUDA_MEMCPY2D, stream: Option<CUstream>) -> CUresult
         memory_type: unsafe { memory_type(std::ptr::addr_of!(p.dstMemoryType)) },
         host: p.dstHost as u64,
         device: p.dstDevice,
+        array: p.dstArray as usize,
         xyz: (p.dstXInBytes, p.dstY, 0),
         pitch: p.dstPitch,
         slice_rows: p.Height,
@@ -627,6 +702,7 @@ macro_rules! copy_3d_from {
             memory_type: unsafe { memory_type(std::ptr::addr_of!(p.srcMemoryType)) },
             host: p.srcHost as u64,
             device: p.srcDevice,
+            array: p.srcArray as usize,
             xyz: (p.srcXInBytes, p.srcY, p.srcZ),
             pitch: p.srcPitch,
             slice_rows: p.srcHeight,
@@ -637,6 +713,7 @@ macro_rules! copy_3d_from {
             memory_type: unsafe { memory_type(std::ptr::addr_of!(p.dstMemoryType)) },
             host: p.dstHost as u64,
             device: p.dstDevice,
+            array: p.dstArray as usize,
             xyz: (p.dstXInBytes, p.dstY, p.dstZ),
             pitch: p.dstPitch,
             slice_rows: p.dstHeight,
@@ -677,6 +754,7 @@ pub(crate) unsafe fn graph_copy(
         memory_type,
         host,
         device,
+        array: 0,
         xyz,
         pitch,
         slice_rows,
@@ -732,9 +810,42 @@ pub(crate) unsafe fn graph_copy(
         }
         (Memory::Device(_), Memory::Device(_)) => Err(CUresult::CUDA_ERROR_INVALID_VALUE),
         _ => Err(crate::unsupported::not_supported(
-            "graph copy nodes to or from host memory",
+            "graph copy nodes other than device to device",
         )),
     }
+}
+
+/// A linear copy between host memory at `host` and an array (`from`: the array is the source,
+/// `to`: the destination), `offset` bytes into its first row.
+///
+/// # Safety
+/// `host` is the program's memory of `bytes`, as the API requires.
+pub(crate) unsafe fn array_copy_linear(
+    from: Option<(CUarray, usize)>,
+    to: Option<(CUarray, usize)>,
+    host: u64,
+    bytes: usize,
+    stream: Option<CUstream>,
+) -> CUresult {
+    let extent = Extent::linear(bytes as u64);
+    let array_side = |(handle, offset): (CUarray, usize)| {
+        Array::from_handle(handle)
+            .map(|array| Side {
+                start: 0,
+                pitch: extent.packed(),
+                memory: Memory::Array(array, [offset as u64, 0, 0]),
+            })
+            .ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)
+    };
+    let host_side = Side::host(host as usize, extent.packed());
+    status((|| {
+        let (src, dst) = match (from, to) {
+            (Some(array), None) => (array_side(array)?, host_side),
+            (None, Some(array)) => (host_side, array_side(array)?),
+            _ => return Err(CUresult::CUDA_ERROR_INVALID_VALUE),
+        };
+        transfer(Transfer { src, dst, extent }, stream)
+    })())
 }
 
 /// # Safety

@@ -4,6 +4,7 @@
 //! so a signature that differs does not compile, running it through the C boundary
 //! (boundary.rs); every other driver symbol gets a NOT_SUPPORTED stub.
 
+pub mod arrays;
 pub mod context;
 pub mod copy;
 pub mod device;
@@ -21,6 +22,7 @@ pub mod stream;
 pub mod tensor_map;
 pub mod vmm;
 
+pub use arrays::*;
 pub use context::*;
 pub use copy::*;
 pub use device::*;

@@ -28,7 +28,17 @@ impl serve::Copies for Served<'_> {
         bulk_len: u64,
     ) -> Result<Answer<()>, End> {
         let (session, cuda) = (&mut *self.session, &mut *self.cuda);
-        write_to_device(session, cuda, ctx, stream, dst, extent, pitch, bulk_len).map(check)
+        write_to_device(
+            session,
+            cuda,
+            ctx,
+            stream,
+            Location::Device(dst),
+            extent,
+            pitch,
+            bulk_len,
+        )
+        .map(check)
     }
 
     fn memcpy_dtoh(
@@ -41,7 +51,16 @@ impl serve::Copies for Served<'_> {
         pitch: Pitch,
     ) -> Result<(), End> {
         let (session, cuda) = (&mut *self.session, &mut *self.cuda);
-        read_from_device(session, cuda, seq, ctx, stream, src, extent, pitch)
+        read_from_device(
+            session,
+            cuda,
+            seq,
+            ctx,
+            stream,
+            Location::Device(src),
+            extent,
+            pitch,
+        )
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -203,12 +222,12 @@ impl CudaSession {
 /// `pitch` apart, through the staging buffers. Returns the copy's status (the bulk is
 /// consumed whatever happens); `Err` only if the connection failed.
 #[allow(clippy::too_many_arguments)]
-fn write_to_device(
+pub(super) fn write_to_device(
     session: &mut Session,
     cuda: &mut CudaSession,
     ctx: Id,
     stream: Id,
-    dst: u64,
+    dst: Location,
     extent: Extent,
     pitch: Pitch,
     len: u64,
@@ -254,13 +273,13 @@ fn write_to_device(
 /// several chunks are in flight on the GPU while earlier ones are sent. Ends with the
 /// status (deferred errors included), in the same write as the last chunk.
 #[allow(clippy::too_many_arguments)]
-fn read_from_device(
+pub(super) fn read_from_device(
     session: &mut Session,
     cuda: &mut CudaSession,
     seq: u64,
     ctx: Id,
     stream: Id,
-    src: u64,
+    src: Location,
     extent: Extent,
     pitch: Pitch,
 ) -> Result<(), End> {
@@ -308,7 +327,7 @@ fn stream_out(
     cuda: &mut CudaSession,
     seq: u64,
     stream: CUstream,
-    src: u64,
+    src: Location,
     extent: Extent,
     pitch: Pitch,
     striped: &mut Option<StripedOut>,
@@ -366,16 +385,45 @@ enum Direction {
     FromDevice,
 }
 
-/// Issues on `stream` the copy of one piece between `staging` (its rows packed) and the device
-/// rows at `base + piece.device_offset`: one 1D copy for a single row, else one 2D copy.
+/// Where a copy's rows are on this server: device memory, or a CUDA array.
+#[derive(Clone, Copy)]
+pub(super) enum Location {
+    /// Device memory from this address (rows laid out by the copy's pitch).
+    Device(u64),
+    /// An array, from `origin` (x in bytes, row, slice); the copy's pieces are counted in its
+    /// packed layout, `row` bytes a row and `slice` bytes a slice.
+    Array {
+        raw: CUarray,
+        origin: [u64; 3],
+        row: u64,
+        slice: u64,
+    },
+}
+
+/// Issues on `stream` the copy of one piece between `staging` (its rows packed) and the rows
+/// at `at` (`piece.device_offset` into them): for device memory one 1D copy for a single row,
+/// else one 2D copy; for an array one 3D copy of the piece's rows.
 fn copy_piece(
     driver: &rgpu_cuda_api::native::Driver,
     direction: Direction,
-    base: u64,
+    at: Location,
     piece: Piece,
     staging: &mut [u8],
     stream: CUstream,
 ) -> Result<(), Status> {
+    let base = match at {
+        Location::Device(base) => base,
+        Location::Array {
+            raw,
+            origin,
+            row,
+            slice,
+        } => {
+            return copy_array_piece(
+                driver, direction, raw, origin, row, slice, piece, staging, stream,
+            )
+        }
+    };
     let device = base + piece.device_offset;
     let host = staging.as_mut_ptr().cast::<c_void>();
     let status = match (direction, piece.rows) {
@@ -422,4 +470,56 @@ fn copy_piece(
         }
     };
     check(status)
+}
+
+/// The array side of `copy_piece`: the piece's place in the packed layout (`row`, `slice`
+/// bytes) made an offset from `origin` in the array.
+#[allow(clippy::too_many_arguments)]
+fn copy_array_piece(
+    driver: &rgpu_cuda_api::native::Driver,
+    direction: Direction,
+    array: CUarray,
+    origin: [u64; 3],
+    row: u64,
+    slice: u64,
+    piece: Piece,
+    staging: &mut [u8],
+    stream: CUstream,
+) -> Result<(), Status> {
+    let offset = piece.device_offset;
+    let (z, within) = (offset / slice.max(1), offset % slice.max(1));
+    let (y, x) = (within / row.max(1), within % row.max(1));
+    let host = staging.as_mut_ptr().cast::<c_void>();
+    // SAFETY: plain data, valid zeroed; memory types are written as their enum values.
+    let mut copy: CUDA_MEMCPY3D = unsafe { std::mem::zeroed() };
+    let (array_x, array_y, array_z) = (
+        (origin[0] + x) as usize,
+        (origin[1] + y) as usize,
+        (origin[2] + z) as usize,
+    );
+    match direction {
+        Direction::ToDevice => {
+            copy.srcMemoryType = CUmemorytype::CU_MEMORYTYPE_HOST;
+            copy.srcHost = host;
+            copy.srcPitch = piece.width;
+            copy.srcHeight = piece.rows;
+            copy.dstMemoryType = CUmemorytype::CU_MEMORYTYPE_ARRAY;
+            copy.dstArray = array;
+            (copy.dstXInBytes, copy.dstY, copy.dstZ) = (array_x, array_y, array_z);
+        }
+        Direction::FromDevice => {
+            copy.srcMemoryType = CUmemorytype::CU_MEMORYTYPE_ARRAY;
+            copy.srcArray = array;
+            (copy.srcXInBytes, copy.srcY, copy.srcZ) = (array_x, array_y, array_z);
+            copy.dstMemoryType = CUmemorytype::CU_MEMORYTYPE_HOST;
+            copy.dstHost = host;
+            copy.dstPitch = piece.width;
+            copy.dstHeight = piece.rows;
+        }
+    }
+    copy.WidthInBytes = piece.width;
+    copy.Height = piece.rows;
+    copy.Depth = 1;
+    // SAFETY: a live array of this session and a local buffer; the driver checks the box.
+    check(unsafe { cu_call!(driver, cuMemcpy3DAsync_v2(&copy, stream)) })
 }

@@ -3,6 +3,7 @@
 //! that carries out CUDA requests ([`session`]), one file per group of the CUDA table
 //! (`contexts`, `memory`, `copies`, `modules`, `launches`, `streams`, `events`, `graphs`, `vmm`, `monitoring`).
 
+mod arrays;
 mod contexts;
 mod copies;
 mod events;

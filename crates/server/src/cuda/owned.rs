@@ -44,6 +44,7 @@ macro_rules! owned {
             }
 
             /// The handle, for a driver call; it stays owned here.
+            #[allow(dead_code)]
             pub(crate) fn raw(&self) -> $raw {
                 self.raw
             }
@@ -98,6 +99,21 @@ owned!(
     /// An executable graph.
     GraphExec(CUgraphExec),
     cuGraphExecDestroy
+);
+owned!(
+    /// A CUDA array.
+    Array(CUarray),
+    cuArrayDestroy
+);
+owned!(
+    /// A texture object (a value kernels receive, not a pointer).
+    TexObject(CUtexObject),
+    cuTexObjectDestroy
+);
+owned!(
+    /// A surface object.
+    SurfObject(CUsurfObject),
+    cuSurfObjectDestroy
 );
 owned!(
     /// A memory pool the session made.

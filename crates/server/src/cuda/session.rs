@@ -92,6 +92,10 @@ pub(crate) struct CudaSession {
     pub(super) graph_bodies: HashMap<Id, super::graphs::GraphBody>,
     /// The last id the server gave a node the client never named (past SERVER_NODE_IDS).
     pub(super) next_node_id: u64,
+    /// Arrays (with how they were made), and texture and surface objects, by value.
+    pub(super) arrays: HashMap<Id, owned::Array>,
+    pub(super) tex_objects: HashMap<u64, owned::TexObject>,
+    pub(super) surf_objects: HashMap<u64, owned::SurfObject>,
     /// Memory pools the session made.
     pub(super) mem_pools: HashMap<Id, owned::MemPool>,
     /// JIT links in progress.
@@ -132,6 +136,9 @@ impl CudaSession {
             next_node_id: 0,
             links: HashMap::new(),
             mem_pools: HashMap::new(),
+            arrays: HashMap::new(),
+            tex_objects: HashMap::new(),
+            surf_objects: HashMap::new(),
             vmm_handles: HashMap::new(),
             vmm_mappings: HashMap::new(),
             vmm_reservations: HashMap::new(),
@@ -287,7 +294,10 @@ impl CudaSession {
         let counted = forget_in(&mut self.streams, ctx)
             + forget_in(&mut self.events, ctx)
             + forget_in(&mut self.graphs, ctx)
-            + forget_in(&mut self.graph_execs, ctx);
+            + forget_in(&mut self.graph_execs, ctx)
+            + forget_in(&mut self.arrays, ctx)
+            + forget_in(&mut self.tex_objects, ctx)
+            + forget_in(&mut self.surf_objects, ctx);
         self.usage.remove_objects(counted);
         let modules: Vec<Id> = self
             .images

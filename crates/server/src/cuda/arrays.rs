@@ -1,0 +1,249 @@
+//! CUDA arrays (textures' memory), copies to and from them (through the staging buffers, like
+//! device memory), and texture and surface objects over arrays and device memory. Arrays and
+//! objects belong to the session (destroyed with it).
+
+use rgpu_cuda_api::cu_call;
+use rgpu_cuda_api::native::{check, Status, INVALID_HANDLE, INVALID_VALUE};
+use rgpu_cuda_api::sys::*;
+use rgpu_protocol::cuda::{serve, Answer, ArrayDesc, Extent, Id, Place};
+use rgpu_protocol::ServerMsg;
+
+use super::copies::{read_from_device, write_to_device, Location};
+use super::owned;
+use super::session::{code, CudaSession, Served};
+use crate::session::End;
+
+/// `CU_RESOURCE_TYPE_ARRAY`: the resource's first union word is an array handle.
+const RESOURCE_ARRAY: u32 = 0;
+
+impl serve::Arrays for Served<'_> {
+    fn array_create(&mut self, ctx: Id, id: Id, desc: ArrayDesc) -> Status {
+        let cuda = &mut *self.cuda;
+        let made = cuda.create_in(ctx, |cuda, raw| {
+            // SAFETY: plain data, valid zeroed; the format is written as the client's integer.
+            let mut d: CUDA_ARRAY3D_DESCRIPTOR = unsafe { std::mem::zeroed() };
+            d.Width = desc.width as usize;
+            d.Height = desc.height as usize;
+            d.Depth = desc.depth as usize;
+            // SAFETY: a 32-bit enum field written as its integer (the driver checks it).
+            unsafe {
+                std::ptr::addr_of_mut!(d.Format)
+                    .cast::<u32>()
+                    .write(desc.format)
+            };
+            d.NumChannels = desc.channels;
+            d.Flags = desc.flags;
+            // SAFETY: a local descriptor and out-pointer.
+            check(unsafe { cu_call!(cuda.backend.driver, cuArray3DCreate_v2(raw, &d)) })
+        });
+        code(made.map(|raw| {
+            let array = owned::Array::new(raw, cuda.current, &cuda.backend);
+            cuda.arrays.insert(id, array);
+        }))
+    }
+
+    fn array_destroy(&mut self, id: Id) -> Answer<()> {
+        let taken = self.cuda.arrays.remove(&id);
+        self.cuda.destroy(taken)
+    }
+
+    fn memcpy_htoa(
+        &mut self,
+        ctx: Id,
+        stream: Id,
+        array: Id,
+        origin: [u64; 3],
+        extent: Extent,
+        bulk_len: u64,
+    ) -> Result<Answer<()>, End> {
+        let (session, cuda) = (&mut *self.session, &mut *self.cuda);
+        let Ok(at) = cuda.array_location(array, origin, extent) else {
+            session.drop_bulk()?;
+            return Ok(Err(INVALID_HANDLE));
+        };
+        let packed = extent.packed();
+        write_to_device(session, cuda, ctx, stream, at, extent, packed, bulk_len).map(check)
+    }
+
+    fn memcpy_atoh(
+        &mut self,
+        seq: u64,
+        ctx: Id,
+        stream: Id,
+        array: Id,
+        origin: [u64; 3],
+        extent: Extent,
+    ) -> Result<(), End> {
+        let (session, cuda) = (&mut *self.session, &mut *self.cuda);
+        match cuda.array_location(array, origin, extent) {
+            Ok(at) => {
+                read_from_device(session, cuda, seq, ctx, stream, at, extent, extent.packed())
+            }
+            Err(status) => {
+                let end = ServerMsg::ReadDone {
+                    status: status as i32,
+                };
+                session.send_read(seq, None, &end)
+            }
+        }
+    }
+
+    fn memcpy_array(
+        &mut self,
+        ctx: Id,
+        stream: Id,
+        src: Place,
+        dst: Place,
+        extent: Extent,
+    ) -> Answer<()> {
+        let cuda = &mut *self.cuda;
+        cuda.enter(ctx)?;
+        let stream = cuda.stream(stream)?;
+        // SAFETY: plain data, valid zeroed; memory types are written as enum values.
+        let mut copy: CUDA_MEMCPY3D = unsafe { std::mem::zeroed() };
+        match src {
+            Place::Device { ptr, pitch } => {
+                copy.srcMemoryType = CUmemorytype::CU_MEMORYTYPE_DEVICE;
+                copy.srcDevice = ptr;
+                copy.srcPitch = pitch.row as usize;
+                copy.srcHeight = pitch.slice_rows.max(extent.height) as usize;
+            }
+            Place::Array { id, origin } => {
+                copy.srcMemoryType = CUmemorytype::CU_MEMORYTYPE_ARRAY;
+                copy.srcArray = cuda.array(id)?;
+                (copy.srcXInBytes, copy.srcY, copy.srcZ) =
+                    (origin[0] as usize, origin[1] as usize, origin[2] as usize);
+            }
+        }
+        match dst {
+            Place::Device { ptr, pitch } => {
+                copy.dstMemoryType = CUmemorytype::CU_MEMORYTYPE_DEVICE;
+                copy.dstDevice = ptr;
+                copy.dstPitch = pitch.row as usize;
+                copy.dstHeight = pitch.slice_rows.max(extent.height) as usize;
+            }
+            Place::Array { id, origin } => {
+                copy.dstMemoryType = CUmemorytype::CU_MEMORYTYPE_ARRAY;
+                copy.dstArray = cuda.array(id)?;
+                (copy.dstXInBytes, copy.dstY, copy.dstZ) =
+                    (origin[0] as usize, origin[1] as usize, origin[2] as usize);
+            }
+        }
+        copy.WidthInBytes = extent.width as usize;
+        copy.Height = extent.height as usize;
+        copy.Depth = extent.depth as usize;
+        // SAFETY: this session's live arrays and device addresses, checked by the driver.
+        check(unsafe { cu_call!(cuda.backend.driver, cuMemcpy3DAsync_v2(&copy, stream)) })
+    }
+
+    fn tex_object_create(
+        &mut self,
+        ctx: Id,
+        resource: Vec<u8>,
+        texture: Vec<u8>,
+        view: Vec<u8>,
+    ) -> Answer<u64> {
+        let cuda = &mut *self.cuda;
+        cuda.enter(ctx)?;
+        let resource = cuda.resource_desc(&resource)?;
+        let texture: CUDA_TEXTURE_DESC = from_bytes(&texture)?;
+        let view: Option<CUDA_RESOURCE_VIEW_DESC> = match view.is_empty() {
+            true => None,
+            false => Some(from_bytes(&view)?),
+        };
+        let view_ptr = view.as_ref().map_or(std::ptr::null(), |v| v as *const _);
+        let mut object = 0;
+        // SAFETY: local descriptors (read by the driver, which checks them) and out-value.
+        check(unsafe {
+            cu_call!(
+                cuda.backend.driver,
+                cuTexObjectCreate(&mut object, &resource, &texture, view_ptr)
+            )
+        })?;
+        let kept = owned::TexObject::new(object, cuda.current, &cuda.backend);
+        cuda.tex_objects.insert(object, kept);
+        Ok(object)
+    }
+
+    fn surf_object_create(&mut self, ctx: Id, resource: Vec<u8>) -> Answer<u64> {
+        let cuda = &mut *self.cuda;
+        cuda.enter(ctx)?;
+        let resource = cuda.resource_desc(&resource)?;
+        let mut object = 0;
+        // SAFETY: as above.
+        check(unsafe {
+            cu_call!(
+                cuda.backend.driver,
+                cuSurfObjectCreate(&mut object, &resource)
+            )
+        })?;
+        let kept = owned::SurfObject::new(object, cuda.current, &cuda.backend);
+        cuda.surf_objects.insert(object, kept);
+        Ok(object)
+    }
+
+    fn object_destroy(&mut self, object: u64, surface: bool) -> Answer<()> {
+        let cuda = &mut *self.cuda;
+        if surface {
+            let taken = cuda.surf_objects.remove(&object);
+            if taken.is_none() {
+                return Err(INVALID_VALUE);
+            }
+            cuda.destroy(taken)
+        } else {
+            let taken = cuda.tex_objects.remove(&object);
+            if taken.is_none() {
+                return Err(INVALID_VALUE);
+            }
+            cuda.destroy(taken)
+        }
+    }
+}
+
+impl CudaSession {
+    /// The driver's handle of array `id`.
+    fn array(&self, id: Id) -> Result<CUarray, Status> {
+        self.arrays
+            .get(&id)
+            .map(owned::Array::raw)
+            .ok_or(INVALID_HANDLE)
+    }
+
+    /// Where `extent`'s rows from `origin` lie in array `id`, for the staging copies.
+    fn array_location(&self, id: Id, origin: [u64; 3], extent: Extent) -> Result<Location, Status> {
+        let raw = self.array(id)?;
+        let packed = extent.packed();
+        Ok(Location::Array {
+            raw,
+            origin,
+            row: packed.row,
+            slice: packed.row.saturating_mul(packed.slice_rows),
+        })
+    }
+
+    /// A `CUDA_RESOURCE_DESC` from its bytes, an array's session id made its handle.
+    fn resource_desc(&self, bytes: &[u8]) -> Result<CUDA_RESOURCE_DESC, Status> {
+        let mut desc: CUDA_RESOURCE_DESC = from_bytes(bytes)?;
+        // SAFETY: the type field read as its integer; the union's first word as an id.
+        let kind = unsafe { std::ptr::addr_of!(desc.resType).cast::<u32>().read() };
+        if kind == RESOURCE_ARRAY {
+            // SAFETY: as above: the client wrote the array's id there.
+            let id = unsafe { std::ptr::addr_of!(desc.res).cast::<u64>().read() };
+            desc.res.array.hArray = self.array(id)?;
+        } else if kind != 2 && kind != 3 {
+            // Mipmapped arrays are not offered; linear (2) and pitched (3) memory are.
+            return Err(rgpu_cuda_api::native::NOT_SUPPORTED);
+        }
+        Ok(desc)
+    }
+}
+
+/// A plain C descriptor from exactly its bytes.
+fn from_bytes<T: Copy>(bytes: &[u8]) -> Result<T, Status> {
+    if bytes.len() != std::mem::size_of::<T>() {
+        return Err(INVALID_VALUE);
+    }
+    // SAFETY: exactly the type's size; the descriptors read this way are plain C structs of
+    // integers, floats and handles (enum fields read by the driver only).
+    Ok(unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<T>()) })
+}
