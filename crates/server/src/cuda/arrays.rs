@@ -10,6 +10,7 @@ use rgpu_protocol::ServerMsg;
 
 use super::copies::{read_from_device, write_to_device, Location};
 use super::owned;
+use super::raw::Raw;
 use super::session::{code, CudaSession, Served};
 use crate::session::End;
 
@@ -20,21 +21,21 @@ impl serve::Arrays for Served<'_> {
     fn array_create(&mut self, ctx: Id, id: Id, desc: ArrayDesc) -> Status {
         let cuda = &mut *self.cuda;
         let made = cuda.create_in(ctx, |cuda, raw| {
-            // SAFETY: plain data, valid zeroed; the format is written as the client's integer.
-            let mut d: CUDA_ARRAY3D_DESCRIPTOR = unsafe { std::mem::zeroed() };
-            d.Width = desc.width as usize;
-            d.Height = desc.height as usize;
-            d.Depth = desc.depth as usize;
-            // SAFETY: a 32-bit enum field written as its integer (the driver checks it).
+            let mut d = Raw::<CUDA_ARRAY3D_DESCRIPTOR>::zeroed();
+            let p = d.as_mut_ptr();
+            // SAFETY: fields written through the pointer, each as an integer of its width (the
+            // format as the client's integer, which the driver checks).
             unsafe {
-                std::ptr::addr_of_mut!(d.Format)
+                std::ptr::addr_of_mut!((*p).Width).write(desc.width as usize);
+                std::ptr::addr_of_mut!((*p).Height).write(desc.height as usize);
+                std::ptr::addr_of_mut!((*p).Depth).write(desc.depth as usize);
+                std::ptr::addr_of_mut!((*p).Format)
                     .cast::<u32>()
-                    .write(desc.format)
-            };
-            d.NumChannels = desc.channels;
-            d.Flags = desc.flags;
-            // SAFETY: a local descriptor and out-pointer.
-            check(unsafe { cu_call!(cuda.backend.driver, cuArray3DCreate_v2(raw, &d)) })
+                    .write(desc.format);
+                std::ptr::addr_of_mut!((*p).NumChannels).write(desc.channels);
+                std::ptr::addr_of_mut!((*p).Flags).write(desc.flags);
+            }
+            check(unsafe { cu_call!(cuda.backend.driver, cuArray3DCreate_v2(raw, d.as_ptr())) })
         });
         code(made.map(|raw| {
             let array = owned::Array::new(raw, cuda.current, &cuda.backend);
@@ -99,41 +100,59 @@ impl serve::Arrays for Served<'_> {
         let cuda = &mut *self.cuda;
         cuda.enter(ctx)?;
         let stream = cuda.stream(stream)?;
-        // SAFETY: plain data, valid zeroed; memory types are written as enum values.
-        let mut copy: CUDA_MEMCPY3D = unsafe { std::mem::zeroed() };
-        match src {
-            Place::Device { ptr, pitch } => {
-                copy.srcMemoryType = CUmemorytype::CU_MEMORYTYPE_DEVICE;
-                copy.srcDevice = ptr;
-                copy.srcPitch = pitch.row as usize;
-                copy.srcHeight = pitch.slice_rows.max(extent.height) as usize;
+        let mut copy = Raw::<CUDA_MEMCPY3D>::zeroed();
+        let p = copy.as_mut_ptr();
+        let src_array = match src {
+            Place::Array { id, .. } => cuda.array(id)?,
+            Place::Device { .. } => std::ptr::null_mut(),
+        };
+        let dst_array = match dst {
+            Place::Array { id, .. } => cuda.array(id)?,
+            Place::Device { .. } => std::ptr::null_mut(),
+        };
+        // SAFETY: fields written through the pointer with valid values of their types.
+        unsafe {
+            match src {
+                Place::Device { ptr, pitch } => {
+                    (*p).srcMemoryType = CUmemorytype::CU_MEMORYTYPE_DEVICE;
+                    (*p).srcDevice = ptr;
+                    (*p).srcPitch = pitch.row as usize;
+                    (*p).srcHeight = pitch.slice_rows.max(extent.height) as usize;
+                }
+                Place::Array { origin, .. } => {
+                    (*p).srcMemoryType = CUmemorytype::CU_MEMORYTYPE_ARRAY;
+                    (*p).srcArray = src_array;
+                    (*p).srcXInBytes = origin[0] as usize;
+                    (*p).srcY = origin[1] as usize;
+                    (*p).srcZ = origin[2] as usize;
+                }
             }
-            Place::Array { id, origin } => {
-                copy.srcMemoryType = CUmemorytype::CU_MEMORYTYPE_ARRAY;
-                copy.srcArray = cuda.array(id)?;
-                (copy.srcXInBytes, copy.srcY, copy.srcZ) =
-                    (origin[0] as usize, origin[1] as usize, origin[2] as usize);
+            match dst {
+                Place::Device { ptr, pitch } => {
+                    (*p).dstMemoryType = CUmemorytype::CU_MEMORYTYPE_DEVICE;
+                    (*p).dstDevice = ptr;
+                    (*p).dstPitch = pitch.row as usize;
+                    (*p).dstHeight = pitch.slice_rows.max(extent.height) as usize;
+                }
+                Place::Array { origin, .. } => {
+                    (*p).dstMemoryType = CUmemorytype::CU_MEMORYTYPE_ARRAY;
+                    (*p).dstArray = dst_array;
+                    (*p).dstXInBytes = origin[0] as usize;
+                    (*p).dstY = origin[1] as usize;
+                    (*p).dstZ = origin[2] as usize;
+                }
             }
+            (*p).WidthInBytes = extent.width as usize;
+            (*p).Height = extent.height as usize;
+            (*p).Depth = extent.depth as usize;
         }
-        match dst {
-            Place::Device { ptr, pitch } => {
-                copy.dstMemoryType = CUmemorytype::CU_MEMORYTYPE_DEVICE;
-                copy.dstDevice = ptr;
-                copy.dstPitch = pitch.row as usize;
-                copy.dstHeight = pitch.slice_rows.max(extent.height) as usize;
-            }
-            Place::Array { id, origin } => {
-                copy.dstMemoryType = CUmemorytype::CU_MEMORYTYPE_ARRAY;
-                copy.dstArray = cuda.array(id)?;
-                (copy.dstXInBytes, copy.dstY, copy.dstZ) =
-                    (origin[0] as usize, origin[1] as usize, origin[2] as usize);
-            }
-        }
-        copy.WidthInBytes = extent.width as usize;
-        copy.Height = extent.height as usize;
-        copy.Depth = extent.depth as usize;
         // SAFETY: this session's live arrays and device addresses, checked by the driver.
-        check(unsafe { cu_call!(cuda.backend.driver, cuMemcpy3DAsync_v2(&copy, stream)) })
+        check(unsafe {
+            cu_call!(
+                cuda.backend.driver,
+                cuMemcpy3DAsync_v2(copy.as_ptr(), stream)
+            )
+        })
     }
 
     fn tex_object_create(
@@ -146,18 +165,18 @@ impl serve::Arrays for Served<'_> {
         let cuda = &mut *self.cuda;
         cuda.enter(ctx)?;
         let resource = cuda.resource_desc(&resource)?;
-        let texture: CUDA_TEXTURE_DESC = from_bytes(&texture)?;
-        let view: Option<CUDA_RESOURCE_VIEW_DESC> = match view.is_empty() {
+        let texture = Raw::<CUDA_TEXTURE_DESC>::from_bytes(&texture)?;
+        let view = match view.is_empty() {
             true => None,
-            false => Some(from_bytes(&view)?),
+            false => Some(Raw::<CUDA_RESOURCE_VIEW_DESC>::from_bytes(&view)?),
         };
-        let view_ptr = view.as_ref().map_or(std::ptr::null(), |v| v as *const _);
+        let view_ptr = view.as_ref().map_or(std::ptr::null(), Raw::as_ptr);
         let mut object = 0;
         // SAFETY: local descriptors (read by the driver, which checks them) and out-value.
         check(unsafe {
             cu_call!(
                 cuda.backend.driver,
-                cuTexObjectCreate(&mut object, &resource, &texture, view_ptr)
+                cuTexObjectCreate(&mut object, resource.as_ptr(), texture.as_ptr(), view_ptr)
             )
         })?;
         let kept = owned::TexObject::new(object, cuda.current, &cuda.backend);
@@ -174,7 +193,7 @@ impl serve::Arrays for Served<'_> {
         check(unsafe {
             cu_call!(
                 cuda.backend.driver,
-                cuSurfObjectCreate(&mut object, &resource)
+                cuSurfObjectCreate(&mut object, resource.as_ptr())
             )
         })?;
         let kept = owned::SurfObject::new(object, cuda.current, &cuda.backend);
@@ -222,28 +241,25 @@ impl CudaSession {
     }
 
     /// A `CUDA_RESOURCE_DESC` from its bytes, an array's session id made its handle.
-    fn resource_desc(&self, bytes: &[u8]) -> Result<CUDA_RESOURCE_DESC, Status> {
-        let mut desc: CUDA_RESOURCE_DESC = from_bytes(bytes)?;
-        // SAFETY: the type field read as its integer; the union's first word as an id.
-        let kind = unsafe { std::ptr::addr_of!(desc.resType).cast::<u32>().read() };
+    fn resource_desc(&self, bytes: &[u8]) -> Result<Raw<CUDA_RESOURCE_DESC>, Status> {
+        let mut desc = Raw::<CUDA_RESOURCE_DESC>::from_bytes(bytes)?;
+        let p = desc.as_mut_ptr();
+        // SAFETY: the type field read as its integer.
+        let kind = unsafe { std::ptr::addr_of!((*p).resType).cast::<u32>().read() };
         if kind == RESOURCE_ARRAY {
-            // SAFETY: as above: the client wrote the array's id there.
-            let id = unsafe { std::ptr::addr_of!(desc.res).cast::<u64>().read() };
-            desc.res.array.hArray = self.array(id)?;
+            // SAFETY: as above: the union's first word holds the array's id from the client.
+            let id = unsafe { std::ptr::addr_of!((*p).res).cast::<u64>().read() };
+            let array = self.array(id)?;
+            // SAFETY: the union's first word is the array handle for this type.
+            unsafe {
+                std::ptr::addr_of_mut!((*p).res)
+                    .cast::<CUarray>()
+                    .write(array)
+            };
         } else if kind != 2 && kind != 3 {
             // Mipmapped arrays are not offered; linear (2) and pitched (3) memory are.
             return Err(rgpu_cuda_api::native::NOT_SUPPORTED);
         }
         Ok(desc)
     }
-}
-
-/// A plain C descriptor from exactly its bytes.
-fn from_bytes<T: Copy>(bytes: &[u8]) -> Result<T, Status> {
-    if bytes.len() != std::mem::size_of::<T>() {
-        return Err(INVALID_VALUE);
-    }
-    // SAFETY: exactly the type's size; the descriptors read this way are plain C structs of
-    // integers, floats and handles (enum fields read by the driver only).
-    Ok(unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<T>()) })
 }

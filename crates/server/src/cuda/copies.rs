@@ -12,6 +12,7 @@ use rgpu_protocol::cuda::{serve, Answer, DevicePtr, Extent, Id, Pitch};
 use rgpu_protocol::ServerMsg;
 
 use super::pieces::{pieces, Piece};
+use super::raw::Raw;
 use super::session::{CudaSession, Served, INVALID_CONTEXT};
 use super::staging::CHUNK;
 use crate::lanes::StripedOut;
@@ -490,36 +491,43 @@ fn copy_array_piece(
     let (z, within) = (offset / slice.max(1), offset % slice.max(1));
     let (y, x) = (within / row.max(1), within % row.max(1));
     let host = staging.as_mut_ptr().cast::<c_void>();
-    // SAFETY: plain data, valid zeroed; memory types are written as their enum values.
-    let mut copy: CUDA_MEMCPY3D = unsafe { std::mem::zeroed() };
+    let mut copy = Raw::<CUDA_MEMCPY3D>::zeroed();
+    let p = copy.as_mut_ptr();
     let (array_x, array_y, array_z) = (
         (origin[0] + x) as usize,
         (origin[1] + y) as usize,
         (origin[2] + z) as usize,
     );
-    match direction {
-        Direction::ToDevice => {
-            copy.srcMemoryType = CUmemorytype::CU_MEMORYTYPE_HOST;
-            copy.srcHost = host;
-            copy.srcPitch = piece.width;
-            copy.srcHeight = piece.rows;
-            copy.dstMemoryType = CUmemorytype::CU_MEMORYTYPE_ARRAY;
-            copy.dstArray = array;
-            (copy.dstXInBytes, copy.dstY, copy.dstZ) = (array_x, array_y, array_z);
+    // SAFETY: fields written through the pointer with valid values of their types.
+    unsafe {
+        match direction {
+            Direction::ToDevice => {
+                (*p).srcMemoryType = CUmemorytype::CU_MEMORYTYPE_HOST;
+                (*p).srcHost = host;
+                (*p).srcPitch = piece.width;
+                (*p).srcHeight = piece.rows;
+                (*p).dstMemoryType = CUmemorytype::CU_MEMORYTYPE_ARRAY;
+                (*p).dstArray = array;
+                (*p).dstXInBytes = array_x;
+                (*p).dstY = array_y;
+                (*p).dstZ = array_z;
+            }
+            Direction::FromDevice => {
+                (*p).srcMemoryType = CUmemorytype::CU_MEMORYTYPE_ARRAY;
+                (*p).srcArray = array;
+                (*p).srcXInBytes = array_x;
+                (*p).srcY = array_y;
+                (*p).srcZ = array_z;
+                (*p).dstMemoryType = CUmemorytype::CU_MEMORYTYPE_HOST;
+                (*p).dstHost = host;
+                (*p).dstPitch = piece.width;
+                (*p).dstHeight = piece.rows;
+            }
         }
-        Direction::FromDevice => {
-            copy.srcMemoryType = CUmemorytype::CU_MEMORYTYPE_ARRAY;
-            copy.srcArray = array;
-            (copy.srcXInBytes, copy.srcY, copy.srcZ) = (array_x, array_y, array_z);
-            copy.dstMemoryType = CUmemorytype::CU_MEMORYTYPE_HOST;
-            copy.dstHost = host;
-            copy.dstPitch = piece.width;
-            copy.dstHeight = piece.rows;
-        }
+        (*p).WidthInBytes = piece.width;
+        (*p).Height = piece.rows;
+        (*p).Depth = 1;
     }
-    copy.WidthInBytes = piece.width;
-    copy.Height = piece.rows;
-    copy.Depth = 1;
     // SAFETY: a live array of this session and a local buffer; the driver checks the box.
-    check(unsafe { cu_call!(driver, cuMemcpy3DAsync_v2(&copy, stream)) })
+    check(unsafe { cu_call!(driver, cuMemcpy3DAsync_v2(copy.as_ptr(), stream)) })
 }

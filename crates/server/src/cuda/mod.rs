@@ -15,6 +15,7 @@ mod monitoring;
 mod owned;
 mod pieces;
 mod pools;
+mod raw;
 mod session;
 mod staging;
 mod streams;
