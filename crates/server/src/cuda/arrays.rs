@@ -35,6 +35,7 @@ impl serve::Arrays for Served<'_> {
                 std::ptr::addr_of_mut!((*p).NumChannels).write(desc.channels);
                 std::ptr::addr_of_mut!((*p).Flags).write(desc.flags);
             }
+            // SAFETY: a local descriptor and out-pointer.
             check(unsafe { cu_call!(cuda.backend.driver, cuArray3DCreate_v2(raw, d.as_ptr())) })
         });
         code(made.map(|raw| {
