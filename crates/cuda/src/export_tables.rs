@@ -9,7 +9,7 @@ use std::ffi::{c_int, c_uint, c_void};
 use std::sync::atomic::AtomicU32;
 use std::sync::Mutex;
 
-use rgpu_cuda_api::sys::{CUcontext, CUdevice, CUresult, CUstream};
+use rgpu_cuda_api::sys::{CUcontext, CUdevice, CUfunction, CUmodule, CUresult, CUstream};
 
 use crate::objects::PrimaryContext;
 use crate::objects::{self, Context};
@@ -45,7 +45,7 @@ macro_rules! table {
             1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30
             31 32 33 34 35 36 37 38 39 40 41 42 43 44 45 46 47 48 49 50 51 52 53 54 55 56 57
             58 59 60 61 62 63 64 65 66 67 68 69 70 71 72 73 74 75 76 77 78 79 80 81 82 83 84
-            85 86 87 88 89 90 91 92
+            85 86 87 88 89 90 91 92 93 94 95 96 97 98
         ]);
         $( put(&mut slots, $slot, $function as *const ()); )*
         Table(slots)
@@ -89,8 +89,9 @@ const TOOLS_CONTEXT: usize = 6;
 const UNKNOWN_69A2: usize = 7;
 const UNKNOWN_DA91: usize = 8;
 const UNKNOWN_F8CF: usize = 9;
+const TOOLS_MODULE: usize = 10;
 
-const NAMES: [&str; 10] = [
+const NAMES: [&str; 11] = [
     "6BD5FB6C (cudart interface)",
     "A094798C (tools runtime callback hooks)",
     "42D85A81 (tools TLS)",
@@ -101,6 +102,7 @@ const NAMES: [&str; 10] = [
     "69A28E9F (NVML's)",
     "DA9151D3 (NVRTC's JIT cache)",
     "F8CFF951",
+    "6E163FBE (tools module)",
 ];
 
 const CUDART_ID: [u8; 16] = uuid("6BD5FB6C-5BF4-E74A-8987-D93912FD9DF9");
@@ -113,6 +115,7 @@ const TOOLS_CONTEXT_ID: [u8; 16] = uuid("21318C60-9714-3248-8CA6-41FF7324C8F2");
 const UNKNOWN_69A2_ID: [u8; 16] = uuid("69A28E9F-2449-8B47-B030-C5DA330EA4E9");
 const UNKNOWN_DA91_ID: [u8; 16] = uuid("DA9151D3-3AE6-CC41-A5C0-4F26D533E328");
 const UNKNOWN_F8CF_ID: [u8; 16] = uuid("F8CFF951-2146-8B4E-B9E2-FB469E7C0DD9");
+const TOOLS_MODULE_ID: [u8; 16] = uuid("6E163FBE-B958-444D-835C-E182AFF1991E");
 
 /// The table with this UUID, or `None` (the caller answers CUDA_ERROR_INVALID_VALUE).
 pub fn get(id: &[u8; 16]) -> Option<*const c_void> {
@@ -127,6 +130,7 @@ pub fn get(id: &[u8; 16]) -> Option<*const c_void> {
         UNKNOWN_69A2_ID => UNKNOWN_69A2_TABLE.base(),
         UNKNOWN_DA91_ID => UNKNOWN_DA91_TABLE.base(),
         UNKNOWN_F8CF_ID => UNKNOWN_F8CF_TABLE.base(),
+        TOOLS_MODULE_ID => TOOLS_MODULE_TABLE.base(),
         _ => {
             static SEEN: Mutex<Vec<[u8; 16]>> = Mutex::new(Vec::new());
             let mut seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());
@@ -543,6 +547,45 @@ extern "C" fn jit_cache_disabled() -> CUresult {
 static UNKNOWN_69A2_TABLE: Table<34> = table!(UNKNOWN_69A2, 34, {});
 static UNKNOWN_F8CF_TABLE: Table<3> = table!(UNKNOWN_F8CF, 3, {});
 
+// ---- 6E163FBE: the tools' module interface (99 words). cuFFT calls slot 7 after each module
+// it loads, to learn the module's kernels; without it every cuFFT plan fails.
+
+static TOOLS_MODULE_TABLE: Table<99> = table!(TOOLS_MODULE, 99, {
+    7 => module_functions,
+});
+
+/// What slot 7 calls for each function of the module.
+type FunctionVisitor =
+    unsafe extern "C" fn(opaque: *mut c_void, function: CUfunction, name: *const std::ffi::c_char);
+
+/// Calls `visit(opaque, function, name)` for each function of `module`, in the driver's
+/// order, on the calling thread (the function handles are those cuModuleGetFunction gives,
+/// the names live as long as the module); returns how many there are.
+unsafe extern "C" fn module_functions(
+    _ctx: CUcontext,
+    module: CUmodule,
+    visit: Option<FunctionVisitor>,
+    opaque: *mut c_void,
+) -> u64 {
+    let opaque = opaque as usize;
+    // No panic may cross into the caller: one counts as an empty module.
+    std::panic::catch_unwind(|| {
+        let Ok(image) = crate::api::module::listed_functions(module.cast()) else {
+            return 0;
+        };
+        let listed = image.listed.get().map(Vec::as_slice).unwrap_or(&[]);
+        if let Some(visit) = visit {
+            for (handle, name) in listed {
+                // SAFETY: the caller's callback and its argument, with a live function handle
+                // and a name that outlives the call.
+                unsafe { visit(opaque as *mut c_void, *handle as CUfunction, name.as_ptr()) };
+            }
+        }
+        listed.len() as u64
+    })
+    .unwrap_or(0)
+}
+
 /// MD2 (RFC 1319) and HMAC over it with a 16-byte block, as the integrity check uses them.
 mod md2 {
     /// The RFC's substitution table, built from the digits of pi.
@@ -743,6 +786,14 @@ mod tests {
         unique.sort();
         unique.dedup();
         assert_eq!(unique.len(), stubs.len());
+    }
+
+    #[test]
+    fn the_tools_module_table_is_as_large_as_the_drivers() {
+        let table = get(&TOOLS_MODULE_ID).expect("a table") as *const u64;
+        // SAFETY: test: the table's first word is its size in bytes (0x318 in driver 580).
+        assert_eq!(unsafe { table.read() }, 0x318);
+        assert_eq!(slot(table.cast(), 7), module_functions as *const () as usize);
     }
 
     #[test]

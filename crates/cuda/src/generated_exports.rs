@@ -2355,8 +2355,15 @@ pub unsafe extern "C" fn cuLaunchKernel_ptsz(
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuLibraryEnumerateKernels() -> CUresult {
-    not_supported("cuLibraryEnumerateKernels")
+pub unsafe extern "C" fn cuLibraryEnumerateKernels(
+    kernels: *mut CUkernel,
+    numKernels: ::core::ffi::c_uint,
+    lib: CUlibrary,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuLibraryEnumerateKernels", || unsafe {
+        crate::api::cuLibraryEnumerateKernels(kernels, numKernels, lib)
+    })
 }
 
 #[no_mangle]
@@ -2385,8 +2392,14 @@ pub unsafe extern "C" fn cuLibraryGetKernel(
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuLibraryGetKernelCount() -> CUresult {
-    not_supported("cuLibraryGetKernelCount")
+pub unsafe extern "C" fn cuLibraryGetKernelCount(
+    count: *mut ::core::ffi::c_uint,
+    lib: CUlibrary,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuLibraryGetKernelCount", || unsafe {
+        crate::api::cuLibraryGetKernelCount(count, lib)
+    })
 }
 
 #[no_mangle]
@@ -4211,8 +4224,15 @@ pub unsafe extern "C" fn cuMipmappedArrayGetSparseProperties() -> CUresult {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuModuleEnumerateFunctions() -> CUresult {
-    not_supported("cuModuleEnumerateFunctions")
+pub unsafe extern "C" fn cuModuleEnumerateFunctions(
+    functions: *mut CUfunction,
+    numFunctions: ::core::ffi::c_uint,
+    mod_: CUmodule,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuModuleEnumerateFunctions", || unsafe {
+        crate::api::cuModuleEnumerateFunctions(functions, numFunctions, mod_)
+    })
 }
 
 #[no_mangle]
@@ -4228,8 +4248,14 @@ pub unsafe extern "C" fn cuModuleGetFunction(
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuModuleGetFunctionCount() -> CUresult {
-    not_supported("cuModuleGetFunctionCount")
+pub unsafe extern "C" fn cuModuleGetFunctionCount(
+    count: *mut ::core::ffi::c_uint,
+    mod_: CUmodule,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuModuleGetFunctionCount", || unsafe {
+        crate::api::cuModuleGetFunctionCount(count, mod_)
+    })
 }
 
 #[no_mangle]

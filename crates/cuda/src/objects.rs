@@ -283,6 +283,9 @@ pub struct Image {
     pub other_servers: Mutex<HashMap<usize, Id>>,
     /// Functions (modules) or kernels (libraries) already looked up, by name.
     pub functions: Mutex<HashMap<String, usize>>,
+    /// Every function of the image, in the driver's order, once listed: its handle and its
+    /// name, whose address the program may keep as long as the image is loaded.
+    pub listed: std::sync::OnceLock<Vec<(usize, std::ffi::CString)>>,
 }
 registered!(Image, *mut std::ffi::c_void);
 
@@ -302,6 +305,7 @@ impl Image {
             bytes,
             other_servers: Mutex::new(HashMap::new()),
             functions: Mutex::new(HashMap::new()),
+            listed: std::sync::OnceLock::new(),
         }
     }
 }

@@ -479,6 +479,9 @@ wire_api! {
         /// loading it next travels as its hash.
         call LinkComplete link_complete(link: Id) -> Linked;
         post LinkDestroy link_destroy(link: Id);
+        /// The names of a module's functions (a library's kernels), in the driver's order
+        /// (`cuModuleEnumerateFunctions`, and the module iterator cuFFT uses).
+        call ImageFunctions image_functions(image: Id) -> Answer<Vec<String>>;
         post UnloadImage unload_image(id: Id);
         /// `cuModuleGetFunction` (`image` a module) or `cuLibraryGetKernel` (a library).
         call GetFunction get_function(id: Id, image: Id, name: String) -> Answer<FunctionInfo>;

@@ -285,6 +285,82 @@ unsafe fn get_function(image: *mut c_void, name: *const c_char) -> Result<*mut c
     Ok(handle)
 }
 
+/// Every function of an image (kernels of a library), in the driver's order: its handle and
+/// name, listed by the server once and looked up like `cuModuleGetFunction`.
+pub(crate) fn listed_functions(image: *mut c_void) -> Result<Arc<Image>, CUresult> {
+    let object = Image::from_handle(image).ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
+    if object.listed.get().is_none() {
+        let names = object
+            .conn
+            .cuda()
+            .image_functions(object.remote)
+            .outcome()?;
+        let mut listed = Vec::with_capacity(names.len());
+        for name in names {
+            let name =
+                std::ffi::CString::new(name).map_err(|_| CUresult::CUDA_ERROR_INVALID_VALUE)?;
+            // SAFETY: a live image handle and a NUL-terminated name.
+            let handle = unsafe { get_function(image, name.as_ptr())? };
+            listed.push((handle as usize, name));
+        }
+        let _ = object.listed.set(listed);
+    }
+    Ok(object)
+}
+
+/// `cuModuleGetFunctionCount` / `cuLibraryGetKernelCount`.
+fn function_count(count: *mut c_uint, image: *mut c_void) -> CUresult {
+    status(listed_functions(image).and_then(|object| {
+        let n = object.listed.get().map_or(0, Vec::len) as c_uint;
+        // SAFETY: an out-pointer from the caller: null (refused by write_out) or writable, as the API requires.
+        unsafe { write_out(count, n) }
+    }))
+}
+
+/// `cuModuleEnumerateFunctions` / `cuLibraryEnumerateKernels`: up to `n` handles.
+///
+/// # Safety
+/// `out` has room for `n` handles.
+unsafe fn enumerate(out: *mut *mut c_void, n: c_uint, image: *mut c_void) -> CUresult {
+    status(listed_functions(image).and_then(|object| {
+        let listed = object.listed.get().map(Vec::as_slice).unwrap_or(&[]);
+        if out.is_null() || (n as usize) < listed.len() {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        for (i, (handle, _)) in listed.iter().enumerate() {
+            // SAFETY: the caller's guarantee: room for `n` >= listed handles.
+            unsafe { out.add(i).write(*handle as *mut c_void) };
+        }
+        Ok(())
+    }))
+}
+
+pub unsafe fn cuModuleGetFunctionCount(count: *mut c_uint, module: CUmodule) -> CUresult {
+    function_count(count, module.cast())
+}
+
+pub unsafe fn cuModuleEnumerateFunctions(
+    functions: *mut CUfunction,
+    n: c_uint,
+    module: CUmodule,
+) -> CUresult {
+    // SAFETY: the program's array of `n` handles, as the API requires.
+    unsafe { enumerate(functions.cast(), n, module.cast()) }
+}
+
+pub unsafe fn cuLibraryGetKernelCount(count: *mut c_uint, library: CUlibrary) -> CUresult {
+    function_count(count, library.cast())
+}
+
+pub unsafe fn cuLibraryEnumerateKernels(
+    kernels: *mut CUkernel,
+    n: c_uint,
+    library: CUlibrary,
+) -> CUresult {
+    // SAFETY: as above.
+    unsafe { enumerate(kernels.cast(), n, library.cast()) }
+}
+
 pub unsafe fn cuModuleGetFunction(
     function: *mut CUfunction,
     module: CUmodule,

@@ -129,6 +129,65 @@ impl serve::Modules for Served<'_> {
         linked
     }
 
+    fn image_functions(&mut self, image: Id) -> Answer<Vec<String>> {
+        let cuda = &mut *self.cuda;
+        let driver = &cuda.backend.driver;
+        let name_of = |get: &dyn Fn(*mut *const std::ffi::c_char) -> Status| {
+            let mut name = std::ptr::null();
+            check(get(&mut name))?;
+            if name.is_null() {
+                return Err(INVALID_VALUE);
+            }
+            // SAFETY: the driver's NUL-terminated name, valid while the image is loaded.
+            Ok(unsafe { CStr::from_ptr(name) }
+                .to_string_lossy()
+                .into_owned())
+        };
+        match cuda.images.get(&image).map(|i| &i.handle) {
+            Some(ImageHandle::Module(module)) => {
+                let mut count = 0u32;
+                // SAFETY: a live module of this session and local out-values.
+                check(unsafe {
+                    cu_call!(driver, cuModuleGetFunctionCount(&mut count, module.raw()))
+                })?;
+                let mut functions = vec![null_mut(); count as usize];
+                // SAFETY: room for `count` handles.
+                check(unsafe {
+                    cu_call!(
+                        driver,
+                        cuModuleEnumerateFunctions(functions.as_mut_ptr(), count, module.raw())
+                    )
+                })?;
+                functions
+                    .into_iter()
+                    // SAFETY: handles the driver just listed.
+                    .map(|f| name_of(&|out| unsafe { cu_call!(driver, cuFuncGetName(out, f)) }))
+                    .collect()
+            }
+            Some(ImageHandle::Library(library)) => {
+                let mut count = 0u32;
+                // SAFETY: a live library of this session and local out-values.
+                check(unsafe {
+                    cu_call!(driver, cuLibraryGetKernelCount(&mut count, library.raw()))
+                })?;
+                let mut kernels = vec![null_mut(); count as usize];
+                // SAFETY: room for `count` handles.
+                check(unsafe {
+                    cu_call!(
+                        driver,
+                        cuLibraryEnumerateKernels(kernels.as_mut_ptr(), count, library.raw())
+                    )
+                })?;
+                kernels
+                    .into_iter()
+                    // SAFETY: handles the driver just listed.
+                    .map(|k| name_of(&|out| unsafe { cu_call!(driver, cuKernelGetName(out, k)) }))
+                    .collect()
+            }
+            None => Err(INVALID_HANDLE),
+        }
+    }
+
     fn link_destroy(&mut self, link: Id) -> Answer<()> {
         match self.cuda.links.remove(&link) {
             Some(link) => check(link.state.destroy()),
