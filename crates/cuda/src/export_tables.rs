@@ -793,7 +793,10 @@ mod tests {
         let table = get(&TOOLS_MODULE_ID).expect("a table") as *const u64;
         // SAFETY: test: the table's first word is its size in bytes (0x318 in driver 580).
         assert_eq!(unsafe { table.read() }, 0x318);
-        assert_eq!(slot(table.cast(), 7), module_functions as *const () as usize);
+        assert_eq!(
+            slot(table.cast(), 7),
+            module_functions as *const () as usize
+        );
     }
 
     #[test]

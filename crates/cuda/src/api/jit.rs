@@ -318,3 +318,89 @@ pub unsafe fn cuLinkDestroy(state: CUlinkState) -> CUresult {
             .map_err(client_error)
     })())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn files_load_as_the_driver_reads_them() {
+        let dir = std::env::temp_dir().join(format!("rgpu-jit-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let ptx = dir.join("k.ptx");
+        std::fs::write(&ptx, ".version 7.0\n.target sm_80\n").unwrap();
+        let cubin = dir.join("k.cubin");
+        std::fs::write(&cubin, b"\x7fELF\x02\x01rest").unwrap();
+        let path = |p: &std::path::Path| std::ffi::CString::new(p.to_str().unwrap()).unwrap();
+        // SAFETY: test: NUL-terminated paths.
+        unsafe {
+            let text = read_file(path(&ptx).as_ptr()).unwrap();
+            assert_eq!(text.last(), Some(&0), "PTX text gets its NUL");
+            let binary = read_file(path(&cubin).as_ptr()).unwrap();
+            assert_eq!(binary, b"\x7fELF\x02\x01rest", "a cubin stays as it is");
+            let missing = read_file(path(&dir.join("none.ptx")).as_ptr());
+            assert_eq!(missing, Err(CUresult::CUDA_ERROR_FILE_NOT_FOUND));
+            assert_eq!(
+                read_file(std::ptr::null()),
+                Err(CUresult::CUDA_ERROR_INVALID_VALUE)
+            );
+        }
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn jit_options_travel_as_numbers_and_logs_come_back_to_the_programs_buffers() {
+        let mut info = [0xffu8; 8];
+        let mut error = [0xffu8; 64];
+        let mut options = [
+            2u32, // wall time
+            3,    // info log buffer
+            4,    // its size
+            5,    // error log buffer
+            6,    // its size
+            7,    // optimization level
+            12,   // verbose
+        ];
+        let mut values: [*mut c_void; 7] = [
+            std::ptr::null_mut(),
+            info.as_mut_ptr().cast(),
+            info.len() as *mut c_void,
+            error.as_mut_ptr().cast(),
+            error.len() as *mut c_void,
+            3 as *mut c_void,
+            1 as *mut c_void,
+        ];
+        // SAFETY: test: 7 options and values; the log buffers outlive the request.
+        let request =
+            unsafe { JitRequest::parse(7, options.as_mut_ptr(), values.as_mut_ptr()) }.unwrap();
+        assert_eq!(
+            request.wire,
+            [
+                JitOption {
+                    option: 7,
+                    value: 3
+                },
+                JitOption {
+                    option: 12,
+                    value: 1
+                }
+            ]
+        );
+        request.deliver(&JitLogs {
+            info: "a longer info log than fits".into(),
+            error: "bad".into(),
+            wall_time_ms: 1.25,
+        });
+        // Truncated to the buffer, NUL-terminated, and the sizes written back.
+        assert_eq!(&info, b"a longe\0");
+        assert_eq!(&error[..4], b"bad\0");
+        assert_eq!(values[2] as usize, 7);
+        assert_eq!(values[4] as usize, 3);
+        assert_eq!(f32::from_bits(values[0] as usize as u32), 1.25);
+        // An option past the driver's list is refused.
+        options[5] = 99;
+        // SAFETY: as above.
+        let refused = unsafe { JitRequest::parse(7, options.as_mut_ptr(), values.as_mut_ptr()) };
+        assert!(matches!(refused, Err(CUresult::CUDA_ERROR_INVALID_VALUE)));
+    }
+}
