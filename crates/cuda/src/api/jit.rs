@@ -367,8 +367,8 @@ mod tests {
             info.len() as *mut c_void,
             error.as_mut_ptr().cast(),
             error.len() as *mut c_void,
-            3 as *mut c_void,
-            1 as *mut c_void,
+            std::ptr::without_provenance_mut(3),
+            std::ptr::without_provenance_mut(1),
         ];
         // SAFETY: test: 7 options and values; the log buffers outlive the request.
         let request =
