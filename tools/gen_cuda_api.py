@@ -141,6 +141,8 @@ LEGACY_SIGNATURES = {
     "cuGetProcAddress": "symbol: *const ::core::ffi::c_char, pfn: *mut *mut ::core::ffi::c_void, "
                         "cudaVersion: ::core::ffi::c_int, flags: cuuint64_t",
     "cuStreamBeginCapture": "hStream: CUstream",
+    "cuMemPrefetchAsync": "devPtr: CUdeviceptr, count: usize, dstDevice: CUdevice, hStream: CUstream",
+    "cuMemAdvise": "devPtr: CUdeviceptr, count: usize, advice: CUmem_advise, device: CUdevice",
     "cuLinkCreate": "numOptions: ::core::ffi::c_uint, options: *mut CUjit_option, "
                     "optionValues: *mut *mut ::core::ffi::c_void, stateOut: *mut CUlinkState",
     "cuLinkAddData": "state: CUlinkState, type_: CUjitInputType, data: *mut ::core::ffi::c_void, "

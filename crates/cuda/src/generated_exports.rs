@@ -2653,13 +2653,29 @@ pub unsafe extern "C" fn cuMemAddressReserve(
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemAdvise() -> CUresult {
-    not_supported("cuMemAdvise")
+pub unsafe extern "C" fn cuMemAdvise(
+    devPtr: CUdeviceptr,
+    count: usize,
+    advice: u32,
+    device: CUdevice,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuMemAdvise", || unsafe {
+        crate::api::cuMemAdvise(devPtr, count, advice, device)
+    })
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemAdvise_v2() -> CUresult {
-    not_supported("cuMemAdvise_v2")
+pub unsafe extern "C" fn cuMemAdvise_v2(
+    devPtr: CUdeviceptr,
+    count: usize,
+    advice: u32,
+    location: CUmemLocation,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuMemAdvise_v2", || unsafe {
+        crate::api::cuMemAdvise_v2(devPtr, count, advice, location)
+    })
 }
 
 #[no_mangle]
@@ -2734,8 +2750,15 @@ pub unsafe extern "C" fn cuMemAllocHost_v2(
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemAllocManaged() -> CUresult {
-    not_supported("cuMemAllocManaged")
+pub unsafe extern "C" fn cuMemAllocManaged(
+    dptr: *mut CUdeviceptr,
+    bytesize: usize,
+    flags: ::core::ffi::c_uint,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuMemAllocManaged", || unsafe {
+        crate::api::cuMemAllocManaged(dptr, bytesize, flags)
+    })
 }
 
 #[no_mangle]
@@ -3106,23 +3129,57 @@ pub unsafe extern "C" fn cuMemPoolTrimTo(pool: CUmemoryPool, minBytesToKeep: usi
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemPrefetchAsync() -> CUresult {
-    not_supported("cuMemPrefetchAsync")
+pub unsafe extern "C" fn cuMemPrefetchAsync(
+    devPtr: CUdeviceptr,
+    count: usize,
+    dstDevice: CUdevice,
+    hStream: CUstream,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuMemPrefetchAsync", || unsafe {
+        crate::api::cuMemPrefetchAsync(devPtr, count, dstDevice, hStream)
+    })
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemPrefetchAsync_ptsz() -> CUresult {
-    not_supported("cuMemPrefetchAsync_ptsz")
+pub unsafe extern "C" fn cuMemPrefetchAsync_ptsz(
+    devPtr: CUdeviceptr,
+    count: usize,
+    dstDevice: CUdevice,
+    hStream: CUstream,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuMemPrefetchAsync_ptsz", || unsafe {
+        crate::api::cuMemPrefetchAsync(devPtr, count, dstDevice, hStream)
+    })
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemPrefetchAsync_v2() -> CUresult {
-    not_supported("cuMemPrefetchAsync_v2")
+pub unsafe extern "C" fn cuMemPrefetchAsync_v2(
+    devPtr: CUdeviceptr,
+    count: usize,
+    location: CUmemLocation,
+    flags: ::core::ffi::c_uint,
+    hStream: CUstream,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuMemPrefetchAsync_v2", || unsafe {
+        crate::api::cuMemPrefetchAsync_v2(devPtr, count, location, flags, hStream)
+    })
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemPrefetchAsync_v2_ptsz() -> CUresult {
-    not_supported("cuMemPrefetchAsync_v2_ptsz")
+pub unsafe extern "C" fn cuMemPrefetchAsync_v2_ptsz(
+    devPtr: CUdeviceptr,
+    count: usize,
+    location: CUmemLocation,
+    flags: ::core::ffi::c_uint,
+    hStream: CUstream,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuMemPrefetchAsync_v2_ptsz", || unsafe {
+        crate::api::cuMemPrefetchAsync_v2(devPtr, count, location, flags, hStream)
+    })
 }
 
 #[no_mangle]
@@ -3136,13 +3193,39 @@ pub unsafe extern "C" fn cuMemPrefetchBatchAsync_ptsz() -> CUresult {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemRangeGetAttribute() -> CUresult {
-    not_supported("cuMemRangeGetAttribute")
+pub unsafe extern "C" fn cuMemRangeGetAttribute(
+    data: *mut ::core::ffi::c_void,
+    dataSize: usize,
+    attribute: u32,
+    devPtr: CUdeviceptr,
+    count: usize,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuMemRangeGetAttribute", || unsafe {
+        crate::api::cuMemRangeGetAttribute(data, dataSize, attribute, devPtr, count)
+    })
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemRangeGetAttributes() -> CUresult {
-    not_supported("cuMemRangeGetAttributes")
+pub unsafe extern "C" fn cuMemRangeGetAttributes(
+    data: *mut *mut ::core::ffi::c_void,
+    dataSizes: *mut usize,
+    attributes: *mut u32,
+    numAttributes: usize,
+    devPtr: CUdeviceptr,
+    count: usize,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuMemRangeGetAttributes", || unsafe {
+        crate::api::cuMemRangeGetAttributes(
+            data,
+            dataSizes,
+            attributes,
+            numAttributes,
+            devPtr,
+            count,
+        )
+    })
 }
 
 #[no_mangle]
@@ -4612,13 +4695,29 @@ pub unsafe extern "C" fn cuStreamAddCallback_ptsz(
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuStreamAttachMemAsync() -> CUresult {
-    not_supported("cuStreamAttachMemAsync")
+pub unsafe extern "C" fn cuStreamAttachMemAsync(
+    hStream: CUstream,
+    dptr: CUdeviceptr,
+    length: usize,
+    flags: ::core::ffi::c_uint,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuStreamAttachMemAsync", || unsafe {
+        crate::api::cuStreamAttachMemAsync(hStream, dptr, length, flags)
+    })
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuStreamAttachMemAsync_ptsz() -> CUresult {
-    not_supported("cuStreamAttachMemAsync_ptsz")
+pub unsafe extern "C" fn cuStreamAttachMemAsync_ptsz(
+    hStream: CUstream,
+    dptr: CUdeviceptr,
+    length: usize,
+    flags: ::core::ffi::c_uint,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuStreamAttachMemAsync_ptsz", || unsafe {
+        crate::api::cuStreamAttachMemAsync(hStream, dptr, length, flags)
+    })
 }
 
 #[no_mangle]

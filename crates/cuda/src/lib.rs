@@ -5,7 +5,8 @@
 //! Layout: `api/` holds the entry points by API group; `servers.rs` the connections and the
 //! device list taken at `cuInit`; `objects.rs` and `handles.rs` what each handle (context, stream, event, module,
 //! function) knows on the client; `export_tables.rs` cudart's private tables, implemented here;
-//! `proc_address.rs` `cuGetProcAddress`; `generated_exports.rs` (generated) every exported
+//! `proc_address.rs` `cuGetProcAddress`; `host_view/` the host's copy of managed memory, paged on
+//! demand; `generated_exports.rs` (generated) every exported
 //! driver symbol: the implemented ones with the driver's own signatures, through `boundary.rs`
 //! (a panic becomes CUDA_ERROR_UNKNOWN, never an abort), the rest NOT_SUPPORTED stubs.
 
@@ -18,6 +19,7 @@ mod boundary;
 mod export_tables;
 mod generated_exports;
 mod handles;
+mod host_view;
 mod objects;
 pub mod proc_address;
 mod ranges;

@@ -103,12 +103,29 @@ fn connect() -> Result<Servers, CUresult> {
     })
 }
 
+/// Attributes whose truth through rgpu differs from the server's GPU: host memory the device
+/// reads directly, and concurrent or pageable access to managed memory, all need the GPU on
+/// the program's own machine (docs/managed-memory.md). Managed memory itself is served.
+const ANSWERED_HERE: &[(u32, i32)] = &[
+    (19, 0),  // CAN_MAP_HOST_MEMORY
+    (88, 0),  // PAGEABLE_MEMORY_ACCESS
+    (89, 0),  // CONCURRENT_MANAGED_ACCESS
+    (91, 0),  // CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM
+    (100, 0), // PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES
+    (101, 0), // DIRECT_MANAGED_MEM_ACCESS_FROM_HOST
+];
+
 fn make_device(found: RemoteDevice, global: i32) -> Device {
     let info = found.info;
     let size = info.attributes.iter().map(|&(a, _)| a as usize + 1).max();
     let mut attributes = vec![None; size.unwrap_or(0)];
     for &(attribute, value) in &info.attributes {
         attributes[attribute as usize] = Some(value);
+    }
+    for &(attribute, value) in ANSWERED_HERE {
+        if let Some(slot) = attributes.get_mut(attribute as usize) {
+            *slot = Some(value);
+        }
     }
     Device {
         link: found.link,

@@ -424,6 +424,45 @@ wire_api! {
             height: u64,
             pitch: u64,
         );
+        /// `cuMemAllocManaged` (`flags`: `CU_MEM_ATTACH_GLOBAL` or `CU_MEM_ATTACH_HOST`). The
+        /// client keeps the host view of the memory at the same address (crate rgpu-cuda's
+        /// host_view).
+        call MemAllocManaged mem_alloc_managed(ctx: Id, size: u64, flags: u32)
+            -> Answer<DevicePtr>;
+        /// `cuMemPrefetchAsync_v2` of managed memory to a `CUmemLocation` of this server.
+        post MemPrefetch mem_prefetch(
+            ctx: Id,
+            stream: Id,
+            ptr: DevicePtr,
+            size: u64,
+            location_type: u32,
+            location_id: i32,
+        );
+        /// `cuMemAdvise_v2` on managed memory.
+        call MemAdvise mem_advise(
+            ctx: Id,
+            ptr: DevicePtr,
+            size: u64,
+            advice: u32,
+            location_type: u32,
+            location_id: i32,
+        ) -> Status;
+        /// `cuStreamAttachMemAsync`.
+        post StreamAttachMem stream_attach_mem(
+            ctx: Id,
+            stream: Id,
+            ptr: DevicePtr,
+            size: u64,
+            flags: u32,
+        );
+        /// `cuMemRangeGetAttribute`: the attribute's value, `data_size` bytes.
+        call MemRangeGetAttribute mem_range_get_attribute(
+            ctx: Id,
+            ptr: DevicePtr,
+            size: u64,
+            attribute: u32,
+            data_size: u32,
+        ) -> Answer<Vec<u8>>;
     }
 
     /// Copies to, from and between devices.

@@ -90,6 +90,16 @@ impl Side {
     }
 }
 
+/// `side` as device memory when it is host memory inside a managed allocation.
+fn device_if_managed(side: Side) -> Result<Side, CUresult> {
+    match side.memory {
+        Memory::Host if super::managed::is_managed(side.start) => {
+            Side::device(side.start, side.pitch, std::ptr::null_mut())
+        }
+        _ => Ok(side),
+    }
+}
+
 /// A copy of `extent`'s rows from `src` to `dst`.
 struct Transfer {
     src: Side,
@@ -100,6 +110,12 @@ struct Transfer {
 /// Carries out a copy: on `stream` when given (asynchronous), else synchronously.
 fn transfer(copy: Transfer, stream: Option<CUstream>) -> Result<(), CUresult> {
     let Transfer { src, dst, extent } = copy;
+    // A "host" side in managed memory is the device's memory (its host view is a copy).
+    let (src, dst) = (device_if_managed(src)?, device_if_managed(dst)?);
+    let host_only = matches!((&src.memory, &dst.memory), (Memory::Host, Memory::Host));
+    if !host_only {
+        super::managed::before_device_work(stream)?;
+    }
     match extent.bytes() {
         None => return Err(CUresult::CUDA_ERROR_INVALID_VALUE),
         Some(0) => return Ok(()),
@@ -338,6 +354,24 @@ fn read_device(
             .memcpy_dtoh(ctx.remote, stream, src, extent, pitch, sink)
             .outcome()
     })
+}
+
+/// Writes `bytes` to device memory at `dst` on `ctx`'s default stream (posted).
+pub(crate) fn write_linear(ctx: &Context, dst: DevicePtr, bytes: &[u8]) -> Result<(), CUresult> {
+    let extent = Extent::linear(bytes.len() as u64);
+    write_device(ctx, 0, dst, extent, extent.packed(), bytes)
+}
+
+/// Reads `len` bytes of device memory at `src` into `into` on `ctx`'s default stream, waiting
+/// for them.
+pub(crate) fn read_linear(
+    ctx: &Context,
+    src: DevicePtr,
+    into: *mut u8,
+    len: usize,
+) -> Result<(), CUresult> {
+    let extent = Extent::linear(len as u64);
+    read_device(ctx, 0, into, src, extent, extent.packed(), true)
 }
 
 /// Issues a read of `len` bytes into `into` (`issue` sends the request with the sink);

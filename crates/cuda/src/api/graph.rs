@@ -210,11 +210,14 @@ pub unsafe fn cuGraphInstantiateWithParams(
     status(result.map(|_| ()))
 }
 
-fn launch(exec: CUgraphExec, stream: CUstream, upload: bool) -> Result<(), CUresult> {
+fn launch(exec: CUgraphExec, stream_handle: CUstream, upload: bool) -> Result<(), CUresult> {
     let exec = GraphExec::from_handle(exec).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
-    let (ctx, stream) = resolve_stream(stream)?;
+    let (ctx, stream) = resolve_stream(stream_handle)?;
     if !std::sync::Arc::ptr_eq(&ctx.conn, &exec.conn) {
         return Err(CUresult::CUDA_ERROR_INVALID_CONTEXT);
+    }
+    if !upload {
+        super::managed::before_device_work(Some(stream_handle))?;
     }
     let server = ctx.conn.cuda();
     server

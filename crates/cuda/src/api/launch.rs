@@ -90,6 +90,7 @@ unsafe fn launch(
     extra: *mut *mut c_void,
     attributes: Vec<LaunchAttribute>,
 ) -> Result<(), CUresult> {
+    super::managed::before_device_work(Some(stream))?;
     let (ctx, stream) = resolve_stream(stream)?;
     let (function, remote) = launchable(f, &ctx)?;
     PARAMS.with(|buffer| {

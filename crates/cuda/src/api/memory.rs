@@ -96,11 +96,13 @@ const DISTINCT_ADDRESS_TRIES: usize = 16;
 /// which rgpu cannot rewrite). Two servers may hand out the same address: then the colliding
 /// block is held while the server is asked again, so every pointer the program holds names one
 /// server's memory, and copies find their server by address. `allocate_once` asks the server
-/// once (`MemAlloc` or `MemAllocAsync`).
+/// once (`MemAlloc` or `MemAllocAsync`); `claim` may refuse an address for other reasons
+/// (managed memory needs the same address free in this process).
 pub(crate) fn allocate(
     ctx: &Context,
     size: usize,
     allocate_once: impl Fn() -> Result<u64, CUresult>,
+    claim: impl Fn(u64) -> bool,
     free: impl Fn(u64) -> Result<(), CUresult>,
 ) -> Result<u64, CUresult> {
     let mut colliding = Vec::new();
@@ -113,7 +115,7 @@ pub(crate) fn allocate(
                 break;
             }
         };
-        if overlaps_known_range(ptr, size as u64) {
+        if overlaps_known_range(ptr, size as u64) || !claim(ptr) {
             colliding.push(ptr);
             continue;
         }
@@ -138,7 +140,7 @@ pub unsafe fn cuMemAlloc_v2(dptr: *mut CUdeviceptr, size: usize) -> CUresult {
         let server = ctx.conn.cuda();
         let allocate_once = || server.mem_alloc(ctx.remote, size as u64).outcome();
         let free = |ptr| server.mem_free(ctx.remote, ptr).outcome();
-        let ptr = allocate(&ctx, size, allocate_once, free)?;
+        let ptr = allocate(&ctx, size, allocate_once, |_| true, free)?;
         // SAFETY: an out-pointer from the caller: null (refused by write_out) or writable, as the API requires.
         unsafe { write_out(dptr, ptr) }
     }))
@@ -157,7 +159,7 @@ pub unsafe fn cuMemAllocAsync(dptr: *mut CUdeviceptr, size: usize, stream: CUstr
                 .outcome()
         };
         let free = |ptr| free_async(&ctx, stream, ptr);
-        let ptr = allocate(&ctx, size, allocate_once, free)?;
+        let ptr = allocate(&ctx, size, allocate_once, |_| true, free)?;
         // SAFETY: an out-pointer from the caller: null (refused by write_out) or writable, as the API requires.
         unsafe { write_out(dptr, ptr) }
     }))
@@ -185,6 +187,7 @@ pub unsafe fn cuMemFree_v2(ptr: CUdeviceptr) -> CUresult {
     status(context_of(ptr).and_then(|ctx| {
         ctx.conn.cuda().mem_free(ctx.remote, ptr).outcome()?;
         DEVICE_RANGES.write().unwrap().remove(ptr);
+        super::managed::forget(ptr);
         Ok(())
     }))
 }
@@ -307,6 +310,7 @@ fn memset(
     height: usize,
     pitch: usize,
 ) -> Result<(), CUresult> {
+    super::managed::before_device_work(stream)?;
     let (ctx, stream) = match stream {
         Some(stream) => resolve_stream(stream)?,
         None => (context_of(dst)?, 0),
@@ -466,6 +470,7 @@ unsafe fn pointer_attribute(
         return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
     }
     let ctx = device.and_then(|(_, _, ctx)| Context::from_handle(ctx as CUcontext));
+    let managed = device.is_some() && super::managed::is_managed(ptr);
     // SAFETY: `data` is the caller's out-pointer for this attribute's type (null is refused above).
     unsafe {
         match attribute {
@@ -485,12 +490,15 @@ unsafe fn pointer_attribute(
                 Some(_) => write_out(data.cast::<u64>(), ptr),
                 None => Err(CUresult::CUDA_ERROR_INVALID_VALUE),
             },
-            4 => match host {
-                Some(_) => write_out(data.cast::<u64>(), ptr),
-                None => Err(CUresult::CUDA_ERROR_INVALID_VALUE),
+            // HOST_POINTER: page-locked memory, and managed memory (its host view).
+            4 => match host.is_some() || managed {
+                true => write_out(data.cast::<u64>(), ptr),
+                false => Err(CUresult::CUDA_ERROR_INVALID_VALUE),
             },
-            // SYNC_MEMOPS, IS_MANAGED
-            6 | 8 => write_out(data.cast::<u32>(), 0),
+            // SYNC_MEMOPS
+            6 => write_out(data.cast::<u32>(), 0),
+            // IS_MANAGED
+            8 => write_out(data.cast::<u32>(), managed as u32),
             // BUFFER_ID: the range start is unique while the range lives.
             7 => write_out(
                 data.cast::<u64>(),

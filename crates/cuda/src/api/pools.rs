@@ -183,7 +183,7 @@ pub unsafe fn cuMemAllocFromPoolAsync(
                 .outcome()
         };
         let free = |ptr| free_async(&ctx, stream, ptr);
-        let ptr = allocate(&ctx, size, allocate_once, free)?;
+        let ptr = allocate(&ctx, size, allocate_once, |_| true, free)?;
         // SAFETY: checked non-null above.
         unsafe { write_out(dptr, ptr) }
     }))

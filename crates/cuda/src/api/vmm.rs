@@ -108,7 +108,7 @@ pub unsafe fn cuMemAddressReserve(
                 .outcome()
         };
         let free = |at| server.vmm_address_free(ctx.remote, at, size64).outcome();
-        let reserved = allocate(&ctx, size, reserve_once, free)?;
+        let reserved = allocate(&ctx, size, reserve_once, |_| true, free)?;
         // SAFETY: an out-pointer from the caller: null (refused by write_out) or writable, as the API requires.
         unsafe { write_out(ptr, reserved) }
     }))

@@ -1,9 +1,11 @@
 //! Allocations (plain and stream-ordered, each charged to the session's memory quota) and
 //! memsets.
 
-use rgpu_cuda_api::cu_call;
+use std::ffi::c_void;
+
 use rgpu_cuda_api::native::{check, Status, INVALID_VALUE};
 use rgpu_cuda_api::sys::*;
+use rgpu_cuda_api::{cu_call, cu_call_raw};
 use rgpu_protocol::cuda::{serve, Answer, DevicePtr, Id, MemAccess, MemInfo, Pool, PoolProps};
 
 use super::session::{code, Charged, CudaSession, Served};
@@ -153,6 +155,154 @@ impl serve::Memory for Served<'_> {
             height as usize,
             pitch as usize,
         ))
+    }
+
+    fn mem_alloc_managed(&mut self, ctx: Id, size: u64, flags: u32) -> Answer<DevicePtr> {
+        let cuda = &mut *self.cuda;
+        cuda.enter(ctx).and_then(|()| {
+            cuda.charged_allocation(size, |cuda| {
+                let mut ptr = 0u64;
+                // SAFETY: this session's live context and a local out-pointer; the driver
+                // checks the size and flags.
+                check(unsafe {
+                    cu_call!(
+                        cuda.backend.driver,
+                        cuMemAllocManaged(&mut ptr, size as usize, flags)
+                    )
+                })
+                .map(|()| Charged::Pointer(ptr))
+            })
+        })
+    }
+
+    fn mem_prefetch(
+        &mut self,
+        ctx: Id,
+        stream: Id,
+        ptr: DevicePtr,
+        size: u64,
+        location_type: u32,
+        location_id: i32,
+    ) -> Answer<()> {
+        let cuda = &mut *self.cuda;
+        let stream = cuda.enter(ctx).and_then(|()| cuda.stream(stream))?;
+        let (location, size, flags) = (
+            MemLocation::new(location_type, location_id),
+            size as usize,
+            0u32,
+        );
+        // SAFETY: this session's live stream; the location is passed by value as the driver
+        // declares it, and the driver checks the range.
+        check(unsafe {
+            cu_call_raw!(
+                cuda.backend.driver,
+                cuMemPrefetchAsync_v2(
+                    ptr: u64,
+                    size: usize,
+                    location: MemLocation,
+                    flags: u32,
+                    stream: CUstream,
+                )
+            )
+        })
+    }
+
+    fn mem_advise(
+        &mut self,
+        ctx: Id,
+        ptr: DevicePtr,
+        size: u64,
+        advice: u32,
+        location_type: u32,
+        location_id: i32,
+    ) -> Status {
+        let cuda = &mut *self.cuda;
+        let status = cuda.enter(ctx).and_then(|()| {
+            let (location, size) = (MemLocation::new(location_type, location_id), size as usize);
+            // SAFETY: the advice and location travel as the integers the driver declares;
+            // the driver checks the range and values.
+            check(unsafe {
+                cu_call_raw!(
+                    cuda.backend.driver,
+                    cuMemAdvise_v2(ptr: u64, size: usize, advice: u32, location: MemLocation)
+                )
+            })
+        });
+        code(status)
+    }
+
+    fn stream_attach_mem(
+        &mut self,
+        ctx: Id,
+        stream: Id,
+        ptr: DevicePtr,
+        size: u64,
+        flags: u32,
+    ) -> Answer<()> {
+        let cuda = &mut *self.cuda;
+        let stream = cuda.enter(ctx).and_then(|()| cuda.stream(stream))?;
+        // SAFETY: this session's live stream; the driver checks the range and flags.
+        check(unsafe {
+            cu_call!(
+                cuda.backend.driver,
+                cuStreamAttachMemAsync(stream, ptr, size as usize, flags)
+            )
+        })
+    }
+
+    fn mem_range_get_attribute(
+        &mut self,
+        ctx: Id,
+        ptr: DevicePtr,
+        size: u64,
+        attribute: u32,
+        data_size: u32,
+    ) -> Answer<Vec<u8>> {
+        // Every range attribute is one or more 32-bit values.
+        if data_size == 0 || data_size > MAX_RANGE_ATTRIBUTE_BYTES || !data_size.is_multiple_of(4) {
+            return Err(INVALID_VALUE);
+        }
+        let cuda = &mut *self.cuda;
+        cuda.enter(ctx)?;
+        let mut data = vec![0u8; data_size as usize];
+        let (out, len, size) = (
+            data.as_mut_ptr().cast::<c_void>(),
+            data.len(),
+            size as usize,
+        );
+        // SAFETY: a local buffer of `len` bytes; the attribute travels as its integer.
+        check(unsafe {
+            cu_call_raw!(
+                cuda.backend.driver,
+                cuMemRangeGetAttribute(
+                    out: *mut c_void,
+                    len: usize,
+                    attribute: u32,
+                    ptr: u64,
+                    size: usize,
+                )
+            )
+        })?;
+        Ok(data)
+    }
+}
+
+/// The most bytes a range attribute may ask for (one 32-bit value per device of a large
+/// server, for `CU_MEM_RANGE_ATTRIBUTE_ACCESSED_BY`).
+const MAX_RANGE_ATTRIBUTE_BYTES: u32 = 4 * 1024;
+
+/// `CUmemLocation` with its type as the integer the client sent (the enum has values the
+/// Rust type may lack), passed to the driver by value.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct MemLocation {
+    location_type: u32,
+    id: i32,
+}
+
+impl MemLocation {
+    fn new(location_type: u32, id: i32) -> MemLocation {
+        MemLocation { location_type, id }
     }
 }
 
