@@ -352,8 +352,12 @@ if selected nvml; then
     elif [ -n "$torch_count" ] && [ "$torch_count" != 2 ]; then
         fail "nvml: torch.cuda.device_count() through rgpu is $torch_count, not 2"
         tail_of "$out/nvml.rgpu.out"
+    elif grep -q "^nvml processes mine" "$out/nvml.native.out" &&
+        ! grep -q "^nvml processes mine" "$out/nvml.rgpu.out"; then
+        fail "nvml: the process list through rgpu does not show this program (natively it does)"
+        tail_of "$out/nvml.rgpu.out"
     else
-        pass "nvml (nvidia-smi -L and pynvml: 2 GPUs through rgpu, $native_count natively; UUID $native_uuid; torch ${torch_count:-not installed})"
+        pass "nvml (nvidia-smi -L and pynvml: 2 GPUs through rgpu, $native_count natively; UUID $native_uuid; torch ${torch_count:-not installed}; $(grep -m1 '^nvml processes' "$out/nvml.rgpu.out"))"
     fi
 fi
 

@@ -2,7 +2,8 @@
 // kernel, device-to-device copy, empty (barrier) and child-graph nodes; kernel parameters
 // updated in the executable graph; an executable graph updated from a new graph; a WHILE
 // conditional node whose body kernel decrements a counter on the device and sets the
-// condition; stream capture into an existing graph. Checks every result against the CPU.
+// condition; stream capture into an existing graph; graph memory (allocation and free nodes).
+// Checks every result against the CPU.
 //
 //   nvcc -O2 -o graph_nodes graph_nodes.cu && ./graph_nodes
 //
@@ -165,6 +166,50 @@ int main() {
     CK(cudaMemcpy(back.data(), x, bytes, cudaMemcpyDeviceToHost));
     EXPECT(back[0] == 49.0f, "captured x[0] = %g, expected 49", back[0]);
     printf("CHECK capture_to_graph %.6e\n", back[0]);
+
+    // Graph memory: an allocation node, a memset and a kernel on it, a copy out, a free node;
+    // launched twice (the driver gives the allocation the same address each time).
+    cudaGraph_t mem;
+    CK(cudaGraphCreate(&mem, 0));
+    cudaMemAllocNodeParams ap = {};
+    ap.poolProps.allocType = cudaMemAllocationTypePinned;
+    ap.poolProps.location.type = cudaMemLocationTypeDevice;
+    ap.poolProps.location.id = 0;
+    ap.bytesize = bytes;
+    cudaGraphNode_t alloc_node, fill_node, kern_node, out_node, free_node;
+    CK(cudaGraphAddMemAllocNode(&alloc_node, mem, nullptr, 0, &ap));
+    float *scratch = (float *)ap.dptr;
+    EXPECT(scratch != nullptr, "allocation node gave no address");
+    cudaMemsetParams fill = {};
+    fill.dst = scratch;
+    fill.value = 0;
+    fill.elementSize = 4;
+    fill.width = n;
+    fill.height = 1;
+    CK(cudaGraphAddMemsetNode(&fill_node, mem, &alloc_node, 1, &fill));
+    float a3 = 1.0f, b3 = 5.0f;
+    int n3 = n;
+    void *args3[] = {&scratch, &a3, &b3, &n3};
+    cudaKernelNodeParams kp3 = {};
+    kp3.func = (void *)scale_add;
+    kp3.gridDim = dim3(blocks);
+    kp3.blockDim = dim3(threads);
+    kp3.kernelParams = args3;
+    CK(cudaGraphAddKernelNode(&kern_node, mem, &fill_node, 1, &kp3));
+    CK(cudaGraphAddMemcpyNode1D(&out_node, mem, &kern_node, 1, y, scratch, bytes, cudaMemcpyDeviceToDevice));
+    CK(cudaGraphAddMemFreeNode(&free_node, mem, &out_node, 1, scratch));
+    cudaGraphExec_t mem_exec;
+    CK(cudaGraphInstantiate(&mem_exec, mem, 0));
+    for (int launch = 0; launch < 2; ++launch) {
+        CK(cudaMemset(y, 0, bytes));
+        CK(cudaGraphLaunch(mem_exec, stream));
+        CK(cudaStreamSynchronize(stream));
+        CK(cudaMemcpy(back.data(), y, bytes, cudaMemcpyDeviceToHost));
+        EXPECT(back[0] == 5.0f && back[n - 1] == 5.0f, "graph memory: y = %g %g", back[0], back[n - 1]);
+    }
+    printf("CHECK graph_memory %.6e\n", back[n - 1]);
+    CK(cudaGraphExecDestroy(mem_exec));
+    CK(cudaGraphDestroy(mem));
 
     CK(cudaGraphExecDestroy(more_exec));
     CK(cudaGraphExecDestroy(loop_exec));

@@ -1,7 +1,8 @@
 // textures: CUDA arrays, textures and surfaces. A 2D float array filled from host rows and read
 // through a texture object; a second array written through a surface object and read back; a
 // 3D array filled with cudaMemcpy3D and read through a 3D texture; a texture over linear device
-// memory; copies device -> array, array -> array and array -> device; the array's descriptor.
+// memory; copies device -> array, array -> array and array -> device; the array's descriptor;
+// a mipmapped array read at each level of detail.
 // Every result is checked against the CPU.
 //
 //   nvcc -O2 -o textures textures.cu && ./textures
@@ -33,6 +34,10 @@ __global__ void read3d(cudaTextureObject_t tex, float *out, int w, int h, int d)
 __global__ void fetch1d(cudaTextureObject_t tex, float *out, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) out[i] = tex1Dfetch<float>(tex, i) * 2.0f;
+}
+
+__global__ void read_lod(cudaTextureObject_t tex, float lod, float *out) {
+    *out = tex2DLod<float>(tex, 0.5f, 0.5f, lod);
 }
 
 static cudaTextureObject_t texture_of(cudaArray_t array) {
@@ -147,6 +152,45 @@ int main() {
     CK(cudaMemcpy(back.data(), out, w * h * sizeof(float), cudaMemcpyDeviceToHost));
     for (int i = 0; i < w * h; ++i) EXPECT(back[i] == 2 * host[i], "tex1Dfetch[%d] = %g", i, back[i]);
     printf("CHECK linear_texture %.6e\n", back[100]);
+
+    // A mipmapped array: each level filled with its own value, read through one texture at
+    // each level of detail.
+    cudaMipmappedArray_t mip;
+    const int levels = 3;
+    CK(cudaMallocMipmappedArray(&mip, &fdesc, make_cudaExtent(w, h, 0), levels));
+    for (int level = 0; level < levels; ++level) {
+        cudaArray_t lvl;
+        CK(cudaGetMipmappedArrayLevel(&lvl, mip, level));
+        cudaExtent lext;
+        CK(cudaArrayGetInfo(nullptr, &lext, nullptr, lvl));
+        EXPECT(lext.width == size_t(w >> level) && lext.height == size_t(h >> level),
+               "level %d is %zux%zu", level, lext.width, lext.height);
+        std::vector<float> fill(lext.width * lext.height, float(level + 1));
+        CK(cudaMemcpy2DToArray(lvl, 0, 0, fill.data(), lext.width * sizeof(float),
+                               lext.width * sizeof(float), lext.height, cudaMemcpyHostToDevice));
+    }
+    cudaResourceDesc mres = {};
+    mres.resType = cudaResourceTypeMipmappedArray;
+    mres.res.mipmap.mipmap = mip;
+    cudaTextureDesc mtd = {};
+    mtd.addressMode[0] = mtd.addressMode[1] = cudaAddressModeClamp;
+    mtd.filterMode = cudaFilterModePoint;
+    mtd.mipmapFilterMode = cudaFilterModePoint;
+    mtd.readMode = cudaReadModeElementType;
+    mtd.normalizedCoords = 1;
+    mtd.maxMipmapLevelClamp = float(levels - 1);
+    cudaTextureObject_t mtex;
+    CK(cudaCreateTextureObject(&mtex, &mres, &mtd, nullptr));
+    float lods[levels];
+    for (int level = 0; level < levels; ++level) {
+        read_lod<<<1, 1>>>(mtex, float(level), out);
+        CK_LAUNCH();
+        CK(cudaMemcpy(&lods[level], out, sizeof(float), cudaMemcpyDeviceToHost));
+        EXPECT(lods[level] == float(level + 1), "mipmap level %d reads %g", level, lods[level]);
+    }
+    printf("CHECK mipmap %.6e %.6e %.6e\n", lods[0], lods[1], lods[2]);
+    CK(cudaDestroyTextureObject(mtex));
+    CK(cudaFreeMipmappedArray(mip));
 
     CK(cudaDestroyTextureObject(ltex));
     CK(cudaDestroyTextureObject(tex3));

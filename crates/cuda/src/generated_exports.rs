@@ -1281,13 +1281,37 @@ pub unsafe extern "C" fn cuGraphAddKernelNode_v2(
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuGraphAddMemAllocNode() -> CUresult {
-    not_supported("cuGraphAddMemAllocNode")
+pub unsafe extern "C" fn cuGraphAddMemAllocNode(
+    phGraphNode: *mut CUgraphNode,
+    hGraph: CUgraph,
+    dependencies: *const CUgraphNode,
+    numDependencies: usize,
+    nodeParams: *mut CUDA_MEM_ALLOC_NODE_PARAMS,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuGraphAddMemAllocNode", || unsafe {
+        crate::api::cuGraphAddMemAllocNode(
+            phGraphNode,
+            hGraph,
+            dependencies,
+            numDependencies,
+            nodeParams,
+        )
+    })
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuGraphAddMemFreeNode() -> CUresult {
-    not_supported("cuGraphAddMemFreeNode")
+pub unsafe extern "C" fn cuGraphAddMemFreeNode(
+    phGraphNode: *mut CUgraphNode,
+    hGraph: CUgraph,
+    dependencies: *const CUgraphNode,
+    numDependencies: usize,
+    dptr: CUdeviceptr,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuGraphAddMemFreeNode", || unsafe {
+        crate::api::cuGraphAddMemFreeNode(phGraphNode, hGraph, dependencies, numDependencies, dptr)
+    })
 }
 
 #[no_mangle]
@@ -4282,18 +4306,35 @@ pub unsafe extern "C" fn cuMemsetD8_v2_ptds(
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMipmappedArrayCreate() -> CUresult {
-    not_supported("cuMipmappedArrayCreate")
+pub unsafe extern "C" fn cuMipmappedArrayCreate(
+    pHandle: *mut CUmipmappedArray,
+    pMipmappedArrayDesc: *const CUDA_ARRAY3D_DESCRIPTOR,
+    numMipmapLevels: ::core::ffi::c_uint,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuMipmappedArrayCreate", || unsafe {
+        crate::api::cuMipmappedArrayCreate(pHandle, pMipmappedArrayDesc, numMipmapLevels)
+    })
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMipmappedArrayDestroy() -> CUresult {
-    not_supported("cuMipmappedArrayDestroy")
+pub unsafe extern "C" fn cuMipmappedArrayDestroy(hMipmappedArray: CUmipmappedArray) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuMipmappedArrayDestroy", || unsafe {
+        crate::api::cuMipmappedArrayDestroy(hMipmappedArray)
+    })
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMipmappedArrayGetLevel() -> CUresult {
-    not_supported("cuMipmappedArrayGetLevel")
+pub unsafe extern "C" fn cuMipmappedArrayGetLevel(
+    pLevelArray: *mut CUarray,
+    hMipmappedArray: CUmipmappedArray,
+    level: ::core::ffi::c_uint,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuMipmappedArrayGetLevel", || unsafe {
+        crate::api::cuMipmappedArrayGetLevel(pLevelArray, hMipmappedArray, level)
+    })
 }
 
 #[no_mangle]

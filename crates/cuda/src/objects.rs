@@ -415,6 +415,17 @@ pub struct Array {
 }
 registered!(Array, CUarray);
 
+/// A mipmapped array on the server of the context it was made in.
+pub struct MipmappedArray {
+    /// The handle the program holds (see crate::handles).
+    pub handle: usize,
+    pub remote: Id,
+    pub ctx: Arc<Context>,
+    /// The level arrays the program asked for (level -> array handle), which go with it.
+    pub levels: Mutex<HashMap<u32, usize>>,
+}
+registered!(MipmappedArray, CUmipmappedArray);
+
 /// A memory pool: a device's default pool or one the program made, on the device's server.
 pub struct MemPool {
     /// The handle the program holds (see crate::handles).

@@ -346,6 +346,17 @@ pub enum NodeParams {
         kind: u32,
         bodies: Vec<Id>,
     },
+    /// A graph allocation of `size` bytes from a pool like `props`, accessible as `access`
+    /// says; its address comes from `GraphMemAllocNodeAddress`.
+    MemAlloc {
+        props: PoolProps,
+        access: Vec<MemAccess>,
+        size: u64,
+    },
+    /// Frees the graph allocation at `dptr`.
+    MemFree {
+        dptr: DevicePtr,
+    },
 }
 
 wire_api! {
@@ -651,6 +662,9 @@ wire_api! {
         call GraphNodes graph_nodes(graph: Id, query: NodeQuery) -> Answer<Vec<(Id, u32)>>;
         /// `cuDeviceGraphMemTrim`.
         call GraphMemTrim graph_mem_trim(device: u32) -> Status;
+        /// The address of the allocation a `MemAlloc` node makes (the driver fixes it when the
+        /// node is added).
+        call GraphMemAllocNodeAddress graph_mem_alloc_node_address(node: Id) -> Answer<DevicePtr>;
     }
 
     /// CUDA arrays, and texture and surface objects.
@@ -658,6 +672,15 @@ wire_api! {
         /// `cuArray3DCreate` (`cuArrayCreate`: depth 0): array `id`.
         call ArrayCreate array_create(ctx: Id, id: Id, desc: ArrayDesc) -> Status;
         post ArrayDestroy array_destroy(id: Id);
+        /// `cuMipmappedArrayCreate`: mipmapped array `id` of `levels` levels.
+        call MipmappedArrayCreate mipmapped_array_create(ctx: Id, id: Id, desc: ArrayDesc, levels: u32)
+            -> Status;
+        /// `cuMipmappedArrayDestroy` (its levels go with it).
+        post MipmappedArrayDestroy mipmapped_array_destroy(id: Id);
+        /// `cuMipmappedArrayGetLevel`: level `level` of `mipmap` becomes array `id` (owned by
+        /// the mipmapped array); its descriptor.
+        call MipmappedArrayGetLevel mipmapped_array_get_level(mipmap: Id, level: u32, id: Id)
+            -> Answer<ArrayDesc>;
         /// Bulk: the rows to write into `array` from `origin` (x in bytes, row, slice),
         /// packed, in stream order.
         post [bulk] MemcpyHtoA memcpy_htoa(
@@ -672,8 +695,8 @@ wire_api! {
         /// A copy between arrays and device memory of this server, in stream order.
         post MemcpyArray memcpy_array(ctx: Id, stream: Id, src: Place, dst: Place, extent: Extent);
         /// `cuTexObjectCreate`: `CUDA_RESOURCE_DESC`, `CUDA_TEXTURE_DESC` and
-        /// `CUDA_RESOURCE_VIEW_DESC` (empty: none) as their bytes, an array's session id in
-        /// place of its handle; the object, as kernels receive it.
+        /// `CUDA_RESOURCE_VIEW_DESC` (empty: none) as their bytes, an array's (or mipmapped
+        /// array's) session id in place of its handle; the object, as kernels receive it.
         call TexObjectCreate tex_object_create(
             ctx: Id,
             resource: Vec<u8>,
@@ -861,6 +884,8 @@ sample_enum!(NodeParams {
     EventWait { event },
     Child { graph },
     Conditional { handle, kind, bodies },
+    MemAlloc { props, access, size },
+    MemFree { dptr },
 });
 sample_enum!(OccupancyQuery {
     MaxActiveBlocks { function, block_size, shared_mem, flags },

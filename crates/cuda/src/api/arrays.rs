@@ -11,11 +11,33 @@ use rgpu_cuda_api::sys::*;
 use rgpu_protocol::cuda::ArrayDesc;
 
 use super::{status, write_out, Outcome};
-use crate::objects::{current_context, Array};
+use crate::objects::{current_context, Array, MipmappedArray};
 
 /// `CU_RESOURCE_TYPE_ARRAY` / `_MIPMAPPED_ARRAY`.
 const RESOURCE_ARRAY: u32 = 0;
 const RESOURCE_MIPMAPPED_ARRAY: u32 = 1;
+
+/// A descriptor in wire form (the format read as an integer: it may hold values the enum
+/// lacks).
+///
+/// # Safety
+/// `desc` is null or a valid descriptor.
+unsafe fn desc_3d(desc: *const CUDA_ARRAY3D_DESCRIPTOR) -> Result<ArrayDesc, CUresult> {
+    // SAFETY: the caller's guarantee.
+    let Some(d) = (unsafe { desc.as_ref() }) else {
+        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+    };
+    // SAFETY: as above.
+    let format = unsafe { std::ptr::addr_of!(d.Format).cast::<u32>().read() };
+    Ok(ArrayDesc {
+        width: d.Width as u64,
+        height: d.Height as u64,
+        depth: d.Depth as u64,
+        format,
+        channels: d.NumChannels,
+        flags: d.Flags,
+    })
+}
 
 /// Makes an array in the current context.
 fn create(array: *mut CUarray, desc: ArrayDesc) -> CUresult {
@@ -65,23 +87,90 @@ pub unsafe fn cuArray3DCreate_v2(
     array: *mut CUarray,
     desc: *const CUDA_ARRAY3D_DESCRIPTOR,
 ) -> CUresult {
-    // SAFETY: the program's descriptor, valid as the API requires; the format read as an integer.
-    let Some(d) = (unsafe { desc.as_ref() }) else {
-        return CUresult::CUDA_ERROR_INVALID_VALUE;
-    };
-    // SAFETY: as above.
-    let format = unsafe { std::ptr::addr_of!(d.Format).cast::<u32>().read() };
-    create(
-        array,
-        ArrayDesc {
-            width: d.Width as u64,
-            height: d.Height as u64,
-            depth: d.Depth as u64,
-            format,
-            channels: d.NumChannels,
-            flags: d.Flags,
-        },
-    )
+    // SAFETY: the program's descriptor, valid as the API requires.
+    match unsafe { desc_3d(desc) } {
+        Ok(desc) => create(array, desc),
+        Err(e) => e,
+    }
+}
+
+pub unsafe fn cuMipmappedArrayCreate(
+    mipmap: *mut CUmipmappedArray,
+    desc: *const CUDA_ARRAY3D_DESCRIPTOR,
+    levels: std::ffi::c_uint,
+) -> CUresult {
+    status(current_context().and_then(|ctx| {
+        if mipmap.is_null() {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        // SAFETY: the program's descriptor, valid as the API requires.
+        let desc = unsafe { desc_3d(desc)? };
+        let object = MipmappedArray {
+            handle: crate::handles::new_handle(),
+            remote: ctx.conn.new_id(),
+            ctx: ctx.clone(),
+            levels: Default::default(),
+        };
+        ctx.conn
+            .cuda()
+            .mipmapped_array_create(ctx.remote, object.remote, desc, levels)
+            .outcome()?;
+        // SAFETY: checked non-null above.
+        unsafe { write_out(mipmap, object.into_handle()) }
+    }))
+}
+
+/// A level of a mipmapped array: an array handle the mipmapped array owns (asked for again,
+/// the same handle).
+pub unsafe fn cuMipmappedArrayGetLevel(
+    array: *mut CUarray,
+    mipmap: CUmipmappedArray,
+    level: std::ffi::c_uint,
+) -> CUresult {
+    status((|| {
+        let mipmap =
+            MipmappedArray::from_handle(mipmap).ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
+        if array.is_null() {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        let mut levels = mipmap.levels.lock().unwrap();
+        if let Some(&handle) = levels.get(&level) {
+            // SAFETY: checked non-null above.
+            return unsafe { write_out(array, handle as CUarray) };
+        }
+        let ctx = mipmap.ctx.clone();
+        let remote = ctx.conn.new_id();
+        let desc = ctx
+            .conn
+            .cuda()
+            .mipmapped_array_get_level(mipmap.remote, level, remote)
+            .outcome()?;
+        let object = Array {
+            handle: crate::handles::new_handle(),
+            remote,
+            ctx,
+            desc,
+        };
+        let handle = object.into_handle();
+        levels.insert(level, handle as usize);
+        // SAFETY: checked non-null above.
+        unsafe { write_out(array, handle) }
+    })())
+}
+
+pub unsafe fn cuMipmappedArrayDestroy(mipmap: CUmipmappedArray) -> CUresult {
+    status((|| {
+        let object = MipmappedArray::destroy(mipmap).ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
+        for (_, level) in object.levels.lock().unwrap().drain() {
+            Array::destroy(level as CUarray);
+        }
+        object
+            .ctx
+            .conn
+            .cuda()
+            .mipmapped_array_destroy(object.remote)
+            .outcome()
+    })())
 }
 
 pub unsafe fn cuArrayDestroy(array: CUarray) -> CUresult {
@@ -156,8 +245,8 @@ unsafe fn bytes_of<T>(value: *const T) -> Vec<u8> {
     unsafe { std::slice::from_raw_parts(value.cast::<u8>(), std::mem::size_of::<T>()) }.to_vec()
 }
 
-/// A resource descriptor's bytes for the server: an array's handle becomes its session id,
-/// on the context's server. Mipmapped arrays are not offered.
+/// A resource descriptor's bytes for the server: an array's (or mipmapped array's) handle
+/// becomes its session id, on the context's server.
 ///
 /// # Safety
 /// `desc` is null or a valid descriptor.
@@ -172,19 +261,27 @@ unsafe fn resource_bytes(
     let mut bytes = unsafe { bytes_of(desc) };
     // SAFETY: the type field read as its integer.
     let kind = unsafe { std::ptr::addr_of!((*desc).resType).cast::<u32>().read() };
-    if kind == RESOURCE_MIPMAPPED_ARRAY {
-        return Err(crate::unsupported::not_supported("mipmapped arrays"));
-    }
-    if kind == RESOURCE_ARRAY {
-        // SAFETY: an array resource: the union's first word is the handle.
-        let handle = unsafe { (*desc).res.array.hArray };
-        let array = Array::from_handle(handle).ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
-        if !Arc::ptr_eq(&array.ctx.conn, conn) {
-            return Err(CUresult::CUDA_ERROR_INVALID_CONTEXT);
+    let (owner, remote) = match kind {
+        RESOURCE_ARRAY => {
+            // SAFETY: an array resource: the union's first word is the array handle.
+            let handle = unsafe { (*desc).res.array.hArray };
+            let array = Array::from_handle(handle).ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
+            (array.ctx.clone(), array.remote)
         }
-        let at = std::mem::offset_of!(CUDA_RESOURCE_DESC, res);
-        bytes[at..at + 8].copy_from_slice(&array.remote.to_le_bytes());
+        RESOURCE_MIPMAPPED_ARRAY => {
+            // SAFETY: as above, for a mipmapped array.
+            let handle = unsafe { (*desc).res.mipmap.hMipmappedArray };
+            let mipmap =
+                MipmappedArray::from_handle(handle).ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
+            (mipmap.ctx.clone(), mipmap.remote)
+        }
+        _ => return Ok(bytes),
+    };
+    if !Arc::ptr_eq(&owner.conn, conn) {
+        return Err(CUresult::CUDA_ERROR_INVALID_CONTEXT);
     }
+    let at = std::mem::offset_of!(CUDA_RESOURCE_DESC, res);
+    bytes[at..at + 8].copy_from_slice(&remote.to_le_bytes());
     Ok(bytes)
 }
 

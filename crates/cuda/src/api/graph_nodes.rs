@@ -4,7 +4,7 @@
 //! what the program may ask back (a node's type, a conditional node's body graphs).
 //!
 //! Nodes run on the server's device: kernel, device-to-device copy, memset, empty, event,
-//! child-graph and conditional nodes. Host nodes and copies to or from host memory inside a
+//! child-graph, conditional, and memory (allocation and free) nodes. Host nodes and copies to or from host memory inside a
 //! graph are not offered (the host is on another machine) and answer NOT_SUPPORTED.
 
 use std::cell::RefCell;
@@ -31,6 +31,8 @@ const NODE_GRAPH: u32 = 4;
 const NODE_EMPTY: u32 = 5;
 const NODE_WAIT_EVENT: u32 = 6;
 const NODE_EVENT_RECORD: u32 = 7;
+const NODE_MEM_ALLOC: u32 = 10;
+const NODE_MEM_FREE: u32 = 11;
 const NODE_CONDITIONAL: u32 = 13;
 
 /// A graph and the current context, which must be on the graph's server.
@@ -395,6 +397,79 @@ pub unsafe fn cuGraphAddEventWaitNode(
     add_event_node(node, graph, deps, count, event, NODE_WAIT_EVENT)
 }
 
+/// A graph allocation node: posted like any node, then its address (fixed by the driver when
+/// the node is made) is asked for and written into the program's parameters.
+///
+/// # Safety
+/// `params` is the program's `CUDA_MEM_ALLOC_NODE_PARAMS`, valid as the API requires.
+unsafe fn mem_alloc_node(
+    graph: CUgraph,
+    deps: *const CUgraphNode,
+    count: usize,
+    edges: Vec<Edge>,
+    params: *mut CUDA_MEM_ALLOC_NODE_PARAMS,
+) -> Result<Arc<GraphNode>, CUresult> {
+    // SAFETY: the caller's guarantee.
+    let Some(p) = (unsafe { params.as_mut() }) else {
+        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+    };
+    // SAFETY: the program's pool description and access list, as the API requires.
+    let (props, access) = unsafe {
+        let (props, _) = super::pools::read_pool_props(&p.poolProps)?;
+        let access = if p.accessDescs.is_null() {
+            Vec::new()
+        } else {
+            super::vmm::read_access(p.accessDescs, p.accessDescCount)?
+        };
+        (props, access)
+    };
+    let size = p.bytesize as u64;
+    let node = post_node(graph, deps, count, edges, NODE_MEM_ALLOC, 0, |_, _| {
+        Ok(NodeParams::MemAlloc {
+            props,
+            access,
+            size,
+        })
+    })?;
+    let (_, ctx) = graph_and_context(graph)?;
+    let dptr = ctx
+        .conn
+        .cuda()
+        .graph_mem_alloc_node_address(node.remote)
+        .outcome()?;
+    super::memory::record_device_range(dptr, size, &ctx);
+    p.dptr = dptr;
+    Ok(node)
+}
+
+pub unsafe fn cuGraphAddMemAllocNode(
+    node: *mut CUgraphNode,
+    graph: CUgraph,
+    deps: *const CUgraphNode,
+    count: usize,
+    params: *mut CUDA_MEM_ALLOC_NODE_PARAMS,
+) -> CUresult {
+    // SAFETY: the program's arguments, as the API requires.
+    made(node, unsafe {
+        mem_alloc_node(graph, deps, count, Vec::new(), params)
+    })
+}
+
+pub unsafe fn cuGraphAddMemFreeNode(
+    node: *mut CUgraphNode,
+    graph: CUgraph,
+    deps: *const CUgraphNode,
+    count: usize,
+    dptr: CUdeviceptr,
+) -> CUresult {
+    made(
+        node,
+        post_node(graph, deps, count, Vec::new(), NODE_MEM_FREE, 0, |_, _| {
+            Ok(NodeParams::MemFree { dptr })
+        }),
+    )
+}
+
 pub unsafe fn cuGraphAddNode_v2(
     node: *mut CUgraphNode,
     graph: CUgraph,
@@ -519,7 +594,18 @@ pub unsafe fn cuGraphAddNode_v2(
                 }
                 made_node
             }
-            _ => return not_supported("this kind of graph node (host, memory or semaphore nodes)"),
+            NODE_MEM_ALLOC => {
+                // The v2 parameters have the v1 layout (the v2 type only renames it).
+                let alloc = std::ptr::addr_of_mut!(p.__bindgen_anon_1.alloc).cast();
+                mem_alloc_node(graph, deps, count, edge_data.clone(), alloc)
+            }
+            NODE_MEM_FREE => {
+                let dptr = p.__bindgen_anon_1.free.dptr;
+                post_node(graph, deps, count, edge_data.clone(), kind, 0, |_, _| {
+                    Ok(NodeParams::MemFree { dptr })
+                })
+            }
+            _ => return not_supported("this kind of graph node (host or semaphore nodes)"),
         }
     };
     made(node, made_node)

@@ -90,52 +90,65 @@ pub unsafe fn cuDeviceSetMemPool(device: CUdevice, pool: CUmemoryPool) -> CUresu
     })())
 }
 
+/// A pool description as its server takes it (the device ordinal the server's), and the
+/// device it names.
+///
+/// # Safety
+/// `props` is a valid property struct; its enum fields are read as integers (they may hold
+/// values the enums lack).
+pub(crate) unsafe fn read_pool_props(
+    props: *const CUmemPoolProps,
+) -> Result<(PoolProps, &'static crate::servers::Device), CUresult> {
+    // SAFETY: the caller's guarantee.
+    let (alloc_type, handle_types, location_type, location_id, max_size, usage) = unsafe {
+        (
+            std::ptr::addr_of!((*props).allocType).cast::<u32>().read(),
+            std::ptr::addr_of!((*props).handleTypes)
+                .cast::<u32>()
+                .read(),
+            std::ptr::addr_of!((*props).location.type_)
+                .cast::<u32>()
+                .read(),
+            (*props).location.id,
+            (*props).maxSize as u64,
+            (*props).usage,
+        )
+    };
+    // Pools of host memory would live on the server, away from the program.
+    if location_type != LOCATION_DEVICE {
+        return Err(crate::unsupported::not_supported(
+            "memory pools of host memory",
+        ));
+    }
+    let device = crate::servers::device(location_id)?;
+    let props = PoolProps {
+        alloc_type,
+        handle_types,
+        location_type,
+        location_id: device.remote_ordinal as i32,
+        max_size,
+        usage,
+    };
+    Ok((props, device))
+}
+
 pub unsafe fn cuMemPoolCreate(pool: *mut CUmemoryPool, props: *const CUmemPoolProps) -> CUresult {
     status((|| {
         if pool.is_null() || props.is_null() {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
         }
-        // SAFETY: non-null, a valid property struct as the API requires; enum fields are read
-        // as integers (they may hold values the enums lack).
-        let (alloc_type, handle_types, location_type, location_id, max_size, usage) = unsafe {
-            (
-                std::ptr::addr_of!((*props).allocType).cast::<u32>().read(),
-                std::ptr::addr_of!((*props).handleTypes)
-                    .cast::<u32>()
-                    .read(),
-                std::ptr::addr_of!((*props).location.type_)
-                    .cast::<u32>()
-                    .read(),
-                (*props).location.id,
-                (*props).maxSize as u64,
-                (*props).usage,
-            )
-        };
-        // Pools of host memory would live on the server, away from the program.
-        if location_type != LOCATION_DEVICE {
-            return Err(crate::unsupported::not_supported(
-                "memory pools of host memory",
-            ));
-        }
-        let device = crate::servers::device(location_id)?;
+        // SAFETY: non-null, a valid property struct as the API requires.
+        let (props, device) = unsafe { read_pool_props(props)? };
         let ctx = device.primary();
         ctx.ensure_created()?;
         let object = MemPool {
             handle: crate::handles::new_handle(),
             conn: ctx.conn.clone(),
             pool: Pool::Created(ctx.conn.new_id()),
-            device: location_id,
+            device: device.ordinal,
         };
         let Pool::Created(id) = object.pool else {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
-        };
-        let props = PoolProps {
-            alloc_type,
-            handle_types,
-            location_type,
-            location_id: device.remote_ordinal as i32,
-            max_size,
-            usage,
         };
         ctx.conn
             .cuda()

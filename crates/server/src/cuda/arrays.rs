@@ -14,27 +14,16 @@ use super::raw::Raw;
 use super::session::{code, CudaSession, Served};
 use crate::session::End;
 
-/// `CU_RESOURCE_TYPE_ARRAY`: the resource's first union word is an array handle.
+/// `CU_RESOURCE_TYPE_ARRAY` / `_MIPMAPPED_ARRAY`: the resource's first union word is an array
+/// (or mipmapped array) handle.
 const RESOURCE_ARRAY: u32 = 0;
+const RESOURCE_MIPMAPPED_ARRAY: u32 = 1;
 
 impl serve::Arrays for Served<'_> {
     fn array_create(&mut self, ctx: Id, id: Id, desc: ArrayDesc) -> Status {
         let cuda = &mut *self.cuda;
         let made = cuda.create_in(ctx, |cuda, raw| {
-            let mut d = Raw::<CUDA_ARRAY3D_DESCRIPTOR>::zeroed();
-            let p = d.as_mut_ptr();
-            // SAFETY: fields written through the pointer, each as an integer of its width (the
-            // format as the client's integer, which the driver checks).
-            unsafe {
-                std::ptr::addr_of_mut!((*p).Width).write(desc.width as usize);
-                std::ptr::addr_of_mut!((*p).Height).write(desc.height as usize);
-                std::ptr::addr_of_mut!((*p).Depth).write(desc.depth as usize);
-                std::ptr::addr_of_mut!((*p).Format)
-                    .cast::<u32>()
-                    .write(desc.format);
-                std::ptr::addr_of_mut!((*p).NumChannels).write(desc.channels);
-                std::ptr::addr_of_mut!((*p).Flags).write(desc.flags);
-            }
+            let d = array_descriptor(&desc);
             // SAFETY: a local descriptor and out-pointer.
             check(unsafe { cu_call!(cuda.backend.driver, cuArray3DCreate_v2(raw, d.as_ptr())) })
         });
@@ -47,6 +36,70 @@ impl serve::Arrays for Served<'_> {
     fn array_destroy(&mut self, id: Id) -> Answer<()> {
         let taken = self.cuda.arrays.remove(&id);
         self.cuda.destroy(taken)
+    }
+
+    fn mipmapped_array_create(&mut self, ctx: Id, id: Id, desc: ArrayDesc, levels: u32) -> Status {
+        let cuda = &mut *self.cuda;
+        let made = cuda.create_in(ctx, |cuda, raw| {
+            let d = array_descriptor(&desc);
+            // SAFETY: a local descriptor and out-pointer; the driver checks the level count.
+            check(unsafe {
+                cu_call!(
+                    cuda.backend.driver,
+                    cuMipmappedArrayCreate(raw, d.as_ptr(), levels)
+                )
+            })
+        });
+        code(made.map(|raw| {
+            let mipmap = owned::MipmappedArray::new(raw, cuda.current, &cuda.backend);
+            cuda.mipmapped_arrays.insert(id, mipmap);
+        }))
+    }
+
+    fn mipmapped_array_destroy(&mut self, id: Id) -> Answer<()> {
+        let cuda = &mut *self.cuda;
+        cuda.mipmap_levels.retain(|_, (mipmap, _)| *mipmap != id);
+        let taken = cuda.mipmapped_arrays.remove(&id);
+        cuda.destroy(taken)
+    }
+
+    fn mipmapped_array_get_level(&mut self, mipmap: Id, level: u32, id: Id) -> Answer<ArrayDesc> {
+        let cuda = &mut *self.cuda;
+        let raw = cuda
+            .mipmapped_arrays
+            .get(&mipmap)
+            .map(owned::MipmappedArray::raw)
+            .ok_or(INVALID_HANDLE)?;
+        let mut array = std::ptr::null_mut();
+        // SAFETY: a live mipmapped array of this session and a local out-pointer.
+        check(unsafe {
+            cu_call!(
+                cuda.backend.driver,
+                cuMipmappedArrayGetLevel(&mut array, raw, level)
+            )
+        })?;
+        let mut d = Raw::<CUDA_ARRAY3D_DESCRIPTOR>::zeroed();
+        // SAFETY: the level's array and a local out-descriptor.
+        check(unsafe {
+            cu_call!(
+                cuda.backend.driver,
+                cuArray3DGetDescriptor_v2(d.as_mut_ptr(), array)
+            )
+        })?;
+        let p = d.as_ptr();
+        // SAFETY: the descriptor the driver filled, each field read as an integer of its width.
+        let desc = unsafe {
+            ArrayDesc {
+                width: std::ptr::addr_of!((*p).Width).read() as u64,
+                height: std::ptr::addr_of!((*p).Height).read() as u64,
+                depth: std::ptr::addr_of!((*p).Depth).read() as u64,
+                format: std::ptr::addr_of!((*p).Format).cast::<u32>().read(),
+                channels: std::ptr::addr_of!((*p).NumChannels).read(),
+                flags: std::ptr::addr_of!((*p).Flags).read(),
+            }
+        };
+        cuda.mipmap_levels.insert(id, (mipmap, array));
+        Ok(desc)
     }
 
     fn memcpy_htoa(
@@ -222,10 +275,12 @@ impl serve::Arrays for Served<'_> {
 
 impl CudaSession {
     /// The driver's handle of array `id`.
+    /// An array the session made, or a level of one of its mipmapped arrays.
     fn array(&self, id: Id) -> Result<CUarray, Status> {
         self.arrays
             .get(&id)
             .map(owned::Array::raw)
+            .or_else(|| self.mipmap_levels.get(&id).map(|&(_, array)| array))
             .ok_or(INVALID_HANDLE)
     }
 
@@ -257,10 +312,43 @@ impl CudaSession {
                     .cast::<CUarray>()
                     .write(array)
             };
+        } else if kind == RESOURCE_MIPMAPPED_ARRAY {
+            // SAFETY: as above, for a mipmapped array.
+            let id = unsafe { std::ptr::addr_of!((*p).res).cast::<u64>().read() };
+            let mipmap = self
+                .mipmapped_arrays
+                .get(&id)
+                .map(owned::MipmappedArray::raw)
+                .ok_or(INVALID_HANDLE)?;
+            // SAFETY: the union's first word is the mipmapped array handle for this type.
+            unsafe {
+                std::ptr::addr_of_mut!((*p).res)
+                    .cast::<CUmipmappedArray>()
+                    .write(mipmap)
+            };
         } else if kind != 2 && kind != 3 {
-            // Mipmapped arrays are not offered; linear (2) and pitched (3) memory are.
-            return Err(rgpu_cuda_api::native::NOT_SUPPORTED);
+            // Linear (2) and pitched (3) memory pass as they are; nothing else exists.
+            return Err(INVALID_VALUE);
         }
         Ok(desc)
     }
+}
+
+/// `CUDA_ARRAY3D_DESCRIPTOR` from the wire.
+fn array_descriptor(desc: &ArrayDesc) -> Raw<CUDA_ARRAY3D_DESCRIPTOR> {
+    let mut d = Raw::<CUDA_ARRAY3D_DESCRIPTOR>::zeroed();
+    let p = d.as_mut_ptr();
+    // SAFETY: fields written through the pointer, each as an integer of its width (the format
+    // as the client's integer, which the driver checks).
+    unsafe {
+        std::ptr::addr_of_mut!((*p).Width).write(desc.width as usize);
+        std::ptr::addr_of_mut!((*p).Height).write(desc.height as usize);
+        std::ptr::addr_of_mut!((*p).Depth).write(desc.depth as usize);
+        std::ptr::addr_of_mut!((*p).Format)
+            .cast::<u32>()
+            .write(desc.format);
+        std::ptr::addr_of_mut!((*p).NumChannels).write(desc.channels);
+        std::ptr::addr_of_mut!((*p).Flags).write(desc.flags);
+    }
+    d
 }

@@ -190,6 +190,21 @@ impl serve::Graphs for Served<'_> {
         }))
     }
 
+    fn graph_mem_alloc_node_address(&mut self, node: Id) -> Answer<u64> {
+        let cuda = &mut *self.cuda;
+        let raw = cuda.node(node)?;
+        // SAFETY: plain data the driver fills (valid zeroed: every enum in it has a zero value).
+        let mut p: CUDA_MEM_ALLOC_NODE_PARAMS = unsafe { std::mem::zeroed() };
+        // SAFETY: a live node of this session and a local out-struct.
+        check(unsafe {
+            cu_call!(
+                cuda.backend.driver,
+                cuGraphMemAllocNodeGetParams(raw, &mut p)
+            )
+        })?;
+        Ok(p.dptr)
+    }
+
     fn graph_node_set_params(
         &mut self,
         ctx: Id,
@@ -661,6 +676,35 @@ impl CudaSession {
                 }
                 status
             }
+            NodeParams::MemAlloc {
+                props,
+                access,
+                size,
+            } => {
+                let access: Vec<CUmemAccessDesc> =
+                    access.iter().map(super::vmm::access_desc).collect();
+                let mut p = CUDA_MEM_ALLOC_NODE_PARAMS {
+                    poolProps: super::pools::pool_props(&props),
+                    accessDescs: access.as_ptr(),
+                    accessDescCount: access.len(),
+                    bytesize: size as usize,
+                    dptr: 0,
+                };
+                // SAFETY: as above; the access list outlives the call.
+                unsafe {
+                    cu_call!(
+                        self.backend.driver,
+                        cuGraphAddMemAllocNode(&mut node, graph_raw, deps, n, &mut p)
+                    )
+                }
+            }
+            // SAFETY: as above.
+            NodeParams::MemFree { dptr } => unsafe {
+                cu_call!(
+                    self.backend.driver,
+                    cuGraphAddMemFreeNode(&mut node, graph_raw, deps, n, dptr)
+                )
+            },
         };
         check(status).map(|()| node)
     }

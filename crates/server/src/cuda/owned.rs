@@ -106,6 +106,11 @@ owned!(
     cuArrayDestroy
 );
 owned!(
+    /// A mipmapped array (its level arrays belong to it).
+    MipmappedArray(CUmipmappedArray),
+    cuMipmappedArrayDestroy
+);
+owned!(
     /// A texture object (a value kernels receive, not a pointer).
     TexObject(CUtexObject),
     cuTexObjectDestroy

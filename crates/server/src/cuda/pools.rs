@@ -40,25 +40,7 @@ impl CudaSession {
 
     pub(super) fn create_pool(&mut self, ctx: Id, id: Id, props: &PoolProps) -> Answer<()> {
         let raw = self.create_in(ctx, |cuda, raw| {
-            // SAFETY: plain data, valid zeroed; enum fields are written as the integers the
-            // client sent (the driver checks them), never as Rust enum values.
-            let props = unsafe {
-                let mut p: CUmemPoolProps = std::mem::zeroed();
-                let base = std::ptr::addr_of_mut!(p);
-                std::ptr::addr_of_mut!((*base).allocType)
-                    .cast::<u32>()
-                    .write(props.alloc_type);
-                std::ptr::addr_of_mut!((*base).handleTypes)
-                    .cast::<u32>()
-                    .write(props.handle_types);
-                std::ptr::addr_of_mut!((*base).location.type_)
-                    .cast::<u32>()
-                    .write(props.location_type);
-                (*base).location.id = props.location_id;
-                (*base).maxSize = props.max_size as usize;
-                (*base).usage = props.usage;
-                p
-            };
+            let props = pool_props(props);
             // SAFETY: a valid property struct and out-pointer.
             check(unsafe { cu_call!(cuda.backend.driver, cuMemPoolCreate(raw, &props)) })
         })?;
@@ -180,5 +162,29 @@ impl CudaSession {
                 cuDeviceSetMemPool(device as CUdevice, pool)
             )
         })
+    }
+}
+
+/// `CUmemPoolProps` from the wire.
+pub(super) fn pool_props(props: &PoolProps) -> CUmemPoolProps {
+    // SAFETY: plain data, valid zeroed (every enum in it has a zero value); enum fields are
+    // written as the integers the client sent (the driver checks them), never as Rust enum
+    // values.
+    unsafe {
+        let mut p: CUmemPoolProps = std::mem::zeroed();
+        let base = std::ptr::addr_of_mut!(p);
+        std::ptr::addr_of_mut!((*base).allocType)
+            .cast::<u32>()
+            .write(props.alloc_type);
+        std::ptr::addr_of_mut!((*base).handleTypes)
+            .cast::<u32>()
+            .write(props.handle_types);
+        std::ptr::addr_of_mut!((*base).location.type_)
+            .cast::<u32>()
+            .write(props.location_type);
+        (*base).location.id = props.location_id;
+        (*base).maxSize = props.max_size as usize;
+        (*base).usage = props.usage;
+        p
     }
 }

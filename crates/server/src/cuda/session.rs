@@ -94,6 +94,10 @@ pub(crate) struct CudaSession {
     pub(super) next_node_id: u64,
     /// Arrays (with how they were made), and texture and surface objects, by value.
     pub(super) arrays: HashMap<Id, owned::Array>,
+    pub(super) mipmapped_arrays: HashMap<Id, owned::MipmappedArray>,
+    /// Levels of mipmapped arrays the client named: (the mipmapped array's id, the level's
+    /// array, which the mipmapped array owns).
+    pub(super) mipmap_levels: HashMap<Id, (Id, CUarray)>,
     pub(super) tex_objects: HashMap<u64, owned::TexObject>,
     pub(super) surf_objects: HashMap<u64, owned::SurfObject>,
     /// Memory pools the session made.
@@ -137,6 +141,8 @@ impl CudaSession {
             links: HashMap::new(),
             mem_pools: HashMap::new(),
             arrays: HashMap::new(),
+            mipmapped_arrays: HashMap::new(),
+            mipmap_levels: HashMap::new(),
             tex_objects: HashMap::new(),
             surf_objects: HashMap::new(),
             vmm_handles: HashMap::new(),
@@ -296,9 +302,13 @@ impl CudaSession {
             + forget_in(&mut self.graphs, ctx)
             + forget_in(&mut self.graph_execs, ctx)
             + forget_in(&mut self.arrays, ctx)
+            + forget_in(&mut self.mipmapped_arrays, ctx)
             + forget_in(&mut self.tex_objects, ctx)
             + forget_in(&mut self.surf_objects, ctx);
         self.usage.remove_objects(counted);
+        let mipmaps = &self.mipmapped_arrays;
+        self.mipmap_levels
+            .retain(|_, (mipmap, _)| mipmaps.contains_key(mipmap));
         let modules: Vec<Id> = self
             .images
             .iter()
