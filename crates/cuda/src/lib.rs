@@ -30,3 +30,43 @@ mod unsupported;
 /// Marks this library as rgpu's, so that a server never loads it as its driver.
 #[no_mangle]
 pub static rgpu_cuda_client: u8 = 1;
+
+/// The processes of this program's CUDA session on device `ordinal` (as its server's NVML
+/// lists them), for rgpu's libnvidia-ml in the same process: its own connection is another
+/// session, whose worker holds no CUDA context. Writes how many there are and the GPU memory
+/// they use; returns 0, or -1 when CUDA is not initialized here or the server cannot tell.
+///
+/// # Safety
+/// `count` and `used` are valid for writing.
+#[no_mangle]
+pub unsafe extern "C" fn rgpu_cuda_session_processes(
+    ordinal: i32,
+    count: *mut u32,
+    used: *mut u64,
+) -> i32 {
+    use rgpu_client::CudaClient;
+    let found = std::panic::catch_unwind(|| {
+        let device = servers::device(ordinal).ok()?;
+        let status = device
+            .link
+            .connection()
+            .cuda()
+            .get_device_status(device.remote_ordinal)
+            .ok()?
+            .ok()?;
+        let processes = status.processes?;
+        let bytes = processes.iter().filter_map(|p| p.used_memory).sum::<u64>();
+        Some((processes.len() as u32, bytes))
+    });
+    match found {
+        Ok(Some((n, bytes))) if !count.is_null() && !used.is_null() => {
+            // SAFETY: the caller's out-pointers, checked non-null.
+            unsafe {
+                count.write(n);
+                used.write(bytes);
+            }
+            0
+        }
+        _ => -1,
+    }
+}

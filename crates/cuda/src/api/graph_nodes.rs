@@ -4,8 +4,9 @@
 //! what the program may ask back (a node's type, a conditional node's body graphs).
 //!
 //! Nodes run on the server's device: kernel, device-to-device copy, memset, empty, event,
-//! child-graph, conditional, and memory (allocation and free) nodes. Host nodes and copies to or from host memory inside a
-//! graph are not offered (the host is on another machine) and answer NOT_SUPPORTED.
+//! child-graph, conditional, and memory (allocation and free) nodes. Host nodes and copies to
+//! or from host memory inside a graph are not offered (the host is on another machine) and
+//! answer NOT_SUPPORTED.
 
 use std::cell::RefCell;
 use std::ffi::{c_uint, c_void};

@@ -1,5 +1,6 @@
 //! The process lists. A server reports the processes of the asking session (its worker
-//! process on the server); they are this program's, so they are shown with this process's
+//! process on the server); the program's CUDA session is rgpu's libcuda's, asked through it
+//! when it is loaded here. They are this program's, so they are shown with this process's
 //! pid, which is what `torch.cuda.list_gpu_processes()` and monitoring tools can make sense
 //! of (the worker's pid means nothing on this machine). Graphics and MPS lists are empty.
 
@@ -39,11 +40,40 @@ unsafe fn write_list<T>(
     Ok(())
 }
 
-/// This program's processes on `device`, as (pid here, bytes used).
+/// `rgpu_cuda_session_processes` of rgpu's libcuda (crates/cuda/src/lib.rs).
+type SessionProcesses = unsafe extern "C" fn(i32, *mut u32, *mut u64) -> i32;
+
+/// What this program's CUDA session holds on device `index`, asked through rgpu's libcuda when
+/// it is loaded in this process and initialized: (processes, bytes used).
+fn cuda_session(index: u32) -> Option<(u32, u64)> {
+    // SAFETY: looks a symbol up among the libraries already loaded.
+    let symbol =
+        unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"rgpu_cuda_session_processes".as_ptr()) };
+    if symbol.is_null() {
+        return None;
+    }
+    // SAFETY: rgpu's libcuda exports it with this signature.
+    let ask: SessionProcesses = unsafe { std::mem::transmute(symbol) };
+    let (mut count, mut used) = (0u32, 0u64);
+    // SAFETY: local out-values.
+    let answered = unsafe { ask(i32::try_from(index).ok()?, &mut count, &mut used) };
+    (answered == 0).then_some((count, used))
+}
+
+/// This program's processes on `device`, as (pid here, bytes used). The program's CUDA work
+/// runs in the session of rgpu's libcuda, not in this library's own session, so that
+/// session's processes are the ones shown (as one process: this one).
 fn compute_processes(device: nvmlDevice_t) -> Result<Vec<(u32, u64)>, nvmlReturn_t> {
     let device = devices::device(device)?;
-    let processes = known(device.status()?.processes)?;
     let pid = std::process::id();
+    if let Some((count, used)) = cuda_session(device.index) {
+        return Ok(if count > 0 {
+            vec![(pid, used)]
+        } else {
+            Vec::new()
+        });
+    }
+    let processes = known(device.status()?.processes)?;
     Ok(processes
         .into_iter()
         .map(|p| (pid, p.used_memory.unwrap_or(NVML_VALUE_NOT_AVAILABLE)))
