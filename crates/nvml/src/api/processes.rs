@@ -46,9 +46,23 @@ type SessionProcesses = unsafe extern "C" fn(i32, *mut u32, *mut u64) -> i32;
 /// What this program's CUDA session holds on device `index`, asked through rgpu's libcuda when
 /// it is loaded in this process and initialized: (processes, bytes used).
 fn cuda_session(index: u32) -> Option<(u32, u64)> {
-    // SAFETY: looks a symbol up among the libraries already loaded.
-    let symbol =
-        unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"rgpu_cuda_session_processes".as_ptr()) };
+    let name = c"rgpu_cuda_session_processes";
+    // SAFETY: looks the symbol up among the libraries loaded globally, else in libcuda.so.1 if
+    // it is loaded already (cudart loads it privately; RTLD_NOLOAD never loads it).
+    let symbol = unsafe {
+        let global = libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr());
+        if global.is_null() {
+            let cuda = libc::dlopen(c"libcuda.so.1".as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD);
+            if cuda.is_null() {
+                return None;
+            }
+            let found = libc::dlsym(cuda, name.as_ptr());
+            libc::dlclose(cuda);
+            found
+        } else {
+            global
+        }
+    };
     if symbol.is_null() {
         return None;
     }
