@@ -2,7 +2,8 @@
 // kernel, device-to-device copy, empty (barrier) and child-graph nodes; kernel parameters
 // updated in the executable graph; an executable graph updated from a new graph; a WHILE
 // conditional node whose body kernel decrements a counter on the device and sets the
-// condition; stream capture into an existing graph; graph memory (allocation and free nodes).
+// condition; stream capture into an existing graph; graph memory (allocation and free nodes);
+// copy nodes with a host side.
 // Checks every result against the CPU.
 //
 //   nvcc -O2 -o graph_nodes graph_nodes.cu && ./graph_nodes
@@ -208,6 +209,36 @@ int main() {
         EXPECT(back[0] == 5.0f && back[n - 1] == 5.0f, "graph memory: y = %g %g", back[0], back[n - 1]);
     }
     printf("CHECK graph_memory %.6e\n", back[n - 1]);
+
+    // Copy nodes with a host side, built node by node: host -> device, kernel, device -> host.
+    cudaGraph_t hostio;
+    CK(cudaGraphCreate(&hostio, 0));
+    std::vector<float> in(n), outv(n);
+    cudaGraphNode_t up, work, down;
+    CK(cudaGraphAddMemcpyNode1D(&up, hostio, nullptr, 0, x, in.data(), bytes, cudaMemcpyHostToDevice));
+    float a4 = 2.0f, b4 = 0.5f;
+    int n4 = n;
+    void *args4[] = {&x, &a4, &b4, &n4};
+    cudaKernelNodeParams kp4 = {};
+    kp4.func = (void *)scale_add;
+    kp4.gridDim = dim3(blocks);
+    kp4.blockDim = dim3(threads);
+    kp4.kernelParams = args4;
+    CK(cudaGraphAddKernelNode(&work, hostio, &up, 1, &kp4));
+    CK(cudaGraphAddMemcpyNode1D(&down, hostio, &work, 1, outv.data(), x, bytes, cudaMemcpyDeviceToHost));
+    cudaGraphExec_t hostio_exec;
+    CK(cudaGraphInstantiate(&hostio_exec, hostio, 0));
+    for (int round = 0; round < 2; ++round) {
+        for (int i = 0; i < n; ++i) in[i] = float(i + round);
+        CK(cudaGraphLaunch(hostio_exec, stream));
+        CK(cudaStreamSynchronize(stream));
+        for (int i = 0; i < n; ++i)
+            EXPECT(outv[i] == 2.0f * float(i + round) + 0.5f, "host copy nodes, round %d: out[%d] = %g",
+                   round, i, outv[i]);
+    }
+    printf("CHECK host_copy_nodes %.6e\n", outv[n - 1]);
+    CK(cudaGraphExecDestroy(hostio_exec));
+    CK(cudaGraphDestroy(hostio));
     CK(cudaGraphExecDestroy(mem_exec));
     CK(cudaGraphDestroy(mem));
 

@@ -401,6 +401,10 @@ pub struct Graph {
     /// Handles of the nodes the program has seen, by id, so that a node listed twice is
     /// one handle.
     pub nodes: Mutex<HashMap<Id, usize>>,
+    /// Its copies with a host side, which each launch carries out (graph_host_copies.rs).
+    pub host_copies: crate::api::graph_host_copies::HostCopies,
+    /// A conditional node's body (run any number of times per launch: no host copies).
+    pub conditional_body: bool,
 }
 registered!(Graph, CUgraph);
 
@@ -472,6 +476,8 @@ pub struct GraphExec {
     pub handle: usize,
     pub conn: Arc<Connection>,
     pub remote: Id,
+    /// The host copies of the graph it was made from (or last updated from).
+    pub host_copies: crate::api::graph_host_copies::HostCopies,
 }
 registered!(GraphExec, CUgraphExec);
 
@@ -482,6 +488,8 @@ impl Graph {
             conn: conn.clone(),
             remote: conn.new_id(),
             nodes: Mutex::new(HashMap::new()),
+            host_copies: Mutex::new(Vec::new()),
+            conditional_body: false,
         }
     }
 }
@@ -492,6 +500,7 @@ impl GraphExec {
             handle: new_handle(),
             conn: conn.clone(),
             remote: conn.new_id(),
+            host_copies: Mutex::new(Vec::new()),
         }
     }
 }

@@ -400,6 +400,9 @@ wire_api! {
         call MemAlloc mem_alloc(ctx: Id, size: u64) -> Answer<DevicePtr>;
         /// `cuMemFree`.
         call MemFree mem_free(ctx: Id, ptr: DevicePtr) -> Status;
+        /// Device memory staging a graph's copy with a host side: as `MemAlloc`, but also while
+        /// a stream captures in global mode (the call relaxes the thread's capture mode).
+        call StagingAlloc staging_alloc(ctx: Id, size: u64) -> Answer<DevicePtr>;
         /// `cuMemAllocAsync` from the device's default pool, ordered on `stream`.
         call MemAllocAsync mem_alloc_async(ctx: Id, stream: Id, size: u64) -> Answer<DevicePtr>;
         /// `cuMemFreeAsync`.

@@ -20,6 +20,7 @@ use rgpu_client::{CudaClient, Handoff, ReadSink, SendPtr};
 use rgpu_cuda_api::sys::*;
 use rgpu_protocol::cuda::{DevicePtr, Extent, Id, Pitch, Place};
 
+use super::graph_host_copies::{note_captured, stage, Direction, HostCopy};
 use super::memory::{context_of, is_device_memory, is_page_locked, note_async_read_error};
 use super::stream::synchronize_stream;
 use super::Outcome;
@@ -127,8 +128,8 @@ fn transfer(copy: Transfer, stream: Option<CUstream>) -> Result<(), CUresult> {
         return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
     }
     let touches_host = matches!(src.memory, Memory::Host) || matches!(dst.memory, Memory::Host);
-    if let Some(stream) = stream.filter(|_| touches_host) {
-        refuse_if_capturing(stream)?;
+    if let Some(stream) = stream.filter(|&s| touches_host && capture_of(s) != 0) {
+        return captured_host_copy(src, dst, extent, stream);
     }
     let queue = stream.map(resolve_stream).transpose()?;
     match (&src.memory, &dst.memory) {
@@ -463,13 +464,80 @@ fn relay(
 
 /// Copies between the host and the device cannot join a stream capture: the server would
 /// record its staging buffers, not the program's memory.
-fn refuse_if_capturing(stream: CUstream) -> Result<(), CUresult> {
-    if capture_of(stream) != 0 {
+/// A host<->device copy made while `stream` captures: the graph gets a device copy through a
+/// staging buffer, and the host side moves at each launch (graph_host_copies.rs).
+fn captured_host_copy(
+    src: Side,
+    dst: Side,
+    extent: Extent,
+    stream: CUstream,
+) -> Result<(), CUresult> {
+    let (ctx, stream_id) = resolve_stream(stream)?;
+    let (direction, host, device) = match (&src.memory, &dst.memory) {
+        (Memory::Host, Memory::Device(owner)) => (Direction::ToDevice, &src, (owner, &dst)),
+        (Memory::Device(owner), Memory::Host) => (Direction::ToHost, &dst, (owner, &src)),
+        _ => {
+            return Err(crate::unsupported::not_supported(
+                "copies between host memory and arrays, or host to host, during stream capture",
+            ))
+        }
+    };
+    let (owner, device_side) = device;
+    if !Arc::ptr_eq(&owner.conn, &ctx.conn) {
         return Err(crate::unsupported::not_supported(
-            "host<->device copies during stream capture",
+            "captured copies with memory of another server",
         ));
     }
+    let copy = stage(&ctx, direction, host.start, host.pitch, extent)?;
+    let staged = extent.packed();
+    let (to, to_pitch, from, from_pitch) = match direction {
+        Direction::ToDevice => (
+            device_side.start,
+            device_side.pitch,
+            copy.staging.ptr,
+            staged,
+        ),
+        Direction::ToHost => (
+            copy.staging.ptr,
+            staged,
+            device_side.start,
+            device_side.pitch,
+        ),
+    };
+    ctx.conn
+        .cuda()
+        .memcpy_dtod(
+            ctx.remote, stream_id, to, to_pitch, from, from_pitch, 0, extent,
+        )
+        .outcome()?;
+    note_captured(capture_of(stream), copy);
     Ok(())
+}
+
+/// The host rows at `host` (laid out by `pitch`), packed.
+pub(crate) fn host_rows(
+    host: u64,
+    pitch: Pitch,
+    extent: Extent,
+) -> std::borrow::Cow<'static, [u8]> {
+    packed_rows(&Side::host(host as usize, pitch), extent)
+}
+
+/// Reads a staging buffer's packed rows into host rows, in stream order, without waiting
+/// when the rows are one run (they land when the stream gets there).
+pub(crate) fn read_staged(
+    ctx: &Context,
+    stream: Id,
+    staging: DevicePtr,
+    host: u64,
+    pitch: Pitch,
+    extent: Extent,
+) -> Result<(), CUresult> {
+    let dst = Side::host(host as usize, pitch);
+    let linear = Extent::linear(extent.bytes().unwrap_or(0));
+    read_rows(&dst, extent, false, |into, wait| {
+        read_device(ctx, stream, into, staging, linear, linear.packed(), wait)
+    })
 }
 
 // ---- 1D copies ----------------------------------------------------------------------------
@@ -780,6 +848,23 @@ pub(crate) unsafe fn graph_copy(
     p: *const CUDA_MEMCPY3D,
 ) -> Result<rgpu_protocol::cuda::NodeParams, CUresult> {
     // SAFETY: the caller's guarantee.
+    match unsafe { graph_copy_staged(p) }? {
+        (params, None) => Ok(params),
+        (_, Some(_)) => Err(crate::unsupported::not_supported(
+            "new parameters with a host side for a graph copy node",
+        )),
+    }
+}
+
+/// A graph copy node's parameters; with a host side, the host copy its launches carry out
+/// (the node copies between the device side and a staging buffer).
+///
+/// # Safety
+/// `p` is null or a valid descriptor.
+pub(crate) unsafe fn graph_copy_staged(
+    p: *const CUDA_MEMCPY3D,
+) -> Result<(rgpu_protocol::cuda::NodeParams, Option<Arc<HostCopy>>), CUresult> {
+    // SAFETY: the caller's guarantee.
     let p = unsafe { p.as_ref() }.ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
     if p.srcLOD != 0 || p.dstLOD != 0 {
         return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
@@ -834,17 +919,46 @@ pub(crate) unsafe fn graph_copy(
                 } else {
                     (extent, src.pitch, dst.pitch)
                 };
-            Ok(rgpu_protocol::cuda::NodeParams::Copy {
+            let params = rgpu_protocol::cuda::NodeParams::Copy {
                 dst: dst.start,
                 dst_pitch,
                 src: src.start,
                 src_pitch,
                 extent,
-            })
+            };
+            Ok((params, None))
         }
         (Memory::Device(_), Memory::Device(_)) => Err(CUresult::CUDA_ERROR_INVALID_VALUE),
+        (Memory::Host, Memory::Device(owner)) | (Memory::Device(owner), Memory::Host) => {
+            let to_device = matches!(src.memory, Memory::Host);
+            let (direction, host, device) = if to_device {
+                (Direction::ToDevice, &src, &dst)
+            } else {
+                (Direction::ToHost, &dst, &src)
+            };
+            let copy = stage(owner, direction, host.start, host.pitch, extent)?;
+            let staged = extent.packed();
+            let params = if to_device {
+                rgpu_protocol::cuda::NodeParams::Copy {
+                    dst: device.start,
+                    dst_pitch: device.pitch,
+                    src: copy.staging.ptr,
+                    src_pitch: staged,
+                    extent,
+                }
+            } else {
+                rgpu_protocol::cuda::NodeParams::Copy {
+                    dst: copy.staging.ptr,
+                    dst_pitch: staged,
+                    src: device.start,
+                    src_pitch: device.pitch,
+                    extent,
+                }
+            };
+            Ok((params, Some(copy)))
+        }
         _ => Err(crate::unsupported::not_supported(
-            "graph copy nodes other than device to device",
+            "graph copy nodes with arrays or between host memory",
         )),
     }
 }

@@ -126,7 +126,11 @@ pub unsafe fn cuStreamEndCapture(stream: CUstream, graph: *mut CUgraph) -> CUres
         let ended = server.end_capture(ctx.remote, id, remote).outcome();
         // The capture is over either way (the driver ends it, also on failure).
         object.capture.store(0, Ordering::Release);
+        let host_copies = super::graph_host_copies::take_captured(capture);
         ended?;
+        if let Some(graph) = fresh.as_ref().or(existing.as_deref()) {
+            graph.host_copies.lock().unwrap().extend(host_copies);
+        }
         let handle = match (fresh, existing) {
             (Some(graph), _) => graph.into_handle(),
             (None, Some(graph)) => graph.handle as CUgraph,
@@ -169,6 +173,7 @@ fn instantiate(graph: CUgraph, flags: u64) -> Result<CUgraphExec, CUresult> {
     server
         .graph_instantiate(ctx.remote, graph.remote, exec.remote, flags)
         .outcome()?;
+    *exec.host_copies.lock().unwrap() = graph.host_copies.lock().unwrap().clone();
     Ok(exec.into_handle())
 }
 
@@ -216,13 +221,21 @@ fn launch(exec: CUgraphExec, stream_handle: CUstream, upload: bool) -> Result<()
     if !std::sync::Arc::ptr_eq(&ctx.conn, &exec.conn) {
         return Err(CUresult::CUDA_ERROR_INVALID_CONTEXT);
     }
-    if !upload {
-        super::managed::before_device_work(Some(stream_handle))?;
+    if upload {
+        return ctx
+            .conn
+            .cuda()
+            .graph_launch(ctx.remote, exec.remote, stream, true)
+            .outcome();
     }
-    let server = ctx.conn.cuda();
-    server
-        .graph_launch(ctx.remote, exec.remote, stream, upload)
-        .outcome()
+    super::managed::before_device_work(Some(stream_handle))?;
+    let host_copies = exec.host_copies.lock().unwrap().clone();
+    super::graph_host_copies::before_launch(&ctx, stream, &host_copies)?;
+    ctx.conn
+        .cuda()
+        .graph_launch(ctx.remote, exec.remote, stream, false)
+        .outcome()?;
+    super::graph_host_copies::after_launch(&ctx, stream, &host_copies)
 }
 
 pub unsafe fn cuGraphLaunch(exec: CUgraphExec, stream: CUstream) -> CUresult {

@@ -3,10 +3,11 @@
 //! never waits for the network; failures show at the next synchronizing call. The client keeps
 //! what the program may ask back (a node's type, a conditional node's body graphs).
 //!
-//! Nodes run on the server's device: kernel, device-to-device copy, memset, empty, event,
-//! child-graph, conditional, and memory (allocation and free) nodes. Host nodes and copies to
-//! or from host memory inside a graph are not offered (the host is on another machine) and
-//! answer NOT_SUPPORTED.
+//! Nodes run on the server's device: kernel, copy, memset, empty, event, child-graph,
+//! conditional, and memory (allocation and free) nodes. A copy with a host side copies through
+//! a staging buffer on the server, and the graph's launches move the host side
+//! (graph_host_copies.rs). Host nodes are not offered (the server's driver would have to stop
+//! the graph until this machine ran the function) and answer NOT_SUPPORTED.
 
 use std::cell::RefCell;
 use std::ffi::{c_uint, c_void};
@@ -212,7 +213,12 @@ fn post_node(
         buffer.clear();
         let mut params = make(&ctx, &mut buffer)?;
         // A conditional node's bodies: graphs the driver makes, known here by new ids.
-        let body_graphs: Vec<Graph> = (0..bodies).map(|_| Graph::new(&ctx.conn)).collect();
+        let body_graphs: Vec<Graph> = (0..bodies)
+            .map(|_| Graph {
+                conditional_body: true,
+                ..Graph::new(&ctx.conn)
+            })
+            .collect();
         if let NodeParams::Conditional { bodies, .. } = &mut params {
             *bodies = body_graphs.iter().map(|g| g.remote).collect();
         }
@@ -317,13 +323,41 @@ pub unsafe fn cuGraphAddMemcpyNode(
     params: *const CUDA_MEMCPY3D,
     _ctx: CUcontext,
 ) -> CUresult {
-    made(
-        node,
-        post_node(graph, deps, count, Vec::new(), NODE_MEMCPY, 0, |_, _| {
-            // SAFETY: the program's descriptor, valid as the API requires.
-            unsafe { super::copy::graph_copy(params) }
-        }),
-    )
+    // SAFETY: the program's descriptor, valid as the API requires.
+    made(node, unsafe {
+        memcpy_node(graph, deps, count, Vec::new(), params)
+    })
+}
+
+/// A copy node; one with a host side copies through a staging buffer, and the graph keeps the
+/// host copy for its launches (graph_host_copies.rs).
+///
+/// # Safety
+/// `params` is null or a valid descriptor; `deps` holds `count` node handles.
+unsafe fn memcpy_node(
+    graph: CUgraph,
+    deps: *const CUgraphNode,
+    count: usize,
+    edges: Vec<Edge>,
+    params: *const CUDA_MEMCPY3D,
+) -> Result<Arc<GraphNode>, CUresult> {
+    let mut host_copy = None;
+    let node = post_node(graph, deps, count, edges, NODE_MEMCPY, 0, |_, _| {
+        // SAFETY: the caller's guarantee.
+        let (params, copy) = unsafe { super::copy::graph_copy_staged(params)? };
+        host_copy = copy;
+        Ok(params)
+    })?;
+    if let Some(copy) = host_copy {
+        let graph = Graph::from_handle(graph).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+        if graph.conditional_body {
+            return Err(crate::unsupported::not_supported(
+                "copies with a host side inside conditional nodes",
+            ));
+        }
+        graph.host_copies.lock().unwrap().push(copy);
+    }
+    Ok(node)
 }
 
 pub unsafe fn cuGraphAddEmptyNode(
@@ -347,15 +381,34 @@ pub unsafe fn cuGraphAddChildGraphNode(
     count: usize,
     child: CUgraph,
 ) -> CUresult {
-    made(
-        node,
-        post_node(graph, deps, count, Vec::new(), NODE_GRAPH, 0, |_, _| {
-            let child = Graph::from_handle(child).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
-            Ok(NodeParams::Child {
-                graph: child.remote,
-            })
-        }),
-    )
+    made(node, child_node(graph, deps, count, Vec::new(), child))
+}
+
+/// A child-graph node: the parent runs a copy of the child, host copies included.
+fn child_node(
+    graph: CUgraph,
+    deps: *const CUgraphNode,
+    count: usize,
+    edges: Vec<Edge>,
+    child: CUgraph,
+) -> Result<Arc<GraphNode>, CUresult> {
+    let child = Graph::from_handle(child).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+    let copies = child.host_copies.lock().unwrap().clone();
+    let node = post_node(graph, deps, count, edges, NODE_GRAPH, 0, |_, _| {
+        Ok(NodeParams::Child {
+            graph: child.remote,
+        })
+    })?;
+    if !copies.is_empty() {
+        let parent = Graph::from_handle(graph).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+        if parent.conditional_body {
+            return Err(crate::unsupported::not_supported(
+                "copies with a host side inside conditional nodes",
+            ));
+        }
+        parent.host_copies.lock().unwrap().extend(copies);
+    }
+    Ok(node)
 }
 
 /// An event record or wait node.
@@ -534,22 +587,14 @@ pub unsafe fn cuGraphAddNode_v2(
             }
             NODE_MEMCPY => {
                 let copy = std::ptr::addr_of!(p.__bindgen_anon_1.memcpy.copyParams);
-                post_node(graph, deps, count, edge_data.clone(), kind, 0, |_, _| {
-                    super::copy::graph_copy(copy)
-                })
+                memcpy_node(graph, deps, count, edge_data.clone(), copy)
             }
             NODE_EMPTY => post_node(graph, deps, count, edge_data.clone(), kind, 0, |_, _| {
                 Ok(NodeParams::Empty)
             }),
             NODE_GRAPH => {
                 let child = p.__bindgen_anon_1.graph.graph;
-                post_node(graph, deps, count, edge_data.clone(), kind, 0, |_, _| {
-                    let child =
-                        Graph::from_handle(child).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
-                    Ok(NodeParams::Child {
-                        graph: child.remote,
-                    })
-                })
+                child_node(graph, deps, count, edge_data.clone(), child)
             }
             NODE_EVENT_RECORD => {
                 let event = p.__bindgen_anon_1.eventRecord.event;
@@ -980,10 +1025,14 @@ pub unsafe fn cuGraphExecUpdate_v2(
     let result = (|| {
         let exec = GraphExec::from_handle(exec).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
         let (graph, ctx) = graph_and_context(graph)?;
-        ctx.conn
+        let verdict = ctx
+            .conn
             .cuda()
             .graph_exec_update(ctx.remote, exec.remote, graph.remote)
-            .outcome()
+            .outcome()?;
+        // Updated in place: its host copies are the new graph's.
+        *exec.host_copies.lock().unwrap() = graph.host_copies.lock().unwrap().clone();
+        Ok(verdict)
     })();
     // CU_GRAPH_EXEC_UPDATE_ERROR (1) when the update failed without a verdict.
     let verdict = result.unwrap_or(1);

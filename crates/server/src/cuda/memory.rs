@@ -38,6 +38,31 @@ impl serve::Memory for Served<'_> {
         })
     }
 
+    fn staging_alloc(&mut self, ctx: Id, size: u64) -> Answer<DevicePtr> {
+        // CU_STREAM_CAPTURE_MODE_RELAXED: an allocation is no capture hazard for this caller.
+        let mut mode = 2u32;
+        let exchange = &mut mode as *mut u32;
+        let backend = self.cuda.backend.clone();
+        // SAFETY: exchanges this thread's capture mode through a local.
+        let relaxed = unsafe {
+            cu_call_raw!(
+                backend.driver,
+                cuThreadExchangeStreamCaptureMode(exchange: *mut u32)
+            )
+        };
+        let allocated = self.mem_alloc(ctx, size);
+        if relaxed == rgpu_cuda_api::native::SUCCESS {
+            // SAFETY: puts the previous mode back, through the same local.
+            unsafe {
+                cu_call_raw!(
+                    backend.driver,
+                    cuThreadExchangeStreamCaptureMode(exchange: *mut u32)
+                )
+            };
+        }
+        allocated
+    }
+
     fn mem_free(&mut self, ctx: Id, ptr: DevicePtr) -> Status {
         let cuda = &mut *self.cuda;
         let status = cuda
