@@ -72,7 +72,8 @@ PROBE = textwrap.dedent(r"""
     copy.srcPitch, copy.srcMemoryType = 8, 3
     assert cuda.cuMemcpy3D_v2(ctypes.byref(copy)) == 1
     # An entry point rgpu does not implement: CUDA_ERROR_NOT_SUPPORTED.
-    assert cuda.cuMemAllocManaged(ctypes.byref(ctypes.c_uint64()), ctypes.c_size_t(1024), 1) == 801
+    assert cuda.cuMemHostGetDevicePointer_v2(ctypes.byref(ctypes.c_uint64()),
+                                             ctypes.c_void_p(4096), 0) == 801
     print("PASS")
 """)
 
