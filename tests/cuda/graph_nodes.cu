@@ -3,7 +3,7 @@
 // updated in the executable graph; an executable graph updated from a new graph; a WHILE
 // conditional node whose body kernel decrements a counter on the device and sets the
 // condition; stream capture into an existing graph; graph memory (allocation and free nodes);
-// copy nodes with a host side.
+// copy nodes with a host side and a host node.
 // Checks every result against the CPU.
 //
 //   nvcc -O2 -o graph_nodes graph_nodes.cu && ./graph_nodes
@@ -30,6 +30,19 @@ __global__ void loop_body(float *x, int n, int *left, cudaGraphConditionalHandle
         int remaining = --*left;
         cudaGraphSetConditional(handle, remaining > 0 ? 1 : 0);
     }
+}
+
+// What a host node saw: the last element of the host output, and how often it ran.
+struct HostSeen {
+    const float *watched;
+    int calls;
+    float value;
+};
+
+static void CUDART_CB on_host(void *data) {
+    HostSeen *seen = static_cast<HostSeen *>(data);
+    seen->calls++;
+    seen->value = *seen->watched;
 }
 
 int main() {
@@ -226,6 +239,13 @@ int main() {
     kp4.kernelParams = args4;
     CK(cudaGraphAddKernelNode(&work, hostio, &up, 1, &kp4));
     CK(cudaGraphAddMemcpyNode1D(&down, hostio, &work, 1, outv.data(), x, bytes, cudaMemcpyDeviceToHost));
+    // A host node after the copy to the host: it sees the copied values.
+    HostSeen seen = {outv.data() + (n - 1), 0, 0.0f};
+    cudaHostNodeParams hp = {};
+    hp.fn = on_host;
+    hp.userData = &seen;
+    cudaGraphNode_t host_node;
+    CK(cudaGraphAddHostNode(&host_node, hostio, &down, 1, &hp));
     cudaGraphExec_t hostio_exec;
     CK(cudaGraphInstantiate(&hostio_exec, hostio, 0));
     for (int round = 0; round < 2; ++round) {
@@ -236,7 +256,9 @@ int main() {
             EXPECT(outv[i] == 2.0f * float(i + round) + 0.5f, "host copy nodes, round %d: out[%d] = %g",
                    round, i, outv[i]);
     }
-    printf("CHECK host_copy_nodes %.6e\n", outv[n - 1]);
+    EXPECT(seen.calls == 2 && seen.value == outv[n - 1], "host node: %d calls, saw %g", seen.calls,
+           seen.value);
+    printf("CHECK host_copy_nodes %.6e %.6e\n", outv[n - 1], double(seen.calls));
     CK(cudaGraphExecDestroy(hostio_exec));
     CK(cudaGraphDestroy(hostio));
     CK(cudaGraphExecDestroy(mem_exec));

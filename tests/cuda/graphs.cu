@@ -1,7 +1,7 @@
 // graphs: CUDA graphs by stream capture. A stream's work (a memset, kernels, a device-to-device
 // copy) is captured, instantiated once and launched many times; capture state is queried while
-// capturing; host<->device copies captured into a graph, launched with new host input each
-// time. Checks the results against the CPU.
+// capturing; host<->device copies and a host function captured into a graph, launched with
+// new host input each time. Checks the results against the CPU.
 //
 //   nvcc -O2 -o graphs graphs.cu && ./graphs
 //
@@ -24,6 +24,8 @@ __global__ void add_into(const float *src, float *dst, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) dst[i] += src[i];
 }
+
+static void CUDART_CB count_call(void *data) { ++*static_cast<int *>(data); }
 
 int main() {
     const int n = 1 << 18, launches = 20, threads = 256, blocks = (n + threads - 1) / threads;
@@ -95,6 +97,8 @@ int main() {
     CK(cudaMemcpyAsync(pinned_out, y, m * sizeof(float), cudaMemcpyDeviceToHost, stream));
     affine<<<(m + threads - 1) / threads, threads, 0, stream>>>(y, 1.0f, 1.0f, m);
     CK(cudaMemcpyAsync(pageable_out.data(), y, m * sizeof(float), cudaMemcpyDeviceToHost, stream));
+    int host_calls = 0;
+    CK(cudaLaunchHostFunc(stream, count_call, &host_calls));
     CK(cudaStreamEndCapture(stream, &io));
     cudaGraphExec_t io_exec;
     CK(cudaGraphInstantiate(&io_exec, io, 0));
@@ -109,7 +113,9 @@ int main() {
                    pinned_out[i], pageable_out[i], want);
         }
     }
-    printf("CHECK captured_host_copies %.6e %.6e\n", pinned_out[m - 1], pageable_out[m - 1]);
+    EXPECT(host_calls == 3, "captured host function ran %d times in 3 launches", host_calls);
+    printf("CHECK captured_host_copies %.6e %.6e %d\n", pinned_out[m - 1], pageable_out[m - 1],
+           host_calls);
     CK(cudaGraphExecDestroy(io_exec));
     CK(cudaGraphDestroy(io));
     CK(cudaFreeHost(pinned_in));

@@ -1251,8 +1251,23 @@ pub unsafe extern "C" fn cuGraphAddExternalSemaphoresWaitNode() -> CUresult {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuGraphAddHostNode() -> CUresult {
-    not_supported("cuGraphAddHostNode")
+pub unsafe extern "C" fn cuGraphAddHostNode(
+    phGraphNode: *mut CUgraphNode,
+    hGraph: CUgraph,
+    dependencies: *const CUgraphNode,
+    numDependencies: usize,
+    nodeParams: *const CUDA_HOST_NODE_PARAMS,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuGraphAddHostNode", || unsafe {
+        crate::api::cuGraphAddHostNode(
+            phGraphNode,
+            hGraph,
+            dependencies,
+            numDependencies,
+            nodeParams,
+        )
+    })
 }
 
 #[no_mangle]

@@ -401,8 +401,8 @@ pub struct Graph {
     /// Handles of the nodes the program has seen, by id, so that a node listed twice is
     /// one handle.
     pub nodes: Mutex<HashMap<Id, usize>>,
-    /// Its copies with a host side, which each launch carries out (graph_host_copies.rs).
-    pub host_copies: crate::api::graph_host_copies::HostCopies,
+    /// Its copies with a host side, which each launch carries out (graph_host_work.rs).
+    pub host_work: crate::api::graph_host_work::HostWork,
     /// A conditional node's body (run any number of times per launch: no host copies).
     pub conditional_body: bool,
 }
@@ -477,7 +477,7 @@ pub struct GraphExec {
     pub conn: Arc<Connection>,
     pub remote: Id,
     /// The host copies of the graph it was made from (or last updated from).
-    pub host_copies: crate::api::graph_host_copies::HostCopies,
+    pub host_work: crate::api::graph_host_work::HostWork,
 }
 registered!(GraphExec, CUgraphExec);
 
@@ -488,7 +488,7 @@ impl Graph {
             conn: conn.clone(),
             remote: conn.new_id(),
             nodes: Mutex::new(HashMap::new()),
-            host_copies: Mutex::new(Vec::new()),
+            host_work: Mutex::new(Vec::new()),
             conditional_body: false,
         }
     }
@@ -500,7 +500,7 @@ impl GraphExec {
             handle: new_handle(),
             conn: conn.clone(),
             remote: conn.new_id(),
-            host_copies: Mutex::new(Vec::new()),
+            host_work: Mutex::new(Vec::new()),
         }
     }
 }

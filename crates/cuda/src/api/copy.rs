@@ -20,7 +20,7 @@ use rgpu_client::{CudaClient, Handoff, ReadSink, SendPtr};
 use rgpu_cuda_api::sys::*;
 use rgpu_protocol::cuda::{DevicePtr, Extent, Id, Pitch, Place};
 
-use super::graph_host_copies::{note_captured, stage, Direction, HostCopy};
+use super::graph_host_work::{note_captured, stage, Direction, HostCopy, Work};
 use super::memory::{context_of, is_device_memory, is_page_locked, note_async_read_error};
 use super::stream::synchronize_stream;
 use super::Outcome;
@@ -465,7 +465,7 @@ fn relay(
 /// Copies between the host and the device cannot join a stream capture: the server would
 /// record its staging buffers, not the program's memory.
 /// A host<->device copy made while `stream` captures: the graph gets a device copy through a
-/// staging buffer, and the host side moves at each launch (graph_host_copies.rs).
+/// staging buffer, and the host side moves at each launch (graph_host_work.rs).
 fn captured_host_copy(
     src: Side,
     dst: Side,
@@ -510,7 +510,7 @@ fn captured_host_copy(
             ctx.remote, stream_id, to, to_pitch, from, from_pitch, 0, extent,
         )
         .outcome()?;
-    note_captured(capture_of(stream), copy);
+    note_captured(capture_of(stream), Work::Copy(copy));
     Ok(())
 }
 

@@ -126,10 +126,10 @@ pub unsafe fn cuStreamEndCapture(stream: CUstream, graph: *mut CUgraph) -> CUres
         let ended = server.end_capture(ctx.remote, id, remote).outcome();
         // The capture is over either way (the driver ends it, also on failure).
         object.capture.store(0, Ordering::Release);
-        let host_copies = super::graph_host_copies::take_captured(capture);
+        let host_work = super::graph_host_work::take_captured(capture);
         ended?;
         if let Some(graph) = fresh.as_ref().or(existing.as_deref()) {
-            graph.host_copies.lock().unwrap().extend(host_copies);
+            graph.host_work.lock().unwrap().extend(host_work);
         }
         let handle = match (fresh, existing) {
             (Some(graph), _) => graph.into_handle(),
@@ -173,7 +173,7 @@ fn instantiate(graph: CUgraph, flags: u64) -> Result<CUgraphExec, CUresult> {
     server
         .graph_instantiate(ctx.remote, graph.remote, exec.remote, flags)
         .outcome()?;
-    *exec.host_copies.lock().unwrap() = graph.host_copies.lock().unwrap().clone();
+    *exec.host_work.lock().unwrap() = graph.host_work.lock().unwrap().clone();
     Ok(exec.into_handle())
 }
 
@@ -229,13 +229,13 @@ fn launch(exec: CUgraphExec, stream_handle: CUstream, upload: bool) -> Result<()
             .outcome();
     }
     super::managed::before_device_work(Some(stream_handle))?;
-    let host_copies = exec.host_copies.lock().unwrap().clone();
-    super::graph_host_copies::before_launch(&ctx, stream, &host_copies)?;
+    let host_work = exec.host_work.lock().unwrap().clone();
+    super::graph_host_work::before_launch(&ctx, stream, &host_work)?;
     ctx.conn
         .cuda()
         .graph_launch(ctx.remote, exec.remote, stream, false)
         .outcome()?;
-    super::graph_host_copies::after_launch(&ctx, stream, &host_copies)
+    super::graph_host_work::after_launch(&ctx, stream, &host_work)
 }
 
 pub unsafe fn cuGraphLaunch(exec: CUgraphExec, stream: CUstream) -> CUresult {

@@ -4,10 +4,9 @@
 //! what the program may ask back (a node's type, a conditional node's body graphs).
 //!
 //! Nodes run on the server's device: kernel, copy, memset, empty, event, child-graph,
-//! conditional, and memory (allocation and free) nodes. A copy with a host side copies through
-//! a staging buffer on the server, and the graph's launches move the host side
-//! (graph_host_copies.rs). Host nodes are not offered (the server's driver would have to stop
-//! the graph until this machine ran the function) and answer NOT_SUPPORTED.
+//! conditional, and memory (allocation and free) nodes. The host's part — copies with a host
+//! side (through a staging buffer on the server) and host nodes (an empty node there) — is
+//! done by the graph's launches here (graph_host_work.rs).
 
 use std::cell::RefCell;
 use std::ffi::{c_uint, c_void};
@@ -29,6 +28,7 @@ thread_local! {
 const NODE_KERNEL: u32 = 0;
 const NODE_MEMCPY: u32 = 1;
 const NODE_MEMSET: u32 = 2;
+const NODE_HOST: u32 = 3;
 const NODE_GRAPH: u32 = 4;
 const NODE_EMPTY: u32 = 5;
 const NODE_WAIT_EVENT: u32 = 6;
@@ -330,7 +330,7 @@ pub unsafe fn cuGraphAddMemcpyNode(
 }
 
 /// A copy node; one with a host side copies through a staging buffer, and the graph keeps the
-/// host copy for its launches (graph_host_copies.rs).
+/// host copy for its launches (graph_host_work.rs).
 ///
 /// # Safety
 /// `params` is null or a valid descriptor; `deps` holds `count` node handles.
@@ -355,7 +355,11 @@ unsafe fn memcpy_node(
                 "copies with a host side inside conditional nodes",
             ));
         }
-        graph.host_copies.lock().unwrap().push(copy);
+        graph
+            .host_work
+            .lock()
+            .unwrap()
+            .push(super::graph_host_work::Work::Copy(copy));
     }
     Ok(node)
 }
@@ -384,6 +388,55 @@ pub unsafe fn cuGraphAddChildGraphNode(
     made(node, child_node(graph, deps, count, Vec::new(), child))
 }
 
+/// A host node: an empty node on the server (so that dependencies on it hold), and a host
+/// function the graph's launches call (graph_host_work.rs).
+fn host_node(
+    graph: CUgraph,
+    deps: *const CUgraphNode,
+    count: usize,
+    edges: Vec<Edge>,
+    function: CUhostFn,
+    data: *mut c_void,
+) -> Result<Arc<GraphNode>, CUresult> {
+    let function = function.ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+    let object = Graph::from_handle(graph).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+    if object.conditional_body {
+        return Err(crate::unsupported::not_supported(
+            "host nodes inside conditional nodes",
+        ));
+    }
+    let node = post_node(graph, deps, count, edges, NODE_HOST, 0, |_, _| {
+        Ok(NodeParams::Empty)
+    })?;
+    let call = super::graph_host_work::HostCall {
+        function,
+        data: data as usize,
+    };
+    object
+        .host_work
+        .lock()
+        .unwrap()
+        .push(super::graph_host_work::Work::Call(Arc::new(call)));
+    Ok(node)
+}
+
+pub unsafe fn cuGraphAddHostNode(
+    node: *mut CUgraphNode,
+    graph: CUgraph,
+    deps: *const CUgraphNode,
+    count: usize,
+    params: *const CUDA_HOST_NODE_PARAMS,
+) -> CUresult {
+    // SAFETY: the program's descriptor, valid as the API requires.
+    let Some(p) = (unsafe { params.as_ref() }) else {
+        return CUresult::CUDA_ERROR_INVALID_VALUE;
+    };
+    made(
+        node,
+        host_node(graph, deps, count, Vec::new(), p.fn_, p.userData),
+    )
+}
+
 /// A child-graph node: the parent runs a copy of the child, host copies included.
 fn child_node(
     graph: CUgraph,
@@ -393,7 +446,7 @@ fn child_node(
     child: CUgraph,
 ) -> Result<Arc<GraphNode>, CUresult> {
     let child = Graph::from_handle(child).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
-    let copies = child.host_copies.lock().unwrap().clone();
+    let copies = child.host_work.lock().unwrap().clone();
     let node = post_node(graph, deps, count, edges, NODE_GRAPH, 0, |_, _| {
         Ok(NodeParams::Child {
             graph: child.remote,
@@ -406,7 +459,7 @@ fn child_node(
                 "copies with a host side inside conditional nodes",
             ));
         }
-        parent.host_copies.lock().unwrap().extend(copies);
+        parent.host_work.lock().unwrap().extend(copies);
     }
     Ok(node)
 }
@@ -645,13 +698,28 @@ pub unsafe fn cuGraphAddNode_v2(
                 let alloc = std::ptr::addr_of_mut!(p.__bindgen_anon_1.alloc).cast();
                 mem_alloc_node(graph, deps, count, edge_data.clone(), alloc)
             }
+            NODE_HOST => {
+                let host = p.__bindgen_anon_1.host;
+                host_node(
+                    graph,
+                    deps,
+                    count,
+                    edge_data.clone(),
+                    host.fn_,
+                    host.userData,
+                )
+            }
             NODE_MEM_FREE => {
                 let dptr = p.__bindgen_anon_1.free.dptr;
                 post_node(graph, deps, count, edge_data.clone(), kind, 0, |_, _| {
                     Ok(NodeParams::MemFree { dptr })
                 })
             }
-            _ => return not_supported("this kind of graph node (host or semaphore nodes)"),
+            _ => {
+                return not_supported(
+                    "this kind of graph node (semaphore or batch memory-op nodes)",
+                )
+            }
         }
     };
     made(node, made_node)
@@ -1031,7 +1099,7 @@ pub unsafe fn cuGraphExecUpdate_v2(
             .graph_exec_update(ctx.remote, exec.remote, graph.remote)
             .outcome()?;
         // Updated in place: its host copies are the new graph's.
-        *exec.host_copies.lock().unwrap() = graph.host_copies.lock().unwrap().clone();
+        *exec.host_work.lock().unwrap() = graph.host_work.lock().unwrap().clone();
         Ok(verdict)
     })();
     // CU_GRAPH_EXEC_UPDATE_ERROR (1) when the update failed without a verdict.

@@ -10,7 +10,7 @@ pub mod copy;
 pub mod device;
 pub mod event;
 pub mod graph;
-pub mod graph_host_copies;
+pub mod graph_host_work;
 pub mod graph_nodes;
 pub mod init;
 pub mod jit;

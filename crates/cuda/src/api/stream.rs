@@ -210,6 +210,17 @@ pub unsafe fn cuLaunchHostFunc(
     let Some(function) = function else {
         return CUresult::CUDA_ERROR_INVALID_VALUE;
     };
+    let capture = crate::objects::capture_of(stream);
+    if capture != 0 {
+        // Captured: the graph's launches call it (graph_host_work.rs).
+        let call = super::graph_host_work::HostCall {
+            function,
+            data: user_data as usize,
+        };
+        let work = super::graph_host_work::Work::Call(std::sync::Arc::new(call));
+        super::graph_host_work::note_captured(capture, work);
+        return CUresult::CUDA_SUCCESS;
+    }
     status(resolve_stream(stream).and_then(|(ctx, id)| {
         synchronize_stream(&ctx, id)?;
         // SAFETY: the program's callback with the program's data, as the driver would call it.
