@@ -108,7 +108,7 @@ APT_GROUPS=(
     "iproute2 nftables|the liveness tests (tests/test_liveness.py, as root) cut a veth link to a network namespace with nftables rules"
     "cmake|pip needs it to prepare pyopencl's source package, whose test/ folder is pyopencl's own test suite; the Khronos OpenCL-CTS builds with it"
     "g++ make spirv-tools|the Khronos OpenCL-CTS (C++), built from the vendored sources by scripts/cts-build.sh with cmake and make; its test_compiler assembles SPIR-V test kernels (spirv-as)"
-    "openmpi-bin|the cluster tests' MPI ranks (Debian's Open MPI, mpirun)"
+    "openmpi-bin libopenmpi-dev|the cluster and MPI tests' ranks (Debian's Open MPI, mpirun), and mpicc with mpi.h for rgpu's MPI interposer (scripts/build-mpi.sh)"
     "slurmctld slurmd slurm-client munge|the cluster tests (tests/test_slurm.py, as root) run a real SLURM cluster on this machine (scripts/slurm-cluster.sh, daemons of its own; the packages' services need an /etc/slurm/slurm.conf, which is not written)"
 )
 if [ ${#py_apt[@]} -gt 0 ]; then

@@ -24,6 +24,8 @@ pub const CUDA_LIBRARY_NAME: &str = "librgpu_cuda.so";
 const CUDA_SONAMES: [&str; 2] = ["libcuda.so.1", "libcuda.so"];
 /// rgpu's drop-in NVML, built next to the ICD.
 pub const NVML_LIBRARY_NAME: &str = "librgpu_nvml.so";
+/// rgpu's MPI interposer (mpi/rgpu_mpi.c), preloaded by `rgpu run --mpi`.
+pub const MPI_LIBRARY_NAME: &str = "librgpu_mpi.so";
 /// The names programs load NVML by (nvidia-smi and pynvml `libnvidia-ml.so.1`, some tools
 /// the development name).
 const NVML_SONAMES: [&str; 2] = ["libnvidia-ml.so.1", "libnvidia-ml.so"];
@@ -181,6 +183,22 @@ impl RgpuEnv {
             }
         }
         Ok(linked.then_some(lib_dir))
+    }
+
+    /// rgpu's MPI interposer (`librgpu_mpi.so`, built by scripts/build-mpi.sh beside the other
+    /// libraries), for `rgpu run --mpi`.
+    pub fn mpi_library(&self) -> Result<PathBuf, String> {
+        self.icd_library
+            .parent()
+            .map(|dir| dir.join(MPI_LIBRARY_NAME))
+            .filter(|path| path.exists())
+            .ok_or_else(|| {
+                format!(
+                    "--mpi: no {MPI_LIBRARY_NAME} beside {} (build it with scripts/build-mpi.sh, \
+                     which needs mpicc)",
+                    self.icd_library.display()
+                )
+            })
     }
 
     /// Sets the variables for a child process.

@@ -17,7 +17,7 @@
 pub mod api;
 mod boundary;
 mod export_tables;
-mod generated_exports;
+pub(crate) mod generated_exports;
 mod handles;
 mod host_view;
 mod objects;

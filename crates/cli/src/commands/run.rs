@@ -32,6 +32,11 @@ pub struct RunArgs {
     #[command(flatten)]
     client: ClientOptions,
 
+    /// Preload rgpu's MPI interposer (librgpu_mpi.so), so that MPI calls take rgpu device
+    /// buffers: CUDA device pointers, and OpenCL buffers marked by their datatype.
+    #[arg(long)]
+    mpi: bool,
+
     /// The program to run and its arguments.
     #[arg(required = true, allow_hyphen_values = true, value_name = "CMD")]
     command: Vec<OsString>,
@@ -43,6 +48,15 @@ pub fn run(args: RunArgs) -> Result<ExitCode, String> {
     let mut command = Command::new(program);
     command.args(program_args);
     env.apply_to(&mut command);
+    if args.mpi {
+        let library = env.mpi_library()?;
+        let mut preload = library.into_os_string();
+        if let Some(earlier) = std::env::var_os("LD_PRELOAD").filter(|v| !v.is_empty()) {
+            preload.push(":");
+            preload.push(earlier);
+        }
+        command.env("LD_PRELOAD", preload);
+    }
 
     // Installed before the child starts so that no signal meant for it is lost.
     let forwarder = SignalForwarder::install()?;

@@ -1,6 +1,6 @@
 //! Initialization and version.
 
-use std::ffi::{c_int, c_uint};
+use std::ffi::{c_int, c_uint, c_void};
 
 use rgpu_cuda_api::sys::CUresult;
 
@@ -12,7 +12,36 @@ pub unsafe fn cuInit(flags: c_uint) -> CUresult {
     if flags != 0 {
         return CUresult::CUDA_ERROR_INVALID_VALUE;
     }
-    status(servers::init().map(|_| ()))
+    let initialized = servers::init().map(|_| ());
+    if initialized.is_ok() {
+        static REGISTER: std::sync::Once = std::sync::Once::new();
+        REGISTER.call_once(register_with_mpi);
+    }
+    status(initialized)
+}
+
+/// `rgpu_mpi_register_cuda` of librgpu_mpi.so (mpi/rgpu_mpi.c).
+type RegisterCuda = unsafe extern "C" fn(*const c_void, *const c_void, *const c_void);
+
+/// Tells rgpu's MPI interposer, when the program has it (`rgpu run --mpi`), how to recognise
+/// and copy this library's device memory: from now on MPI calls take CUDA buffers.
+fn register_with_mpi() {
+    // SAFETY: looks a symbol up among the libraries loaded globally (LD_PRELOAD puts it there).
+    let symbol = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"rgpu_mpi_register_cuda".as_ptr()) };
+    if symbol.is_null() {
+        return;
+    }
+    // SAFETY: librgpu_mpi.so exports it with this signature.
+    let register: RegisterCuda = unsafe { std::mem::transmute(symbol) };
+    use crate::generated_exports as exports;
+    // SAFETY: this library's own entry points, which live as long as the process.
+    unsafe {
+        register(
+            exports::cuPointerGetAttribute as *const c_void,
+            exports::cuMemcpyDtoH_v2 as *const c_void,
+            exports::cuMemcpyHtoD_v2 as *const c_void,
+        )
+    };
 }
 
 pub unsafe fn cuDriverGetVersion(version: *mut c_int) -> CUresult {

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Builds rgpu's MPI interposer, librgpu_mpi.so (mpi/rgpu_mpi.c), against this machine's MPI
+# (mpicc, from libopenmpi-dev or the site's MPI), into the directory of the other rgpu
+# libraries (default target/release; `rgpu run --mpi` looks for it there).
+#
+#   bash scripts/build-mpi.sh [OUT_DIR]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=${1:-target/release}
+mpicc=${MPICC:-mpicc}
+if ! command -v "$mpicc" >/dev/null; then
+    echo "build-mpi: no $mpicc (install libopenmpi-dev, or set MPICC)" >&2
+    exit 1
+fi
+mkdir -p "$out"
+"$mpicc" -O2 -g -Wall -Wextra -fPIC -shared -o "$out/librgpu_mpi.so.tmp" mpi/rgpu_mpi.c -ldl -lpthread
+mv "$out/librgpu_mpi.so.tmp" "$out/librgpu_mpi.so"
+echo "built $out/librgpu_mpi.so"

@@ -1,0 +1,86 @@
+"""rgpu's MPI interposer (librgpu_mpi.so, `rgpu run --mpi`) with Debian's Open MPI: real
+`mpirun` ranks, each using an OpenCL device of a real rgpu server on PoCL, passing OpenCL
+buffers (marked by their datatype) to MPI point-to-point calls and collectives."""
+
+import signal
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+import rgpu_harness as h
+
+ROOT = Path(__file__).resolve().parent.parent
+MPI_DIR = Path(__file__).resolve().parent / "mpi"
+
+
+@pytest.fixture(scope="module")
+def mpi_programs(rgpu_bins):
+    """Builds librgpu_mpi.so beside the other rgpu libraries, and the test programs."""
+    if shutil.which("mpicc") is None or shutil.which("mpirun") is None:
+        pytest.skip("no mpicc/mpirun (scripts/setup.sh installs openmpi-bin and libopenmpi-dev)")
+    out = h.RGPU.parent
+    r = subprocess.run(["bash", str(ROOT / "scripts/build-mpi.sh"), str(out)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    h.WORK.mkdir(parents=True, exist_ok=True)
+    programs = {}
+    for name in ("mpi_buffers", "mpi_lost_server"):
+        exe = h.WORK / name
+        r = subprocess.run(["mpicc", "-O1", "-g", "-Wall", "-Wextra", "-o", str(exe),
+                            str(MPI_DIR / f"{name}.c"), f"-L{out}", "-lrgpu_mpi",
+                            f"-Wl,-rpath,{out}", "-lOpenCL"],
+                           capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr
+        programs[name] = exe
+    return programs
+
+
+def mpirun(ranks, servers, program, timeout=300, **env):
+    eps = ",".join(s.endpoint for s in servers)
+    cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(ranks),
+           "--mca", "btl", "self,tcp", str(h.RGPU), "run", "--mpi", "--servers", eps, "--",
+           str(program)]
+    return subprocess.Popen(cmd, env=h.base_env(**env), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+
+
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_opencl_buffers_through_mpi(start_server, mpi_programs, ranks):
+    """Device<->device, device<->host, many concurrent Isend/Irecv, Sendrecv, Bcast and
+    Allreduce on OpenCL buffers of two servers, every result read back from the devices."""
+    servers = [start_server(), start_server()]
+    proc = mpirun(ranks, servers, mpi_programs["mpi_buffers"])
+    out, _ = proc.communicate(timeout=300)
+    print(out)
+    assert proc.returncode == 0, out
+    for rank in range(ranks):
+        assert f"PASS mpi_buffers rank {rank}" in out, out
+
+
+def test_a_lost_server_is_an_mpi_error_not_a_hang(start_server, mpi_programs, tmp_path):
+    """Rank 0's server is killed before it sends from a buffer there: MPI_Send returns an MPI
+    error within seconds (with a message), and both ranks finish."""
+    doomed, other = start_server(), start_server()
+    go = tmp_path / "go"
+    proc = mpirun(2, [doomed, other], mpi_programs["mpi_lost_server"], RGPU_TEST_GO=str(go))
+    lines = []
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        lines.append(line)
+        if line.startswith("READY"):
+            doomed.stop(signal.SIGKILL)
+            go.touch()
+            break
+    out = "".join(lines) + proc.communicate(timeout=120)[0]
+    print(out)
+    assert "SEND_ERROR" in out, out
+    seconds = float(out.split("SEND_ERROR")[1].split("after")[1].split()[0])
+    assert seconds < 30, out
+    assert "rgpu: reading an OpenCL buffer failed" in out, out
+    assert "RECV_DONE" in out, out
