@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Builds rgpu's MPI interposer, librgpu_mpi.so (mpi/rgpu_mpi.c), against this machine's MPI
-# (mpicc, from libopenmpi-dev or the site's MPI), into the directory of the other rgpu
-# libraries (default target/release; `rgpu run --mpi` looks for it there).
+# Builds rgpu's MPI interposer, librgpu_mpi.so (mpi/rgpu_mpi.c), and the MPI benchmark
+# (mpi/rgpu_mpi_bench.c) against this machine's MPI (mpicc, from libopenmpi-dev or the site's
+# MPI), into the directory of the other rgpu libraries (default target/release; `rgpu run
+# --mpi` and `rgpu bench mpi` look for them there).
 #
 #   bash scripts/build-mpi.sh [OUT_DIR]
 set -euo pipefail
@@ -15,4 +16,8 @@ fi
 mkdir -p "$out"
 "$mpicc" -O2 -g -Wall -Wextra -fPIC -shared -o "$out/librgpu_mpi.so.tmp" mpi/rgpu_mpi.c -ldl -lpthread
 mv "$out/librgpu_mpi.so.tmp" "$out/librgpu_mpi.so"
-echo "built $out/librgpu_mpi.so"
+# The benchmark `rgpu bench mpi` runs (OpenCL through the ICD loader; CUDA loaded at run time).
+"$mpicc" -O2 -g -Wall -Wextra -o "$out/rgpu_mpi_bench.tmp" mpi/rgpu_mpi_bench.c -Impi \
+    -L"$out" -lrgpu_mpi -Wl,-rpath,'$ORIGIN' -lOpenCL -ldl
+mv "$out/rgpu_mpi_bench.tmp" "$out/rgpu_mpi_bench"
+echo "built $out/librgpu_mpi.so and $out/rgpu_mpi_bench"

@@ -84,3 +84,25 @@ def test_a_lost_server_is_an_mpi_error_not_a_hang(start_server, mpi_programs, tm
     assert seconds < 30, out
     assert "rgpu: reading an OpenCL buffer failed" in out, out
     assert "RECV_DONE" in out, out
+
+
+def test_rgpu_bench_mpi_runs(mpi_programs, tmp_path):
+    """`rgpu bench mpi` (two local servers started by it) prints its table and writes JSON and
+    an SVG plot with host and device figures for every size (speed is not asserted)."""
+    json_out, svg_out = tmp_path / "bench.json", tmp_path / "bench.svg"
+    r = subprocess.run([str(h.RGPU), "bench", "mpi", "--iterations", "5",
+                        "--latency-sizes", "8,4096", "--bandwidth-sizes", "65536,1048576",
+                        "--json", str(json_out), "--svg", str(svg_out)],
+                       env=h.base_env(), capture_output=True, text=True, timeout=300)
+    print(r.stdout, r.stderr)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "host (MB/s)" in r.stdout and "device (MB/s)" in r.stdout, r.stdout
+    import json
+    report = json.loads(json_out.read_text())
+    got = {(m["mode"], m["test"], m["bytes"]) for m in report["measurements"]}
+    for mode in ("host", "device"):
+        for size in (8, 4096):
+            assert (mode, "latency", size) in got, got
+        for size in (65536, 1048576):
+            assert (mode, "bandwidth", size) in got, got
+    assert svg_out.read_text().count("<polyline") == 2

@@ -4,6 +4,7 @@
 
 mod cuda;
 mod local_server;
+mod mpi;
 mod opencl;
 pub mod output;
 mod tcp;
@@ -35,12 +36,14 @@ pub struct BenchArgs {
 enum BenchKind {
     Opencl(opencl::OpenclBenchArgs),
     Cuda(cuda::CudaBenchArgs),
+    Mpi(mpi::MpiBenchArgs),
 }
 
 pub fn run(args: BenchArgs, setup: &dyn ClientSetup) -> Result<ExitCode, String> {
     match args.kind {
         BenchKind::Opencl(args) => opencl::run(args, setup),
         BenchKind::Cuda(args) => cuda::run(args, setup),
+        BenchKind::Mpi(args) => mpi::run(args),
     }
 }
 
