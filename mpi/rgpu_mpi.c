@@ -159,16 +159,73 @@ static int to_device(const Buffer *b, const void *host, size_t bytes, MPI_Comm c
     return MPI_SUCCESS;
 }
 
+/* ---- host staging memory: kept for reuse (a fresh allocation of many MiB costs its page
+ * faults on every message) ---------------------------------------------------------------- */
+
+#define STAGING_HEADER 64
+#define STAGING_SLOTS 16
+#define STAGING_KEPT_MAX ((size_t)1 << 30)
+
+static struct {
+    char *block; /* header + memory */
+    size_t capacity;
+} staging_cache[STAGING_SLOTS];
+static pthread_mutex_t staging_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Host memory for `bytes` of staging (NULL when none can be had). */
+static void *staging_get(size_t bytes) {
+    char *block = NULL;
+    pthread_mutex_lock(&staging_lock);
+    int best = -1;
+    for (int i = 0; i < STAGING_SLOTS; ++i) {
+        size_t c = staging_cache[i].capacity;
+        if (staging_cache[i].block && c >= bytes && c / 2 <= bytes + 4096 &&
+            (best < 0 || c < staging_cache[best].capacity))
+            best = i;
+    }
+    if (best >= 0) {
+        block = staging_cache[best].block;
+        staging_cache[best].block = NULL;
+    }
+    pthread_mutex_unlock(&staging_lock);
+    if (!block) {
+        size_t capacity = (bytes + 4095) & ~(size_t)4095;
+        block = malloc(STAGING_HEADER + (capacity ? capacity : 4096));
+        if (!block) return NULL;
+        *(size_t *)block = capacity ? capacity : 4096;
+    }
+    return block + STAGING_HEADER;
+}
+
+/* Gives staging memory back: kept for the next message (up to STAGING_SLOTS buffers of at
+ * most 1 GiB each), else freed. */
+static void staging_put(void *memory) {
+    if (!memory) return;
+    char *block = (char *)memory - STAGING_HEADER;
+    size_t capacity = *(size_t *)block;
+    pthread_mutex_lock(&staging_lock);
+    for (int i = 0; i < STAGING_SLOTS && capacity <= STAGING_KEPT_MAX; ++i) {
+        if (!staging_cache[i].block) {
+            staging_cache[i].block = block;
+            staging_cache[i].capacity = capacity;
+            block = NULL;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&staging_lock);
+    free(block);
+}
+
 /* A host copy of a device buffer to send (NULL on failure, after reporting it). */
 static void *staged_for_send(const Buffer *b, MPI_Comm comm, int *rc) {
-    void *host = malloc(b->bytes ? b->bytes : 1);
+    void *host = staging_get(b->bytes);
     if (!host) {
         *rc = device_error(comm, "allocating host staging", -1);
         return NULL;
     }
     *rc = to_host(b, host, b->bytes, comm);
     if (*rc != MPI_SUCCESS) {
-        free(host);
+        staging_put(host);
         return NULL;
     }
     return host;
@@ -239,7 +296,7 @@ static int finish(Pending *p, MPI_Status *status) {
         if (received == MPI_UNDEFINED || received < 0) received = 0;
         rc = to_device(&p->device, p->host, (size_t)received, p->comm);
     }
-    free(p->host);
+    staging_put(p->host);
     free(p);
     return rc;
 }
@@ -301,7 +358,7 @@ int MPI_Send(const void *buf, int count, MPI_Datatype type, int dest, int tag, M
     void *host = staged_for_send(&b, comm, &rc);
     if (!host) return rc;
     rc = PMPI_Send(host, (int)b.bytes, MPI_BYTE, dest, tag, comm);
-    free(host);
+    staging_put(host);
     return rc;
 }
 
@@ -311,7 +368,7 @@ int MPI_Recv(void *buf, int count, MPI_Datatype type, int source, int tag, MPI_C
     if (b.kind == HOST) return PMPI_Recv(buf, count, type, source, tag, comm, status);
     MPI_Status local;
     if (status == MPI_STATUS_IGNORE) status = &local;
-    void *host = malloc(b.bytes ? b.bytes : 1);
+    void *host = staging_get(b.bytes);
     if (!host) return device_error(comm, "allocating host staging", -1);
     int rc = PMPI_Recv(host, (int)b.bytes, MPI_BYTE, source, tag, comm, status);
     if (rc == MPI_SUCCESS) {
@@ -319,7 +376,7 @@ int MPI_Recv(void *buf, int count, MPI_Datatype type, int source, int tag, MPI_C
         PMPI_Get_count(status, MPI_BYTE, &received);
         rc = to_device(&b, host, (size_t)(received > 0 ? received : 0), comm);
     }
-    free(host);
+    staging_put(host);
     return rc;
 }
 
@@ -332,7 +389,7 @@ int MPI_Isend(const void *buf, int count, MPI_Datatype type, int dest, int tag, 
     if (!host) return rc;
     rc = PMPI_Isend(host, (int)b.bytes, MPI_BYTE, dest, tag, comm, request);
     if (rc != MPI_SUCCESS) {
-        free(host);
+        staging_put(host);
         return rc;
     }
     Buffer none = {HOST, NULL, NULL, 0, type};
@@ -344,11 +401,11 @@ int MPI_Irecv(void *buf, int count, MPI_Datatype type, int source, int tag, MPI_
               MPI_Request *request) {
     Buffer b = classify(buf, count, type);
     if (b.kind == HOST) return PMPI_Irecv(buf, count, type, source, tag, comm, request);
-    void *host = malloc(b.bytes ? b.bytes : 1);
+    void *host = staging_get(b.bytes);
     if (!host) return device_error(comm, "allocating host staging", -1);
     int rc = PMPI_Irecv(host, (int)b.bytes, MPI_BYTE, source, tag, comm, request);
     if (rc != MPI_SUCCESS) {
-        free(host);
+        staging_put(host);
         return rc;
     }
     remember(*request, b, host, type, comm);
@@ -515,12 +572,12 @@ int MPI_Bcast(void *buf, int count, MPI_Datatype type, int root, MPI_Comm comm) 
     if (b.kind == HOST) return PMPI_Bcast(buf, count, type, root, comm);
     int rank = 0, rc = MPI_SUCCESS;
     PMPI_Comm_rank(comm, &rank);
-    void *host = malloc(b.bytes ? b.bytes : 1);
+    void *host = staging_get(b.bytes);
     if (!host) return device_error(comm, "allocating host staging", -1);
     if (rank == root) rc = to_host(&b, host, b.bytes, comm);
     if (rc == MPI_SUCCESS) rc = PMPI_Bcast(host, (int)b.bytes, MPI_BYTE, root, comm);
     if (rc == MPI_SUCCESS && rank != root) rc = to_device(&b, host, b.bytes, comm);
-    free(host);
+    staging_put(host);
     return rc;
 }
 
@@ -534,13 +591,13 @@ int MPI_Allreduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype ty
     size_t bytes = (size_t)size * (size_t)count;
     /* The reduction runs on host copies, in the base type (the attribute does not matter to
      * MPI's arithmetic). */
-    void *host_send = NULL, *host_recv = r.kind == HOST ? recvbuf : malloc(bytes ? bytes : 1);
+    void *host_send = NULL, *host_recv = r.kind == HOST ? recvbuf : staging_get(bytes);
     if (!host_recv) return device_error(comm, "allocating host staging", -1);
     const void *send = sendbuf;
     if (sendbuf == MPI_IN_PLACE) {
         if (r.kind != HOST) rc = to_host(&r, host_recv, bytes, comm);
     } else if (s.kind != HOST) {
-        host_send = malloc(bytes ? bytes : 1);
+        host_send = staging_get(bytes);
         if (!host_send) rc = device_error(comm, "allocating host staging", -1);
         else rc = to_host(&s, host_send, bytes, comm);
         send = host_send;
@@ -548,7 +605,7 @@ int MPI_Allreduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype ty
     MPI_Datatype base = r.kind != HOST ? r.base : s.base;
     if (rc == MPI_SUCCESS) rc = PMPI_Allreduce(send, host_recv, count, base, op, comm);
     if (rc == MPI_SUCCESS && r.kind != HOST) rc = to_device(&r, host_recv, bytes, comm);
-    free(host_send);
-    if (r.kind != HOST) free(host_recv);
+    staging_put(host_send);
+    if (r.kind != HOST) staging_put(host_recv);
     return rc;
 }
