@@ -90,13 +90,16 @@ unsafe fn launch(
     extra: *mut *mut c_void,
     attributes: Vec<LaunchAttribute>,
 ) -> Result<(), CUresult> {
-    super::managed::before_device_work(Some(stream))?;
+    let stream_handle = stream;
     let (ctx, stream) = resolve_stream(stream)?;
     let (function, remote) = launchable(f, &ctx)?;
     PARAMS.with(|buffer| {
         let mut buffer = buffer.borrow_mut();
         // SAFETY: the caller's kernel parameters (`kernelParams` or `extra`), as the API requires.
         unsafe { pack_params(&function, params, extra, &mut buffer)? };
+        // After reading the parameters: they may lie in managed memory, whose host view the
+        // hand-over drops.
+        super::managed::before_device_work(Some(stream_handle))?;
         let server = ctx.conn.cuda();
         server
             .launch(

@@ -30,10 +30,10 @@ const DEVICE_CPU: i32 = -1;
 /// stream) that may touch it: the host's changes are written back and its view dropped until
 /// it touches the memory again. Work captured into a graph runs later: its launch hands over.
 pub(crate) fn before_device_work(stream: Option<CUstream>) -> Result<(), CUresult> {
-    if stream.is_some_and(|s| capture_of(s) != 0) {
-        return Ok(());
+    if stream.is_none_or(|s| capture_of(s) == 0) {
+        host_view::hand_over();
     }
-    host_view::hand_over()
+    Ok(())
 }
 
 /// The device copy of a managed allocation, read and written through its context's server.
@@ -52,11 +52,18 @@ impl Backing for OnServer {
     }
 
     fn write_back(&self, runs: &[(u64, &[u8])]) -> Result<(), CUresult> {
-        for &(address, bytes) in runs {
-            write_linear(&self.ctx, address, bytes)?;
+        let written = runs
+            .iter()
+            .try_for_each(|&(address, bytes)| write_linear(&self.ctx, address, bytes))
+            // Work on any stream, blocking or not, must see the bytes: wait until they are
+            // there.
+            .and_then(|()| synchronize_stream(&self.ctx, 0));
+        if let Err(e) = written {
+            // Handing over happens before work that may not touch this memory: the failure
+            // reaches the program at its next synchronization.
+            note_async_read_error(e as u32);
         }
-        // Work on any stream, blocking or not, must see the bytes: wait until they are there.
-        synchronize_stream(&self.ctx, 0)
+        written
     }
 }
 
