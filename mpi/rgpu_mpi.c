@@ -482,16 +482,14 @@ int MPI_Testall(int count, MPI_Request requests[], int *flag, MPI_Status statuse
     return rc;
 }
 
-int MPI_Waitany(int count, MPI_Request requests[], int *index, MPI_Status *status) {
-    MPI_Status *none = MPI_STATUSES_IGNORE;
-    Pending **taken = take_all(count, requests, &none);
-    MPI_Status local;
-    if (status == MPI_STATUS_IGNORE) status = &local;
-    int rc = PMPI_Waitany(count, requests, index, status);
+/* After an "any" call: the request at `index` (when `done`) is finished, the others' entries go
+ * back to the list. */
+static int finish_one(Pending **taken, int count, int done, int index, MPI_Status *status,
+                      MPI_Status *scratch, int rc) {
     if (!taken) return rc;
     for (int i = 0; i < count; ++i) {
         if (!taken[i]) continue;
-        if (i == *index) {
+        if (done && i == index) {
             int finished = finish(taken[i], status);
             if (rc == MPI_SUCCESS) rc = finished;
         } else {
@@ -499,29 +497,26 @@ int MPI_Waitany(int count, MPI_Request requests[], int *index, MPI_Status *statu
         }
     }
     free(taken);
-    if (none != MPI_STATUSES_IGNORE) free(none);
+    if (scratch != MPI_STATUSES_IGNORE) free(scratch);
     return rc;
 }
 
+int MPI_Waitany(int count, MPI_Request requests[], int *index, MPI_Status *status) {
+    MPI_Status *scratch = MPI_STATUSES_IGNORE;
+    Pending **taken = take_all(count, requests, &scratch);
+    MPI_Status local;
+    if (status == MPI_STATUS_IGNORE) status = &local;
+    int rc = PMPI_Waitany(count, requests, index, status);
+    return finish_one(taken, count, 1, *index, status, scratch, rc);
+}
+
 int MPI_Testany(int count, MPI_Request requests[], int *index, int *flag, MPI_Status *status) {
-    MPI_Status *none = MPI_STATUSES_IGNORE;
-    Pending **taken = take_all(count, requests, &none);
+    MPI_Status *scratch = MPI_STATUSES_IGNORE;
+    Pending **taken = take_all(count, requests, &scratch);
     MPI_Status local;
     if (status == MPI_STATUS_IGNORE) status = &local;
     int rc = PMPI_Testany(count, requests, index, flag, status);
-    if (!taken) return rc;
-    for (int i = 0; i < count; ++i) {
-        if (!taken[i]) continue;
-        if (*flag && i == *index) {
-            int finished = finish(taken[i], status);
-            if (rc == MPI_SUCCESS) rc = finished;
-        } else {
-            put_back(taken[i]);
-        }
-    }
-    free(taken);
-    if (none != MPI_STATUSES_IGNORE) free(none);
-    return rc;
+    return finish_one(taken, count, *flag, *index, status, scratch, rc);
 }
 
 int MPI_Waitsome(int incount, MPI_Request requests[], int *outcount, int indices[],

@@ -202,43 +202,42 @@ fn table(m: &[Measurement], api: &str) -> String {
     let _ = writeln!(
         out,
         "MPI between two ranks: host buffers (the MPI link) vs rgpu {api} device buffers \
-         (staged through the clients)\n"
+         (staged through the clients)"
     );
-    let _ = writeln!(
-        out,
-        "{:>10}  {:>14}  {:>16}  {:>8}",
-        "latency", "host (us)", "device (us)", "ratio"
-    );
-    for bytes in sizes(m, "latency") {
-        let host = find(m, "host", "latency", bytes).and_then(|x| x.us);
-        let device = find(m, "device", "latency", bytes).and_then(|x| x.us);
-        let _ = writeln!(
-            out,
-            "{:>10}  {:>14}  {:>16}  {:>8}",
-            format_bytes(bytes),
-            host.map_or("-".into(), |v| format!("{v:.1}")),
-            device.map_or("-".into(), |v| format!("{v:.1}")),
-            ratio(device, host)
-        );
-    }
-    let _ = writeln!(
-        out,
-        "\n{:>10}  {:>14}  {:>16}  {:>8}",
-        "bandwidth", "host (MB/s)", "device (MB/s)", "ratio"
-    );
-    for bytes in sizes(m, "bandwidth") {
-        let host = find(m, "host", "bandwidth", bytes).and_then(|x| x.mbps);
-        let device = find(m, "device", "bandwidth", bytes).and_then(|x| x.mbps);
-        let _ = writeln!(
-            out,
-            "{:>10}  {:>14}  {:>16}  {:>8}",
-            format_bytes(bytes),
-            host.map_or("-".into(), |v| format!("{v:.0}")),
-            device.map_or("-".into(), |v| format!("{v:.0}")),
-            ratio(device, host)
-        );
-    }
+    section(&mut out, m, "latency", "us", |x| x.us, 1);
+    section(&mut out, m, "bandwidth", "MB/s", |x| x.mbps, 0);
     out
+}
+
+/// One test's rows: its sizes, with the figure `value` gives (`decimals` digits) per mode.
+fn section(
+    out: &mut String,
+    m: &[Measurement],
+    test: &str,
+    unit: &str,
+    value: impl Fn(&Measurement) -> Option<f64>,
+    decimals: usize,
+) {
+    let _ = writeln!(
+        out,
+        "\n{test:>10}  {:>14}  {:>16}  {:>8}",
+        format!("host ({unit})"),
+        format!("device ({unit})"),
+        "ratio"
+    );
+    for bytes in sizes(m, test) {
+        let figure = |mode| find(m, mode, test, bytes).and_then(&value);
+        let (host, device) = (figure("host"), figure("device"));
+        let shown = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.decimals$}"));
+        let _ = writeln!(
+            out,
+            "{:>10}  {:>14}  {:>16}  {:>8}",
+            format_bytes(bytes),
+            shown(host),
+            shown(device),
+            ratio(device, host)
+        );
+    }
 }
 
 fn ratio(a: Option<f64>, b: Option<f64>) -> String {
