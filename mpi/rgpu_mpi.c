@@ -7,10 +7,13 @@
  * - host memory goes to the real MPI as it is (the check is one call into rgpu's libcuda,
  *   answered from its own tables, and nothing at all before CUDA is initialized);
  * - a CUDA device buffer (recognised by address: rgpu's libcuda registers its entry points
- *   here at cuInit) or an OpenCL buffer (a cl_mem, marked by its datatype) is staged through
- *   host memory: read from its device before a send, written to it when a receive completes.
- *   Both sides decide alone, so device and host buffers mix freely (device -> host,
- *   host -> device).
+ *   here at cuInit) or an OpenCL buffer (a cl_mem, marked by its datatype) of 64 KiB or more
+ *   moves *directly between the servers*: the message carries an envelope (the buffer
+ *   exported by its server), and the receiving rank's server pulls the bytes from the sending
+ *   one into its device (a host receive pulls them into host memory); the receiver then tells
+ *   the sender, whose send completes. Smaller buffers are staged through host memory: read
+ *   from the device before a send, written to it when a receive completes. Both sides decide
+ *   alone, so device and host buffers mix freely (device -> host, host -> device).
  *
  * A failed device copy is reported as an MPI error through the communicator's error handler,
  * with a message on stderr.
@@ -231,30 +234,281 @@ static void *staged_for_send(const Buffer *b, MPI_Comm comm, int *rc) {
     return host;
 }
 
-/* ---- requests with device work left: receives to write to the device, staging to free ------ */
+/* ---- direct transfers between servers (docs/mpi.md) ------------------------------------------ */
+
+/* An export, as rgpu's client libraries describe it (rgpu_client::ExportRecord). */
+struct rgpu_export {
+    char endpoint[256];
+    uint64_t session;
+    unsigned char ticket[32];
+};
+
+typedef int (*CudaExport)(uint64_t ptr, uint64_t size, struct rgpu_export *out);
+typedef int (*CudaPull)(uint64_t dst, uint64_t size, const struct rgpu_export *from);
+typedef int (*CudaUnexport)(uint64_t ptr, const struct rgpu_export *from);
+typedef int (*PullHost)(void *dst, uint64_t size, const struct rgpu_export *from);
+typedef int (*ClExport)(void *queue, void *mem, size_t offset, size_t size, struct rgpu_export *out);
+typedef int (*ClPull)(void *queue, void *mem, size_t offset, size_t size,
+                      const struct rgpu_export *from);
+typedef int (*ClUnexport)(void *queue, const struct rgpu_export *from);
+
+static struct {
+    CudaExport export_;
+    CudaPull pull;
+    CudaUnexport unexport;
+    PullHost pull_host;
+} cuda_peers;
+
+static struct {
+    ClExport export_;
+    ClPull pull;
+    ClUnexport unexport;
+    PullHost pull_host;
+} cl_peers;
+static pthread_once_t cl_peers_once = PTHREAD_ONCE_INIT;
+
+/* Called by rgpu's libcuda at cuInit: exports, pulls into device and host memory. */
+void rgpu_mpi_register_cuda_peers(void *export_, void *pull, void *unexport, void *pull_host) {
+    cuda_peers.export_ = (CudaExport)export_;
+    cuda_peers.pull = (CudaPull)pull;
+    cuda_peers.unexport = (CudaUnexport)unexport;
+    cuda_peers.pull_host = (PullHost)pull_host;
+}
+
+/* The rgpu platform's extension functions for the same (crates/opencl/src/api/peers.rs). */
+static void find_cl_peers(void) {
+    typedef int (*GetPlatformIDs)(unsigned, void **, unsigned *);
+    typedef int (*GetPlatformInfo)(void *, unsigned, size_t, void *, size_t *);
+    typedef void *(*GetExtension)(void *, const char *);
+    GetPlatformIDs ids = (GetPlatformIDs)symbol("libOpenCL.so.1", "clGetPlatformIDs");
+    GetPlatformInfo info = (GetPlatformInfo)symbol("libOpenCL.so.1", "clGetPlatformInfo");
+    GetExtension extension =
+        (GetExtension)symbol("libOpenCL.so.1", "clGetExtensionFunctionAddressForPlatform");
+    void *platforms[32];
+    unsigned n = 0;
+    if (!ids || !info || !extension || ids(32, platforms, &n)) return;
+    for (unsigned i = 0; i < n && i < 32; ++i) {
+        char name[64] = "";
+        if (info(platforms[i], 0x0902 /* CL_PLATFORM_NAME */, sizeof name, name, NULL) ||
+            strcmp(name, "rgpu"))
+            continue;
+        cl_peers.export_ = (ClExport)extension(platforms[i], "rgpu_opencl_export");
+        cl_peers.pull = (ClPull)extension(platforms[i], "rgpu_opencl_pull");
+        cl_peers.unexport = (ClUnexport)extension(platforms[i], "rgpu_opencl_unexport");
+        cl_peers.pull_host = (PullHost)extension(platforms[i], "rgpu_opencl_pull_host");
+    }
+}
+
+/* Device sends of at least this many bytes go direct (RGPU_MPI_DIRECT=0: never). */
+#define DIRECT_MIN ((size_t)64 << 10)
+static const unsigned char MAGIC[16] = {'r', 'g', 'p', 'u', '-', 'm', 'p', 'i',
+                                        '-', 'd', 'i', 'r', 'e', 'c', 't', 1};
+
+/* What a direct send sends in place of the data, on the program's communicator and tag. */
+struct envelope {
+    unsigned char magic[16];
+    uint64_t bytes;
+    uint64_t id;
+    int32_t world_rank; /* the sender's, in MPI_COMM_WORLD: where the reply goes */
+    int32_t version;
+    struct rgpu_export from;
+};
+#define ENVELOPE_BYTES ((int)sizeof(struct envelope))
+
+/* The receiver's answer, on the control communicator: the data was pulled; it could not be
+ * (then the receiver waits for it from the sender, staged, on the control communicator);
+ * the receive was too small for it. */
+enum { PULLED = 1, SEND_IT = 2, TRUNCATED = 3 };
+struct reply {
+    uint64_t id;
+    int32_t verdict;
+    int32_t code;
+};
+
+static MPI_Comm control = MPI_COMM_NULL;
+static MPI_Group world_group = MPI_GROUP_NULL;
+static int world_rank;
+static int direct_enabled = 1;
+static uint64_t next_id;
+
+static int control_tag(uint64_t id) { return (int)(id % 30000) + 1; }
+
+/* A direct send in flight: its envelope, and the reply it waits for. */
+typedef struct {
+    struct envelope envelope;
+    struct reply reply;
+    MPI_Request reply_request;
+    int replied;
+    int dest_world;
+    Buffer source;
+    MPI_Comm comm;
+} Direct;
+
+static int export_buffer(const Buffer *b, struct rgpu_export *out) {
+    if (b->kind == CUDA)
+        return cuda_peers.export_ ? cuda_peers.export_((uint64_t)(uintptr_t)b->address, b->bytes, out) : -1;
+    pthread_once(&cl_peers_once, find_cl_peers);
+    return cl_peers.export_ ? cl_peers.export_(b->queue, b->address, 0, b->bytes, out) : -1;
+}
+
+static void unexport_buffer(const Buffer *b, const struct rgpu_export *from) {
+    if (b->kind == CUDA && cuda_peers.unexport)
+        cuda_peers.unexport((uint64_t)(uintptr_t)b->address, from);
+    else if (b->kind == OPENCL && cl_peers.unexport)
+        cl_peers.unexport(b->queue, from);
+}
+
+/* Starts a direct send of `b` (a new Direct, or NULL when the staged path must be used: a small
+ * buffer, no export, direct transfers turned off). */
+static Direct *start_direct(const Buffer *b, int dest, MPI_Comm comm) {
+    if (!direct_enabled || control == MPI_COMM_NULL || b->bytes < DIRECT_MIN || dest == MPI_PROC_NULL)
+        return NULL;
+    Direct *d = calloc(1, sizeof *d);
+    if (!d) return NULL;
+    if (export_buffer(b, &d->envelope.from) != 0) {
+        free(d);
+        return NULL;
+    }
+    MPI_Group group;
+    int dest_world = MPI_UNDEFINED;
+    PMPI_Comm_group(comm, &group);
+    PMPI_Group_translate_ranks(group, 1, &dest, world_group, &dest_world);
+    PMPI_Group_free(&group);
+    memcpy(d->envelope.magic, MAGIC, sizeof MAGIC);
+    d->envelope.bytes = b->bytes;
+    d->envelope.id = __atomic_add_fetch(&next_id, 1, __ATOMIC_RELAXED);
+    d->envelope.world_rank = world_rank;
+    d->envelope.version = 1;
+    d->source = *b;
+    d->comm = comm;
+    d->dest_world = dest_world;
+    if (dest_world == MPI_UNDEFINED ||
+        PMPI_Irecv(&d->reply, sizeof d->reply, MPI_BYTE, dest_world, control_tag(d->envelope.id),
+                   control, &d->reply_request) != MPI_SUCCESS) {
+        unexport_buffer(b, &d->envelope.from);
+        free(d);
+        return NULL;
+    }
+    return d;
+}
+
+/* Ends a direct send whose envelope went: waits for the receiver's reply (it pulls without
+ * this rank's help, so waiting cannot deadlock where a rendezvous send would not). When the
+ * receiver could not pull, the data goes to it staged, on the control communicator. */
+static int finish_direct(Direct *d) {
+    if (!d->replied) PMPI_Wait(&d->reply_request, MPI_STATUS_IGNORE);
+    int rc = MPI_SUCCESS;
+    if (d->reply.verdict != PULLED) unexport_buffer(&d->source, &d->envelope.from);
+    if (d->reply.verdict == SEND_IT) {
+        void *host = staged_for_send(&d->source, d->comm, &rc);
+        if (host) {
+            rc = PMPI_Send(host, (int)d->source.bytes, MPI_BYTE, d->dest_world,
+                           control_tag(d->envelope.id), control);
+            staging_put(host);
+        }
+    } else if (d->reply.verdict == TRUNCATED) {
+        rc = MPI_ERR_TRUNCATE;
+    }
+    free(d);
+    return rc;
+}
+
+/* Whether a completed receive got an envelope rather than data. */
+static int is_envelope(const void *data, MPI_Status *status) {
+    int n = 0;
+    PMPI_Get_count(status, MPI_BYTE, &n);
+    return n == ENVELOPE_BYTES && !memcmp(data, MAGIC, sizeof MAGIC);
+}
+
+/* Pulls an export straight into host memory, through whichever rgpu client library is here. */
+static int pull_host(void *dst, uint64_t bytes, const struct rgpu_export *from) {
+    if (cuda_peers.pull_host) return cuda_peers.pull_host(dst, bytes, from);
+    pthread_once(&cl_peers_once, find_cl_peers);
+    return cl_peers.pull_host ? cl_peers.pull_host(dst, bytes, from) : -1;
+}
+
+/* Completes a receive that got an envelope (`data`): the data is pulled into `dst` (a device
+ * buffer, by its server, else through this rank's host memory) or into host memory `host` of
+ * `capacity` bytes; the sender is told. Where nothing could pull it, the sender sends it,
+ * staged. The status counts the data, not the envelope. */
+static int take_envelope(const void *data, const Buffer *dst, void *host, size_t capacity,
+                         MPI_Comm comm, MPI_Status *status) {
+    struct envelope e;
+    memcpy(&e, data, sizeof e);
+    int tag = control_tag(e.id);
+    if (e.bytes > capacity) {
+        struct reply r = {e.id, TRUNCATED, 0};
+        PMPI_Send(&r, sizeof r, MPI_BYTE, e.world_rank, tag, control);
+        return MPI_ERR_TRUNCATE;
+    }
+    int code = -1;
+    void *staging = NULL;
+    if (dst->kind == CUDA && cuda_peers.pull) {
+        code = cuda_peers.pull((uint64_t)(uintptr_t)dst->address, e.bytes, &e.from);
+    } else if (dst->kind == OPENCL) {
+        pthread_once(&cl_peers_once, find_cl_peers);
+        if (cl_peers.pull) code = cl_peers.pull(dst->queue, dst->address, 0, e.bytes, &e.from);
+    }
+    if (code != 0) {
+        /* Not by this rank's server: by this process, into host memory. */
+        void *into = host;
+        if (dst->kind != HOST) into = staging = staging_get(e.bytes);
+        code = into ? pull_host(into, e.bytes, &e.from) : -1;
+        if (code != 0 && into) {
+            /* Nothing here reaches the exporting server: the sender sends the data. */
+            MPI_Request raw;
+            PMPI_Irecv(into, (int)e.bytes, MPI_BYTE, e.world_rank, tag, control, &raw);
+            struct reply r = {e.id, SEND_IT, code};
+            PMPI_Send(&r, sizeof r, MPI_BYTE, e.world_rank, tag, control);
+            code = PMPI_Wait(&raw, MPI_STATUS_IGNORE);
+            e.id = 0; /* replied */
+        }
+        if (code == 0 && dst->kind != HOST) code = to_device(dst, staging, e.bytes, comm);
+        staging_put(staging);
+    }
+    if (e.id != 0) {
+        struct reply r = {e.id, PULLED, 0};
+        PMPI_Send(&r, sizeof r, MPI_BYTE, e.world_rank, tag, control);
+    }
+    if (code != 0) return device_error(comm, "receiving a device buffer", code);
+    PMPI_Status_set_elements(status, MPI_BYTE, (int)e.bytes);
+    return MPI_SUCCESS;
+}
+
+/* ---- requests with work left ---------------------------------------------------------------- */
+
+enum PendingKind {
+    SEND_STAGED, /* staging to free */
+    RECV_STAGED, /* staging to write to a device buffer (or an envelope) */
+    RECV_HOST,   /* a large host receive: maybe an envelope */
+    SEND_DIRECT, /* an envelope sent: the reply to wait for */
+};
 
 typedef struct Pending {
     MPI_Request request;
-    Buffer device;  /* a receive's destination (kind HOST for a send) */
-    void *host;     /* the staging memory */
-    MPI_Datatype type;
+    enum PendingKind kind;
+    Buffer device;   /* RECV_STAGED: the destination */
+    void *host;      /* staging (owned), or RECV_HOST's buffer (the program's) */
+    size_t capacity; /* RECV_HOST: bytes the buffer holds */
+    Direct *direct;  /* SEND_DIRECT */
     MPI_Comm comm;
+    int masked;      /* left out of the current MPI call: its receiver has not pulled yet */
+    int advanced;    /* a receive's data already handled (its request not completed yet) */
+    int advanced_rc;
+    int received;    /* bytes the handled receive got */
     struct Pending *next;
 } Pending;
 
 static Pending *pending;
 static pthread_mutex_t pending_lock = PTHREAD_MUTEX_INITIALIZER;
-/* Whether any request has device work left: the Wait/Test calls skip the lookups otherwise. */
+/* Whether any request has work left: the Wait/Test calls skip the lookups otherwise. */
 static int pending_count;
 
-static void remember(MPI_Request request, Buffer device, void *host, MPI_Datatype type, MPI_Comm comm) {
+static void remember(MPI_Request request, Pending entry) {
     Pending *p = malloc(sizeof *p);
     if (!p) abort();
+    *p = entry;
     p->request = request;
-    p->device = device;
-    p->host = host;
-    p->type = type;
-    p->comm = comm;
     pthread_mutex_lock(&pending_lock);
     p->next = pending;
     pending = p;
@@ -286,17 +540,71 @@ static void put_back(Pending *p) {
     pthread_mutex_unlock(&pending_lock);
 }
 
-/* Finishes a completed request: a receive's data goes to its device buffer. */
-static int finish(Pending *p, MPI_Status *status) {
-    int rc = MPI_SUCCESS;
-    if (!p) return rc;
-    if (p->device.kind != HOST) {
-        int received = 0;
+/* Whether a pending request may complete now as far as rgpu is concerned: a direct send only
+ * once its receiver replied (tested here without waiting). */
+static int ready(Pending *p) {
+    if (!p || p->kind != SEND_DIRECT || p->direct->replied) return 1;
+    int flag = 0;
+    PMPI_Test(&p->direct->reply_request, &flag, MPI_STATUS_IGNORE);
+    p->direct->replied = flag;
+    return flag;
+}
+
+/* A receive's work once its message is in: the data goes to its device buffer, or an
+ * envelope is taken (the data pulled). Sets the bytes received in `p`. */
+static int receive_work(Pending *p, MPI_Status *status) {
+    int rc = MPI_SUCCESS, received = 0;
+    int envelope = p->capacity >= (size_t)ENVELOPE_BYTES && is_envelope(p->host, status);
+    if (envelope) {
+        Buffer none = {HOST, NULL, NULL, 0, MPI_BYTE};
+        const Buffer *dst = p->kind == RECV_STAGED ? &p->device : &none;
+        rc = take_envelope(p->host, dst, p->kind == RECV_HOST ? p->host : NULL, p->capacity,
+                           p->comm, status);
+    } else if (p->kind == RECV_STAGED) {
         PMPI_Get_count(status, MPI_BYTE, &received);
         if (received == MPI_UNDEFINED || received < 0) received = 0;
         rc = to_device(&p->device, p->host, (size_t)received, p->comm);
     }
-    staging_put(p->host);
+    PMPI_Get_count(status, MPI_BYTE, &received);
+    p->received = received;
+    return rc;
+}
+
+/* Handles a receive whose message is in although its request has not been completed (a Test
+ * call that reports "not all done"): its peer may be waiting for it to pull. */
+static void advance(Pending *p) {
+    if (!p || p->advanced || (p->kind != RECV_STAGED && p->kind != RECV_HOST)) return;
+    int flag = 0;
+    MPI_Status status;
+    PMPI_Request_get_status(p->request, &flag, &status);
+    if (!flag) return;
+    p->advanced_rc = receive_work(p, &status);
+    p->advanced = 1;
+}
+
+/* Finishes a completed request: a receive's data goes to its device buffer (or an envelope
+ * is taken), a direct send waits for its reply, staging is freed. */
+static int finish(Pending *p, MPI_Status *status) {
+    int rc = MPI_SUCCESS;
+    if (!p) return rc;
+    switch (p->kind) {
+    case SEND_STAGED:
+        staging_put(p->host);
+        break;
+    case RECV_STAGED:
+    case RECV_HOST:
+        if (p->advanced) {
+            rc = p->advanced_rc;
+            PMPI_Status_set_elements(status, MPI_BYTE, p->received);
+        } else {
+            rc = receive_work(p, status);
+        }
+        if (p->kind == RECV_STAGED) staging_put(p->host);
+        break;
+    case SEND_DIRECT:
+        rc = finish_direct(p->direct);
+        break;
+    }
     free(p);
     return rc;
 }
@@ -315,17 +623,35 @@ static void make_keyval(void) {
         PMPI_Type_create_keyval(copy_attribute, MPI_TYPE_NULL_DELETE_FN, &RGPU_MPI_BUFFER_KEYVAL, NULL);
 }
 
+/* After MPI_Init: the datatype key, and the control communicator of direct transfers. */
+static void initialize(void) {
+    make_keyval();
+    const char *direct = getenv("RGPU_MPI_DIRECT");
+    direct_enabled = !(direct && !strcmp(direct, "0"));
+    PMPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+    PMPI_Comm_group(MPI_COMM_WORLD, &world_group);
+    PMPI_Comm_dup(MPI_COMM_WORLD, &control);
+}
+
 int MPI_Init(int *argc, char ***argv) {
     int rc = PMPI_Init(argc, argv);
-    if (rc == MPI_SUCCESS) make_keyval();
+    if (rc == MPI_SUCCESS) initialize();
     return rc;
 }
 
 int MPI_Init_thread(int *argc, char ***argv, int required, int *provided) {
     int rc = PMPI_Init_thread(argc, argv, required, provided);
-    if (rc == MPI_SUCCESS) make_keyval();
+    if (rc == MPI_SUCCESS) initialize();
     return rc;
 }
+
+int MPI_Finalize(void) {
+    if (control != MPI_COMM_NULL) PMPI_Comm_free(&control);
+    if (world_group != MPI_GROUP_NULL) PMPI_Group_free(&world_group);
+    return PMPI_Finalize();
+}
+
+void rgpu_mpi_set_direct(int on) { direct_enabled = on != 0; }
 
 int rgpu_mpi_opencl_type(MPI_Datatype base, void *queue, MPI_Datatype *out) {
     static struct rgpu_mpi_buffer descriptors[256];
@@ -351,9 +677,28 @@ int rgpu_mpi_opencl_type(MPI_Datatype base, void *queue, MPI_Datatype *out) {
 
 /* ---- point to point -------------------------------------------------------------------------- */
 
+/* Bytes a host receive can hold. */
+static size_t capacity_of(int count, MPI_Datatype type) {
+    int size = 0;
+    if (type == MPI_DATATYPE_NULL || PMPI_Type_size(type, &size) != MPI_SUCCESS) return 0;
+    return (size_t)size * (size_t)(count > 0 ? count : 0);
+}
+
 int MPI_Send(const void *buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm) {
     Buffer b = classify(buf, count, type);
     if (b.kind == HOST) return PMPI_Send(buf, count, type, dest, tag, comm);
+    Direct *d = start_direct(&b, dest, comm);
+    if (d) {
+        int rc = PMPI_Send(&d->envelope, ENVELOPE_BYTES, MPI_BYTE, dest, tag, comm);
+        if (rc != MPI_SUCCESS) {
+            PMPI_Cancel(&d->reply_request);
+            PMPI_Wait(&d->reply_request, MPI_STATUS_IGNORE);
+            unexport_buffer(&b, &d->envelope.from);
+            free(d);
+            return rc;
+        }
+        return finish_direct(d);
+    }
     int rc;
     void *host = staged_for_send(&b, comm, &rc);
     if (!host) return rc;
@@ -365,16 +710,26 @@ int MPI_Send(const void *buf, int count, MPI_Datatype type, int dest, int tag, M
 int MPI_Recv(void *buf, int count, MPI_Datatype type, int source, int tag, MPI_Comm comm,
              MPI_Status *status) {
     Buffer b = classify(buf, count, type);
-    if (b.kind == HOST) return PMPI_Recv(buf, count, type, source, tag, comm, status);
     MPI_Status local;
     if (status == MPI_STATUS_IGNORE) status = &local;
+    if (b.kind == HOST) {
+        int rc = PMPI_Recv(buf, count, type, source, tag, comm, status);
+        size_t capacity = capacity_of(count, type);
+        if (rc == MPI_SUCCESS && capacity >= (size_t)ENVELOPE_BYTES && is_envelope(buf, status))
+            rc = take_envelope(buf, &b, buf, capacity, comm, status);
+        return rc;
+    }
     void *host = staging_get(b.bytes);
     if (!host) return device_error(comm, "allocating host staging", -1);
     int rc = PMPI_Recv(host, (int)b.bytes, MPI_BYTE, source, tag, comm, status);
     if (rc == MPI_SUCCESS) {
-        int received = 0;
-        PMPI_Get_count(status, MPI_BYTE, &received);
-        rc = to_device(&b, host, (size_t)(received > 0 ? received : 0), comm);
+        if (b.bytes >= (size_t)ENVELOPE_BYTES && is_envelope(host, status)) {
+            rc = take_envelope(host, &b, NULL, b.bytes, comm, status);
+        } else {
+            int received = 0;
+            PMPI_Get_count(status, MPI_BYTE, &received);
+            rc = to_device(&b, host, (size_t)(received > 0 ? received : 0), comm);
+        }
     }
     staging_put(host);
     return rc;
@@ -384,23 +739,47 @@ int MPI_Isend(const void *buf, int count, MPI_Datatype type, int dest, int tag, 
               MPI_Request *request) {
     Buffer b = classify(buf, count, type);
     if (b.kind == HOST) return PMPI_Isend(buf, count, type, dest, tag, comm, request);
+    Pending entry = {MPI_REQUEST_NULL, SEND_STAGED, b, NULL, 0, NULL, comm, 0, 0, 0, 0, NULL};
+    Direct *d = start_direct(&b, dest, comm);
     int rc;
-    void *host = staged_for_send(&b, comm, &rc);
-    if (!host) return rc;
-    rc = PMPI_Isend(host, (int)b.bytes, MPI_BYTE, dest, tag, comm, request);
-    if (rc != MPI_SUCCESS) {
-        staging_put(host);
-        return rc;
+    if (d) {
+        rc = PMPI_Isend(&d->envelope, ENVELOPE_BYTES, MPI_BYTE, dest, tag, comm, request);
+        if (rc != MPI_SUCCESS) {
+            PMPI_Cancel(&d->reply_request);
+            PMPI_Wait(&d->reply_request, MPI_STATUS_IGNORE);
+            unexport_buffer(&b, &d->envelope.from);
+            free(d);
+            return rc;
+        }
+        entry.kind = SEND_DIRECT;
+        entry.direct = d;
+    } else {
+        void *host = staged_for_send(&b, comm, &rc);
+        if (!host) return rc;
+        rc = PMPI_Isend(host, (int)b.bytes, MPI_BYTE, dest, tag, comm, request);
+        if (rc != MPI_SUCCESS) {
+            staging_put(host);
+            return rc;
+        }
+        entry.host = host;
     }
-    Buffer none = {HOST, NULL, NULL, 0, type};
-    remember(*request, none, host, type, comm);
+    remember(*request, entry);
     return rc;
 }
 
 int MPI_Irecv(void *buf, int count, MPI_Datatype type, int source, int tag, MPI_Comm comm,
               MPI_Request *request) {
     Buffer b = classify(buf, count, type);
-    if (b.kind == HOST) return PMPI_Irecv(buf, count, type, source, tag, comm, request);
+    if (b.kind == HOST) {
+        int rc = PMPI_Irecv(buf, count, type, source, tag, comm, request);
+        size_t capacity = capacity_of(count, type);
+        /* Only large receives can get a direct send's envelope (smaller ones would truncate). */
+        if (rc == MPI_SUCCESS && capacity >= DIRECT_MIN) {
+            Pending entry = {MPI_REQUEST_NULL, RECV_HOST, b, buf, capacity, NULL, comm, 0, 0, 0, 0, NULL};
+            remember(*request, entry);
+        }
+        return rc;
+    }
     void *host = staging_get(b.bytes);
     if (!host) return device_error(comm, "allocating host staging", -1);
     int rc = PMPI_Irecv(host, (int)b.bytes, MPI_BYTE, source, tag, comm, request);
@@ -408,7 +787,8 @@ int MPI_Irecv(void *buf, int count, MPI_Datatype type, int source, int tag, MPI_
         staging_put(host);
         return rc;
     }
-    remember(*request, b, host, type, comm);
+    Pending entry = {MPI_REQUEST_NULL, RECV_STAGED, b, host, b.bytes, NULL, comm, 0, 0, 0, 0, NULL};
+    remember(*request, entry);
     return rc;
 }
 
@@ -425,6 +805,12 @@ int MPI_Test(MPI_Request *request, int *flag, MPI_Status *status) {
     Pending *p = take(*request);
     MPI_Status local;
     if (status == MPI_STATUS_IGNORE) status = &local;
+    if (!ready(p)) {
+        /* A direct send whose receiver has not pulled yet is not complete. */
+        *flag = 0;
+        put_back(p);
+        return MPI_SUCCESS;
+    }
     int rc = PMPI_Test(request, flag, status);
     if (p && !*flag) {
         put_back(p);
@@ -449,6 +835,39 @@ static Pending **take_all(int count, MPI_Request requests[], MPI_Status **status
     return taken;
 }
 
+/* The requests rgpu lets complete now: a copy where direct sends still waiting for their
+ * receiver are MPI_REQUEST_NULL (NULL when there is none such); `masked` says whether any was. */
+static MPI_Request *unmasked(int count, MPI_Request requests[], Pending **taken, int *masked) {
+    *masked = 0;
+    if (!taken) return NULL;
+    MPI_Request *copy = NULL;
+    for (int i = 0; i < count; ++i) {
+        advance(taken[i]);
+        if (ready(taken[i])) continue;
+        taken[i]->masked = 1;
+        if (!copy) {
+            copy = malloc((size_t)count * sizeof *copy);
+            if (!copy) abort();
+            memcpy(copy, requests, (size_t)count * sizeof *copy);
+        }
+        copy[i] = MPI_REQUEST_NULL;
+        *masked = 1;
+    }
+    return copy;
+}
+
+/* Copies back what MPI did to the requests it was given (the masked ones stay as they were). */
+static void unmask(int count, MPI_Request requests[], MPI_Request *copy, Pending **taken) {
+    if (!copy) return;
+    for (int i = 0; i < count; ++i) {
+        if (taken[i] && taken[i]->masked)
+            taken[i]->masked = 0;
+        else
+            requests[i] = copy[i];
+    }
+    free(copy);
+}
+
 int MPI_Waitall(int count, MPI_Request requests[], MPI_Status statuses[]) {
     MPI_Status *given = statuses;
     Pending **taken = take_all(count, requests, &statuses);
@@ -466,7 +885,14 @@ int MPI_Waitall(int count, MPI_Request requests[], MPI_Status statuses[]) {
 int MPI_Testall(int count, MPI_Request requests[], int *flag, MPI_Status statuses[]) {
     MPI_Status *given = statuses;
     Pending **taken = take_all(count, requests, &statuses);
-    int rc = PMPI_Testall(count, requests, flag, statuses);
+    int masked = 0, rc = MPI_SUCCESS;
+    MPI_Request *copy = unmasked(count, requests, taken, &masked);
+    unmask(count, requests, copy, taken);
+    if (masked) {
+        *flag = 0;
+    } else {
+        rc = PMPI_Testall(count, requests, flag, statuses);
+    }
     if (!taken) return rc;
     for (int i = 0; i < count; ++i) {
         if (!taken[i]) continue;
@@ -501,40 +927,51 @@ static int finish_one(Pending **taken, int count, int done, int index, MPI_Statu
     return rc;
 }
 
-int MPI_Waitany(int count, MPI_Request requests[], int *index, MPI_Status *status) {
-    MPI_Status *scratch = MPI_STATUSES_IGNORE;
-    Pending **taken = take_all(count, requests, &scratch);
-    MPI_Status local;
-    if (status == MPI_STATUS_IGNORE) status = &local;
-    int rc = PMPI_Waitany(count, requests, index, status);
-    return finish_one(taken, count, 1, *index, status, scratch, rc);
-}
-
 int MPI_Testany(int count, MPI_Request requests[], int *index, int *flag, MPI_Status *status) {
     MPI_Status *scratch = MPI_STATUSES_IGNORE;
     Pending **taken = take_all(count, requests, &scratch);
     MPI_Status local;
     if (status == MPI_STATUS_IGNORE) status = &local;
-    int rc = PMPI_Testany(count, requests, index, flag, status);
-    return finish_one(taken, count, *flag, *index, status, scratch, rc);
+    int masked = 0;
+    MPI_Request *copy = unmasked(count, requests, taken, &masked);
+    int rc = PMPI_Testany(count, copy ? copy : requests, index, flag, status);
+    unmask(count, requests, copy, taken);
+    if (masked && *flag && *index == MPI_UNDEFINED) *flag = 0; /* only masked ones were left */
+    return finish_one(taken, count, *flag && *index != MPI_UNDEFINED, *index, status, scratch, rc);
+}
+
+int MPI_Waitany(int count, MPI_Request requests[], int *index, MPI_Status *status) {
+    /* With direct sends waiting for their receivers, poll: one of them may be what completes. */
+    for (;;) {
+        int flag = 0;
+        int rc = MPI_Testany(count, requests, index, &flag, status);
+        if (rc != MPI_SUCCESS || flag) return rc;
+        int any_left = 0;
+        for (int i = 0; i < count; ++i) any_left |= requests[i] != MPI_REQUEST_NULL;
+        if (!any_left) {
+            *index = MPI_UNDEFINED;
+            return MPI_SUCCESS;
+        }
+        if (!__atomic_load_n(&pending_count, __ATOMIC_ACQUIRE)) {
+            /* Nothing of rgpu's among them any more: MPI's own wait. */
+            return PMPI_Waitany(count, requests, index, status);
+        }
+    }
 }
 
 int MPI_Waitsome(int incount, MPI_Request requests[], int *outcount, int indices[],
                  MPI_Status statuses[]) {
-    MPI_Status *given = statuses;
-    Pending **taken = take_all(incount, requests, &statuses);
-    int rc = PMPI_Waitsome(incount, requests, outcount, indices, statuses);
-    if (!taken) return rc;
-    for (int k = 0; k < *outcount && *outcount != MPI_UNDEFINED; ++k) {
-        int i = indices[k];
-        int finished = finish(taken[i], &statuses[k]);
-        taken[i] = NULL;
-        if (rc == MPI_SUCCESS) rc = finished;
+    /* One at a time, as Waitany: at least one completes, which is what Waitsome promises. */
+    MPI_Status status;
+    int index = MPI_UNDEFINED;
+    int rc = MPI_Waitany(incount, requests, &index, &status);
+    if (index == MPI_UNDEFINED) {
+        *outcount = MPI_UNDEFINED;
+        return rc;
     }
-    for (int i = 0; i < incount; ++i)
-        if (taken[i]) put_back(taken[i]);
-    free(taken);
-    if (given == MPI_STATUSES_IGNORE) free(statuses);
+    *outcount = 1;
+    indices[0] = index;
+    if (statuses != MPI_STATUSES_IGNORE) statuses[0] = status;
     return rc;
 }
 
@@ -542,7 +979,7 @@ int MPI_Sendrecv(const void *sendbuf, int sendcount, MPI_Datatype sendtype, int 
                  void *recvbuf, int recvcount, MPI_Datatype recvtype, int source, int recvtag,
                  MPI_Comm comm, MPI_Status *status) {
     Buffer s = classify(sendbuf, sendcount, sendtype), r = classify(recvbuf, recvcount, recvtype);
-    if (s.kind == HOST && r.kind == HOST)
+    if (s.kind == HOST && r.kind == HOST && capacity_of(recvcount, recvtype) < DIRECT_MIN)
         return PMPI_Sendrecv(sendbuf, sendcount, sendtype, dest, sendtag, recvbuf, recvcount,
                              recvtype, source, recvtag, comm, status);
     MPI_Request requests[2];

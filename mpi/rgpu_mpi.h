@@ -40,6 +40,11 @@ extern int RGPU_MPI_BUFFER_KEYVAL;
  * `queue`. Free it with MPI_Type_free. Returns an MPI error code. */
 int rgpu_mpi_opencl_type(MPI_Datatype base, void *queue, MPI_Datatype *out);
 
+/* Whether device sends of 64 KiB or more move between the servers directly (1, the default;
+ * RGPU_MPI_DIRECT=0 turns it off at MPI_Init) or staged through the ranks' host memory (0).
+ * Each rank decides for its own sends; receives take either. */
+void rgpu_mpi_set_direct(int on);
+
 #ifdef __cplusplus
 }
 #endif

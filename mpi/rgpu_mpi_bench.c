@@ -2,8 +2,9 @@
  * mpi` (which runs it under mpirun with `rgpu run --mpi`). Modes, each over the same sizes:
  *
  *   host   host buffers on both ranks: the MPI link itself (the raw link of this run);
- *   device rgpu device buffers on both ranks (OpenCL buffers marked by their datatype, or CUDA
- *          device memory), moved by librgpu_mpi.so.
+ *   staged rgpu device buffers on both ranks (OpenCL buffers marked by their datatype, or CUDA
+ *          device memory), staged through the ranks' host memory by librgpu_mpi.so;
+ *   direct the same, messages of 64 KiB or more moved between the servers directly.
  *
  * Latency: ping-pong, half the round trip. Bandwidth: a window of 64 non-blocking sends, then
  * an acknowledgement, repeated. One JSON object per line on rank 0's stdout:
@@ -11,7 +12,7 @@
  *   {"mode":"device","test":"bandwidth","bytes":65536,"mbps":812.0}
  *
  *   rgpu_mpi_bench --api opencl|cuda [--latency-sizes a,b,..] [--bandwidth-sizes a,b,..]
- *                  [--iterations N] [--modes host,device]
+ *                  [--iterations N] [--modes host,staged,direct]
  */
 #define CL_TARGET_OPENCL_VERSION 300
 #include <CL/cl.h>
@@ -194,7 +195,7 @@ int main(int argc, char **argv) {
     size_t latency_sizes[32], bandwidth_sizes[32];
     int nl = parse_sizes("8,64,512,4096", latency_sizes, 32);
     int nb = parse_sizes("65536,1048576,16777216,67108864", bandwidth_sizes, 32);
-    int iterations = 100, modes = 3; /* bit 0 host, bit 1 device */
+    int iterations = 100, modes = 7; /* bit 0 host, bit 1 staged, bit 2 direct */
     for (int i = 1; i < argc; ++i) {
         const char *value = i + 1 < argc ? argv[i + 1] : "";
         if (!strcmp(argv[i], "--api")) use_cuda = !strcmp(value, "cuda"), ++i;
@@ -202,18 +203,21 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--bandwidth-sizes")) nb = parse_sizes(value, bandwidth_sizes, 32), ++i;
         else if (!strcmp(argv[i], "--iterations")) iterations = atoi(value), ++i;
         else if (!strcmp(argv[i], "--modes"))
-            modes = (strstr(value, "host") ? 1 : 0) | (strstr(value, "device") ? 2 : 0), ++i;
+            modes = (strstr(value, "host") ? 1 : 0) | (strstr(value, "staged") ? 2 : 0) |
+                    (strstr(value, "direct") ? 4 : 0),
+            ++i;
         else DIE("unknown argument %s", argv[i]);
     }
-    if (modes & 2) {
+    if (modes & 6) {
         if (use_cuda) open_cuda();
         else open_opencl();
     }
-    const char *names[] = {"host", "device"};
-    for (int mode = 0; mode < 2; ++mode) {
+    const char *names[] = {"host", "staged", "direct"};
+    for (int mode = 0; mode < 3; ++mode) {
         if (!(modes & (1 << mode))) continue;
+        rgpu_mpi_set_direct(mode == 2);
         for (int i = 0; i < nl; ++i) {
-            double us = latency_us(mode, latency_sizes[i], iterations);
+            double us = latency_us(mode != 0, latency_sizes[i], iterations);
             if (rank == 0)
                 printf("{\"mode\":\"%s\",\"test\":\"latency\",\"bytes\":%zu,\"us\":%.3f}\n",
                        names[mode], latency_sizes[i], us);
@@ -223,7 +227,7 @@ int main(int argc, char **argv) {
             long rounds = (long)((1u << 30) / (bandwidth_sizes[i] * WINDOW));
             if (rounds < 2) rounds = 2;
             if (rounds > iterations) rounds = iterations;
-            double mbps = bandwidth_mbps(mode, bandwidth_sizes[i], (int)rounds);
+            double mbps = bandwidth_mbps(mode != 0, bandwidth_sizes[i], (int)rounds);
             if (rank == 0)
                 printf("{\"mode\":\"%s\",\"test\":\"bandwidth\",\"bytes\":%zu,\"mbps\":%.1f}\n",
                        names[mode], bandwidth_sizes[i], mbps);

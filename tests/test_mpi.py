@@ -47,17 +47,24 @@ def mpirun(ranks, servers, program, timeout=300, **env):
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
 
 
-@pytest.mark.parametrize("ranks", [2, 4])
-def test_opencl_buffers_through_mpi(start_server, mpi_programs, ranks):
+@pytest.mark.parametrize("ranks,direct", [(2, "1"), (4, "1"), (2, "0")])
+def test_opencl_buffers_through_mpi(start_server, mpi_programs, ranks, direct):
     """Device<->device, device<->host, many concurrent Isend/Irecv, Sendrecv, Bcast and
-    Allreduce on OpenCL buffers of two servers, every result read back from the devices."""
-    servers = [start_server(), start_server()]
-    proc = mpirun(ranks, servers, mpi_programs["mpi_buffers"])
+    Allreduce on OpenCL buffers of two servers, every result read back from the devices;
+    large messages moved between the servers directly (and, with RGPU_MPI_DIRECT=0, all
+    staged). The servers' logs show the direct pulls."""
+    servers = [start_server(env={"RGPU_LOG": "debug"}) for _ in range(2)]
+    proc = mpirun(ranks, servers, mpi_programs["mpi_buffers"], RGPU_MPI_DIRECT=direct)
     out, _ = proc.communicate(timeout=300)
     print(out)
     assert proc.returncode == 0, out
     for rank in range(ranks):
         assert f"PASS mpi_buffers rank {rank}" in out, out
+    pulls = sum(s.log().count(f"data lane {2**32 - 1} joined") for s in servers)
+    if direct == "1":
+        assert pulls > 0, "no direct pulls between the servers"
+    else:
+        assert pulls == 0, f"{pulls} direct pulls with RGPU_MPI_DIRECT=0"
 
 
 def test_a_lost_server_is_an_mpi_error_not_a_hang(start_server, mpi_programs, tmp_path):
@@ -96,13 +103,13 @@ def test_rgpu_bench_mpi_runs(mpi_programs, tmp_path):
                        env=h.base_env(), capture_output=True, text=True, timeout=300)
     print(r.stdout, r.stderr)
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "host (MB/s)" in r.stdout and "device (MB/s)" in r.stdout, r.stdout
+    assert "host (MB/s)" in r.stdout and "direct (MB/s)" in r.stdout, r.stdout
     import json
     report = json.loads(json_out.read_text())
     got = {(m["mode"], m["test"], m["bytes"]) for m in report["measurements"]}
-    for mode in ("host", "device"):
+    for mode in ("host", "staged", "direct"):
         for size in (8, 4096):
             assert (mode, "latency", size) in got, got
         for size in (65536, 1048576):
             assert (mode, "bandwidth", size) in got, got
-    assert svg_out.read_text().count("<polyline") == 2
+    assert svg_out.read_text().count("<polyline") == 3

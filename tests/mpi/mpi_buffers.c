@@ -2,9 +2,11 @@
  * under mpirun with `rgpu run --mpi`. Each rank uses device (rank % devices) of the rgpu
  * platform. Checks, with every result read back from the device:
  *   device -> device, device -> host and host -> device MPI_Send/MPI_Recv of odd sizes;
- *   many concurrent MPI_Isend/MPI_Irecv completed by MPI_Waitall, MPI_Waitany and MPI_Testall;
- *   MPI_Sendrecv around a ring; MPI_Bcast; MPI_Allreduce (sum of float and double, in place
- *   and not).
+ *   many concurrent MPI_Isend/MPI_Irecv, small and large, completed by MPI_Waitall,
+ *   MPI_Waitany and MPI_Testall; MPI_Sendrecv around a ring; a large MPI_Irecv into host memory
+ *   from a device buffer; MPI_Bcast; MPI_Allreduce (sum of float and double, in place and not).
+ * Messages of 64 KiB or more between device buffers move between the servers directly (unless
+ * RGPU_MPI_DIRECT=0), smaller ones staged.
  * Prints `PASS mpi_buffers rank R` per rank, or `FAIL mpi_buffers rank R: why` and exits 1.
  */
 #define CL_TARGET_OPENCL_VERSION 300
@@ -67,6 +69,10 @@ static unsigned char *patterned(size_t n, int from, int k) {
     for (size_t i = 0; i < n; ++i) p[i] = pattern(from, k, i);
     return p;
 }
+
+/* Sizes of the concurrent messages: small ones (staged) and large ones (moved between the
+ * servers directly), interleaved. */
+static size_t many_size(int k) { return (k % 2 ? 70000 * (size_t)k : 1000 * (size_t)k) + 3; }
 
 static void pick_device(void) {
     cl_uint n = 0;
@@ -144,7 +150,7 @@ int main(int argc, char **argv) {
     MPI_Request requests[2 * MANY];
     for (int round = 0; paired && round < 3; ++round) {
         for (int k = 0; k < MANY; ++k) {
-            size_t n = 1000 * (size_t)k + 3;
+            size_t n = many_size(k);
             out[k] = buffer(n);
             in[k] = buffer(n);
             unsigned char *mine = patterned(n, rank, k);
@@ -153,7 +159,7 @@ int main(int argc, char **argv) {
             MPI(MPI_Irecv(in[k], (int)n, cl_byte, peer, k, MPI_COMM_WORLD, &requests[k]));
         }
         for (int k = 0; k < MANY; ++k)
-            MPI(MPI_Isend(out[k], (int)(1000 * (size_t)k + 3), cl_byte, peer, k, MPI_COMM_WORLD,
+            MPI(MPI_Isend(out[k], (int)many_size(k), cl_byte, peer, k, MPI_COMM_WORLD,
                           &requests[MANY + k]));
         if (round == 0) {
             MPI(MPI_Waitall(2 * MANY, requests, MPI_STATUSES_IGNORE));
@@ -167,7 +173,7 @@ int main(int argc, char **argv) {
             while (!flag) MPI(MPI_Testall(2 * MANY, requests, &flag, MPI_STATUSES_IGNORE));
         }
         for (int k = 0; k < MANY; ++k) {
-            size_t n = 1000 * (size_t)k + 3;
+            size_t n = many_size(k);
             unsigned char *got = malloc(n);
             read_back(in[k], got, n);
             check_pattern(got, n, peer, k, round == 0 ? "Waitall" : round == 1 ? "Waitany" : "Testall");
@@ -177,9 +183,8 @@ int main(int argc, char **argv) {
         }
     }
 
-    /* A ring of MPI_Sendrecv. */
-    {
-        size_t n = 12345;
+    /* A ring of MPI_Sendrecv, small and large. */
+    for (size_t n = 12345; n < 2000000; n *= 40) {
         cl_mem send = buffer(n), recv = buffer(n);
         unsigned char *mine = patterned(n, rank, 77), *got = malloc(n);
         fill(send, mine, n);
@@ -192,6 +197,25 @@ int main(int argc, char **argv) {
         free(got);
         clReleaseMemObject(send);
         clReleaseMemObject(recv);
+    }
+    /* A large host receive from a device buffer, through MPI_Irecv. */
+    if (paired) {
+        size_t n = 500001;
+        unsigned char *got = malloc(n), *mine = patterned(n, rank, 55);
+        cl_mem m = buffer(n);
+        fill(m, mine, n);
+        MPI_Request r[2];
+        MPI(MPI_Irecv(got, (int)n, MPI_BYTE, peer, 55, MPI_COMM_WORLD, &r[0]));
+        MPI(MPI_Isend(m, (int)n, cl_byte, peer, 55, MPI_COMM_WORLD, &r[1]));
+        MPI_Status st[2];
+        MPI(MPI_Waitall(2, r, st));
+        int count = -1;
+        MPI_Get_count(&st[0], MPI_BYTE, &count);
+        if (count != (int)n) FAIL("Irecv into host memory: count %d, not %zu", count, n);
+        check_pattern(got, n, peer, 55, "Irecv into host memory");
+        free(got);
+        free(mine);
+        clReleaseMemObject(m);
     }
 
     /* Broadcast from rank 0's device to every device. */

@@ -15,12 +15,13 @@ use crate::output::format_bytes;
 
 #[derive(clap::Args, Debug)]
 #[command(
-    about = "MPI latency and bandwidth between two ranks: host buffers vs rgpu device buffers",
+    about = "MPI latency and bandwidth between two ranks: host buffers vs rgpu device buffers (staged and direct)",
     long_about = "MPI latency (ping-pong, half the round trip) and bandwidth (a window of 64 \
                   non-blocking sends, then an acknowledgement) between two ranks started by \
                   mpirun through `rgpu run --mpi`, with host buffers (the MPI link itself) and \
                   with rgpu device buffers (OpenCL buffers marked by their datatype, or CUDA \
-                  device memory), side by side. Without --servers, starts two local `rgpu \
+                  device memory) staged through the ranks' host memory, and moved directly \
+                  between the servers, side by side. Without --servers, starts two local `rgpu \
                   server`s, one per rank. Needs rgpu_mpi_bench and librgpu_mpi.so beside this \
                   executable (scripts/build-mpi.sh). Prints a table, writes JSON and an SVG plot."
 )]
@@ -201,15 +202,16 @@ fn table(m: &[Measurement], api: &str) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "MPI between two ranks: host buffers (the MPI link) vs rgpu {api} device buffers \
-         (staged through the clients)"
+        "MPI between two ranks: host buffers (the MPI link) vs rgpu {api} device buffers, \
+         staged through the ranks' host memory and moved directly between the servers"
     );
     section(&mut out, m, "latency", "us", |x| x.us, 1);
     section(&mut out, m, "bandwidth", "MB/s", |x| x.mbps, 0);
     out
 }
 
-/// One test's rows: its sizes, with the figure `value` gives (`decimals` digits) per mode.
+/// One test's rows: its sizes, with the figure `value` gives (`decimals` digits) per mode,
+/// and the ratios direct / staged and direct / host.
 fn section(
     out: &mut String,
     m: &[Measurement],
@@ -220,22 +222,26 @@ fn section(
 ) {
     let _ = writeln!(
         out,
-        "\n{test:>10}  {:>14}  {:>16}  {:>8}",
+        "\n{test:>10}  {:>14}  {:>14}  {:>14}  {:>15}  {:>13}",
         format!("host ({unit})"),
-        format!("device ({unit})"),
-        "ratio"
+        format!("staged ({unit})"),
+        format!("direct ({unit})"),
+        "direct/staged",
+        "direct/host"
     );
     for bytes in sizes(m, test) {
         let figure = |mode| find(m, mode, test, bytes).and_then(&value);
-        let (host, device) = (figure("host"), figure("device"));
+        let (host, staged, direct) = (figure("host"), figure("staged"), figure("direct"));
         let shown = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.decimals$}"));
         let _ = writeln!(
             out,
-            "{:>10}  {:>14}  {:>16}  {:>8}",
+            "{:>10}  {:>14}  {:>14}  {:>14}  {:>15}  {:>13}",
             format_bytes(bytes),
             shown(host),
-            shown(device),
-            ratio(device, host)
+            shown(staged),
+            shown(direct),
+            ratio(direct, staged),
+            ratio(direct, host)
         );
     }
 }
@@ -281,7 +287,11 @@ fn plot(m: &[Measurement], api: &str) -> String {
             format_bytes(bytes)
         );
     }
-    for (mode, color) in [("host", "#1f77b4"), ("device", "#d62728")] {
+    for (mode, color) in [
+        ("host", "#1f77b4"),
+        ("staged", "#ff7f0e"),
+        ("direct", "#2ca02c"),
+    ] {
         let points: Vec<String> = sizes
             .iter()
             .filter_map(|&b| {

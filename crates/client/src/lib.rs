@@ -7,6 +7,7 @@ mod cuda_devices;
 mod lanes;
 mod link;
 mod once;
+mod peers;
 mod selection;
 mod wait;
 
@@ -18,6 +19,7 @@ pub use connection::{Connection, ReadSink, SendPtr};
 pub use cuda_devices::{choose_devices, find_cuda_devices, RemoteDevice, RemoteDevices};
 pub use link::ServerLink;
 pub use once::{first_time, panic_message};
+pub use peers::{pull_to_host, ExportRecord};
 pub use rgpu_protocol::cuda::CudaClient;
 pub use rgpu_protocol::opencl::OpenClClient;
 pub use rgpu_transport::fork;

@@ -21,6 +21,7 @@ pub(crate) mod generated_exports;
 mod handles;
 mod host_view;
 mod objects;
+mod peers;
 pub mod proc_address;
 mod ranges;
 mod results;

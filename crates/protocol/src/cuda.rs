@@ -14,6 +14,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::nvml::{DeviceStatus, NvmlInventory};
+use crate::{LaneKey, PeerExport};
 
 /// A session-local object id chosen by the client (0: none / default stream).
 pub type Id = u64;
@@ -510,6 +511,18 @@ wire_api! {
             src_ctx: Id,
             extent: Extent,
         );
+    }
+
+    /// Device memory moved between servers (MPI transfers: docs/mpi.md).
+    group Peers {
+        /// Lets another server pull `size` bytes at `ptr` once, after the context's earlier
+        /// work: the export's ticket.
+        call ExportRange export_range(ctx: Id, ptr: DevicePtr, size: u64) -> Answer<LaneKey>;
+        /// Withdraws an export nobody pulled.
+        post Unexport unexport(ticket: LaneKey);
+        /// Fills `size` bytes at `dst` with another server's export, pulled by this server
+        /// straight from that one.
+        call PullRange pull_range(ctx: Id, dst: DevicePtr, size: u64, from: PeerExport) -> Status;
     }
 
     /// Modules, libraries, functions and kernels.

@@ -160,6 +160,19 @@ pub type LaneKey = [u8; 32];
 pub const LANE_CHUNK: u64 = 1 << 20;
 /// The most data lanes a session may have.
 pub const MAX_LANES: u32 = 8;
+/// The `LaneAttach::index` of a connection that comes for an export (another server pulling
+/// device memory of the session, for MPI transfers between servers) instead of joining as a
+/// data lane: its key is the export's ticket.
+pub const PEER_PULL_LANE: u32 = u32::MAX;
+
+/// Where another server finds an export: the exporting server as its client reaches it, the
+/// session that made the export, and the export's ticket (one use).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PeerExport {
+    pub endpoint: String,
+    pub session: u64,
+    pub ticket: LaneKey,
+}
 /// Transfers of at least this many bytes go striped over the data lanes where a session has
 /// them (one [`LANE_CHUNK`] per lane or more); smaller ones follow their frame.
 pub const STRIPE_MIN: u64 = 4 << 20;
@@ -271,6 +284,11 @@ pub enum ServerMsg {
     Queued { ahead: u32 },
 }
 
+sample_struct!(PeerExport {
+    endpoint,
+    session,
+    ticket
+});
 sample_struct!(LaneAttach {
     session,
     key,

@@ -8,6 +8,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::{LaneKey, PeerExport};
+
 /// A session-local object id.
 pub type Id = u64;
 
@@ -158,6 +160,20 @@ wire_api! {
         wait WaitForEvents wait_for_events(events: Vec<Id>) -> Answer<()>;
         /// Asks for an `EventStatus` message once the event reaches `status` (or fails).
         post NotifyEvent notify_event(event: Id, status: i32);
+    }
+
+    /// Buffers moved between servers (MPI transfers: docs/mpi.md).
+    group Peers {
+        /// Lets another server pull `size` bytes of `buffer` from `offset` once, after the
+        /// queue's earlier work: the export's ticket.
+        call ExportBuffer export_buffer(queue: Id, buffer: Id, offset: u64, size: u64)
+            -> Answer<LaneKey>;
+        /// Withdraws an export nobody pulled.
+        post UnexportBuffer unexport_buffer(ticket: LaneKey);
+        /// Fills `size` bytes of `buffer` from `offset` with another server's export, pulled by
+        /// this server straight from that one, in the queue's order.
+        call PullBuffer pull_buffer(queue: Id, buffer: Id, offset: u64, size: u64, from: PeerExport)
+            -> Answer<()>;
     }
 
     /// Commands for queues.

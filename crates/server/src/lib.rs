@@ -13,6 +13,7 @@
 //!   its objects released.
 
 mod cuda;
+mod exports;
 mod lanes;
 mod limits;
 mod listener;

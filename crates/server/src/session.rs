@@ -176,13 +176,18 @@ pub(crate) fn run(mut stream: Stream, shared: Arc<Shared>, id: u64) {
     let mut slot = None;
     let admitted = handshake(stream, &route, &shared, id, lane_key, |lane, stream| {
         shared.admit(lane, stream, &mut slot, |attach, lane| {
-            shared.lanes.join(attach, lane)
+            if attach.index == rgpu_protocol::PEER_PULL_LANE {
+                shared.exports.serve(attach, lane)
+            } else {
+                shared.lanes.join(attach, lane)
+            }
         })
     });
     if let Some(admitted) = admitted {
         serve(admitted, &shared, id);
     }
     shared.lanes.close(id);
+    shared.exports.forget_session(id);
     shared.unregister(id);
 }
 

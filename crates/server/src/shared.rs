@@ -30,6 +30,8 @@ pub(crate) struct Shared {
     streams: Mutex<HashMap<u64, Stream>>,
     /// The data lanes of the live sessions.
     pub lanes: LaneRegistry,
+    /// The sessions' exports of device memory, for other servers to pull.
+    pub exports: Arc<crate::exports::ExportRegistry>,
     pub(crate) next_session: AtomicU64,
     /// The session workers, when sessions run in processes of their own.
     pub workers: Option<Arc<WorkerPool>>,
@@ -56,6 +58,7 @@ impl Shared {
             stop: AtomicBool::new(false),
             streams: Mutex::new(HashMap::new()),
             lanes: LaneRegistry::default(),
+            exports: Default::default(),
             next_session: AtomicU64::new(1),
             workers: None,
             client_timeout: DEFAULT_CLIENT_TIMEOUT,

@@ -6,6 +6,7 @@ mod countdown;
 pub mod fork;
 mod framed;
 mod handshake;
+pub mod peer;
 mod read_ahead;
 mod stream;
 pub mod tls;

@@ -22,6 +22,9 @@ pub unsafe fn cuInit(flags: c_uint) -> CUresult {
 
 /// `rgpu_mpi_register_cuda` of librgpu_mpi.so (mpi/rgpu_mpi.c).
 type RegisterCuda = unsafe extern "C" fn(*const c_void, *const c_void, *const c_void);
+/// `rgpu_mpi_register_cuda_peers` of librgpu_mpi.so.
+type RegisterPeers =
+    unsafe extern "C" fn(*const c_void, *const c_void, *const c_void, *const c_void);
 
 /// Tells rgpu's MPI interposer, when the program has it (`rgpu run --mpi`), how to recognise
 /// and copy this library's device memory: from now on MPI calls take CUDA buffers.
@@ -42,6 +45,22 @@ fn register_with_mpi() {
             exports::cuMemcpyHtoD_v2 as *const c_void,
         )
     };
+    // SAFETY: as above, for the transfers between servers (crate::peers).
+    let symbol =
+        unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"rgpu_mpi_register_cuda_peers".as_ptr()) };
+    if !symbol.is_null() {
+        // SAFETY: librgpu_mpi.so exports it with this signature.
+        let register: RegisterPeers = unsafe { std::mem::transmute(symbol) };
+        // SAFETY: this library's own entry points, which live as long as the process.
+        unsafe {
+            register(
+                crate::peers::rgpu_cuda_export as *const c_void,
+                crate::peers::rgpu_cuda_pull as *const c_void,
+                crate::peers::rgpu_cuda_unexport as *const c_void,
+                crate::peers::rgpu_cuda_pull_host as *const c_void,
+            )
+        };
+    }
 }
 
 pub unsafe fn cuDriverGetVersion(version: *mut c_int) -> CUresult {

@@ -56,7 +56,7 @@ fn mem_of_queue(queue: &Queue, mem: cl_mem) -> Result<Ref<Mem>, cl_int> {
     Ok(mem)
 }
 
-fn buffer_of_queue(queue: &Queue, mem: cl_mem) -> Result<Ref<Mem>, cl_int> {
+pub(crate) fn buffer_of_queue(queue: &Queue, mem: cl_mem) -> Result<Ref<Mem>, cl_int> {
     let mem = mem_of_queue(queue, mem)?;
     match mem.kind {
         MemKind::Buffer { .. } => Ok(mem),
@@ -72,7 +72,7 @@ fn image_of_queue(queue: &Queue, mem: cl_mem) -> Result<Ref<Mem>, cl_int> {
     }
 }
 
-fn check_range(mem: &Mem, offset: usize, size: usize) -> Result<(), cl_int> {
+pub(crate) fn check_range(mem: &Mem, offset: usize, size: usize) -> Result<(), cl_int> {
     if size == 0 || offset.checked_add(size).is_none_or(|end| end > mem.size) {
         return Err(CL_INVALID_VALUE);
     }

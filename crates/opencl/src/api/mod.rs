@@ -10,6 +10,7 @@ pub mod event;
 pub mod image;
 pub mod kernel;
 pub mod memory;
+pub mod peers;
 pub mod platform;
 pub mod program;
 pub mod queue;

@@ -109,6 +109,11 @@ fn extension_function(name: &str) -> *mut c_void {
             crate::api::queue::clCreateCommandQueueWithProperties as *mut c_void
         }
         "clGetKernelSubGroupInfoKHR" => crate::api::kernel::clGetKernelSubGroupInfo as *mut c_void,
+        // rgpu's own, for its MPI interposer (crate::api::peers).
+        "rgpu_opencl_export" => crate::api::peers::rgpu_opencl_export as *mut c_void,
+        "rgpu_opencl_pull" => crate::api::peers::rgpu_opencl_pull as *mut c_void,
+        "rgpu_opencl_unexport" => crate::api::peers::rgpu_opencl_unexport as *mut c_void,
+        "rgpu_opencl_pull_host" => crate::api::peers::rgpu_opencl_pull_host as *mut c_void,
         _ => std::ptr::null_mut(),
     }
 }

@@ -13,6 +13,7 @@ mod memory;
 mod modules;
 mod monitoring;
 mod owned;
+mod peers;
 mod pieces;
 mod pools;
 mod raw;

@@ -15,6 +15,7 @@ mod kernel;
 
 mod memory;
 pub(crate) mod native;
+mod peers;
 mod program;
 pub(crate) mod session;
 pub(crate) mod staging;

@@ -197,7 +197,11 @@ fn join_lane(
             crate::session::handshake(lane, &route, &shared, id, [0; 32], |applicant, stream| {
                 match &applicant.lane {
                     Some(attach) if route.lane_of == Some(attach.session) => {
-                        shared.lanes.join(attach, stream)
+                        if attach.index == rgpu_protocol::PEER_PULL_LANE {
+                            shared.exports.serve(attach, stream)
+                        } else {
+                            shared.lanes.join(attach, stream)
+                        }
                     }
                     _ => Err("not a data lane of a session on this server".into()),
                 }

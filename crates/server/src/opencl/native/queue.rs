@@ -15,6 +15,49 @@ impl Queue {
         })
     }
 
+    /// Reads `out.len()` bytes of buffer `mem` from `offset`, waiting for them (the queue's
+    /// earlier commands first, in an in-order queue).
+    pub fn read_buffer_now(&self, mem: &Mem, offset: u64, out: &mut [u8]) -> ClResult<()> {
+        // SAFETY: live queue and buffer; `out` holds the bytes, and the read is blocking.
+        check(unsafe {
+            cl_call!(
+                self.lib,
+                clEnqueueReadBuffer(
+                    self.raw,
+                    mem.raw,
+                    sys::CL_TRUE,
+                    host_size(offset)?,
+                    out.len(),
+                    out.as_mut_ptr().cast(),
+                    0,
+                    std::ptr::null(),
+                    std::ptr::null_mut()
+                )
+            )
+        })
+    }
+
+    /// Writes `data` into buffer `mem` from `offset`, waiting until it is there.
+    pub fn write_buffer_now(&self, mem: &Mem, offset: u64, data: &[u8]) -> ClResult<()> {
+        // SAFETY: live queue and buffer; `data` holds the bytes, and the write is blocking.
+        check(unsafe {
+            cl_call!(
+                self.lib,
+                clEnqueueWriteBuffer(
+                    self.raw,
+                    mem.raw,
+                    sys::CL_TRUE,
+                    host_size(offset)?,
+                    data.len(),
+                    data.as_ptr().cast(),
+                    0,
+                    std::ptr::null(),
+                    std::ptr::null_mut()
+                )
+            )
+        })
+    }
+
     pub fn flush(&self) -> ClResult<()> {
         // SAFETY: live queue.
         check(unsafe { cl_call!(self.lib, clFlush(self.raw)) })

@@ -1,0 +1,72 @@
+//! The C form of an export (rgpu_protocol::PeerExport) that rgpu's MPI interposer carries
+//! between ranks (`struct rgpu_export` in mpi/rgpu_mpi.c): the client libraries fill it when a
+//! rank exports a buffer and read it when a rank pulls one.
+
+use std::ffi::c_char;
+
+use rgpu_protocol::PeerExport;
+
+use crate::Connection;
+
+/// Bytes for the exporting server's address, NUL-terminated.
+pub const ENDPOINT_BYTES: usize = 256;
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ExportRecord {
+    pub endpoint: [c_char; ENDPOINT_BYTES],
+    pub session: u64,
+    pub ticket: [u8; 32],
+}
+
+impl ExportRecord {
+    /// The record of an export made on `conn`'s session; `None` when the address does not fit.
+    pub fn new(conn: &Connection, ticket: [u8; 32]) -> Option<ExportRecord> {
+        let endpoint = conn.endpoint().to_string();
+        if endpoint.len() >= ENDPOINT_BYTES {
+            return None;
+        }
+        let mut record = ExportRecord {
+            endpoint: [0; ENDPOINT_BYTES],
+            session: conn.session_id(),
+            ticket,
+        };
+        for (to, &from) in record.endpoint.iter_mut().zip(endpoint.as_bytes()) {
+            *to = from as c_char;
+        }
+        Some(record)
+    }
+
+    /// The export it names (`None`: an address that is not text).
+    pub fn export(&self) -> Option<PeerExport> {
+        let len = self.endpoint.iter().position(|&c| c == 0)?;
+        let bytes: Vec<u8> = self.endpoint[..len].iter().map(|&c| c as u8).collect();
+        Some(PeerExport {
+            endpoint: String::from_utf8(bytes).ok()?,
+            session: self.session,
+            ticket: self.ticket,
+        })
+    }
+}
+
+/// Pulls the export `record` describes straight into host memory (`dst`, its size bytes),
+/// authenticated and secured as this process's connections are (RGPU_TOKEN*, RGPU_TLS*): for
+/// a rank receiving into host memory, or whose own server cannot reach the exporting one.
+pub fn pull_to_host(record: &ExportRecord, dst: &mut [u8]) -> Result<(), String> {
+    let export = record
+        .export()
+        .ok_or("an export record without an address")?;
+    let config = crate::ClientConfig::from_env()?;
+    let size = dst.len() as u64;
+    rgpu_transport::peer::pull(
+        &export,
+        size,
+        config.token.as_ref(),
+        &config.tls,
+        "rgpu client (pull)",
+        |at, bytes| {
+            dst[at as usize..at as usize + bytes.len()].copy_from_slice(bytes);
+            Ok(())
+        },
+    )
+}

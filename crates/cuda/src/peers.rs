@@ -1,0 +1,105 @@
+//! Device memory moved between servers for rgpu's MPI interposer (docs/mpi.md): a rank
+//! exports a range of its device memory, another rank's server pulls it straight from the
+//! exporting server. C entry points the interposer gets at cuInit (api/init.rs); each returns a
+//! `CUresult`.
+
+use rgpu_client::{CudaClient, ExportRecord};
+use rgpu_cuda_api::sys::CUresult;
+
+use crate::api::memory::context_of;
+use crate::api::Outcome;
+
+/// Runs `body`, a panic being CUDA_ERROR_UNKNOWN (never crossing into C).
+fn guarded(body: impl FnOnce() -> Result<(), CUresult>) -> i32 {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)) {
+        Ok(Ok(())) => 0,
+        Ok(Err(e)) => e as i32,
+        Err(_) => CUresult::CUDA_ERROR_UNKNOWN as i32,
+    }
+}
+
+/// Exports `size` bytes at device address `ptr` (after the earlier work of its context) and
+/// describes the export in `out`.
+///
+/// # Safety
+/// `out` is valid for writing.
+#[no_mangle]
+pub unsafe extern "C" fn rgpu_cuda_export(ptr: u64, size: u64, out: *mut ExportRecord) -> i32 {
+    guarded(|| {
+        if out.is_null() {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        let ctx = context_of(ptr)?;
+        crate::api::managed::before_device_work(None)?;
+        let ticket = ctx
+            .conn
+            .cuda()
+            .export_range(ctx.remote, ptr, size)
+            .outcome()?;
+        let record =
+            ExportRecord::new(&ctx.conn, ticket).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+        // SAFETY: the caller's out-pointer, checked non-null.
+        unsafe { out.write(record) };
+        Ok(())
+    })
+}
+
+/// Fills `size` bytes at device address `dst` with the export `from` describes, pulled by
+/// `dst`'s server from the exporting one.
+///
+/// # Safety
+/// `from` is valid for reading.
+#[no_mangle]
+pub unsafe extern "C" fn rgpu_cuda_pull(dst: u64, size: u64, from: *const ExportRecord) -> i32 {
+    guarded(|| {
+        // SAFETY: the caller's record, checked non-null.
+        let record = unsafe { from.as_ref() }.ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+        let export = record.export().ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+        let ctx = context_of(dst)?;
+        crate::api::managed::before_device_work(None)?;
+        ctx.conn
+            .cuda()
+            .pull_range(ctx.remote, dst, size, export)
+            .outcome()
+    })
+}
+
+/// Withdraws an export of the memory at `ptr` that nobody pulled.
+///
+/// # Safety
+/// `from` is valid for reading.
+#[no_mangle]
+pub unsafe extern "C" fn rgpu_cuda_unexport(ptr: u64, from: *const ExportRecord) -> i32 {
+    guarded(|| {
+        // SAFETY: the caller's record, checked non-null.
+        let record = unsafe { from.as_ref() }.ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+        let ctx = context_of(ptr)?;
+        ctx.conn.cuda().unexport(record.ticket).outcome()
+    })
+}
+
+/// Fills `size` bytes of host memory at `dst` with the export `from` describes, pulled by this
+/// process straight from the exporting server.
+///
+/// # Safety
+/// `from` is valid for reading, `dst` for writing `size` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn rgpu_cuda_pull_host(
+    dst: *mut u8,
+    size: u64,
+    from: *const ExportRecord,
+) -> i32 {
+    guarded(|| {
+        // SAFETY: the caller's record, checked non-null.
+        let record = unsafe { from.as_ref() }.ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+        if dst.is_null() {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        // SAFETY: the caller's buffer of `size` bytes.
+        let dst = unsafe { std::slice::from_raw_parts_mut(dst, size as usize) };
+        rgpu_client::pull_to_host(record, dst).map_err(|e| {
+            log::warn!("rgpu: pulling an export into host memory: {e}");
+            CUresult::CUDA_ERROR_UNKNOWN
+        })
+    })
+}
