@@ -241,6 +241,9 @@ struct rgpu_export {
     char endpoint[256];
     uint64_t session;
     unsigned char ticket[32];
+    unsigned char ipc_handle[64]; /* CUDA: the allocation's IPC handle, for a puller on the */
+    uint64_t ipc_len;             /* same machine (0: none) */
+    uint64_t ipc_offset;
 };
 
 typedef int (*CudaExport)(uint64_t ptr, uint64_t size, struct rgpu_export *out);
@@ -398,7 +401,8 @@ static Direct *start_direct(const Buffer *b, int dest, MPI_Comm comm) {
 static int finish_direct(Direct *d) {
     if (!d->replied) PMPI_Wait(&d->reply_request, MPI_STATUS_IGNORE);
     int rc = MPI_SUCCESS;
-    if (d->reply.verdict != PULLED) unexport_buffer(&d->source, &d->envelope.from);
+    /* Pulled or not, the export is no longer needed (a copy by IPC leaves it unused). */
+    unexport_buffer(&d->source, &d->envelope.from);
     if (d->reply.verdict == SEND_IT) {
         void *host = staged_for_send(&d->source, d->comm, &rc);
         if (host) {

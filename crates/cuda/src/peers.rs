@@ -31,13 +31,18 @@ pub unsafe extern "C" fn rgpu_cuda_export(ptr: u64, size: u64, out: *mut ExportR
         }
         let ctx = context_of(ptr)?;
         crate::api::managed::before_device_work(None)?;
-        let ticket = ctx
+        let export = ctx
             .conn
             .cuda()
             .export_range(ctx.remote, ptr, size)
             .outcome()?;
-        let record =
-            ExportRecord::new(&ctx.conn, ticket).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+        let record = ExportRecord::with_ipc(
+            &ctx.conn,
+            export.ticket,
+            &export.ipc_handle,
+            export.ipc_offset,
+        )
+        .ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
         // SAFETY: the caller's out-pointer, checked non-null.
         unsafe { out.write(record) };
         Ok(())

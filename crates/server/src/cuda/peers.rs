@@ -4,7 +4,7 @@
 use rgpu_cuda_api::cu_call;
 use rgpu_cuda_api::native::{check, Status};
 use rgpu_cuda_api::sys::*;
-use rgpu_protocol::cuda::{serve, Answer, DevicePtr, Id};
+use rgpu_protocol::cuda::{serve, Answer, CuExport, DevicePtr, Id};
 use rgpu_protocol::{LaneKey, PeerExport};
 
 use super::session::{code, Served};
@@ -25,7 +25,7 @@ impl Context {
 }
 
 impl serve::Peers for Served<'_> {
-    fn export_range(&mut self, ctx: Id, ptr: DevicePtr, size: u64) -> Answer<LaneKey> {
+    fn export_range(&mut self, ctx: Id, ptr: DevicePtr, size: u64) -> Answer<CuExport> {
         let cuda = &mut *self.cuda;
         cuda.enter(ctx)?;
         // Readable once the context's earlier work is done.
@@ -50,12 +50,18 @@ impl serve::Peers for Served<'_> {
             };
             check(status).map_err(|s| format!("CUDA error {s}"))
         });
+        let (ipc_handle, ipc_offset) = ipc_of(&self.cuda.backend.driver, ptr);
         let session = &self.session;
-        session
+        let ticket = session
             .shared
             .exports
             .add(session.id, size, read)
-            .map_err(|_| PULL_FAILED)
+            .map_err(|_| PULL_FAILED)?;
+        Ok(CuExport {
+            ticket,
+            ipc_handle,
+            ipc_offset,
+        })
     }
 
     fn unexport(&mut self, ticket: LaneKey) -> Answer<()> {
@@ -68,6 +74,10 @@ impl serve::Peers for Served<'_> {
         let session = &self.session;
         let pulled = cuda.enter(ctx).and_then(|()| {
             let driver = &cuda.backend.driver;
+            // The exporting session on this machine: a device-to-device copy.
+            if copy_by_ipc(driver, &from, dst, size) {
+                return Ok(());
+            }
             crate::exports::pull(&from, size, session.shared.token.as_ref(), |at, bytes| {
                 // SAFETY: the session's current context and the pulled bytes; the driver
                 // checks the device range.
@@ -90,4 +100,60 @@ impl serve::Peers for Served<'_> {
         });
         code(pulled)
     }
+}
+
+/// The IPC handle of the allocation holding `ptr` and `ptr`'s offset in it (empty where the
+/// driver gives none: memory that cannot be shared between processes).
+fn ipc_of(driver: &rgpu_cuda_api::native::Driver, ptr: DevicePtr) -> (Vec<u8>, u64) {
+    let (mut base, mut len) = (0u64, 0usize);
+    // SAFETY: the session's current context and local out-values.
+    if check(unsafe { cu_call!(driver, cuMemGetAddressRange_v2(&mut base, &mut len, ptr)) })
+        .is_err()
+    {
+        return (Vec::new(), 0);
+    }
+    // SAFETY: plain bytes, valid zeroed.
+    let mut handle: CUipcMemHandle = unsafe { std::mem::zeroed() };
+    // SAFETY: a local out-struct and the allocation's base.
+    if check(unsafe { cu_call!(driver, cuIpcGetMemHandle(&mut handle, base)) }).is_err() {
+        return (Vec::new(), 0);
+    }
+    let bytes = handle.reserved.iter().map(|&b| b as u8).collect();
+    (bytes, ptr - base)
+}
+
+/// Copies an export of a session on this machine device to device, through its IPC handle;
+/// false when there is none or the driver will not open it (another machine's, or memory it
+/// cannot share), and the bytes must be pulled.
+fn copy_by_ipc(
+    driver: &rgpu_cuda_api::native::Driver,
+    from: &PeerExport,
+    dst: DevicePtr,
+    size: u64,
+) -> bool {
+    if from.ipc_handle.len() != 64 {
+        return false;
+    }
+    // SAFETY: plain bytes, valid zeroed.
+    let mut handle: CUipcMemHandle = unsafe { std::mem::zeroed() };
+    for (to, &from) in handle.reserved.iter_mut().zip(&from.ipc_handle) {
+        *to = from as std::ffi::c_char;
+    }
+    let mut base = 0u64;
+    // CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS.
+    // SAFETY: a handle by value and a local out-pointer; the driver checks the handle.
+    let opened = unsafe { cu_call!(driver, cuIpcOpenMemHandle_v2(&mut base, handle, 1)) };
+    if opened != 0 {
+        return false;
+    }
+    // SAFETY: the session's current context; the driver checks both ranges.
+    let copied = unsafe {
+        cu_call!(
+            driver,
+            cuMemcpyDtoD_v2(dst, base + from.ipc_offset, size as usize)
+        )
+    };
+    // SAFETY: the mapping opened above, closed once.
+    unsafe { cu_call!(driver, cuIpcCloseMemHandle(base)) };
+    copied == 0
 }
