@@ -405,11 +405,11 @@ static int finish_direct(Direct *d) {
     unexport_buffer(&d->source, &d->envelope.from);
     if (d->reply.verdict == SEND_IT) {
         void *host = staged_for_send(&d->source, d->comm, &rc);
-        if (host) {
-            rc = PMPI_Send(host, (int)d->source.bytes, MPI_BYTE, d->dest_world,
-                           control_tag(d->envelope.id), control);
-            staging_put(host);
-        }
+        /* Without the data (its device failed), an empty message: the receiver must not wait. */
+        int sent = PMPI_Send(host, host ? (int)d->source.bytes : 0, MPI_BYTE, d->dest_world,
+                             control_tag(d->envelope.id), control);
+        if (rc == MPI_SUCCESS) rc = sent;
+        staging_put(host);
     } else if (d->reply.verdict == TRUNCATED) {
         rc = MPI_ERR_TRUNCATE;
     }
@@ -464,7 +464,11 @@ static int take_envelope(const void *data, const Buffer *dst, void *host, size_t
             PMPI_Irecv(into, (int)e.bytes, MPI_BYTE, e.world_rank, tag, control, &raw);
             struct reply r = {e.id, SEND_IT, code};
             PMPI_Send(&r, sizeof r, MPI_BYTE, e.world_rank, tag, control);
-            code = PMPI_Wait(&raw, MPI_STATUS_IGNORE);
+            MPI_Status got;
+            int received = 0;
+            code = PMPI_Wait(&raw, &got);
+            PMPI_Get_count(&got, MPI_BYTE, &received);
+            if (code == MPI_SUCCESS && (uint64_t)received != e.bytes) code = -1; /* sender failed */
             e.id = 0; /* replied */
         }
         if (code == 0 && dst->kind != HOST) code = to_device(dst, staging, e.bytes, comm);

@@ -5,7 +5,10 @@
 # directory), starts two servers on this GPU, then:
 #   mpi_cupy_one_server   tests/cuda/mpi_cupy_check.py, 2 ranks whose GPUs are on one server;
 #   mpi_cupy_two_servers  the same, each rank's GPU on its own server;
-#   bench                 `rgpu bench mpi --api cuda` across the two servers (figures only).
+#   bench_one_server      `rgpu bench mpi --api cuda`, both ranks' GPUs on one server (direct
+#                         transfers copy device to device through CUDA IPC);
+#   bench_two_servers     the same across the two servers with RGPU_MPI_IPC=0 (direct
+#                         transfers go server to server over the loopback). Figures only.
 #
 #   RGPU_BUILD_DIR=dist bash scripts/gpu-mpi-check.sh
 #
@@ -48,13 +51,22 @@ check_cupy() {
 check_cupy mpi_cupy_one_server "$e1"
 check_cupy mpi_cupy_two_servers "$e1,$e2"
 
-if "$bin/rgpu" bench mpi --api cuda --servers "$e1,$e2" --json "$out/bench-mpi-cuda.json" \
-    --svg "$out/bench-mpi-cuda.svg" >"$out/bench.out" 2>&1; then
-    pass "bench (rgpu bench mpi --api cuda)"
-    sed 's/^/    /' "$out/bench.out"
-else
-    fail "bench"
-    tail_of "$out/bench.out" 30
-fi
+# bench NAME ARGS...: `rgpu bench mpi --api cuda` with ARGS, its table under the status line.
+bench() {
+    local name=$1
+    shift
+    if "$bin/rgpu" bench mpi --api cuda --json "$out/$name.json" --svg "$out/$name.svg" "$@" \
+        >"$out/$name.out" 2>&1; then
+        pass "$name (rgpu bench mpi --api cuda $*)"
+        sed 's/^/    /' "$out/$name.out"
+    else
+        fail "$name"
+        tail_of "$out/$name.out" 30
+    fi
+}
+# One server: the ranks' GPUs are on one machine, so direct transfers copy device to device.
+bench bench_one_server --servers "$e1"
+# Two servers, the IPC shortcut off: direct transfers go server to server over the loopback.
+RGPU_MPI_IPC=0 bench bench_two_servers --servers "$e1,$e2"
 summary
 [ $failed -eq 0 ]

@@ -59,7 +59,11 @@ pub unsafe extern "C" fn rgpu_cuda_pull(dst: u64, size: u64, from: *const Export
     guarded(|| {
         // SAFETY: the caller's record, checked non-null.
         let record = unsafe { from.as_ref() }.ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
-        let export = record.export().ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+        let mut export = record.export().ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+        // RGPU_MPI_IPC=0: always over the network (to measure that path on one machine).
+        if std::env::var("RGPU_MPI_IPC").is_ok_and(|v| v == "0") {
+            export.ipc_handle.clear();
+        }
         let ctx = context_of(dst)?;
         crate::api::managed::before_device_work(None)?;
         ctx.conn
