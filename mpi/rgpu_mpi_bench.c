@@ -6,8 +6,8 @@
  *          device memory), staged through the ranks' host memory by librgpu_mpi.so;
  *   direct the same, messages of 64 KiB or more moved between the servers directly.
  *
- * Latency: ping-pong, half the round trip. Bandwidth: a window of 64 non-blocking sends, then
- * an acknowledgement, repeated. One JSON object per line on rank 0's stdout:
+ * Latency: ping-pong, half the round trip. Bandwidth: a window of 64 non-blocking sends (fewer
+ * for messages over 16 MiB: at most 1 GiB in flight), then an acknowledgement, repeated. One JSON object per line on rank 0's stdout:
  *   {"mode":"host","test":"latency","bytes":8,"us":12.3}
  *   {"mode":"device","test":"bandwidth","bytes":65536,"mbps":812.0}
  *
@@ -152,6 +152,10 @@ static double latency_us(int device, size_t bytes, int iterations) {
 static double bandwidth_mbps(int device, size_t bytes, int iterations) {
     Buffer b = make_buffer(device, bytes);
     int peer = 1 - rank, warmup = 1;
+    /* At most 1 GiB in flight per window (staging holds a copy of each message). */
+    int window = (int)(((size_t)1 << 30) / bytes);
+    if (window > WINDOW) window = WINDOW;
+    if (window < 1) window = 1;
     MPI_Request requests[WINDOW];
     char ack = 0;
     double t0 = 0;
@@ -160,13 +164,13 @@ static double bandwidth_mbps(int device, size_t bytes, int iterations) {
             MPI_Barrier(MPI_COMM_WORLD);
             t0 = MPI_Wtime();
         }
-        for (int w = 0; w < WINDOW; ++w) {
+        for (int w = 0; w < window; ++w) {
             if (rank == 0)
                 MPI_Isend(b.address, (int)bytes, b.type, peer, 2, MPI_COMM_WORLD, &requests[w]);
             else
                 MPI_Irecv(b.address, (int)bytes, b.type, peer, 2, MPI_COMM_WORLD, &requests[w]);
         }
-        MPI_Waitall(WINDOW, requests, MPI_STATUSES_IGNORE);
+        MPI_Waitall(window, requests, MPI_STATUSES_IGNORE);
         if (rank == 0)
             MPI_Recv(&ack, 1, MPI_BYTE, peer, 3, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
         else
@@ -174,7 +178,7 @@ static double bandwidth_mbps(int device, size_t bytes, int iterations) {
     }
     double seconds = MPI_Wtime() - t0;
     free_buffer(b);
-    return (double)bytes * WINDOW * iterations / seconds / 1e6;
+    return (double)bytes * window * iterations / seconds / 1e6;
 }
 
 static int parse_sizes(const char *list, size_t *out, int max) {
@@ -194,7 +198,7 @@ int main(int argc, char **argv) {
     if (ranks != 2) DIE("runs with exactly 2 ranks");
     size_t latency_sizes[32], bandwidth_sizes[32];
     int nl = parse_sizes("8,64,512,4096", latency_sizes, 32);
-    int nb = parse_sizes("65536,1048576,16777216,67108864", bandwidth_sizes, 32);
+    int nb = parse_sizes("65536,1048576,16777216,67108864,268435456", bandwidth_sizes, 32);
     int iterations = 100, modes = 7; /* bit 0 host, bit 1 staged, bit 2 direct */
     for (int i = 1; i < argc; ++i) {
         const char *value = i + 1 < argc ? argv[i + 1] : "";

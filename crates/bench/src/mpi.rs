@@ -17,7 +17,8 @@ use crate::output::format_bytes;
 #[command(
     about = "MPI latency and bandwidth between two ranks: host buffers vs rgpu device buffers (staged and direct)",
     long_about = "MPI latency (ping-pong, half the round trip) and bandwidth (a window of 64 \
-                  non-blocking sends, then an acknowledgement) between two ranks started by \
+                  non-blocking sends, fewer above 16 MiB, then an acknowledgement) between two \
+                  ranks started by \
                   mpirun through `rgpu run --mpi`, with host buffers (the MPI link itself) and \
                   with rgpu device buffers (OpenCL buffers marked by their datatype, or CUDA \
                   device memory) staged through the ranks' host memory, and moved directly \
@@ -46,7 +47,7 @@ pub struct MpiBenchArgs {
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "65536,1048576,16777216,67108864"
+        default_value = "65536,1048576,16777216,67108864,268435456"
     )]
     bandwidth_sizes: Vec<u64>,
 
