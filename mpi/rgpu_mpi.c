@@ -131,35 +131,34 @@ static int device_error(MPI_Comm comm, const char *what, int code) {
     return MPI_ERR_OTHER;
 }
 
-/* Copies a device buffer's first `bytes` into host memory. */
-static int to_host(const Buffer *b, void *host, size_t bytes, MPI_Comm comm) {
+/* Copies between a device buffer's first `bytes` and host memory: into the device when
+ * `write`, else out of it. */
+static int device_copy(const Buffer *b, void *host, size_t bytes, int write, MPI_Comm comm) {
     int rc = 0;
     if (bytes == 0) return MPI_SUCCESS;
+    if (write && bytes > b->bytes) bytes = b->bytes;
+    uint64_t address = (uint64_t)(uintptr_t)b->address;
     if (b->kind == CUDA) {
-        rc = cuda.dtoh(host, (uint64_t)(uintptr_t)b->address, bytes);
-        if (rc) return device_error(comm, "reading a CUDA buffer", rc);
+        rc = write ? cuda.htod(address, host, bytes) : cuda.dtoh(host, address, bytes);
+        if (rc) return device_error(comm, write ? "writing a CUDA buffer" : "reading a CUDA buffer", rc);
     } else {
         pthread_once(&opencl_once, find_opencl);
-        rc = opencl.read ? opencl.read(b->queue, b->address, 1, 0, bytes, host, 0, NULL, NULL) : -1;
-        if (rc) return device_error(comm, "reading an OpenCL buffer", rc);
+        if (write)
+            rc = opencl.write ? opencl.write(b->queue, b->address, 1, 0, bytes, host, 0, NULL, NULL) : -1;
+        else
+            rc = opencl.read ? opencl.read(b->queue, b->address, 1, 0, bytes, host, 0, NULL, NULL) : -1;
+        if (rc)
+            return device_error(comm, write ? "writing an OpenCL buffer" : "reading an OpenCL buffer", rc);
     }
     return MPI_SUCCESS;
 }
 
-/* Copies `bytes` of host memory into a device buffer. */
+static int to_host(const Buffer *b, void *host, size_t bytes, MPI_Comm comm) {
+    return device_copy(b, host, bytes, 0, comm);
+}
+
 static int to_device(const Buffer *b, const void *host, size_t bytes, MPI_Comm comm) {
-    int rc = 0;
-    if (bytes == 0) return MPI_SUCCESS;
-    if (bytes > b->bytes) bytes = b->bytes;
-    if (b->kind == CUDA) {
-        rc = cuda.htod((uint64_t)(uintptr_t)b->address, host, bytes);
-        if (rc) return device_error(comm, "writing a CUDA buffer", rc);
-    } else {
-        pthread_once(&opencl_once, find_opencl);
-        rc = opencl.write ? opencl.write(b->queue, b->address, 1, 0, bytes, host, 0, NULL, NULL) : -1;
-        if (rc) return device_error(comm, "writing an OpenCL buffer", rc);
-    }
-    return MPI_SUCCESS;
+    return device_copy(b, (void *)host, bytes, 1, comm);
 }
 
 /* ---- host staging memory: kept for reuse (a fresh allocation of many MiB costs its page

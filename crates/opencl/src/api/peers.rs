@@ -10,6 +10,11 @@ use crate::api::enqueue::{buffer_of_queue, check_range};
 use crate::api::queue::queue_from;
 use crate::util::{guard, status, Outcome};
 
+/// Runs an entry point's body: its status, a panic being CL_OUT_OF_HOST_MEMORY.
+fn entry(body: impl FnOnce() -> Result<(), cl_int>) -> cl_int {
+    guard(CL_OUT_OF_HOST_MEMORY, || status(body()))
+}
+
 /// `rgpu_opencl_export`: exports `size` bytes of `buffer` from `offset` (after the earlier
 /// commands of `queue`) and describes the export in `out`.
 ///
@@ -22,24 +27,22 @@ pub unsafe extern "C" fn rgpu_opencl_export(
     size: usize,
     out: *mut ExportRecord,
 ) -> cl_int {
-    guard(CL_OUT_OF_HOST_MEMORY, || {
-        status((|| {
-            if out.is_null() {
-                return Err(CL_INVALID_VALUE);
-            }
-            let queue = queue_from(queue)?;
-            let mem = buffer_of_queue(&queue, buffer)?;
-            check_range(&mem, offset, size)?;
-            let ticket = queue
-                .conn
-                .opencl()
-                .export_buffer(queue.id, mem.id, offset as u64, size as u64)
-                .outcome()?;
-            let record = ExportRecord::new(&queue.conn, ticket).ok_or(CL_INVALID_VALUE)?;
-            // SAFETY: the caller's out-pointer, checked non-null.
-            unsafe { out.write(record) };
-            Ok(())
-        })())
+    entry(|| {
+        if out.is_null() {
+            return Err(CL_INVALID_VALUE);
+        }
+        let queue = queue_from(queue)?;
+        let mem = buffer_of_queue(&queue, buffer)?;
+        check_range(&mem, offset, size)?;
+        let ticket = queue
+            .conn
+            .opencl()
+            .export_buffer(queue.id, mem.id, offset as u64, size as u64)
+            .outcome()?;
+        let record = ExportRecord::new(&queue.conn, ticket).ok_or(CL_INVALID_VALUE)?;
+        // SAFETY: the caller's out-pointer, checked non-null.
+        unsafe { out.write(record) };
+        Ok(())
     })
 }
 
@@ -55,20 +58,18 @@ pub unsafe extern "C" fn rgpu_opencl_pull(
     size: usize,
     from: *const ExportRecord,
 ) -> cl_int {
-    guard(CL_OUT_OF_HOST_MEMORY, || {
-        status((|| {
-            // SAFETY: the caller's record, checked non-null.
-            let record = unsafe { from.as_ref() }.ok_or(CL_INVALID_VALUE)?;
-            let export = record.export().ok_or(CL_INVALID_VALUE)?;
-            let queue = queue_from(queue)?;
-            let mem = buffer_of_queue(&queue, buffer)?;
-            check_range(&mem, offset, size)?;
-            queue
-                .conn
-                .opencl()
-                .pull_buffer(queue.id, mem.id, offset as u64, size as u64, export)
-                .outcome()
-        })())
+    entry(|| {
+        // SAFETY: the caller's record, checked non-null.
+        let record = unsafe { from.as_ref() }.ok_or(CL_INVALID_VALUE)?;
+        let export = record.export().ok_or(CL_INVALID_VALUE)?;
+        let queue = queue_from(queue)?;
+        let mem = buffer_of_queue(&queue, buffer)?;
+        check_range(&mem, offset, size)?;
+        queue
+            .conn
+            .opencl()
+            .pull_buffer(queue.id, mem.id, offset as u64, size as u64, export)
+            .outcome()
     })
 }
 
@@ -80,13 +81,11 @@ pub unsafe extern "C" fn rgpu_opencl_unexport(
     queue: cl_command_queue,
     from: *const ExportRecord,
 ) -> cl_int {
-    guard(CL_OUT_OF_HOST_MEMORY, || {
-        status((|| {
-            // SAFETY: the caller's record, checked non-null.
-            let record = unsafe { from.as_ref() }.ok_or(CL_INVALID_VALUE)?;
-            let queue = queue_from(queue)?;
-            queue.conn.opencl().unexport_buffer(record.ticket).outcome()
-        })())
+    entry(|| {
+        // SAFETY: the caller's record, checked non-null.
+        let record = unsafe { from.as_ref() }.ok_or(CL_INVALID_VALUE)?;
+        let queue = queue_from(queue)?;
+        queue.conn.opencl().unexport_buffer(record.ticket).outcome()
     })
 }
 
@@ -100,19 +99,17 @@ pub unsafe extern "C" fn rgpu_opencl_pull_host(
     size: usize,
     from: *const ExportRecord,
 ) -> cl_int {
-    guard(CL_OUT_OF_HOST_MEMORY, || {
-        status((|| {
-            // SAFETY: the caller's record, checked non-null.
-            let record = unsafe { from.as_ref() }.ok_or(CL_INVALID_VALUE)?;
-            if dst.is_null() {
-                return Err(CL_INVALID_VALUE);
-            }
-            // SAFETY: the caller's buffer of `size` bytes.
-            let dst = unsafe { std::slice::from_raw_parts_mut(dst, size) };
-            rgpu_client::pull_to_host(record, dst).map_err(|e| {
-                log::warn!("rgpu: pulling an export into host memory: {e}");
-                CL_OUT_OF_RESOURCES
-            })
-        })())
+    entry(|| {
+        // SAFETY: the caller's record, checked non-null.
+        let record = unsafe { from.as_ref() }.ok_or(CL_INVALID_VALUE)?;
+        if dst.is_null() {
+            return Err(CL_INVALID_VALUE);
+        }
+        // SAFETY: the caller's buffer of `size` bytes.
+        let dst = unsafe { std::slice::from_raw_parts_mut(dst, size) };
+        rgpu_client::pull_to_host(record, dst).map_err(|e| {
+            log::warn!("rgpu: pulling an export into host memory: {e}");
+            CL_OUT_OF_RESOURCES
+        })
     })
 }
