@@ -416,6 +416,15 @@ static int finish_direct(Direct *d) {
     return rc;
 }
 
+/* Gives up a direct send whose envelope could not be sent: `rc`. */
+static int abandon_direct(Direct *d, int rc) {
+    PMPI_Cancel(&d->reply_request);
+    PMPI_Wait(&d->reply_request, MPI_STATUS_IGNORE);
+    unexport_buffer(&d->source, &d->envelope.from);
+    free(d);
+    return rc;
+}
+
 /* Whether a completed receive got an envelope rather than data. */
 static int is_envelope(const void *data, MPI_Status *status) {
     int n = 0;
@@ -697,13 +706,7 @@ int MPI_Send(const void *buf, int count, MPI_Datatype type, int dest, int tag, M
     Direct *d = start_direct(&b, dest, comm);
     if (d) {
         int rc = PMPI_Send(&d->envelope, ENVELOPE_BYTES, MPI_BYTE, dest, tag, comm);
-        if (rc != MPI_SUCCESS) {
-            PMPI_Cancel(&d->reply_request);
-            PMPI_Wait(&d->reply_request, MPI_STATUS_IGNORE);
-            unexport_buffer(&b, &d->envelope.from);
-            free(d);
-            return rc;
-        }
+        if (rc != MPI_SUCCESS) return abandon_direct(d, rc);
         return finish_direct(d);
     }
     int rc;
@@ -751,13 +754,7 @@ int MPI_Isend(const void *buf, int count, MPI_Datatype type, int dest, int tag, 
     int rc;
     if (d) {
         rc = PMPI_Isend(&d->envelope, ENVELOPE_BYTES, MPI_BYTE, dest, tag, comm, request);
-        if (rc != MPI_SUCCESS) {
-            PMPI_Cancel(&d->reply_request);
-            PMPI_Wait(&d->reply_request, MPI_STATUS_IGNORE);
-            unexport_buffer(&b, &d->envelope.from);
-            free(d);
-            return rc;
-        }
+        if (rc != MPI_SUCCESS) return abandon_direct(d, rc);
         entry.kind = SEND_DIRECT;
         entry.direct = d;
     } else {
