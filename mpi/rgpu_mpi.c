@@ -240,9 +240,6 @@ struct rgpu_export {
     char endpoint[256];
     uint64_t session;
     unsigned char ticket[32];
-    unsigned char ipc_handle[64]; /* CUDA: the allocation's IPC handle, for a puller on the */
-    uint64_t ipc_len;             /* same machine (0: none) */
-    uint64_t ipc_offset;
 };
 
 typedef int (*CudaExport)(uint64_t ptr, uint64_t size, struct rgpu_export *out);

@@ -17,28 +17,11 @@ pub struct ExportRecord {
     pub endpoint: [c_char; ENDPOINT_BYTES],
     pub session: u64,
     pub ticket: [u8; 32],
-    /// CUDA: the allocation's IPC handle (`ipc_len` bytes of it; 0: none) and the offset.
-    pub ipc_handle: [u8; 64],
-    pub ipc_len: u64,
-    pub ipc_offset: u64,
 }
 
 impl ExportRecord {
     /// The record of an export made on `conn`'s session; `None` when the address does not fit.
     pub fn new(conn: &Connection, ticket: [u8; 32]) -> Option<ExportRecord> {
-        Self::with_ipc(conn, ticket, &[], 0)
-    }
-
-    /// Likewise, with the IPC handle of CUDA memory and its offset (`ipc` empty: none).
-    pub fn with_ipc(
-        conn: &Connection,
-        ticket: [u8; 32],
-        ipc: &[u8],
-        ipc_offset: u64,
-    ) -> Option<ExportRecord> {
-        if ipc.len() > 64 {
-            return None;
-        }
         let endpoint = conn.endpoint().to_string();
         if endpoint.len() >= ENDPOINT_BYTES {
             return None;
@@ -47,11 +30,7 @@ impl ExportRecord {
             endpoint: [0; ENDPOINT_BYTES],
             session: conn.session_id(),
             ticket,
-            ipc_handle: [0; 64],
-            ipc_len: ipc.len() as u64,
-            ipc_offset,
         };
-        record.ipc_handle[..ipc.len()].copy_from_slice(ipc);
         for (to, &from) in record.endpoint.iter_mut().zip(endpoint.as_bytes()) {
             *to = from as c_char;
         }
@@ -62,13 +41,10 @@ impl ExportRecord {
     pub fn export(&self) -> Option<PeerExport> {
         let len = self.endpoint.iter().position(|&c| c == 0)?;
         let bytes: Vec<u8> = self.endpoint[..len].iter().map(|&c| c as u8).collect();
-        let ipc_len = (self.ipc_len as usize).min(self.ipc_handle.len());
         Some(PeerExport {
             endpoint: String::from_utf8(bytes).ok()?,
             session: self.session,
             ticket: self.ticket,
-            ipc_handle: self.ipc_handle[..ipc_len].to_vec(),
-            ipc_offset: self.ipc_offset,
         })
     }
 }
@@ -88,6 +64,7 @@ pub fn pull_to_host(record: &ExportRecord, dst: &mut [u8]) -> Result<(), String>
         config.token.as_ref(),
         &config.tls,
         "rgpu client (pull)",
+        None,
         |at, bytes| {
             dst[at as usize..at as usize + bytes.len()].copy_from_slice(bytes);
             Ok(())

@@ -36,13 +36,8 @@ pub unsafe extern "C" fn rgpu_cuda_export(ptr: u64, size: u64, out: *mut ExportR
             .cuda()
             .export_range(ctx.remote, ptr, size)
             .outcome()?;
-        let record = ExportRecord::with_ipc(
-            &ctx.conn,
-            export.ticket,
-            &export.ipc_handle,
-            export.ipc_offset,
-        )
-        .ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+        let record =
+            ExportRecord::new(&ctx.conn, export).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
         // SAFETY: the caller's out-pointer, checked non-null.
         unsafe { out.write(record) };
         Ok(())
@@ -59,16 +54,14 @@ pub unsafe extern "C" fn rgpu_cuda_pull(dst: u64, size: u64, from: *const Export
     guarded(|| {
         // SAFETY: the caller's record, checked non-null.
         let record = unsafe { from.as_ref() }.ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
-        let mut export = record.export().ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+        let export = record.export().ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
         // RGPU_MPI_IPC=0: always over the network (to measure that path on one machine).
-        if std::env::var("RGPU_MPI_IPC").is_ok_and(|v| v == "0") {
-            export.ipc_handle.clear();
-        }
+        let ipc = !std::env::var("RGPU_MPI_IPC").is_ok_and(|v| v == "0");
         let ctx = context_of(dst)?;
         crate::api::managed::before_device_work(None)?;
         ctx.conn
             .cuda()
-            .pull_range(ctx.remote, dst, size, export)
+            .pull_range(ctx.remote, dst, size, export, ipc)
             .outcome()
     })
 }

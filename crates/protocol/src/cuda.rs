@@ -299,15 +299,6 @@ pub enum NodeQuery {
     DependentsOf(Id),
 }
 
-/// An export of device memory (`ExportRange`): its ticket, and the IPC handle of its
-/// allocation with the offset in it (empty where the driver gives none).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct CuExport {
-    pub ticket: LaneKey,
-    pub ipc_handle: Vec<u8>,
-    pub ipc_offset: u64,
-}
-
 /// The first id the server gives a node the client never named.
 pub const SERVER_NODE_IDS: Id = 1 << 63;
 
@@ -525,14 +516,16 @@ wire_api! {
     /// Device memory moved between servers (MPI transfers: docs/mpi.md).
     group Peers {
         /// Lets another server pull `size` bytes at `ptr` once, after the context's earlier
-        /// work: the export's ticket, and the IPC handle and offset of the allocation (for a
-        /// puller on this machine; empty where the driver gives none).
-        call ExportRange export_range(ctx: Id, ptr: DevicePtr, size: u64) -> Answer<CuExport>;
+        /// work: the export's ticket.
+        call ExportRange export_range(ctx: Id, ptr: DevicePtr, size: u64) -> Answer<LaneKey>;
         /// Withdraws an export nobody pulled.
         post Unexport unexport(ticket: LaneKey);
         /// Fills `size` bytes at `dst` with another server's export, pulled by this server
-        /// straight from that one.
-        call PullRange pull_range(ctx: Id, dst: DevicePtr, size: u64, from: PeerExport) -> Status;
+        /// straight from that one; `ipc`: when the exporting session is on this machine, copy
+        /// device to device through the driver's IPC handle, which it hands over the pull's
+        /// authenticated connection.
+        call PullRange pull_range(ctx: Id, dst: DevicePtr, size: u64, from: PeerExport, ipc: bool)
+            -> Status;
     }
 
     /// Modules, libraries, functions and kernels.
@@ -900,11 +893,6 @@ sample_enum!(TensorMapRequest {
         element_strides, modes,
     },
     ReplaceAddress { map, address },
-});
-sample_struct!(CuExport {
-    ticket,
-    ipc_handle,
-    ipc_offset
 });
 sample_enum!(NodeParams {
     Kernel { function, grid, block, shared_mem },

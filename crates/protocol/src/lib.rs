@@ -166,16 +166,12 @@ pub const MAX_LANES: u32 = 8;
 pub const PEER_PULL_LANE: u32 = u32::MAX;
 
 /// Where another server finds an export: the exporting server as its client reaches it, the
-/// session that made the export, and the export's ticket (one use). CUDA memory also comes
-/// with the driver's IPC handle of its allocation and its offset there (empty when the driver
-/// gave none): a puller on the same machine copies device to device instead.
+/// session that made the export, and the export's ticket (one use).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PeerExport {
     pub endpoint: String,
     pub session: u64,
     pub ticket: LaneKey,
-    pub ipc_handle: Vec<u8>,
-    pub ipc_offset: u64,
 }
 /// Transfers of at least this many bytes go striped over the data lanes where a session has
 /// them (one [`LANE_CHUNK`] per lane or more); smaller ones follow their frame.
@@ -291,9 +287,7 @@ pub enum ServerMsg {
 sample_struct!(PeerExport {
     endpoint,
     session,
-    ticket,
-    ipc_handle,
-    ipc_offset
+    ticket
 });
 sample_struct!(LaneAttach {
     session,

@@ -8,16 +8,17 @@
 //! `rgpu_transport::peer::pull` (servers use it, and clients pulling into host memory).
 
 use std::collections::HashMap;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::sync::Mutex;
 
 use rgpu_protocol::{LaneAttach, LaneKey};
+use rgpu_transport::peer::{self, read_byte, send_byte, IPC_HANDLE_BYTES, PEER_TIMEOUT};
 use rgpu_transport::{random_lane_key, ClientSecurity, Stream, TlsConnector};
 
 use crate::lanes::keys_match;
 
 /// Bytes read from the device at a time.
-const CHUNK: usize = rgpu_transport::peer::CHUNK;
+const CHUNK: usize = peer::CHUNK;
 
 /// Reads `buf.len()` bytes of an export from byte `offset` of its range.
 pub(crate) type ReadChunk = Box<dyn FnMut(u64, &mut [u8]) -> Result<(), String> + Send>;
@@ -26,6 +27,9 @@ struct Export {
     session: u64,
     size: u64,
     read: ReadChunk,
+    /// CUDA: the IPC handle of the range's allocation and the range's offset in it, handed
+    /// only to a puller that presented the ticket and asks for it (a server on this machine).
+    ipc: Option<([u8; IPC_HANDLE_BYTES], u64)>,
 }
 
 /// The exports of the sessions this process serves.
@@ -39,8 +43,15 @@ impl ExportRegistry {
         self.exports.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Notes an export of `size` bytes by `session`: its ticket.
-    pub fn add(&self, session: u64, size: u64, read: ReadChunk) -> Result<LaneKey, String> {
+    /// Notes an export of `size` bytes by `session` (with its allocation's IPC handle and the
+    /// range's offset there, for CUDA memory the driver can share): its ticket.
+    pub fn add(
+        &self,
+        session: u64,
+        size: u64,
+        read: ReadChunk,
+        ipc: Option<([u8; IPC_HANDLE_BYTES], u64)>,
+    ) -> LaneKey {
         let ticket = random_lane_key();
         self.lock().insert(
             ticket,
@@ -48,9 +59,10 @@ impl ExportRegistry {
                 session,
                 size,
                 read,
+                ipc,
             },
         );
-        Ok(ticket)
+        ticket
     }
 
     /// Withdraws an export (nothing when it was pulled already).
@@ -66,9 +78,9 @@ impl ExportRegistry {
         self.lock().retain(|_, e| e.session != session);
     }
 
-    /// A puller's connection (`attach` came with its authenticated handshake): streams the
+    /// A puller's connection (`attach` came with its authenticated handshake): serves the
     /// export its ticket names on a thread of its own, once the puller says it has the
-    /// handshake's welcome (one byte), then closes. An export whose streaming fails is kept,
+    /// handshake's welcome (its first byte), then closes. An export whose streaming fails is kept,
     /// so that the puller may try again another way.
     pub fn serve(
         self: &std::sync::Arc<Self>,
@@ -105,12 +117,30 @@ impl ExportRegistry {
     }
 }
 
-/// Sends an export's bytes to its puller, after the puller's go-ahead byte.
+/// Serves a puller (the dialogue of `rgpu_transport::peer`): the IPC handle when it asks for
+/// one and it does the copy, else the export's bytes.
 fn stream_export(stream: &mut Stream, export: &mut Export) -> Result<(), String> {
-    let mut go = [0u8; 1];
+    let failed = |e: std::io::Error| format!("the puller: {e}");
     stream
-        .read_exact(&mut go)
-        .map_err(|e| format!("the puller went away: {e}"))?;
+        .set_read_timeout(Some(PEER_TIMEOUT))
+        .and_then(|()| stream.set_write_timeout(Some(PEER_TIMEOUT)))
+        .map_err(failed)?;
+    if read_byte(stream).map_err(failed)? == peer::IPC {
+        match &export.ipc {
+            Some((handle, offset)) => {
+                stream
+                    .write_all(&[peer::HANDLE])
+                    .and_then(|()| stream.write_all(handle))
+                    .and_then(|()| stream.write_all(&offset.to_le_bytes()))
+                    .and_then(|()| stream.flush())
+                    .map_err(failed)?;
+                if read_byte(stream).map_err(failed)? == peer::COPIED {
+                    return Ok(());
+                }
+            }
+            None => send_byte(stream, peer::NO_HANDLE).map_err(failed)?,
+        }
+    }
     let mut buffer = vec![0u8; CHUNK.min(export.size as usize).max(1)];
     let mut offset = 0u64;
     while offset < export.size {
@@ -131,6 +161,7 @@ pub(crate) fn pull(
     from: &rgpu_protocol::PeerExport,
     size: u64,
     token: Option<&rgpu_transport::Token>,
+    ipc: Option<peer::IpcCopy>,
     write: impl FnMut(u64, &[u8]) -> Result<(), String>,
 ) -> Result<(), String> {
     static TLS: std::sync::OnceLock<Result<TlsConnector, String>> = std::sync::OnceLock::new();
@@ -138,5 +169,5 @@ pub(crate) fn pull(
         .get_or_init(|| TlsConnector::new(&ClientSecurity::default()))
         .as_ref()
         .map_err(|e| e.clone())?;
-    rgpu_transport::peer::pull(from, size, token, tls, "rgpu server (pull)", write)
+    peer::pull(from, size, token, tls, "rgpu server (pull)", ipc, write)
 }

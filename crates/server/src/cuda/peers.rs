@@ -4,8 +4,9 @@
 use rgpu_cuda_api::cu_call;
 use rgpu_cuda_api::native::{check, Status};
 use rgpu_cuda_api::sys::*;
-use rgpu_protocol::cuda::{serve, Answer, CuExport, DevicePtr, Id};
+use rgpu_protocol::cuda::{serve, Answer, DevicePtr, Id};
 use rgpu_protocol::{LaneKey, PeerExport};
+use rgpu_transport::peer::{IpcCopy, IPC_HANDLE_BYTES};
 
 use super::session::{code, Served};
 
@@ -25,7 +26,7 @@ impl Context {
 }
 
 impl serve::Peers for Served<'_> {
-    fn export_range(&mut self, ctx: Id, ptr: DevicePtr, size: u64) -> Answer<CuExport> {
+    fn export_range(&mut self, ctx: Id, ptr: DevicePtr, size: u64) -> Answer<LaneKey> {
         let cuda = &mut *self.cuda;
         cuda.enter(ctx)?;
         // Readable once the context's earlier work is done.
@@ -50,18 +51,9 @@ impl serve::Peers for Served<'_> {
             };
             check(status).map_err(|s| format!("CUDA error {s}"))
         });
-        let (ipc_handle, ipc_offset) = ipc_of(&self.cuda.backend.driver, ptr);
+        let ipc = ipc_of(&self.cuda.backend.driver, ptr);
         let session = &self.session;
-        let ticket = session
-            .shared
-            .exports
-            .add(session.id, size, read)
-            .map_err(|_| PULL_FAILED)?;
-        Ok(CuExport {
-            ticket,
-            ipc_handle,
-            ipc_offset,
-        })
+        Ok(session.shared.exports.add(session.id, size, read, ipc))
     }
 
     fn unexport(&mut self, ticket: LaneKey) -> Answer<()> {
@@ -69,26 +61,40 @@ impl serve::Peers for Served<'_> {
         Ok(())
     }
 
-    fn pull_range(&mut self, ctx: Id, dst: DevicePtr, size: u64, from: PeerExport) -> Status {
+    fn pull_range(
+        &mut self,
+        ctx: Id,
+        dst: DevicePtr,
+        size: u64,
+        from: PeerExport,
+        ipc: bool,
+    ) -> Status {
         let cuda = &mut *self.cuda;
         let session = &self.session;
         let pulled = cuda.enter(ctx).and_then(|()| {
             let driver = &cuda.backend.driver;
-            // The exporting session on this machine: a device-to-device copy.
-            if copy_by_ipc(driver, &from, dst, size) {
-                return Ok(());
-            }
-            crate::exports::pull(&from, size, session.shared.token.as_ref(), |at, bytes| {
-                // SAFETY: the session's current context and the pulled bytes; the driver
-                // checks the device range.
-                check(unsafe {
-                    cu_call!(
-                        driver,
-                        cuMemcpyHtoD_v2(dst + at, bytes.as_ptr().cast(), bytes.len())
-                    )
-                })
-                .map_err(|s| format!("CUDA error {s}"))
-            })
+            // An exporting session on this machine: a device-to-device copy.
+            let mut by_ipc = |handle: &[u8; IPC_HANDLE_BYTES], offset: u64| {
+                copy_by_ipc(driver, handle, offset, dst, size)
+            };
+            let ipc: Option<IpcCopy> = if ipc { Some(&mut by_ipc) } else { None };
+            crate::exports::pull(
+                &from,
+                size,
+                session.shared.token.as_ref(),
+                ipc,
+                |at, bytes| {
+                    // SAFETY: the session's current context and the pulled bytes; the driver
+                    // checks the device range.
+                    check(unsafe {
+                        cu_call!(
+                            driver,
+                            cuMemcpyHtoD_v2(dst + at, bytes.as_ptr().cast(), bytes.len())
+                        )
+                    })
+                    .map_err(|s| format!("CUDA error {s}"))
+                },
+            )
             .map_err(|e| {
                 log::warn!(
                     "session {}: pulling from {}: {e}",
@@ -102,43 +108,35 @@ impl serve::Peers for Served<'_> {
     }
 }
 
-/// The IPC handle of the allocation holding `ptr` and `ptr`'s offset in it (empty where the
+/// The IPC handle of the allocation holding `ptr` and `ptr`'s offset in it (`None` where the
 /// driver gives none: memory that cannot be shared between processes).
-fn ipc_of(driver: &rgpu_cuda_api::native::Driver, ptr: DevicePtr) -> (Vec<u8>, u64) {
+fn ipc_of(
+    driver: &rgpu_cuda_api::native::Driver,
+    ptr: DevicePtr,
+) -> Option<([u8; IPC_HANDLE_BYTES], u64)> {
     let (mut base, mut len) = (0u64, 0usize);
     // SAFETY: the session's current context and local out-values.
-    if check(unsafe { cu_call!(driver, cuMemGetAddressRange_v2(&mut base, &mut len, ptr)) })
-        .is_err()
-    {
-        return (Vec::new(), 0);
-    }
+    check(unsafe { cu_call!(driver, cuMemGetAddressRange_v2(&mut base, &mut len, ptr)) }).ok()?;
     // SAFETY: plain bytes, valid zeroed.
     let mut handle: CUipcMemHandle = unsafe { std::mem::zeroed() };
     // SAFETY: a local out-struct and the allocation's base.
-    if check(unsafe { cu_call!(driver, cuIpcGetMemHandle(&mut handle, base)) }).is_err() {
-        return (Vec::new(), 0);
-    }
-    let bytes = handle.reserved.iter().map(|&b| b as u8).collect();
-    (bytes, ptr - base)
+    check(unsafe { cu_call!(driver, cuIpcGetMemHandle(&mut handle, base)) }).ok()?;
+    Some((handle.reserved.map(|b| b as u8), ptr - base))
 }
 
-/// Copies an export of a session on this machine device to device, through its IPC handle;
-/// false when there is none or the driver will not open it (another machine's, or memory it
+/// Copies `size` bytes at `offset` of the allocation an IPC handle names to `dst`, device to
+/// device; false when the driver will not open the handle (another machine's, or memory it
 /// cannot share), and the bytes must be pulled.
 fn copy_by_ipc(
     driver: &rgpu_cuda_api::native::Driver,
-    from: &PeerExport,
+    handle: &[u8; IPC_HANDLE_BYTES],
+    offset: u64,
     dst: DevicePtr,
     size: u64,
 ) -> bool {
-    if from.ipc_handle.len() != 64 {
-        return false;
-    }
-    // SAFETY: plain bytes, valid zeroed.
-    let mut handle: CUipcMemHandle = unsafe { std::mem::zeroed() };
-    for (to, &from) in handle.reserved.iter_mut().zip(&from.ipc_handle) {
-        *to = from as std::ffi::c_char;
-    }
+    let handle = CUipcMemHandle {
+        reserved: handle.map(|b| b as std::ffi::c_char),
+    };
     let mut base = 0u64;
     // CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS.
     // SAFETY: a handle by value and a local out-pointer; the driver checks the handle.
@@ -147,12 +145,7 @@ fn copy_by_ipc(
         return false;
     }
     // SAFETY: the session's current context; the driver checks both ranges.
-    let copied = unsafe {
-        cu_call!(
-            driver,
-            cuMemcpyDtoD_v2(dst, base + from.ipc_offset, size as usize)
-        )
-    };
+    let copied = unsafe { cu_call!(driver, cuMemcpyDtoD_v2(dst, base + offset, size as usize)) };
     // SAFETY: the mapping opened above, closed once.
     unsafe { cu_call!(driver, cuIpcCloseMemHandle(base)) };
     copied == 0

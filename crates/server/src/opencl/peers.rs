@@ -20,10 +20,7 @@ impl serve::Peers for Session {
                 .read_buffer_now(&mem, offset + at, out)
                 .map_err(|status| format!("OpenCL error {status}"))
         });
-        self.shared
-            .exports
-            .add(self.id, size, read)
-            .map_err(|_| PULL_FAILED)
+        Ok(self.shared.exports.add(self.id, size, read, None))
     }
 
     fn unexport_buffer(&mut self, ticket: LaneKey) -> Answer<()> {
@@ -41,11 +38,17 @@ impl serve::Peers for Session {
     ) -> Answer<()> {
         let queue = self.cl.handles.queues.get(queue)?.queue.clone();
         let mem = self.cl.handles.mems.get(buffer)?.mem.clone();
-        crate::exports::pull(&from, size, self.shared.token.as_ref(), |at, bytes| {
-            queue
-                .write_buffer_now(&mem, offset + at, bytes)
-                .map_err(|status| format!("OpenCL error {status}"))
-        })
+        crate::exports::pull(
+            &from,
+            size,
+            self.shared.token.as_ref(),
+            None,
+            |at, bytes| {
+                queue
+                    .write_buffer_now(&mem, offset + at, bytes)
+                    .map_err(|status| format!("OpenCL error {status}"))
+            },
+        )
         .map_err(|e| {
             log::warn!("session {}: pulling from {}: {e}", self.id, from.endpoint);
             PULL_FAILED
