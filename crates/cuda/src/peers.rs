@@ -30,7 +30,7 @@ pub unsafe extern "C" fn rgpu_cuda_export(ptr: u64, size: u64, out: *mut ExportR
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
         }
         let ctx = context_of(ptr)?;
-        crate::api::managed::before_device_work(None)?;
+        crate::api::managed::before_device_work(None);
         let export = ctx
             .conn
             .cuda()
@@ -58,7 +58,7 @@ pub unsafe extern "C" fn rgpu_cuda_pull(dst: u64, size: u64, from: *const Export
         // RGPU_MPI_IPC=0: always over the network (to measure that path on one machine).
         let ipc = !std::env::var("RGPU_MPI_IPC").is_ok_and(|v| v == "0");
         let ctx = context_of(dst)?;
-        crate::api::managed::before_device_work(None)?;
+        crate::api::managed::before_device_work(None);
         ctx.conn
             .cuda()
             .pull_range(ctx.remote, dst, size, export, ipc)

@@ -115,7 +115,7 @@ fn transfer(copy: Transfer, stream: Option<CUstream>) -> Result<(), CUresult> {
     let (src, dst) = (device_if_managed(src)?, device_if_managed(dst)?);
     let host_only = matches!((&src.memory, &dst.memory), (Memory::Host, Memory::Host));
     if !host_only {
-        super::managed::before_device_work(stream)?;
+        super::managed::before_device_work(stream);
     }
     match extent.bytes() {
         None => return Err(CUresult::CUDA_ERROR_INVALID_VALUE),
@@ -359,8 +359,8 @@ fn read_device(
 
 /// Writes `bytes` to device memory at `dst` on `ctx`'s default stream (posted).
 pub(crate) fn write_linear(ctx: &Context, dst: DevicePtr, bytes: &[u8]) -> Result<(), CUresult> {
-    let extent = Extent::linear(bytes.len() as u64);
-    write_device(ctx, 0, dst, extent, extent.packed(), bytes)
+    let (extent, pitch) = linear(bytes.len());
+    write_device(ctx, 0, dst, extent, pitch, bytes)
 }
 
 /// Reads `len` bytes of device memory at `src` into `into` on `ctx`'s default stream, waiting
@@ -371,8 +371,8 @@ pub(crate) fn read_linear(
     into: *mut u8,
     len: usize,
 ) -> Result<(), CUresult> {
-    let extent = Extent::linear(len as u64);
-    read_device(ctx, 0, into, src, extent, extent.packed(), true)
+    let (extent, pitch) = linear(len);
+    read_device(ctx, 0, into, src, extent, pitch, true)
 }
 
 /// Issues a read of `len` bytes into `into` (`issue` sends the request with the sink);

@@ -99,7 +99,7 @@ unsafe fn launch(
         unsafe { pack_params(&function, params, extra, &mut buffer)? };
         // After reading the parameters: they may lie in managed memory, whose host view the
         // hand-over drops.
-        super::managed::before_device_work(Some(stream_handle))?;
+        super::managed::before_device_work(Some(stream_handle));
         let server = ctx.conn.cuda();
         server
             .launch(

@@ -29,11 +29,10 @@ const DEVICE_CPU: i32 = -1;
 /// Gives managed memory to the device before work on `stream` (None: the legacy default
 /// stream) that may touch it: the host's changes are written back and its view dropped until
 /// it touches the memory again. Work captured into a graph runs later: its launch hands over.
-pub(crate) fn before_device_work(stream: Option<CUstream>) -> Result<(), CUresult> {
+pub(crate) fn before_device_work(stream: Option<CUstream>) {
     if stream.is_none_or(|s| capture_of(s) == 0) {
         host_view::hand_over();
     }
-    Ok(())
 }
 
 /// The device copy of a managed allocation, read and written through its context's server.
@@ -162,7 +161,7 @@ fn prefetch(
         return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
     }
     let (location_type, id) = server_location(&owner, location_type, id)?;
-    before_device_work(Some(stream_handle))?;
+    before_device_work(Some(stream_handle));
     ctx.conn
         .cuda()
         .mem_prefetch(ctx.remote, stream, ptr, size as u64, location_type, id)

@@ -310,7 +310,7 @@ fn memset(
     height: usize,
     pitch: usize,
 ) -> Result<(), CUresult> {
-    super::managed::before_device_work(stream)?;
+    super::managed::before_device_work(stream);
     let (ctx, stream) = match stream {
         Some(stream) => resolve_stream(stream)?,
         None => (context_of(dst)?, 0),
