@@ -24,7 +24,9 @@ pub use rgpu_protocol::cuda::CudaClient;
 pub use rgpu_protocol::opencl::OpenClClient;
 pub use rgpu_transport::fork;
 use rgpu_transport::Stream;
-pub use rgpu_transport::{load_client_token, ClientSecurity, Endpoint, TlsConnector, Token};
+pub use rgpu_transport::{
+    load_client_token, random_lane_key as new_ticket, ClientSecurity, Endpoint, TlsConnector, Token,
+};
 pub use selection::{DeviceKind, DeviceSelection, SelectionError};
 pub use wait::Handoff;
 

@@ -6,6 +6,10 @@ use std::ffi::c_char;
 
 use rgpu_protocol::PeerExport;
 
+use std::sync::OnceLock;
+
+use rgpu_transport::peer::{Links, PullSink, Receive};
+
 use crate::Connection;
 
 /// Bytes for the exporting server's address, NUL-terminated.
@@ -52,22 +56,49 @@ impl ExportRecord {
 /// Pulls the export `record` describes straight into host memory (`dst`, its size bytes),
 /// authenticated and secured as this process's connections are (RGPU_TOKEN*, RGPU_TLS*): for
 /// a rank receiving into host memory, or whose own server cannot reach the exporting one.
+/// The process's links to exporting servers are kept for later pulls.
 pub fn pull_to_host(record: &ExportRecord, dst: &mut [u8]) -> Result<(), String> {
+    static LINKS: OnceLock<Result<Links, String>> = OnceLock::new();
     let export = record
         .export()
         .ok_or("an export record without an address")?;
-    let config = crate::ClientConfig::from_env()?;
+    let links = LINKS
+        .get_or_init(|| {
+            let config = crate::ClientConfig::from_env()?;
+            Ok(Links::new(config.token, config.tls, "rgpu client (pull)"))
+        })
+        .as_ref()
+        .map_err(|e| e.clone())?;
     let size = dst.len() as u64;
-    rgpu_transport::peer::pull(
-        &export,
-        size,
-        config.token.as_ref(),
-        &config.tls,
-        "rgpu client (pull)",
-        None,
-        |at, bytes| {
-            dst[at as usize..at as usize + bytes.len()].copy_from_slice(bytes);
-            Ok(())
-        },
-    )
+    let sink = HostSink {
+        start: dst.as_mut_ptr() as usize,
+        len: dst.len(),
+    };
+    links.pull(&export, size, false, &sink)
+}
+
+/// Host memory that parts of a pull fill, from several threads, each its own range.
+struct HostSink {
+    start: usize,
+    len: usize,
+}
+
+impl PullSink for HostSink {
+    fn part(&self, offset: u64, len: u64, receive: Receive) -> Result<(), String> {
+        let end = offset
+            .checked_add(len)
+            .filter(|&end| end <= self.len as u64);
+        let Some(end) = end else {
+            return Err("a part past the end of its buffer".into());
+        };
+        // SAFETY: `pull_to_host` borrows the whole buffer mutably for the pull, and its parts
+        // are disjoint ranges inside it.
+        let part = unsafe {
+            std::slice::from_raw_parts_mut(
+                (self.start + offset as usize) as *mut u8,
+                (end - offset) as usize,
+            )
+        };
+        receive(part)
+    }
 }

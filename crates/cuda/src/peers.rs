@@ -18,8 +18,8 @@ fn guarded(body: impl FnOnce() -> Result<(), CUresult>) -> i32 {
     }
 }
 
-/// Exports `size` bytes at device address `ptr` (after the earlier work of its context) and
-/// describes the export in `out`.
+/// Exports `size` bytes at device address `ptr` (after the earlier work of its context's
+/// default stream) and describes the export in `out`. Nothing waits for the server.
 ///
 /// # Safety
 /// `out` is valid for writing.
@@ -31,13 +31,14 @@ pub unsafe extern "C" fn rgpu_cuda_export(ptr: u64, size: u64, out: *mut ExportR
         }
         let ctx = context_of(ptr)?;
         crate::api::managed::before_device_work(None);
-        let export = ctx
-            .conn
-            .cuda()
-            .export_range(ctx.remote, ptr, size)
-            .outcome()?;
+        // Posted: the ticket is ours to choose, and the puller's link waits for the export.
+        let ticket = rgpu_client::new_ticket();
         let record =
-            ExportRecord::new(&ctx.conn, export).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+            ExportRecord::new(&ctx.conn, ticket).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+        ctx.conn
+            .cuda()
+            .export_range(ctx.remote, 0, ptr, size, ticket, false)
+            .outcome()?;
         // SAFETY: the caller's out-pointer, checked non-null.
         unsafe { out.write(record) };
         Ok(())
@@ -56,13 +57,17 @@ pub unsafe extern "C" fn rgpu_cuda_pull(dst: u64, size: u64, from: *const Export
         let record = unsafe { from.as_ref() }.ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
         let export = record.export().ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
         // RGPU_MPI_IPC=0: always over the network (to measure that path on one machine).
-        let ipc = !std::env::var("RGPU_MPI_IPC").is_ok_and(|v| v == "0");
+        let ipc =
+            crate::api::fabric_ipc() && !std::env::var("RGPU_MPI_IPC").is_ok_and(|v| v == "0");
         let ctx = context_of(dst)?;
         crate::api::managed::before_device_work(None);
+        // Pulled in the background, ordered on the default stream; its end is ours to wait for
+        // (a failed pull is reported there, and the interposer moves the bytes another way).
         ctx.conn
             .cuda()
-            .pull_range(ctx.remote, dst, size, export, ipc)
-            .outcome()
+            .pull_range(ctx.remote, 0, dst, size, export, ipc)
+            .outcome()?;
+        crate::api::stream::synchronize_stream(&ctx, 0)
     })
 }
 

@@ -513,19 +513,41 @@ wire_api! {
         );
     }
 
-    /// Device memory moved between servers (MPI transfers: docs/mpi.md).
+    /// Device memory moved between servers over the fabric (crates/server/src/fabric.rs):
+    /// copies between GPUs of different servers, waits on another server's events, MPI
+    /// transfers (docs/mpi.md). None waits for the network: failures are reported by the
+    /// session's next synchronizing request.
     group Peers {
-        /// Lets another server pull `size` bytes at `ptr` once, after the context's earlier
-        /// work: the export's ticket.
-        call ExportRange export_range(ctx: Id, ptr: DevicePtr, size: u64) -> Answer<LaneKey>;
+        /// Lets another server pull `size` bytes at `ptr` once the earlier work of `stream`
+        /// (0: the context's default stream) is done, under `ticket` (the client's random
+        /// choice). `hold`: later work on `stream` waits until the bytes have been pulled (a
+        /// copy ordered on that stream).
+        post ExportRange export_range(
+            ctx: Id,
+            stream: Id,
+            ptr: DevicePtr,
+            size: u64,
+            ticket: LaneKey,
+            hold: bool,
+        );
+        /// Lets another server wait for `event` as recorded now: an export of no bytes, ready
+        /// once the event has completed (`cuStreamWaitEvent` across servers).
+        post ExportEvent export_event(ctx: Id, event: Id, ticket: LaneKey);
         /// Withdraws an export nobody pulled.
         post Unexport unexport(ticket: LaneKey);
-        /// Fills `size` bytes at `dst` with another server's export, pulled by this server
-        /// straight from that one; `ipc`: when the exporting session is on this machine, copy
-        /// device to device through the driver's IPC handle, which it hands over the pull's
-        /// authenticated connection.
-        call PullRange pull_range(ctx: Id, dst: DevicePtr, size: u64, from: PeerExport, ipc: bool)
-            -> Status;
+        /// Fills `size` bytes at `dst` with another server's export, in `stream`'s order: the
+        /// server pulls it in the background once the stream's earlier work is done, and later
+        /// work on the stream waits for the bytes (size 0: waits for an `ExportEvent`).
+        /// `ipc`: when the exporting session is on this machine, copy device to device through
+        /// the driver's IPC handle, which it hands over the fabric link.
+        post PullRange pull_range(
+            ctx: Id,
+            stream: Id,
+            dst: DevicePtr,
+            size: u64,
+            from: PeerExport,
+            ipc: bool,
+        );
     }
 
     /// Modules, libraries, functions and kernels.

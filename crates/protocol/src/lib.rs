@@ -14,6 +14,7 @@ pub mod table;
 pub mod sample;
 pub mod auth;
 pub mod cuda;
+pub mod fabric;
 pub mod frame;
 pub mod nvml;
 pub mod opencl;
@@ -24,7 +25,7 @@ use serde::{Deserialize, Serialize};
 pub use frame::{decode_body, encode_frame, encode_frame_striped, FrameHeader, HEADER_LEN};
 
 /// Bumped on every incompatible change of any message.
-pub const PROTOCOL_VERSION: u32 = 8;
+pub const PROTOCOL_VERSION: u32 = 9;
 /// First bytes on the wire, each way.
 pub const MAGIC: [u8; 4] = *b"RGPU";
 
@@ -160,13 +161,9 @@ pub type LaneKey = [u8; 32];
 pub const LANE_CHUNK: u64 = 1 << 20;
 /// The most data lanes a session may have.
 pub const MAX_LANES: u32 = 8;
-/// The `LaneAttach::index` of a connection that comes for an export (another server pulling
-/// device memory of the session, for MPI transfers between servers) instead of joining as a
-/// data lane: its key is the export's ticket.
-pub const PEER_PULL_LANE: u32 = u32::MAX;
-
 /// Where another server finds an export: the exporting server as its client reaches it, the
-/// session that made the export, and the export's ticket (one use).
+/// session that made the export, and the export's ticket (one use; chosen at random by the
+/// exporting session's client, so that an export can be posted without waiting for a reply).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PeerExport {
     pub endpoint: String,

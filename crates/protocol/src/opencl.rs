@@ -162,12 +162,17 @@ wire_api! {
         post NotifyEvent notify_event(event: Id, status: i32);
     }
 
-    /// Buffers moved between servers (MPI transfers: docs/mpi.md).
+    /// Buffers moved between servers over the fabric (MPI transfers: docs/mpi.md).
     group Peers {
-        /// Lets another server pull `size` bytes of `buffer` from `offset` once, after the
-        /// queue's earlier work: the export's ticket.
-        call ExportBuffer export_buffer(queue: Id, buffer: Id, offset: u64, size: u64)
-            -> Answer<LaneKey>;
+        /// Lets another server pull `size` bytes of `buffer` from `offset` once the queue's
+        /// earlier commands are done, under `ticket` (the client's random choice).
+        post ExportBuffer export_buffer(
+            queue: Id,
+            buffer: Id,
+            offset: u64,
+            size: u64,
+            ticket: LaneKey,
+        );
         /// Withdraws an export nobody pulled.
         post UnexportBuffer unexport_buffer(ticket: LaneKey);
         /// Fills `size` bytes of `buffer` from `offset` with another server's export, pulled by

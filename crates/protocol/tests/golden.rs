@@ -64,6 +64,8 @@ fn encode_everything() -> Vec<(String, String)> {
         }
     }
     variants::<ClientMsg>(&mut out, "ClientMsg");
+    variants::<fabric::LinkRequest>(&mut out, "fabric::LinkRequest");
+    variants::<fabric::LinkReply>(&mut out, "fabric::LinkReply");
     variants::<ServerMsg>(&mut out, "ServerMsg");
     variants::<opencl::Command>(&mut out, "opencl::Command");
     variants::<opencl::Transfer>(&mut out, "opencl::Transfer");

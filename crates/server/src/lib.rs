@@ -13,7 +13,7 @@
 //!   its objects released.
 
 mod cuda;
-mod exports;
+mod fabric;
 mod lanes;
 mod limits;
 mod listener;

@@ -176,8 +176,8 @@ pub(crate) fn run(mut stream: Stream, shared: Arc<Shared>, id: u64) {
     let mut slot = None;
     let admitted = handshake(stream, &route, &shared, id, lane_key, |lane, stream| {
         shared.admit(lane, stream, &mut slot, |attach, lane| {
-            if attach.index == rgpu_protocol::PEER_PULL_LANE {
-                shared.exports.serve(attach, lane)
+            if attach.index == rgpu_protocol::fabric::LINK_LANE {
+                shared.fabric.serve_link(attach, lane)
             } else {
                 shared.lanes.join(attach, lane)
             }
@@ -187,7 +187,7 @@ pub(crate) fn run(mut stream: Stream, shared: Arc<Shared>, id: u64) {
         serve(admitted, &shared, id);
     }
     shared.lanes.close(id);
-    shared.exports.forget_session(id);
+    shared.fabric.forget_session(id);
     shared.unregister(id);
 }
 

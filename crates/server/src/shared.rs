@@ -30,8 +30,9 @@ pub(crate) struct Shared {
     streams: Mutex<HashMap<u64, Stream>>,
     /// The data lanes of the live sessions.
     pub lanes: LaneRegistry,
-    /// The sessions' exports of device memory, for other servers to pull.
-    pub exports: Arc<crate::exports::ExportRegistry>,
+    /// The sessions' exports of device memory for other servers to pull, and this process's
+    /// links to other servers.
+    pub fabric: Arc<crate::fabric::Fabric>,
     pub(crate) next_session: AtomicU64,
     /// The session workers, when sessions run in processes of their own.
     pub workers: Option<Arc<WorkerPool>>,
@@ -58,7 +59,7 @@ impl Shared {
             stop: AtomicBool::new(false),
             streams: Mutex::new(HashMap::new()),
             lanes: LaneRegistry::default(),
-            exports: Default::default(),
+            fabric: Default::default(),
             next_session: AtomicU64::new(1),
             workers: None,
             client_timeout: DEFAULT_CLIENT_TIMEOUT,

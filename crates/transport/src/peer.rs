@@ -1,119 +1,315 @@
-//! Pulling another server's export (device memory a session of it made readable once, for
-//! MPI transfers between servers: docs/mpi.md): a connection to the exporting server that
-//! presents itself as a data lane of the exporting session whose key is the export's ticket
-//! ([`PEER_PULL_LANE`]), authenticated like any connection, then the export's bytes. Servers
-//! pull into their devices; clients pull into host memory.
+//! The puller's side of the server-to-server fabric (`rgpu_protocol::fabric`): persistent
+//! links to exporting sessions, kept in a pool and reused for every transfer, and pulls
+//! striped over several of them. Servers pull into their devices; clients pull into host
+//! memory.
 //!
-//! After the handshake the puller sends one byte: [`BYTES`] (send the bytes) or [`IPC`]
-//! (the puller is a server on this machine: hand over the CUDA IPC handle of the exported
-//! allocation if there is one). To `IPC` the exporter answers [`NO_HANDLE`] (the bytes follow)
-//! or [`HANDLE`] followed by the 64-byte handle and the little-endian offset of the range in
-//! the allocation; the puller then answers [`COPIED`] (done) or [`NOT_COPIED`] (the bytes
-//! follow). The handle thus only ever goes to a server that presented the ticket.
+//! A link is opened once per (exporting server, session) and puller process: the handshake of
+//! any connection (TLS where the platform asks for it, the cluster's token), presenting itself
+//! as lane [`LINK_LANE`] of the exporting session with one of its live tickets as the key.
+//! Each pull then costs one request frame; a large one is cut into contiguous parts pulled
+//! over several links at once, each by its own thread, so several cores copy and (in TLS)
+//! encrypt.
 
-use std::io::{Read, Write};
+use std::collections::HashMap;
+use std::sync::Mutex;
 use std::time::Duration;
 
-use rgpu_protocol::{LaneAttach, PeerExport, PEER_PULL_LANE};
+use rgpu_protocol::fabric::{LinkReply, LinkRequest, LINK_LANE};
+use rgpu_protocol::{LaneAttach, PeerExport};
 
-use crate::{client_handshake, Endpoint, Stream, TlsConnector, Token};
+use crate::{client_handshake, Endpoint, FrameReader, FrameWriter, Stream, TlsConnector, Token};
 
-/// Bytes moved at a time.
-pub const CHUNK: usize = 8 << 20;
-/// How long either side of a pull waits for the other: to connect, and for each step.
+/// How long either side of a link waits for the other at each step: connecting, and every
+/// frame (an exporter that is still waiting for its export says so more often than this).
 pub const PEER_TIMEOUT: Duration = Duration::from_secs(30);
-/// The bytes of a CUDA IPC handle.
-pub const IPC_HANDLE_BYTES: usize = 64;
+/// How often an exporter that waits for an export tells its puller it is still there.
+pub const WAITING_EVERY: Duration = Duration::from_secs(2);
+/// Pulls of at least this many bytes are striped over several links.
+pub const STRIPE_MIN: u64 = 8 << 20;
+/// The most links one pull is striped over (`RGPU_FABRIC_LINKS` sets another number).
+pub const DEFAULT_STRIPES: usize = 4;
+/// Idle links kept per exporting session.
+const IDLE_PER_SESSION: usize = 8;
 
-/// The puller's first byte: the bytes, please.
-pub const BYTES: u8 = 1;
-/// The puller's first byte: the IPC handle, if there is one.
-pub const IPC: u8 = 2;
-/// The exporter's answer to [`IPC`]: no handle, the bytes follow.
-pub const NO_HANDLE: u8 = 0;
-/// The exporter's answer to [`IPC`]: the handle and the offset follow.
-pub const HANDLE: u8 = 1;
-/// The puller's answer to a handle: it copied the range.
-pub const COPIED: u8 = 1;
-/// The puller's answer to a handle: it could not; the bytes, please.
-pub const NOT_COPIED: u8 = 0;
+/// Receives the next `buf.len()` bytes of a part from its link.
+pub type Receive<'a> = &'a mut dyn FnMut(&mut [u8]) -> Result<(), String>;
 
-/// Copies an export through its allocation's IPC handle and the range's offset there; false
-/// when it cannot (another machine's handle, memory the driver will not share).
-pub type IpcCopy<'a> = &'a mut dyn FnMut(&[u8; IPC_HANDLE_BYTES], u64) -> bool;
+/// Where pulled bytes go. Parts of one pull are taken by several threads at once.
+pub trait PullSink: Sync {
+    /// Takes bytes `[offset, offset + len)` of the pull, read in order with `receive`.
+    fn part(&self, offset: u64, len: u64, receive: Receive) -> Result<(), String>;
 
-/// Pulls `size` bytes of `from` (another server's export), calling `write` with each chunk and
-/// its offset, or, where `ipc` is given and the exporter has a handle it can use, through
-/// `ipc`. `token`: the token the exporting server asks for (a server's own: the servers of a
-/// cluster share one); `who`: how the puller introduces itself.
-pub fn pull(
-    from: &PeerExport,
-    size: u64,
-    token: Option<&Token>,
-    tls: &TlsConnector,
-    who: &str,
-    ipc: Option<IpcCopy>,
-    mut write: impl FnMut(u64, &[u8]) -> Result<(), String>,
-) -> Result<(), String> {
-    let endpoint =
-        Endpoint::parse(&from.endpoint).map_err(|e| format!("{}: {e}", from.endpoint))?;
-    let stream =
-        Stream::connect(&endpoint, PEER_TIMEOUT).map_err(|e| format!("{endpoint}: {e}"))?;
-    stream
-        .set_read_timeout(Some(PEER_TIMEOUT))
-        .map_err(|e| e.to_string())?;
-    let attach = LaneAttach {
-        session: from.session,
-        key: from.ticket,
-        index: PEER_PULL_LANE,
-    };
-    let (mut stream, _) = client_handshake(stream, tls, &endpoint, token, who, Some(attach))
-        .map_err(|e| format!("{endpoint}: {e}"))?;
-    let failed = |e: std::io::Error| format!("{endpoint}: {e}");
-    stream
-        .set_read_timeout(Some(PEER_TIMEOUT))
-        .and_then(|()| stream.set_write_timeout(Some(PEER_TIMEOUT)))
-        .map_err(failed)?;
-    // The go-ahead (the welcome has arrived): what comes next is the exporter's.
-    let first = if ipc.is_some() { IPC } else { BYTES };
-    send_byte(&mut stream, first).map_err(failed)?;
-    if let Some(copy) = ipc {
-        if read_byte(&mut stream).map_err(failed)? == HANDLE {
-            let mut handle = [0u8; IPC_HANDLE_BYTES];
-            let mut offset = [0u8; 8];
-            stream
-                .read_exact(&mut handle)
-                .and_then(|()| stream.read_exact(&mut offset))
-                .map_err(failed)?;
-            let copied = copy(&handle, u64::from_le_bytes(offset));
-            send_byte(&mut stream, if copied { COPIED } else { NOT_COPIED }).map_err(failed)?;
-            if copied {
-                return Ok(());
+    /// Copies the whole pull through the CUDA IPC handle of the exported allocation and the
+    /// range's offset in it; false when it cannot (another machine's handle, no device).
+    fn copy_shared(&self, _handle: &[u8], _offset: u64) -> bool {
+        false
+    }
+}
+
+/// One open link.
+struct Link {
+    reader: FrameReader<Stream>,
+    writer: FrameWriter<Stream>,
+}
+
+impl Link {
+    fn open(
+        export: &PeerExport,
+        token: Option<&Token>,
+        tls: &TlsConnector,
+        who: &str,
+    ) -> Result<Link, String> {
+        let endpoint =
+            Endpoint::parse(&export.endpoint).map_err(|e| format!("{}: {e}", export.endpoint))?;
+        let stream =
+            Stream::connect(&endpoint, PEER_TIMEOUT).map_err(|e| format!("{endpoint}: {e}"))?;
+        let attach = LaneAttach {
+            session: export.session,
+            key: export.ticket,
+            index: LINK_LANE,
+        };
+        let (stream, _) = client_handshake(stream, tls, &endpoint, token, who, Some(attach))
+            .map_err(|e| format!("{endpoint}: {e}"))?;
+        let failed = |e: std::io::Error| format!("{endpoint}: {e}");
+        stream
+            .set_read_timeout(Some(PEER_TIMEOUT))
+            .and_then(|()| stream.set_write_timeout(Some(PEER_TIMEOUT)))
+            .and_then(|()| stream.set_liveness(PEER_TIMEOUT))
+            .map_err(failed)?;
+        let reader = FrameReader::new(stream.try_clone().map_err(failed)?);
+        Ok(Link {
+            reader,
+            writer: FrameWriter::new(stream),
+        })
+    }
+
+    fn send(&mut self, request: &LinkRequest) -> Result<(), String> {
+        self.writer
+            .send(request, 0, &[])
+            .map_err(|e| format!("sending to the exporter: {e}"))
+    }
+
+    /// The exporter's next answer other than [`LinkReply::Waiting`], with its bulk length.
+    fn answer(&mut self) -> Result<(LinkReply, u64), String> {
+        loop {
+            let (header, reply) = self
+                .reader
+                .read_message::<LinkReply>()
+                .map_err(|e| format!("the exporter: {e}"))?;
+            if reply != LinkReply::Waiting {
+                return Ok((reply, header.bulk_len));
             }
         }
     }
-    let mut buffer = vec![0u8; CHUNK.min(size as usize).max(1)];
-    let mut offset = 0u64;
-    while offset < size {
-        let n = (size - offset).min(buffer.len() as u64) as usize;
-        stream.read_exact(&mut buffer[..n]).map_err(|e| {
-            format!("{endpoint}: the export ended after {offset} of {size} bytes: {e}")
+
+    /// Pulls bytes `[offset, offset + len)` of the export into `sink`. `Ok(Err(..))`: the
+    /// exporter refused, and the link can be used again.
+    fn pull_part(
+        &mut self,
+        export: &PeerExport,
+        offset: u64,
+        len: u64,
+        sink: &dyn PullSink,
+    ) -> Result<Result<(), String>, String> {
+        self.send(&LinkRequest::Pull {
+            ticket: export.ticket,
+            offset,
+            len,
         })?;
-        write(offset, &buffer[..n])?;
-        offset += n as u64;
+        match self.answer()? {
+            (LinkReply::Bytes, bulk) if bulk == len => {}
+            (LinkReply::Refused { reason }, 0) => return Ok(Err(reason)),
+            (other, _) => return Err(format!("the exporter answered {other:?} to a pull")),
+        }
+        let reader = &mut self.reader;
+        let mut received = 0u64;
+        let mut receive = |buf: &mut [u8]| {
+            received += buf.len() as u64;
+            if received > len {
+                return Err("a part read past its length".to_string());
+            }
+            reader
+                .read_bulk(buf)
+                .map_err(|e| format!("the export ended early: {e}"))
+        };
+        sink.part(offset, len, &mut receive)?;
+        if received != len {
+            return Err(format!(
+                "a part took {received} of its {len} bytes; the link is out of step"
+            ));
+        }
+        Ok(Ok(()))
     }
-    Ok(())
+
+    /// Asks for the export's IPC handle and copies through it: whether it did.
+    fn share(&mut self, export: &PeerExport, sink: &dyn PullSink) -> Result<bool, String> {
+        self.send(&LinkRequest::Share {
+            ticket: export.ticket,
+        })?;
+        match self.answer()? {
+            (LinkReply::Handle { handle, offset }, 0) => {
+                let copied = sink.copy_shared(&handle, offset);
+                self.send(&LinkRequest::Shared { copied })?;
+                Ok(copied)
+            }
+            (LinkReply::Refused { .. }, 0) => Ok(false),
+            (other, _) => Err(format!("the exporter answered {other:?} to a share")),
+        }
+    }
 }
 
-/// Writes one byte of the pull's dialogue.
-pub fn send_byte(stream: &mut Stream, byte: u8) -> std::io::Result<()> {
-    stream.write_all(&[byte])?;
-    stream.flush()
+/// A process's links to exporting sessions, reused across pulls.
+pub struct Links {
+    idle: Mutex<HashMap<(String, u64), Vec<Link>>>,
+    token: Option<Token>,
+    tls: TlsConnector,
+    who: String,
+    stripes: usize,
 }
 
-/// Reads one byte of the pull's dialogue.
-pub fn read_byte(stream: &mut Stream) -> std::io::Result<u8> {
-    let mut byte = [0u8; 1];
-    stream.read_exact(&mut byte)?;
-    Ok(byte[0])
+impl Links {
+    /// Links that authenticate with `token` and secure themselves as `tls` says; `who`: how the
+    /// puller introduces itself.
+    pub fn new(token: Option<Token>, tls: TlsConnector, who: &str) -> Links {
+        let stripes = std::env::var("RGPU_FABRIC_LINKS")
+            .ok()
+            .and_then(|v| v.parse::<usize>().ok())
+            .filter(|&n| n > 0)
+            .unwrap_or(DEFAULT_STRIPES)
+            .min(16);
+        Links {
+            idle: Mutex::new(HashMap::new()),
+            token,
+            tls,
+            who: who.to_string(),
+            stripes,
+        }
+    }
+
+    fn key(export: &PeerExport) -> (String, u64) {
+        (export.endpoint.clone(), export.session)
+    }
+
+    fn open(&self, export: &PeerExport) -> Result<Link, String> {
+        Link::open(export, self.token.as_ref(), &self.tls, &self.who)
+    }
+
+    fn give_back(&self, export: &PeerExport, link: Link) {
+        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        let links = idle.entry(Self::key(export)).or_default();
+        if links.len() < IDLE_PER_SESSION {
+            links.push(link);
+        }
+    }
+
+    /// Runs `body` on a link to the export's session, idle or new; a link that fails is dropped.
+    fn with_link<T>(
+        &self,
+        export: &PeerExport,
+        mut body: impl FnMut(&mut Link) -> Result<T, String>,
+    ) -> Result<T, String> {
+        let idle = self
+            .idle
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_mut(&Self::key(export))
+            .and_then(Vec::pop);
+        let mut link = match idle {
+            Some(mut link) => match body(&mut link) {
+                Ok(value) => {
+                    self.give_back(export, link);
+                    return Ok(value);
+                }
+                // Its exporter may have closed it while it was idle: once more on a new one.
+                Err(e) => {
+                    log::debug!("an idle fabric link failed ({e}); opening another");
+                    self.open(export)?
+                }
+            },
+            None => self.open(export)?,
+        };
+        let value = body(&mut link)?;
+        self.give_back(export, link);
+        Ok(value)
+    }
+
+    /// Pulls all `size` bytes of `export` into `sink`: through the exported allocation's IPC
+    /// handle when `share` and the sink can use it, else the bytes, striped over several links
+    /// when large. Returns once every byte is in the sink.
+    pub fn pull(
+        &self,
+        export: &PeerExport,
+        size: u64,
+        share: bool,
+        sink: &dyn PullSink,
+    ) -> Result<(), String> {
+        let at = |e: String| format!("{}: {e}", export.endpoint);
+        if share
+            && self
+                .with_link(export, |link| link.share(export, sink))
+                .map_err(at)?
+        {
+            return Ok(());
+        }
+        let parts = parts(size, self.stripes);
+        let pull_one = |offset: u64, len: u64| {
+            self.with_link(export, |link| link.pull_part(export, offset, len, sink))
+                .and_then(|refused| refused)
+                .map_err(at)
+        };
+        if parts.len() <= 1 {
+            return pull_one(0, size);
+        }
+        std::thread::scope(|scope| {
+            let threads: Vec<_> = parts
+                .iter()
+                .skip(1)
+                .map(|&(offset, len)| scope.spawn(move || pull_one(offset, len)))
+                .collect();
+            let first = pull_one(parts[0].0, parts[0].1);
+            threads
+                .into_iter()
+                .map(|t| {
+                    t.join()
+                        .unwrap_or_else(|_| Err("a pulling thread panicked".into()))
+                })
+                .fold(first, |all, one| all.and(one))
+        })
+    }
+}
+
+/// The contiguous parts a pull of `size` bytes is cut into: one below [`STRIPE_MIN`], else up
+/// to `stripes` of at least half of it, on 1 MiB boundaries.
+fn parts(size: u64, stripes: usize) -> Vec<(u64, u64)> {
+    const ALIGN: u64 = 1 << 20;
+    if size < STRIPE_MIN || stripes <= 1 {
+        return vec![(0, size)];
+    }
+    let count = (size / (STRIPE_MIN / 2)).clamp(1, stripes as u64);
+    let each = size.div_ceil(count).div_ceil(ALIGN) * ALIGN;
+    (0..count)
+        .map(|i| (i * each, (size.saturating_sub(i * each)).min(each)))
+        .filter(|&(_, len)| len > 0)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn small_pulls_take_one_link_and_large_ones_are_cut_on_mebibytes() {
+        assert_eq!(parts(0, 4), vec![(0, 0)]);
+        assert_eq!(parts(STRIPE_MIN - 1, 4), vec![(0, STRIPE_MIN - 1)]);
+        assert_eq!(parts(64 << 20, 1), vec![(0, 64 << 20)]);
+        let cut = parts((256 << 20) + 5, 4);
+        assert_eq!(cut.len(), 4);
+        assert_eq!(cut.iter().map(|p| p.1).sum::<u64>(), (256 << 20) + 5);
+        for window in cut.windows(2) {
+            assert_eq!(window[0].0 + window[0].1, window[1].0);
+            assert_eq!(window[1].0 % (1 << 20), 0);
+        }
+        // Just above the threshold: two halves.
+        assert_eq!(parts(STRIPE_MIN, 4).len(), 2);
+    }
 }

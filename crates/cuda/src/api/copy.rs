@@ -197,7 +197,12 @@ fn transfer(copy: Transfer, stream: Option<CUstream>) -> Result<(), CUresult> {
                 .outcome()
         }
         (Memory::Device(from), Memory::Device(to)) => {
-            relay(from, src.clone(), to, dst.clone(), extent, queue)
+            if extent.is_contiguous(src.pitch) && extent.is_contiguous(dst.pitch) {
+                let size = extent.bytes().unwrap_or(0);
+                between_servers(from, src.start, to, dst.start, size, queue)
+            } else {
+                relay(from, src.clone(), to, dst.clone(), extent, queue)
+            }
         }
         (Memory::Host, Memory::Host) => {
             // The driver copies host to host itself; so do we, after the stream's earlier work.
@@ -410,8 +415,64 @@ fn read_into(
     }
 }
 
+/// A copy of `size` bytes between devices of different servers, server to server over the
+/// fabric (crates/server/src/fabric.rs): the source's server exports the range under a ticket
+/// chosen here, the destination's pulls it (or, on one machine, copies device to device through
+/// the allocation's IPC handle). Both requests are posted; nothing here waits for the network
+/// unless the copy is synchronous.
+///
+/// Order: on a stream of the source's server, the export is ready after the stream's earlier
+/// work and the stream waits until the bytes have been pulled; on a stream of the
+/// destination's server, the pull waits for the stream's earlier work and the stream for the
+/// pull. The other side uses its context's default stream. A synchronous copy (or one ordered
+/// on a third server's stream, waited for first) returns once the bytes are in place.
+fn between_servers(
+    from: &Arc<Context>,
+    src: u64,
+    to: &Arc<Context>,
+    dst: u64,
+    size: u64,
+    queue: Option<(Arc<Context>, Id)>,
+) -> Result<(), CUresult> {
+    let (export_on, pull_on, wait) = match queue {
+        Some((ctx, stream)) if Arc::ptr_eq(&ctx.conn, &from.conn) => {
+            ((ctx, stream), (to.clone(), 0), false)
+        }
+        Some((ctx, stream)) if Arc::ptr_eq(&ctx.conn, &to.conn) => {
+            ((from.clone(), 0), (ctx, stream), false)
+        }
+        Some((ctx, stream)) => {
+            synchronize_stream(&ctx, stream)?;
+            ((from.clone(), 0), (to.clone(), 0), true)
+        }
+        None => ((from.clone(), 0), (to.clone(), 0), true),
+    };
+    let ticket = rgpu_client::new_ticket();
+    let held = !wait;
+    let (ectx, estream) = export_on;
+    ectx.conn
+        .cuda()
+        .export_range(ectx.remote, estream, src, size, ticket, held)
+        .outcome()?;
+    let export = rgpu_protocol::PeerExport {
+        endpoint: ectx.conn.endpoint().to_string(),
+        session: ectx.conn.session_id(),
+        ticket,
+    };
+    let (pctx, pstream) = pull_on;
+    pctx.conn
+        .cuda()
+        .pull_range(pctx.remote, pstream, dst, size, export, super::fabric_ipc())
+        .outcome()?;
+    if wait {
+        synchronize_stream(&pctx, pstream)?;
+    }
+    Ok(())
+}
+
 /// A copy between devices of different servers, through this process: read from one, write
-/// to the other (in chunks when both sides are contiguous). Ordered after the stream's earlier
+/// to the other (in chunks when both sides are contiguous). For rows the fabric does not
+/// move (strided sides). Ordered after the stream's earlier
 /// work, and complete on return unless the write joins a stream of the destination's server.
 fn relay(
     from: &Context,

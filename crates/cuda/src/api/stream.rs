@@ -1,6 +1,7 @@
 //! Streams. Creation, destruction and event waits are posted; synchronization and queries wait.
 
 use std::ffi::{c_int, c_uint};
+use std::sync::Arc;
 
 use rgpu_client::CudaClient;
 use rgpu_cuda_api::sys::*;
@@ -67,11 +68,41 @@ pub unsafe fn cuStreamQuery(stream: CUstream) -> CUresult {
 pub unsafe fn cuStreamWaitEvent(stream: CUstream, event: CUevent, flags: c_uint) -> CUresult {
     status(resolve_stream(stream).and_then(|(ctx, id)| {
         let event = Event::from_handle(event).ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
+        let owner = event.context()?;
+        if !Arc::ptr_eq(&owner.conn, &ctx.conn) {
+            return wait_across_servers(&owner, event.remote, &ctx, id);
+        }
         let server = ctx.conn.cuda();
         server
             .stream_wait_event(ctx.remote, id, event.remote, flags)
             .outcome()
     }))
+}
+
+/// `stream` (of `ctx`) waits for an event of another server, the wait resolved between the
+/// servers: the event's server exports the event's completion (as recorded now) and the
+/// stream's server pulls that export of no bytes in the stream's order. Both are posted.
+fn wait_across_servers(
+    owner: &Context,
+    event: Id,
+    ctx: &Context,
+    stream: Id,
+) -> Result<(), CUresult> {
+    let ticket = rgpu_client::new_ticket();
+    owner
+        .conn
+        .cuda()
+        .export_event(owner.remote, event, ticket)
+        .outcome()?;
+    let export = rgpu_protocol::PeerExport {
+        endpoint: owner.conn.endpoint().to_string(),
+        session: owner.conn.session_id(),
+        ticket,
+    };
+    ctx.conn
+        .cuda()
+        .pull_range(ctx.remote, stream, 0, 0, export, false)
+        .outcome()
 }
 
 pub unsafe fn cuStreamSetAttribute(

@@ -34,12 +34,16 @@ pub unsafe extern "C" fn rgpu_opencl_export(
         let queue = queue_from(queue)?;
         let mem = buffer_of_queue(&queue, buffer)?;
         check_range(&mem, offset, size)?;
-        let ticket = queue
+        // Posted: the ticket is ours to choose, and the puller's link waits for the export.
+        let ticket = rgpu_client::new_ticket();
+        let record = ExportRecord::new(&queue.conn, ticket).ok_or(CL_INVALID_VALUE)?;
+        queue
             .conn
             .opencl()
-            .export_buffer(queue.id, mem.id, offset as u64, size as u64)
+            .export_buffer(queue.id, mem.id, offset as u64, size as u64, ticket)
             .outcome()?;
-        let record = ExportRecord::new(&queue.conn, ticket).ok_or(CL_INVALID_VALUE)?;
+        // Sent now: the puller is about to ask for it.
+        queue.conn.flush().map_err(|_| CL_OUT_OF_RESOURCES)?;
         // SAFETY: the caller's out-pointer, checked non-null.
         unsafe { out.write(record) };
         Ok(())

@@ -7,6 +7,7 @@ mod arrays;
 mod contexts;
 mod copies;
 mod events;
+mod fabric_memory;
 mod graphs;
 mod launches;
 mod memory;

@@ -1,152 +1,442 @@
-//! Device memory moved between servers (crate::exports): a session's export of a range, and a
-//! pull of another server's export into device memory.
+//! CUDA over the fabric (crate::fabric): a session's exports of device ranges and of event
+//! completions, and pulls of other servers' exports into device memory, each in its stream's
+//! order without the request thread waiting for the network.
+//!
+//! - An export records an event on its stream (the range is ready once the stream's earlier
+//!   work is done); a *held* export also makes the stream wait on a gate until the range has
+//!   been pulled, so later work on that stream cannot overwrite it first.
+//! - A pull records an event on its stream and makes the stream wait on a gate; a thread of
+//!   its own waits for the event, pulls the bytes (or copies through the exporter's IPC handle
+//!   on one machine), and then opens the gate. A failure is kept for the session's next
+//!   synchronizing request, as a posted request's is.
+//!
+//! Device copies of both sides go through page-locked chunk buffers on a stream of their own,
+//! the device copy of one chunk overlapping the network transfer of the other.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
 
 use rgpu_cuda_api::cu_call;
 use rgpu_cuda_api::native::{check, Status};
 use rgpu_cuda_api::sys::*;
 use rgpu_protocol::cuda::{serve, Answer, DevicePtr, Id};
 use rgpu_protocol::{LaneKey, PeerExport};
-use rgpu_transport::peer::{IpcCopy, IPC_HANDLE_BYTES};
+use rgpu_transport::peer::{PullSink, Receive};
 
-use super::session::{code, Served};
+use super::fabric_memory::{ChunkBuffer, FabricMemory, Gate};
+use super::session::Served;
+use super::Backend;
+use crate::fabric::{Source, CHUNK};
 
-/// The status a failed pull answers (the client falls back to moving the bytes itself).
+/// The status a failed pull reports (the MPI interposer then moves the bytes another way).
 const PULL_FAILED: Status = cudaError_enum::CUDA_ERROR_UNKNOWN as u32;
+const INVALID_VALUE: Status = cudaError_enum::CUDA_ERROR_INVALID_VALUE as u32;
+/// IPC mappings kept open per process (an allocation's handle changes when it is remade).
+const IPC_MAPPINGS: usize = 256;
 
-/// A context handle, used by the export's thread (the driver's handles are process-wide).
-struct Context(CUcontext);
-// SAFETY: a driver handle, valid on any thread (the driver is thread-safe).
-unsafe impl Send for Context {}
+/// A session's context, for the fabric's threads (driver handles are valid on any thread).
+#[derive(Clone)]
+struct InContext {
+    backend: Arc<Backend>,
+    ctx: usize,
+}
 
-impl Context {
-    /// The handle (a method, so that closures capture the whole `Send` value).
+impl InContext {
     fn raw(&self) -> CUcontext {
-        self.0
+        self.ctx as CUcontext
+    }
+
+    /// Makes the context current on this thread.
+    fn enter(&self) -> Result<(), String> {
+        // SAFETY: a context of the session; the driver checks it.
+        check(unsafe { cu_call!(self.backend.driver, cuCtxSetCurrent(self.raw())) })
+            .map_err(|s| format!("CUDA error {s} entering the context"))
+    }
+
+    /// A stream of its own that never waits for the program's (blocking) streams.
+    fn stream(&self) -> Result<OwnStream, Status> {
+        let mut stream = std::ptr::null_mut();
+        let flags = CUstream_flags::CU_STREAM_NON_BLOCKING as u32;
+        // SAFETY: a local out-value, in the current context.
+        check(unsafe { cu_call!(self.backend.driver, cuStreamCreate(&mut stream, flags)) })?;
+        Ok(OwnStream(stream as usize, self.backend.clone()))
+    }
+
+    fn event(&self) -> Result<OwnEvent, Status> {
+        let mut event = std::ptr::null_mut();
+        let flags = CUevent_flags::CU_EVENT_DISABLE_TIMING as u32;
+        // SAFETY: a local out-value, in the current context.
+        check(unsafe { cu_call!(self.backend.driver, cuEventCreate(&mut event, flags)) })?;
+        Ok(OwnEvent(event as usize, self.backend.clone()))
+    }
+
+    /// An event recorded on `stream` now.
+    fn event_on(&self, stream: CUstream) -> Result<OwnEvent, Status> {
+        let event = self.event()?;
+        // SAFETY: an event just made and a stream of the current context.
+        check(unsafe { cu_call!(self.backend.driver, cuEventRecord(event.raw(), stream)) })?;
+        Ok(event)
+    }
+}
+
+struct OwnStream(usize, Arc<Backend>);
+
+impl OwnStream {
+    fn raw(&self) -> CUstream {
+        self.0 as CUstream
+    }
+
+    fn synchronize(&self) -> Result<(), String> {
+        // SAFETY: a stream this value owns.
+        check(unsafe { cu_call!(self.1.driver, cuStreamSynchronize(self.raw())) })
+            .map_err(|s| format!("CUDA error {s}"))
+    }
+}
+
+impl Drop for OwnStream {
+    fn drop(&mut self) {
+        // SAFETY: destroyed once, here; work still queued on it completes first.
+        unsafe { cu_call!(self.1.driver, cuStreamDestroy_v2(self.raw())) };
+    }
+}
+
+struct OwnEvent(usize, Arc<Backend>);
+
+impl OwnEvent {
+    fn raw(&self) -> CUevent {
+        self.0 as CUevent
+    }
+
+    fn record(&self, stream: &OwnStream) -> Result<(), String> {
+        // SAFETY: an event and a stream this code owns.
+        check(unsafe { cu_call!(self.1.driver, cuEventRecord(self.raw(), stream.raw())) })
+            .map_err(|s| format!("CUDA error {s}"))
+    }
+
+    fn synchronize(&self) -> Result<(), String> {
+        // SAFETY: an event this value owns.
+        check(unsafe { cu_call!(self.1.driver, cuEventSynchronize(self.raw())) })
+            .map_err(|s| format!("CUDA error {s}"))
+    }
+}
+
+impl Drop for OwnEvent {
+    fn drop(&mut self) {
+        // SAFETY: destroyed once, here.
+        unsafe { cu_call!(self.1.driver, cuEventDestroy_v2(self.raw())) };
+    }
+}
+
+/// The process's fabric memory, made at the first use by a request thread (see
+/// fabric_memory.rs for why there).
+fn fabric_memory(backend: &Backend) -> Result<Arc<FabricMemory>, Status> {
+    static MEMORY: OnceLock<Result<Arc<FabricMemory>, Status>> = OnceLock::new();
+    MEMORY
+        .get_or_init(|| FabricMemory::new(backend).map(Arc::new))
+        .clone()
+}
+
+/// An exported device range (size 0: an event's completion).
+struct DeviceRange {
+    at: InContext,
+    ptr: DevicePtr,
+    /// Recorded where the export was made: the range is ready once it has completed.
+    ready: OwnEvent,
+    memory: Arc<FabricMemory>,
+    /// Held until the range has been pulled (or the export ends): the stream waits on it.
+    _hold: Option<Gate>,
+}
+
+impl Source for DeviceRange {
+    fn ready(&self) -> Result<bool, String> {
+        // SAFETY: an event this export owns.
+        match unsafe { cu_call!(self.at.backend.driver, cuEventQuery(self.ready.raw())) } {
+            0 => Ok(true),
+            s if s == cudaError_enum::CUDA_ERROR_NOT_READY as u32 => Ok(false),
+            s => Err(format!("the exporting stream failed: CUDA error {s}")),
+        }
+    }
+
+    fn read(&self, offset: u64, len: u64, send: crate::fabric::Send) -> Result<(), String> {
+        self.at.enter()?;
+        let cuda = |s: Status| format!("CUDA error {s}");
+        let stream = self.at.stream().map_err(cuda)?;
+        let chunks = len.div_ceil(CHUNK as u64) as usize;
+        let mut slots: Vec<(ChunkBuffer, OwnEvent)> = Vec::new();
+        for _ in 0..chunks.min(2) {
+            slots.push((self.memory.buffer()?, self.at.event().map_err(cuda)?));
+        }
+        let piece = |k: usize| {
+            let at = k as u64 * CHUNK as u64;
+            (at, (len - at).min(CHUNK as u64) as usize)
+        };
+        let issue = |k: usize, (buffer, done): &(ChunkBuffer, OwnEvent)| {
+            let (at, n) = piece(k);
+            let src = self.ptr + offset + at;
+            // SAFETY: a page-locked buffer of CHUNK bytes this transfer holds, and a stream of
+            // the exporting context; the driver checks the device range.
+            check(unsafe {
+                cu_call!(
+                    self.at.backend.driver,
+                    cuMemcpyDtoHAsync_v2(buffer.ptr().cast(), src, n, stream.raw())
+                )
+            })
+            .map_err(cuda)?;
+            done.record(&stream)
+        };
+        issue(0, &slots[0])?;
+        for k in 0..chunks {
+            // The other buffer was sent in the previous step: fill it while this one goes.
+            if k + 1 < chunks {
+                issue(k + 1, &slots[(k + 1) % 2])?;
+            }
+            let (buffer, done) = &slots[k % 2];
+            done.synchronize()?;
+            send(buffer.bytes(piece(k).1))?;
+        }
+        Ok(())
+    }
+
+    fn handle(&self) -> Option<(Vec<u8>, u64)> {
+        self.at.enter().ok()?;
+        let driver = &self.at.backend.driver;
+        let (mut base, mut len) = (0u64, 0usize);
+        // SAFETY: local out-values; the driver checks the address.
+        check(unsafe {
+            cu_call!(
+                driver,
+                cuMemGetAddressRange_v2(&mut base, &mut len, self.ptr)
+            )
+        })
+        .ok()?;
+        // SAFETY: plain bytes, valid zeroed.
+        let mut handle: CUipcMemHandle = unsafe { std::mem::zeroed() };
+        // SAFETY: a local out-struct and the allocation's base.
+        check(unsafe { cu_call!(driver, cuIpcGetMemHandle(&mut handle, base)) }).ok()?;
+        Some((handle.reserved.map(|b| b as u8).to_vec(), self.ptr - base))
+    }
+}
+
+/// Where a pull writes: `size` bytes at `dst` in a session's context.
+struct DeviceSink {
+    at: InContext,
+    dst: DevicePtr,
+    size: u64,
+    memory: Arc<FabricMemory>,
+}
+
+impl PullSink for DeviceSink {
+    fn part(&self, offset: u64, len: u64, receive: Receive) -> Result<(), String> {
+        self.at.enter()?;
+        let cuda = |s: Status| format!("CUDA error {s}");
+        let stream = self.at.stream().map_err(cuda)?;
+        let chunks = len.div_ceil(CHUNK as u64) as usize;
+        let mut slots: Vec<(ChunkBuffer, OwnEvent)> = Vec::new();
+        for _ in 0..chunks.min(2) {
+            slots.push((self.memory.buffer()?, self.at.event().map_err(cuda)?));
+        }
+        for k in 0..chunks {
+            let at = k as u64 * CHUNK as u64;
+            let n = (len - at).min(CHUNK as u64) as usize;
+            let (buffer, done) = &mut slots[k % 2];
+            // The buffer's previous chunk must be on the device before it is refilled.
+            if k >= 2 {
+                done.synchronize()?;
+            }
+            receive(buffer.bytes_mut(n))?;
+            let dst = self.dst + offset + at;
+            // SAFETY: a page-locked buffer this transfer holds, and a stream of the pulling
+            // context; the driver checks the device range.
+            check(unsafe {
+                cu_call!(
+                    self.at.backend.driver,
+                    cuMemcpyHtoDAsync_v2(dst, buffer.ptr().cast(), n, stream.raw())
+                )
+            })
+            .map_err(cuda)?;
+            done.record(&stream)?;
+        }
+        stream.synchronize()
+    }
+
+    fn copy_shared(&self, handle: &[u8], offset: u64) -> bool {
+        let copied = (|| {
+            self.at.enter()?;
+            let base = ipc_mapping(&self.at, handle)?;
+            let stream = self.at.stream().map_err(|s| format!("CUDA error {s}"))?;
+            let src = base + offset;
+            // SAFETY: a stream of this context; the driver checks both device ranges.
+            check(unsafe {
+                cu_call!(
+                    self.at.backend.driver,
+                    cuMemcpyDtoDAsync_v2(self.dst, src, self.size as usize, stream.raw())
+                )
+            })
+            .map_err(|s| format!("CUDA error {s}"))?;
+            // Done only once the copy is: the exporter may reuse its memory after our answer.
+            stream.synchronize()
+        })();
+        match copied {
+            Ok(()) => true,
+            Err(e) => {
+                log::debug!("an IPC copy did not happen ({e}); pulling the bytes");
+                false
+            }
+        }
+    }
+}
+
+/// The address where another process's allocation (named by its IPC handle) is mapped in
+/// this context, mapping it the first time. Mappings stay open for later transfers: opening
+/// one costs far more than a small copy.
+fn ipc_mapping(at: &InContext, handle: &[u8]) -> Result<DevicePtr, String> {
+    type Mappings = Mutex<(HashMap<(usize, Vec<u8>), DevicePtr>, Vec<(usize, Vec<u8>)>)>;
+    static MAPPINGS: OnceLock<Mappings> = OnceLock::new();
+    let mappings = MAPPINGS.get_or_init(Mappings::default);
+    let key = (at.ctx, handle.to_vec());
+    let mut held = mappings.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(&base) = held.0.get(&key) {
+        return Ok(base);
+    }
+    let raw: [u8; 64] = handle.try_into().map_err(|_| "not an IPC handle")?;
+    let handle = CUipcMemHandle {
+        reserved: raw.map(|b| b as std::ffi::c_char),
+    };
+    let mut base = 0u64;
+    let lazy = CUipcMem_flags::CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS as u32;
+    let driver = &at.backend.driver;
+    // SAFETY: a handle by value and a local out-value; the driver checks the handle.
+    check(unsafe { cu_call!(driver, cuIpcOpenMemHandle_v2(&mut base, handle, lazy)) })
+        .map_err(|s| format!("CUDA error {s} opening an IPC handle"))?;
+    if held.1.len() >= IPC_MAPPINGS {
+        let oldest = held.1.remove(0);
+        if let Some(old) = held.0.remove(&oldest) {
+            // SAFETY: a mapping this cache opened, closed once.
+            unsafe { cu_call!(driver, cuIpcCloseMemHandle(old)) };
+        }
+    }
+    held.0.insert(key.clone(), base);
+    held.1.push(key);
+    Ok(base)
+}
+
+impl Served<'_> {
+    /// The current context (entered for `ctx`), the fabric memory and the raw `stream`.
+    fn fabric_setup(
+        &mut self,
+        ctx: Id,
+        stream: Id,
+    ) -> Result<(InContext, Arc<FabricMemory>, CUstream), Status> {
+        let cuda = &mut *self.cuda;
+        cuda.enter(ctx)?;
+        let memory = fabric_memory(&cuda.backend)?;
+        let at = InContext {
+            backend: cuda.backend.clone(),
+            ctx: cuda.current as usize,
+        };
+        Ok((at, memory, cuda.stream(stream)?))
+    }
+
+    fn add_export(&mut self, ticket: LaneKey, size: u64, range: DeviceRange) -> Answer<()> {
+        let session = &self.session;
+        session
+            .shared
+            .fabric
+            .add(session.id, ticket, size, Box::new(range))
+            .map_err(|e| {
+                log::warn!("session {}: {e}", session.id);
+                INVALID_VALUE
+            })
     }
 }
 
 impl serve::Peers for Served<'_> {
-    fn export_range(&mut self, ctx: Id, ptr: DevicePtr, size: u64) -> Answer<LaneKey> {
-        let cuda = &mut *self.cuda;
-        cuda.enter(ctx)?;
-        // Readable once the context's earlier work is done.
-        // SAFETY: the session's current context.
-        check(unsafe { cu_call!(cuda.backend.driver, cuCtxSynchronize()) })?;
-        let backend = cuda.backend.clone();
-        let context = Context(cuda.current);
-        let read = Box::new(move |at: u64, out: &mut [u8]| {
-            let driver = &backend.driver;
-            // SAFETY: the exporting session's context, and a local buffer of `out.len()` bytes;
-            // the driver checks the device range.
-            let status = unsafe {
-                let set = cu_call!(driver, cuCtxSetCurrent(context.raw()));
-                if set != 0 {
-                    set
-                } else {
-                    cu_call!(
-                        driver,
-                        cuMemcpyDtoH_v2(out.as_mut_ptr().cast(), ptr + at, out.len())
-                    )
-                }
-            };
-            check(status).map_err(|s| format!("CUDA error {s}"))
-        });
-        let ipc = ipc_of(&self.cuda.backend.driver, ptr);
-        let session = &self.session;
-        Ok(session.shared.exports.add(session.id, size, read, ipc))
+    fn export_range(
+        &mut self,
+        ctx: Id,
+        stream: Id,
+        ptr: DevicePtr,
+        size: u64,
+        ticket: LaneKey,
+        hold: bool,
+    ) -> Answer<()> {
+        let (at, memory, stream) = self.fabric_setup(ctx, stream)?;
+        let ready = at.event_on(stream)?;
+        let hold = match hold {
+            true => Some(memory.hold(&at.backend, stream)?),
+            false => None,
+        };
+        let range = DeviceRange {
+            at,
+            ptr,
+            ready,
+            memory,
+            _hold: hold,
+        };
+        self.add_export(ticket, size, range)
+    }
+
+    fn export_event(&mut self, ctx: Id, event: Id, ticket: LaneKey) -> Answer<()> {
+        let (at, memory, _) = self.fabric_setup(ctx, 0)?;
+        let event = self.cuda.event(event)?;
+        // The event as recorded now: a stream of ours waits for it, then records our own.
+        let waiter = at.stream()?;
+        // SAFETY: a stream we own and the session's event.
+        check(unsafe { cu_call!(at.backend.driver, cuStreamWaitEvent(waiter.raw(), event, 0)) })?;
+        let ready = at.event_on(waiter.raw())?;
+        let range = DeviceRange {
+            at,
+            ptr: 0,
+            ready,
+            memory,
+            _hold: None,
+        };
+        self.add_export(ticket, 0, range)
     }
 
     fn unexport(&mut self, ticket: LaneKey) -> Answer<()> {
-        self.session.shared.exports.remove(self.session.id, &ticket);
+        self.session.shared.fabric.remove(self.session.id, &ticket);
         Ok(())
     }
 
     fn pull_range(
         &mut self,
         ctx: Id,
+        stream: Id,
         dst: DevicePtr,
         size: u64,
         from: PeerExport,
         ipc: bool,
-    ) -> Status {
-        let cuda = &mut *self.cuda;
-        let session = &self.session;
-        let pulled = cuda.enter(ctx).and_then(|()| {
-            let driver = &cuda.backend.driver;
-            // An exporting session on this machine: a device-to-device copy.
-            let mut by_ipc = |handle: &[u8; IPC_HANDLE_BYTES], offset: u64| {
-                copy_by_ipc(driver, handle, offset, dst, size)
-            };
-            let ipc: Option<IpcCopy> = if ipc { Some(&mut by_ipc) } else { None };
-            crate::exports::pull(
-                &from,
-                size,
-                session.shared.token.as_ref(),
-                ipc,
-                |at, bytes| {
-                    // SAFETY: the session's current context and the pulled bytes; the driver
-                    // checks the device range.
-                    check(unsafe {
-                        cu_call!(
-                            driver,
-                            cuMemcpyHtoD_v2(dst + at, bytes.as_ptr().cast(), bytes.len())
-                        )
-                    })
-                    .map_err(|s| format!("CUDA error {s}"))
-                },
-            )
-            .map_err(|e| {
-                log::warn!(
-                    "session {}: pulling from {}: {e}",
-                    session.id,
-                    from.endpoint
-                );
-                PULL_FAILED
-            })
-        });
-        code(pulled)
+    ) -> Answer<()> {
+        let (at, memory, stream) = self.fabric_setup(ctx, stream)?;
+        let earlier = at.event_on(stream)?;
+        let gate = memory.hold(&at.backend, stream)?;
+        let failure = self.cuda.fabric_failure.clone();
+        let shared = self.session.shared.clone();
+        let id = self.session.id;
+        let sink = DeviceSink {
+            at,
+            dst,
+            size,
+            memory,
+        };
+        let spawned = std::thread::Builder::new()
+            .name("rgpu-fabric-pull".into())
+            .spawn(move || {
+                let pulled = earlier.synchronize().and_then(|()| {
+                    let links = shared.fabric.links(shared.token.as_ref())?;
+                    links.pull(&from, size, ipc && size > 0, &sink)
+                });
+                if let Err(e) = pulled {
+                    log::warn!("session {id}: pulling from {}: {e}", from.endpoint);
+                    failure
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .get_or_insert(PULL_FAILED);
+                }
+                // Only now may the stream go on.
+                drop(gate);
+            });
+        spawned.map(|_| ()).map_err(|_| PULL_FAILED)
     }
-}
-
-/// The IPC handle of the allocation holding `ptr` and `ptr`'s offset in it (`None` where the
-/// driver gives none: memory that cannot be shared between processes).
-fn ipc_of(
-    driver: &rgpu_cuda_api::native::Driver,
-    ptr: DevicePtr,
-) -> Option<([u8; IPC_HANDLE_BYTES], u64)> {
-    let (mut base, mut len) = (0u64, 0usize);
-    // SAFETY: the session's current context and local out-values.
-    check(unsafe { cu_call!(driver, cuMemGetAddressRange_v2(&mut base, &mut len, ptr)) }).ok()?;
-    // SAFETY: plain bytes, valid zeroed.
-    let mut handle: CUipcMemHandle = unsafe { std::mem::zeroed() };
-    // SAFETY: a local out-struct and the allocation's base.
-    check(unsafe { cu_call!(driver, cuIpcGetMemHandle(&mut handle, base)) }).ok()?;
-    Some((handle.reserved.map(|b| b as u8), ptr - base))
-}
-
-/// Copies `size` bytes at `offset` of the allocation an IPC handle names to `dst`, device to
-/// device; false when the driver will not open the handle (another machine's, or memory it
-/// cannot share), and the bytes must be pulled.
-fn copy_by_ipc(
-    driver: &rgpu_cuda_api::native::Driver,
-    handle: &[u8; IPC_HANDLE_BYTES],
-    offset: u64,
-    dst: DevicePtr,
-    size: u64,
-) -> bool {
-    let handle = CUipcMemHandle {
-        reserved: handle.map(|b| b as std::ffi::c_char),
-    };
-    let mut base = 0u64;
-    // CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS.
-    // SAFETY: a handle by value and a local out-pointer; the driver checks the handle.
-    let opened = unsafe { cu_call!(driver, cuIpcOpenMemHandle_v2(&mut base, handle, 1)) };
-    if opened != 0 {
-        return false;
-    }
-    // SAFETY: the session's current context; the driver checks both ranges.
-    let copied = unsafe { cu_call!(driver, cuMemcpyDtoD_v2(dst, base + offset, size as usize)) };
-    // SAFETY: the mapping opened above, closed once.
-    unsafe { cu_call!(driver, cuIpcCloseMemHandle(base)) };
-    copied == 0
 }

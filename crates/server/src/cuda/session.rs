@@ -114,6 +114,9 @@ pub(crate) struct CudaSession {
     pub(super) params: Vec<u8>,
     /// The first error of a fire-and-forget request since the last synchronizing reply.
     pub(super) deferred: Option<Status>,
+    /// The first failure of the fabric's background pulls (peers.rs), reported like a
+    /// deferred error.
+    pub(super) fabric_failure: Arc<std::sync::Mutex<Option<Status>>>,
 }
 
 impl CudaSession {
@@ -151,6 +154,7 @@ impl CudaSession {
             staging: Staging::default(),
             params: Vec::new(),
             deferred: None,
+            fabric_failure: Arc::default(),
         }
     }
 
@@ -235,7 +239,12 @@ impl CudaSession {
 
     /// The status a synchronizing request reports: its own error, else a deferred one.
     pub(super) fn sync_status(&mut self, status: Status) -> Status {
-        let deferred = self.deferred.take();
+        let background = self
+            .fabric_failure
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        let deferred = self.deferred.take().or(background);
         if status != SUCCESS {
             status
         } else {

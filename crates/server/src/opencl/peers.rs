@@ -1,30 +1,47 @@
-//! Buffers moved between servers (crate::exports): a session's export of a buffer range, and
-//! a pull of another server's export into a buffer.
+//! Buffers moved between servers over the fabric (crate::fabric): a session's export of a
+//! buffer range, and a pull of another server's export into a buffer.
 
 use rgpu_protocol::opencl::{serve, Answer, Id};
 use rgpu_protocol::{LaneKey, PeerExport};
 
+use crate::fabric::{read_in_chunks, Source, WriteBy};
+use crate::opencl::native::{Event, Mem, Queue};
 use crate::session::Session;
 
 /// The status a failed pull answers (the client falls back to moving the bytes itself).
 const PULL_FAILED: i32 = rgpu_cl_api::sys::CL_OUT_OF_RESOURCES;
 
 impl serve::Peers for Session {
-    fn export_buffer(&mut self, queue: Id, buffer: Id, offset: u64, size: u64) -> Answer<LaneKey> {
+    fn export_buffer(
+        &mut self,
+        queue: Id,
+        buffer: Id,
+        offset: u64,
+        size: u64,
+        ticket: LaneKey,
+    ) -> Answer<()> {
         let queue = self.cl.handles.queues.get(queue)?.queue.clone();
         let mem = self.cl.handles.mems.get(buffer)?.mem.clone();
-        // Readable once the queue's earlier work is done.
-        queue.finish()?;
-        let read = Box::new(move |at: u64, out: &mut [u8]| {
-            queue
-                .read_buffer_now(&mem, offset + at, out)
-                .map_err(|status| format!("OpenCL error {status}"))
-        });
-        Ok(self.shared.exports.add(self.id, size, read, None))
+        // Readable once the queue's earlier commands are done: a marker says when.
+        let ready = queue.marker(&[])?;
+        queue.flush()?;
+        let source = BufferRange {
+            queue,
+            mem,
+            offset,
+            ready,
+        };
+        let fabric = &self.shared.fabric;
+        fabric
+            .add(self.id, ticket, size, Box::new(source))
+            .map_err(|e| {
+                log::warn!("session {}: {e}", self.id);
+                rgpu_cl_api::sys::CL_INVALID_VALUE
+            })
     }
 
     fn unexport_buffer(&mut self, ticket: LaneKey) -> Answer<()> {
-        self.shared.exports.remove(self.id, &ticket);
+        self.shared.fabric.remove(self.id, &ticket);
         Ok(())
     }
 
@@ -38,20 +55,46 @@ impl serve::Peers for Session {
     ) -> Answer<()> {
         let queue = self.cl.handles.queues.get(queue)?.queue.clone();
         let mem = self.cl.handles.mems.get(buffer)?.mem.clone();
-        crate::exports::pull(
-            &from,
-            size,
-            self.shared.token.as_ref(),
-            None,
-            |at, bytes| {
-                queue
-                    .write_buffer_now(&mem, offset + at, bytes)
-                    .map_err(|status| format!("OpenCL error {status}"))
-            },
-        )
-        .map_err(|e| {
-            log::warn!("session {}: pulling from {}: {e}", self.id, from.endpoint);
-            PULL_FAILED
+        let write = WriteBy(|at: u64, bytes: &[u8]| {
+            queue
+                .write_buffer_now(&mem, offset + at, bytes)
+                .map_err(|status| format!("OpenCL error {status}"))
+        });
+        let shared = &self.shared;
+        shared
+            .fabric
+            .links(shared.token.as_ref())
+            .and_then(|links| links.pull(&from, size, false, &write))
+            .map_err(|e| {
+                log::warn!("session {}: pulling from {}: {e}", self.id, from.endpoint);
+                PULL_FAILED
+            })
+    }
+}
+
+/// An exported buffer range, ready once the marker enqueued after the queue's earlier
+/// commands has completed.
+struct BufferRange {
+    queue: Queue,
+    mem: Mem,
+    offset: u64,
+    ready: Event,
+}
+
+impl Source for BufferRange {
+    fn ready(&self) -> Result<bool, String> {
+        match self.ready.status() {
+            Ok(0) => Ok(true),
+            Ok(status) if status > 0 => Ok(false),
+            Ok(status) | Err(status) => Err(format!("the exporting queue failed: {status}")),
+        }
+    }
+
+    fn read(&self, offset: u64, len: u64, send: crate::fabric::Send) -> Result<(), String> {
+        read_in_chunks(offset, len, send, |at, out| {
+            self.queue
+                .read_buffer_now(&self.mem, self.offset + at, out)
+                .map_err(|status| format!("OpenCL error {status}"))
         })
     }
 }

@@ -197,8 +197,8 @@ fn join_lane(
             crate::session::handshake(lane, &route, &shared, id, [0; 32], |applicant, stream| {
                 match &applicant.lane {
                     Some(attach) if route.lane_of == Some(attach.session) => {
-                        if attach.index == rgpu_protocol::PEER_PULL_LANE {
-                            shared.exports.serve(attach, stream)
+                        if attach.index == rgpu_protocol::fabric::LINK_LANE {
+                            shared.fabric.serve_link(attach, stream)
                         } else {
                             shared.lanes.join(attach, stream)
                         }

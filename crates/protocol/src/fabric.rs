@@ -1,0 +1,62 @@
+//! The server-to-server fabric's link messages. A *link* is a persistent connection from a
+//! puller (a server's worker, or a client pulling into host memory) to the worker of an
+//! exporting session, opened once and reused for every transfer between the two: it presents
+//! itself as a data lane of the exporting session with index [`LINK_LANE`] and, as its key,
+//! a live ticket of that session (proof that the session granted it something); after that
+//! every request on it names the ticket of the export it wants (one use each).
+//!
+//! Frames as on a session's connection (a header, a postcard body, bulk bytes): the puller
+//! sends a [`LinkRequest`], the exporter answers with [`LinkReply`] frames. A large pull is
+//! striped by the puller over several links, each asking for its part of the range.
+
+use serde::{Deserialize, Serialize};
+
+use crate::LaneKey;
+
+/// The `LaneAttach::index` of a fabric link (its key: a live ticket of the session).
+pub const LINK_LANE: u32 = u32::MAX;
+
+/// Puller to exporter.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LinkRequest {
+    /// Bytes `[offset, offset + len)` of the export `ticket` names, once it is ready. The
+    /// export is used up once every byte of it has been pulled.
+    Pull {
+        ticket: LaneKey,
+        offset: u64,
+        len: u64,
+    },
+    /// The CUDA IPC handle of the exported allocation, once the export is ready: the puller
+    /// is a server, maybe on the exporter's machine, that copies device to device.
+    Share { ticket: LaneKey },
+    /// After [`LinkReply::Handle`]: whether the puller copied the whole export through it (the
+    /// export is used up), or could not and will pull the bytes.
+    Shared { copied: bool },
+}
+
+/// Exporter to puller.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LinkReply {
+    /// The export is not ready yet (not made yet, or its device work still runs): sent every
+    /// few seconds while the puller waits, so that only a dead exporter times out.
+    Waiting,
+    /// The range's bytes: the frame's bulk.
+    Bytes,
+    /// The CUDA IPC handle of the range's allocation and the range's offset in it.
+    Handle { handle: Vec<u8>, offset: u64 },
+    /// No such export, no handle to share, or the export cannot be read; the link stays
+    /// usable.
+    Refused { reason: String },
+}
+
+sample_enum!(LinkRequest {
+    Pull { ticket, offset, len },
+    Share { ticket },
+    Shared { copied },
+});
+sample_enum!(LinkReply {
+    Waiting,
+    Bytes,
+    Handle { handle, offset },
+    Refused { reason },
+});

@@ -1,0 +1,443 @@
+//! The server-to-server fabric: device memory of one server's session moved straight to
+//! another server, never through a client (copies between GPUs of different servers, waits on
+//! another server's events, MPI transfers: docs/mpi.md, docs/architecture.md "Fabric").
+//!
+//! A session *exports* a range under a ticket (random, 256 bits, chosen by its client so that
+//! an export is posted without a round trip): the export says how to read the range and when
+//! it is ready (the device work before it done). Another server's session *pulls* it over a
+//! *link* (`rgpu_protocol::fabric`): a persistent connection to this session's worker,
+//! authenticated like any connection (the cluster's token) and opened with a live ticket of
+//! the session, then reused for every transfer; each pull names its ticket, and an export is
+//! used up once all its bytes have been pulled. The pulling side is
+//! `rgpu_transport::peer::Links` (one per process, [`Fabric::links`]).
+//!
+//! On one machine the puller may ask for the allocation's CUDA IPC handle instead of the bytes
+//! and copy device to device; the handle goes only to a server that presented the ticket.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use rgpu_protocol::fabric::{LinkReply, LinkRequest};
+use rgpu_protocol::{LaneAttach, LaneKey};
+use rgpu_transport::peer::{Links, PEER_TIMEOUT, WAITING_EVERY};
+use rgpu_transport::{ClientSecurity, FrameReader, FrameWriter, Stream, TlsConnector, Token};
+
+use crate::lanes::keys_match;
+
+/// Bytes a source reads from its device at a time.
+pub(crate) const CHUNK: usize = 2 << 20;
+/// An export nobody pulled within this long is withdrawn (a stream held for it moves on, and
+/// the pull, if it ever comes, is refused).
+const EXPORT_LIFETIME: Duration = Duration::from_secs(120);
+
+/// Sends bytes of an export to its puller, in order.
+pub(crate) type Send<'a> = &'a mut dyn FnMut(&[u8]) -> Result<(), String>;
+
+/// How to read an exported range. Dropping it ends whatever it holds (a held stream goes on).
+pub(crate) trait Source: std::marker::Send + Sync {
+    /// Whether the range may be read now (the device work before the export is done); `Err`:
+    /// it never will be.
+    fn ready(&self) -> Result<bool, String>;
+
+    /// Sends bytes `[offset, offset + len)` of the range through `send`.
+    fn read(&self, offset: u64, len: u64, send: Send) -> Result<(), String>;
+
+    /// The CUDA IPC handle of the range's allocation and the range's offset in it.
+    fn handle(&self) -> Option<(Vec<u8>, u64)> {
+        None
+    }
+}
+
+struct Export {
+    session: u64,
+    size: u64,
+    source: Box<dyn Source>,
+    /// Bytes not pulled yet.
+    left: AtomicU64,
+    made: Instant,
+}
+
+/// The exports of the sessions this process serves, and its links to other servers.
+#[derive(Default)]
+pub(crate) struct Fabric {
+    exports: Mutex<HashMap<LaneKey, Arc<Export>>>,
+    /// Signalled when an export is added.
+    added: Condvar,
+    links: OnceLock<Result<Links, String>>,
+    sweeping: AtomicBool,
+}
+
+impl Fabric {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<LaneKey, Arc<Export>>> {
+        self.exports.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// This process's links to other servers (authenticated with `token`: a cluster's servers
+    /// share one; TLS where the platform's trust allows it).
+    pub fn links(&self, token: Option<&Token>) -> Result<&Links, String> {
+        self.links
+            .get_or_init(|| {
+                let tls = TlsConnector::new(&ClientSecurity::default())?;
+                Ok(Links::new(token.cloned(), tls, "rgpu server (fabric)"))
+            })
+            .as_ref()
+            .map_err(|e| e.clone())
+    }
+
+    /// Exports `size` bytes of `session`, read through `source`, under `ticket`.
+    pub fn add(
+        self: &Arc<Self>,
+        session: u64,
+        ticket: LaneKey,
+        size: u64,
+        source: Box<dyn Source>,
+    ) -> Result<(), String> {
+        let export = Arc::new(Export {
+            session,
+            size,
+            source,
+            left: AtomicU64::new(size),
+            made: Instant::now(),
+        });
+        {
+            let mut exports = self.lock();
+            if exports.contains_key(&ticket) {
+                return Err("an export with this ticket exists".into());
+            }
+            exports.insert(ticket, export);
+        }
+        self.added.notify_all();
+        self.sweep_later();
+        Ok(())
+    }
+
+    /// Withdraws an export (nothing when it was used up already).
+    pub fn remove(&self, session: u64, ticket: &LaneKey) {
+        let mut exports = self.lock();
+        if exports.get(ticket).is_some_and(|e| e.session == session) {
+            exports.remove(ticket);
+        }
+    }
+
+    /// Forgets the exports of a session that ended.
+    pub fn forget_session(&self, session: u64) {
+        self.lock().retain(|_, e| e.session != session);
+    }
+
+    /// Starts the thread that withdraws exports nobody pulled, if it is not running.
+    fn sweep_later(self: &Arc<Self>) {
+        if self.sweeping.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let fabric = self.clone();
+        let started = std::thread::Builder::new()
+            .name("rgpu-fabric-sweep".into())
+            .spawn(move || loop {
+                std::thread::sleep(Duration::from_secs(1));
+                let mut exports = fabric.lock();
+                exports.retain(|_, e| {
+                    let keep = e.made.elapsed() < EXPORT_LIFETIME;
+                    if !keep {
+                        log::warn!("session {}: an export nobody pulled expired", e.session);
+                    }
+                    keep
+                });
+                if exports.is_empty() {
+                    fabric.sweeping.store(false, Ordering::SeqCst);
+                    return;
+                }
+            });
+        if started.is_err() {
+            self.sweeping.store(false, Ordering::SeqCst);
+        }
+    }
+
+    /// The export `ticket` names for `session`, waiting up to `wait` for it to be made (its
+    /// client posts it at the same time as the pull goes to the other server).
+    fn find(&self, session: u64, ticket: &LaneKey, wait: Duration) -> Option<Arc<Export>> {
+        let deadline = Instant::now() + wait;
+        let mut exports = self.lock();
+        loop {
+            let found = exports
+                .iter()
+                .find(|(t, e)| e.session == session && keys_match(t, ticket))
+                .map(|(_, e)| e.clone());
+            if found.is_some() {
+                return found;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return None;
+            }
+            exports = self
+                .added
+                .wait_timeout(exports, left)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+    }
+
+    /// Counts `len` bytes of the export as pulled; the export ends once all are.
+    fn used(&self, ticket: &LaneKey, export: &Arc<Export>, len: u64) {
+        let mut before = export.left.load(Ordering::SeqCst);
+        loop {
+            let after = before.saturating_sub(len);
+            match export.left.compare_exchange_weak(
+                before,
+                after,
+                Ordering::SeqCst,
+                Ordering::SeqCst,
+            ) {
+                Ok(_) => break,
+                Err(now) => before = now,
+            }
+        }
+        if before <= len {
+            let mut exports = self.lock();
+            if exports.get(ticket).is_some_and(|e| Arc::ptr_eq(e, export)) {
+                exports.remove(ticket);
+            }
+        }
+    }
+
+    /// A link's connection (`attach` came with its authenticated handshake, its key a live
+    /// ticket of the session): serves its requests on a thread of its own until it closes.
+    pub fn serve_link(
+        self: &Arc<Self>,
+        attach: &LaneAttach,
+        stream: &Stream,
+    ) -> Result<(), String> {
+        // The ticket's export may be posted a moment after the pull that opens the link.
+        if self
+            .find(attach.session, &attach.key, WAITING_EVERY)
+            .is_none()
+        {
+            return Err("no such export on this server".into());
+        }
+        let stream = stream.try_clone().map_err(|e| e.to_string())?;
+        let (session, fabric) = (attach.session, self.clone());
+        std::thread::Builder::new()
+            .name("rgpu-fabric-link".into())
+            .spawn(move || {
+                if let Err(e) = fabric.link(session, &stream) {
+                    log::debug!("session {session}: a fabric link ended: {e}");
+                }
+                stream.shutdown();
+            })
+            .map_err(|e| format!("cannot start a fabric link's thread: {e}"))?;
+        Ok(())
+    }
+
+    /// Serves a link's requests, one after the other.
+    fn link(&self, session: u64, stream: &Stream) -> Result<(), String> {
+        let failed = |e: std::io::Error| e.to_string();
+        // Idle links wait for their next request as long as the puller keeps them; a dead
+        // puller is found by the connection's liveness checks.
+        stream.set_read_timeout(None).map_err(failed)?;
+        stream
+            .set_write_timeout(Some(PEER_TIMEOUT))
+            .and_then(|()| stream.set_liveness(PEER_TIMEOUT))
+            .map_err(failed)?;
+        let mut reader = FrameReader::new(stream.try_clone().map_err(failed)?);
+        let mut writer = FrameWriter::new(stream.try_clone().map_err(failed)?);
+        loop {
+            let request = match reader.read_message::<LinkRequest>() {
+                Ok((_, request)) => request,
+                Err(rgpu_transport::TransportError::Closed) => return Ok(()),
+                Err(e) => return Err(e.to_string()),
+            };
+            match request {
+                LinkRequest::Pull {
+                    ticket,
+                    offset,
+                    len,
+                } => self.send_part(session, &ticket, offset, len, &mut writer)?,
+                LinkRequest::Share { ticket } => {
+                    if let Some(export) = self.share(session, &ticket, &mut writer)? {
+                        match reader.read_message::<LinkRequest>() {
+                            Ok((_, LinkRequest::Shared { copied: true })) => {
+                                self.used(&ticket, &export, export.size)
+                            }
+                            Ok((_, LinkRequest::Shared { copied: false })) => {}
+                            Ok((_, other)) => return Err(format!("{other:?} after a handle")),
+                            Err(e) => return Err(e.to_string()),
+                        }
+                    }
+                }
+                LinkRequest::Shared { .. } => return Err("a Shared without a handle".into()),
+            }
+        }
+    }
+
+    /// The export a request names once it is ready, telling the puller every few seconds
+    /// that it is still waiting; `Ok(None)`: refused (and the puller told why).
+    fn ready_export(
+        &self,
+        session: u64,
+        ticket: &LaneKey,
+        writer: &mut FrameWriter<Stream>,
+    ) -> Result<Option<Arc<Export>>, String> {
+        let mut waited = Duration::ZERO;
+        let export = loop {
+            if let Some(export) = self.find(session, ticket, WAITING_EVERY) {
+                break export;
+            }
+            waited += WAITING_EVERY;
+            if waited >= PEER_TIMEOUT {
+                refuse(writer, "no such export on this server")?;
+                return Ok(None);
+            }
+            reply(writer, &LinkReply::Waiting, &[])?;
+        };
+        let mut told = Instant::now();
+        let mut pause = Duration::from_micros(5);
+        loop {
+            match export.source.ready() {
+                Ok(true) => return Ok(Some(export)),
+                Ok(false) => {}
+                Err(e) => {
+                    refuse(writer, &e)?;
+                    return Ok(None);
+                }
+            }
+            // Withdrawn (its session ended, or it expired) while its device work ran.
+            if !self.lock().contains_key(ticket) {
+                refuse(writer, "the export was withdrawn")?;
+                return Ok(None);
+            }
+            if told.elapsed() >= WAITING_EVERY {
+                reply(writer, &LinkReply::Waiting, &[])?;
+                told = Instant::now();
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_millis(1));
+        }
+    }
+
+    /// Answers a `Pull`: the range's bytes, streamed as they are read from the device.
+    fn send_part(
+        &self,
+        session: u64,
+        ticket: &LaneKey,
+        offset: u64,
+        len: u64,
+        writer: &mut FrameWriter<Stream>,
+    ) -> Result<(), String> {
+        let Some(export) = self.ready_export(session, ticket, writer)? else {
+            return Ok(());
+        };
+        if offset.checked_add(len).is_none_or(|end| end > export.size) {
+            return refuse(writer, "a pull past the end of its export");
+        }
+        // Read before the header goes out: a device error can still be a refusal.
+        let mut sent = 0u64;
+        let mut started = false;
+        let mut send = |bytes: &[u8]| -> Result<(), String> {
+            if !started {
+                writer
+                    .queue_header(&LinkReply::Bytes, 0, len)
+                    .map_err(|e| e.to_string())?;
+                started = true;
+            }
+            sent += bytes.len() as u64;
+            writer.write_bulk(bytes).map_err(|e| e.to_string())
+        };
+        let read = if len == 0 {
+            send(&[])
+        } else {
+            export.source.read(offset, len, &mut send)
+        };
+        match read {
+            Ok(()) if sent == len => {}
+            Ok(()) => return Err(format!("a source sent {sent} of {len} bytes")),
+            // Nothing went out yet: the puller hears why, and the link goes on.
+            Err(e) if !started => {
+                log::warn!("session {session}: reading an export: {e}");
+                return refuse(writer, &e);
+            }
+            Err(e) => return Err(format!("reading an export: {e}")),
+        }
+        writer.flush().map_err(|e| e.to_string())?;
+        self.used(ticket, &export, len);
+        Ok(())
+    }
+
+    /// Answers a `Share`: the allocation's IPC handle, or a refusal when there is none.
+    fn share(
+        &self,
+        session: u64,
+        ticket: &LaneKey,
+        writer: &mut FrameWriter<Stream>,
+    ) -> Result<Option<Arc<Export>>, String> {
+        let Some(export) = self.ready_export(session, ticket, writer)? else {
+            return Ok(None);
+        };
+        match export.source.handle() {
+            Some((handle, offset)) => {
+                reply(writer, &LinkReply::Handle { handle, offset }, &[])?;
+                Ok(Some(export))
+            }
+            None => {
+                refuse(writer, "no handle to share")?;
+                Ok(None)
+            }
+        }
+    }
+}
+
+fn reply(writer: &mut FrameWriter<Stream>, reply: &LinkReply, bulk: &[u8]) -> Result<(), String> {
+    writer.send(reply, 0, bulk).map_err(|e| e.to_string())
+}
+
+fn refuse(writer: &mut FrameWriter<Stream>, reason: &str) -> Result<(), String> {
+    let refused = LinkReply::Refused {
+        reason: reason.to_string(),
+    };
+    reply(writer, &refused, &[])
+}
+
+/// Reads bytes `[offset, offset + len)` with `read` (offset, buffer) in chunks, one after the
+/// other, sending each.
+pub(crate) fn read_in_chunks(
+    offset: u64,
+    len: u64,
+    send: Send,
+    read: impl Fn(u64, &mut [u8]) -> Result<(), String>,
+) -> Result<(), String> {
+    let mut buffer = vec![0u8; (len as usize).min(CHUNK)];
+    let mut at = 0u64;
+    while at < len {
+        let n = ((len - at) as usize).min(buffer.len());
+        read(offset + at, &mut buffer[..n])?;
+        send(&buffer[..n])?;
+        at += n as u64;
+    }
+    Ok(())
+}
+
+/// A sink written through a plain function (OpenCL buffers), in chunks.
+pub(crate) struct WriteBy<F>(pub F);
+
+impl<F> rgpu_transport::peer::PullSink for WriteBy<F>
+where
+    F: Fn(u64, &[u8]) -> Result<(), String> + Sync,
+{
+    fn part(
+        &self,
+        offset: u64,
+        len: u64,
+        receive: rgpu_transport::peer::Receive,
+    ) -> Result<(), String> {
+        let mut buffer = vec![0u8; (len as usize).min(CHUNK)];
+        let mut at = 0u64;
+        while at < len {
+            let n = ((len - at) as usize).min(buffer.len());
+            receive(&mut buffer[..n])?;
+            (self.0)(offset + at, &buffer[..n])?;
+            at += n as u64;
+        }
+        Ok(())
+    }
+}
