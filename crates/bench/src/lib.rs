@@ -3,6 +3,7 @@
 //! ([`run`]) and gives them its client environment ([`ClientSetup`]).
 
 mod cuda;
+mod fabric;
 mod local_server;
 mod mpi;
 mod opencl;
@@ -36,6 +37,7 @@ pub struct BenchArgs {
 enum BenchKind {
     Opencl(opencl::OpenclBenchArgs),
     Cuda(cuda::CudaBenchArgs),
+    Fabric(fabric::FabricBenchArgs),
     Mpi(mpi::MpiBenchArgs),
 }
 
@@ -43,6 +45,7 @@ pub fn run(args: BenchArgs, setup: &dyn ClientSetup) -> Result<ExitCode, String>
     match args.kind {
         BenchKind::Opencl(args) => opencl::run(args, setup),
         BenchKind::Cuda(args) => cuda::run(args, setup),
+        BenchKind::Fabric(args) => fabric::run(args, setup),
         BenchKind::Mpi(args) => mpi::run(args),
     }
 }

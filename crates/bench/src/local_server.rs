@@ -43,9 +43,15 @@ impl LocalServer {
     /// [`crate::ClientSetup::apply`]: the server must see the machine's
     /// platforms, not the rgpu one.
     pub fn start() -> Result<LocalServer, String> {
+        LocalServer::start_with(&[])
+    }
+
+    /// [`LocalServer::start`] with more environment for the server (which GPUs it sees).
+    pub fn start_with(env: &[(&str, &str)]) -> Result<LocalServer, String> {
         let exe = std::env::current_exe().map_err(|e| format!("cannot locate rgpu: {e}"))?;
         let mut child = Command::new(exe)
             .args(["server", "--listen", "127.0.0.1:0"])
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())

@@ -11,7 +11,7 @@ use std::process::{Command, ExitCode};
 use serde::{Deserialize, Serialize};
 
 use crate::local_server::LocalServer;
-use crate::output::format_bytes;
+use crate::output::{format_bytes, line_plot, Series};
 
 #[derive(clap::Args, Debug)]
 #[command(
@@ -256,68 +256,25 @@ fn ratio(a: Option<f64>, b: Option<f64>) -> String {
 
 /// Bandwidth against message size (log scale), one line per mode.
 fn plot(m: &[Measurement], api: &str) -> String {
-    let (w, h, left, bottom, top, right) = (640.0, 400.0, 70.0, 50.0, 40.0, 130.0);
-    let sizes = sizes(m, "bandwidth");
-    let peak = m.iter().filter_map(|x| x.mbps).fold(1.0, f64::max);
-    let (lo, hi) = (
-        sizes.first().map_or(1.0, |&s| (s as f64).log2()),
-        sizes.last().map_or(2.0, |&s| (s as f64).log2()),
-    );
-    let x =
-        |bytes: u64| left + ((bytes as f64).log2() - lo) / (hi - lo).max(1.0) * (w - left - right);
-    let y = |mbps: f64| h - bottom - mbps / peak * (h - bottom - top);
-    let mut svg = format!(
-        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" font-family=\"sans-serif\" font-size=\"12\">\n\
-         <rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n\
-         <text x=\"{left}\" y=\"20\" font-size=\"14\">MPI bandwidth between two ranks (rgpu {api})</text>\n\
-         <line x1=\"{left}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"black\"/>\n\
-         <line x1=\"{left}\" y1=\"{top}\" x2=\"{left}\" y2=\"{}\" stroke=\"black\"/>\n\
-         <text x=\"10\" y=\"{top}\">{peak:.0} MB/s</text>\n<text x=\"10\" y=\"{}\">0</text>\n",
-        h - bottom,
-        w - right,
-        h - bottom,
-        h - bottom,
-        h - bottom
-    );
-    for &bytes in &sizes {
-        let _ = writeln!(
-            svg,
-            "<text x=\"{:.0}\" y=\"{}\" text-anchor=\"middle\">{}</text>",
-            x(bytes),
-            h - bottom + 18.0,
-            format_bytes(bytes)
-        );
-    }
-    for (mode, color) in [
-        ("host", "#1f77b4"),
-        ("staged", "#ff7f0e"),
-        ("direct", "#2ca02c"),
-    ] {
-        let points: Vec<String> = sizes
-            .iter()
-            .filter_map(|&b| {
+    let series: Vec<Series> = [
+        ("host", "host buffers", "#1f77b4"),
+        ("staged", "staged buffers", "#ff7f0e"),
+        ("direct", "direct buffers", "#2ca02c"),
+    ]
+    .into_iter()
+    .map(|(mode, label, color)| Series {
+        label,
+        color,
+        points: sizes(m, "bandwidth")
+            .into_iter()
+            .filter_map(|b| {
                 find(m, mode, "bandwidth", b)
                     .and_then(|x| x.mbps)
                     .map(|v| (b, v))
             })
-            .map(|(b, v)| format!("{:.1},{:.1}", x(b), y(v)))
-            .collect();
-        if points.is_empty() {
-            continue;
-        }
-        let label_y = if mode == "host" {
-            top + 10.0
-        } else {
-            top + 30.0
-        };
-        let _ = writeln!(
-            svg,
-            "<polyline fill=\"none\" stroke=\"{color}\" stroke-width=\"2\" points=\"{}\"/>\n\
-             <text x=\"{}\" y=\"{label_y}\" fill=\"{color}\">{mode} buffers</text>",
-            points.join(" "),
-            w - right + 10.0
-        );
-    }
-    svg.push_str("</svg>\n");
-    svg
+            .collect(),
+    })
+    .collect();
+    let title = format!("MPI bandwidth between two ranks (rgpu {api})");
+    line_plot(&title, "MB/s", &series)
 }

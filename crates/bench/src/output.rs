@@ -31,3 +31,76 @@ pub fn write_stdout(text: &str) -> Result<(), String> {
         _ => Ok(()),
     }
 }
+
+/// One line of a [`line_plot`]: its label, its colour and its (size in bytes, value) points.
+pub struct Series<'a> {
+    pub label: &'a str,
+    pub color: &'a str,
+    pub points: Vec<(u64, f64)>,
+}
+
+/// An SVG plot of values against sizes (log scale), one line per series.
+pub fn line_plot(title: &str, unit: &str, series: &[Series]) -> String {
+    use std::fmt::Write as _;
+    let (w, h, left, bottom, top, right) = (640.0, 400.0, 70.0, 50.0, 40.0, 170.0);
+    let mut sizes: Vec<u64> = series
+        .iter()
+        .flat_map(|s| s.points.iter().map(|p| p.0))
+        .collect();
+    sizes.sort_unstable();
+    sizes.dedup();
+    let peak = series
+        .iter()
+        .flat_map(|s| s.points.iter().map(|p| p.1))
+        .fold(1e-9, f64::max);
+    let (lo, hi) = (
+        sizes.first().map_or(1.0, |&s| (s as f64).log2()),
+        sizes.last().map_or(2.0, |&s| (s as f64).log2()),
+    );
+    let x =
+        |bytes: u64| left + ((bytes as f64).log2() - lo) / (hi - lo).max(1.0) * (w - left - right);
+    let y = |value: f64| h - bottom - value / peak * (h - bottom - top);
+    let mut svg = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" font-family=\"sans-serif\" font-size=\"12\">\n\
+         <rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n\
+         <text x=\"{left}\" y=\"20\" font-size=\"14\">{title}</text>\n\
+         <line x1=\"{left}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"black\"/>\n\
+         <line x1=\"{left}\" y1=\"{top}\" x2=\"{left}\" y2=\"{}\" stroke=\"black\"/>\n\
+         <text x=\"10\" y=\"{top}\">{} {unit}</text>\n<text x=\"10\" y=\"{}\">0</text>\n",
+        h - bottom,
+        w - right,
+        h - bottom,
+        h - bottom,
+        if peak >= 100.0 { format!("{peak:.0}") } else { format!("{peak:.2}") },
+        h - bottom
+    );
+    for &bytes in &sizes {
+        let _ = writeln!(
+            svg,
+            "<text x=\"{:.0}\" y=\"{}\" text-anchor=\"middle\">{}</text>",
+            x(bytes),
+            h - bottom + 18.0,
+            format_bytes(bytes)
+        );
+    }
+    for (i, line) in series.iter().filter(|s| !s.points.is_empty()).enumerate() {
+        let points: Vec<String> = line
+            .points
+            .iter()
+            .map(|&(b, v)| format!("{:.1},{:.1}", x(b), y(v)))
+            .collect();
+        let _ = writeln!(
+            svg,
+            "<polyline fill=\"none\" stroke=\"{}\" stroke-width=\"2\" points=\"{}\"/>\n\
+             <text x=\"{}\" y=\"{}\" fill=\"{}\">{}</text>",
+            line.color,
+            points.join(" "),
+            w - right + 10.0,
+            top + 10.0 + 20.0 * i as f64,
+            line.color,
+            line.label
+        );
+    }
+    svg.push_str("</svg>\n");
+    svg
+}

@@ -173,6 +173,67 @@ fn round_trips(count: usize) -> io::Result<Vec<f64>> {
     Ok(times)
 }
 
+/// [`sized_bandwidth`] striped over `streams` connections at once, each carrying an equal
+/// share of every transfer (as a pull striped over several links does). Median GB/s.
+pub fn striped_bandwidth(
+    size: usize,
+    window: usize,
+    streams: usize,
+    runs: usize,
+) -> io::Result<f64> {
+    let share = size.div_ceil(streams.max(1)).max(1);
+    let once = || -> io::Result<f64> {
+        let total = (share * window) as u64;
+        let listener = TcpListener::bind("127.0.0.1:0")?;
+        let address = listener.local_addr()?;
+        let mut senders = Vec::new();
+        for _ in 0..streams.max(1) {
+            let mut stream = TcpStream::connect(address)?;
+            stream.set_nodelay(true)?;
+            let (mut accepted, _) = listener.accept()?;
+            senders.push(thread::spawn(move || -> io::Result<()> {
+                let buffer = vec![0x5au8; share];
+                let mut go = [0u8; 1];
+                accepted.read_exact(&mut go)?;
+                for _ in 0..window {
+                    for chunk in buffer.chunks(WRITE_SIZE) {
+                        accepted.write_all(chunk)?;
+                    }
+                }
+                Ok(())
+            }));
+            senders.push(thread::spawn(move || -> io::Result<()> {
+                let mut buffer = vec![0u8; share];
+                stream.write_all(&[1])?;
+                let (mut received, mut at) = (0u64, 0usize);
+                while received < total {
+                    let end = (at + WRITE_SIZE).min(share);
+                    match stream.read(&mut buffer[at..end])? {
+                        0 => return Err(io::ErrorKind::UnexpectedEof.into()),
+                        n => {
+                            received += n as u64;
+                            at = if at + n == share { 0 } else { at + n };
+                        }
+                    }
+                }
+                Ok(())
+            }));
+        }
+        let start = Instant::now();
+        for handle in senders {
+            handle
+                .join()
+                .map_err(|_| io::Error::other("a stream's thread panicked"))??;
+        }
+        let seconds = start.elapsed().as_secs_f64();
+        Ok((total * streams.max(1) as u64) as f64 / seconds / 1e9)
+    };
+    let samples = (0..runs.max(1))
+        .map(|_| once())
+        .collect::<io::Result<Vec<f64>>>()?;
+    Ok(median(&samples))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -67,7 +67,23 @@ pub(crate) struct Fabric {
     added: Condvar,
     links: OnceLock<Result<Links, String>>,
     sweeping: AtomicBool,
+    /// Threads that carry out background pulls, kept for the next one: a new thread's first
+    /// driver call costs far more than a small transfer.
+    workers: Mutex<Workers>,
+    work_added: Condvar,
 }
+
+/// A background pull.
+pub(crate) type Job = Box<dyn FnOnce() + std::marker::Send>;
+
+#[derive(Default)]
+struct Workers {
+    jobs: std::collections::VecDeque<Job>,
+    idle: usize,
+}
+
+/// How long a pull thread with nothing to do waits for more before it ends.
+const WORKER_IDLE: Duration = Duration::from_secs(60);
 
 impl Fabric {
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<LaneKey, Arc<Export>>> {
@@ -86,6 +102,52 @@ impl Fabric {
             .map_err(|e| e.clone())
     }
 
+    /// Runs `job` on a pull thread: an idle one, else a new one (never queued behind a busy
+    /// one, since a pull may wait for another's stream).
+    pub fn run(self: &Arc<Self>, job: Job) -> Result<(), String> {
+        let mut workers = self.workers.lock().unwrap_or_else(|e| e.into_inner());
+        workers.jobs.push_back(job);
+        if workers.idle >= workers.jobs.len() {
+            self.work_added.notify_one();
+            return Ok(());
+        }
+        drop(workers);
+        let fabric = self.clone();
+        let spawned = std::thread::Builder::new()
+            .name("rgpu-fabric-pull".into())
+            .spawn(move || fabric.work());
+        if let Err(e) = spawned {
+            // The job is dropped unrun (its gate opens): the pull fails.
+            let mut workers = self.workers.lock().unwrap_or_else(|e| e.into_inner());
+            workers.jobs.pop_back();
+            return Err(format!("cannot start a pull thread: {e}"));
+        }
+        Ok(())
+    }
+
+    /// A pull thread: jobs until none comes for a while.
+    fn work(&self) {
+        let mut workers = self.workers.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            if let Some(job) = workers.jobs.pop_front() {
+                drop(workers);
+                job();
+                workers = self.workers.lock().unwrap_or_else(|e| e.into_inner());
+                continue;
+            }
+            workers.idle += 1;
+            let (guard, timeout) = self
+                .work_added
+                .wait_timeout(workers, WORKER_IDLE)
+                .unwrap_or_else(|e| e.into_inner());
+            workers = guard;
+            workers.idle -= 1;
+            if timeout.timed_out() && workers.jobs.is_empty() {
+                return;
+            }
+        }
+    }
+
     /// Exports `size` bytes of `session`, read through `source`, under `ticket`.
     pub fn add(
         self: &Arc<Self>,
@@ -101,6 +163,7 @@ impl Fabric {
             left: AtomicU64::new(size),
             made: Instant::now(),
         });
+        log::debug!("session {session}: export of {size} bytes added");
         {
             let mut exports = self.lock();
             if exports.contains_key(&ticket) {
@@ -218,6 +281,10 @@ impl Fabric {
         }
         let stream = stream.try_clone().map_err(|e| e.to_string())?;
         let (session, fabric) = (attach.session, self.clone());
+        log::info!(
+            "session {session}: fabric link opened from {}",
+            stream.peer_description()
+        );
         std::thread::Builder::new()
             .name("rgpu-fabric-link".into())
             .spawn(move || {
@@ -248,6 +315,7 @@ impl Fabric {
                 Err(rgpu_transport::TransportError::Closed) => return Ok(()),
                 Err(e) => return Err(e.to_string()),
             };
+            log::debug!("session {session}: link request {request:?}");
             match request {
                 LinkRequest::Pull {
                     ticket,
@@ -292,7 +360,7 @@ impl Fabric {
             reply(writer, &LinkReply::Waiting, &[])?;
         };
         let mut told = Instant::now();
-        let mut pause = Duration::from_micros(5);
+        let started = Instant::now();
         loop {
             match export.source.ready() {
                 Ok(true) => return Ok(Some(export)),
@@ -311,8 +379,13 @@ impl Fabric {
                 reply(writer, &LinkReply::Waiting, &[])?;
                 told = Instant::now();
             }
-            std::thread::sleep(pause);
-            pause = (pause * 2).min(Duration::from_millis(1));
+            // Device work usually ends within microseconds of the request: yield at first,
+            // then poll every 50 us.
+            if started.elapsed() < Duration::from_millis(2) {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(Duration::from_micros(50));
+            }
         }
     }
 
@@ -360,6 +433,7 @@ impl Fabric {
             Err(e) => return Err(format!("reading an export: {e}")),
         }
         writer.flush().map_err(|e| e.to_string())?;
+        log::debug!("session {session}: sent {len} bytes of an export");
         self.used(ticket, &export, len);
         Ok(())
     }

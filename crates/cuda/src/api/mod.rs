@@ -47,7 +47,7 @@ pub(crate) use crate::results::{from_remote, status, write_out, Outcome};
 
 /// Whether servers on one machine may copy device to device through CUDA IPC handles
 /// (`RGPU_FABRIC_IPC=0`: always over the network, to measure that path on one machine).
+/// Read at each copy, so that `rgpu bench fabric` measures both paths in one process.
 pub(crate) fn fabric_ipc() -> bool {
-    static IPC: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *IPC.get_or_init(|| !std::env::var("RGPU_FABRIC_IPC").is_ok_and(|v| v == "0"))
+    !std::env::var_os("RGPU_FABRIC_IPC").is_some_and(|v| v == "0")
 }

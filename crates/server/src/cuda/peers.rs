@@ -79,6 +79,35 @@ impl InContext {
     }
 }
 
+/// A stream of this thread for transfers in `at`'s context, with two events for its chunks:
+/// made once per thread and context (the fabric's threads are kept), so that a small
+/// transfer costs no stream or event creation. `body` gets them with the context current.
+fn with_transfer_stream<T>(
+    at: &InContext,
+    body: impl FnOnce(&OwnStream, &[OwnEvent; 2]) -> Result<T, String>,
+) -> Result<T, String> {
+    type Kept = HashMap<usize, (OwnStream, [OwnEvent; 2])>;
+    thread_local! {
+        static KEPT: std::cell::RefCell<Kept> = std::cell::RefCell::new(HashMap::new());
+    }
+    at.enter()?;
+    let cuda = |s: Status| format!("CUDA error {s}");
+    let kept = KEPT.with(|kept| kept.borrow_mut().remove(&at.ctx));
+    let (stream, events) = match kept {
+        Some(kept) => kept,
+        None => (
+            at.stream().map_err(cuda)?,
+            [at.event().map_err(cuda)?, at.event().map_err(cuda)?],
+        ),
+    };
+    let result = body(&stream, &events);
+    // Kept only after a success: a failed one may belong to a context that is gone.
+    if result.is_ok() {
+        KEPT.with(|kept| kept.borrow_mut().insert(at.ctx, (stream, events)));
+    }
+    result
+}
+
 struct OwnStream(usize, Arc<Backend>);
 
 impl OwnStream {
@@ -158,47 +187,13 @@ impl Source for DeviceRange {
     }
 
     fn read(&self, offset: u64, len: u64, send: crate::fabric::Send) -> Result<(), String> {
-        self.at.enter()?;
-        let cuda = |s: Status| format!("CUDA error {s}");
-        let stream = self.at.stream().map_err(cuda)?;
-        let chunks = len.div_ceil(CHUNK as u64) as usize;
-        let mut slots: Vec<(ChunkBuffer, OwnEvent)> = Vec::new();
-        for _ in 0..chunks.min(2) {
-            slots.push((self.memory.buffer()?, self.at.event().map_err(cuda)?));
-        }
-        let piece = |k: usize| {
-            let at = k as u64 * CHUNK as u64;
-            (at, (len - at).min(CHUNK as u64) as usize)
-        };
-        let issue = |k: usize, (buffer, done): &(ChunkBuffer, OwnEvent)| {
-            let (at, n) = piece(k);
-            let src = self.ptr + offset + at;
-            // SAFETY: a page-locked buffer of CHUNK bytes this transfer holds, and a stream of
-            // the exporting context; the driver checks the device range.
-            check(unsafe {
-                cu_call!(
-                    self.at.backend.driver,
-                    cuMemcpyDtoHAsync_v2(buffer.ptr().cast(), src, n, stream.raw())
-                )
-            })
-            .map_err(cuda)?;
-            done.record(&stream)
-        };
-        issue(0, &slots[0])?;
-        for k in 0..chunks {
-            // The other buffer was sent in the previous step: fill it while this one goes.
-            if k + 1 < chunks {
-                issue(k + 1, &slots[(k + 1) % 2])?;
-            }
-            let (buffer, done) = &slots[k % 2];
-            done.synchronize()?;
-            send(buffer.bytes(piece(k).1))?;
-        }
-        Ok(())
+        with_transfer_stream(&self.at, |stream, events| {
+            self.read_on(stream, events, offset, len, send)
+        })
     }
-
     fn handle(&self) -> Option<(Vec<u8>, u64)> {
         self.at.enter().ok()?;
+        log::debug!("getting an IPC handle");
         let driver = &self.at.backend.driver;
         let (mut base, mut len) = (0u64, 0usize);
         // SAFETY: local out-values; the driver checks the address.
@@ -217,6 +212,55 @@ impl Source for DeviceRange {
     }
 }
 
+impl DeviceRange {
+    /// [`Source::read`] on a transfer stream: the device copy of chunk k+1 into one buffer
+    /// overlaps the sending of chunk k from the other.
+    fn read_on(
+        &self,
+        stream: &OwnStream,
+        events: &[OwnEvent; 2],
+        offset: u64,
+        len: u64,
+        send: crate::fabric::Send,
+    ) -> Result<(), String> {
+        let cuda = |s: Status| format!("CUDA error {s}");
+        let chunks = len.div_ceil(CHUNK as u64) as usize;
+        let mut slots: Vec<(ChunkBuffer, &OwnEvent)> = Vec::new();
+        for event in events.iter().take(chunks.min(2)) {
+            slots.push((self.memory.buffer()?, event));
+        }
+        let piece = |k: usize| {
+            let at = k as u64 * CHUNK as u64;
+            (at, (len - at).min(CHUNK as u64) as usize)
+        };
+        let issue = |k: usize, (buffer, done): &(ChunkBuffer, &OwnEvent)| {
+            let (at, n) = piece(k);
+            let src = self.ptr + offset + at;
+            // SAFETY: a page-locked buffer of CHUNK bytes this transfer holds, and a stream of
+            // the exporting context; the driver checks the device range.
+            check(unsafe {
+                cu_call!(
+                    self.at.backend.driver,
+                    cuMemcpyDtoHAsync_v2(buffer.ptr().cast(), src, n, stream.raw())
+                )
+            })
+            .map_err(cuda)?;
+            done.record(stream)
+        };
+        issue(0, &slots[0])?;
+        for k in 0..chunks {
+            // The other buffer was sent in the previous step: fill it while this one goes.
+            if k + 1 < chunks {
+                issue(k + 1, &slots[(k + 1) % 2])?;
+            }
+            let (buffer, done) = &slots[k % 2];
+            done.synchronize()?;
+            send(buffer.bytes(piece(k).1))?;
+        }
+        Ok(())
+    }
+}
+
 /// Where a pull writes: `size` bytes at `dst` in a session's context.
 struct DeviceSink {
     at: InContext,
@@ -227,14 +271,67 @@ struct DeviceSink {
 
 impl PullSink for DeviceSink {
     fn part(&self, offset: u64, len: u64, receive: Receive) -> Result<(), String> {
-        self.at.enter()?;
-        let cuda = |s: Status| format!("CUDA error {s}");
-        let stream = self.at.stream().map_err(cuda)?;
-        let chunks = len.div_ceil(CHUNK as u64) as usize;
-        let mut slots: Vec<(ChunkBuffer, OwnEvent)> = Vec::new();
-        for _ in 0..chunks.min(2) {
-            slots.push((self.memory.buffer()?, self.at.event().map_err(cuda)?));
+        with_transfer_stream(&self.at, |stream, events| {
+            self.part_on(stream, events, offset, len, receive)
+        })
+    }
+    fn copy_shared(&self, handle: &[u8], offset: u64) -> bool {
+        let copied = with_transfer_stream(&self.at, |stream, _| {
+            let base = ipc_mapping(&self.at, handle)?;
+            let src = base + offset;
+            // SAFETY: a stream of this context; the driver checks both device ranges.
+            check(unsafe {
+                cu_call!(
+                    self.at.backend.driver,
+                    cuMemcpyDtoDAsync_v2(self.dst, src, self.size as usize, stream.raw())
+                )
+            })
+            .map_err(|s| format!("CUDA error {s}"))?;
+            // Done only once the copy is: the exporter may reuse its memory after our answer.
+            stream.synchronize()
+        });
+        match copied {
+            Ok(()) => true,
+            Err(e) => {
+                log::debug!("an IPC copy did not happen ({e}); pulling the bytes");
+                false
+            }
         }
+    }
+}
+
+impl DeviceSink {
+    /// [`PullSink::part`] on a transfer stream: chunk k+1 is received into one buffer while
+    /// chunk k is copied to the device from the other.
+    fn part_on(
+        &self,
+        stream: &OwnStream,
+        events: &[OwnEvent; 2],
+        offset: u64,
+        len: u64,
+        receive: Receive,
+    ) -> Result<(), String> {
+        let chunks = len.div_ceil(CHUNK as u64) as usize;
+        let mut slots: Vec<(ChunkBuffer, &OwnEvent)> = Vec::new();
+        for event in events.iter().take(chunks.min(2)) {
+            slots.push((self.memory.buffer()?, event));
+        }
+        let copied = self.chunks_to_device(stream, &mut slots, offset, len, receive);
+        // Also after a failure: no device copy may still read a buffer given back.
+        let finished = stream.synchronize();
+        copied.and(finished)
+    }
+
+    fn chunks_to_device(
+        &self,
+        stream: &OwnStream,
+        slots: &mut [(ChunkBuffer, &OwnEvent)],
+        offset: u64,
+        len: u64,
+        receive: Receive,
+    ) -> Result<(), String> {
+        let cuda = |s: Status| format!("CUDA error {s}");
+        let chunks = len.div_ceil(CHUNK as u64) as usize;
         for k in 0..chunks {
             let at = k as u64 * CHUNK as u64;
             let n = (len - at).min(CHUNK as u64) as usize;
@@ -254,35 +351,9 @@ impl PullSink for DeviceSink {
                 )
             })
             .map_err(cuda)?;
-            done.record(&stream)?;
+            done.record(stream)?;
         }
-        stream.synchronize()
-    }
-
-    fn copy_shared(&self, handle: &[u8], offset: u64) -> bool {
-        let copied = (|| {
-            self.at.enter()?;
-            let base = ipc_mapping(&self.at, handle)?;
-            let stream = self.at.stream().map_err(|s| format!("CUDA error {s}"))?;
-            let src = base + offset;
-            // SAFETY: a stream of this context; the driver checks both device ranges.
-            check(unsafe {
-                cu_call!(
-                    self.at.backend.driver,
-                    cuMemcpyDtoDAsync_v2(self.dst, src, self.size as usize, stream.raw())
-                )
-            })
-            .map_err(|s| format!("CUDA error {s}"))?;
-            // Done only once the copy is: the exporter may reuse its memory after our answer.
-            stream.synchronize()
-        })();
-        match copied {
-            Ok(()) => true,
-            Err(e) => {
-                log::debug!("an IPC copy did not happen ({e}); pulling the bytes");
-                false
-            }
-        }
+        Ok(())
     }
 }
 
@@ -420,23 +491,28 @@ impl serve::Peers for Served<'_> {
             size,
             memory,
         };
-        let spawned = std::thread::Builder::new()
-            .name("rgpu-fabric-pull".into())
-            .spawn(move || {
-                let pulled = earlier.synchronize().and_then(|()| {
-                    let links = shared.fabric.links(shared.token.as_ref())?;
-                    links.pull(&from, size, ipc && size > 0, &sink)
-                });
-                if let Err(e) = pulled {
-                    log::warn!("session {id}: pulling from {}: {e}", from.endpoint);
-                    failure
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .get_or_insert(PULL_FAILED);
-                }
-                // Only now may the stream go on.
-                drop(gate);
+        let fabric = self.session.shared.fabric.clone();
+        let job = Box::new(move || {
+            log::debug!("session {id}: pull of {size} bytes waits for its stream");
+            let pulled = earlier.synchronize().and_then(|()| {
+                log::debug!("session {id}: pulling {size} bytes from {}", from.endpoint);
+                let links = shared.fabric.links(shared.token.as_ref())?;
+                links.pull(&from, size, ipc && size > 0, &sink)
             });
-        spawned.map(|_| ()).map_err(|_| PULL_FAILED)
+            log::debug!("session {id}: pull of {size} bytes ended: {pulled:?}");
+            if let Err(e) = pulled {
+                log::warn!("session {id}: pulling from {}: {e}", from.endpoint);
+                failure
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .get_or_insert(PULL_FAILED);
+            }
+            // Only now may the stream go on.
+            drop(gate);
+        });
+        fabric.run(job).map_err(|e| {
+            log::warn!("session {}: {e}", self.session.id);
+            PULL_FAILED
+        })
     }
 }
