@@ -90,7 +90,7 @@ bench() {
         tail_of "$out/$name.out" 30
     fi
 }
-bench bench_fabric "$bin/rgpu" bench fabric --servers "$servers" \
+bench bench_fabric "$bin/rgpu" bench fabric --servers "$servers" --repetitions "${REPS:-5}" \
     --json "$keep/bench-fabric.json" --svg "$keep/bench-fabric.svg"
 if [ -n "${SKIP_MPI:-}" ]; then
     skip "bench_mpi: SKIP_MPI is set"

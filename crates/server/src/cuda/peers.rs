@@ -32,7 +32,7 @@ use crate::fabric::{Source, CHUNK};
 const PULL_FAILED: Status = cudaError_enum::CUDA_ERROR_UNKNOWN as u32;
 const INVALID_VALUE: Status = cudaError_enum::CUDA_ERROR_INVALID_VALUE as u32;
 /// IPC mappings kept open per process (an allocation's handle changes when it is remade).
-const IPC_MAPPINGS: usize = 256;
+const IPC_MAPPINGS: usize = 4096;
 
 /// A session's context, for the fabric's threads (driver handles are valid on any thread).
 #[derive(Clone)]
@@ -172,6 +172,10 @@ struct DeviceRange {
     /// Recorded where the export was made: the range is ready once it has completed.
     ready: OwnEvent,
     memory: Arc<FabricMemory>,
+    /// The allocation's IPC handle and the range's offset in it, taken when the export is made:
+    /// the driver may wait for the device while taking one, and the device may be waiting on
+    /// this export's gate by the time a puller asks.
+    shared: Option<(Vec<u8>, u64)>,
     /// Held until the range has been pulled (or the export ends): the stream waits on it.
     _hold: Option<Gate>,
 }
@@ -192,24 +196,21 @@ impl Source for DeviceRange {
         })
     }
     fn handle(&self) -> Option<(Vec<u8>, u64)> {
-        self.at.enter().ok()?;
-        log::debug!("getting an IPC handle");
-        let driver = &self.at.backend.driver;
-        let (mut base, mut len) = (0u64, 0usize);
-        // SAFETY: local out-values; the driver checks the address.
-        check(unsafe {
-            cu_call!(
-                driver,
-                cuMemGetAddressRange_v2(&mut base, &mut len, self.ptr)
-            )
-        })
-        .ok()?;
-        // SAFETY: plain bytes, valid zeroed.
-        let mut handle: CUipcMemHandle = unsafe { std::mem::zeroed() };
-        // SAFETY: a local out-struct and the allocation's base.
-        check(unsafe { cu_call!(driver, cuIpcGetMemHandle(&mut handle, base)) }).ok()?;
-        Some((handle.reserved.map(|b| b as u8).to_vec(), self.ptr - base))
+        self.shared.clone()
     }
+}
+
+/// The IPC handle of the allocation holding `ptr` and `ptr`'s offset in it (`None` where the
+/// driver gives none: memory it cannot share between processes, such as pool memory).
+fn ipc_handle_of(driver: &rgpu_cuda_api::native::Driver, ptr: DevicePtr) -> Option<(Vec<u8>, u64)> {
+    let (mut base, mut len) = (0u64, 0usize);
+    // SAFETY: local out-values; the driver checks the address.
+    check(unsafe { cu_call!(driver, cuMemGetAddressRange_v2(&mut base, &mut len, ptr)) }).ok()?;
+    // SAFETY: plain bytes, valid zeroed.
+    let mut handle: CUipcMemHandle = unsafe { std::mem::zeroed() };
+    // SAFETY: a local out-struct and the allocation's base.
+    check(unsafe { cu_call!(driver, cuIpcGetMemHandle(&mut handle, base)) }).ok()?;
+    Some((handle.reserved.map(|b| b as u8).to_vec(), ptr - base))
 }
 
 impl DeviceRange {
@@ -358,16 +359,22 @@ impl DeviceSink {
 }
 
 /// The address where another process's allocation (named by its IPC handle) is mapped in
-/// this context, mapping it the first time. Mappings stay open for later transfers: opening
-/// one costs far more than a small copy.
+/// this context, mapping it the first time. Mappings stay open for later transfers (opening
+/// one costs far more than a small copy) until the session ends; an allocation made anew has
+/// a new handle, so a mapping never stands for another allocation.
 fn ipc_mapping(at: &InContext, handle: &[u8]) -> Result<DevicePtr, String> {
-    type Mappings = Mutex<(HashMap<(usize, Vec<u8>), DevicePtr>, Vec<(usize, Vec<u8>)>)>;
+    type Mappings = Mutex<HashMap<(usize, Vec<u8>), DevicePtr>>;
     static MAPPINGS: OnceLock<Mappings> = OnceLock::new();
     let mappings = MAPPINGS.get_or_init(Mappings::default);
     let key = (at.ctx, handle.to_vec());
     let mut held = mappings.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(&base) = held.0.get(&key) {
+    if let Some(&base) = held.get(&key) {
         return Ok(base);
+    }
+    if held.len() >= IPC_MAPPINGS {
+        // Closing a mapping may wait for the device, which may be waiting for this pull: no
+        // mapping is closed before the session ends; past the limit, the bytes are pulled.
+        return Err("too many IPC mappings open".into());
     }
     let raw: [u8; 64] = handle.try_into().map_err(|_| "not an IPC handle")?;
     let handle = CUipcMemHandle {
@@ -379,15 +386,7 @@ fn ipc_mapping(at: &InContext, handle: &[u8]) -> Result<DevicePtr, String> {
     // SAFETY: a handle by value and a local out-value; the driver checks the handle.
     check(unsafe { cu_call!(driver, cuIpcOpenMemHandle_v2(&mut base, handle, lazy)) })
         .map_err(|s| format!("CUDA error {s} opening an IPC handle"))?;
-    if held.1.len() >= IPC_MAPPINGS {
-        let oldest = held.1.remove(0);
-        if let Some(old) = held.0.remove(&oldest) {
-            // SAFETY: a mapping this cache opened, closed once.
-            unsafe { cu_call!(driver, cuIpcCloseMemHandle(old)) };
-        }
-    }
-    held.0.insert(key.clone(), base);
-    held.1.push(key);
+    held.insert(key, base);
     Ok(base)
 }
 
@@ -432,6 +431,10 @@ impl serve::Peers for Served<'_> {
         hold: bool,
     ) -> Answer<()> {
         let (at, memory, stream) = self.fabric_setup(ctx, stream)?;
+        // Before the gate below: see `DeviceRange::shared`.
+        let shared = (size > 0)
+            .then(|| ipc_handle_of(&at.backend.driver, ptr))
+            .flatten();
         let ready = at.event_on(stream)?;
         let hold = match hold {
             true => Some(memory.hold(&at.backend, stream)?),
@@ -442,6 +445,7 @@ impl serve::Peers for Served<'_> {
             ptr,
             ready,
             memory,
+            shared,
             _hold: hold,
         };
         self.add_export(ticket, size, range)
@@ -460,6 +464,7 @@ impl serve::Peers for Served<'_> {
             ptr: 0,
             ready,
             memory,
+            shared: None,
             _hold: None,
         };
         self.add_export(ticket, 0, range)
