@@ -52,7 +52,8 @@ def test_opencl_buffers_through_mpi(start_server, mpi_programs, ranks, direct):
     """Device<->device, device<->host, many concurrent Isend/Irecv, Sendrecv, Bcast and
     Allreduce on OpenCL buffers of two servers, every result read back from the devices;
     large messages moved between the servers directly (and, with RGPU_MPI_DIRECT=0, all
-    staged). The servers' logs show the direct pulls."""
+    staged). The servers' logs show the direct pulls, over fabric links opened once and
+    reused."""
     servers = [start_server(env={"RGPU_LOG": "debug"}) for _ in range(2)]
     proc = mpirun(ranks, servers, mpi_programs["mpi_buffers"], RGPU_MPI_DIRECT=direct)
     out, _ = proc.communicate(timeout=300)
@@ -60,11 +61,14 @@ def test_opencl_buffers_through_mpi(start_server, mpi_programs, ranks, direct):
     assert proc.returncode == 0, out
     for rank in range(ranks):
         assert f"PASS mpi_buffers rank {rank}" in out, out
-    pulls = sum(s.log().count(f"data lane {2**32 - 1} joined") for s in servers)
+    links = sum(s.log().count(f"data lane {2**32 - 1} joined") for s in servers)
+    served = sum(s.log().count("bytes of an export") for s in servers)
     if direct == "1":
-        assert pulls > 0, "no direct pulls between the servers"
+        assert served > 0, "no direct pulls between the servers"
+        # Links are kept and reused: far fewer opened than transfers they carried.
+        assert 0 < links < served, f"{links} fabric links opened for {served} transfers"
     else:
-        assert pulls == 0, f"{pulls} direct pulls with RGPU_MPI_DIRECT=0"
+        assert links == 0 and served == 0, f"{served} direct pulls with RGPU_MPI_DIRECT=0"
 
 
 def test_a_lost_server_is_an_mpi_error_not_a_hang(start_server, mpi_programs, tmp_path):

@@ -515,3 +515,99 @@ where
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A source of `len` bytes counting up from 0, ready once `ready` is set.
+    struct Counting(Arc<AtomicBool>);
+
+    impl Source for Counting {
+        fn ready(&self) -> Result<bool, String> {
+            Ok(self.0.load(Ordering::SeqCst))
+        }
+
+        fn read(&self, offset: u64, len: u64, send: Send) -> Result<(), String> {
+            read_in_chunks(offset, len, send, |at, out| {
+                for (i, byte) in out.iter_mut().enumerate() {
+                    *byte = (at + i as u64) as u8;
+                }
+                Ok(())
+            })
+        }
+    }
+
+    fn source(ready: bool) -> Box<dyn Source> {
+        Box::new(Counting(Arc::new(AtomicBool::new(ready))))
+    }
+
+    #[test]
+    fn a_pull_finds_an_export_made_after_it_asked() {
+        let fabric = Arc::new(Fabric::default());
+        let ticket = [7u8; 32];
+        let later = fabric.clone();
+        let maker = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(100));
+            later.add(1, ticket, 10, source(true)).unwrap();
+        });
+        assert!(fabric.find(1, &ticket, Duration::from_secs(5)).is_some());
+        maker.join().unwrap();
+        // Another session's ticket is not found, and waiting for it is bounded.
+        assert!(fabric.find(2, &ticket, Duration::from_millis(50)).is_none());
+    }
+
+    #[test]
+    fn an_export_ends_once_all_its_bytes_were_pulled_and_tickets_are_unique() {
+        let fabric = Arc::new(Fabric::default());
+        let ticket = [9u8; 32];
+        fabric.add(1, ticket, 100, source(true)).unwrap();
+        assert!(fabric.add(1, ticket, 5, source(true)).is_err());
+        let export = fabric.find(1, &ticket, Duration::ZERO).unwrap();
+        fabric.used(&ticket, &export, 60);
+        assert!(fabric.find(1, &ticket, Duration::ZERO).is_some());
+        fabric.used(&ticket, &export, 40);
+        assert!(fabric.find(1, &ticket, Duration::ZERO).is_none());
+        // Withdrawn and forgotten exports are gone; another session's stay.
+        fabric.add(1, [1; 32], 1, source(true)).unwrap();
+        fabric.add(2, [2; 32], 1, source(true)).unwrap();
+        fabric.remove(2, &[1; 32]);
+        assert!(fabric.find(1, &[1; 32], Duration::ZERO).is_some());
+        fabric.forget_session(1);
+        assert!(fabric.find(1, &[1; 32], Duration::ZERO).is_none());
+        assert!(fabric.find(2, &[2; 32], Duration::ZERO).is_some());
+    }
+
+    #[test]
+    fn pull_jobs_reuse_idle_threads_and_never_wait_behind_a_busy_one() {
+        let fabric = Arc::new(Fabric::default());
+        let (tx, rx) = std::sync::mpsc::channel();
+        // A job that blocks until the second one has run: they must run at once.
+        let (release, blocked) = std::sync::mpsc::channel::<()>();
+        let first = tx.clone();
+        fabric
+            .run(Box::new(move || {
+                blocked.recv().unwrap();
+                first.send(1).unwrap();
+            }))
+            .unwrap();
+        let second = tx.clone();
+        fabric
+            .run(Box::new(move || {
+                second.send(2).unwrap();
+                release.send(()).unwrap();
+            }))
+            .unwrap();
+        let mut got = vec![rx.recv().unwrap(), rx.recv().unwrap()];
+        got.sort();
+        assert_eq!(got, vec![1, 2]);
+        // Both threads are idle now: the next job takes one of them.
+        std::thread::sleep(Duration::from_millis(50));
+        let third = tx.clone();
+        fabric
+            .run(Box::new(move || third.send(3).unwrap()))
+            .unwrap();
+        assert_eq!(rx.recv().unwrap(), 3);
+        assert!(fabric.workers.lock().unwrap().idle <= 2);
+    }
+}

@@ -96,6 +96,8 @@ pub struct Client {
     pub writer: FrameWriter<Stream>,
     pub stream: Stream,
     pub seq: u64,
+    /// The session the server's welcome named.
+    pub session_id: u64,
 }
 
 impl Client {
@@ -111,7 +113,7 @@ impl Client {
         tls: &TlsConnector,
     ) -> Result<Client, String> {
         let stream = Stream::connect(endpoint, Duration::from_secs(5)).unwrap();
-        let (stream, _) = client_handshake(stream, tls, endpoint, token, "server-test", None)
+        let (stream, welcome) = client_handshake(stream, tls, endpoint, token, "server-test", None)
             .map_err(|e| e.to_string())?;
         stream
             .set_read_timeout(Some(Duration::from_secs(60)))
@@ -121,6 +123,7 @@ impl Client {
             writer: FrameWriter::new(stream.try_clone().unwrap()),
             stream,
             seq: 0,
+            session_id: welcome.session_id,
         })
     }
 
