@@ -166,10 +166,11 @@ for name in "${cu_names[@]}"; do
         continue
     fi
     if [ "$name" = multi_device ] || [ "$name" = copies ]; then
-        # Every GPU of every server is a device of the program: two here (copies between them
-        # are peer copies across servers).
+        # Every GPU of every server is a device of the program: twice this machine's GPUs
+        # here (copies between the halves are copies across servers).
         servers="$endpoint,$endpoint2" check_one "$name" "$out/bin/$name"
-        if [ -f "$out/$name.rgpu.out" ] && ! grep -q "^devices 2$" "$out/$name.rgpu.out"; then
+        gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+        if [ -f "$out/$name.rgpu.out" ] && ! grep -q "^devices $((2 * ${gpus:-1}))$" "$out/$name.rgpu.out"; then
             fail "$name: the program did not see the two servers' devices"
         fi
     else

@@ -102,18 +102,7 @@ pub fn sized_bandwidth(size: usize, window: usize, runs: usize) -> io::Result<f6
         let address = listener.local_addr()?;
         let receiver = thread::spawn(move || -> io::Result<()> {
             let (mut stream, _) = listener.accept()?;
-            let mut buffer = vec![0u8; size];
-            let (mut received, mut at) = (0u64, 0usize);
-            while received < total {
-                let end = (at + WRITE_SIZE).min(size);
-                match stream.read(&mut buffer[at..end])? {
-                    0 => return Err(io::ErrorKind::UnexpectedEof.into()),
-                    n => {
-                        received += n as u64;
-                        at = if at + n == size { 0 } else { at + n };
-                    }
-                }
-            }
+            receive_cycling(&mut stream, size, total)?;
             stream.write_all(&[1])
         });
         let mut stream = TcpStream::connect(address)?;
@@ -173,6 +162,24 @@ fn round_trips(count: usize) -> io::Result<Vec<f64>> {
     Ok(times)
 }
 
+/// Reads `total` bytes from `stream` into a `size`-byte buffer, over and over (as a receiver
+/// of transfers of that size would), in reads of at most [`WRITE_SIZE`].
+fn receive_cycling(stream: &mut TcpStream, size: usize, total: u64) -> io::Result<()> {
+    let mut buffer = vec![0u8; size.max(1)];
+    let (mut received, mut at) = (0u64, 0usize);
+    while received < total {
+        let end = (at + WRITE_SIZE).min(buffer.len());
+        match stream.read(&mut buffer[at..end])? {
+            0 => return Err(io::ErrorKind::UnexpectedEof.into()),
+            n => {
+                received += n as u64;
+                at = if at + n == buffer.len() { 0 } else { at + n };
+            }
+        }
+    }
+    Ok(())
+}
+
 /// [`sized_bandwidth`] striped over `streams` connections at once, each carrying an equal
 /// share of every transfer (as a pull striped over several links does). Median GB/s.
 pub fn striped_bandwidth(
@@ -203,20 +210,8 @@ pub fn striped_bandwidth(
                 Ok(())
             }));
             senders.push(thread::spawn(move || -> io::Result<()> {
-                let mut buffer = vec![0u8; share];
                 stream.write_all(&[1])?;
-                let (mut received, mut at) = (0u64, 0usize);
-                while received < total {
-                    let end = (at + WRITE_SIZE).min(share);
-                    match stream.read(&mut buffer[at..end])? {
-                        0 => return Err(io::ErrorKind::UnexpectedEof.into()),
-                        n => {
-                            received += n as u64;
-                            at = if at + n == share { 0 } else { at + n };
-                        }
-                    }
-                }
-                Ok(())
+                receive_cycling(&mut stream, share, total)
             }));
         }
         let start = Instant::now();
@@ -244,5 +239,7 @@ mod tests {
         assert!(baseline.bandwidth_gbps > 0.0);
         assert!(baseline.round_trip_us > 0.0);
         assert!(sized_bandwidth(3 << 20, 2, 1).unwrap() > 0.0);
+        assert!(striped_bandwidth(3 << 20, 2, 4, 1).unwrap() > 0.0);
+        assert!(striped_bandwidth(64 << 10, 3, 3, 2).unwrap() > 0.0);
     }
 }
