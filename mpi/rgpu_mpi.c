@@ -1067,3 +1067,320 @@ int MPI_Allreduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype ty
     if (r.kind != HOST) staging_put(host_recv);
     return rc;
 }
+
+/* ---- more collectives, staged through host memory -------------------------------------------
+ * Each buffer argument that is device memory is copied to host staging (when the call reads
+ * it), the real MPI runs on host memory with the plain datatype, and the results are copied
+ * back to the device (when the call writes them). */
+
+/* One buffer argument of a collective as the real MPI gets it. */
+typedef struct {
+    Buffer b;
+    void *host;        /* the program's pointer (host memory), else staging */
+    MPI_Datatype type; /* the datatype without rgpu's mark */
+} Arg;
+
+/* `count` elements of `type` at `buf`, which the call reads when `reads`. */
+static int arg_stage(Arg *a, const void *buf, size_t count, MPI_Datatype type, int reads,
+                     MPI_Comm comm) {
+    a->b = classify(buf, count > INT32_MAX ? INT32_MAX : (int)count, type);
+    a->host = (void *)buf;
+    a->type = a->b.base;
+    if (a->b.kind == HOST) return MPI_SUCCESS;
+    int size = 0;
+    PMPI_Type_size(type, &size);
+    a->b.bytes = (size_t)size * count;
+    a->host = staging_get(a->b.bytes);
+    if (!a->host) return device_error(comm, "allocating host staging", -1);
+    return reads ? to_host(&a->b, a->host, a->b.bytes, comm) : MPI_SUCCESS;
+}
+
+/* After the call: its results back to the device (when it wrote them, and it succeeded). */
+static int arg_unstage(Arg *a, int writes, int rc, MPI_Comm comm) {
+    if (a->b.kind == HOST) return rc;
+    if (rc == MPI_SUCCESS && writes) rc = to_device(&a->b, a->host, a->b.bytes, comm);
+    staging_put(a->host);
+    return rc;
+}
+
+/* An argument the call does not look at on this rank (a root-only buffer elsewhere). */
+static Arg arg_unused(const void *buf, MPI_Datatype type) {
+    Arg a = {{HOST, (void *)buf, NULL, 0, type}, (void *)buf, type};
+    return a;
+}
+
+static int comm_size(MPI_Comm comm) {
+    int n = 1;
+    PMPI_Comm_size(comm, &n);
+    return n;
+}
+
+static int comm_rank(MPI_Comm comm) {
+    int r = 0;
+    PMPI_Comm_rank(comm, &r);
+    return r;
+}
+
+/* The send and receive arguments of a rooted or all-to-all collective; `send_in_place`: the
+ * send buffer is MPI_IN_PLACE, so the receive buffer is read too. */
+static int stage_pair(Arg *s, const void *sendbuf, size_t scount, MPI_Datatype stype, Arg *r,
+                      void *recvbuf, size_t rcount, MPI_Datatype rtype, int send_used,
+                      int recv_used, MPI_Comm comm) {
+    int in_place = sendbuf == MPI_IN_PLACE;
+    *s = send_used && !in_place ? arg_unused(NULL, stype) : arg_unused(sendbuf, stype);
+    *r = arg_unused(recvbuf, rtype);
+    int rc = MPI_SUCCESS;
+    if (send_used && !in_place) rc = arg_stage(s, sendbuf, scount, stype, 1, comm);
+    if (rc == MPI_SUCCESS && recv_used)
+        rc = arg_stage(r, recvbuf, rcount, rtype, in_place, comm);
+    return rc;
+}
+
+/* Whether neither argument is device memory (the call goes to the real MPI unchanged). */
+static int both_host(const void *sendbuf, size_t scount, MPI_Datatype stype, int send_used,
+                     const void *recvbuf, size_t rcount, MPI_Datatype rtype, int recv_used) {
+    int s = !send_used || sendbuf == MPI_IN_PLACE ||
+            classify(sendbuf, (int)(scount > INT32_MAX ? INT32_MAX : scount), stype).kind == HOST;
+    int r = !recv_used ||
+            classify(recvbuf, (int)(rcount > INT32_MAX ? INT32_MAX : rcount), rtype).kind == HOST;
+    return s && r;
+}
+
+int MPI_Reduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype type, MPI_Op op,
+               int root, MPI_Comm comm) {
+    int at_root = comm_rank(comm) == root;
+    if (both_host(sendbuf, count, type, 1, recvbuf, count, type, at_root))
+        return PMPI_Reduce(sendbuf, recvbuf, count, type, op, root, comm);
+    Arg s, r;
+    int rc = stage_pair(&s, sendbuf, count, type, &r, recvbuf, count, type, 1, at_root, comm);
+    MPI_Datatype plain = s.b.kind != HOST ? s.type : r.type;
+    if (rc == MPI_SUCCESS) rc = PMPI_Reduce(s.host, r.host, count, plain, op, root, comm);
+    rc = arg_unstage(&s, 0, rc, comm);
+    return arg_unstage(&r, at_root, rc, comm);
+}
+
+/* Scan and Exscan: every rank's send and receive buffers. */
+static int scan(int exclusive, const void *sendbuf, void *recvbuf, int count, MPI_Datatype type,
+                MPI_Op op, MPI_Comm comm) {
+    Arg s, r;
+    int rc = stage_pair(&s, sendbuf, count, type, &r, recvbuf, count, type, 1, 1, comm);
+    MPI_Datatype plain = s.b.kind != HOST ? s.type : r.type;
+    if (rc == MPI_SUCCESS)
+        rc = exclusive ? PMPI_Exscan(s.host, r.host, count, plain, op, comm)
+                       : PMPI_Scan(s.host, r.host, count, plain, op, comm);
+    rc = arg_unstage(&s, 0, rc, comm);
+    return arg_unstage(&r, 1, rc, comm);
+}
+
+int MPI_Scan(const void *sendbuf, void *recvbuf, int count, MPI_Datatype type, MPI_Op op,
+             MPI_Comm comm) {
+    if (both_host(sendbuf, count, type, 1, recvbuf, count, type, 1))
+        return PMPI_Scan(sendbuf, recvbuf, count, type, op, comm);
+    return scan(0, sendbuf, recvbuf, count, type, op, comm);
+}
+
+int MPI_Exscan(const void *sendbuf, void *recvbuf, int count, MPI_Datatype type, MPI_Op op,
+               MPI_Comm comm) {
+    if (both_host(sendbuf, count, type, 1, recvbuf, count, type, 1))
+        return PMPI_Exscan(sendbuf, recvbuf, count, type, op, comm);
+    return scan(1, sendbuf, recvbuf, count, type, op, comm);
+}
+
+int MPI_Reduce_scatter_block(const void *sendbuf, void *recvbuf, int recvcount,
+                             MPI_Datatype type, MPI_Op op, MPI_Comm comm) {
+    size_t n = (size_t)comm_size(comm), all = n * (size_t)recvcount;
+    /* In place, the result is the first recvcount elements of the (whole) receive buffer. */
+    size_t rcount = sendbuf == MPI_IN_PLACE ? all : (size_t)recvcount;
+    if (both_host(sendbuf, all, type, 1, recvbuf, rcount, type, 1))
+        return PMPI_Reduce_scatter_block(sendbuf, recvbuf, recvcount, type, op, comm);
+    Arg s, r;
+    int rc = stage_pair(&s, sendbuf, all, type, &r, recvbuf, rcount, type, 1, 1, comm);
+    MPI_Datatype plain = s.b.kind != HOST ? s.type : r.type;
+    if (rc == MPI_SUCCESS) rc = PMPI_Reduce_scatter_block(s.host, r.host, recvcount, plain, op, comm);
+    rc = arg_unstage(&s, 0, rc, comm);
+    return arg_unstage(&r, 1, rc, comm);
+}
+
+int MPI_Gather(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf,
+               int recvcount, MPI_Datatype recvtype, int root, MPI_Comm comm) {
+    int at_root = comm_rank(comm) == root;
+    size_t all = (size_t)comm_size(comm) * (size_t)recvcount;
+    if (both_host(sendbuf, sendcount, sendtype, 1, recvbuf, all, recvtype, at_root))
+        return PMPI_Gather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm);
+    Arg s, r;
+    int rc = stage_pair(&s, sendbuf, sendcount, sendtype, &r, recvbuf, all, recvtype, 1, at_root,
+                        comm);
+    if (rc == MPI_SUCCESS)
+        rc = PMPI_Gather(s.host, sendcount, s.type, r.host, recvcount, r.type, root, comm);
+    rc = arg_unstage(&s, 0, rc, comm);
+    return arg_unstage(&r, at_root, rc, comm);
+}
+
+int MPI_Allgather(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf,
+                  int recvcount, MPI_Datatype recvtype, MPI_Comm comm) {
+    size_t all = (size_t)comm_size(comm) * (size_t)recvcount;
+    if (both_host(sendbuf, sendcount, sendtype, 1, recvbuf, all, recvtype, 1))
+        return PMPI_Allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
+    Arg s, r;
+    int rc = stage_pair(&s, sendbuf, sendcount, sendtype, &r, recvbuf, all, recvtype, 1, 1, comm);
+    if (rc == MPI_SUCCESS)
+        rc = PMPI_Allgather(s.host, sendcount, s.type, r.host, recvcount, r.type, comm);
+    rc = arg_unstage(&s, 0, rc, comm);
+    return arg_unstage(&r, 1, rc, comm);
+}
+
+int MPI_Scatter(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf,
+                int recvcount, MPI_Datatype recvtype, int root, MPI_Comm comm) {
+    int at_root = comm_rank(comm) == root;
+    size_t all = (size_t)comm_size(comm) * (size_t)sendcount;
+    /* At the root, MPI_IN_PLACE is the receive buffer: the root keeps its part in sendbuf. */
+    int recv_used = recvbuf != MPI_IN_PLACE;
+    if (both_host(sendbuf, all, sendtype, at_root, recvbuf, recvcount, recvtype, recv_used))
+        return PMPI_Scatter(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm);
+    Arg s = arg_unused(sendbuf, sendtype), r = arg_unused(recvbuf, recvtype);
+    int rc = at_root ? arg_stage(&s, sendbuf, all, sendtype, 1, comm) : MPI_SUCCESS;
+    if (rc == MPI_SUCCESS && recv_used) rc = arg_stage(&r, recvbuf, recvcount, recvtype, 0, comm);
+    if (rc == MPI_SUCCESS)
+        rc = PMPI_Scatter(s.host, sendcount, s.type, r.host, recvcount, r.type, root, comm);
+    rc = arg_unstage(&s, 0, rc, comm);
+    return arg_unstage(&r, recv_used, rc, comm);
+}
+
+int MPI_Alltoall(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf,
+                 int recvcount, MPI_Datatype recvtype, MPI_Comm comm) {
+    size_t n = (size_t)comm_size(comm);
+    size_t sall = n * (size_t)sendcount, rall = n * (size_t)recvcount;
+    if (both_host(sendbuf, sall, sendtype, 1, recvbuf, rall, recvtype, 1))
+        return PMPI_Alltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
+    Arg s, r;
+    int rc = stage_pair(&s, sendbuf, sall, sendtype, &r, recvbuf, rall, recvtype, 1, 1, comm);
+    if (rc == MPI_SUCCESS)
+        rc = PMPI_Alltoall(s.host, sendcount, s.type, r.host, recvcount, r.type, comm);
+    rc = arg_unstage(&s, 0, rc, comm);
+    return arg_unstage(&r, 1, rc, comm);
+}
+
+/* A synchronous send: the direct path completes only once the receiver has pulled; staged, the
+ * real MPI_Ssend carries the host copy. */
+int MPI_Ssend(const void *buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm) {
+    Buffer b = classify(buf, count, type);
+    if (b.kind == HOST) return PMPI_Ssend(buf, count, type, dest, tag, comm);
+    Direct *d = start_direct(&b, dest, comm);
+    if (d) {
+        int rc = PMPI_Send(&d->envelope, ENVELOPE_BYTES, MPI_BYTE, dest, tag, comm);
+        if (rc != MPI_SUCCESS) return abandon_direct(d, rc);
+        return finish_direct(d);
+    }
+    int rc;
+    void *host = staged_for_send(&b, comm, &rc);
+    if (!host) return rc;
+    rc = PMPI_Ssend(host, (int)b.bytes, MPI_BYTE, dest, tag, comm);
+    staging_put(host);
+    return rc;
+}
+
+/* ---- calls rgpu does not handle: refused on device buffers -----------------------------------
+ * The real MPI would read or write a device address as host memory (garbage, or a crash); a
+ * device buffer here is an MPI error with a message instead. */
+
+static int refuse_device(const char *call, const void *buf, int count, MPI_Datatype type,
+                         MPI_Comm comm) {
+    if (buf == NULL || classify(buf, count, type).kind == HOST) return MPI_SUCCESS;
+    fprintf(stderr, "rgpu: %s on a device buffer is not supported (use MPI_Send/Recv, "
+                    "collectives, or stage it through host memory)\n", call);
+    PMPI_Comm_call_errhandler(comm, MPI_ERR_BUFFER);
+    return MPI_ERR_BUFFER;
+}
+
+#define REFUSED_SEND(name, ...)                                                                   \
+    int MPI_##name(const void *buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm \
+                   __VA_ARGS__)
+
+REFUSED_SEND(Rsend) {
+    int rc = refuse_device("MPI_Rsend", buf, count, type, comm);
+    return rc != MPI_SUCCESS ? rc : PMPI_Rsend(buf, count, type, dest, tag, comm);
+}
+REFUSED_SEND(Bsend) {
+    int rc = refuse_device("MPI_Bsend", buf, count, type, comm);
+    return rc != MPI_SUCCESS ? rc : PMPI_Bsend(buf, count, type, dest, tag, comm);
+}
+REFUSED_SEND(Issend, , MPI_Request *request) {
+    int rc = refuse_device("MPI_Issend", buf, count, type, comm);
+    return rc != MPI_SUCCESS ? rc : PMPI_Issend(buf, count, type, dest, tag, comm, request);
+}
+REFUSED_SEND(Irsend, , MPI_Request *request) {
+    int rc = refuse_device("MPI_Irsend", buf, count, type, comm);
+    return rc != MPI_SUCCESS ? rc : PMPI_Irsend(buf, count, type, dest, tag, comm, request);
+}
+REFUSED_SEND(Ibsend, , MPI_Request *request) {
+    int rc = refuse_device("MPI_Ibsend", buf, count, type, comm);
+    return rc != MPI_SUCCESS ? rc : PMPI_Ibsend(buf, count, type, dest, tag, comm, request);
+}
+REFUSED_SEND(Send_init, , MPI_Request *request) {
+    int rc = refuse_device("MPI_Send_init", buf, count, type, comm);
+    return rc != MPI_SUCCESS ? rc : PMPI_Send_init(buf, count, type, dest, tag, comm, request);
+}
+REFUSED_SEND(Ssend_init, , MPI_Request *request) {
+    int rc = refuse_device("MPI_Ssend_init", buf, count, type, comm);
+    return rc != MPI_SUCCESS ? rc : PMPI_Ssend_init(buf, count, type, dest, tag, comm, request);
+}
+
+int MPI_Recv_init(void *buf, int count, MPI_Datatype type, int source, int tag, MPI_Comm comm,
+                  MPI_Request *request) {
+    int rc = refuse_device("MPI_Recv_init", buf, count, type, comm);
+    return rc != MPI_SUCCESS ? rc : PMPI_Recv_init(buf, count, type, source, tag, comm, request);
+}
+
+int MPI_Sendrecv_replace(void *buf, int count, MPI_Datatype type, int dest, int sendtag,
+                         int source, int recvtag, MPI_Comm comm, MPI_Status *status) {
+    int rc = refuse_device("MPI_Sendrecv_replace", buf, count, type, comm);
+    return rc != MPI_SUCCESS ? rc
+                             : PMPI_Sendrecv_replace(buf, count, type, dest, sendtag, source,
+                                                     recvtag, comm, status);
+}
+
+int MPI_Ibcast(void *buf, int count, MPI_Datatype type, int root, MPI_Comm comm,
+               MPI_Request *request) {
+    int rc = refuse_device("MPI_Ibcast", buf, count, type, comm);
+    return rc != MPI_SUCCESS ? rc : PMPI_Ibcast(buf, count, type, root, comm, request);
+}
+
+int MPI_Iallreduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype type, MPI_Op op,
+                   MPI_Comm comm, MPI_Request *request) {
+    int rc = refuse_device("MPI_Iallreduce", sendbuf == MPI_IN_PLACE ? NULL : sendbuf, count,
+                           type, comm);
+    if (rc == MPI_SUCCESS) rc = refuse_device("MPI_Iallreduce", recvbuf, count, type, comm);
+    return rc != MPI_SUCCESS ? rc : PMPI_Iallreduce(sendbuf, recvbuf, count, type, op, comm, request);
+}
+
+int MPI_Ireduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype type, MPI_Op op,
+                int root, MPI_Comm comm, MPI_Request *request) {
+    int rc = refuse_device("MPI_Ireduce", sendbuf == MPI_IN_PLACE ? NULL : sendbuf, count, type,
+                           comm);
+    if (rc == MPI_SUCCESS && comm_rank(comm) == root)
+        rc = refuse_device("MPI_Ireduce", recvbuf, count, type, comm);
+    return rc != MPI_SUCCESS ? rc
+                             : PMPI_Ireduce(sendbuf, recvbuf, count, type, op, root, comm, request);
+}
+
+int MPI_Put(const void *origin, int origin_count, MPI_Datatype origin_type, int target_rank,
+            MPI_Aint target_disp, int target_count, MPI_Datatype target_type, MPI_Win win) {
+    if (classify(origin, origin_count, origin_type).kind != HOST) {
+        fprintf(stderr, "rgpu: MPI_Put from a device buffer is not supported\n");
+        PMPI_Win_call_errhandler(win, MPI_ERR_BUFFER);
+        return MPI_ERR_BUFFER;
+    }
+    return PMPI_Put(origin, origin_count, origin_type, target_rank, target_disp, target_count,
+                    target_type, win);
+}
+
+int MPI_Get(void *origin, int origin_count, MPI_Datatype origin_type, int target_rank,
+            MPI_Aint target_disp, int target_count, MPI_Datatype target_type, MPI_Win win) {
+    if (classify(origin, origin_count, origin_type).kind != HOST) {
+        fprintf(stderr, "rgpu: MPI_Get into a device buffer is not supported\n");
+        PMPI_Win_call_errhandler(win, MPI_ERR_BUFFER);
+        return MPI_ERR_BUFFER;
+    }
+    return PMPI_Get(origin, origin_count, origin_type, target_rank, target_disp, target_count,
+                    target_type, win);
+}

@@ -4,7 +4,10 @@
  *   device -> device, device -> host and host -> device MPI_Send/MPI_Recv of odd sizes;
  *   many concurrent MPI_Isend/MPI_Irecv, small and large, completed by MPI_Waitall,
  *   MPI_Waitany and MPI_Testall; MPI_Sendrecv around a ring; a large MPI_Irecv into host memory
- *   from a device buffer; MPI_Bcast; MPI_Allreduce (sum of float and double, in place and not).
+ *   from a device buffer; MPI_Bcast; MPI_Allreduce (sum of float and double, in place and not);
+ *   MPI_Reduce, MPI_Gather, MPI_Allgather, MPI_Scatter, MPI_Alltoall, MPI_Scan, MPI_Exscan,
+ *   MPI_Reduce_scatter_block and MPI_Ssend; a call rgpu does not handle (MPI_Sendrecv_replace)
+ *   refusing a device buffer with MPI_ERR_BUFFER.
  * Messages of 64 KiB or more between device buffers move between the servers directly (unless
  * RGPU_MPI_DIRECT=0), smaller ones staged.
  * Prints `PASS mpi_buffers rank R` per rank, or `FAIL mpi_buffers rank R: why` and exits 1.
@@ -261,6 +264,103 @@ int main(int argc, char **argv) {
         clReleaseMemObject(fs);
         clReleaseMemObject(fr);
         clReleaseMemObject(dm);
+    }
+
+    /* The other collectives, staged: every result read back from the devices. */
+    {
+        MPI_Datatype cl_int_type;
+        MPI(rgpu_mpi_opencl_type(MPI_INT, queue, &cl_int_type));
+        const int n = 1003; /* ints per rank */
+        size_t all = (size_t)n * ranks;
+        int *mine = malloc(all * sizeof *mine), *got = malloc(all * sizeof *got);
+        for (size_t i = 0; i < all; ++i) mine[i] = rank * 100000 + (int)i;
+        cl_mem send = buffer(all * sizeof *mine), recv = buffer(all * sizeof *got);
+        fill(send, mine, all * sizeof *mine);
+
+        /* Reduce to rank 0: the sum over ranks of rank * 100000 + i. */
+        MPI(MPI_Reduce(send, recv, n, cl_int_type, MPI_SUM, 0, MPI_COMM_WORLD));
+        if (rank == 0) {
+            read_back(recv, got, n * sizeof *got);
+            for (int i = 0; i < n; ++i) {
+                int want = 100000 * ranks * (ranks - 1) / 2 + ranks * i;
+                if (got[i] != want) FAIL("Reduce [%d] = %d, not %d", i, got[i], want);
+            }
+        }
+        /* Gather to rank 0 and Allgather: rank r's first n ints at r * n. */
+        MPI(MPI_Gather(send, n, cl_int_type, recv, n, cl_int_type, 0, MPI_COMM_WORLD));
+        for (int round = 0; round < 2; ++round) {
+            if (round == 1) MPI(MPI_Allgather(send, n, cl_int_type, recv, n, cl_int_type, MPI_COMM_WORLD));
+            if (round == 0 && rank != 0) continue;
+            read_back(recv, got, all * sizeof *got);
+            for (int r = 0; r < ranks; ++r)
+                for (int i = 0; i < n; ++i)
+                    if (got[r * n + i] != r * 100000 + i)
+                        FAIL("%s [%d][%d] = %d", round ? "Allgather" : "Gather", r, i, got[r * n + i]);
+        }
+        /* Scatter from rank 0: rank r gets rank 0's ints r * n ... */
+        MPI(MPI_Scatter(send, n, cl_int_type, recv, n, cl_int_type, 0, MPI_COMM_WORLD));
+        read_back(recv, got, n * sizeof *got);
+        for (int i = 0; i < n; ++i)
+            if (got[i] != rank * n + i) FAIL("Scatter [%d] = %d", i, got[i]);
+        /* Alltoall: block b of rank r goes to rank b's block r. */
+        MPI(MPI_Alltoall(send, n, cl_int_type, recv, n, cl_int_type, MPI_COMM_WORLD));
+        read_back(recv, got, all * sizeof *got);
+        for (int r = 0; r < ranks; ++r)
+            for (int i = 0; i < n; ++i)
+                if (got[r * n + i] != r * 100000 + rank * n + i) FAIL("Alltoall [%d][%d] = %d", r, i, got[r * n + i]);
+        /* Scan and Exscan (sums over ranks up to this one), Reduce_scatter_block. */
+        MPI(MPI_Scan(send, recv, n, cl_int_type, MPI_SUM, MPI_COMM_WORLD));
+        read_back(recv, got, n * sizeof *got);
+        for (int i = 0; i < n; ++i)
+            if (got[i] != 100000 * rank * (rank + 1) / 2 + (rank + 1) * i) FAIL("Scan [%d] = %d", i, got[i]);
+        MPI(MPI_Exscan(send, recv, n, cl_int_type, MPI_SUM, MPI_COMM_WORLD));
+        read_back(recv, got, n * sizeof *got);
+        for (int i = 0; rank > 0 && i < n; ++i)
+            if (got[i] != 100000 * rank * (rank - 1) / 2 + rank * i) FAIL("Exscan [%d] = %d", i, got[i]);
+        MPI(MPI_Reduce_scatter_block(send, recv, n, cl_int_type, MPI_SUM, MPI_COMM_WORLD));
+        read_back(recv, got, n * sizeof *got);
+        for (int i = 0; i < n; ++i) {
+            int want = 100000 * ranks * (ranks - 1) / 2 + ranks * (rank * n + i);
+            if (got[i] != want) FAIL("Reduce_scatter_block [%d] = %d, not %d", i, got[i], want);
+        }
+        /* Ssend around the ring (even ranks send first), 200000 bytes: direct. */
+        {
+            int next = (rank + 1) % ranks, prev = (rank + ranks - 1) % ranks;
+            size_t bytes = 200000;
+            unsigned char *out = patterned(bytes, rank, 31), *in = malloc(bytes);
+            cl_mem a = buffer(bytes), b = buffer(bytes);
+            fill(a, out, bytes);
+            if (rank % 2 == 0) {
+                MPI(MPI_Ssend(a, (int)bytes, cl_byte, next, 31, MPI_COMM_WORLD));
+                MPI(MPI_Recv(b, (int)bytes, cl_byte, prev, 31, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+            } else {
+                MPI(MPI_Recv(b, (int)bytes, cl_byte, prev, 31, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+                MPI(MPI_Ssend(a, (int)bytes, cl_byte, next, 31, MPI_COMM_WORLD));
+            }
+            read_back(b, in, bytes);
+            check_pattern(in, bytes, prev, 31, "Ssend");
+            free(out);
+            free(in);
+            clReleaseMemObject(a);
+            clReleaseMemObject(b);
+        }
+        /* A call rgpu does not handle refuses a device buffer with an MPI error. */
+        {
+            MPI_Comm returning;
+            MPI(MPI_Comm_dup(MPI_COMM_WORLD, &returning));
+            MPI(MPI_Comm_set_errhandler(returning, MPI_ERRORS_RETURN));
+            int rc = MPI_Sendrecv_replace(send, n, cl_int_type, rank, 5, rank, 5, returning,
+                                          MPI_STATUS_IGNORE);
+            int class_ = MPI_SUCCESS;
+            MPI_Error_class(rc, &class_);
+            if (class_ != MPI_ERR_BUFFER) FAIL("Sendrecv_replace on a device buffer gave %d", rc);
+            MPI(MPI_Comm_free(&returning));
+        }
+        free(mine);
+        free(got);
+        clReleaseMemObject(send);
+        clReleaseMemObject(recv);
+        MPI_Type_free(&cl_int_type);
     }
 
     MPI_Type_free(&cl_byte);

@@ -101,15 +101,18 @@ impl DeviceSelection {
                             SelectionError(format!("{name}={v:?} is not a rank number"))
                         })
                     })
-                    .transpose()?
-                    .ok_or_else(|| {
-                        SelectionError(format!(
-                            "RGPU_DEVICES_PER_RANK is set but no rank is known (none of {} \
-                             is set)",
-                            RANK_VARIABLES.join(", ")
-                        ))
-                    })?;
-                Some((count, rank))
+                    .transpose()?;
+                // No rank: a process that is not one of the job's ranks (`rgpu run --mpi --
+                // mpirun ...` sets the variable for mpirun too, whose hwloc lists OpenCL
+                // devices): it sees every device.
+                if rank.is_none() {
+                    log::debug!(
+                        "RGPU_DEVICES_PER_RANK is set but none of {} is: not a rank, every \
+                         device is seen",
+                        RANK_VARIABLES.join(", ")
+                    );
+                }
+                rank.map(|rank| (count, rank))
             }
         };
         Ok(DeviceSelection {
@@ -238,10 +241,13 @@ mod tests {
         assert_eq!(take("1").unwrap(), [2]);
         assert_eq!(take("2").unwrap(), [3]);
         assert!(take("3").is_err(), "beyond the job's devices");
-        // SLURM's task id when MPI says nothing; a rank is required.
+        // SLURM's task id when MPI says nothing.
         let slurm = selection(&[("RGPU_DEVICES_PER_RANK", "2"), ("SLURM_PROCID", "1")]).unwrap();
         assert_eq!(slurm.choose(devices(), |d| d.clone()).unwrap().len(), 2);
-        assert!(selection(&[("RGPU_DEVICES_PER_RANK", "2")]).is_err());
+        // No rank at all (mpirun itself, under `rgpu run --mpi -- mpirun`): every device.
+        let launcher = selection(&[("RGPU_DEVICES_PER_RANK", "2")]).unwrap();
+        let all = devices().len();
+        assert_eq!(launcher.choose(devices(), |d| d.clone()).unwrap().len(), all);
         assert!(selection(&[("RGPU_DEVICES_PER_RANK", "0"), ("PMI_RANK", "0")]).is_err());
     }
 }
