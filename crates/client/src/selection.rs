@@ -247,7 +247,10 @@ mod tests {
         // No rank at all (mpirun itself, under `rgpu run --mpi -- mpirun`): every device.
         let launcher = selection(&[("RGPU_DEVICES_PER_RANK", "2")]).unwrap();
         let all = devices().len();
-        assert_eq!(launcher.choose(devices(), |d| d.clone()).unwrap().len(), all);
+        assert_eq!(
+            launcher.choose(devices(), |d| d.clone()).unwrap().len(),
+            all
+        );
         assert!(selection(&[("RGPU_DEVICES_PER_RANK", "0"), ("PMI_RANK", "0")]).is_err());
     }
 }
