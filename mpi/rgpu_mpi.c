@@ -722,21 +722,29 @@ static size_t capacity_of(int count, MPI_Datatype type) {
     return (size_t)size * (size_t)(count > 0 ? count : 0);
 }
 
-int MPI_Send(const void *buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm) {
-    Buffer b = classify(buf, count, type);
-    if (b.kind == HOST) return PMPI_Send(buf, count, type, dest, tag, comm);
-    Direct *d = start_direct(&b, dest, comm);
+/* A blocking send of a device buffer: direct (complete once the receiver has pulled, as a
+ * synchronous send is), else staged through host memory with the real MPI_Send or, when
+ * `synchronous`, MPI_Ssend. */
+static int send_device(Buffer *b, int dest, int tag, MPI_Comm comm, int synchronous) {
+    Direct *d = start_direct(b, dest, comm);
     if (d) {
         int rc = PMPI_Send(&d->envelope, ENVELOPE_BYTES, MPI_BYTE, dest, tag, comm);
         if (rc != MPI_SUCCESS) return abandon_direct(d, rc);
         return finish_direct(d);
     }
     int rc;
-    void *host = staged_for_send(&b, comm, &rc);
+    void *host = staged_for_send(b, comm, &rc);
     if (!host) return rc;
-    rc = PMPI_Send(host, (int)b.bytes, MPI_BYTE, dest, tag, comm);
+    rc = synchronous ? PMPI_Ssend(host, (int)b->bytes, MPI_BYTE, dest, tag, comm)
+                     : PMPI_Send(host, (int)b->bytes, MPI_BYTE, dest, tag, comm);
     staging_put(host);
     return rc;
+}
+
+int MPI_Send(const void *buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm) {
+    Buffer b = classify(buf, count, type);
+    if (b.kind == HOST) return PMPI_Send(buf, count, type, dest, tag, comm);
+    return send_device(&b, dest, tag, comm, 0);
 }
 
 int MPI_Recv(void *buf, int count, MPI_Datatype type, int source, int tag, MPI_Comm comm,
@@ -1260,23 +1268,10 @@ int MPI_Alltoall(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void
     return arg_unstage(&r, 1, rc, comm);
 }
 
-/* A synchronous send: the direct path completes only once the receiver has pulled; staged, the
- * real MPI_Ssend carries the host copy. */
 int MPI_Ssend(const void *buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm) {
     Buffer b = classify(buf, count, type);
     if (b.kind == HOST) return PMPI_Ssend(buf, count, type, dest, tag, comm);
-    Direct *d = start_direct(&b, dest, comm);
-    if (d) {
-        int rc = PMPI_Send(&d->envelope, ENVELOPE_BYTES, MPI_BYTE, dest, tag, comm);
-        if (rc != MPI_SUCCESS) return abandon_direct(d, rc);
-        return finish_direct(d);
-    }
-    int rc;
-    void *host = staged_for_send(&b, comm, &rc);
-    if (!host) return rc;
-    rc = PMPI_Ssend(host, (int)b.bytes, MPI_BYTE, dest, tag, comm);
-    staging_put(host);
-    return rc;
+    return send_device(&b, dest, tag, comm, 1);
 }
 
 /* ---- calls rgpu does not handle: refused on device buffers -----------------------------------
