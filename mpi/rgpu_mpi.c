@@ -1268,6 +1268,107 @@ int MPI_Alltoall(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void
     return arg_unstage(&r, 1, rc, comm);
 }
 
+/* The elements a v-collective's buffer spans: the furthest displs[i] + counts[i] over n ranks. */
+static size_t v_span(const int counts[], const int displs[], int n) {
+    size_t span = 0;
+    for (int i = 0; counts && displs && i < n; ++i) {
+        size_t end = (size_t)(displs[i] < 0 ? 0 : displs[i]) + (size_t)(counts[i] < 0 ? 0 : counts[i]);
+        if (end > span) span = end;
+    }
+    return span;
+}
+
+static size_t v_sum(const int counts[], int n) {
+    size_t sum = 0;
+    for (int i = 0; counts && i < n; ++i) sum += (size_t)(counts[i] < 0 ? 0 : counts[i]);
+    return sum;
+}
+
+int MPI_Gatherv(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf,
+                const int recvcounts[], const int displs[], MPI_Datatype recvtype, int root,
+                MPI_Comm comm) {
+    int at_root = comm_rank(comm) == root;
+    size_t span = at_root ? v_span(recvcounts, displs, comm_size(comm)) : 0;
+    if (both_host(sendbuf, sendcount, sendtype, 1, recvbuf, span, recvtype, at_root))
+        return PMPI_Gatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype,
+                            root, comm);
+    Arg s, r;
+    int rc = stage_pair(&s, sendbuf, sendcount, sendtype, &r, recvbuf, span, recvtype, 1, at_root,
+                        comm);
+    if (rc == MPI_SUCCESS)
+        rc = PMPI_Gatherv(s.host, sendcount, s.type, r.host, recvcounts, displs, r.type, root,
+                          comm);
+    rc = arg_unstage(&s, 0, rc, comm);
+    return arg_unstage(&r, at_root, rc, comm);
+}
+
+int MPI_Allgatherv(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf,
+                   const int recvcounts[], const int displs[], MPI_Datatype recvtype,
+                   MPI_Comm comm) {
+    size_t span = v_span(recvcounts, displs, comm_size(comm));
+    if (both_host(sendbuf, sendcount, sendtype, 1, recvbuf, span, recvtype, 1))
+        return PMPI_Allgatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs,
+                               recvtype, comm);
+    Arg s, r;
+    int rc = stage_pair(&s, sendbuf, sendcount, sendtype, &r, recvbuf, span, recvtype, 1, 1, comm);
+    if (rc == MPI_SUCCESS)
+        rc = PMPI_Allgatherv(s.host, sendcount, s.type, r.host, recvcounts, displs, r.type, comm);
+    rc = arg_unstage(&s, 0, rc, comm);
+    return arg_unstage(&r, 1, rc, comm);
+}
+
+int MPI_Scatterv(const void *sendbuf, const int sendcounts[], const int displs[],
+                 MPI_Datatype sendtype, void *recvbuf, int recvcount, MPI_Datatype recvtype,
+                 int root, MPI_Comm comm) {
+    int at_root = comm_rank(comm) == root;
+    size_t span = at_root ? v_span(sendcounts, displs, comm_size(comm)) : 0;
+    int recv_used = recvbuf != MPI_IN_PLACE;
+    if (both_host(sendbuf, span, sendtype, at_root, recvbuf, recvcount, recvtype, recv_used))
+        return PMPI_Scatterv(sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount, recvtype,
+                             root, comm);
+    Arg s = arg_unused(sendbuf, sendtype), r = arg_unused(recvbuf, recvtype);
+    int rc = at_root ? arg_stage(&s, sendbuf, span, sendtype, 1, comm) : MPI_SUCCESS;
+    if (rc == MPI_SUCCESS && recv_used) rc = arg_stage(&r, recvbuf, recvcount, recvtype, 0, comm);
+    if (rc == MPI_SUCCESS)
+        rc = PMPI_Scatterv(s.host, sendcounts, displs, s.type, r.host, recvcount, r.type, root,
+                           comm);
+    rc = arg_unstage(&s, 0, rc, comm);
+    return arg_unstage(&r, recv_used, rc, comm);
+}
+
+int MPI_Alltoallv(const void *sendbuf, const int sendcounts[], const int sdispls[],
+                  MPI_Datatype sendtype, void *recvbuf, const int recvcounts[],
+                  const int rdispls[], MPI_Datatype recvtype, MPI_Comm comm) {
+    int n = comm_size(comm);
+    size_t sspan = v_span(sendcounts, sdispls, n), rspan = v_span(recvcounts, rdispls, n);
+    if (both_host(sendbuf, sspan, sendtype, 1, recvbuf, rspan, recvtype, 1))
+        return PMPI_Alltoallv(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts,
+                              rdispls, recvtype, comm);
+    Arg s, r;
+    int rc = stage_pair(&s, sendbuf, sspan, sendtype, &r, recvbuf, rspan, recvtype, 1, 1, comm);
+    if (rc == MPI_SUCCESS)
+        rc = PMPI_Alltoallv(s.host, sendcounts, sdispls, s.type, r.host, recvcounts, rdispls,
+                            r.type, comm);
+    rc = arg_unstage(&s, 0, rc, comm);
+    return arg_unstage(&r, 1, rc, comm);
+}
+
+int MPI_Reduce_scatter(const void *sendbuf, void *recvbuf, const int recvcounts[],
+                       MPI_Datatype type, MPI_Op op, MPI_Comm comm) {
+    int n = comm_size(comm);
+    size_t all = v_sum(recvcounts, n);
+    /* In place, the result is this rank's block at the start of the (whole) receive buffer. */
+    size_t rcount = sendbuf == MPI_IN_PLACE ? all : (size_t)recvcounts[comm_rank(comm)];
+    if (both_host(sendbuf, all, type, 1, recvbuf, rcount, type, 1))
+        return PMPI_Reduce_scatter(sendbuf, recvbuf, recvcounts, type, op, comm);
+    Arg s, r;
+    int rc = stage_pair(&s, sendbuf, all, type, &r, recvbuf, rcount, type, 1, 1, comm);
+    MPI_Datatype plain = s.b.kind != HOST ? s.type : r.type;
+    if (rc == MPI_SUCCESS) rc = PMPI_Reduce_scatter(s.host, r.host, recvcounts, plain, op, comm);
+    rc = arg_unstage(&s, 0, rc, comm);
+    return arg_unstage(&r, 1, rc, comm);
+}
+
 int MPI_Ssend(const void *buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm) {
     Buffer b = classify(buf, count, type);
     if (b.kind == HOST) return PMPI_Ssend(buf, count, type, dest, tag, comm);
@@ -1378,4 +1479,150 @@ int MPI_Get(void *origin, int origin_count, MPI_Datatype origin_type, int target
     }
     return PMPI_Get(origin, origin_count, origin_type, target_rank, target_disp, target_count,
                     target_type, win);
+}
+
+/* Non-blocking and persistent collectives, matched receives and accumulates: refused on
+ * device buffers (each buffer checked by its address). */
+
+static int refuse_pair(const char *call, const void *a, MPI_Datatype atype, const void *b,
+                       MPI_Datatype btype, MPI_Comm comm) {
+    int rc = refuse_device(call, a == MPI_IN_PLACE ? NULL : a, 1, atype, comm);
+    if (rc == MPI_SUCCESS) rc = refuse_device(call, b == MPI_IN_PLACE ? NULL : b, 1, btype, comm);
+    return rc;
+}
+
+int MPI_Igather(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf,
+                int recvcount, MPI_Datatype recvtype, int root, MPI_Comm comm, MPI_Request *req) {
+    int rc = refuse_pair("MPI_Igather", sendbuf, sendtype, recvbuf, recvtype, comm);
+    return rc != MPI_SUCCESS ? rc
+                             : PMPI_Igather(sendbuf, sendcount, sendtype, recvbuf, recvcount,
+                                            recvtype, root, comm, req);
+}
+
+int MPI_Iallgather(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf,
+                   int recvcount, MPI_Datatype recvtype, MPI_Comm comm, MPI_Request *req) {
+    int rc = refuse_pair("MPI_Iallgather", sendbuf, sendtype, recvbuf, recvtype, comm);
+    return rc != MPI_SUCCESS ? rc
+                             : PMPI_Iallgather(sendbuf, sendcount, sendtype, recvbuf, recvcount,
+                                               recvtype, comm, req);
+}
+
+int MPI_Iscatter(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf,
+                 int recvcount, MPI_Datatype recvtype, int root, MPI_Comm comm,
+                 MPI_Request *req) {
+    int rc = refuse_pair("MPI_Iscatter", sendbuf, sendtype, recvbuf, recvtype, comm);
+    return rc != MPI_SUCCESS ? rc
+                             : PMPI_Iscatter(sendbuf, sendcount, sendtype, recvbuf, recvcount,
+                                             recvtype, root, comm, req);
+}
+
+int MPI_Ialltoall(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf,
+                  int recvcount, MPI_Datatype recvtype, MPI_Comm comm, MPI_Request *req) {
+    int rc = refuse_pair("MPI_Ialltoall", sendbuf, sendtype, recvbuf, recvtype, comm);
+    return rc != MPI_SUCCESS ? rc
+                             : PMPI_Ialltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount,
+                                              recvtype, comm, req);
+}
+
+int MPI_Igatherv(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf,
+                 const int recvcounts[], const int displs[], MPI_Datatype recvtype, int root,
+                 MPI_Comm comm, MPI_Request *req) {
+    int rc = refuse_pair("MPI_Igatherv", sendbuf, sendtype, recvbuf, recvtype, comm);
+    return rc != MPI_SUCCESS ? rc
+                             : PMPI_Igatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts,
+                                             displs, recvtype, root, comm, req);
+}
+
+int MPI_Iallgatherv(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf,
+                    const int recvcounts[], const int displs[], MPI_Datatype recvtype,
+                    MPI_Comm comm, MPI_Request *req) {
+    int rc = refuse_pair("MPI_Iallgatherv", sendbuf, sendtype, recvbuf, recvtype, comm);
+    return rc != MPI_SUCCESS ? rc
+                             : PMPI_Iallgatherv(sendbuf, sendcount, sendtype, recvbuf,
+                                                recvcounts, displs, recvtype, comm, req);
+}
+
+int MPI_Iscatterv(const void *sendbuf, const int sendcounts[], const int displs[],
+                  MPI_Datatype sendtype, void *recvbuf, int recvcount, MPI_Datatype recvtype,
+                  int root, MPI_Comm comm, MPI_Request *req) {
+    int rc = refuse_pair("MPI_Iscatterv", sendbuf, sendtype, recvbuf, recvtype, comm);
+    return rc != MPI_SUCCESS ? rc
+                             : PMPI_Iscatterv(sendbuf, sendcounts, displs, sendtype, recvbuf,
+                                              recvcount, recvtype, root, comm, req);
+}
+
+int MPI_Ialltoallv(const void *sendbuf, const int sendcounts[], const int sdispls[],
+                   MPI_Datatype sendtype, void *recvbuf, const int recvcounts[],
+                   const int rdispls[], MPI_Datatype recvtype, MPI_Comm comm,
+                   MPI_Request *req) {
+    int rc = refuse_pair("MPI_Ialltoallv", sendbuf, sendtype, recvbuf, recvtype, comm);
+    return rc != MPI_SUCCESS ? rc
+                             : PMPI_Ialltoallv(sendbuf, sendcounts, sdispls, sendtype, recvbuf,
+                                               recvcounts, rdispls, recvtype, comm, req);
+}
+
+int MPI_Iscan(const void *sendbuf, void *recvbuf, int count, MPI_Datatype type, MPI_Op op,
+              MPI_Comm comm, MPI_Request *req) {
+    int rc = refuse_pair("MPI_Iscan", sendbuf, type, recvbuf, type, comm);
+    return rc != MPI_SUCCESS ? rc : PMPI_Iscan(sendbuf, recvbuf, count, type, op, comm, req);
+}
+
+int MPI_Iexscan(const void *sendbuf, void *recvbuf, int count, MPI_Datatype type, MPI_Op op,
+                MPI_Comm comm, MPI_Request *req) {
+    int rc = refuse_pair("MPI_Iexscan", sendbuf, type, recvbuf, type, comm);
+    return rc != MPI_SUCCESS ? rc : PMPI_Iexscan(sendbuf, recvbuf, count, type, op, comm, req);
+}
+
+int MPI_Ireduce_scatter_block(const void *sendbuf, void *recvbuf, int recvcount,
+                              MPI_Datatype type, MPI_Op op, MPI_Comm comm, MPI_Request *req) {
+    int rc = refuse_pair("MPI_Ireduce_scatter_block", sendbuf, type, recvbuf, type, comm);
+    return rc != MPI_SUCCESS
+               ? rc
+               : PMPI_Ireduce_scatter_block(sendbuf, recvbuf, recvcount, type, op, comm, req);
+}
+
+int MPI_Ireduce_scatter(const void *sendbuf, void *recvbuf, const int recvcounts[],
+                        MPI_Datatype type, MPI_Op op, MPI_Comm comm, MPI_Request *req) {
+    int rc = refuse_pair("MPI_Ireduce_scatter", sendbuf, type, recvbuf, type, comm);
+    return rc != MPI_SUCCESS ? rc
+                             : PMPI_Ireduce_scatter(sendbuf, recvbuf, recvcounts, type, op, comm,
+                                                    req);
+}
+
+REFUSED_SEND(Bsend_init, , MPI_Request *request) {
+    int rc = refuse_device("MPI_Bsend_init", buf, count, type, comm);
+    return rc != MPI_SUCCESS ? rc : PMPI_Bsend_init(buf, count, type, dest, tag, comm, request);
+}
+REFUSED_SEND(Rsend_init, , MPI_Request *request) {
+    int rc = refuse_device("MPI_Rsend_init", buf, count, type, comm);
+    return rc != MPI_SUCCESS ? rc : PMPI_Rsend_init(buf, count, type, dest, tag, comm, request);
+}
+
+int MPI_Mrecv(void *buf, int count, MPI_Datatype type, MPI_Message *message, MPI_Status *status) {
+    if (classify(buf, count, type).kind != HOST) {
+        fprintf(stderr, "rgpu: MPI_Mrecv into a device buffer is not supported\n");
+        return MPI_ERR_BUFFER;
+    }
+    return PMPI_Mrecv(buf, count, type, message, status);
+}
+
+int MPI_Imrecv(void *buf, int count, MPI_Datatype type, MPI_Message *message,
+               MPI_Request *request) {
+    if (classify(buf, count, type).kind != HOST) {
+        fprintf(stderr, "rgpu: MPI_Imrecv into a device buffer is not supported\n");
+        return MPI_ERR_BUFFER;
+    }
+    return PMPI_Imrecv(buf, count, type, message, request);
+}
+
+int MPI_Accumulate(const void *origin, int origin_count, MPI_Datatype origin_type,
+                   int target_rank, MPI_Aint target_disp, int target_count,
+                   MPI_Datatype target_type, MPI_Op op, MPI_Win win) {
+    if (classify(origin, origin_count, origin_type).kind != HOST) {
+        fprintf(stderr, "rgpu: MPI_Accumulate from a device buffer is not supported\n");
+        PMPI_Win_call_errhandler(win, MPI_ERR_BUFFER);
+        return MPI_ERR_BUFFER;
+    }
+    return PMPI_Accumulate(origin, origin_count, origin_type, target_rank, target_disp,
+                           target_count, target_type, op, win);
 }

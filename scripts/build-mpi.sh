@@ -14,7 +14,18 @@ if ! command -v "$mpicc" >/dev/null; then
     exit 1
 fi
 mkdir -p "$out"
-"$mpicc" -O2 -g -Wall -Wextra -fPIC -shared -o "$out/librgpu_mpi.so.tmp" mpi/rgpu_mpi.c -ldl -lpthread
+# Not linked against libmpi: the interposer is preloaded into MPI programs, which bring their
+# MPI; so a package that ships it depends on no MPI (it still needs one with this mpi.h's ABI:
+# sites with another MPI rebuild it, see README). Open MPI's mpicc --showme:compile, MPICH's
+# -compile_info give the compile flags; failing both, mpicc links as usual.
+if cflags=$("$mpicc" --showme:compile 2>/dev/null) && [ -n "$cflags" ]; then
+    # shellcheck disable=SC2086 # flags are words
+    ${CC:-cc} -O2 -g -Wall -Wextra -fPIC -shared $cflags -o "$out/librgpu_mpi.so.tmp" \
+        mpi/rgpu_mpi.c -ldl -lpthread
+else
+    "$mpicc" -O2 -g -Wall -Wextra -fPIC -shared -o "$out/librgpu_mpi.so.tmp" mpi/rgpu_mpi.c \
+        -ldl -lpthread
+fi
 mv "$out/librgpu_mpi.so.tmp" "$out/librgpu_mpi.so"
 # The benchmark `rgpu bench mpi` runs (OpenCL through the ICD loader; CUDA loaded at run time).
 "$mpicc" -O2 -g -Wall -Wextra -o "$out/rgpu_mpi_bench.tmp" mpi/rgpu_mpi_bench.c -Impi \

@@ -187,7 +187,7 @@ rgpu_procs() { # PIDs whose command is rgpu (this PID namespace only: /proc is i
     return 0
 }
 FILES=(/usr/bin/rgpu /usr/lib/rgpu/librgpu_opencl.so /usr/lib/rgpu/librgpu_cuda.so
-       /usr/lib/rgpu/librgpu_nvml.so
+       /usr/lib/rgpu/librgpu_nvml.so /usr/lib/rgpu/librgpu_mpi.so /usr/share/rgpu/mpi/rgpu_mpi.c
        /etc/rgpu/server.toml /etc/default/rgpu-server /lib/systemd/system/rgpu-server.service
        /usr/share/doc/rgpu/copyright /usr/lib/rgpu/slurm/rgpu-prolog
        /usr/lib/rgpu/slurm/rgpu-epilog /usr/share/rgpu/slurm/rgpu-slurm.conf)

@@ -2,12 +2,13 @@
 # Builds the release packages of rgpu:
 #
 #   target/debian/rgpu_<version>_<debian arch>.deb           (cargo-deb; see the
-#       [package.metadata.deb] section of crates/cli/Cargo.toml): /usr/bin/rgpu, both libraries
-#       in the private /usr/lib/rgpu/, the rgpu-server systemd service, /etc/rgpu/server.toml
+#       [package.metadata.deb] section of crates/cli/Cargo.toml): /usr/bin/rgpu, the libraries
+#       in the private /usr/lib/rgpu/ (OpenCL, CUDA, NVML, and the MPI interposer built against
+#       Open MPI's mpi.h, its source in /usr/share/rgpu/mpi/ for other MPIs), the rgpu-server systemd service, /etc/rgpu/server.toml
 #       (loopback only), /etc/default/rgpu-server, and the SLURM prolog and epilog in
 #       /usr/lib/rgpu/slurm/ with their example settings in /usr/share/rgpu/slurm/;
 #   target/package/rgpu-<version>-<arch>-linux.tar.gz        for other distributions:
-#       rgpu-<version>/{bin/rgpu, lib/rgpu/librgpu_opencl.so, lib/rgpu/librgpu_cuda.so,
+#       rgpu-<version>/{bin/rgpu, lib/rgpu/librgpu_{opencl,cuda,nvml,mpi}.so, share/rgpu/mpi/,
 #       share/rgpu/{server.toml, rgpu-server.env, rgpu-server.service}, lib/rgpu/slurm/
 #       (the SLURM prolog and epilog), share/rgpu/slurm/rgpu-slurm.conf, README.md, INSTALL}
 #
@@ -56,6 +57,7 @@ command -v cargo >/dev/null || die "no cargo: run scripts/setup.sh first"
 # ---------------------------------------------------------------- tools
 apt_missing=()
 command -v strip >/dev/null || apt_missing+=(binutils)
+command -v "${MPICC:-mpicc}" >/dev/null || apt_missing+=(libopenmpi-dev)
 if [ "$MAKE_DEB" = 1 ]; then
     command -v dpkg-shlibdeps >/dev/null || apt_missing+=(dpkg-dev)
 fi
@@ -88,8 +90,10 @@ RELEASE=$TARGET_DIR/release
 if [ "$BUILD" = 1 ]; then
     log "cargo build --release (rgpu, librgpu_opencl.so, librgpu_cuda.so, librgpu_nvml.so)"
     cargo build --release -p rgpu-cli -p rgpu-opencl -p rgpu-cuda -p rgpu-nvml
+    log "MPI interposer (librgpu_mpi.so, against ${MPICC:-mpicc}'s mpi.h)"
+    bash scripts/build-mpi.sh "$RELEASE" >/dev/null
 fi
-for f in rgpu librgpu_opencl.so librgpu_cuda.so librgpu_nvml.so; do
+for f in rgpu librgpu_opencl.so librgpu_cuda.so librgpu_nvml.so librgpu_mpi.so; do
     [ -f "$RELEASE/$f" ] || die "no $RELEASE/$f: build it (without --no-build)"
 done
 
@@ -121,7 +125,9 @@ if [ "$MAKE_TAR" = 1 ]; then
     mkdir -p "$STAGE/$NAME/bin" "$STAGE/$NAME/lib/rgpu" "$STAGE/$NAME/share/rgpu"
     install -m 0755 "$RELEASE/rgpu" "$STAGE/$NAME/bin/rgpu"
     install -m 0644 "$RELEASE/librgpu_opencl.so" "$RELEASE/librgpu_cuda.so" "$RELEASE/librgpu_nvml.so" \
-        "$STAGE/$NAME/lib/rgpu/"
+        "$RELEASE/librgpu_mpi.so" "$STAGE/$NAME/lib/rgpu/"
+    install -d "$STAGE/$NAME/share/rgpu/mpi"
+    install -m 0644 mpi/rgpu_mpi.c mpi/rgpu_mpi.h "$STAGE/$NAME/share/rgpu/mpi/"
     strip --strip-unneeded "$STAGE/$NAME/bin/rgpu" "$STAGE/$NAME/lib/rgpu/"*.so
     install -m 0644 packaging/server.toml packaging/rgpu-server.env "$STAGE/$NAME/share/rgpu/"
     install -d "$STAGE/$NAME/lib/rgpu/slurm" "$STAGE/$NAME/share/rgpu/slurm"

@@ -6,8 +6,9 @@
  *   MPI_Waitany and MPI_Testall; MPI_Sendrecv around a ring; a large MPI_Irecv into host memory
  *   from a device buffer; MPI_Bcast; MPI_Allreduce (sum of float and double, in place and not);
  *   MPI_Reduce, MPI_Gather, MPI_Allgather, MPI_Scatter, MPI_Alltoall, MPI_Scan, MPI_Exscan,
- *   MPI_Reduce_scatter_block and MPI_Ssend; a call rgpu does not handle (MPI_Sendrecv_replace)
- *   refusing a device buffer with MPI_ERR_BUFFER.
+ *   MPI_Reduce_scatter_block, the v-variants (Gatherv, Allgatherv, Scatterv, Alltoallv,
+ *   Reduce_scatter) and MPI_Ssend; calls rgpu does not handle (MPI_Sendrecv_replace,
+ *   MPI_Iallgather) refusing a device buffer with MPI_ERR_BUFFER.
  * Messages of 64 KiB or more between device buffers move between the servers directly (unless
  * RGPU_MPI_DIRECT=0), smaller ones staged.
  * Prints `PASS mpi_buffers rank R` per rank, or `FAIL mpi_buffers rank R: why` and exits 1.
@@ -323,6 +324,40 @@ int main(int argc, char **argv) {
             int want = 100000 * ranks * (ranks - 1) / 2 + ranks * (rank * n + i);
             if (got[i] != want) FAIL("Reduce_scatter_block [%d] = %d, not %d", i, got[i], want);
         }
+        /* The v-variants, with every rank's block n ints at r * n (the results of the plain
+         * calls above). */
+        {
+            int *counts = malloc(ranks * sizeof *counts), *displs = malloc(ranks * sizeof *displs);
+            for (int r = 0; r < ranks; ++r) counts[r] = n, displs[r] = r * n;
+            MPI(MPI_Gatherv(send, n, cl_int_type, recv, counts, displs, cl_int_type, 0, MPI_COMM_WORLD));
+            for (int round = 0; round < 2; ++round) {
+                if (round == 1)
+                    MPI(MPI_Allgatherv(send, n, cl_int_type, recv, counts, displs, cl_int_type, MPI_COMM_WORLD));
+                if (round == 0 && rank != 0) continue;
+                read_back(recv, got, all * sizeof *got);
+                for (int r = 0; r < ranks; ++r)
+                    for (int i = 0; i < n; ++i)
+                        if (got[r * n + i] != r * 100000 + i)
+                            FAIL("%s [%d][%d] = %d", round ? "Allgatherv" : "Gatherv", r, i, got[r * n + i]);
+            }
+            MPI(MPI_Scatterv(send, counts, displs, cl_int_type, recv, n, cl_int_type, 0, MPI_COMM_WORLD));
+            read_back(recv, got, n * sizeof *got);
+            for (int i = 0; i < n; ++i)
+                if (got[i] != rank * n + i) FAIL("Scatterv [%d] = %d", i, got[i]);
+            MPI(MPI_Alltoallv(send, counts, displs, cl_int_type, recv, counts, displs, cl_int_type, MPI_COMM_WORLD));
+            read_back(recv, got, all * sizeof *got);
+            for (int r = 0; r < ranks; ++r)
+                for (int i = 0; i < n; ++i)
+                    if (got[r * n + i] != r * 100000 + rank * n + i) FAIL("Alltoallv [%d][%d] = %d", r, i, got[r * n + i]);
+            MPI(MPI_Reduce_scatter(send, recv, counts, cl_int_type, MPI_SUM, MPI_COMM_WORLD));
+            read_back(recv, got, n * sizeof *got);
+            for (int i = 0; i < n; ++i) {
+                int want = 100000 * ranks * (ranks - 1) / 2 + ranks * (rank * n + i);
+                if (got[i] != want) FAIL("Reduce_scatter [%d] = %d, not %d", i, got[i], want);
+            }
+            free(counts);
+            free(displs);
+        }
         /* Ssend around the ring (even ranks send first), 200000 bytes: direct. */
         {
             int next = (rank + 1) % ranks, prev = (rank + ranks - 1) % ranks;
@@ -354,6 +389,10 @@ int main(int argc, char **argv) {
             int class_ = MPI_SUCCESS;
             MPI_Error_class(rc, &class_);
             if (class_ != MPI_ERR_BUFFER) FAIL("Sendrecv_replace on a device buffer gave %d", rc);
+            MPI_Request never;
+            rc = MPI_Iallgather(send, n, cl_int_type, recv, n, cl_int_type, returning, &never);
+            MPI_Error_class(rc, &class_);
+            if (class_ != MPI_ERR_BUFFER) FAIL("Iallgather on a device buffer gave %d", rc);
             MPI(MPI_Comm_free(&returning));
         }
         free(mine);

@@ -19,7 +19,13 @@ pub fn guard(name: &'static str, call: impl FnOnce() -> CUresult) -> CUresult {
         inject_panic(name);
         call()
     })) {
-        Ok(result) => result,
+        Ok(result) => {
+            // What failed and how, for RGPU_LOG=debug.
+            if result != CUresult::CUDA_SUCCESS && log::log_enabled!(log::Level::Debug) {
+                log::debug!("rgpu: {name} -> {result:?}");
+            }
+            result
+        }
         Err(panic) => {
             let why = rgpu_client::panic_message(&*panic);
             crate::servers::init_logging();

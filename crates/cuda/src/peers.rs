@@ -3,8 +3,9 @@
 //! exporting server. C entry points the interposer gets at cuInit (api/init.rs); each returns a
 //! `CUresult`.
 
-use rgpu_client::{CudaClient, ExportRecord};
+use rgpu_client::{CudaClient, Endpoint, ExportRecord};
 use rgpu_cuda_api::sys::CUresult;
+use rgpu_protocol::cuda::ExportKeep;
 
 use crate::api::memory::context_of;
 use crate::api::Outcome;
@@ -37,7 +38,7 @@ pub unsafe extern "C" fn rgpu_cuda_export(ptr: u64, size: u64, out: *mut ExportR
             ExportRecord::new(&ctx.conn, ticket).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
         ctx.conn
             .cuda()
-            .export_range(ctx.remote, 0, ptr, size, ticket, false)
+            .export_range(ctx.remote, 0, ptr, size, ticket, ExportKeep::Unguarded)
             .outcome()?;
         // SAFETY: the caller's out-pointer, checked non-null.
         unsafe { out.write(record) };
@@ -60,12 +61,15 @@ pub unsafe extern "C" fn rgpu_cuda_pull(dst: u64, size: u64, from: *const Export
         let ipc =
             crate::api::fabric_ipc() && !std::env::var("RGPU_MPI_IPC").is_ok_and(|v| v == "0");
         let ctx = context_of(dst)?;
+        let ipc = ipc
+            && Endpoint::parse(&export.endpoint)
+                .is_ok_and(|at| at.same_machine(ctx.conn.endpoint()));
         crate::api::managed::before_device_work(None);
         // Pulled in the background, ordered on the default stream; its end is ours to wait for
         // (a failed pull is reported there, and the interposer moves the bytes another way).
         ctx.conn
             .cuda()
-            .pull_range(ctx.remote, 0, dst, size, export, ipc)
+            .pull_range(ctx.remote, Some(0), dst, size, export, ipc)
             .outcome()?;
         crate::api::stream::synchronize_stream(&ctx, 0)
     })

@@ -230,6 +230,22 @@ pub enum Place {
     Array { id: Id, origin: [u64; 3] },
 }
 
+/// How an export of device memory is kept from changing, and ordered, while it is pulled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ExportKeep {
+    /// Not at all: the client waits for the pull before the memory can change (MPI, or a
+    /// copy the client waits for).
+    Unguarded,
+    /// A copy in the stream's order, for a puller on the same machine that copies device to
+    /// device through the allocation's IPC handle: later work on the stream waits until it
+    /// has.
+    Hold,
+    /// A copy in the stream's order, over the network: the stream itself reads the range into
+    /// page-locked buffers as the puller takes them, then waits until the puller has the
+    /// bytes in its device memory.
+    Staged,
+}
+
 /// A memory pool: a device's default pool, or one the session made.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Pool {
@@ -520,29 +536,29 @@ wire_api! {
     group Peers {
         /// Lets another server pull `size` bytes at `ptr` once the earlier work of `stream`
         /// (0: the context's default stream) is done, under `ticket` (the client's random
-        /// choice). `hold`: later work on `stream` waits until the bytes have been pulled (a
-        /// copy ordered on that stream).
+        /// choice). `keep`: how later work on `stream` is kept from changing the bytes before
+        /// they have been pulled (a copy ordered on that stream).
         post ExportRange export_range(
             ctx: Id,
             stream: Id,
             ptr: DevicePtr,
             size: u64,
             ticket: LaneKey,
-            hold: bool,
+            keep: ExportKeep,
         );
         /// Lets another server wait for `event` as recorded now: an export of no bytes, ready
         /// once the event has completed (`cuStreamWaitEvent` across servers).
         post ExportEvent export_event(ctx: Id, event: Id, ticket: LaneKey);
         /// Withdraws an export nobody pulled.
         post Unexport unexport(ticket: LaneKey);
-        /// Fills `size` bytes at `dst` with another server's export, in `stream`'s order: the
-        /// server pulls it in the background once the stream's earlier work is done, and later
-        /// work on the stream waits for the bytes (size 0: waits for an `ExportEvent`).
-        /// `ipc`: when the exporting session is on this machine, copy device to device through
-        /// the driver's IPC handle, which it hands over the fabric link.
+        /// Fills `size` bytes at `dst` with another server's export, in `stream`'s order
+        /// (`None`: a stream of the fabric's own, for a copy the exporter's stream orders): the
+        /// server pulls it in the background, and later work on the stream waits for the
+        /// bytes (size 0: waits for an `ExportEvent`). `ipc`: the exporting session is on
+        /// this machine; copy device to device through the allocation's IPC handle.
         post PullRange pull_range(
             ctx: Id,
-            stream: Id,
+            stream: Option<Id>,
             dst: DevicePtr,
             size: u64,
             from: PeerExport,
@@ -906,6 +922,11 @@ sample_struct! {
 
 sample_enum!(ImageKind { Module, Library });
 sample_enum!(Pool { Default(device), Created(id) });
+sample_enum!(ExportKeep {
+    Unguarded,
+    Hold,
+    Staged
+});
 sample_enum!(Place { Device { ptr, pitch }, Array { id, origin } });
 sample_enum!(NodeQuery { All, Roots, DependenciesOf(node), DependentsOf(node) });
 sample_enum!(TensorMapRequest {

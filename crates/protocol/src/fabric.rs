@@ -32,6 +32,15 @@ pub enum LinkRequest {
     /// After [`LinkReply::Handle`]: whether the puller copied the whole export through it (the
     /// export is used up), or could not and will pull the bytes.
     Shared { copied: bool },
+    /// The CUDA IPC handle of the exported allocation *now*, ready or not: a puller on the
+    /// same machine maps the allocation when the pull is requested, to order its device
+    /// copy in the pulling stream; it then asks [`LinkRequest::Share`] to wait for the export
+    /// to be ready. Answered with [`LinkReply::Handle`] or [`LinkReply::Refused`].
+    Handle { ticket: LaneKey },
+    /// The puller has the bytes of the export in its device memory now (after pulling all
+    /// of them): an export whose stream waits for its delivery lets the stream go on. No
+    /// answer.
+    Delivered { ticket: LaneKey },
 }
 
 /// Exporter to puller.
@@ -53,6 +62,8 @@ sample_enum!(LinkRequest {
     Pull { ticket, offset, len },
     Share { ticket },
     Shared { copied },
+    Handle { ticket },
+    Delivered { ticket },
 });
 sample_enum!(LinkReply {
     Waiting,

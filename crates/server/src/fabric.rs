@@ -56,6 +56,9 @@ struct Export {
     source: Box<dyn Source>,
     /// Bytes not pulled yet.
     left: AtomicU64,
+    /// Ended by the puller's [`LinkRequest::Delivered`] rather than by its last byte pulled
+    /// (its stream waits until the bytes are on the puller's device).
+    awaits_delivery: bool,
     made: Instant,
 }
 
@@ -148,19 +151,22 @@ impl Fabric {
         }
     }
 
-    /// Exports `size` bytes of `session`, read through `source`, under `ticket`.
+    /// Exports `size` bytes of `session`, read through `source`, under `ticket`; ended by the
+    /// puller's word that it has them when `awaits_delivery`, else by its last byte pulled.
     pub fn add(
         self: &Arc<Self>,
         session: u64,
         ticket: LaneKey,
         size: u64,
         source: Box<dyn Source>,
+        awaits_delivery: bool,
     ) -> Result<(), String> {
         let export = Arc::new(Export {
             session,
             size,
             source,
             left: AtomicU64::new(size),
+            awaits_delivery,
             made: Instant::now(),
         });
         log::debug!("session {session}: export of {size} bytes added");
@@ -257,11 +263,16 @@ impl Fabric {
                 Err(now) => before = now,
             }
         }
-        if before <= len {
-            let mut exports = self.lock();
-            if exports.get(ticket).is_some_and(|e| Arc::ptr_eq(e, export)) {
-                exports.remove(ticket);
-            }
+        if before <= len && !export.awaits_delivery {
+            self.end(ticket, export);
+        }
+    }
+
+    /// Ends an export (its stream goes on, if it waits).
+    fn end(&self, ticket: &LaneKey, export: &Arc<Export>) {
+        let mut exports = self.lock();
+        if exports.get(ticket).is_some_and(|e| Arc::ptr_eq(e, export)) {
+            exports.remove(ticket);
         }
     }
 
@@ -324,9 +335,16 @@ impl Fabric {
                 } => self.send_part(session, &ticket, offset, len, &mut writer)?,
                 LinkRequest::Share { ticket } => {
                     if let Some(export) = self.share(session, &ticket, &mut writer)? {
-                        match reader.read_message::<LinkRequest>() {
+                        // The puller answers as soon as its device copy is done: bounded.
+                        stream
+                            .set_read_timeout(Some(PEER_TIMEOUT))
+                            .map_err(failed)?;
+                        let answer = reader.read_message::<LinkRequest>();
+                        stream.set_read_timeout(None).map_err(failed)?;
+                        match answer {
+                            // Copied device to device: delivered.
                             Ok((_, LinkRequest::Shared { copied: true })) => {
-                                self.used(&ticket, &export, export.size)
+                                self.end(&ticket, &export)
                             }
                             Ok((_, LinkRequest::Shared { copied: false })) => {}
                             Ok((_, other)) => return Err(format!("{other:?} after a handle")),
@@ -334,8 +352,53 @@ impl Fabric {
                         }
                     }
                 }
+                LinkRequest::Handle { ticket } => {
+                    let Some(export) = self.wanted_export(session, &ticket, &mut writer)? else {
+                        continue;
+                    };
+                    match export.source.handle() {
+                        Some((handle, offset)) => {
+                            reply(&mut writer, &LinkReply::Handle { handle, offset }, &[])?
+                        }
+                        None => refuse(&mut writer, "no handle to share")?,
+                    }
+                }
+                LinkRequest::Delivered { ticket } => {
+                    // Of this session's exports only; an export that ended already is no
+                    // matter (one that did not wait for its delivery).
+                    let mut exports = self.lock();
+                    let delivered = exports
+                        .iter()
+                        .find(|(t, e)| e.session == session && keys_match(t, &ticket));
+                    if let Some((t, _)) = delivered {
+                        let t = *t;
+                        exports.remove(&t);
+                    }
+                }
                 LinkRequest::Shared { .. } => return Err("a Shared without a handle".into()),
             }
+        }
+    }
+
+    /// The export a request names, waiting for it to be made and telling the puller every
+    /// few seconds that it is still waiting; `Ok(None)`: refused (and the puller told why).
+    fn wanted_export(
+        &self,
+        session: u64,
+        ticket: &LaneKey,
+        writer: &mut FrameWriter<Stream>,
+    ) -> Result<Option<Arc<Export>>, String> {
+        let mut waited = Duration::ZERO;
+        loop {
+            if let Some(export) = self.find(session, ticket, WAITING_EVERY) {
+                return Ok(Some(export));
+            }
+            waited += WAITING_EVERY;
+            if waited >= PEER_TIMEOUT {
+                refuse(writer, "no such export on this server")?;
+                return Ok(None);
+            }
+            reply(writer, &LinkReply::Waiting, &[])?;
         }
     }
 
@@ -347,17 +410,8 @@ impl Fabric {
         ticket: &LaneKey,
         writer: &mut FrameWriter<Stream>,
     ) -> Result<Option<Arc<Export>>, String> {
-        let mut waited = Duration::ZERO;
-        let export = loop {
-            if let Some(export) = self.find(session, ticket, WAITING_EVERY) {
-                break export;
-            }
-            waited += WAITING_EVERY;
-            if waited >= PEER_TIMEOUT {
-                refuse(writer, "no such export on this server")?;
-                return Ok(None);
-            }
-            reply(writer, &LinkReply::Waiting, &[])?;
+        let Some(export) = self.wanted_export(session, ticket, writer)? else {
+            return Ok(None);
         };
         let mut told = Instant::now();
         let started = Instant::now();
@@ -376,6 +430,7 @@ impl Fabric {
                 return Ok(None);
             }
             if told.elapsed() >= WAITING_EVERY {
+                log::debug!("session {session}: an export's device work is not done yet");
                 reply(writer, &LinkReply::Waiting, &[])?;
                 told = Instant::now();
             }
@@ -451,6 +506,7 @@ impl Fabric {
         match export.source.handle() {
             Some((handle, offset)) => {
                 reply(writer, &LinkReply::Handle { handle, offset }, &[])?;
+                log::debug!("session {session}: shared an export's IPC handle");
                 Ok(Some(export))
             }
             None => {
@@ -549,7 +605,7 @@ mod tests {
         let later = fabric.clone();
         let maker = std::thread::spawn(move || {
             std::thread::sleep(Duration::from_millis(100));
-            later.add(1, ticket, 10, source(true)).unwrap();
+            later.add(1, ticket, 10, source(true), false).unwrap();
         });
         assert!(fabric.find(1, &ticket, Duration::from_secs(5)).is_some());
         maker.join().unwrap();
@@ -561,16 +617,16 @@ mod tests {
     fn an_export_ends_once_all_its_bytes_were_pulled_and_tickets_are_unique() {
         let fabric = Arc::new(Fabric::default());
         let ticket = [9u8; 32];
-        fabric.add(1, ticket, 100, source(true)).unwrap();
-        assert!(fabric.add(1, ticket, 5, source(true)).is_err());
+        fabric.add(1, ticket, 100, source(true), false).unwrap();
+        assert!(fabric.add(1, ticket, 5, source(true), false).is_err());
         let export = fabric.find(1, &ticket, Duration::ZERO).unwrap();
         fabric.used(&ticket, &export, 60);
         assert!(fabric.find(1, &ticket, Duration::ZERO).is_some());
         fabric.used(&ticket, &export, 40);
         assert!(fabric.find(1, &ticket, Duration::ZERO).is_none());
         // Withdrawn and forgotten exports are gone; another session's stay.
-        fabric.add(1, [1; 32], 1, source(true)).unwrap();
-        fabric.add(2, [2; 32], 1, source(true)).unwrap();
+        fabric.add(1, [1; 32], 1, source(true), false).unwrap();
+        fabric.add(2, [2; 32], 1, source(true), false).unwrap();
         fabric.remove(2, &[1; 32]);
         assert!(fabric.find(1, &[1; 32], Duration::ZERO).is_some());
         fabric.forget_session(1);

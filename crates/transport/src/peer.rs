@@ -40,7 +40,8 @@ pub trait PullSink: Sync {
     fn part(&self, offset: u64, len: u64, receive: Receive) -> Result<(), String>;
 
     /// Copies the whole pull through the CUDA IPC handle of the exported allocation and the
-    /// range's offset in it; false when it cannot (another machine's handle, no device).
+    /// range's offset in it, now that the export is ready; false when it cannot (another
+    /// machine's handle, no device).
     fn copy_shared(&self, _handle: &[u8], _offset: u64) -> bool {
         false
     }
@@ -141,6 +142,20 @@ impl Link {
         Ok(Ok(()))
     }
 
+    /// The export's IPC handle and offset now, ready or not (`None`: it has none).
+    fn handle(&mut self, export: &PeerExport) -> Result<Option<(Vec<u8>, u64)>, String> {
+        self.send(&LinkRequest::Handle {
+            ticket: export.ticket,
+        })?;
+        match self.answer()? {
+            (LinkReply::Handle { handle, offset }, 0) => Ok(Some((handle, offset))),
+            (LinkReply::Refused { .. }, 0) => Ok(None),
+            (other, _) => Err(format!(
+                "the exporter answered {other:?} to a handle request"
+            )),
+        }
+    }
+
     /// Asks for the export's IPC handle and copies through it: whether it did.
     fn share(&mut self, export: &PeerExport, sink: &dyn PullSink) -> Result<bool, String> {
         self.send(&LinkRequest::Share {
@@ -164,25 +179,17 @@ pub struct Links {
     token: Option<Token>,
     tls: TlsConnector,
     who: String,
-    stripes: usize,
 }
 
 impl Links {
     /// Links that authenticate with `token` and secure themselves as `tls` says; `who`: how the
     /// puller introduces itself.
     pub fn new(token: Option<Token>, tls: TlsConnector, who: &str) -> Links {
-        let stripes = std::env::var("RGPU_FABRIC_LINKS")
-            .ok()
-            .and_then(|v| v.parse::<usize>().ok())
-            .filter(|&n| n > 0)
-            .unwrap_or(DEFAULT_STRIPES)
-            .min(16);
         Links {
             idle: Mutex::new(HashMap::new()),
             token,
             tls,
             who: who.to_string(),
-            stripes,
         }
     }
 
@@ -233,6 +240,23 @@ impl Links {
         Ok(value)
     }
 
+    /// Tells the exporter that the bytes of `export` are in the puller's device memory now.
+    pub fn delivered(&self, export: &PeerExport) -> Result<(), String> {
+        self.with_link(export, |link| {
+            link.send(&LinkRequest::Delivered {
+                ticket: export.ticket,
+            })
+        })
+        .map_err(|e| format!("{}: {e}", export.endpoint))
+    }
+
+    /// The IPC handle of the exported allocation and the range's offset in it, asked for
+    /// before the export is ready (`None`: the exporter has none to give).
+    pub fn handle(&self, export: &PeerExport) -> Result<Option<(Vec<u8>, u64)>, String> {
+        self.with_link(export, |link| link.handle(export))
+            .map_err(|e| format!("{}: {e}", export.endpoint))
+    }
+
     /// Pulls all `size` bytes of `export` into `sink`: through the exported allocation's IPC
     /// handle when `share` and the sink can use it, else the bytes, striped over several links
     /// when large. Returns once every byte is in the sink.
@@ -251,7 +275,7 @@ impl Links {
         {
             return Ok(());
         }
-        let parts = parts(size, self.stripes);
+        let parts = plan(size);
         let pull_one = |offset: u64, len: u64| {
             self.with_link(export, |link| link.pull_part(export, offset, len, sink))
                 .and_then(|refused| refused)
@@ -276,6 +300,23 @@ impl Links {
                 .fold(first, |all, one| all.and(one))
         })
     }
+}
+
+/// The contiguous parts a pull of `size` bytes is cut into, each pulled over a link of its own
+/// ([`PullSink::part`] is called once for each). Exporters and pullers both plan by it (an
+/// exporting stream reads the parts in step with the puller): the servers of a cluster share
+/// their `RGPU_FABRIC_LINKS`.
+pub fn plan(size: u64) -> Vec<(u64, u64)> {
+    static STRIPES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    let stripes = *STRIPES.get_or_init(|| {
+        std::env::var("RGPU_FABRIC_LINKS")
+            .ok()
+            .and_then(|v| v.parse::<usize>().ok())
+            .filter(|&n| n > 0)
+            .unwrap_or(DEFAULT_STRIPES)
+            .min(16)
+    });
+    parts(size, stripes)
 }
 
 /// The contiguous parts a pull of `size` bytes is cut into: one below [`STRIPE_MIN`], else up

@@ -43,6 +43,31 @@ impl Endpoint {
     }
 }
 
+impl Endpoint {
+    /// Whether both endpoints are surely on one machine (Unix sockets, the same host, or
+    /// both loopback): where CUDA IPC handles of one server's memory open in the other.
+    pub fn same_machine(&self, other: &Endpoint) -> bool {
+        fn host(addr: &str) -> &str {
+            let host = addr.rsplit_once(':').map_or(addr, |(host, _)| host);
+            host.trim_start_matches('[').trim_end_matches(']')
+        }
+        fn loopback(host: &str) -> bool {
+            host == "localhost"
+                || host
+                    .parse::<std::net::IpAddr>()
+                    .is_ok_and(|ip| ip.is_loopback())
+        }
+        match (self, other) {
+            (Endpoint::Unix(_), Endpoint::Unix(_)) => true,
+            (Endpoint::Tcp(a), Endpoint::Tcp(b)) => {
+                let (a, b) = (host(a), host(b));
+                a == b || (loopback(a) && loopback(b))
+            }
+            _ => false,
+        }
+    }
+}
+
 impl std::fmt::Display for Endpoint {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
@@ -339,4 +364,20 @@ pub fn host_name() -> Option<String> {
         .map(|name| name.trim().to_string())
         .ok()
         .filter(|name| !name.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Endpoint;
+
+    #[test]
+    fn endpoints_on_one_machine() {
+        let at = |s: &str| Endpoint::parse(s).unwrap();
+        assert!(at("127.0.0.1:1").same_machine(&at("127.0.0.1:2")));
+        assert!(at("127.0.0.1:1").same_machine(&at("[::1]:2")));
+        assert!(at("gpu1:7000").same_machine(&at("gpu1:7001")));
+        assert!(!at("gpu1:7000").same_machine(&at("gpu2:7000")));
+        assert!(!at("10.0.0.1:7000").same_machine(&at("127.0.0.1:7000")));
+        assert!(at("unix:/run/a").same_machine(&at("unix:/run/b")));
+    }
 }

@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use rgpu_client::{CudaClient, Handoff, ReadSink, SendPtr};
 use rgpu_cuda_api::sys::*;
-use rgpu_protocol::cuda::{DevicePtr, Extent, Id, Pitch, Place};
+use rgpu_protocol::cuda::{DevicePtr, ExportKeep, Extent, Id, Pitch, Place};
 
 use super::graph_host_work::{note_captured, stage, Direction, HostCopy, Work};
 use super::memory::{context_of, is_device_memory, is_page_locked, note_async_read_error};
@@ -422,10 +422,10 @@ fn read_into(
 /// unless the copy is synchronous.
 ///
 /// Order: on a stream of the source's server, the export is ready after the stream's earlier
-/// work and the stream waits until the bytes have been pulled; on a stream of the
-/// destination's server, the pull waits for the stream's earlier work and the stream for the
-/// pull. The other side uses its context's default stream. A synchronous copy (or one ordered
-/// on a third server's stream, waited for first) returns once the bytes are in place.
+/// work and the stream goes on once the bytes are on the destination device (as a native
+/// copy's stream would); on a stream of the destination's server, the pull takes its place in
+/// that stream. The other side uses its context's default stream. A synchronous copy (or one
+/// ordered on a third server's stream, waited for first) returns once the bytes are in place.
 fn between_servers(
     from: &Arc<Context>,
     src: u64,
@@ -434,25 +434,41 @@ fn between_servers(
     size: u64,
     queue: Option<(Arc<Context>, Id)>,
 ) -> Result<(), CUresult> {
-    let (export_on, pull_on, wait) = match queue {
+    let ipc = super::fabric_ipc() && from.conn.endpoint().same_machine(to.conn.endpoint());
+    // The stream that orders the copy: on the source's server, the export keeps later work
+    // there from changing the bytes until they are on the destination device (held for an IPC
+    // copy, else read by the stream itself as they go), and the destination pulls on a stream
+    // of its own; on the destination's server, the pull takes its place in that stream.
+    let (export_on, keep, pull_on, wait) = match queue {
         Some((ctx, stream)) if Arc::ptr_eq(&ctx.conn, &from.conn) => {
-            ((ctx, stream), (to.clone(), 0), false)
+            let keep = if ipc {
+                ExportKeep::Hold
+            } else {
+                ExportKeep::Staged
+            };
+            ((ctx, stream), keep, (to.clone(), None), false)
         }
         Some((ctx, stream)) if Arc::ptr_eq(&ctx.conn, &to.conn) => {
-            ((from.clone(), 0), (ctx, stream), false)
+            let pull_on = (ctx, Some(stream));
+            ((from.clone(), 0), ExportKeep::Unguarded, pull_on, false)
         }
         Some((ctx, stream)) => {
             synchronize_stream(&ctx, stream)?;
-            ((from.clone(), 0), (to.clone(), 0), true)
+            let pull_on = (to.clone(), Some(0));
+            ((from.clone(), 0), ExportKeep::Unguarded, pull_on, true)
         }
-        None => ((from.clone(), 0), (to.clone(), 0), true),
+        None => (
+            (from.clone(), 0),
+            ExportKeep::Unguarded,
+            (to.clone(), Some(0)),
+            true,
+        ),
     };
     let ticket = rgpu_client::new_ticket();
-    let held = !wait;
     let (ectx, estream) = export_on;
     ectx.conn
         .cuda()
-        .export_range(ectx.remote, estream, src, size, ticket, held)
+        .export_range(ectx.remote, estream, src, size, ticket, keep)
         .outcome()?;
     let export = rgpu_protocol::PeerExport {
         endpoint: ectx.conn.endpoint().to_string(),
@@ -462,10 +478,10 @@ fn between_servers(
     let (pctx, pstream) = pull_on;
     pctx.conn
         .cuda()
-        .pull_range(pctx.remote, pstream, dst, size, export, super::fabric_ipc())
+        .pull_range(pctx.remote, pstream, dst, size, export, ipc)
         .outcome()?;
     if wait {
-        synchronize_stream(&pctx, pstream)?;
+        synchronize_stream(&pctx, 0)?;
     }
     Ok(())
 }

@@ -430,10 +430,10 @@ fn get_global(
     let name = unsafe { CStr::from_ptr(name) }
         .to_string_lossy()
         .into_owned();
+    // A library serves every context, of any server: loaded on this one at its first use.
+    let image_id = image_on(&image, &ctx)?;
     let server = ctx.conn.cuda();
-    let global = server
-        .get_global(ctx.remote, image.remote, name)
-        .outcome()?;
+    let global = server.get_global(ctx.remote, image_id, name).outcome()?;
     super::memory::record_device_range(global.ptr, global.size, &ctx);
     // SAFETY: the caller's out-pointers, each written only when non-null.
     unsafe {

@@ -101,7 +101,7 @@ fn wait_across_servers(
     };
     ctx.conn
         .cuda()
-        .pull_range(ctx.remote, stream, 0, 0, export, false)
+        .pull_range(ctx.remote, Some(stream), 0, 0, export, false)
         .outcome()
 }
 

@@ -18,8 +18,9 @@ use rgpu_cuda_api::sys::*;
 use super::Backend;
 use crate::fabric::CHUNK;
 
-/// Chunk buffers: two for each transfer in flight (one filling while the other drains).
-const BUFFERS: usize = 24;
+/// Chunk buffers: two for each part of a transfer in flight (one filling while the other
+/// drains).
+const BUFFERS: usize = 32;
 /// Gates: streams that may wait on the fabric at once.
 const GATES: usize = 1024;
 /// How long a transfer waits for a free chunk buffer.
@@ -95,37 +96,31 @@ impl FabricMemory {
         }
     }
 
+    /// A counter: a word of page-locked memory that the host and streams count up in
+    /// step with a transfer (see [`Counter`]).
+    pub(super) fn counter(self: &Arc<Self>) -> Result<Counter, Status> {
+        let mut state = self.gates.state.lock().unwrap_or_else(|e| e.into_inner());
+        let slot = state
+            .free
+            .pop()
+            .ok_or(cudaError_enum::CUDA_ERROR_OUT_OF_MEMORY as u32)?;
+        Ok(Counter {
+            slot,
+            base: state.targets[slot],
+            high: AtomicU32::new(0),
+            memory: self.clone(),
+        })
+    }
+
     /// Makes `stream` wait until the returned gate is opened (or dropped).
     pub(super) fn hold(
         self: &Arc<Self>,
         backend: &Backend,
         stream: CUstream,
     ) -> Result<Gate, Status> {
-        let gates = &self.gates;
-        let (slot, target) = {
-            let mut state = gates.state.lock().unwrap_or_else(|e| e.into_inner());
-            let slot = state
-                .free
-                .pop()
-                .ok_or(cudaError_enum::CUDA_ERROR_OUT_OF_MEMORY as u32)?;
-            state.targets[slot] = state.targets[slot].wrapping_add(1).max(1);
-            (slot, state.targets[slot])
-        };
-        let address = gates.device + (slot * std::mem::size_of::<u32>()) as u64;
-        let geq = CUstreamWaitValue_flags::CU_STREAM_WAIT_VALUE_GEQ as u32;
-        // SAFETY: a stream of the current context and a word of mapped page-locked memory.
-        let waited = check(unsafe {
-            cu_call!(
-                backend.driver,
-                cuStreamWaitValue32_v2(stream, address, target, geq)
-            )
-        });
-        let gate = Gate {
-            slot,
-            target,
-            memory: self.clone(),
-        };
-        waited.map(|()| gate)
+        let counter = self.counter()?;
+        counter.wait_on(backend, stream, 1)?;
+        Ok(Gate { _counter: counter })
     }
 }
 
@@ -175,30 +170,120 @@ struct Gates {
 
 struct GateState {
     free: Vec<usize>,
-    /// The value each slot's last gate opens at. Values only grow, so a stream that reaches
-    /// an older wait on a reused slot after its gate opened passes it.
+    /// The value each slot's word holds once its last counter is done with it: the next
+    /// counter of that slot counts on from there, so a value a stream waits for is never one
+    /// the word already holds.
     targets: Vec<u32>,
 }
 
-/// A stream waits on this until it is opened; dropping it opens it.
-pub(super) struct Gate {
+/// A word of page-locked memory counting a transfer's progress, from 0. Either the host sets
+/// it ([`Counter::set`]) and streams wait for values ([`Counter::wait_on`]): *landed* chunks
+/// a stream may copy; or a stream writes it ([`Counter::write_on`]) and the host reads it
+/// ([`Counter::reached`]): chunks a stream has copied. Dropped, it lets every stream wait
+/// pass; a counter a stream may still write must be leaked instead ([`Counter::leak`]).
+///
+/// Only the host, a network or device work enqueued *before* a wait may be what moves a
+/// counter a stream waits on: streams share the device's hardware queues, so a stream held
+/// by a wait can hold back work enqueued after it on any other stream.
+pub(super) struct Counter {
     slot: usize,
-    target: u32,
+    base: u32,
+    /// The highest value used (waited for or written).
+    high: AtomicU32,
     memory: Arc<FabricMemory>,
 }
 
-impl Drop for Gate {
-    fn drop(&mut self) {
+impl Counter {
+    fn word(&self) -> &AtomicU32 {
         let gates = &self.memory.gates;
         let word = (gates.words + self.slot * std::mem::size_of::<u32>()) as *const AtomicU32;
-        // SAFETY: a word of the gates' page-locked memory, which lives as long as the process;
-        // the device only reads it.
-        unsafe { (*word).store(self.target, Ordering::Release) };
-        gates
+        // SAFETY: a word of the gates' page-locked memory, which lives as long as the process
+        // and is only ever accessed atomically (or by the device).
+        unsafe { &*word }
+    }
+
+    fn device_word(&self) -> CUdeviceptr {
+        self.memory.gates.device + (self.slot * std::mem::size_of::<u32>()) as u64
+    }
+
+    fn uses(&self, value: u32) {
+        self.high.fetch_max(value, Ordering::SeqCst);
+    }
+
+    /// Makes `stream` wait until the counter reaches `value`.
+    pub(super) fn wait_on(
+        &self,
+        backend: &Backend,
+        stream: CUstream,
+        value: u32,
+    ) -> Result<(), Status> {
+        self.uses(value);
+        let geq = CUstreamWaitValue_flags::CU_STREAM_WAIT_VALUE_GEQ as u32;
+        let target = self.base.wrapping_add(value);
+        // SAFETY: a stream of the current context and a word of mapped page-locked memory.
+        check(unsafe {
+            cu_call!(
+                backend.driver,
+                cuStreamWaitValue32_v2(stream, self.device_word(), target, geq)
+            )
+        })
+    }
+
+    /// Makes `stream` set the counter to `value` once its earlier work is done.
+    pub(super) fn write_on(
+        &self,
+        backend: &Backend,
+        stream: CUstream,
+        value: u32,
+    ) -> Result<(), Status> {
+        self.uses(value);
+        let target = self.base.wrapping_add(value);
+        // SAFETY: as above.
+        check(unsafe {
+            cu_call!(
+                backend.driver,
+                cuStreamWriteValue32_v2(stream, self.device_word(), target, 0)
+            )
+        })
+    }
+
+    /// Sets the counter to `value` from the host (streams waiting for it go on).
+    pub(super) fn set(&self, value: u32) {
+        self.uses(value);
+        self.word()
+            .store(self.base.wrapping_add(value), Ordering::Release);
+    }
+
+    /// Whether the counter has reached `value`.
+    pub(super) fn reached(&self, value: u32) -> bool {
+        let now = self.word().load(Ordering::Acquire).wrapping_sub(self.base);
+        // Counts stay far below half the range: a smaller difference is a value not reached.
+        now >= value && now < u32::MAX / 2
+    }
+
+    /// Gives up the counter without freeing its word, which a stream may still write.
+    pub(super) fn leak(self) {
+        std::mem::forget(self);
+    }
+}
+
+impl Drop for Counter {
+    fn drop(&mut self) {
+        let high = self.high.load(Ordering::SeqCst);
+        let last = self.base.wrapping_add(high);
+        self.word().store(last, Ordering::Release);
+        let mut state = self
+            .memory
+            .gates
             .state
             .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .free
-            .push(self.slot);
+            .unwrap_or_else(|e| e.into_inner());
+        state.targets[self.slot] = last;
+        state.free.push(self.slot);
     }
+}
+
+/// A stream waits on this until it is dropped (its counter's drop lets the wait pass).
+pub(super) struct Gate {
+    _counter: Counter,
 }

@@ -8,6 +8,7 @@ mod contexts;
 mod copies;
 mod events;
 mod fabric_memory;
+mod fabric_ring;
 mod graphs;
 mod launches;
 mod memory;

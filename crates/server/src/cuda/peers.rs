@@ -19,11 +19,12 @@ use std::sync::{Arc, Mutex, OnceLock};
 use rgpu_cuda_api::cu_call;
 use rgpu_cuda_api::native::{check, Status};
 use rgpu_cuda_api::sys::*;
-use rgpu_protocol::cuda::{serve, Answer, DevicePtr, Id};
+use rgpu_protocol::cuda::{serve, Answer, DevicePtr, ExportKeep, Id};
 use rgpu_protocol::{LaneKey, PeerExport};
-use rgpu_transport::peer::{PullSink, Receive};
+use rgpu_transport::peer::{PullSink, Receive, PEER_TIMEOUT};
 
-use super::fabric_memory::{ChunkBuffer, FabricMemory, Gate};
+use super::fabric_memory::{ChunkBuffer, Counter, FabricMemory, Gate};
+use super::fabric_ring::{wait_until, Direction, Ring};
 use super::session::Served;
 use super::Backend;
 use crate::fabric::{Source, CHUNK};
@@ -114,12 +115,6 @@ impl OwnStream {
     fn raw(&self) -> CUstream {
         self.0 as CUstream
     }
-
-    fn synchronize(&self) -> Result<(), String> {
-        // SAFETY: a stream this value owns.
-        check(unsafe { cu_call!(self.1.driver, cuStreamSynchronize(self.raw())) })
-            .map_err(|s| format!("CUDA error {s}"))
-    }
 }
 
 impl Drop for OwnStream {
@@ -176,8 +171,27 @@ struct DeviceRange {
     /// the driver may wait for the device while taking one, and the device may be waiting on
     /// this export's gate by the time a puller asks.
     shared: Option<(Vec<u8>, u64)>,
-    /// Held until the range has been pulled (or the export ends): the stream waits on it.
+    /// Where the exporting stream itself reads the range, chunk by chunk, as it is sent.
+    ring: Option<Ring>,
+    /// Held until the range has been pulled or delivered (or the export ends): the stream
+    /// waits on it.
     _hold: Option<Gate>,
+}
+
+impl Drop for DeviceRange {
+    fn drop(&mut self) {
+        let Some(ring) = self.ring.take() else {
+            return;
+        };
+        ring.let_go();
+        // Usually the stream has read every chunk by now; else it is waited for on a thread
+        // of its own (whoever drops an export may hold the registry's lock).
+        if !ring.drained() {
+            let _ = std::thread::Builder::new()
+                .name("rgpu-fabric-drain".into())
+                .spawn(move || drop(ring));
+        }
+    }
 }
 
 impl Source for DeviceRange {
@@ -191,6 +205,9 @@ impl Source for DeviceRange {
     }
 
     fn read(&self, offset: u64, len: u64, send: crate::fabric::Send) -> Result<(), String> {
+        if let Some(ring) = &self.ring {
+            return ring.send(offset, len, send);
+        }
         with_transfer_stream(&self.at, |stream, events| {
             self.read_on(stream, events, offset, len, send)
         })
@@ -262,99 +279,123 @@ impl DeviceRange {
     }
 }
 
-/// Where a pull writes: `size` bytes at `dst` in a session's context.
-struct DeviceSink {
-    at: InContext,
-    dst: DevicePtr,
-    size: u64,
-    memory: Arc<FabricMemory>,
+/// A pull into device memory whose device copies are *in the pulling stream*, enqueued when
+/// the pull is requested, each behind a wait for what it copies: the bytes landing in a
+/// page-locked buffer, or (IPC) the export being ready (see fabric_ring.rs for why).
+struct InStreamPull(Landing);
+
+/// Where an [`InStreamPull`]'s bytes come from.
+enum Landing {
+    /// An event's completion (no bytes): the stream waits until the export is ready.
+    Event(Gate),
+    /// Bytes over the network, through chunk buffers.
+    Staged(Ring),
+    /// A device-to-device copy from the exporter's allocation, mapped in this context: the
+    /// stream waits for `ready`, copies, and counts `done`.
+    Mapped { ready: Counter, done: Counter },
+    /// Finished.
+    Done,
 }
 
-impl PullSink for DeviceSink {
-    fn part(&self, offset: u64, len: u64, receive: Receive) -> Result<(), String> {
-        with_transfer_stream(&self.at, |stream, events| {
-            self.part_on(stream, events, offset, len, receive)
-        })
+impl InStreamPull {
+    /// A pull of an event's completion: `stream` waits until the pull has finished.
+    fn event(memory: &Arc<FabricMemory>, at: &InContext, stream: CUstream) -> Result<Self, Status> {
+        Ok(InStreamPull(Landing::Event(
+            memory.hold(&at.backend, stream)?,
+        )))
     }
-    fn copy_shared(&self, handle: &[u8], offset: u64) -> bool {
-        let copied = with_transfer_stream(&self.at, |stream, _| {
-            let base = ipc_mapping(&self.at, handle)?;
-            let src = base + offset;
-            // SAFETY: a stream of this context; the driver checks both device ranges.
+
+    /// A pull of `size` bytes into `dst`, enqueued on `stream`: from the exporter's allocation
+    /// mapped at `mapped`, else over the network in `plan`'s parts.
+    fn enqueue(
+        memory: &Arc<FabricMemory>,
+        at: &InContext,
+        stream: CUstream,
+        dst: DevicePtr,
+        size: u64,
+        mapped: Option<DevicePtr>,
+    ) -> (Self, Result<(), Status>) {
+        let backend = &at.backend;
+        let Some(src) = mapped else {
+            let ring = match Ring::new(
+                memory,
+                Direction::ToDevice,
+                &rgpu_transport::peer::plan(size),
+            ) {
+                Ok(ring) => ring,
+                Err(s) => return (InStreamPull(Landing::Done), Err(s)),
+            };
+            let enqueued = ring.enqueue(backend, stream, dst);
+            return (InStreamPull(Landing::Staged(ring)), enqueued);
+        };
+        let (ready, done) = match (memory.counter(), memory.counter()) {
+            (Ok(ready), Ok(done)) => (ready, done),
+            (Err(s), _) | (_, Err(s)) => return (InStreamPull(Landing::Done), Err(s)),
+        };
+        let enqueued = ready.wait_on(backend, stream, 1).and_then(|()| {
+            // SAFETY: a stream of the current context; the driver checks both ranges.
             check(unsafe {
                 cu_call!(
-                    self.at.backend.driver,
-                    cuMemcpyDtoDAsync_v2(self.dst, src, self.size as usize, stream.raw())
+                    backend.driver,
+                    cuMemcpyDtoDAsync_v2(dst, src, size as usize, stream)
                 )
-            })
-            .map_err(|s| format!("CUDA error {s}"))?;
-            // Done only once the copy is: the exporter may reuse its memory after our answer.
-            stream.synchronize()
+            })?;
+            done.write_on(backend, stream, 1)
         });
-        match copied {
-            Ok(()) => true,
-            Err(e) => {
-                log::debug!("an IPC copy did not happen ({e}); pulling the bytes");
-                false
+        (InStreamPull(Landing::Mapped { ready, done }), enqueued)
+    }
+
+    /// Lets the stream go on past every wait (after a failure, with whatever the device holds)
+    /// and waits until it is done with the pull's buffers: whether the stream got there.
+    fn finish(&mut self) -> bool {
+        match std::mem::replace(&mut self.0, Landing::Done) {
+            Landing::Event(gate) => drop(gate),
+            Landing::Staged(mut ring) => return ring.finish(),
+            Landing::Mapped { ready, done } => {
+                drop(ready);
+                if !wait_until(DRAIN_WAIT, || done.reached(1)) {
+                    // The stream may still write it.
+                    done.leak();
+                    return false;
+                }
             }
+            Landing::Done => {}
         }
+        true
     }
 }
 
-impl DeviceSink {
-    /// [`PullSink::part`] on a transfer stream: chunk k+1 is received into one buffer while
-    /// chunk k is copied to the device from the other.
-    fn part_on(
-        &self,
-        stream: &OwnStream,
-        events: &[OwnEvent; 2],
-        offset: u64,
-        len: u64,
-        receive: Receive,
-    ) -> Result<(), String> {
-        let chunks = len.div_ceil(CHUNK as u64) as usize;
-        let mut slots: Vec<(ChunkBuffer, &OwnEvent)> = Vec::new();
-        for event in events.iter().take(chunks.min(2)) {
-            slots.push((self.memory.buffer()?, event));
+/// How long a finished pull waits for its stream to have done its IPC copy before the
+/// counter the stream writes is given up.
+const DRAIN_WAIT: std::time::Duration = std::time::Duration::from_secs(600);
+
+impl Drop for InStreamPull {
+    fn drop(&mut self) {
+        self.finish();
+    }
+}
+
+impl PullSink for InStreamPull {
+    fn part(&self, offset: u64, len: u64, receive: Receive) -> Result<(), String> {
+        match &self.0 {
+            Landing::Staged(ring) => ring.receive(offset, len, receive),
+            // An event: nothing to receive.
+            Landing::Event(_) if len == 0 => Ok(()),
+            _ => Err("this pull copies through an IPC handle only".into()),
         }
-        let copied = self.chunks_to_device(stream, &mut slots, offset, len, receive);
-        // Also after a failure: no device copy may still read a buffer given back.
-        let finished = stream.synchronize();
-        copied.and(finished)
     }
 
-    fn chunks_to_device(
-        &self,
-        stream: &OwnStream,
-        slots: &mut [(ChunkBuffer, &OwnEvent)],
-        offset: u64,
-        len: u64,
-        receive: Receive,
-    ) -> Result<(), String> {
-        let cuda = |s: Status| format!("CUDA error {s}");
-        let chunks = len.div_ceil(CHUNK as u64) as usize;
-        for k in 0..chunks {
-            let at = k as u64 * CHUNK as u64;
-            let n = (len - at).min(CHUNK as u64) as usize;
-            let (buffer, done) = &mut slots[k % 2];
-            // The buffer's previous chunk must be on the device before it is refilled.
-            if k >= 2 {
-                done.synchronize()?;
-            }
-            receive(buffer.bytes_mut(n))?;
-            let dst = self.dst + offset + at;
-            // SAFETY: a page-locked buffer this transfer holds, and a stream of the pulling
-            // context; the driver checks the device range.
-            check(unsafe {
-                cu_call!(
-                    self.at.backend.driver,
-                    cuMemcpyHtoDAsync_v2(dst, buffer.ptr().cast(), n, stream.raw())
-                )
-            })
-            .map_err(cuda)?;
-            done.record(stream)?;
+    fn copy_shared(&self, _handle: &[u8], _offset: u64) -> bool {
+        let Landing::Mapped { ready, done } = &self.0 else {
+            return false;
+        };
+        ready.set(1);
+        // Done only once the copy is: the exporter may reuse its memory after our answer.
+        let copied = wait_until(PEER_TIMEOUT, || done.reached(1));
+        if !copied {
+            log::warn!("an IPC copy did not finish in time");
         }
-        Ok(())
+        copied
     }
 }
 
@@ -407,17 +448,40 @@ impl Served<'_> {
         Ok((at, memory, cuda.stream(stream)?))
     }
 
-    fn add_export(&mut self, ticket: LaneKey, size: u64, range: DeviceRange) -> Answer<()> {
+    fn add_export(
+        &mut self,
+        ticket: LaneKey,
+        size: u64,
+        range: DeviceRange,
+        awaits_delivery: bool,
+    ) -> Answer<()> {
         let session = &self.session;
         session
             .shared
             .fabric
-            .add(session.id, ticket, size, Box::new(range))
+            .add(session.id, ticket, size, Box::new(range), awaits_delivery)
             .map_err(|e| {
                 log::warn!("session {}: {e}", session.id);
                 INVALID_VALUE
             })
     }
+}
+
+/// The fabric's own stream in `at`'s context, made at its first use and kept, for pulls that
+/// the exporter's stream orders: nothing of the program's runs on it.
+fn own_stream(at: &InContext) -> Result<CUstream, Status> {
+    static STREAMS: OnceLock<Mutex<HashMap<usize, OwnStream>>> = OnceLock::new();
+    let mut streams = STREAMS
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    if let Some(stream) = streams.get(&at.ctx) {
+        return Ok(stream.raw());
+    }
+    let stream = at.stream()?;
+    let raw = stream.raw();
+    streams.insert(at.ctx, stream);
+    Ok(raw)
 }
 
 impl serve::Peers for Served<'_> {
@@ -428,15 +492,36 @@ impl serve::Peers for Served<'_> {
         ptr: DevicePtr,
         size: u64,
         ticket: LaneKey,
-        hold: bool,
+        keep: ExportKeep,
     ) -> Answer<()> {
         let (at, memory, stream) = self.fabric_setup(ctx, stream)?;
-        // Before the gate below: see `DeviceRange::shared`.
-        let shared = (size > 0)
+        // Before any gate below: see `DeviceRange::shared`.
+        let shared = (size > 0 && keep != ExportKeep::Staged)
             .then(|| ipc_handle_of(&at.backend.driver, ptr))
             .flatten();
+        // A range to be copied through its handle that has none (pool memory) is staged.
+        let keep = match keep {
+            ExportKeep::Hold if shared.is_none() && size > 0 => ExportKeep::Staged,
+            keep => keep,
+        };
         let ready = at.event_on(stream)?;
-        let hold = match hold {
+        let ring = match keep {
+            ExportKeep::Staged if size > 0 => {
+                let plan = rgpu_transport::peer::plan(size);
+                let mut ring = Ring::new(&memory, Direction::FromDevice, &plan)?;
+                if let Err(s) = ring.enqueue(&at.backend, stream, ptr) {
+                    // Let the stream past what was enqueued, off this thread (it may wait).
+                    let _ = self.session.shared.fabric.run(Box::new(move || {
+                        ring.finish();
+                    }));
+                    return Err(s);
+                }
+                Some(ring)
+            }
+            _ => None,
+        };
+        let awaits_delivery = keep != ExportKeep::Unguarded;
+        let hold = match awaits_delivery {
             true => Some(memory.hold(&at.backend, stream)?),
             false => None,
         };
@@ -446,9 +531,10 @@ impl serve::Peers for Served<'_> {
             ready,
             memory,
             shared,
+            ring,
             _hold: hold,
         };
-        self.add_export(ticket, size, range)
+        self.add_export(ticket, size, range, awaits_delivery)
     }
 
     fn export_event(&mut self, ctx: Id, event: Id, ticket: LaneKey) -> Answer<()> {
@@ -465,9 +551,10 @@ impl serve::Peers for Served<'_> {
             ready,
             memory,
             shared: None,
+            ring: None,
             _hold: None,
         };
-        self.add_export(ticket, 0, range)
+        self.add_export(ticket, 0, range, false)
     }
 
     fn unexport(&mut self, ticket: LaneKey) -> Answer<()> {
@@ -478,45 +565,85 @@ impl serve::Peers for Served<'_> {
     fn pull_range(
         &mut self,
         ctx: Id,
-        stream: Id,
+        stream: Option<Id>,
         dst: DevicePtr,
         size: u64,
         from: PeerExport,
         ipc: bool,
     ) -> Answer<()> {
-        let (at, memory, stream) = self.fabric_setup(ctx, stream)?;
-        let earlier = at.event_on(stream)?;
-        let gate = memory.hold(&at.backend, stream)?;
-        let failure = self.cuda.fabric_failure.clone();
-        let shared = self.session.shared.clone();
-        let id = self.session.id;
-        let sink = DeviceSink {
-            at,
-            dst,
-            size,
-            memory,
+        let (at, memory, program_stream) = self.fabric_setup(ctx, stream.unwrap_or(0))?;
+        let stream = match stream {
+            Some(_) => program_stream,
+            None => own_stream(&at)?,
         };
-        let fabric = self.session.shared.fabric.clone();
+        let id = self.session.id;
+        let shared = self.session.shared.clone();
+        let links = self
+            .session
+            .shared
+            .fabric
+            .links(shared.token.as_ref())
+            .map_err(|e| {
+                log::warn!("session {id}: {e}");
+                PULL_FAILED
+            })?;
+        let earlier = at.event_on(stream)?;
+        // On one machine: the exporter's allocation, mapped now so that the copy can take its
+        // place in the stream (one round trip to the exporter; the mapping is kept).
+        let mapped = match ipc && size > 0 {
+            true => match links.handle(&from) {
+                Ok(Some((handle, offset))) => ipc_mapping(&at, &handle)
+                    .map(|base| base + offset)
+                    .map_err(|e| log::debug!("session {id}: no IPC copy ({e})"))
+                    .ok(),
+                Ok(None) => None,
+                Err(e) => {
+                    log::debug!("session {id}: no IPC handle ({e})");
+                    None
+                }
+            },
+            false => None,
+        };
+        let (mut pull, enqueued) = match size {
+            0 => (InStreamPull::event(&memory, &at, stream)?, Ok(())),
+            _ => InStreamPull::enqueue(&memory, &at, stream, dst, size, mapped),
+        };
+        let failure = self.cuda.fabric_failure.clone();
+        let fabric = shared.fabric.clone();
         let job = Box::new(move || {
-            log::debug!("session {id}: pull of {size} bytes waits for its stream");
-            let pulled = earlier.synchronize().and_then(|()| {
-                log::debug!("session {id}: pulling {size} bytes from {}", from.endpoint);
-                let links = shared.fabric.links(shared.token.as_ref())?;
-                links.pull(&from, size, ipc && size > 0, &sink)
-            });
+            let links = shared.fabric.links(shared.token.as_ref());
+            let pulled = enqueued
+                .map_err(|s| format!("CUDA error {s} ordering the pull in its stream"))
+                .and_then(|()| {
+                    log::debug!("session {id}: pull of {size} bytes waits for its stream");
+                    earlier.synchronize()
+                })
+                .and_then(|()| {
+                    log::debug!("session {id}: pulling {size} bytes from {}", from.endpoint);
+                    links.clone()?.pull(&from, size, mapped.is_some(), &pull)
+                });
+            // The bytes on the device (or the stream let go after a failure).
+            let on_device = pull.finish();
             log::debug!("session {id}: pull of {size} bytes ended: {pulled:?}");
-            if let Err(e) = pulled {
-                log::warn!("session {id}: pulling from {}: {e}", from.endpoint);
-                failure
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .get_or_insert(PULL_FAILED);
+            match pulled {
+                // An exporting stream may wait for this (an IPC copy said so already).
+                Ok(()) if on_device && size > 0 && mapped.is_none() => {
+                    if let Err(e) = links.and_then(|links| links.delivered(&from)) {
+                        log::debug!("session {id}: telling of a delivery: {e}");
+                    }
+                }
+                Ok(()) => {}
+                Err(e) => {
+                    log::warn!("session {id}: pulling from {}: {e}", from.endpoint);
+                    failure
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .get_or_insert(PULL_FAILED);
+                }
             }
-            // Only now may the stream go on.
-            drop(gate);
         });
         fabric.run(job).map_err(|e| {
-            log::warn!("session {}: {e}", self.session.id);
+            log::warn!("session {id}: {e}");
             PULL_FAILED
         })
     }

@@ -33,7 +33,7 @@ impl serve::Peers for Session {
         };
         let fabric = &self.shared.fabric;
         fabric
-            .add(self.id, ticket, size, Box::new(source))
+            .add(self.id, ticket, size, Box::new(source), false)
             .map_err(|e| {
                 log::warn!("session {}: {e}", self.id);
                 rgpu_cl_api::sys::CL_INVALID_VALUE
