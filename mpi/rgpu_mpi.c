@@ -656,7 +656,8 @@ static int copy_attribute(MPI_Datatype old, int key, void *extra, void *in, void
 
 static void make_keyval(void) {
     if (RGPU_MPI_BUFFER_KEYVAL == MPI_KEYVAL_INVALID)
-        PMPI_Type_create_keyval(copy_attribute, MPI_TYPE_NULL_DELETE_FN, &RGPU_MPI_BUFFER_KEYVAL, NULL);
+        PMPI_Type_create_keyval(copy_attribute, MPI_TYPE_NULL_DELETE_FN, &RGPU_MPI_BUFFER_KEYVAL,
+                                NULL);
 }
 
 /* After MPI_Init: the datatype key, and the control communicator of direct transfers. */
@@ -1051,7 +1052,8 @@ int MPI_Allreduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype ty
                   MPI_Comm comm) {
     Buffer r = classify(recvbuf, count, type);
     Buffer s = sendbuf == MPI_IN_PLACE ? r : classify(sendbuf, count, type);
-    if (s.kind == HOST && r.kind == HOST) return PMPI_Allreduce(sendbuf, recvbuf, count, type, op, comm);
+    if (s.kind == HOST && r.kind == HOST) return PMPI_Allreduce(sendbuf, recvbuf, count, type, op,
+        comm);
     int size = 0, rc = MPI_SUCCESS;
     PMPI_Type_size(type, &size);
     size_t bytes = (size_t)size * (size_t)count;
@@ -1204,7 +1206,8 @@ int MPI_Reduce_scatter_block(const void *sendbuf, void *recvbuf, int recvcount,
     Arg s, r;
     int rc = stage_pair(&s, sendbuf, all, type, &r, recvbuf, rcount, type, 1, 1, comm);
     MPI_Datatype plain = s.b.kind != HOST ? s.type : r.type;
-    if (rc == MPI_SUCCESS) rc = PMPI_Reduce_scatter_block(s.host, r.host, recvcount, plain, op, comm);
+    if (rc == MPI_SUCCESS) rc = PMPI_Reduce_scatter_block(s.host, r.host, recvcount, plain, op,
+        comm);
     rc = arg_unstage(&s, 0, rc, comm);
     return arg_unstage(&r, 1, rc, comm);
 }
@@ -1388,57 +1391,63 @@ static int refuse_device(const char *call, const void *buf, int count, MPI_Datat
     return MPI_ERR_BUFFER;
 }
 
+/* Returns the refusal's error, else what the real MPI call returns (made only then). */
+#define UNLESS_REFUSED(refusal, call)                                                             \
+    do {                                                                                          \
+        int refused_ = (refusal);                                                                 \
+        return refused_ != MPI_SUCCESS ? refused_ : (call);                                       \
+    } while (0)
+
 #define REFUSED_SEND(name, ...)                                                                   \
     int MPI_##name(const void *buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm \
                    __VA_ARGS__)
 
 REFUSED_SEND(Rsend) {
-    int rc = refuse_device("MPI_Rsend", buf, count, type, comm);
-    return rc != MPI_SUCCESS ? rc : PMPI_Rsend(buf, count, type, dest, tag, comm);
+    UNLESS_REFUSED(refuse_device("MPI_Rsend", buf, count, type, comm),
+                   PMPI_Rsend(buf, count, type, dest, tag, comm));
 }
 REFUSED_SEND(Bsend) {
-    int rc = refuse_device("MPI_Bsend", buf, count, type, comm);
-    return rc != MPI_SUCCESS ? rc : PMPI_Bsend(buf, count, type, dest, tag, comm);
+    UNLESS_REFUSED(refuse_device("MPI_Bsend", buf, count, type, comm),
+                   PMPI_Bsend(buf, count, type, dest, tag, comm));
 }
 REFUSED_SEND(Issend, , MPI_Request *request) {
-    int rc = refuse_device("MPI_Issend", buf, count, type, comm);
-    return rc != MPI_SUCCESS ? rc : PMPI_Issend(buf, count, type, dest, tag, comm, request);
+    UNLESS_REFUSED(refuse_device("MPI_Issend", buf, count, type, comm),
+                   PMPI_Issend(buf, count, type, dest, tag, comm, request));
 }
 REFUSED_SEND(Irsend, , MPI_Request *request) {
-    int rc = refuse_device("MPI_Irsend", buf, count, type, comm);
-    return rc != MPI_SUCCESS ? rc : PMPI_Irsend(buf, count, type, dest, tag, comm, request);
+    UNLESS_REFUSED(refuse_device("MPI_Irsend", buf, count, type, comm),
+                   PMPI_Irsend(buf, count, type, dest, tag, comm, request));
 }
 REFUSED_SEND(Ibsend, , MPI_Request *request) {
-    int rc = refuse_device("MPI_Ibsend", buf, count, type, comm);
-    return rc != MPI_SUCCESS ? rc : PMPI_Ibsend(buf, count, type, dest, tag, comm, request);
+    UNLESS_REFUSED(refuse_device("MPI_Ibsend", buf, count, type, comm),
+                   PMPI_Ibsend(buf, count, type, dest, tag, comm, request));
 }
 REFUSED_SEND(Send_init, , MPI_Request *request) {
-    int rc = refuse_device("MPI_Send_init", buf, count, type, comm);
-    return rc != MPI_SUCCESS ? rc : PMPI_Send_init(buf, count, type, dest, tag, comm, request);
+    UNLESS_REFUSED(refuse_device("MPI_Send_init", buf, count, type, comm),
+                   PMPI_Send_init(buf, count, type, dest, tag, comm, request));
 }
 REFUSED_SEND(Ssend_init, , MPI_Request *request) {
-    int rc = refuse_device("MPI_Ssend_init", buf, count, type, comm);
-    return rc != MPI_SUCCESS ? rc : PMPI_Ssend_init(buf, count, type, dest, tag, comm, request);
+    UNLESS_REFUSED(refuse_device("MPI_Ssend_init", buf, count, type, comm),
+                   PMPI_Ssend_init(buf, count, type, dest, tag, comm, request));
 }
 
 int MPI_Recv_init(void *buf, int count, MPI_Datatype type, int source, int tag, MPI_Comm comm,
                   MPI_Request *request) {
-    int rc = refuse_device("MPI_Recv_init", buf, count, type, comm);
-    return rc != MPI_SUCCESS ? rc : PMPI_Recv_init(buf, count, type, source, tag, comm, request);
+    UNLESS_REFUSED(refuse_device("MPI_Recv_init", buf, count, type, comm),
+                   PMPI_Recv_init(buf, count, type, source, tag, comm, request));
 }
 
 int MPI_Sendrecv_replace(void *buf, int count, MPI_Datatype type, int dest, int sendtag,
                          int source, int recvtag, MPI_Comm comm, MPI_Status *status) {
-    int rc = refuse_device("MPI_Sendrecv_replace", buf, count, type, comm);
-    return rc != MPI_SUCCESS ? rc
-                             : PMPI_Sendrecv_replace(buf, count, type, dest, sendtag, source,
-                                                     recvtag, comm, status);
+    UNLESS_REFUSED(refuse_device("MPI_Sendrecv_replace", buf, count, type, comm),
+                   PMPI_Sendrecv_replace(buf, count, type, dest, sendtag, source, recvtag, comm,
+                                         status));
 }
 
 int MPI_Ibcast(void *buf, int count, MPI_Datatype type, int root, MPI_Comm comm,
                MPI_Request *request) {
-    int rc = refuse_device("MPI_Ibcast", buf, count, type, comm);
-    return rc != MPI_SUCCESS ? rc : PMPI_Ibcast(buf, count, type, root, comm, request);
+    UNLESS_REFUSED(refuse_device("MPI_Ibcast", buf, count, type, comm),
+                   PMPI_Ibcast(buf, count, type, root, comm, request));
 }
 
 int MPI_Iallreduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype type, MPI_Op op,
@@ -1446,7 +1455,8 @@ int MPI_Iallreduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype t
     int rc = refuse_device("MPI_Iallreduce", sendbuf == MPI_IN_PLACE ? NULL : sendbuf, count,
                            type, comm);
     if (rc == MPI_SUCCESS) rc = refuse_device("MPI_Iallreduce", recvbuf, count, type, comm);
-    return rc != MPI_SUCCESS ? rc : PMPI_Iallreduce(sendbuf, recvbuf, count, type, op, comm, request);
+    return rc != MPI_SUCCESS ? rc : PMPI_Iallreduce(sendbuf, recvbuf, count, type, op, comm,
+                                                    request);
 }
 
 int MPI_Ireduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype type, MPI_Op op,
@@ -1493,109 +1503,97 @@ static int refuse_pair(const char *call, const void *a, MPI_Datatype atype, cons
 
 int MPI_Igather(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf,
                 int recvcount, MPI_Datatype recvtype, int root, MPI_Comm comm, MPI_Request *req) {
-    int rc = refuse_pair("MPI_Igather", sendbuf, sendtype, recvbuf, recvtype, comm);
-    return rc != MPI_SUCCESS ? rc
-                             : PMPI_Igather(sendbuf, sendcount, sendtype, recvbuf, recvcount,
-                                            recvtype, root, comm, req);
+    UNLESS_REFUSED(refuse_pair("MPI_Igather", sendbuf, sendtype, recvbuf, recvtype, comm),
+                   PMPI_Igather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root,
+                                comm, req));
 }
 
 int MPI_Iallgather(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf,
                    int recvcount, MPI_Datatype recvtype, MPI_Comm comm, MPI_Request *req) {
-    int rc = refuse_pair("MPI_Iallgather", sendbuf, sendtype, recvbuf, recvtype, comm);
-    return rc != MPI_SUCCESS ? rc
-                             : PMPI_Iallgather(sendbuf, sendcount, sendtype, recvbuf, recvcount,
-                                               recvtype, comm, req);
+    UNLESS_REFUSED(refuse_pair("MPI_Iallgather", sendbuf, sendtype, recvbuf, recvtype, comm),
+                   PMPI_Iallgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype,
+                                   comm, req));
 }
 
 int MPI_Iscatter(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf,
                  int recvcount, MPI_Datatype recvtype, int root, MPI_Comm comm,
                  MPI_Request *req) {
-    int rc = refuse_pair("MPI_Iscatter", sendbuf, sendtype, recvbuf, recvtype, comm);
-    return rc != MPI_SUCCESS ? rc
-                             : PMPI_Iscatter(sendbuf, sendcount, sendtype, recvbuf, recvcount,
-                                             recvtype, root, comm, req);
+    UNLESS_REFUSED(refuse_pair("MPI_Iscatter", sendbuf, sendtype, recvbuf, recvtype, comm),
+                   PMPI_Iscatter(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root,
+                                 comm, req));
 }
 
 int MPI_Ialltoall(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf,
                   int recvcount, MPI_Datatype recvtype, MPI_Comm comm, MPI_Request *req) {
-    int rc = refuse_pair("MPI_Ialltoall", sendbuf, sendtype, recvbuf, recvtype, comm);
-    return rc != MPI_SUCCESS ? rc
-                             : PMPI_Ialltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount,
-                                              recvtype, comm, req);
+    UNLESS_REFUSED(refuse_pair("MPI_Ialltoall", sendbuf, sendtype, recvbuf, recvtype, comm),
+                   PMPI_Ialltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype,
+                                  comm, req));
 }
 
 int MPI_Igatherv(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf,
                  const int recvcounts[], const int displs[], MPI_Datatype recvtype, int root,
                  MPI_Comm comm, MPI_Request *req) {
-    int rc = refuse_pair("MPI_Igatherv", sendbuf, sendtype, recvbuf, recvtype, comm);
-    return rc != MPI_SUCCESS ? rc
-                             : PMPI_Igatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts,
-                                             displs, recvtype, root, comm, req);
+    UNLESS_REFUSED(refuse_pair("MPI_Igatherv", sendbuf, sendtype, recvbuf, recvtype, comm),
+                   PMPI_Igatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs,
+                                 recvtype, root, comm, req));
 }
 
 int MPI_Iallgatherv(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf,
                     const int recvcounts[], const int displs[], MPI_Datatype recvtype,
                     MPI_Comm comm, MPI_Request *req) {
-    int rc = refuse_pair("MPI_Iallgatherv", sendbuf, sendtype, recvbuf, recvtype, comm);
-    return rc != MPI_SUCCESS ? rc
-                             : PMPI_Iallgatherv(sendbuf, sendcount, sendtype, recvbuf,
-                                                recvcounts, displs, recvtype, comm, req);
+    UNLESS_REFUSED(refuse_pair("MPI_Iallgatherv", sendbuf, sendtype, recvbuf, recvtype, comm),
+                   PMPI_Iallgatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs,
+                                    recvtype, comm, req));
 }
 
 int MPI_Iscatterv(const void *sendbuf, const int sendcounts[], const int displs[],
                   MPI_Datatype sendtype, void *recvbuf, int recvcount, MPI_Datatype recvtype,
                   int root, MPI_Comm comm, MPI_Request *req) {
-    int rc = refuse_pair("MPI_Iscatterv", sendbuf, sendtype, recvbuf, recvtype, comm);
-    return rc != MPI_SUCCESS ? rc
-                             : PMPI_Iscatterv(sendbuf, sendcounts, displs, sendtype, recvbuf,
-                                              recvcount, recvtype, root, comm, req);
+    UNLESS_REFUSED(refuse_pair("MPI_Iscatterv", sendbuf, sendtype, recvbuf, recvtype, comm),
+                   PMPI_Iscatterv(sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount,
+                                  recvtype, root, comm, req));
 }
 
 int MPI_Ialltoallv(const void *sendbuf, const int sendcounts[], const int sdispls[],
                    MPI_Datatype sendtype, void *recvbuf, const int recvcounts[],
                    const int rdispls[], MPI_Datatype recvtype, MPI_Comm comm,
                    MPI_Request *req) {
-    int rc = refuse_pair("MPI_Ialltoallv", sendbuf, sendtype, recvbuf, recvtype, comm);
-    return rc != MPI_SUCCESS ? rc
-                             : PMPI_Ialltoallv(sendbuf, sendcounts, sdispls, sendtype, recvbuf,
-                                               recvcounts, rdispls, recvtype, comm, req);
+    UNLESS_REFUSED(refuse_pair("MPI_Ialltoallv", sendbuf, sendtype, recvbuf, recvtype, comm),
+                   PMPI_Ialltoallv(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts,
+                                   rdispls, recvtype, comm, req));
 }
 
 int MPI_Iscan(const void *sendbuf, void *recvbuf, int count, MPI_Datatype type, MPI_Op op,
               MPI_Comm comm, MPI_Request *req) {
-    int rc = refuse_pair("MPI_Iscan", sendbuf, type, recvbuf, type, comm);
-    return rc != MPI_SUCCESS ? rc : PMPI_Iscan(sendbuf, recvbuf, count, type, op, comm, req);
+    UNLESS_REFUSED(refuse_pair("MPI_Iscan", sendbuf, type, recvbuf, type, comm),
+                   PMPI_Iscan(sendbuf, recvbuf, count, type, op, comm, req));
 }
 
 int MPI_Iexscan(const void *sendbuf, void *recvbuf, int count, MPI_Datatype type, MPI_Op op,
                 MPI_Comm comm, MPI_Request *req) {
-    int rc = refuse_pair("MPI_Iexscan", sendbuf, type, recvbuf, type, comm);
-    return rc != MPI_SUCCESS ? rc : PMPI_Iexscan(sendbuf, recvbuf, count, type, op, comm, req);
+    UNLESS_REFUSED(refuse_pair("MPI_Iexscan", sendbuf, type, recvbuf, type, comm),
+                   PMPI_Iexscan(sendbuf, recvbuf, count, type, op, comm, req));
 }
 
 int MPI_Ireduce_scatter_block(const void *sendbuf, void *recvbuf, int recvcount,
                               MPI_Datatype type, MPI_Op op, MPI_Comm comm, MPI_Request *req) {
-    int rc = refuse_pair("MPI_Ireduce_scatter_block", sendbuf, type, recvbuf, type, comm);
-    return rc != MPI_SUCCESS
-               ? rc
-               : PMPI_Ireduce_scatter_block(sendbuf, recvbuf, recvcount, type, op, comm, req);
+    UNLESS_REFUSED(refuse_pair("MPI_Ireduce_scatter_block", sendbuf, type, recvbuf, type, comm),
+                   PMPI_Ireduce_scatter_block(sendbuf, recvbuf, recvcount, type, op, comm, req));
 }
 
 int MPI_Ireduce_scatter(const void *sendbuf, void *recvbuf, const int recvcounts[],
                         MPI_Datatype type, MPI_Op op, MPI_Comm comm, MPI_Request *req) {
-    int rc = refuse_pair("MPI_Ireduce_scatter", sendbuf, type, recvbuf, type, comm);
-    return rc != MPI_SUCCESS ? rc
-                             : PMPI_Ireduce_scatter(sendbuf, recvbuf, recvcounts, type, op, comm,
-                                                    req);
+    UNLESS_REFUSED(refuse_pair("MPI_Ireduce_scatter", sendbuf, type, recvbuf, type, comm),
+                   PMPI_Ireduce_scatter(sendbuf, recvbuf, recvcounts, type, op, comm, req));
 }
 
 REFUSED_SEND(Bsend_init, , MPI_Request *request) {
-    int rc = refuse_device("MPI_Bsend_init", buf, count, type, comm);
-    return rc != MPI_SUCCESS ? rc : PMPI_Bsend_init(buf, count, type, dest, tag, comm, request);
+    UNLESS_REFUSED(refuse_device("MPI_Bsend_init", buf, count, type, comm),
+                   PMPI_Bsend_init(buf, count, type, dest, tag, comm, request));
 }
 REFUSED_SEND(Rsend_init, , MPI_Request *request) {
-    int rc = refuse_device("MPI_Rsend_init", buf, count, type, comm);
-    return rc != MPI_SUCCESS ? rc : PMPI_Rsend_init(buf, count, type, dest, tag, comm, request);
+    UNLESS_REFUSED(refuse_device("MPI_Rsend_init", buf, count, type, comm),
+                   PMPI_Rsend_init(buf, count, type, dest, tag, comm, request));
 }
 
 int MPI_Mrecv(void *buf, int count, MPI_Datatype type, MPI_Message *message, MPI_Status *status) {

@@ -268,6 +268,19 @@ impl Fabric {
         }
     }
 
+    /// The puller has an export of `session` on its device: it ends (an export that ended
+    /// already, not waiting for its delivery, is no matter).
+    fn delivered(&self, session: u64, ticket: &LaneKey) {
+        let mut exports = self.lock();
+        let found = exports
+            .iter()
+            .find(|(t, e)| e.session == session && keys_match(t, ticket))
+            .map(|(t, _)| *t);
+        if let Some(t) = found {
+            exports.remove(&t);
+        }
+    }
+
     /// Ends an export (its stream goes on, if it waits).
     fn end(&self, ticket: &LaneKey, export: &Arc<Export>) {
         let mut exports = self.lock();
@@ -363,18 +376,7 @@ impl Fabric {
                         None => refuse(&mut writer, "no handle to share")?,
                     }
                 }
-                LinkRequest::Delivered { ticket } => {
-                    // Of this session's exports only; an export that ended already is no
-                    // matter (one that did not wait for its delivery).
-                    let mut exports = self.lock();
-                    let delivered = exports
-                        .iter()
-                        .find(|(t, e)| e.session == session && keys_match(t, &ticket));
-                    if let Some((t, _)) = delivered {
-                        let t = *t;
-                        exports.remove(&t);
-                    }
-                }
+                LinkRequest::Delivered { ticket } => self.delivered(session, &ticket),
                 LinkRequest::Shared { .. } => return Err("a Shared without a handle".into()),
             }
         }
@@ -632,6 +634,24 @@ mod tests {
         fabric.forget_session(1);
         assert!(fabric.find(1, &[1; 32], Duration::ZERO).is_none());
         assert!(fabric.find(2, &[2; 32], Duration::ZERO).is_some());
+    }
+
+    #[test]
+    fn an_export_its_stream_orders_ends_when_the_puller_has_it_on_its_device() {
+        let fabric = Arc::new(Fabric::default());
+        let ticket = [5u8; 32];
+        fabric.add(1, ticket, 10, source(true), true).unwrap();
+        let export = fabric.find(1, &ticket, Duration::ZERO).unwrap();
+        // Every byte sent: still there, its stream still waits.
+        fabric.used(&ticket, &export, 10);
+        assert!(fabric.find(1, &ticket, Duration::ZERO).is_some());
+        // Another session cannot end it; its puller can.
+        fabric.delivered(2, &ticket);
+        assert!(fabric.find(1, &ticket, Duration::ZERO).is_some());
+        fabric.delivered(1, &ticket);
+        assert!(fabric.find(1, &ticket, Duration::ZERO).is_none());
+        // A delivery told of an export that ended already is no matter.
+        fabric.delivered(1, &ticket);
     }
 
     #[test]

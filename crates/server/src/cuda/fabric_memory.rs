@@ -206,8 +206,10 @@ impl Counter {
         self.memory.gates.device + (self.slot * std::mem::size_of::<u32>()) as u64
     }
 
-    fn uses(&self, value: u32) {
+    /// The device address of the word and the word's value for `value`, noted as used.
+    fn target(&self, value: u32) -> (CUdeviceptr, u32) {
         self.high.fetch_max(value, Ordering::SeqCst);
+        (self.device_word(), self.base.wrapping_add(value))
     }
 
     /// Makes `stream` wait until the counter reaches `value`.
@@ -217,14 +219,13 @@ impl Counter {
         stream: CUstream,
         value: u32,
     ) -> Result<(), Status> {
-        self.uses(value);
+        let (word, target) = self.target(value);
         let geq = CUstreamWaitValue_flags::CU_STREAM_WAIT_VALUE_GEQ as u32;
-        let target = self.base.wrapping_add(value);
         // SAFETY: a stream of the current context and a word of mapped page-locked memory.
         check(unsafe {
             cu_call!(
                 backend.driver,
-                cuStreamWaitValue32_v2(stream, self.device_word(), target, geq)
+                cuStreamWaitValue32_v2(stream, word, target, geq)
             )
         })
     }
@@ -236,20 +237,19 @@ impl Counter {
         stream: CUstream,
         value: u32,
     ) -> Result<(), Status> {
-        self.uses(value);
-        let target = self.base.wrapping_add(value);
+        let (word, target) = self.target(value);
         // SAFETY: as above.
         check(unsafe {
             cu_call!(
                 backend.driver,
-                cuStreamWriteValue32_v2(stream, self.device_word(), target, 0)
+                cuStreamWriteValue32_v2(stream, word, target, 0)
             )
         })
     }
 
     /// Sets the counter to `value` from the host (streams waiting for it go on).
     pub(super) fn set(&self, value: u32) {
-        self.uses(value);
+        self.high.fetch_max(value, Ordering::SeqCst);
         self.word()
             .store(self.base.wrapping_add(value), Ordering::Release);
     }
