@@ -84,7 +84,8 @@ bench() {
     shift
     if timeout -k 10 "$run_timeout" "$@" >"$out/$name.out" 2>&1; then
         pass "$name"
-        grep -v "^measuring\|^starting\|^wrote" "$out/$name.out" | sed 's/^/    /'
+        grep -v "^measuring\|^starting\|^wrote\|^  [0-9.]* [KMG]\?i\?B x " "$out/$name.out" |
+            sed 's/^/    /'
     else
         fail "$name"
         tail_of "$out/$name.out" 30

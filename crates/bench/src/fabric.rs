@@ -308,6 +308,8 @@ fn measure(driver: &Driver, args: &FabricBenchArgs) -> Result<Samples, String> {
     let mut copies = Vec::new();
     for &size in &args.sizes {
         let count = copies_per_run(size);
+        // Where a slow or stuck path is, when one is.
+        eprintln!("  {} x {count}", format_bytes(size as u64));
         copy(size)?;
         sync()?;
         let mut runs = Vec::new();
