@@ -4,7 +4,8 @@
 //!
 //! Layout: `api/` has the entry points by API group; `objects.rs` what each handle knows;
 //! `handle.rs` how handles are made, checked and released; `runtime.rs` the process-wide
-//! connections and platform; `generated_dispatch.rs` the dispatch table (generated).
+//! connections and platform; `spanning.rs` contexts over devices of several servers;
+//! `generated_dispatch.rs` the dispatch table (generated).
 
 #![allow(non_snake_case)]
 #![allow(clippy::missing_safety_doc)]
@@ -17,5 +18,6 @@ mod includes;
 mod objects;
 mod region;
 mod runtime;
+mod spanning;
 mod unsupported;
 mod util;

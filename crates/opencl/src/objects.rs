@@ -15,7 +15,7 @@ use rgpu_protocol::opencl::{ArgKind, Id, ImageDesc, ImageFormat, KernelArg, ObjK
 use crate::handle::{ClObject, Kind, Ref};
 
 /// Posts a Release for a server object (fire-and-forget).
-fn release_remote(conn: &Connection, kind: ObjKind, id: Id) {
+pub(crate) fn release_remote(conn: &Connection, kind: ObjKind, id: Id) {
     if let Err(e) = conn.opencl().release(kind, id) {
         log::debug!("release of {kind:?} {id} not sent: {e}");
     }
@@ -63,6 +63,8 @@ pub struct Context {
     pub properties: Vec<cl_context_properties>,
     pub notify: Option<UserCallback<ContextNotify>>,
     pub destructors: Mutex<Vec<UserCallback<DestructorCallback>>>,
+    /// Its parts on other servers, for a context over devices of several (spanning.rs).
+    pub spanning: Option<crate::spanning::Spanning>,
 }
 
 impl Context {
@@ -76,6 +78,9 @@ impl ClObject for Context {
     const INVALID: cl_int = CL_INVALID_CONTEXT;
     fn on_last_release(&self, handle: *mut c_void) {
         release_remote(&self.conn, ObjKind::Context, self.id);
+        if let Some(spanning) = &self.spanning {
+            spanning.release();
+        }
         run_destructors(&self.destructors, handle);
     }
 }
@@ -191,6 +196,8 @@ pub struct Mem {
     /// Live mappings by host address (one address may be mapped more than once).
     pub maps: Mutex<Vec<(usize, Mapping)>>,
     pub destructors: Mutex<Vec<UserCallback<DestructorCallback>>>,
+    /// Its replicas on other servers and where its contents are current (spanning.rs).
+    pub residence: crate::spanning::Residence,
 }
 
 impl Mem {
@@ -211,6 +218,7 @@ impl ClObject for Mem {
     const INVALID: cl_int = CL_INVALID_MEM_OBJECT;
     fn on_last_release(&self, handle: *mut c_void) {
         release_remote(&self.conn, ObjKind::Mem, self.id);
+        self.residence.release();
         run_destructors(&self.destructors, handle);
     }
 }
@@ -277,6 +285,8 @@ pub struct Program {
     /// The options of the last build or compile, as the application gave them: the server
     /// builds with `-cl-kernel-arg-info` added, which CL_PROGRAM_BUILD_OPTIONS must not show.
     pub options: Mutex<Option<String>>,
+    /// Its replicas on other servers (spanning.rs).
+    pub replicas: crate::spanning::Replicas,
 }
 
 impl ClObject for Program {
@@ -284,6 +294,7 @@ impl ClObject for Program {
     const INVALID: cl_int = CL_INVALID_PROGRAM;
     fn on_last_release(&self, _handle: *mut c_void) {
         release_remote(&self.conn, ObjKind::Program, self.id);
+        self.replicas.release(ObjKind::Program);
     }
 }
 
@@ -308,6 +319,10 @@ pub struct Kernel {
     pub args: Mutex<KernelArgs>,
     /// Immutable info fetched once: (query kind, device id or arg index, param) -> value.
     pub info_cache: Mutex<HashMap<(u8, u64, u32), Vec<u8>>>,
+    /// In a context over several servers (spanning.rs): its replicas on other servers, and
+    /// the buffers its arguments name.
+    pub replicas: Mutex<Vec<(Arc<Connection>, Arc<crate::spanning::KernelReplica>)>>,
+    pub mem_args: Mutex<HashMap<u32, std::sync::Weak<crate::handle::Handle<Mem>>>>,
 }
 
 impl ClObject for Kernel {
@@ -316,6 +331,7 @@ impl ClObject for Kernel {
     fn on_last_release(&self, _handle: *mut c_void) {
         self.program.live_kernels.fetch_sub(1, Ordering::Relaxed);
         release_remote(&self.conn, ObjKind::Kernel, self.id);
+        crate::spanning::release_kernel_replicas(self);
     }
 }
 

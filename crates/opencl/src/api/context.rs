@@ -4,14 +4,13 @@ use std::ffi::c_void;
 use std::sync::{Arc, Mutex};
 
 use opencl_sys::*;
-use rgpu_client::OpenClClient;
 
 use crate::api::device::devices_from;
 use crate::api::platform::platform_from;
 use crate::handle::{self, Ref};
 use crate::objects::{Context, ContextNotify, Device, UserCallback};
 use crate::runtime::runtime;
-use crate::util::{bytes_of, bytes_of_slice, creation, guard, property_list, write_info, Outcome};
+use crate::util::{bytes_of, bytes_of_slice, creation, guard, property_list, write_info};
 
 pub fn context_from(context: cl_context) -> Result<Ref<Context>, cl_int> {
     handle::lookup::<Context>(context)
@@ -46,18 +45,12 @@ fn create_context(
     // SAFETY: a zero-terminated list from the application (or null).
     let props = unsafe { property_list(properties) };
     let server_props = server_properties(&props)?;
-    let first = devices.first().ok_or(CL_INVALID_VALUE)?;
-    if devices.iter().any(|d| !Arc::ptr_eq(&d.link, &first.link)) {
-        // A context spanning servers would need server-to-server data movement.
-        log::warn!("rgpu: a context cannot span devices of different servers");
-        return Err(CL_INVALID_DEVICE);
+    if devices.is_empty() {
+        return Err(CL_INVALID_VALUE);
     }
-    // A new session if the server's was lost and it is back.
-    let conn = first.link.connection();
-    let id = conn.new_id();
-    conn.opencl()
-        .create_context(id, devices.iter().map(|d| d.id).collect(), server_props)
-        .outcome()?;
+    // A context on each server of the devices; over several, one context as VirtualCL makes
+    // (spanning.rs).
+    let (conn, id, spanning) = crate::spanning::create_parts(&devices, &server_props)?;
     let context = handle::create(Context {
         conn,
         id,
@@ -68,6 +61,7 @@ fn create_context(
             user_data: user_data as usize,
         }),
         destructors: Mutex::new(Vec::new()),
+        spanning,
     });
     Ok(handle::raw(&context))
 }

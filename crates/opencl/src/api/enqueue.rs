@@ -9,7 +9,7 @@ use std::sync::Arc;
 use opencl_sys::*;
 use rgpu_client::OpenClClient;
 use rgpu_client::{Handoff, ReadSink, SendPtr};
-use rgpu_protocol::opencl::{BufferRect, Command, Id, KernelArg, Transfer};
+use rgpu_protocol::opencl::{BufferRect, Command, Id, KernelArg, Transfer, WorkGroupLimits};
 
 use crate::api::event::{event_from, new_event, set_status, WAIT_TIMEOUT};
 use crate::api::memory::mem_from;
@@ -17,12 +17,15 @@ use crate::api::queue::queue_from;
 use crate::handle::{self, Ref};
 use crate::objects::{AlignedBuf, Completion, Device, Kernel, Mapping, Mem, MemKind, Queue};
 use crate::region::HostRegion;
+use crate::spanning::{mem_on, Access};
 use crate::util::{client_error, guard, slice, status};
 
 /// A queue and the server ids of a command's wait list, validated.
 struct Submission {
     queue: Ref<Queue>,
     wait: Vec<Id>,
+    /// Events standing in for other servers' events in `wait`: kept until the command is sent.
+    _bridges: Vec<Arc<crate::spanning::Bridge>>,
 }
 
 fn prepare(
@@ -36,15 +39,32 @@ fn prepare(
     }
     // SAFETY: the application's array of `num_events` events.
     let raw = unsafe { slice(event_wait_list, num_events as usize) };
-    let mut wait = Vec::with_capacity(raw.len());
+    let mut events = Vec::with_capacity(raw.len());
     for &e in raw {
         let event = event_from(e).map_err(|_| CL_INVALID_EVENT_WAIT_LIST)?;
         if !Arc::ptr_eq(&event.context, &queue.context) {
             return Err(CL_INVALID_CONTEXT);
         }
-        wait.push(event.id);
+        events.push(event);
     }
-    Ok(Submission { queue, wait })
+    let (wait, bridges) = match queue.context.spanning.is_some() {
+        // Events of other servers are waited for through one of this server's.
+        true => crate::spanning::wait_list(&queue, events)?,
+        false => (events.iter().map(|e| e.id).collect(), Vec::new()),
+    };
+    Ok(Submission {
+        queue,
+        wait,
+        _bridges: bridges,
+    })
+}
+
+/// How a write of `size` bytes at `offset` uses the buffer: all of it, or part.
+fn writing(mem: &Mem, offset: usize, size: usize) -> Access {
+    match offset == 0 && size == mem.size {
+        true => Access::Overwrite,
+        false => Access::ReadWrite,
+    }
 }
 
 /// A memory object of the queue's context.
@@ -268,7 +288,7 @@ pub unsafe extern "C" fn clEnqueueReadBuffer(
             return Err(CL_INVALID_VALUE);
         }
         let command = Transfer::Buffer {
-            buffer: mem.id,
+            buffer: mem_on(&mem, &sub.queue, Access::Read)?,
             offset: offset as u64,
             size: size as u64,
         };
@@ -307,7 +327,7 @@ pub unsafe extern "C" fn clEnqueueWriteBuffer(
         // SAFETY: the application provides `size` readable bytes at `ptr`.
         let data = unsafe { std::slice::from_raw_parts(ptr as *const u8, size) };
         let command = Transfer::Buffer {
-            buffer: mem.id,
+            buffer: mem_on(&mem, &sub.queue, writing(&mem, offset, size))?,
             offset: offset as u64,
             size: size as u64,
         };
@@ -429,7 +449,7 @@ pub unsafe extern "C" fn clEnqueueReadBufferRect(
             host_slice_pitch,
         )?;
         let command = Transfer::BufferRect {
-            buffer: mem.id,
+            buffer: mem_on(&mem, &sub.queue, Access::Read)?,
             rect,
         };
         read(
@@ -481,14 +501,12 @@ pub unsafe extern "C" fn clEnqueueWriteBufferRect(
         )?;
         // SAFETY: the application's host memory covers the rectangle.
         let packed = unsafe { host.pack() };
+        let buffer = mem_on(&mem, &sub.queue, Access::ReadWrite)?;
         post(
             sub,
             event,
             CL_COMMAND_WRITE_BUFFER_RECT,
-            Transfer::BufferRect {
-                buffer: mem.id,
-                rect,
-            },
+            Transfer::BufferRect { buffer, rect },
             &packed,
         )
     })
@@ -516,8 +534,8 @@ pub unsafe extern "C" fn clEnqueueCopyBuffer(
             return Err(CL_MEM_COPY_OVERLAP);
         }
         let command = Command::CopyBuffer {
-            src: src.id,
-            dst: dst.id,
+            src: mem_on(&src, &sub.queue, Access::Read)?,
+            dst: mem_on(&dst, &sub.queue, writing(&dst, dst_offset, size))?,
             src_offset: src_offset as u64,
             dst_offset: dst_offset as u64,
             size: size as u64,
@@ -558,8 +576,8 @@ pub unsafe extern "C" fn clEnqueueCopyBufferRect(
         let src_rect = buffer_rect(&src, src_origin, region, src_row_pitch, src_slice_pitch)?;
         let dst_rect = buffer_rect(&dst, dst_origin, region, dst_row_pitch, dst_slice_pitch)?;
         let command = Command::CopyBufferRect {
-            src: src.id,
-            dst: dst.id,
+            src: mem_on(&src, &sub.queue, Access::Read)?,
+            dst: mem_on(&dst, &sub.queue, Access::ReadWrite)?,
             src_origin: src_rect.buffer_origin,
             dst_origin: dst_rect.buffer_origin,
             region: src_rect.region,
@@ -600,7 +618,7 @@ pub unsafe extern "C" fn clEnqueueFillBuffer(
         let pattern =
             unsafe { std::slice::from_raw_parts(pattern as *const u8, pattern_size) }.to_vec();
         let command = Command::FillBuffer {
-            buffer: mem.id,
+            buffer: mem_on(&mem, &sub.queue, writing(&mem, offset, size))?,
             pattern,
             offset: offset as u64,
             size: size as u64,
@@ -879,7 +897,7 @@ pub unsafe extern "C" fn clEnqueueMapBuffer(
             };
             if map_reads(map_flags) {
                 let command = Transfer::Buffer {
-                    buffer: mem.id,
+                    buffer: mem_on(&mem, &sub.queue, Access::ReadWrite)?,
                     offset: offset as u64,
                     size: size as u64,
                 };
@@ -1058,7 +1076,7 @@ pub unsafe extern "C" fn clEnqueueUnmapMemObject(
                 // SAFETY: the mapped region is `region[0]` bytes at `ptr`.
                 let data = unsafe { std::slice::from_raw_parts(ptr, mapping.region[0]) };
                 let command = Transfer::Buffer {
-                    buffer: mem.id,
+                    buffer: mem_on(&mem, &sub.queue, Access::Read)?,
                     offset: mapping.origin[0] as u64,
                     size: mapping.region[0] as u64,
                 };
@@ -1101,9 +1119,14 @@ pub unsafe extern "C" fn clEnqueueMigrateMemObjects(
         }
         // SAFETY: the application's array of `num_mem_objects` handles.
         let raw = unsafe { slice(mem_objects, num_mem_objects as usize) };
+        // Across servers, the contents move to the queue's (unless the program lets them go).
+        let migrated = match flags & CL_MIGRATE_MEM_OBJECT_CONTENT_UNDEFINED {
+            0 => Access::Read,
+            _ => Access::Overwrite,
+        };
         let objects = raw
             .iter()
-            .map(|&m| mem_of_queue(&sub.queue, m).map(|m| m.id))
+            .map(|&m| mem_of_queue(&sub.queue, m).and_then(|m| mem_on(&m, &sub.queue, migrated)))
             .collect::<Result<Vec<Id>, cl_int>>()?;
         post(
             sub,
@@ -1143,7 +1166,14 @@ fn launch(
     if !Arc::ptr_eq(&kernel.program.context, &sub.queue.context) {
         return Err(CL_INVALID_CONTEXT);
     }
-    if !Arc::ptr_eq(&kernel.conn, &sub.queue.conn) {
+    // In a context over several servers, the kernel's replica on the queue's server.
+    let replica = match kernel.program.context.spanning.is_some() {
+        true if !Arc::ptr_eq(&kernel.conn, &sub.queue.conn) => {
+            Some(crate::spanning::kernel_on(&kernel, &sub.queue.conn)?)
+        }
+        _ => None,
+    };
+    if replica.is_none() && !Arc::ptr_eq(&kernel.conn, &sub.queue.conn) {
         return Err(CL_INVALID_CONTEXT);
     }
     let device = &sub.queue.device;
@@ -1155,16 +1185,28 @@ fn launch(
         }
         _ => return Err(CL_INVALID_GLOBAL_WORK_SIZE),
     };
+    let limits = match &replica {
+        Some(replica) => &replica.limits,
+        None => &kernel.work_group_limits,
+    };
     check_work_sizes(
         &kernel,
+        limits,
         device,
         offset.as_deref(),
         &global,
         local.as_deref(),
     )?;
-    let args = changed_args(&kernel)?;
+    let args = match kernel.program.context.spanning.is_some() {
+        // Every argument, its buffers moved to this server first.
+        true => {
+            changed_args(&kernel)?;
+            crate::spanning::launch_args(&kernel, &sub.queue)?
+        }
+        false => changed_args(&kernel)?,
+    };
     let command = Command::NdRange {
-        kernel: kernel.id,
+        kernel: replica.as_ref().map_or(kernel.id, |r| r.id),
         work_dim,
         offset,
         global,
@@ -1179,6 +1221,7 @@ fn launch(
 /// once the command runs).
 fn check_work_sizes(
     kernel: &Kernel,
+    work_group_limits: &[WorkGroupLimits],
     device: &Device,
     offset: Option<&[u64]>,
     global: &[u64],
@@ -1193,8 +1236,7 @@ fn check_work_sizes(
             return Err(CL_INVALID_GLOBAL_OFFSET);
         }
     }
-    let limits = kernel
-        .work_group_limits
+    let limits = work_group_limits
         .iter()
         .find(|limits| limits.device == device.id);
     // reqd_work_group_size: zeros when the kernel does not give one.

@@ -388,6 +388,7 @@ fn create_image(
         }),
         maps: Mutex::new(Vec::new()),
         destructors: Mutex::new(Vec::new()),
+        residence: Default::default(),
     });
     Ok(handle::raw(&mem))
 }

@@ -56,6 +56,8 @@ fn new_kernel(
         work_group_limits,
         args: Mutex::new(args),
         info_cache: Mutex::new(HashMap::new()),
+        replicas: Mutex::new(Vec::new()),
+        mem_args: Mutex::new(HashMap::new()),
     })
 }
 
@@ -375,6 +377,22 @@ pub unsafe extern "C" fn clSetKernelArg(
             Ok(new) => new,
             Err(code) => return code,
         };
+        if kernel.program.context.spanning.is_some() {
+            // Which buffer: it is moved to whichever server runs the kernel (spanning.rs).
+            let mem = match &new {
+                NewArg::Other(KernelArg::Mem(id)) if *id != 0 => {
+                    // SAFETY: as above.
+                    let handle = unsafe { pointed_handle(arg_size, arg_value) };
+                    handle::get::<Mem>(handle).map(|mem| Arc::downgrade(&mem))
+                }
+                _ => None,
+            };
+            let mut mems = kernel.mem_args.lock().unwrap();
+            match mem {
+                Some(mem) => mems.insert(arg_index, mem),
+                None => mems.remove(&arg_index),
+            };
+        }
         store_arg(&mut kernel.args.lock().unwrap(), arg_index as usize, new);
         CL_SUCCESS
     })
@@ -435,11 +453,20 @@ pub unsafe extern "C" fn clGetKernelWorkGroupInfo(
         let value = (|| {
             let kernel = kernel_from(kernel)?;
             let device = program_device(&kernel.program, device, true)?;
+            // A device of another server: the kernel's replica there (spanning.rs).
+            let spanning = kernel.program.context.spanning.as_ref();
+            let (conn, id) = match spanning.and_then(|s| s.part_of(&device)) {
+                Some(part) if !Arc::ptr_eq(&part.conn, &kernel.conn) => {
+                    let replica = crate::spanning::kernel_on(&kernel, &part.conn)?;
+                    (part.conn.clone(), replica.id)
+                }
+                _ => (kernel.conn.clone(), kernel.id),
+            };
             let query = || {
                 server_info(
-                    &kernel.conn,
+                    &conn,
                     InfoQuery::KernelWorkGroup {
-                        kernel: kernel.id,
+                        kernel: id,
                         device: device.id,
                     },
                     param_name,
@@ -448,14 +475,18 @@ pub unsafe extern "C" fn clGetKernelWorkGroupInfo(
             // The local memory size counts __local arguments as last set: not immutable.
             if param_name == CL_KERNEL_LOCAL_MEM_SIZE {
                 // The server must see the arguments as set now.
-                let args = take_dirty(&mut kernel.args.lock().unwrap());
-                if !args.is_empty() {
-                    let server = kernel.conn.opencl();
-                    server.set_kernel_args(kernel.id, args).outcome()?;
+                if id == kernel.id {
+                    let args = take_dirty(&mut kernel.args.lock().unwrap());
+                    if !args.is_empty() {
+                        let server = kernel.conn.opencl();
+                        server.set_kernel_args(kernel.id, args).outcome()?;
+                    }
                 }
                 return query();
             }
-            cached(&kernel, (CACHE_WORK_GROUP, device.id, param_name), query)
+            // Keyed by the device's handle: devices of two servers may share an id.
+            let key = crate::handle::raw(&device) as u64;
+            cached(&kernel, (CACHE_WORK_GROUP, key, param_name), query)
         })();
         // SAFETY: the application's out-pointers for this query.
         unsafe { answer_info(value, param_value_size, param_value, param_value_size_ret) }

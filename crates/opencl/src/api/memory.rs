@@ -111,6 +111,7 @@ fn create_buffer(
         kind: MemKind::Buffer { parent: None },
         maps: Mutex::new(Vec::new()),
         destructors: Mutex::new(Vec::new()),
+        residence: Default::default(),
     });
     Ok(handle::raw(&mem))
 }
@@ -238,6 +239,7 @@ pub unsafe extern "C" fn clCreateSubBuffer(
                 },
                 maps: Mutex::new(Vec::new()),
                 destructors: Mutex::new(Vec::new()),
+                residence: Default::default(),
             });
             Ok(handle::raw(&mem))
         })();

@@ -131,6 +131,7 @@ fn new_program(
         il,
         live_kernels: AtomicU32::new(0),
         options: Mutex::new(None),
+        replicas: Default::default(),
     });
     handle::raw(&program)
 }
@@ -367,9 +368,14 @@ pub unsafe extern "C" fn clBuildProgram(
             rgpu_cl_api::validate::build_options(&options)?;
             *prog.options.lock().unwrap_or_else(|e| e.into_inner()) = Some(options.clone());
             let includes = crate::includes::collect(&options);
-            let server = prog.conn.opencl();
-            let built = server.build_program(prog.id, ids(&devices), options, includes);
-            let status = crate::util::status(built.outcome());
+            let status = match &prog.context.spanning {
+                None => {
+                    let server = prog.conn.opencl();
+                    let built = server.build_program(prog.id, ids(&devices), options, includes);
+                    crate::util::status(built.outcome())
+                }
+                Some(spanning) => crate::spanning::build(&prog, spanning, &devices, &options),
+            };
             notify(pfn_notify, program, user_data);
             Ok(status)
         })();
@@ -606,10 +612,23 @@ pub unsafe extern "C" fn clGetProgramBuildInfo(
                     return Ok(crate::util::string_bytes(options));
                 }
             }
+            // A device of another server: the program's replica there (spanning.rs).
+            let part = program
+                .context
+                .spanning
+                .as_ref()
+                .and_then(|s| s.part_of(&device));
+            let (conn, id) = match part {
+                Some(part) if !Arc::ptr_eq(&part.conn, &program.conn) => {
+                    let id = crate::spanning::program_on(&program, &part.conn)?;
+                    (part.conn.clone(), id)
+                }
+                _ => (program.conn.clone(), program.id),
+            };
             server_info(
-                &program.conn,
+                &conn,
                 InfoQuery::ProgramBuild {
-                    program: program.id,
+                    program: id,
                     device: device.id,
                 },
                 param_name,

@@ -1,7 +1,6 @@
 //! Command queues, clFlush and clFinish.
 
 use std::ffi::c_void;
-use std::sync::Arc;
 
 use opencl_sys::*;
 use rgpu_client::OpenClClient;
@@ -41,7 +40,8 @@ fn create_queue(
         // Valid, but on-device queues are not offered through rgpu.
         return Err(CL_INVALID_QUEUE_PROPERTIES);
     }
-    let conn = Arc::clone(&context.conn);
+    // On the device's server (a context over several has a part on each).
+    let (conn, context_id) = crate::spanning::queue_context(&context, &device);
     let id = conn.new_id();
     let mut wire_props = vec![CL_QUEUE_PROPERTIES as u64, properties];
     for pair in properties_array.as_chunks::<2>().0 {
@@ -51,7 +51,7 @@ fn create_queue(
     }
     wire_props.push(0);
     conn.opencl()
-        .create_queue(id, context.id, device.id, wire_props)
+        .create_queue(id, context_id, device.id, wire_props)
         .outcome()?;
     let queue = handle::create(Queue {
         conn,
