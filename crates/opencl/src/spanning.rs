@@ -9,8 +9,7 @@
 //! Contexts of one server never get here: every function returns the object's own id for them.
 //! Buffers only (images and sub-buffers stay on the server of the context's first device).
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::sync::{Arc, Mutex, Weak};
 
 use opencl_sys::*;
 use rgpu_client::{Connection, OpenClClient};
@@ -35,6 +34,8 @@ pub struct Part {
 /// (`Context::conn`, `Context::id`).
 pub struct Spanning {
     pub parts: Vec<Part>,
+    /// A queue per server for exports of contents no command made (see `transfer_queue`).
+    transfer_queues: Mutex<Vec<(Arc<Connection>, Id)>>,
 }
 
 fn same(a: &Arc<Connection>, b: &Arc<Connection>) -> bool {
@@ -80,7 +81,10 @@ pub fn create_parts(
         parts.push(Part { conn, id, devices });
     }
     let (conn, id) = (parts[0].conn.clone(), parts[0].id);
-    let spanning = (parts.len() > 1).then_some(Spanning { parts });
+    let spanning = (parts.len() > 1).then(|| Spanning {
+        parts,
+        transfer_queues: Mutex::new(Vec::new()),
+    });
     Ok((conn, id, spanning))
 }
 
@@ -99,8 +103,18 @@ impl Spanning {
             .ok_or(CL_INVALID_CONTEXT)
     }
 
-    /// Releases the other servers' contexts (the first is the context's own).
+    /// Releases the other servers' contexts (the first is the context's own) and the
+    /// transfer queues.
     pub fn release(&self) {
+        let queues = std::mem::take(
+            &mut *self
+                .transfer_queues
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()),
+        );
+        for (conn, id) in queues {
+            release_remote(&conn, ObjKind::Queue, id);
+        }
         for part in self.parts.iter().skip(1) {
             release_remote(&part.conn, ObjKind::Context, part.id);
         }
@@ -283,31 +297,34 @@ fn move_contents(
         "rgpu: moving a buffer of {} bytes between servers",
         mem.size
     );
-    queue
+    let pulled = queue
         .conn
         .opencl()
         .pull_buffer(queue.id, id, 0, mem.size as u64, export)
-        .outcome()
+        .outcome();
+    if pulled.is_err() {
+        // Not left for the exporter to expire.
+        let _ = from.opencl().unexport_buffer(ticket);
+    }
+    pulled
 }
 
 /// A queue of `conn`'s server in the context, for exports of contents no command made.
 fn transfer_queue(spanning: &Spanning, conn: &Arc<Connection>) -> Result<Id, cl_int> {
-    static QUEUES: OnceLock<Mutex<HashMap<(usize, Id), Id>>> = OnceLock::new();
     let part = spanning.part_on(conn)?;
-    let key = (Arc::as_ptr(conn) as usize, part.id);
-    let mut queues = QUEUES
-        .get_or_init(Default::default)
+    let mut queues = spanning
+        .transfer_queues
         .lock()
         .unwrap_or_else(|e| e.into_inner());
-    if let Some(&id) = queues.get(&key) {
-        return Ok(id);
+    if let Some((_, id)) = queues.iter().find(|(c, _)| same(c, conn)) {
+        return Ok(*id);
     }
     let device = part.devices.first().ok_or(CL_INVALID_CONTEXT)?;
     let id = conn.new_id();
     conn.opencl()
         .create_queue(id, part.id, device.id, vec![0])
         .outcome()?;
-    queues.insert(key, id);
+    queues.push((conn.clone(), id));
     Ok(id)
 }
 
