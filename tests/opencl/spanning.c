@@ -123,6 +123,27 @@ int main(void) {
     CHECK(clEnqueueReadBuffer(q[1], c, CL_TRUE, 0, bytes, got, 0, NULL, NULL));
     expect(got, want_b, "a migrated buffer");
 
+    /* A kernel on the second server held by a user event of the first (the context's user
+     * events live there) until the program sets it: resolved between the servers. */
+    cl_event gate = CHKE(clCreateUserEvent(ctx, E));
+    cl_event held;
+    CHECK(clSetKernelArg(scale, 0, sizeof c, &c));
+    CHECK(clEnqueueNDRangeKernel(q[1], scale, 1, NULL, &global, NULL, 1, &gate, &held));
+    CHECK(clFlush(q[1]));
+    usleep(300 * 1000);
+    cl_int held_status = CL_QUEUED;
+    CHECK(clGetEventInfo(held, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof held_status,
+                         &held_status, NULL));
+    REQUIRE(held_status > CL_COMPLETE, "a kernel ran before the event it waits on (%d)",
+            held_status);
+    CHECK(clSetUserEventStatus(gate, CL_COMPLETE));
+    CHECK(clWaitForEvents(1, &held));
+    for (int i = 0; i < N; i++) want_b[i] = want_b[i] * k + i;
+    CHECK(clEnqueueReadBuffer(q[0], c, CL_TRUE, 0, bytes, got, 0, NULL, NULL));
+    expect(got, want_b, "a kernel held by another server's user event");
+    clReleaseEvent(gate);
+    clReleaseEvent(held);
+
     clReleaseEvent(scaled);
     clReleaseEvent(added);
     clReleaseEvent(migrated);

@@ -15,7 +15,6 @@ use opencl_sys::*;
 use rgpu_client::{Connection, OpenClClient};
 use rgpu_protocol::opencl::{Id, KernelArg, KernelFacts, ObjKind, WorkGroupLimits};
 
-use crate::api::event::wait_for;
 use crate::handle::{Handle, Ref};
 use crate::objects::{
     release_remote, Context, Device, Event, Kernel, Mem, MemKind, Program, Queue,
@@ -498,8 +497,8 @@ pub fn launch_args(kernel: &Kernel, queue: &Ref<Queue>) -> Result<Vec<(u32, Kern
     Ok(args)
 }
 
-/// A user event of a server standing in for events of other servers in a command's wait list:
-/// released once both the command has been sent and its status set.
+/// A user event of a server standing in for an event of another server in a command's wait
+/// list: released once the command has been sent (the server keeps what it waits on).
 pub struct Bridge {
     conn: Arc<Connection>,
     id: Id,
@@ -512,43 +511,47 @@ impl Drop for Bridge {
 }
 
 /// The wait list of a command on `queue`: the ids of its events on the queue's server, and for
-/// events of other servers a user event of this server that a watcher thread completes when
-/// they do (kept by the caller until the command is sent).
+/// each event of another server a user event of this server that this server completes when
+/// that one does: the other server exports the event (`ExportEvent`), this one awaits the
+/// export over the fabric (`AwaitExport`), as PoCL-R resolves such waits between servers.
 pub fn wait_list(
     queue: &Ref<Queue>,
     events: Vec<Ref<Event>>,
-) -> Result<(Vec<Id>, Vec<Arc<Bridge>>), cl_int> {
-    let (local, foreign): (Vec<_>, Vec<_>) =
-        events.into_iter().partition(|e| same(&e.conn, &queue.conn));
-    let mut ids: Vec<Id> = local.iter().map(|e| e.id).collect();
-    let foreign: Vec<Ref<Event>> = foreign.into_iter().filter(|e| !e.is_final()).collect();
-    if foreign.is_empty() {
-        return Ok((ids, Vec::new()));
-    }
+) -> Result<(Vec<Id>, Vec<Bridge>), cl_int> {
+    let mut ids = Vec::with_capacity(events.len());
+    let mut bridges = Vec::new();
     let (conn, context) = queue_context(&queue.context, &queue.device);
-    let id = conn.new_id();
-    conn.opencl()
-        .create_user_event(id, context)
-        .map_err(|_| CL_OUT_OF_RESOURCES)?;
-    ids.push(id);
-    let bridge = Arc::new(Bridge { conn, id });
-    let watched = bridge.clone();
-    let spawned = std::thread::Builder::new()
-        .name("rgpu-cl-bridge".into())
-        .spawn(move || {
-            let status = match wait_for(&foreign) {
-                Ok(true) => CL_COMPLETE,
-                _ => CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST,
-            };
-            let conn = &watched.conn;
-            let sent = conn
-                .opencl()
-                .set_user_event_status(watched.id, status)
-                .and_then(|()| conn.flush());
-            if let Err(e) = sent {
-                log::warn!("rgpu: completing a wait on another server's event: {e}");
+    for event in events {
+        if same(&event.conn, &queue.conn) {
+            ids.push(event.id);
+            continue;
+        }
+        if event.is_final() {
+            if event.known_status() != CL_COMPLETE {
+                return Err(CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST);
             }
+            continue;
+        }
+        let ticket = rgpu_client::new_ticket();
+        let record = rgpu_client::ExportRecord::new(&event.conn, ticket).ok_or(CL_INVALID_VALUE)?;
+        let export = record.export().ok_or(CL_INVALID_VALUE)?;
+        let sent = event
+            .conn
+            .opencl()
+            .export_event(event.id, ticket)
+            .and_then(|()| event.conn.flush());
+        sent.map_err(|_| CL_OUT_OF_RESOURCES)?;
+        let id = conn.new_id();
+        let server = conn.opencl();
+        server
+            .create_user_event(id, context)
+            .and_then(|()| server.await_export(id, export))
+            .map_err(|_| CL_OUT_OF_RESOURCES)?;
+        ids.push(id);
+        bridges.push(Bridge {
+            conn: conn.clone(),
+            id,
         });
-    spawned.map_err(|_| CL_OUT_OF_HOST_MEMORY)?;
-    Ok((ids, vec![bridge]))
+    }
+    Ok((ids, bridges))
 }

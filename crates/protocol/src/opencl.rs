@@ -179,6 +179,13 @@ wire_api! {
         /// this server straight from that one, in the queue's order.
         call PullBuffer pull_buffer(queue: Id, buffer: Id, offset: u64, size: u64, from: PeerExport)
             -> Answer<()>;
+        /// Lets another server wait for `event`: an export of no bytes under `ticket`, ready
+        /// once the event has completed.
+        post ExportEvent export_event(event: Id, ticket: LaneKey);
+        /// Completes the user event `event` (made by CreateUserEvent) once another server's
+        /// export `from` is ready (an `ExportEvent`: that server's event completed), or fails
+        /// it if that event failed: a wait across servers, resolved between the servers.
+        post AwaitExport await_export(event: Id, from: PeerExport);
     }
 
     /// Commands for queues.

@@ -25,7 +25,7 @@ struct Submission {
     queue: Ref<Queue>,
     wait: Vec<Id>,
     /// Events standing in for other servers' events in `wait`: kept until the command is sent.
-    _bridges: Vec<Arc<crate::spanning::Bridge>>,
+    _bridges: Vec<crate::spanning::Bridge>,
 }
 
 fn prepare(
