@@ -467,21 +467,44 @@ impl Served<'_> {
     }
 }
 
-/// The fabric's own stream in `at`'s context, made at its first use and kept, for pulls that
-/// the exporter's stream orders: nothing of the program's runs on it.
-fn own_stream(at: &InContext) -> Result<CUstream, Status> {
-    static STREAMS: OnceLock<Mutex<HashMap<usize, OwnStream>>> = OnceLock::new();
+/// Streams of the fabric's own, per context, for pulls that the exporter's stream orders:
+/// nothing of the program's runs on them, and each pull takes one no other pull is using, so
+/// that pulls from different streams or servers never wait for one another (their order is
+/// the exporters' streams' own).
+type OwnStreams = Mutex<HashMap<usize, Vec<(OwnStream, Arc<std::sync::atomic::AtomicBool>)>>>;
+
+/// An idle stream of the fabric's own in `at`'s context (made when all are in use), and the
+/// lease that keeps it for this pull until dropped.
+fn own_stream(at: &InContext) -> Result<(CUstream, StreamLease), Status> {
+    use std::sync::atomic::Ordering;
+    static STREAMS: OnceLock<OwnStreams> = OnceLock::new();
     let mut streams = STREAMS
         .get_or_init(Default::default)
         .lock()
         .unwrap_or_else(|e| e.into_inner());
-    if let Some(stream) = streams.get(&at.ctx) {
-        return Ok(stream.raw());
+    let kept = streams.entry(at.ctx).or_default();
+    let idle = kept.iter().find(|(_, busy)| {
+        busy.compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok()
+    });
+    if let Some((stream, busy)) = idle {
+        return Ok((stream.raw(), StreamLease(busy.clone())));
     }
     let stream = at.stream()?;
+    let busy = Arc::new(std::sync::atomic::AtomicBool::new(true));
     let raw = stream.raw();
-    streams.insert(at.ctx, stream);
-    Ok(raw)
+    kept.push((stream, busy.clone()));
+    Ok((raw, StreamLease(busy)))
+}
+
+/// A pull's hold on one of the fabric's own streams: free again once dropped (after the pull
+/// has finished with it).
+struct StreamLease(Arc<std::sync::atomic::AtomicBool>);
+
+impl Drop for StreamLease {
+    fn drop(&mut self) {
+        self.0.store(false, std::sync::atomic::Ordering::SeqCst);
+    }
 }
 
 impl serve::Peers for Served<'_> {
@@ -572,9 +595,12 @@ impl serve::Peers for Served<'_> {
         ipc: bool,
     ) -> Answer<()> {
         let (at, memory, program_stream) = self.fabric_setup(ctx, stream.unwrap_or(0))?;
-        let stream = match stream {
-            Some(_) => program_stream,
-            None => own_stream(&at)?,
+        let (stream, lease) = match stream {
+            Some(_) => (program_stream, None),
+            None => {
+                let (stream, lease) = own_stream(&at)?;
+                (stream, Some(lease))
+            }
         };
         let id = self.session.id;
         let shared = self.session.shared.clone();
@@ -624,6 +650,12 @@ impl serve::Peers for Served<'_> {
                 });
             // The bytes on the device (or the stream let go after a failure).
             let on_device = pull.finish();
+            // Done with the stream (if it was one of ours, another pull may take it; not if it
+            // never reached the pull's copies).
+            match on_device {
+                true => drop(lease),
+                false => std::mem::forget(lease),
+            }
             log::debug!("session {id}: pull of {size} bytes ended: {pulled:?}");
             match pulled {
                 // An exporting stream may wait for this (an IPC copy said so already).
