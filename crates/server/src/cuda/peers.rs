@@ -14,6 +14,7 @@
 //! the device copy of one chunk overlapping the network transfer of the other.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use rgpu_cuda_api::cu_call;
@@ -468,42 +469,53 @@ impl Served<'_> {
 }
 
 /// Streams of the fabric's own, per context, for pulls that the exporter's stream orders:
-/// nothing of the program's runs on them, and each pull takes one no other pull is using, so
-/// that pulls from different streams or servers never wait for one another (their order is
-/// the exporters' streams' own).
-type OwnStreams = Mutex<HashMap<usize, Vec<(OwnStream, Arc<std::sync::atomic::AtomicBool>)>>>;
+/// nothing of the program's runs on them, and a pull takes one no other pull is using, so that
+/// pulls from different streams or servers do not wait for one another (their order is the
+/// exporters' own). At most [`OWN_STREAMS`] per context; past that, pulls share the least used.
+type OwnStreams = Mutex<HashMap<usize, Vec<(OwnStream, Arc<AtomicUsize>)>>>;
 
-/// An idle stream of the fabric's own in `at`'s context (made when all are in use), and the
-/// lease that keeps it for this pull until dropped.
+/// The fabric's own streams per context.
+const OWN_STREAMS: usize = 8;
+
+/// A stream of the fabric's own in `at`'s context for one pull, and the lease that counts the
+/// pull as its user until dropped.
 fn own_stream(at: &InContext) -> Result<(CUstream, StreamLease), Status> {
-    use std::sync::atomic::Ordering;
     static STREAMS: OnceLock<OwnStreams> = OnceLock::new();
     let mut streams = STREAMS
         .get_or_init(Default::default)
         .lock()
         .unwrap_or_else(|e| e.into_inner());
     let kept = streams.entry(at.ctx).or_default();
-    let idle = kept.iter().find(|(_, busy)| {
-        busy.compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst)
-            .is_ok()
-    });
-    if let Some((stream, busy)) = idle {
-        return Ok((stream.raw(), StreamLease(busy.clone())));
-    }
-    let stream = at.stream()?;
-    let busy = Arc::new(std::sync::atomic::AtomicBool::new(true));
-    let raw = stream.raw();
-    kept.push((stream, busy.clone()));
-    Ok((raw, StreamLease(busy)))
+    let least = kept
+        .iter()
+        .min_by_key(|(_, users)| users.load(Ordering::SeqCst));
+    let take = match least {
+        Some((stream, users)) if users.load(Ordering::SeqCst) == 0 || kept.len() >= OWN_STREAMS => {
+            Some((stream.raw(), users.clone()))
+        }
+        _ => None,
+    };
+    let (raw, users) = match take {
+        Some(taken) => taken,
+        None => {
+            let stream = at.stream()?;
+            let users = Arc::new(AtomicUsize::new(0));
+            let raw = stream.raw();
+            kept.push((stream, users.clone()));
+            (raw, users)
+        }
+    };
+    users.fetch_add(1, Ordering::SeqCst);
+    Ok((raw, StreamLease(users)))
 }
 
-/// A pull's hold on one of the fabric's own streams: free again once dropped (after the pull
-/// has finished with it).
-struct StreamLease(Arc<std::sync::atomic::AtomicBool>);
+/// A pull's use of one of the fabric's own streams, ended when dropped (after the pull has
+/// finished with it).
+struct StreamLease(Arc<AtomicUsize>);
 
 impl Drop for StreamLease {
     fn drop(&mut self) {
-        self.0.store(false, std::sync::atomic::Ordering::SeqCst);
+        self.0.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
