@@ -3,11 +3,11 @@
 //! queue of the context runs on, made at its first use there; a buffer's contents move between
 //! servers on demand, server to server over the fabric (`ExportBuffer` on a server where they
 //! are current, `PullBuffer` on the queue that needs them, in that queue's order); a command
-//! waiting on an event of another server waits on a user event of its own server that a
-//! watcher thread completes when the other event does.
+//! waiting on an event of another server waits on a user event of its own server, which that
+//! server completes when the other's event completes (`ExportEvent`/`AwaitExport`).
 //!
-//! Contexts of one server never get here: every function returns the object's own id for them.
-//! Buffers only (images and sub-buffers stay on the server of the context's first device).
+//! Contexts of one server take none of these paths (`mem_on` returns the buffer's own id).
+//! Images, sub-buffers and samplers stay on the server of the context's first device.
 
 use std::sync::{Arc, Mutex, Weak};
 
@@ -57,7 +57,7 @@ pub fn create_parts(
             None => groups.push((device.link.clone(), vec![device.clone()])),
         }
     }
-    let mut parts = Vec::with_capacity(groups.len());
+    let mut parts: Vec<Part> = Vec::with_capacity(groups.len());
     for (link, devices) in groups {
         // A new session if the server's was lost and it is back.
         let conn = link.connection();
@@ -72,7 +72,6 @@ pub fn create_parts(
             .outcome();
         if let Err(code) = made {
             for part in &parts {
-                let part: &Part = part;
                 release_remote(&part.conn, ObjKind::Context, part.id);
             }
             return Err(code);
