@@ -116,7 +116,10 @@ pub unsafe extern "C" fn clCreateContextFromType(
                     .cloned()
                     .collect(),
             };
-            // Only one server's devices can share a context: take those of the first match.
+            // One server's devices, those of the first match: a context over several servers
+            // (spanning.rs) is made only where the program names their devices, so that a
+            // program that asks for "all GPUs" does not move its buffers between servers
+            // unknowingly.
             let Some(first) = chosen.first() else {
                 return Err(CL_DEVICE_NOT_FOUND);
             };
