@@ -123,6 +123,23 @@ int main(void) {
     CHECK(clEnqueueReadBuffer(q[1], c, CL_TRUE, 0, bytes, got, 0, NULL, NULL));
     expect(got, want_b, "a migrated buffer");
 
+    /* A sub-buffer (on the first server) of a buffer last written on the second: its
+     * parent's contents come to the first server before it is read. */
+    CHECK(clSetKernelArg(scale, 0, sizeof c, &c));
+    CHECK(clEnqueueNDRangeKernel(q[1], scale, 1, NULL, &global, NULL, 0, NULL, NULL));
+    CHECK(clFinish(q[1]));
+    for (int i = 0; i < N; i++) want_b[i] = want_b[i] * k + i;
+    cl_buffer_region region = {0, 4096 * sizeof(cl_int)};
+    cl_mem part = CHKE(clCreateSubBuffer(c, 0, CL_BUFFER_CREATE_TYPE_REGION, &region, E));
+    CHECK(clEnqueueReadBuffer(q[0], part, CL_TRUE, 0, region.size, got, 0, NULL, NULL));
+    for (int i = 0; i < 4096; i++) {
+        if (got[i] != want_b[i]) {
+            fprintf(stderr, "FAIL a sub-buffer: [%d] = %d, not %d\n", i, got[i], want_b[i]);
+            return 1;
+        }
+    }
+    clReleaseMemObject(part);
+
     /* A kernel on the second server held by a user event of the first (the context's user
      * events live there) until the program sets it: resolved between the servers. */
     cl_event gate = CHKE(clCreateUserEvent(ctx, E));
