@@ -2,8 +2,8 @@
 tests/opencl/spanning.c through two real servers on PoCL. Kernels on each server pass buffers
 between them, a queue waits on the other server's event, buffers are copied, migrated and
 partly rewritten across servers, a sub-buffer read where its parent was not, every result
-checked on the host; the bytes move server to
-server (a fabric link opens between them), never through the program."""
+checked on the host; the bytes move server to server (a fabric link opens between them),
+never through the program."""
 
 import rgpu_harness as h
 
