@@ -271,13 +271,8 @@ impl Fabric {
     /// The puller has an export of `session` on its device: it ends (an export that ended
     /// already, not waiting for its delivery, is no matter).
     fn delivered(&self, session: u64, ticket: &LaneKey) {
-        let mut exports = self.lock();
-        let found = exports
-            .iter()
-            .find(|(t, e)| e.session == session && keys_match(t, ticket))
-            .map(|(t, _)| *t);
-        if let Some(t) = found {
-            exports.remove(&t);
+        if let Some(export) = self.find(session, ticket, Duration::ZERO) {
+            self.end(ticket, &export);
         }
     }
 

@@ -23,9 +23,10 @@ use crate::fabric::CHUNK;
 
 /// Chunk buffers of each part: one is filled while the other is drained.
 const RING: usize = 2;
-/// How long a finished transfer waits for its stream to be done with its buffers before giving
-/// them back (past that, they are never given back: the stream may still use them).
-const DRAIN_WAIT: Duration = Duration::from_secs(600);
+/// How long a finished transfer waits for its stream to be done with its buffers (or counters)
+/// before giving them back (past that, they are never given back: the stream may still use
+/// them).
+pub(super) const DRAIN_WAIT: Duration = Duration::from_secs(600);
 
 /// Which way a ring moves bytes.
 #[derive(Clone, Copy, PartialEq, Eq)]

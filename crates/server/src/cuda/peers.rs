@@ -25,7 +25,7 @@ use rgpu_protocol::{LaneKey, PeerExport};
 use rgpu_transport::peer::{PullSink, Receive, PEER_TIMEOUT};
 
 use super::fabric_memory::{ChunkBuffer, Counter, FabricMemory, Gate};
-use super::fabric_ring::{wait_until, Direction, Ring};
+use super::fabric_ring::{wait_until, Direction, Ring, DRAIN_WAIT};
 use super::session::Served;
 use super::Backend;
 use crate::fabric::{Source, CHUNK};
@@ -365,10 +365,6 @@ impl InStreamPull {
         true
     }
 }
-
-/// How long a finished pull waits for its stream to have done its IPC copy before the
-/// counter the stream writes is given up.
-const DRAIN_WAIT: std::time::Duration = std::time::Duration::from_secs(600);
 
 impl Drop for InStreamPull {
     fn drop(&mut self) {
