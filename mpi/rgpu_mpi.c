@@ -440,12 +440,51 @@ static int pull_host(void *dst, uint64_t bytes, const struct rgpu_export *from) 
     return cl_peers.pull_host ? cl_peers.pull_host(dst, bytes, from) : -1;
 }
 
+/* The bytes of a small direct message, pulled by this process before its receive is finished
+ * (MPI_Waitall pulls several at once): `staging` holds them when `rc` is 0. */
+typedef struct {
+    void *staging;
+    int rc;
+    struct envelope envelope;
+} Prefetch;
+
+/* At most this many small direct messages are pulled at once (each over a link of its own). */
+#define PULLS_AT_ONCE 8
+
+typedef struct {
+    Prefetch **items;
+    int count;
+    int next; /* taken atomically */
+} PullBatch;
+
+static void *pull_batch_worker(void *arg) {
+    PullBatch *batch = arg;
+    for (;;) {
+        int i = __atomic_fetch_add(&batch->next, 1, __ATOMIC_RELAXED);
+        if (i >= batch->count) return NULL;
+        Prefetch *p = batch->items[i];
+        p->rc = pull_host(p->staging, p->envelope.bytes, &p->envelope.from);
+    }
+}
+
+/* Pulls `count` small direct messages into their staging at once: the round trips to the
+ * exporting servers overlap (one after the other, each costs a round trip). */
+static void pull_all(Prefetch **items, int count) {
+    PullBatch batch = {items, count, 0};
+    pthread_t threads[PULLS_AT_ONCE - 1];
+    int started = 0;
+    for (int i = 0; i < count - 1 && i < PULLS_AT_ONCE - 1; ++i)
+        if (pthread_create(&threads[started], NULL, pull_batch_worker, &batch) == 0) ++started;
+    pull_batch_worker(&batch);
+    for (int i = 0; i < started; ++i) pthread_join(threads[i], NULL);
+}
+
 /* Completes a receive that got an envelope (`data`): the data is pulled into `dst` (a device
  * buffer, by its server, else through this rank's host memory) or into host memory `host` of
  * `capacity` bytes; the sender is told. Where nothing could pull it, the sender sends it,
  * staged. The status counts the data, not the envelope. */
 static int take_envelope(const void *data, const Buffer *dst, void *host, size_t capacity,
-                         MPI_Comm comm, MPI_Status *status) {
+                         MPI_Comm comm, MPI_Status *status, Prefetch *ahead) {
     struct envelope e;
     memcpy(&e, data, sizeof e);
     int tag = control_tag(e.id);
@@ -460,8 +499,16 @@ static int take_envelope(const void *data, const Buffer *dst, void *host, size_t
      * exporting server, then a write its own server is not waited for; a pull by its server
      * would cost two hops (measured with `rgpu bench mpi`: faster below CLIENT_PULL_MAX). */
     if (dst->kind != HOST && e.bytes <= CLIENT_PULL_MAX && client_pulls) {
-        staging = staging_get(e.bytes);
-        if (staging && pull_host(staging, e.bytes, &e.from) == 0) {
+        int pulled;
+        if (ahead && ahead->staging) {
+            staging = ahead->staging;
+            pulled = ahead->rc == 0;
+            ahead->staging = NULL;
+        } else {
+            staging = staging_get(e.bytes);
+            pulled = staging && pull_host(staging, e.bytes, &e.from) == 0;
+        }
+        if (pulled) {
             code = to_device(dst, staging, e.bytes, comm);
             staging_put(staging);
             if (e.id != 0) {
@@ -533,6 +580,7 @@ typedef struct Pending {
     int advanced_rc;
     int received;    /* bytes the handled receive got */
     struct Pending *next;
+    Prefetch *ahead; /* a small direct message's bytes, pulled before the receive is finished */
 } Pending;
 
 static Pending *pending;
@@ -595,7 +643,7 @@ static int receive_work(Pending *p, MPI_Status *status) {
         Buffer none = {HOST, NULL, NULL, 0, MPI_BYTE};
         const Buffer *dst = p->kind == RECV_STAGED ? &p->device : &none;
         rc = take_envelope(p->host, dst, p->kind == RECV_HOST ? p->host : NULL, p->capacity,
-                           p->comm, status);
+                           p->comm, status, p->ahead);
     } else if (p->kind == RECV_STAGED) {
         PMPI_Get_count(status, MPI_BYTE, &received);
         if (received == MPI_UNDEFINED || received < 0) received = 0;
@@ -616,6 +664,32 @@ static void advance(Pending *p) {
     if (!flag) return;
     p->advanced_rc = receive_work(p, &status);
     p->advanced = 1;
+}
+
+/* Pulls the small direct messages that completed receives of `taken` got, all at once, ahead
+ * of finishing them one by one (each would otherwise wait for its own pull). */
+static void pull_ahead(Pending **taken, int count, MPI_Status *statuses) {
+    if (!taken || !client_pulls || count < 2) return;
+    Prefetch **items = calloc((size_t)count, sizeof *items);
+    int n = 0;
+    for (int i = 0; items && i < count; ++i) {
+        Pending *p = taken[i];
+        if (!p || p->kind != RECV_STAGED || p->advanced || p->ahead ||
+            p->capacity < (size_t)ENVELOPE_BYTES || !is_envelope(p->host, &statuses[i]))
+            continue;
+        Prefetch *ahead = calloc(1, sizeof *ahead);
+        if (!ahead) break;
+        memcpy(&ahead->envelope, p->host, sizeof ahead->envelope);
+        uint64_t bytes = ahead->envelope.bytes;
+        if (bytes > p->capacity || bytes > CLIENT_PULL_MAX || !(ahead->staging = staging_get(bytes))) {
+            free(ahead);
+            continue;
+        }
+        p->ahead = ahead;
+        items[n++] = ahead;
+    }
+    if (n > 0) pull_all(items, n);
+    free(items);
 }
 
 /* Finishes a completed request: a receive's data goes to its device buffer (or an envelope
@@ -641,6 +715,8 @@ static int finish(Pending *p, MPI_Status *status) {
         rc = finish_direct(p->direct);
         break;
     }
+    if (p->ahead) staging_put(p->ahead->staging);
+    free(p->ahead);
     free(p);
     return rc;
 }
@@ -757,7 +833,7 @@ int MPI_Recv(void *buf, int count, MPI_Datatype type, int source, int tag, MPI_C
         int rc = PMPI_Recv(buf, count, type, source, tag, comm, status);
         size_t capacity = capacity_of(count, type);
         if (rc == MPI_SUCCESS && capacity >= (size_t)ENVELOPE_BYTES && is_envelope(buf, status))
-            rc = take_envelope(buf, &b, buf, capacity, comm, status);
+            rc = take_envelope(buf, &b, buf, capacity, comm, status, NULL);
         return rc;
     }
     void *host = staging_get(b.bytes);
@@ -765,7 +841,7 @@ int MPI_Recv(void *buf, int count, MPI_Datatype type, int source, int tag, MPI_C
     int rc = PMPI_Recv(host, (int)b.bytes, MPI_BYTE, source, tag, comm, status);
     if (rc == MPI_SUCCESS) {
         if (b.bytes >= (size_t)ENVELOPE_BYTES && is_envelope(host, status)) {
-            rc = take_envelope(host, &b, NULL, b.bytes, comm, status);
+            rc = take_envelope(host, &b, NULL, b.bytes, comm, status, NULL);
         } else {
             int received = 0;
             PMPI_Get_count(status, MPI_BYTE, &received);
@@ -780,7 +856,7 @@ int MPI_Isend(const void *buf, int count, MPI_Datatype type, int dest, int tag, 
               MPI_Request *request) {
     Buffer b = classify(buf, count, type);
     if (b.kind == HOST) return PMPI_Isend(buf, count, type, dest, tag, comm, request);
-    Pending entry = {MPI_REQUEST_NULL, SEND_STAGED, b, NULL, 0, NULL, comm, 0, 0, 0, 0, NULL};
+    Pending entry = {MPI_REQUEST_NULL, SEND_STAGED, b, NULL, 0, NULL, comm, 0, 0, 0, 0, NULL, NULL};
     Direct *d = start_direct(&b, dest, comm);
     int rc;
     if (d) {
@@ -810,7 +886,7 @@ int MPI_Irecv(void *buf, int count, MPI_Datatype type, int source, int tag, MPI_
         size_t capacity = capacity_of(count, type);
         /* Only large receives can get a direct send's envelope (smaller ones would truncate). */
         if (rc == MPI_SUCCESS && capacity >= DIRECT_MIN) {
-            Pending entry = {MPI_REQUEST_NULL, RECV_HOST, b, buf, capacity, NULL, comm, 0, 0, 0, 0, NULL};
+            Pending entry = {MPI_REQUEST_NULL, RECV_HOST, b, buf, capacity, NULL, comm, 0, 0, 0, 0, NULL, NULL};
             remember(*request, entry);
         }
         return rc;
@@ -822,7 +898,7 @@ int MPI_Irecv(void *buf, int count, MPI_Datatype type, int source, int tag, MPI_
         staging_put(host);
         return rc;
     }
-    Pending entry = {MPI_REQUEST_NULL, RECV_STAGED, b, host, b.bytes, NULL, comm, 0, 0, 0, 0, NULL};
+    Pending entry = {MPI_REQUEST_NULL, RECV_STAGED, b, host, b.bytes, NULL, comm, 0, 0, 0, 0, NULL, NULL};
     remember(*request, entry);
     return rc;
 }
@@ -908,6 +984,7 @@ int MPI_Waitall(int count, MPI_Request requests[], MPI_Status statuses[]) {
     Pending **taken = take_all(count, requests, &statuses);
     int rc = PMPI_Waitall(count, requests, statuses);
     if (!taken) return rc;
+    pull_ahead(taken, count, statuses);
     for (int i = 0; i < count; ++i) {
         int finished = finish(taken[i], &statuses[i]);
         if (rc == MPI_SUCCESS) rc = finished;
@@ -929,6 +1006,7 @@ int MPI_Testall(int count, MPI_Request requests[], int *flag, MPI_Status statuse
         rc = PMPI_Testall(count, requests, flag, statuses);
     }
     if (!taken) return rc;
+    if (*flag) pull_ahead(taken, count, statuses);
     for (int i = 0; i < count; ++i) {
         if (!taken[i]) continue;
         if (*flag) {

@@ -37,9 +37,9 @@ pub enum LinkRequest {
     /// copy in the pulling stream; it then asks [`LinkRequest::Share`] to wait for the export
     /// to be ready. Answered with [`LinkReply::Handle`] or [`LinkReply::Refused`].
     Handle { ticket: LaneKey },
-    /// The puller has the bytes of the export in its device memory now (after pulling all
-    /// of them): an export whose stream waits for its delivery lets the stream go on. No
-    /// answer.
+    /// The puller is done with the export: its bytes are in the puller's device memory now
+    /// (after pulling all of them), or the pull failed (the puller reports that itself). An
+    /// export whose stream waits for its delivery lets the stream go on. No answer.
     Delivered { ticket: LaneKey },
 }
 

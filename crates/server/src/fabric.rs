@@ -291,9 +291,10 @@ impl Fabric {
         attach: &LaneAttach,
         stream: &Stream,
     ) -> Result<(), String> {
-        // The ticket's export may be posted a moment after the pull that opens the link.
+        // The ticket's export may be posted after the pull that opens the link, and its
+        // session may be busy (its device queue full): waited for within the puller's patience.
         if self
-            .find(attach.session, &attach.key, WAITING_EVERY)
+            .find(attach.session, &attach.key, PEER_TIMEOUT / 2)
             .is_none()
         {
             return Err("no such export on this server".into());

@@ -176,11 +176,15 @@ struct DeviceRange {
     ring: Option<Ring>,
     /// Held until the range has been pulled or delivered (or the export ends): the stream
     /// waits on it.
-    _hold: Option<Gate>,
+    hold: Option<Gate>,
 }
 
 impl Drop for DeviceRange {
     fn drop(&mut self) {
+        // The stream goes on first, before any driver call here: a request thread may be
+        // blocked in the driver, its queue full of work behind this very gate, and a driver
+        // call (destroying the `ready` event) could wait for that thread.
+        drop(self.hold.take());
         let Some(ring) = self.ring.take() else {
             return;
         };
@@ -563,7 +567,7 @@ impl serve::Peers for Served<'_> {
             memory,
             shared,
             ring,
-            _hold: hold,
+            hold,
         };
         self.add_export(ticket, size, range, awaits_delivery)
     }
@@ -583,7 +587,7 @@ impl serve::Peers for Served<'_> {
             memory,
             shared: None,
             ring: None,
-            _hold: None,
+            hold: None,
         };
         self.add_export(ticket, 0, range, false)
     }
@@ -675,6 +679,11 @@ impl serve::Peers for Served<'_> {
                 Ok(()) => {}
                 Err(e) => {
                     log::warn!("session {id}: pulling from {}: {e}", from.endpoint);
+                    // An exporting stream held for this pull goes on (rather than when the
+                    // export expires); the failure is this session's to report.
+                    if size > 0 {
+                        let _ = links.and_then(|links| links.delivered(&from));
+                    }
                     failure
                         .lock()
                         .unwrap_or_else(|e| e.into_inner())
