@@ -315,13 +315,15 @@ if selected handle_race; then
     fi
 fi
 
-# ---- nvml: rgpu's libnvidia-ml.so.1 with two servers serving this one GPU. Natively NVML
-# shows this machine's GPUs; through rgpu, nvidia-smi -L and pynvml list both servers' devices
-# (2), each with this GPU's UUID, and torch.cuda.device_count() (which counts through NVML)
-# says 2 as well.
+# ---- nvml: rgpu's libnvidia-ml.so.1 with two servers serving this machine's GPUs. Natively
+# NVML shows this machine's GPUs (N); through rgpu, nvidia-smi -L and pynvml list both servers'
+# devices (2N), with this machine's UUIDs, and torch.cuda.device_count() (which counts through
+# NVML) says 2N as well.
 if selected nvml; then
     nvml_servers="$endpoint,$endpoint2"
-    native_uuid=$(nvidia-smi --query-gpu=uuid --format=csv,noheader -i 0 2>/dev/null | head -n1)
+    native_uuid=$(nvidia-smi --query-gpu=uuid --format=csv,noheader 2>/dev/null | sort -u | tr '\n' ' ' | sed 's/ $//')
+    native_gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+    want=$((2 * (native_gpus > 0 ? native_gpus : 1)))
     timeout -k 10 "$run_timeout" "$bin/rgpu" run --servers "$nvml_servers" -- nvidia-smi -L \
         >"$out/nvml_smi.out" 2>&1
     smi_rc=$?
@@ -338,27 +340,27 @@ if selected nvml; then
     native_count=$(sed -n 's/^nvml count //p' "$out/nvml.native.out")
     if [ $native_rc -eq 77 ]; then
         skip "nvml: $(sed 's/^SKIP [^:]*: //' "$out/nvml.native.out" | head -n1)"
-    elif [ $smi_rc -ne 0 ] || [ "$smi_gpus" != 2 ]; then
-        fail "nvml: rgpu run -- nvidia-smi -L listed $smi_gpus GPUs, not 2 (exit $smi_rc)"
+    elif [ $smi_rc -ne 0 ] || [ "$smi_gpus" != "$want" ]; then
+        fail "nvml: rgpu run -- nvidia-smi -L listed $smi_gpus GPUs, not $want (exit $smi_rc)"
         tail_of "$out/nvml_smi.out"
     elif [ -n "$native_uuid" ] && [ "$smi_uuids" != "$native_uuid " ]; then
         fail "nvml: nvidia-smi -L through rgpu shows UUIDs $smi_uuids; this GPU is $native_uuid"
         tail_of "$out/nvml_smi.out"
-    elif [ $rgpu_rc -ne 0 ] || [ "$nvml_count" != 2 ]; then
-        fail "nvml: pynvml through rgpu counted ${nvml_count:-nothing}, not 2 (exit $rgpu_rc)"
+    elif [ $rgpu_rc -ne 0 ] || [ "$nvml_count" != "$want" ]; then
+        fail "nvml: pynvml through rgpu counted ${nvml_count:-nothing}, not $want (exit $rgpu_rc)"
         tail_of "$out/nvml.rgpu.out"
     elif [ -n "$native_uuid" ] && [ "$nvml_uuids" != "$native_uuid " ]; then
         fail "nvml: pynvml through rgpu shows UUIDs $nvml_uuids; this GPU is $native_uuid"
         tail_of "$out/nvml.rgpu.out"
-    elif [ -n "$torch_count" ] && [ "$torch_count" != 2 ]; then
-        fail "nvml: torch.cuda.device_count() through rgpu is $torch_count, not 2"
+    elif [ -n "$torch_count" ] && [ "$torch_count" != "$want" ]; then
+        fail "nvml: torch.cuda.device_count() through rgpu is $torch_count, not $want"
         tail_of "$out/nvml.rgpu.out"
     elif grep -q "^nvml processes mine" "$out/nvml.native.out" &&
         ! grep -q "^nvml processes mine" "$out/nvml.rgpu.out"; then
         fail "nvml: the process list through rgpu does not show this program (natively it does)"
         tail_of "$out/nvml.rgpu.out"
     else
-        pass "nvml (nvidia-smi -L and pynvml: 2 GPUs through rgpu, $native_count natively; UUID $native_uuid; torch ${torch_count:-not installed}; $(grep -m1 '^nvml processes' "$out/nvml.rgpu.out"))"
+        pass "nvml (nvidia-smi -L and pynvml: $want GPUs through rgpu, $native_count natively; UUIDs $native_uuid; torch ${torch_count:-not installed}; $(grep -m1 '^nvml processes' "$out/nvml.rgpu.out"))"
     fi
 fi
 

@@ -28,8 +28,10 @@ pub const WAITING_EVERY: Duration = Duration::from_secs(2);
 pub const STRIPE_MIN: u64 = 8 << 20;
 /// The most links one pull is striped over (`RGPU_FABRIC_LINKS` sets another number).
 pub const DEFAULT_STRIPES: usize = 4;
-/// Idle links kept per exporting session.
-const IDLE_PER_SESSION: usize = 8;
+/// Idle links kept per exporting session: as many as a burst of stream-ordered copies keeps
+/// busy at once (a link per pull waiting for its export, four per striped pull), so that the
+/// next burst opens none.
+const IDLE_PER_SESSION: usize = 32;
 
 /// Receives the next `buf.len()` bytes of a part from its link.
 pub type Receive<'a> = &'a mut dyn FnMut(&mut [u8]) -> Result<(), String>;

@@ -30,6 +30,11 @@ use crate::results::client_error;
 
 /// Bytes per step of a copy relayed between devices of different servers.
 const RELAY_CHUNK: u64 = 8 << 20;
+/// Synchronous copies between servers up to this size are relayed through this process (one
+/// round trip to each server) rather than moved by the fabric (several hops between the
+/// servers): measured faster on one machine's loopback, where the fabric's 8-byte copy took
+/// 165-200 us (docs/benchmarks.md).
+const SMALL_SYNC_RELAY_MAX: u64 = 64 << 10;
 
 /// `CUmemorytype` values, read as integers: a descriptor may hold values the enum lacks.
 const MEMORY_HOST: u32 = 1;
@@ -197,8 +202,11 @@ fn transfer(copy: Transfer, stream: Option<CUstream>) -> Result<(), CUresult> {
                 .outcome()
         }
         (Memory::Device(from), Memory::Device(to)) => {
-            if extent.is_contiguous(src.pitch) && extent.is_contiguous(dst.pitch) {
-                let size = extent.bytes().unwrap_or(0);
+            let size = extent.bytes().unwrap_or(0);
+            let contiguous = extent.is_contiguous(src.pitch) && extent.is_contiguous(dst.pitch);
+            // A small synchronous copy costs less through this process (a read and a posted
+            // write) than the fabric's export, pull and wait between the servers.
+            if contiguous && (queue.is_some() || size > SMALL_SYNC_RELAY_MAX) {
                 between_servers(from, src.start, to, dst.start, size, queue)
             } else {
                 relay(from, src.clone(), to, dst.clone(), extent, queue)
@@ -488,7 +496,7 @@ fn between_servers(
 
 /// A copy between devices of different servers, through this process: read from one, write
 /// to the other (in chunks when both sides are contiguous). For rows the fabric does not
-/// move (strided sides). Ordered after the stream's earlier
+/// move (strided sides), and small synchronous copies. Ordered after the stream's earlier
 /// work, and complete on return unless the write joins a stream of the destination's server.
 fn relay(
     from: &Context,
