@@ -301,8 +301,9 @@ static void find_cl_peers(void) {
 /* Device sends of at least this many bytes go direct (RGPU_MPI_DIRECT=0: never). */
 #define DIRECT_MIN ((size_t)64 << 10)
 /* Direct messages up to this size are pulled by the receiving process itself, over its link to
- * the exporting server, and written to its device (RGPU_MPI_CLIENT_PULL=0: never). */
-#define CLIENT_PULL_MAX ((size_t)512 << 10)
+ * the exporting server, and written to its device (RGPU_MPI_CLIENT_PULL=0: never; bytes: up to
+ * that size instead). */
+static size_t client_pull_max = (size_t)512 << 10;
 static int client_pulls = 1;
 static const unsigned char MAGIC[16] = {'r', 'g', 'p', 'u', '-', 'm', 'p', 'i',
                                         '-', 'd', 'i', 'r', 'e', 'c', 't', 1};
@@ -497,8 +498,8 @@ static int take_envelope(const void *data, const Buffer *dst, void *host, size_t
     void *staging = NULL;
     /* A small message goes through this process: one request on its persistent link to the
      * exporting server, then a write its own server is not waited for; a pull by its server
-     * would cost two hops (measured with `rgpu bench mpi`: faster below CLIENT_PULL_MAX). */
-    if (dst->kind != HOST && e.bytes <= CLIENT_PULL_MAX && client_pulls) {
+     * would cost two hops (measured with `rgpu bench mpi`: faster below client_pull_max). */
+    if (dst->kind != HOST && e.bytes <= client_pull_max && client_pulls) {
         int pulled;
         if (ahead && ahead->staging) {
             staging = ahead->staging;
@@ -681,7 +682,7 @@ static void pull_ahead(Pending **taken, int count, MPI_Status *statuses) {
         if (!ahead) break;
         memcpy(&ahead->envelope, p->host, sizeof ahead->envelope);
         uint64_t bytes = ahead->envelope.bytes;
-        if (bytes > p->capacity || bytes > CLIENT_PULL_MAX || !(ahead->staging = staging_get(bytes))) {
+        if (bytes > p->capacity || bytes > client_pull_max || !(ahead->staging = staging_get(bytes))) {
             free(ahead);
             continue;
         }
@@ -743,6 +744,11 @@ static void initialize(void) {
     direct_enabled = !(direct && !strcmp(direct, "0"));
     const char *client_pull = getenv("RGPU_MPI_CLIENT_PULL");
     client_pulls = !(client_pull && !strcmp(client_pull, "0"));
+    if (client_pull && strcmp(client_pull, "0")) {
+        char *end = NULL;
+        unsigned long long max = strtoull(client_pull, &end, 0);
+        if (end && !*end && max > 0) client_pull_max = (size_t)max;
+    }
     PMPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
     PMPI_Comm_group(MPI_COMM_WORLD, &world_group);
     PMPI_Comm_dup(MPI_COMM_WORLD, &control);
