@@ -156,6 +156,30 @@ def test_mpi_ranks_get_devices_of_their_own(cluster):
     assert not re.search(r"^1\s", r.stdout, re.M), "a rank saw more than its one device"
 
 
+def test_the_prolog_ignores_files_planted_in_tmp(cluster):
+    """A local user (nobody) plants symlinks, pointing at a file of root's, where an earlier
+    prolog kept a file as root (/tmp/rgpu-prolog-JOB-NODE.gpus, job ids being predictable): the
+    next jobs still get their servers, and the file and the links are untouched."""
+    victim = DIR / "victim"
+    victim.write_text("intact\n")
+    config = sh(["scontrol", "show", "config"]).stdout
+    next_job = int(re.search(r"^NEXT_JOB_ID\s*=\s*(\d+)", config, re.M).group(1))
+    planted = [Path(f"/tmp/rgpu-prolog-{job}-n2.gpus") for job in range(next_job, next_job + 3)]
+    try:
+        for link in planted:
+            subprocess.run(["runuser", "-u", "nobody", "--", "ln", "-sfn", str(victim), str(link)],
+                           check=True)
+        r = sh(["srun", "-p", "gpu", "--gres=gpu:1", "-w", "n2", h.RGPU, "devices"], timeout=120)
+        assert re.search(rf"\s{NET}\.12:\d+\s*$", r.stdout, re.M), r.stdout + r.stderr
+        assert victim.read_text() == "intact\n"
+        assert all(link.is_symlink() for link in planted), "a planted link was removed"
+    finally:
+        for link in planted:
+            link.unlink(missing_ok=True)
+        victim.unlink()
+    wait_for("no job left", no_jobs)
+
+
 def test_a_second_job_for_the_same_gpu_waits_in_slurms_queue(cluster):
     first = sh(["sbatch", "--parsable", "-p", "gpu", "--gres=gpu:1", "-w", "n2",
                 "--wrap", "sleep 20"]).stdout.strip()

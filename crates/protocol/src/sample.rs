@@ -7,10 +7,17 @@
 pub trait Sample: Sized {
     fn sample() -> Self;
 
-    /// One value of each variant (enums); the sample otherwise.
+    /// One value of each variant (enums), then the sample again with each field of a struct
+    /// (or of a variant with named fields) in turn taking each further value of its own
+    /// `variants`: every variant of every type inside reaches the wire. The sample otherwise.
     fn variants() -> Vec<Self> {
         vec![Self::sample()]
     }
+}
+
+/// `T::variants()` for the type of `_like` (a field, whose type a macro does not name).
+pub fn variants_like<T: Sample>(_like: &T) -> Vec<T> {
+    T::variants()
 }
 
 macro_rules! sample_numbers {
@@ -81,19 +88,34 @@ impl Sample for () {
     fn sample() -> Self {}
 }
 
-/// `Sample` for a struct from its fields' samples.
+/// `Sample` for a struct from its fields' samples; its `variants` vary one field at a time.
 macro_rules! sample_struct {
     ($($ty:path { $($field:ident),* $(,)? }),* $(,)?) => {
         $(impl $crate::sample::Sample for $ty {
             fn sample() -> Self {
                 Self { $($field: $crate::sample::Sample::sample()),* }
             }
+
+            fn variants() -> Vec<Self> {
+                let base = Self::sample();
+                let mut all = vec![Self::sample()];
+                $(
+                    for value in $crate::sample::variants_like(&base.$field).into_iter().skip(1) {
+                        let mut one = Self::sample();
+                        one.$field = value;
+                        all.push(one);
+                    }
+                )*
+                all
+            }
         })*
     };
 }
 
 /// `Sample` for an enum: the first variant listed is the sample, and every variant must be
-/// listed (an exhaustive match in the expansion does not compile otherwise).
+/// listed (an exhaustive match in the expansion does not compile otherwise). Its `variants`
+/// are one value of each variant, then each named field of a variant through its own further
+/// variants (fields of tuple variants are left at their samples).
 macro_rules! sample_enum {
     ($ty:ident {
         $($variant:ident $({ $($field:ident),* $(,)? })? $(( $($tuple:ident),* ))?),* $(,)?
@@ -109,9 +131,32 @@ macro_rules! sample_enum {
                 let _listed = |value: &$ty| match value {
                     $($ty::$variant { .. } => (),)*
                 };
-                vec![$(
+                let plain = || vec![$(
                     sample_enum!(@one $ty $variant $({ $($field),* })? $(( $($tuple),* ))?),
-                )*]
+                )*];
+                // Enums without named fields push nothing more.
+                #[allow(unused_mut)]
+                let mut all = plain();
+                // Then each named field of a variant through its further values.
+                $($($(
+                    let of_variant = || {
+                        plain()
+                            .into_iter()
+                            .find(|v| matches!(v, $ty::$variant { .. }))
+                            .expect("every variant has a sample")
+                    };
+                    let base = of_variant();
+                    if let $ty::$variant { $field: slot, .. } = &base {
+                        for value in $crate::sample::variants_like(slot).into_iter().skip(1) {
+                            let mut one = of_variant();
+                            if let $ty::$variant { $field: slot, .. } = &mut one {
+                                *slot = value;
+                            }
+                            all.push(one);
+                        }
+                    }
+                )*)?)*
+                all
             }
         }
     };

@@ -165,6 +165,39 @@ macro_rules! wire_api {
                     Self::$Variant { $($field: <$fty as $crate::sample::Sample>::sample()),* },
                 )*)*]
             }
+
+            /// Each message again with one field at each further value of its type's
+            /// [`variants`](crate::sample::Sample::variants), named `Message.field[k]`: with
+            /// `samples`, every variant of every type a request carries, for the golden-byte
+            /// tests.
+            pub fn field_variants() -> Vec<(String, $Request)> {
+                let mut all = Vec::new();
+                $($(
+                    let of_message = || {
+                        Self::samples()
+                            .into_iter()
+                            .find(|m| matches!(m, Self::$Variant { .. }))
+                            .expect("every message has a sample")
+                    };
+                    let _ = &of_message;
+                    $(
+                        let base = of_message();
+                        if let Self::$Variant { $field: slot, .. } = &base {
+                            let values = $crate::sample::variants_like(slot);
+                            for (k, value) in values.into_iter().enumerate().skip(1) {
+                                let mut one = of_message();
+                                if let Self::$Variant { $field: slot, .. } = &mut one {
+                                    *slot = value;
+                                }
+                                let name =
+                                    format!("{}.{}[{k}]", stringify!($Variant), stringify!($field));
+                                all.push((name, one));
+                            }
+                        }
+                    )*
+                )*)*
+                all
+            }
         }
 
         impl $Reply {
@@ -179,6 +212,14 @@ macro_rules! wire_api {
             pub fn samples() -> Vec<$Reply> {
                 let mut all = Vec::new();
                 $($( wire_api!(@reply_sample all $mode $Variant $(-> $reply)?); )*)*
+                all
+            }
+
+            /// Each reply again at each further value of its type's
+            /// [`variants`](crate::sample::Sample::variants), named `Message[k]`.
+            pub fn further_variants() -> Vec<(String, $Reply)> {
+                let mut all = Vec::new();
+                $($( wire_api!(@reply_variants all $mode $Variant $(-> $reply)?); )*)*
                 all
             }
         }
@@ -300,6 +341,16 @@ macro_rules! wire_api {
         $all.push(Self::$Variant(<$reply as $crate::sample::Sample>::sample()))
     };
     (@reply_sample $all:ident $mode:ident $Variant:ident) => {};
+    (@reply_variants $all:ident call $Variant:ident -> $reply:ty) => {
+        wire_api!(@reply_variants $all wait $Variant -> $reply)
+    };
+    (@reply_variants $all:ident wait $Variant:ident -> $reply:ty) => {
+        let values = <$reply as $crate::sample::Sample>::variants();
+        for (k, value) in values.into_iter().enumerate().skip(1) {
+            $all.push((format!("{}[{k}]", stringify!($Variant)), Self::$Variant(value)));
+        }
+    };
+    (@reply_variants $all:ident $mode:ident $Variant:ident) => {};
 
     // Client methods.
     (@client_method call [] $(#[$doc:meta])* $Request:ident $Reply:ident $Variant:ident

@@ -39,7 +39,31 @@ fn every_message_round_trips() {
     server.extend(SessionReply::samples().into_iter().map(ServerMsg::Session));
     assert_eq!(
         client.len(),
-        4 + ClRequest::NAMES.len() + CuRequest::NAMES.len() + SessionRequest::NAMES.len()
+        ClientMsg::variants().len()
+            + ClRequest::NAMES.len()
+            + CuRequest::NAMES.len()
+            + SessionRequest::NAMES.len()
+    );
+    // And every further variant of what they carry.
+    client.extend(
+        ClRequest::field_variants()
+            .into_iter()
+            .map(|(_, m)| ClientMsg::Cl(m)),
+    );
+    client.extend(
+        CuRequest::field_variants()
+            .into_iter()
+            .map(|(_, m)| ClientMsg::Cu(m)),
+    );
+    server.extend(
+        ClReply::further_variants()
+            .into_iter()
+            .map(|(_, m)| ServerMsg::Cl(m)),
+    );
+    server.extend(
+        CuReply::further_variants()
+            .into_iter()
+            .map(|(_, m)| ServerMsg::Cu(m)),
     );
     for msg in &client {
         round_trip(msg);
