@@ -515,3 +515,46 @@ def test_sigterm_with_a_connected_client(c_program, start_server):
             client.describe()
     finally:
         client.kill()
+
+
+CL_PANIC_PROBE = r"""
+import ctypes
+cl = ctypes.CDLL("libOpenCL.so.1")
+platforms = (ctypes.c_void_p * 16)()
+count = ctypes.c_uint()
+assert cl.clGetPlatformIDs(16, platforms, ctypes.byref(count)) == 0
+name = ctypes.create_string_buffer(64)
+rgpu = None
+for i in range(count.value):
+    cl.clGetPlatformInfo(ctypes.c_void_p(platforms[i]), 0x0902, 64, name, None)
+    if name.value == b"rgpu":
+        rgpu = ctypes.c_void_p(platforms[i])
+assert rgpu, "no rgpu platform"
+device = ctypes.c_void_p()
+assert cl.clGetDeviceIDs(rgpu, ctypes.c_uint64(0xFFFFFFFF), 1, ctypes.byref(device), None) == 0
+error = ctypes.c_int()
+cl.clCreateContext.restype = ctypes.c_void_p
+context = ctypes.c_void_p(cl.clCreateContext(None, 1, ctypes.byref(device), None, None,
+                                             ctypes.byref(error)))
+assert error.value == 0, error.value
+cl.clCreateBuffer.restype = ctypes.c_void_p
+buffer = ctypes.c_void_p(cl.clCreateBuffer(context, ctypes.c_uint64(1), ctypes.c_size_t(4096),
+                                           None, ctypes.byref(error)))
+assert error.value == 0, error.value
+# RGPU_TEST_PANIC_IN makes this entry point panic inside: the C caller gets
+# CL_OUT_OF_HOST_MEMORY (-6), and the program goes on.
+assert cl.clReleaseMemObject(buffer) == -6
+assert cl.clReleaseContext(context) == 0
+print("PASS")
+"""
+
+
+def test_a_panic_inside_an_opencl_entry_point_is_an_error_not_an_abort(server):
+    cmd = h.rgpu_run_cmd([server.endpoint], ["python3", "-c", CL_PANIC_PROBE])
+    env = h.base_env(RGPU_TEST_PANIC_IN="clReleaseMemObject")
+    result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0 and "PASS" in result.stdout, (
+        f"exit {result.returncode}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr[-4000:]}"
+    )
+    assert "clReleaseMemObject panicked (RGPU_TEST_PANIC_IN=clReleaseMemObject)" in \
+        result.stderr, result.stderr[-4000:]

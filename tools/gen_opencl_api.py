@@ -11,9 +11,10 @@ Writes:
       `for_each_dispatch_slot!` (every slot as `name(arg: Type, ...) -> Ret;`, in dispatch
       order), `DISPATCH_SLOT_NAMES`, and `ERROR_CODES` (every negative cl_int constant).
   crates/opencl/src/generated_dispatch.rs   (only when the ICD crate exists)
-      `DISPATCH`, the ICD's dispatch table: the entry points implemented under
-      crates/opencl/src/api/ (`pub unsafe extern "C" fn clX`), and a generated stub for every
-      other slot that reports the call and returns CL_INVALID_OPERATION.
+      `DISPATCH`, the ICD's dispatch table, and the exported entry points: those implemented
+      under crates/opencl/src/api/ (`pub unsafe extern "C" fn clX`, not exported themselves)
+      each wrapped in the boundary guard, and a generated stub for every other slot that
+      reports the call and returns CL_INVALID_OPERATION.
 
 Usage:
   tools/gen_opencl_api.py            regenerate the files
@@ -416,14 +417,56 @@ def stub_body(slot):
     return body
 
 
+def panic_value(slot):
+    """What an implemented entry point returns when its implementation panics (the boundary's
+    `on_panic`): CL_OUT_OF_HOST_MEMORY, as a status or through errcode_ret."""
+    has_errcode = any(name == "errcode_ret" for name, _ in slot.args)
+    if slot.ret == "cl_int":
+        return "|| CL_OUT_OF_HOST_MEMORY"
+    if slot.ret == "()":
+        return "|| ()"
+    if slot.ret.startswith("*") or slot.ret.startswith("cl_"):
+        if has_errcode:
+            return (
+                "|| {\n"
+                "        // SAFETY: errcode_ret is the caller's, NULL or valid (OpenCL API contract).\n"
+                "        unsafe { set_errcode(errcode_ret, CL_OUT_OF_HOST_MEMORY) };\n"
+                "        std::ptr::null_mut()\n"
+                "    }"
+            )
+        return "std::ptr::null_mut"
+    raise GenError(f"{slot.name}: no panic rule for return type {slot.ret}")
+
+
+def guarded_entry(slot, module):
+    """An implemented entry point as exported and put in the table: its implementation under
+    src/api/ run through the one boundary guard (a panic becomes an error, never unwinds into
+    C)."""
+    lines = [] if VENDOR_SUFFIX.search(slot.name) else ["#[no_mangle]"]
+    args = ", ".join(f"{name}: {ty}" for name, ty in slot.args)
+    names = ", ".join(name for name, _ in slot.args)
+    ret = "" if slot.ret == "()" else f" -> {slot.ret}"
+    lines += [
+        f"pub unsafe extern \"C\" fn {slot.name}({args}){ret} {{",
+        f"    crate::boundary::guard(\"{slot.name}\", {panic_value(slot)}, || {{",
+        "        // SAFETY: the caller's arguments, passed on under the same contract.",
+        f"        unsafe {{ {module}::{slot.name}({names}) }}",
+        "    })",
+        "}",
+        "",
+    ]
+    return lines
+
+
 def render_icd(slots, implemented, version):
     lines = [header(version, "the ICD's dispatch table and stubs").rstrip("\n")]
     lines += [
         "//",
-        "// Entry points implemented under src/api/ (`pub unsafe extern \"C\" fn clX`) fill their",
-        "// slot; every other slot gets a stub below that reports the call once and fails with",
-        "// CL_INVALID_OPERATION. Stubs of vendor extensions (…KHR, …EXT, …) are not exported by",
-        "// name, so they cannot shadow another library's symbols.",
+        "// Entry points implemented under src/api/ (`pub unsafe extern \"C\" fn clX`) are",
+        "// exported and fill their slot through a wrapper here that runs them in the one boundary",
+        "// guard (crate::boundary); every other slot gets a stub below that reports the call once",
+        "// and fails with CL_INVALID_OPERATION. Vendor extensions (…KHR, …EXT, …) are not exported",
+        "// by name, so they cannot shadow another library's symbols.",
         "#![allow(non_snake_case, clippy::missing_safety_doc, clippy::too_many_arguments)]",
         "",
         "use rgpu_cl_api::sys::cl_icd::_cl_icd_dispatch;",
@@ -433,11 +476,10 @@ def render_icd(slots, implemented, version):
         "pub static DISPATCH: _cl_icd_dispatch = _cl_icd_dispatch {",
     ]
     for slot in slots:
-        target = f"{implemented[slot.name]}::{slot.name}" if slot.name in implemented else slot.name
-        lines.append(f"    {slot.name}: Some({target}),")
+        lines.append(f"    {slot.name}: Some({slot.name}),")
     lines += ["};", ""]
     stubs = [slot for slot in slots if slot.name not in implemented]
-    if any(any(n == "errcode_ret" for n, _ in s.args) and s.ret != "cl_int" for s in stubs):
+    if any(any(n == "errcode_ret" for n, _ in s.args) and s.ret != "cl_int" for s in slots):
         lines += [
             "/// Stores `code` through the caller's `errcode_ret`, which OpenCL allows to be NULL.",
             "///",
@@ -451,6 +493,9 @@ def render_icd(slots, implemented, version):
             "}",
             "",
         ]
+    for slot in slots:
+        if slot.name in implemented:
+            lines += guarded_entry(slot, implemented[slot.name])
     for slot in stubs:
         if not VENDOR_SUFFIX.search(slot.name):
             lines.append("#[no_mangle]")

@@ -12,6 +12,7 @@
 #![allow(clippy::too_many_arguments)]
 
 pub mod api;
+mod boundary;
 mod generated_dispatch;
 mod handle;
 mod includes;

@@ -162,12 +162,10 @@ pub unsafe fn c_string(ptr: *const std::ffi::c_char) -> Option<String> {
     }
 }
 
-/// Runs an entry point's body, turning a panic into an error instead of unwinding into C.
+/// Runs a body, turning a panic into `on_panic` instead of unwinding into C: the boundary's
+/// guard, for entry points outside the dispatch table and for callbacks.
 pub fn guard<R>(on_panic: R, body: impl FnOnce() -> R) -> R {
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)).unwrap_or_else(|_| {
-        log::error!("rgpu: internal error (panic) in an OpenCL call");
-        on_panic
-    })
+    crate::boundary::guard("an OpenCL call", || on_panic, body)
 }
 
 pub fn version_number(major: u32, minor: u32, patch: u32) -> cl_version {

@@ -66,7 +66,6 @@ fn create_context(
     Ok(handle::raw(&context))
 }
 
-#[no_mangle]
 pub unsafe extern "C" fn clCreateContext(
     properties: *const cl_context_properties,
     num_devices: cl_uint,
@@ -92,7 +91,6 @@ pub unsafe extern "C" fn clCreateContext(
     })
 }
 
-#[no_mangle]
 pub unsafe extern "C" fn clCreateContextFromType(
     properties: *const cl_context_properties,
     device_type: cl_device_type,
@@ -135,17 +133,14 @@ pub unsafe extern "C" fn clCreateContextFromType(
     })
 }
 
-#[no_mangle]
 pub unsafe extern "C" fn clRetainContext(context: cl_context) -> cl_int {
     handle::retain::<Context>(context)
 }
 
-#[no_mangle]
 pub unsafe extern "C" fn clReleaseContext(context: cl_context) -> cl_int {
     handle::release::<Context>(context)
 }
 
-#[no_mangle]
 pub unsafe extern "C" fn clGetContextInfo(
     context: cl_context,
     param_name: cl_context_info,
@@ -173,7 +168,6 @@ pub unsafe extern "C" fn clGetContextInfo(
     })
 }
 
-#[no_mangle]
 pub unsafe extern "C" fn clSetContextDestructorCallback(
     context: cl_context,
     pfn_notify: Option<unsafe extern "C" fn(cl_context, *mut c_void)>,

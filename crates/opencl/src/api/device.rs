@@ -31,7 +31,6 @@ pub unsafe fn devices_from(
         .collect()
 }
 
-#[no_mangle]
 pub unsafe extern "C" fn clGetDeviceIDs(
     platform: cl_platform_id,
     device_type: cl_device_type,
@@ -85,7 +84,6 @@ pub unsafe extern "C" fn clGetDeviceIDs(
     })
 }
 
-#[no_mangle]
 pub unsafe extern "C" fn clGetDeviceInfo(
     device: cl_device_id,
     param_name: cl_device_info,
@@ -115,7 +113,6 @@ pub unsafe extern "C" fn clGetDeviceInfo(
     })
 }
 
-#[no_mangle]
 pub unsafe extern "C" fn clCreateSubDevices(
     in_device: cl_device_id,
     _properties: *const cl_device_partition_property,
@@ -131,12 +128,10 @@ pub unsafe extern "C" fn clCreateSubDevices(
 }
 
 /// Root devices are not reference counted.
-#[no_mangle]
 pub unsafe extern "C" fn clRetainDevice(device: cl_device_id) -> cl_int {
     device_from(device).map_or_else(|code| code, |_| CL_SUCCESS)
 }
 
-#[no_mangle]
 pub unsafe extern "C" fn clReleaseDevice(device: cl_device_id) -> cl_int {
     device_from(device).map_or_else(|code| code, |_| CL_SUCCESS)
 }
@@ -144,7 +139,6 @@ pub unsafe extern "C" fn clReleaseDevice(device: cl_device_id) -> cl_int {
 /// rgpu's platform reports CL_PLATFORM_HOST_TIMER_RESOLUTION 0 (a remote device's timer and
 /// this host's cannot be synchronized), and for such a platform the specification makes the
 /// host timer unsupported: CL_INVALID_OPERATION for a valid device.
-#[no_mangle]
 pub unsafe extern "C" fn clGetHostTimer(
     device: cl_device_id,
     _host_timestamp: *mut cl_ulong,

@@ -267,7 +267,6 @@ fn enqueue(body: impl FnOnce() -> Result<(), cl_int>) -> cl_int {
 
 // ---- Buffers ----------------------------------------------------------------------------
 
-#[no_mangle]
 pub unsafe extern "C" fn clEnqueueReadBuffer(
     command_queue: cl_command_queue,
     buffer: cl_mem,
@@ -304,7 +303,6 @@ pub unsafe extern "C" fn clEnqueueReadBuffer(
     })
 }
 
-#[no_mangle]
 pub unsafe extern "C" fn clEnqueueWriteBuffer(
     command_queue: cl_command_queue,
     buffer: cl_mem,
@@ -413,7 +411,6 @@ fn read_target(region: HostRegion) -> ReadTarget {
     }
 }
 
-#[no_mangle]
 pub unsafe extern "C" fn clEnqueueReadBufferRect(
     command_queue: cl_command_queue,
     buffer: cl_mem,
@@ -464,7 +461,6 @@ pub unsafe extern "C" fn clEnqueueReadBufferRect(
     })
 }
 
-#[no_mangle]
 pub unsafe extern "C" fn clEnqueueWriteBufferRect(
     command_queue: cl_command_queue,
     buffer: cl_mem,
@@ -512,7 +508,6 @@ pub unsafe extern "C" fn clEnqueueWriteBufferRect(
     })
 }
 
-#[no_mangle]
 pub unsafe extern "C" fn clEnqueueCopyBuffer(
     command_queue: cl_command_queue,
     src_buffer: cl_mem,
@@ -553,7 +548,6 @@ fn triple(ptr: *const usize) -> Result<[u64; 3], cl_int> {
     Ok(unsafe { *(ptr as *const [usize; 3]) }.map(|v| v as u64))
 }
 
-#[no_mangle]
 pub unsafe extern "C" fn clEnqueueCopyBufferRect(
     command_queue: cl_command_queue,
     src_buffer: cl_mem,
@@ -590,7 +584,6 @@ pub unsafe extern "C" fn clEnqueueCopyBufferRect(
     })
 }
 
-#[no_mangle]
 pub unsafe extern "C" fn clEnqueueFillBuffer(
     command_queue: cl_command_queue,
     buffer: cl_mem,
@@ -654,7 +647,6 @@ fn image_host_region(
     Ok(host)
 }
 
-#[no_mangle]
 pub unsafe extern "C" fn clEnqueueReadImage(
     command_queue: cl_command_queue,
     image: cl_mem,
@@ -691,7 +683,6 @@ pub unsafe extern "C" fn clEnqueueReadImage(
     })
 }
 
-#[no_mangle]
 pub unsafe extern "C" fn clEnqueueWriteImage(
     command_queue: cl_command_queue,
     image: cl_mem,
@@ -733,7 +724,6 @@ pub unsafe extern "C" fn clEnqueueWriteImage(
     })
 }
 
-#[no_mangle]
 pub unsafe extern "C" fn clEnqueueCopyImage(
     command_queue: cl_command_queue,
     src_image: cl_mem,
@@ -760,7 +750,6 @@ pub unsafe extern "C" fn clEnqueueCopyImage(
     })
 }
 
-#[no_mangle]
 pub unsafe extern "C" fn clEnqueueFillImage(
     command_queue: cl_command_queue,
     image: cl_mem,
@@ -789,7 +778,6 @@ pub unsafe extern "C" fn clEnqueueFillImage(
     })
 }
 
-#[no_mangle]
 pub unsafe extern "C" fn clEnqueueCopyImageToBuffer(
     command_queue: cl_command_queue,
     src_image: cl_mem,
@@ -816,7 +804,6 @@ pub unsafe extern "C" fn clEnqueueCopyImageToBuffer(
     })
 }
 
-#[no_mangle]
 pub unsafe extern "C" fn clEnqueueCopyBufferToImage(
     command_queue: cl_command_queue,
     src_buffer: cl_mem,
@@ -870,7 +857,6 @@ fn map_writes(flags: cl_map_flags) -> bool {
     flags & (CL_MAP_WRITE | CL_MAP_WRITE_INVALIDATE_REGION) != 0
 }
 
-#[no_mangle]
 pub unsafe extern "C" fn clEnqueueMapBuffer(
     command_queue: cl_command_queue,
     buffer: cl_mem,
@@ -935,7 +921,6 @@ pub unsafe extern "C" fn clEnqueueMapBuffer(
     })
 }
 
-#[no_mangle]
 pub unsafe extern "C" fn clEnqueueMapImage(
     command_queue: cl_command_queue,
     image: cl_mem,
@@ -1040,7 +1025,6 @@ pub unsafe extern "C" fn clEnqueueMapImage(
     })
 }
 
-#[no_mangle]
 pub unsafe extern "C" fn clEnqueueUnmapMemObject(
     command_queue: cl_command_queue,
     memobj: cl_mem,
@@ -1099,7 +1083,6 @@ pub unsafe extern "C" fn clEnqueueUnmapMemObject(
     })
 }
 
-#[no_mangle]
 pub unsafe extern "C" fn clEnqueueMigrateMemObjects(
     command_queue: cl_command_queue,
     num_mem_objects: cl_uint,
@@ -1348,7 +1331,6 @@ fn sizes(ptr: *const usize, work_dim: cl_uint) -> Option<Vec<u64>> {
     })
 }
 
-#[no_mangle]
 pub unsafe extern "C" fn clEnqueueNDRangeKernel(
     command_queue: cl_command_queue,
     kernel: cl_kernel,
@@ -1382,7 +1364,6 @@ pub unsafe extern "C" fn clEnqueueNDRangeKernel(
     })
 }
 
-#[no_mangle]
 pub unsafe extern "C" fn clEnqueueTask(
     command_queue: cl_command_queue,
     kernel: cl_kernel,
@@ -1406,7 +1387,6 @@ pub unsafe extern "C" fn clEnqueueTask(
     })
 }
 
-#[no_mangle]
 pub unsafe extern "C" fn clEnqueueNativeKernel(
     command_queue: cl_command_queue,
     _user_func: Option<unsafe extern "C" fn(*mut c_void)>,
@@ -1429,7 +1409,6 @@ pub unsafe extern "C" fn clEnqueueNativeKernel(
 
 // ---- Synchronization points in the queue ------------------------------------------------
 
-#[no_mangle]
 pub unsafe extern "C" fn clEnqueueMarkerWithWaitList(
     command_queue: cl_command_queue,
     num_events_in_wait_list: cl_uint,
@@ -1448,7 +1427,6 @@ pub unsafe extern "C" fn clEnqueueMarkerWithWaitList(
     })
 }
 
-#[no_mangle]
 pub unsafe extern "C" fn clEnqueueBarrierWithWaitList(
     command_queue: cl_command_queue,
     num_events_in_wait_list: cl_uint,
@@ -1467,7 +1445,6 @@ pub unsafe extern "C" fn clEnqueueBarrierWithWaitList(
     })
 }
 
-#[no_mangle]
 pub unsafe extern "C" fn clEnqueueMarker(
     command_queue: cl_command_queue,
     event: *mut cl_event,
@@ -1487,7 +1464,6 @@ pub unsafe extern "C" fn clEnqueueMarker(
     })
 }
 
-#[no_mangle]
 pub unsafe extern "C" fn clEnqueueBarrier(command_queue: cl_command_queue) -> cl_int {
     enqueue(|| {
         let sub = prepare(command_queue, 0, std::ptr::null())?;
@@ -1501,7 +1477,6 @@ pub unsafe extern "C" fn clEnqueueBarrier(command_queue: cl_command_queue) -> cl
     })
 }
 
-#[no_mangle]
 pub unsafe extern "C" fn clEnqueueWaitForEvents(
     command_queue: cl_command_queue,
     num_events: cl_uint,

@@ -115,7 +115,6 @@ pub fn wait_for(events: &[Ref<Event>]) -> Result<bool, cl_int> {
     Ok(all_ok)
 }
 
-#[no_mangle]
 pub unsafe extern "C" fn clWaitForEvents(
     num_events: cl_uint,
     event_list: *const cl_event,
@@ -164,7 +163,6 @@ fn current_status(event: &Ref<Event>) -> Result<cl_int, cl_int> {
     Ok(status.min(event.known_status()))
 }
 
-#[no_mangle]
 pub unsafe extern "C" fn clGetEventInfo(
     event: cl_event,
     param_name: cl_event_info,
@@ -198,7 +196,6 @@ pub unsafe extern "C" fn clGetEventInfo(
     })
 }
 
-#[no_mangle]
 pub unsafe extern "C" fn clCreateUserEvent(
     context: cl_context,
     errcode_ret: *mut cl_int,
@@ -225,7 +222,6 @@ pub unsafe extern "C" fn clCreateUserEvent(
     })
 }
 
-#[no_mangle]
 pub unsafe extern "C" fn clSetUserEventStatus(event: cl_event, execution_status: cl_int) -> cl_int {
     guard(CL_OUT_OF_HOST_MEMORY, || {
         let event = match event_from(event) {
@@ -253,7 +249,6 @@ pub unsafe extern "C" fn clSetUserEventStatus(event: cl_event, execution_status:
     })
 }
 
-#[no_mangle]
 pub unsafe extern "C" fn clSetEventCallback(
     event: cl_event,
     command_exec_callback_type: cl_int,
@@ -340,17 +335,14 @@ fn fire_reached(event: &Ref<Event>) {
     }));
 }
 
-#[no_mangle]
 pub unsafe extern "C" fn clRetainEvent(event: cl_event) -> cl_int {
     handle::retain::<Event>(event)
 }
 
-#[no_mangle]
 pub unsafe extern "C" fn clReleaseEvent(event: cl_event) -> cl_int {
     handle::release::<Event>(event)
 }
 
-#[no_mangle]
 pub unsafe extern "C" fn clGetEventProfilingInfo(
     event: cl_event,
     param_name: cl_profiling_info,

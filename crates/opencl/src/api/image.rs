@@ -402,7 +402,6 @@ unsafe fn read_desc(desc: *const cl_image_desc) -> Option<RawImageDesc> {
     (!desc.is_null()).then(|| unsafe { (desc as *const RawImageDesc).read_unaligned() })
 }
 
-#[no_mangle]
 pub unsafe extern "C" fn clCreateImage(
     context: cl_context,
     flags: cl_mem_flags,
@@ -420,7 +419,6 @@ pub unsafe extern "C" fn clCreateImage(
     })
 }
 
-#[no_mangle]
 pub unsafe extern "C" fn clCreateImageWithProperties(
     context: cl_context,
     properties: *const cl_mem_properties,
@@ -473,7 +471,6 @@ fn legacy_error(result: Result<*mut c_void, cl_int>) -> Result<*mut c_void, cl_i
     })
 }
 
-#[no_mangle]
 pub unsafe extern "C" fn clCreateImage2D(
     context: cl_context,
     flags: cl_mem_flags,
@@ -504,7 +501,6 @@ pub unsafe extern "C" fn clCreateImage2D(
     })
 }
 
-#[no_mangle]
 pub unsafe extern "C" fn clCreateImage3D(
     context: cl_context,
     flags: cl_mem_flags,
@@ -543,7 +539,6 @@ pub unsafe extern "C" fn clCreateImage3D(
     })
 }
 
-#[no_mangle]
 pub unsafe extern "C" fn clGetSupportedImageFormats(
     context: cl_context,
     flags: cl_mem_flags,
@@ -598,7 +593,6 @@ pub unsafe extern "C" fn clGetSupportedImageFormats(
     })
 }
 
-#[no_mangle]
 pub unsafe extern "C" fn clGetImageInfo(
     image: cl_mem,
     param_name: cl_image_info,

@@ -61,7 +61,6 @@ fn new_kernel(
     })
 }
 
-#[no_mangle]
 pub unsafe extern "C" fn clCreateKernel(
     program: cl_program,
     kernel_name: *const c_char,
@@ -84,7 +83,6 @@ pub unsafe extern "C" fn clCreateKernel(
     })
 }
 
-#[no_mangle]
 pub unsafe extern "C" fn clCreateKernelsInProgram(
     program: cl_program,
     num_kernels: cl_uint,
@@ -145,7 +143,6 @@ pub unsafe extern "C" fn clCreateKernelsInProgram(
     })
 }
 
-#[no_mangle]
 pub unsafe extern "C" fn clCloneKernel(
     source_kernel: cl_kernel,
     errcode_ret: *mut cl_int,
@@ -169,12 +166,10 @@ pub unsafe extern "C" fn clCloneKernel(
     })
 }
 
-#[no_mangle]
 pub unsafe extern "C" fn clRetainKernel(kernel: cl_kernel) -> cl_int {
     handle::retain::<Kernel>(kernel)
 }
 
-#[no_mangle]
 pub unsafe extern "C" fn clReleaseKernel(kernel: cl_kernel) -> cl_int {
     handle::release::<Kernel>(kernel)
 }
@@ -352,7 +347,6 @@ unsafe fn checked_arg<'a>(
     }
 }
 
-#[no_mangle]
 pub unsafe extern "C" fn clSetKernelArg(
     kernel: cl_kernel,
     arg_index: cl_uint,
@@ -412,7 +406,6 @@ fn cached(
     Ok(value)
 }
 
-#[no_mangle]
 pub unsafe extern "C" fn clGetKernelInfo(
     kernel: cl_kernel,
     param_name: cl_kernel_info,
@@ -440,7 +433,6 @@ pub unsafe extern "C" fn clGetKernelInfo(
     })
 }
 
-#[no_mangle]
 pub unsafe extern "C" fn clGetKernelWorkGroupInfo(
     kernel: cl_kernel,
     device: cl_device_id,
@@ -493,7 +485,6 @@ pub unsafe extern "C" fn clGetKernelWorkGroupInfo(
     })
 }
 
-#[no_mangle]
 pub unsafe extern "C" fn clGetKernelArgInfo(
     kernel: cl_kernel,
     arg_index: cl_uint,
@@ -528,7 +519,6 @@ pub unsafe extern "C" fn clGetKernelArgInfo(
     })
 }
 
-#[no_mangle]
 pub unsafe extern "C" fn clGetKernelSubGroupInfo(
     kernel: cl_kernel,
     device: cl_device_id,
@@ -560,7 +550,6 @@ pub unsafe extern "C" fn clGetKernelSubGroupInfo(
     })
 }
 
-#[no_mangle]
 pub unsafe extern "C" fn clSetKernelExecInfo(
     kernel: cl_kernel,
     param_name: cl_kernel_exec_info,
@@ -582,7 +571,6 @@ pub unsafe extern "C" fn clSetKernelExecInfo(
     })
 }
 
-#[no_mangle]
 pub unsafe extern "C" fn clSetKernelArgSVMPointer(
     kernel: cl_kernel,
     arg_index: cl_uint,

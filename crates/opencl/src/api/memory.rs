@@ -116,7 +116,6 @@ fn create_buffer(
     Ok(handle::raw(&mem))
 }
 
-#[no_mangle]
 pub unsafe extern "C" fn clCreateBuffer(
     context: cl_context,
     flags: cl_mem_flags,
@@ -131,7 +130,6 @@ pub unsafe extern "C" fn clCreateBuffer(
     })
 }
 
-#[no_mangle]
 pub unsafe extern "C" fn clCreateBufferWithProperties(
     context: cl_context,
     properties: *const cl_mem_properties,
@@ -161,7 +159,6 @@ fn origin_aligned(device: &crate::objects::Device, origin: usize) -> bool {
     origin.is_multiple_of(align)
 }
 
-#[no_mangle]
 pub unsafe extern "C" fn clCreateSubBuffer(
     buffer: cl_mem,
     flags: cl_mem_flags,
@@ -248,18 +245,15 @@ pub unsafe extern "C" fn clCreateSubBuffer(
     })
 }
 
-#[no_mangle]
 pub unsafe extern "C" fn clRetainMemObject(memobj: cl_mem) -> cl_int {
     handle::retain::<Mem>(memobj)
 }
 
-#[no_mangle]
 pub unsafe extern "C" fn clReleaseMemObject(memobj: cl_mem) -> cl_int {
     handle::release::<Mem>(memobj)
 }
 
 /// rgpu offers no pipes (CL_DEVICE_PIPE_SUPPORT is false), so no memory object is one.
-#[no_mangle]
 pub unsafe extern "C" fn clGetPipeInfo(
     _pipe: cl_mem,
     _param_name: cl_pipe_info,
@@ -270,7 +264,6 @@ pub unsafe extern "C" fn clGetPipeInfo(
     CL_INVALID_MEM_OBJECT
 }
 
-#[no_mangle]
 pub unsafe extern "C" fn clGetMemObjectInfo(
     memobj: cl_mem,
     param_name: cl_mem_info,
@@ -317,7 +310,6 @@ pub unsafe extern "C" fn clGetMemObjectInfo(
     })
 }
 
-#[no_mangle]
 pub unsafe extern "C" fn clSetMemObjectDestructorCallback(
     memobj: cl_mem,
     pfn_notify: Option<unsafe extern "C" fn(cl_mem, *mut c_void)>,

@@ -59,7 +59,6 @@ pub unsafe extern "C" fn clIcdGetPlatformIDsKHR(
     })
 }
 
-#[no_mangle]
 pub unsafe extern "C" fn clGetPlatformIDs(
     num_entries: cl_uint,
     platforms: *mut cl_platform_id,
@@ -70,7 +69,6 @@ pub unsafe extern "C" fn clGetPlatformIDs(
     })
 }
 
-#[no_mangle]
 pub unsafe extern "C" fn clGetPlatformInfo(
     platform: cl_platform_id,
     param_name: cl_platform_info,
@@ -105,10 +103,13 @@ pub unsafe extern "C" fn clGetPlatformInfo(
 fn extension_function(name: &str) -> *mut c_void {
     match name {
         "clIcdGetPlatformIDsKHR" => clIcdGetPlatformIDsKHR as *mut c_void,
+        // The exported (guarded) entry points.
         "clCreateCommandQueueWithPropertiesKHR" => {
-            crate::api::queue::clCreateCommandQueueWithProperties as *mut c_void
+            crate::generated_dispatch::clCreateCommandQueueWithProperties as *mut c_void
         }
-        "clGetKernelSubGroupInfoKHR" => crate::api::kernel::clGetKernelSubGroupInfo as *mut c_void,
+        "clGetKernelSubGroupInfoKHR" => {
+            crate::generated_dispatch::clGetKernelSubGroupInfo as *mut c_void
+        }
         // rgpu's own, for its MPI interposer (crate::api::peers).
         "rgpu_opencl_export" => crate::api::peers::rgpu_opencl_export as *mut c_void,
         "rgpu_opencl_pull" => crate::api::peers::rgpu_opencl_pull as *mut c_void,
@@ -118,7 +119,6 @@ fn extension_function(name: &str) -> *mut c_void {
     }
 }
 
-#[no_mangle]
 pub unsafe extern "C" fn clGetExtensionFunctionAddress(func_name: *const c_char) -> *mut c_void {
     if func_name.is_null() {
         return std::ptr::null_mut();
@@ -128,7 +128,6 @@ pub unsafe extern "C" fn clGetExtensionFunctionAddress(func_name: *const c_char)
     extension_function(&name)
 }
 
-#[no_mangle]
 pub unsafe extern "C" fn clGetExtensionFunctionAddressForPlatform(
     platform: cl_platform_id,
     func_name: *const c_char,
@@ -140,7 +139,6 @@ pub unsafe extern "C" fn clGetExtensionFunctionAddressForPlatform(
     unsafe { clGetExtensionFunctionAddress(func_name) }
 }
 
-#[no_mangle]
 pub unsafe extern "C" fn clUnloadPlatformCompiler(platform: cl_platform_id) -> cl_int {
     match platform_from(platform) {
         Ok(_) => CL_SUCCESS,
@@ -148,7 +146,6 @@ pub unsafe extern "C" fn clUnloadPlatformCompiler(platform: cl_platform_id) -> c
     }
 }
 
-#[no_mangle]
 pub unsafe extern "C" fn clUnloadCompiler() -> cl_int {
     CL_SUCCESS
 }

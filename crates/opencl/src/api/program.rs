@@ -136,7 +136,6 @@ fn new_program(
     handle::raw(&program)
 }
 
-#[no_mangle]
 pub unsafe extern "C" fn clCreateProgramWithSource(
     context: cl_context,
     count: cl_uint,
@@ -188,7 +187,6 @@ pub unsafe extern "C" fn clCreateProgramWithSource(
     })
 }
 
-#[no_mangle]
 pub unsafe extern "C" fn clCreateProgramWithBinary(
     context: cl_context,
     num_devices: cl_uint,
@@ -265,7 +263,6 @@ pub unsafe extern "C" fn clCreateProgramWithBinary(
     })
 }
 
-#[no_mangle]
 pub unsafe extern "C" fn clCreateProgramWithIL(
     context: cl_context,
     il: *const c_void,
@@ -294,7 +291,6 @@ pub unsafe extern "C" fn clCreateProgramWithIL(
     })
 }
 
-#[no_mangle]
 pub unsafe extern "C" fn clCreateProgramWithBuiltInKernels(
     context: cl_context,
     num_devices: cl_uint,
@@ -325,12 +321,10 @@ pub unsafe extern "C" fn clCreateProgramWithBuiltInKernels(
     })
 }
 
-#[no_mangle]
 pub unsafe extern "C" fn clRetainProgram(program: cl_program) -> cl_int {
     handle::retain::<Program>(program)
 }
 
-#[no_mangle]
 pub unsafe extern "C" fn clReleaseProgram(program: cl_program) -> cl_int {
     handle::release::<Program>(program)
 }
@@ -343,7 +337,6 @@ fn notify(pfn_notify: Option<ProgramNotify>, program: cl_program, user_data: *mu
     }
 }
 
-#[no_mangle]
 pub unsafe extern "C" fn clBuildProgram(
     program: cl_program,
     num_devices: cl_uint,
@@ -383,7 +376,6 @@ pub unsafe extern "C" fn clBuildProgram(
     })
 }
 
-#[no_mangle]
 pub unsafe extern "C" fn clCompileProgram(
     program: cl_program,
     num_devices: cl_uint,
@@ -447,7 +439,6 @@ pub unsafe extern "C" fn clCompileProgram(
     })
 }
 
-#[no_mangle]
 pub unsafe extern "C" fn clLinkProgram(
     context: cl_context,
     num_devices: cl_uint,
@@ -551,7 +542,6 @@ unsafe fn program_binaries(
     Ok(())
 }
 
-#[no_mangle]
 pub unsafe extern "C" fn clGetProgramInfo(
     program: cl_program,
     param_name: cl_program_info,
@@ -593,7 +583,6 @@ pub unsafe extern "C" fn clGetProgramInfo(
     })
 }
 
-#[no_mangle]
 pub unsafe extern "C" fn clGetProgramBuildInfo(
     program: cl_program,
     device: cl_device_id,
@@ -639,7 +628,6 @@ pub unsafe extern "C" fn clGetProgramBuildInfo(
     })
 }
 
-#[no_mangle]
 pub unsafe extern "C" fn clSetProgramReleaseCallback(
     program: cl_program,
     _pfn_notify: Option<ProgramNotify>,
@@ -652,7 +640,6 @@ pub unsafe extern "C" fn clSetProgramReleaseCallback(
     })
 }
 
-#[no_mangle]
 pub unsafe extern "C" fn clSetProgramSpecializationConstant(
     program: cl_program,
     _spec_id: cl_uint,

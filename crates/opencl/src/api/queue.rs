@@ -65,7 +65,6 @@ fn create_queue(
     Ok(handle::raw(&queue))
 }
 
-#[no_mangle]
 pub unsafe extern "C" fn clCreateCommandQueue(
     context: cl_context,
     device: cl_device_id,
@@ -79,7 +78,6 @@ pub unsafe extern "C" fn clCreateCommandQueue(
     })
 }
 
-#[no_mangle]
 pub unsafe extern "C" fn clCreateCommandQueueWithProperties(
     context: cl_context,
     device: cl_device_id,
@@ -108,12 +106,10 @@ pub unsafe extern "C" fn clCreateCommandQueueWithProperties(
     })
 }
 
-#[no_mangle]
 pub unsafe extern "C" fn clRetainCommandQueue(queue: cl_command_queue) -> cl_int {
     handle::retain::<Queue>(queue)
 }
 
-#[no_mangle]
 pub unsafe extern "C" fn clReleaseCommandQueue(queue: cl_command_queue) -> cl_int {
     // Releasing a queue implies a flush of what was queued on it.
     if let Ok(q) = queue_from(queue) {
@@ -122,7 +118,6 @@ pub unsafe extern "C" fn clReleaseCommandQueue(queue: cl_command_queue) -> cl_in
     handle::release::<Queue>(queue)
 }
 
-#[no_mangle]
 pub unsafe extern "C" fn clGetCommandQueueInfo(
     queue: cl_command_queue,
     param_name: cl_command_queue_info,
@@ -150,7 +145,6 @@ pub unsafe extern "C" fn clGetCommandQueueInfo(
     })
 }
 
-#[no_mangle]
 pub unsafe extern "C" fn clFlush(queue: cl_command_queue) -> cl_int {
     guard(CL_OUT_OF_HOST_MEMORY, || {
         let queue = match queue_from(queue) {
@@ -182,7 +176,6 @@ pub fn finish(queue: &Queue) -> Result<(), cl_int> {
     result
 }
 
-#[no_mangle]
 pub unsafe extern "C" fn clFinish(queue: cl_command_queue) -> cl_int {
     guard(CL_OUT_OF_HOST_MEMORY, || match queue_from(queue) {
         Ok(q) => crate::util::status(finish(&q)),
@@ -190,7 +183,6 @@ pub unsafe extern "C" fn clFinish(queue: cl_command_queue) -> cl_int {
     })
 }
 
-#[no_mangle]
 pub unsafe extern "C" fn clSetCommandQueueProperty(
     queue: cl_command_queue,
     _properties: cl_command_queue_properties,

@@ -77,7 +77,6 @@ fn create_sampler(
     Ok(handle::raw(&sampler))
 }
 
-#[no_mangle]
 pub unsafe extern "C" fn clCreateSampler(
     context: cl_context,
     normalized_coords: cl_bool,
@@ -146,7 +145,6 @@ fn parse_properties(list: &[cl_sampler_properties]) -> Result<SamplerState, cl_i
     Ok(state)
 }
 
-#[no_mangle]
 pub unsafe extern "C" fn clCreateSamplerWithProperties(
     context: cl_context,
     sampler_properties: *const cl_sampler_properties,
@@ -162,17 +160,14 @@ pub unsafe extern "C" fn clCreateSamplerWithProperties(
     })
 }
 
-#[no_mangle]
 pub unsafe extern "C" fn clRetainSampler(sampler: cl_sampler) -> cl_int {
     handle::retain::<Sampler>(sampler)
 }
 
-#[no_mangle]
 pub unsafe extern "C" fn clReleaseSampler(sampler: cl_sampler) -> cl_int {
     handle::release::<Sampler>(sampler)
 }
 
-#[no_mangle]
 pub unsafe extern "C" fn clGetSamplerInfo(
     sampler: cl_sampler,
     param_name: cl_sampler_info,
