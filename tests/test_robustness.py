@@ -418,6 +418,71 @@ def test_malformed_frames_close_only_that_session(c_program, server):
     assert len(hits) >= n - 1, f"{len(hits)} log lines for {n} bad sessions\n{server.log_tail()}"
 
 
+def server_tree_rss_kib(pid: int) -> int:
+    """Resident memory of a process and all its descendants, in KiB."""
+    total, todo = 0, [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            status = open(f"/proc/{p}/status").read()
+            total += int(re.search(r"^VmRSS:\s+(\d+)", status, re.M).group(1))
+            for task in os.listdir(f"/proc/{p}/task"):
+                children = open(f"/proc/{p}/task/{task}/children").read().split()
+                todo += [int(c) for c in children]
+        except (FileNotFoundError, ProcessLookupError, AttributeError):
+            pass
+    return total
+
+
+def test_unauthenticated_frames_cannot_claim_memory(server):
+    """Frame headers announcing 256 MiB bodies before authentication: each connection is
+    closed at once, before any body byte is sent, and the server's memory (all its
+    processes) stays within 16 MiB per connection (it once zero-filled 256 MiB for each)."""
+    before = server_tree_rss_kib(server.proc.pid)
+    held = []
+    for _ in range(20):
+        s = connect(server)
+        s.sendall(preamble())
+        read_exact(s, PREAMBLE_LEN)
+        read_frame(s)  # the Challenge
+        s.sendall(struct.pack("<IIQQ", 256 << 20, 0, 1, 0))
+        held.append(s)
+    for s in held:
+        assert closed_by_peer(s, 10), "the server waited for an oversized pre-auth body"
+    grown_mib = (server_tree_rss_kib(server.proc.pid) - before) / 1024
+    for s in held:
+        s.close()
+    # Each connection still gets a worker process before it authenticates (a few MiB, until
+    # authentication moves before the worker): the bound is per connection, far below 256 MiB.
+    assert grown_mib < 20 * 16, f"the server grew {grown_mib:.0f} MiB\n{server.log_tail()}"
+    assert "where at most 8192 are taken" in server.log(), server.log_tail()
+    s = handshake(server)
+    ping(s, 2)
+    s.close()
+
+
+def test_a_drip_fed_handshake_is_closed_at_its_deadline(server):
+    """A peer that sends its preamble a byte every 2 s passes every per-read timeout (10 s),
+    but not the whole handshake's deadline (15 s): closed before it is done (40 s)."""
+    s = connect(server)
+    started = time.monotonic()
+    closed = False
+    for byte in preamble():
+        try:
+            s.sendall(bytes([byte]))
+        except (BrokenPipeError, ConnectionResetError):
+            closed = True
+            break
+        if closed_by_peer(s, 2):
+            closed = True
+            break
+    elapsed = time.monotonic() - started
+    s.close()
+    assert closed, f"a drip-fed preamble was read to its end ({elapsed:.0f} s)"
+    assert 13 <= elapsed <= 30, f"closed after {elapsed:.0f} s"
+    assert "ran past its deadline" in server.log(), server.log_tail()
+
+
 # ---------------------------------------------------------------- (e) unreachable servers
 
 def test_no_server_running(c_program, rgpu_bins):

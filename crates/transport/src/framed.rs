@@ -23,6 +23,8 @@ const WRITE_BUFFER_FLUSH_AT: usize = 256 << 10;
 pub struct FrameReader<R: Read> {
     inner: BufReader<R>,
     body: Vec<u8>,
+    /// The largest frame body taken (before authentication: what a handshake needs).
+    body_limit: u32,
 }
 
 impl<R: Read> FrameReader<R> {
@@ -30,6 +32,17 @@ impl<R: Read> FrameReader<R> {
         FrameReader {
             inner: BufReader::with_capacity(64 << 10, inner),
             body: Vec::with_capacity(4096),
+            body_limit: rgpu_protocol::frame::MAX_BODY_LEN,
+        }
+    }
+
+    /// A reader for an unauthenticated peer: small reads, and no frame body over `limit`
+    /// bytes (one announcing more is refused before anything is allocated for it).
+    pub fn unauthenticated(inner: R, limit: u32) -> Self {
+        FrameReader {
+            inner: BufReader::with_capacity(4 << 10, inner),
+            body: Vec::new(),
+            body_limit: limit,
         }
     }
 
@@ -45,6 +58,13 @@ impl<R: Read> FrameReader<R> {
             Err(e) => return Err(e.into()),
         }
         let header = FrameHeader::decode(&raw)?;
+        if header.body_len > self.body_limit {
+            return Err(ProtocolError::Malformed(format!(
+                "a frame body of {} bytes where at most {} are taken",
+                header.body_len, self.body_limit
+            ))
+            .into());
+        }
         self.body.resize(header.body_len as usize, 0);
         self.inner.read_exact(&mut self.body).map_err(truncated)?;
         Ok((header, &self.body))

@@ -17,6 +17,12 @@ use crate::{Endpoint, FrameReader, FrameWriter, Stream, TransportError};
 
 /// How long either side waits for the other during the handshake.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a server gives a new connection for its whole handshake, up to authentication (a
+/// peer that drips a byte every few seconds passes each read's timeout, not this).
+pub const HANDSHAKE_DEADLINE: Duration = Duration::from_secs(15);
+/// The largest frame body a server reads before the peer has authenticated: the client's
+/// `Authenticate` (nonces, proof, names) with room to spare.
+pub const HANDSHAKE_BODY_MAX: u32 = 8 << 10;
 
 /// A shared secret. Kept out of Debug output. (Serializable for the listener to hand it to its
 /// session workers over their private control socket.)
@@ -191,6 +197,7 @@ pub fn accept_preamble(
     security: &ServerSecurity,
 ) -> Result<Route, TransportError> {
     stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
+    let _deadline = crate::deadline(stream, HANDSHAKE_DEADLINE);
     let theirs = match read_preamble(stream) {
         Ok(theirs) => theirs,
         Err(e) => {
@@ -428,6 +435,8 @@ pub fn server_handshake(
     admit: impl FnOnce(&Applicant, &Stream) -> Result<(), String>,
 ) -> Result<(Stream, ClientHello), TransportError> {
     stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
+    // Until the peer has proven itself: a deadline for the whole exchange, small frames only.
+    let deadline = crate::deadline(&stream, HANDSHAKE_DEADLINE);
     if route.tls {
         let Some(config) = &security.tls else {
             return Err(TransportError::Auth(
@@ -439,7 +448,7 @@ pub fn server_handshake(
                 .map_err(|e| TransportError::Auth(format!("TLS handshake: {}", tls_reason(&e))))?,
         ));
     }
-    let mut reader = FrameReader::new(stream.try_clone()?);
+    let mut reader = FrameReader::unauthenticated(stream.try_clone()?, HANDSHAKE_BODY_MAX);
     let mut writer = FrameWriter::new(stream.try_clone()?);
 
     if token.is_none() && !stream.peer_is_local() {
@@ -497,6 +506,8 @@ pub fn server_handshake(
             auth::server_proof(token.as_bytes(), &server_nonce, &client_nonce)
         }
     };
+    // Authenticated (or a local client of a server without a token): admission may wait.
+    drop(deadline);
     let applicant = Applicant {
         lane,
         application,

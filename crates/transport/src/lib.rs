@@ -3,6 +3,7 @@
 //! Used by both the server and the client core; knows nothing of OpenCL or CUDA.
 
 mod countdown;
+mod deadline;
 pub mod fork;
 mod framed;
 mod handshake;
@@ -12,6 +13,7 @@ mod stream;
 pub mod tls;
 
 pub use countdown::Countdown;
+pub use deadline::{deadline, Deadline};
 pub use framed::{FrameReader, FrameWriter};
 pub use handshake::{
     accept_preamble, client_handshake, load_client_token, random_lane_key, server_handshake,
