@@ -419,13 +419,14 @@ def test_malformed_frames_close_only_that_session(c_program, server):
 
 
 def server_tree_rss_kib(pid: int) -> int:
-    """Resident memory of a process and all its descendants, in KiB."""
+    """Memory of a process and all its descendants, in KiB: their proportional set size
+    (pages shared between them, such as the libraries every worker maps, counted once)."""
     total, todo = 0, [pid]
     while todo:
         p = todo.pop()
         try:
-            status = open(f"/proc/{p}/status").read()
-            total += int(re.search(r"^VmRSS:\s+(\d+)", status, re.M).group(1))
+            rollup = open(f"/proc/{p}/smaps_rollup").read()
+            total += int(re.search(r"^Pss:\s+(\d+)", rollup, re.M).group(1))
             for task in os.listdir(f"/proc/{p}/task"):
                 children = open(f"/proc/{p}/task/{task}/children").read().split()
                 todo += [int(c) for c in children]
@@ -459,6 +460,57 @@ def test_unauthenticated_frames_cannot_claim_memory(server):
     s = handshake(server)
     ping(s, 2)
     s.close()
+
+
+def server_processes(pid: int) -> int:
+    """The server's process and all its descendants (its session workers)."""
+    count, todo = 0, [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            for task in os.listdir(f"/proc/{p}/task"):
+                todo += [int(c) for c in open(f"/proc/{p}/task/{task}/children").read().split()]
+            count += 1
+        except (FileNotFoundError, ProcessLookupError):
+            pass
+    return count
+
+
+# crates/server/src/handshakes.rs
+MAX_HANDSHAKES_PER_SOURCE = 64
+
+
+def test_a_flood_of_unauthenticated_connections_is_capped(c_program, server):
+    """300 connections from one address that send only a preamble: at most 64 of them get a
+    worker (the rest are closed at once), the server's memory stays within 16 MiB per place,
+    and a client from another address runs beside them (it once took 137 workers for 100)."""
+    buffers = c_program("buffers")
+    before = server_tree_rss_kib(server.proc.pid)
+    flood = []
+    for _ in range(300):
+        s = socket.socket()
+        s.settimeout(10)
+        try:
+            s.bind(("127.0.0.2", 0))
+            s.connect(("127.0.0.1", server.port))
+            s.sendall(preamble())
+        except OSError:
+            pass
+        flood.append(s)
+    try:
+        time.sleep(2)
+        processes = server_processes(server.proc.pid)
+        # The listener, the prestarted workers, one per place.
+        assert processes <= 1 + 2 + MAX_HANDSHAKES_PER_SOURCE, \
+            f"{processes} processes\n{server.log_tail()}"
+        grown_mib = (server_tree_rss_kib(server.proc.pid) - before) / 1024
+        print(f"grown {grown_mib:.0f} MiB, {processes} processes")
+        assert grown_mib < MAX_HANDSHAKES_PER_SOURCE * 16, f"the server grew {grown_mib:.0f} MiB"
+        h.assert_pass(h.run_rgpu(buffers, [server]), "buffers", server)
+        assert "handshakes under way" in server.log(), server.log_tail()
+    finally:
+        for s in flood:
+            s.close()
 
 
 def test_a_drip_fed_handshake_is_closed_at_its_deadline(server):

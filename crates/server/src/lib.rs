@@ -14,6 +14,7 @@
 
 mod cuda;
 mod fabric;
+mod handshakes;
 mod lanes;
 mod limits;
 mod listener;

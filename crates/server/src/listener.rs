@@ -33,12 +33,28 @@ pub(crate) fn accept_loop(listener: &Listener, shared: &Arc<Shared>) {
                     );
                     continue;
                 }
+                // A worker per connection comes only within the caps on handshakes under way.
+                let handshake = match &shared.workers {
+                    Some(_) => {
+                        let peer = stream.peer_description();
+                        match shared.handshakes.enter(stream.peer_ip(), &peer) {
+                            Some(slot) => Some(slot),
+                            None => {
+                                stream.shutdown();
+                                continue;
+                            }
+                        }
+                    }
+                    None => None,
+                };
                 let id = shared.next_session.fetch_add(1, Ordering::SeqCst);
                 let session_shared = shared.clone();
                 let spawned = std::thread::Builder::new()
                     .name(format!("rgpu-s{id}"))
                     .spawn(move || match session_shared.workers.clone() {
-                        Some(workers) => serve_in_worker(stream, &session_shared, &workers, id),
+                        Some(workers) => {
+                            serve_in_worker(stream, &session_shared, &workers, id, handshake)
+                        }
                         None => crate::session::run(stream, session_shared, id),
                     });
                 match spawned {
@@ -84,7 +100,17 @@ pub(crate) fn accept_loop(listener: &Listener, shared: &Arc<Shared>) {
 /// worker of its own (which runs the rest of the handshake and, once admitted, serves it), a
 /// data lane to its session's worker. Returns when the session's worker has ended (or was
 /// given back to the pool, the handshake having failed).
-fn serve_in_worker(mut stream: Stream, shared: &Shared, workers: &Arc<WorkerPool>, id: u64) {
+///
+/// `handshake` is this connection's place among the handshakes under way: given back once the
+/// client has authenticated (its session asks for admission), or when a lane is handed to
+/// its session's worker (whose own cap on joining lanes then rules), or at the end.
+fn serve_in_worker(
+    mut stream: Stream,
+    shared: &Shared,
+    workers: &Arc<WorkerPool>,
+    id: u64,
+    handshake: Option<crate::handshakes::Slot>,
+) {
     shared.register(id, &stream);
     let route = if shared.stopping() {
         None
@@ -98,13 +124,25 @@ fn serve_in_worker(mut stream: Stream, shared: &Shared, workers: &Arc<WorkerPool
         return;
     };
     match route.lane_of {
-        Some(session) => workers.route_lane(session, route, stream),
-        None => workers.serve(
-            stream,
-            route,
-            |peer, application, wait, queued| shared.admit_session(peer, application, wait, queued),
-            id,
-        ),
+        Some(session) => {
+            workers.route_lane(session, route, stream);
+            drop(handshake);
+        }
+        None => {
+            let handshake = std::sync::Mutex::new(handshake);
+            workers.serve(
+                stream,
+                route,
+                |peer, application, wait, queued| {
+                    // Asked only after the client authenticated.
+                    if let Some(slot) = handshake.lock().unwrap_or_else(|e| e.into_inner()).take() {
+                        slot.done();
+                    }
+                    shared.admit_session(peer, application, wait, queued)
+                },
+                id,
+            )
+        }
     }
 }
 

@@ -41,6 +41,8 @@ pub(crate) struct Shared {
     /// The quotas, and the count of live sessions they limit.
     pub limits: Limits,
     pub admission: Arc<Admission>,
+    /// The connections that have not authenticated yet (capped).
+    pub handshakes: Arc<crate::handshakes::Handshakes>,
 }
 
 impl Shared {
@@ -65,6 +67,7 @@ impl Shared {
             client_timeout: DEFAULT_CLIENT_TIMEOUT,
             limits: Limits::default(),
             admission: Arc::default(),
+            handshakes: Arc::default(),
         }
     }
 
