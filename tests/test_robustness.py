@@ -513,6 +513,35 @@ def test_a_flood_of_unauthenticated_connections_is_capped(c_program, server):
             s.close()
 
 
+def test_lane_claims_cannot_find_a_session(c_program, server):
+    """Session ids are random: lane claims naming the ids a sequential server would have
+    given (1..200) reach no session's worker (the listener refuses each), and a session
+    running meanwhile is untouched."""
+    buffers = c_program("buffers")
+    good = ThreadPoolExecutor(1)
+    future = good.submit(h.run_rgpu, buffers, [server])
+    time.sleep(0.5)
+    unanswered = 0
+    for guess in range(1, 201):
+        s = connect(server)
+        # A plaintext client preamble whose last word names the session a lane joins.
+        s.sendall(preamble()[:12] + guess.to_bytes(8, "little"))
+        # Refused by the listener itself: after its preamble, the connection closes; a lane
+        # that reached a session's worker would get the handshake's Challenge instead.
+        try:
+            read_exact(s, PREAMBLE_LEN)
+            answer = s.recv(64)
+        except (ConnectionResetError, socket.timeout, EOFError):
+            answer = b""
+        unanswered += answer == b""
+        s.close()
+    h.assert_pass(future.result(timeout=h.PROGRAM_TIMEOUT + 30), "buffers", server)
+    good.shutdown()
+    assert unanswered == 200, f"{200 - unanswered} claims reached a worker\n{server.log_tail()}"
+    ids = [int(i) for i in re.findall(r"session (\d+): \S+ connected", server.log())]
+    assert ids and all(i > 1 << 32 for i in ids), ids
+
+
 def test_a_drip_fed_handshake_is_closed_at_its_deadline(server):
     """A peer that sends its preamble a byte every 2 s passes every per-read timeout (10 s),
     but not the whole handshake's deadline (15 s): closed before it is done (40 s)."""

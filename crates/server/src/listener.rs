@@ -2,7 +2,6 @@
 //! the end of every session at shutdown.
 
 use std::io::ErrorKind;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -47,7 +46,7 @@ pub(crate) fn accept_loop(listener: &Listener, shared: &Arc<Shared>) {
                     }
                     None => None,
                 };
-                let id = shared.next_session.fetch_add(1, Ordering::SeqCst);
+                let id = crate::shared::new_session_id();
                 let session_shared = shared.clone();
                 let spawned = std::thread::Builder::new()
                     .name(format!("rgpu-s{id}"))

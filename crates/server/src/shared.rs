@@ -2,7 +2,7 @@
 //! CUDA backend, the token and TLS identity, the quotas, the live sessions and their lanes.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -33,7 +33,6 @@ pub(crate) struct Shared {
     /// The sessions' exports of device memory for other servers to pull, and this process's
     /// links to other servers.
     pub fabric: Arc<crate::fabric::Fabric>,
-    pub(crate) next_session: AtomicU64,
     /// The session workers, when sessions run in processes of their own.
     pub workers: Option<Arc<WorkerPool>>,
     /// How long a client may stay unreachable before its connections fail.
@@ -43,6 +42,15 @@ pub(crate) struct Shared {
     pub admission: Arc<Admission>,
     /// The connections that have not authenticated yet (capped).
     pub handshakes: Arc<crate::handshakes::Handshakes>,
+}
+
+/// A new session's id: random (63 bits, never 0), since a data lane names its session by id
+/// before it proves anything: a sequential id would let anyone aim lane handshakes at a live
+/// session's worker.
+pub(crate) fn new_session_id() -> u64 {
+    let key = rgpu_transport::random_lane_key();
+    let id = u64::from_le_bytes(key[..8].try_into().expect("8 bytes")) >> 1;
+    id.max(1)
 }
 
 impl Shared {
@@ -62,7 +70,6 @@ impl Shared {
             streams: Mutex::new(HashMap::new()),
             lanes: LaneRegistry::default(),
             fabric: Default::default(),
-            next_session: AtomicU64::new(1),
             workers: None,
             client_timeout: DEFAULT_CLIENT_TIMEOUT,
             limits: Limits::default(),
