@@ -63,9 +63,15 @@ fn init_logging(verbose: u8, quiet_default: &str) {
     let env = env_logger::Env::new()
         .filter_or("RGPU_LOG", default)
         .write_style("RGPU_LOG_STYLE");
-    env_logger::Builder::from_env(env)
-        .format_target(false)
-        .init();
+    // Debugging the fabric or a handshake means ordering events microseconds apart.
+    let detailed = verbose >= 2
+        || std::env::var("RGPU_LOG").is_ok_and(|v| v.contains("debug") || v.contains("trace"));
+    let mut builder = env_logger::Builder::from_env(env);
+    builder.format_target(false);
+    if detailed {
+        builder.format_timestamp_micros();
+    }
+    builder.init();
 }
 
 fn main() -> ExitCode {
