@@ -7,8 +7,8 @@ use rgpu_protocol::opencl::IncludeDir;
 
 /// Files with these extensions are sent (what OpenCL sources include).
 const HEADER_EXTENSIONS: &[&str] = &["h", "hh", "hpp", "hxx", "inc", "cl", "clh", "clc"];
-/// Bounds on what one directory may send; a larger one (such as /usr/include) is not sent, and
-/// the server leaves its `-I` out (a build never reads the server's files).
+/// Bounds on what one directory may send; a larger one (such as /usr/include) is left to the
+/// server's own file system.
 const MAX_DIR_BYTES: u64 = 16 << 20;
 const MAX_DIR_FILES: usize = 4096;
 const MAX_DEPTH: usize = 6;

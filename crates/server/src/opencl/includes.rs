@@ -55,13 +55,6 @@ impl Session {
         std::fs::create_dir_all(dir).map_err(|_| sys::CL_OUT_OF_RESOURCES)?;
         for (relative, contents) in files {
             let path = contained(dir, relative).ok_or(sys::CL_INVALID_BUILD_OPTIONS)?;
-            // A sent header may include only what the program may (confine.rs).
-            let text = String::from_utf8_lossy(contents);
-            let confined = super::confine::confine_source(&text);
-            let contents = match &confined {
-                std::borrow::Cow::Owned(changed) => changed.as_bytes(),
-                std::borrow::Cow::Borrowed(_) => contents.as_slice(),
-            };
             let written = path
                 .parent()
                 .map_or(Ok(()), std::fs::create_dir_all)

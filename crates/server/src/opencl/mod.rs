@@ -4,7 +4,6 @@
 //! that has none.
 
 pub(crate) mod completion;
-mod confine;
 mod context;
 mod enqueue;
 mod event;
