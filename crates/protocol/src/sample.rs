@@ -15,9 +15,22 @@ pub trait Sample: Sized {
     }
 }
 
-/// `T::variants()` for the type of `_like` (a field, whose type a macro does not name).
-pub fn variants_like<T: Sample>(_like: &T) -> Vec<T> {
-    T::variants()
+/// A value made by `make` again for each further variant (past the first) of the field that
+/// `field` picks out of it (`None`: the value has no such field), that field set to it: how the
+/// macros vary one field at a time without naming its type.
+pub fn with_each_further<T, F: Sample>(
+    make: impl Fn() -> T,
+    field: impl Fn(&mut T) -> Option<&mut F>,
+) -> Vec<T> {
+    F::variants()
+        .into_iter()
+        .skip(1)
+        .filter_map(|value| {
+            let mut one = make();
+            *field(&mut one)? = value;
+            Some(one)
+        })
+        .collect()
 }
 
 macro_rules! sample_numbers {
@@ -97,14 +110,11 @@ macro_rules! sample_struct {
             }
 
             fn variants() -> Vec<Self> {
-                let base = Self::sample();
                 let mut all = vec![Self::sample()];
                 $(
-                    for value in $crate::sample::variants_like(&base.$field).into_iter().skip(1) {
-                        let mut one = Self::sample();
-                        one.$field = value;
-                        all.push(one);
-                    }
+                    all.extend($crate::sample::with_each_further(Self::sample, |one: &mut Self| {
+                        Some(&mut one.$field)
+                    }));
                 )*
                 all
             }
@@ -145,16 +155,13 @@ macro_rules! sample_enum {
                             .find(|v| matches!(v, $ty::$variant { .. }))
                             .expect("every variant has a sample")
                     };
-                    let base = of_variant();
-                    if let $ty::$variant { $field: slot, .. } = &base {
-                        for value in $crate::sample::variants_like(slot).into_iter().skip(1) {
-                            let mut one = of_variant();
-                            if let $ty::$variant { $field: slot, .. } = &mut one {
-                                *slot = value;
-                            }
-                            all.push(one);
+                    all.extend($crate::sample::with_each_further(of_variant, |one: &mut $ty| {
+                        match one {
+                            $ty::$variant { $field, .. } => Some($field),
+                            #[allow(unreachable_patterns)]
+                            _ => None,
                         }
-                    }
+                    }));
                 )*)?)*
                 all
             }

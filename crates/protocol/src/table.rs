@@ -181,18 +181,17 @@ macro_rules! wire_api {
                     };
                     let _ = &of_message;
                     $(
-                        let base = of_message();
-                        if let Self::$Variant { $field: slot, .. } = &base {
-                            let values = $crate::sample::variants_like(slot);
-                            for (k, value) in values.into_iter().enumerate().skip(1) {
-                                let mut one = of_message();
-                                if let Self::$Variant { $field: slot, .. } = &mut one {
-                                    *slot = value;
-                                }
-                                let name =
-                                    format!("{}.{}[{k}]", stringify!($Variant), stringify!($field));
-                                all.push((name, one));
-                            }
+                        let varied = $crate::sample::with_each_further(
+                            of_message,
+                            |one: &mut Self| match one {
+                                Self::$Variant { $field, .. } => Some($field),
+                                #[allow(unreachable_patterns)]
+                                _ => None,
+                            },
+                        );
+                        for (k, one) in varied.into_iter().enumerate() {
+                            let (message, field) = (stringify!($Variant), stringify!($field));
+                            all.push((format!("{message}.{field}[{}]", k + 1), one));
                         }
                     )*
                 )*)*
