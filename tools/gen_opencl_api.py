@@ -396,46 +396,39 @@ def find_implemented(api_dir):
     return implemented
 
 
+def failing_with(slot, code):
+    """The statements that make `slot` fail with `code` as OpenCL specifies: the status itself,
+    or (a handle or pointer result) NULL with the status through errcode_ret when it has one."""
+    if slot.ret == "cl_int":
+        return [code]
+    if slot.ret == "()":
+        return []
+    if slot.ret.startswith("*") or slot.ret.startswith("cl_"):
+        lines = []
+        if any(name == "errcode_ret" for name, _ in slot.args):
+            lines += [
+                "// SAFETY: errcode_ret is the caller's, NULL or valid (OpenCL API contract).",
+                f"unsafe {{ set_errcode(errcode_ret, {code}) }};",
+            ]
+        return lines + ["std::ptr::null_mut()"]
+    raise GenError(f"{slot.name}: no failure rule for return type {slot.ret}")
+
+
 def stub_body(slot):
     """The body of an unimplemented entry point: report, then fail as OpenCL specifies."""
     body = [f'    crate::unsupported::report("{slot.name}");']
-    has_errcode = any(name == "errcode_ret" for name, _ in slot.args)
-    if slot.ret == "cl_int":
-        body.append("    CL_INVALID_OPERATION")
-    elif slot.ret == "()":
-        pass
-    elif slot.ret.startswith("*") or slot.ret.startswith("cl_"):
-        # Handle (cl_context, cl_mem, ...) and pointer returns: NULL, with the error code.
-        if has_errcode:
-            body += [
-                "    // SAFETY: errcode_ret is the caller's, NULL or valid (OpenCL API contract).",
-                "    unsafe { set_errcode(errcode_ret, CL_INVALID_OPERATION) };",
-            ]
-        body.append("    std::ptr::null_mut()")
-    else:
-        raise GenError(f"{slot.name}: no stub rule for return type {slot.ret}")
-    return body
+    return body + ["    " + line for line in failing_with(slot, "CL_INVALID_OPERATION")]
 
 
 def panic_value(slot):
     """What an implemented entry point returns when its implementation panics (the boundary's
     `on_panic`): CL_OUT_OF_HOST_MEMORY, as a status or through errcode_ret."""
-    has_errcode = any(name == "errcode_ret" for name, _ in slot.args)
-    if slot.ret == "cl_int":
-        return "|| CL_OUT_OF_HOST_MEMORY"
-    if slot.ret == "()":
-        return "|| ()"
-    if slot.ret.startswith("*") or slot.ret.startswith("cl_"):
-        if has_errcode:
-            return (
-                "|| {\n"
-                "        // SAFETY: errcode_ret is the caller's, NULL or valid (OpenCL API contract).\n"
-                "        unsafe { set_errcode(errcode_ret, CL_OUT_OF_HOST_MEMORY) };\n"
-                "        std::ptr::null_mut()\n"
-                "    }"
-            )
-        return "std::ptr::null_mut"
-    raise GenError(f"{slot.name}: no panic rule for return type {slot.ret}")
+    lines = failing_with(slot, "CL_OUT_OF_HOST_MEMORY")
+    if lines == ["std::ptr::null_mut()"]:
+        return "std::ptr::null_mut"  # the function itself (clippy: no redundant closure)
+    if len(lines) <= 1:
+        return "|| " + (lines[0] if lines else "()")
+    return "|| {\n" + "".join(f"        {line}\n" for line in lines) + "    }"
 
 
 def guarded_entry(slot, module):
