@@ -418,18 +418,28 @@ def test_malformed_frames_close_only_that_session(c_program, server):
     assert len(hits) >= n - 1, f"{len(hits)} log lines for {n} bad sessions\n{server.log_tail()}"
 
 
-def server_tree_rss_kib(pid: int) -> int:
-    """Memory of a process and all its descendants, in KiB: their proportional set size
-    (pages shared between them, such as the libraries every worker maps, counted once)."""
-    total, todo = 0, [pid]
+def server_tree(pid: int) -> list[int]:
+    """A process and all its descendants (a server and its session workers)."""
+    found, todo = [], [pid]
     while todo:
         p = todo.pop()
         try:
+            for task in os.listdir(f"/proc/{p}/task"):
+                todo += [int(c) for c in open(f"/proc/{p}/task/{task}/children").read().split()]
+            found.append(p)
+        except (FileNotFoundError, ProcessLookupError):
+            pass
+    return found
+
+
+def server_tree_rss_kib(pid: int) -> int:
+    """Memory of a process and all its descendants, in KiB: their proportional set size
+    (pages shared between them, such as the libraries every worker maps, counted once)."""
+    total = 0
+    for p in server_tree(pid):
+        try:
             rollup = open(f"/proc/{p}/smaps_rollup").read()
             total += int(re.search(r"^Pss:\s+(\d+)", rollup, re.M).group(1))
-            for task in os.listdir(f"/proc/{p}/task"):
-                children = open(f"/proc/{p}/task/{task}/children").read().split()
-                todo += [int(c) for c in children]
         except (FileNotFoundError, ProcessLookupError, AttributeError):
             pass
     return total
@@ -462,20 +472,6 @@ def test_unauthenticated_frames_cannot_claim_memory(server):
     s.close()
 
 
-def server_processes(pid: int) -> int:
-    """The server's process and all its descendants (its session workers)."""
-    count, todo = 0, [pid]
-    while todo:
-        p = todo.pop()
-        try:
-            for task in os.listdir(f"/proc/{p}/task"):
-                todo += [int(c) for c in open(f"/proc/{p}/task/{task}/children").read().split()]
-            count += 1
-        except (FileNotFoundError, ProcessLookupError):
-            pass
-    return count
-
-
 # crates/server/src/handshakes.rs
 MAX_HANDSHAKES_PER_SOURCE = 64
 
@@ -499,7 +495,7 @@ def test_a_flood_of_unauthenticated_connections_is_capped(c_program, server):
         flood.append(s)
     try:
         time.sleep(2)
-        processes = server_processes(server.proc.pid)
+        processes = len(server_tree(server.proc.pid))
         # The listener, the prestarted workers, one per place.
         assert processes <= 1 + 2 + MAX_HANDSHAKES_PER_SOURCE, \
             f"{processes} processes\n{server.log_tail()}"

@@ -30,7 +30,7 @@ struct State {
     last_log: Option<Instant>,
 }
 
-/// A handshake under way; its place is given back when dropped (or [`Slot::done`]).
+/// A handshake under way; its place is given back when dropped.
 pub(crate) struct Slot {
     gate: Arc<Handshakes>,
     source: Option<IpAddr>,
@@ -73,11 +73,6 @@ impl Handshakes {
     fn under_way(&self) -> usize {
         self.lock().total
     }
-}
-
-impl Slot {
-    /// The peer has authenticated (or the connection went where its own caps rule).
-    pub fn done(self) {}
 }
 
 impl Drop for Slot {

@@ -133,10 +133,8 @@ fn serve_in_worker(
                 stream,
                 route,
                 |peer, application, wait, queued| {
-                    // Asked only after the client authenticated.
-                    if let Some(slot) = handshake.lock().unwrap_or_else(|e| e.into_inner()).take() {
-                        slot.done();
-                    }
+                    // Asked only after the client authenticated: its place is given back.
+                    drop(handshake.lock().unwrap_or_else(|e| e.into_inner()).take());
                     shared.admit_session(peer, application, wait, queued)
                 },
                 id,
