@@ -1,6 +1,7 @@
 //! The C boundary: every exported driver entry point (generated_exports.rs) runs its
 //! implementation through [`guard`], so a panic becomes `CUDA_ERROR_UNKNOWN` and a log line
-//! instead of unwinding into C (undefined behavior) or aborting the program.
+//! instead of unwinding into C (undefined behavior) or aborting the program; the callbacks of
+//! cudart's private tables (export_tables.rs) run through [`callback`].
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::OnceLock;
@@ -33,6 +34,21 @@ pub fn guard(name: &'static str, call: impl FnOnce() -> CUresult) -> CUresult {
             CUresult::CUDA_ERROR_UNKNOWN
         }
     }
+}
+
+/// Runs a callback of cudart's private tables (export_tables.rs), which cudart calls from
+/// inside its own calls: a panic inside returns `on_panic` and is logged, never unwinds into C.
+pub fn callback<R>(name: &'static str, on_panic: R, call: impl FnOnce() -> R) -> R {
+    catch_unwind(AssertUnwindSafe(|| {
+        inject_panic(name);
+        call()
+    }))
+    .unwrap_or_else(|panic| {
+        let why = rgpu_client::panic_message(&*panic);
+        crate::servers::init_logging();
+        log::error!("rgpu: {name} (a private-table callback) panicked ({why})");
+        on_panic
+    })
 }
 
 /// Fault injection for the boundary's own test: `RGPU_TEST_PANIC_IN=<entry point>` makes that

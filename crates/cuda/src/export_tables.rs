@@ -11,6 +11,7 @@ use std::sync::Mutex;
 
 use rgpu_cuda_api::sys::{CUcontext, CUdevice, CUfunction, CUmodule, CUresult, CUstream};
 
+use crate::boundary::callback;
 use crate::objects::PrimaryContext;
 use crate::objects::{self, Context};
 use crate::results::{status, write_out};
@@ -191,10 +192,16 @@ static CUDART_TABLE: Table<13> = table!(CUDART, 13, {
 /// A device's primary context handle, neither retained nor made current (cudart retains it
 /// through the public API later, and must get the same handle).
 unsafe extern "C" fn cudart_device_primary_ctx(pctx: *mut CUcontext, dev: CUdevice) -> CUresult {
-    status(
-        servers::device(dev)
-            // SAFETY: an out-pointer from the caller: null (refused by write_out) or writable, as the API requires.
-            .and_then(|device| unsafe { write_out(pctx, device.primary().handle()) }),
+    callback(
+        "cudart_device_primary_ctx",
+        CUresult::CUDA_ERROR_UNKNOWN,
+        || {
+            status(
+                servers::device(dev)
+                    // SAFETY: an out-pointer from the caller: null (refused by write_out) or writable, as the API requires.
+                    .and_then(|device| unsafe { write_out(pctx, device.primary().handle()) }),
+            )
+        },
     )
 }
 
@@ -232,32 +239,41 @@ unsafe fn write_buffer(
 }
 
 unsafe extern "C" fn hooks_enable_buffer(out: *mut *const AtomicU32, entries: *mut usize) {
-    // SAFETY: cudart's out-pointers for the buffer and its length, as the table's contract says.
-    unsafe { write_buffer(&ENABLE_BUFFER, out, entries) }
+    callback("hooks_enable_buffer", (), || {
+        // SAFETY: cudart's out-pointers for the buffer and its length, as the table's contract says.
+        unsafe { write_buffer(&ENABLE_BUFFER, out, entries) }
+    })
 }
 
 unsafe extern "C" fn hooks_internal_enable_buffer(out: *mut *const AtomicU32, entries: *mut usize) {
-    // SAFETY: cudart's out-pointers for the buffer and its length, as the table's contract says.
-    unsafe { write_buffer(&INTERNAL_ENABLE_BUFFER, out, entries) }
+    callback("hooks_internal_enable_buffer", (), || {
+        // SAFETY: cudart's out-pointers for the buffer and its length, as the table's contract says.
+        unsafe { write_buffer(&INTERNAL_ENABLE_BUFFER, out, entries) }
+    })
 }
 
 /// A process-unique id of a context (null: the current one), as cuCtxGetId.
 unsafe extern "C" fn context_id(ctx: CUcontext, id: *mut u64) -> CUresult {
-    status(context_or_current(ctx).and_then(|ctx| {
-        let unique = objects::context_unique_id(ctx).ok_or(CUresult::CUDA_ERROR_INVALID_CONTEXT)?;
-        // SAFETY: an out-pointer from the caller: null (refused by write_out) or writable, as the API requires.
-        unsafe { write_out(id, unique) }
-    }))
+    callback("context_id", CUresult::CUDA_ERROR_UNKNOWN, || {
+        status(context_or_current(ctx).and_then(|ctx| {
+            let unique =
+                objects::context_unique_id(ctx).ok_or(CUresult::CUDA_ERROR_INVALID_CONTEXT)?;
+            // SAFETY: an out-pointer from the caller: null (refused by write_out) or writable, as the API requires.
+            unsafe { write_out(id, unique) }
+        }))
+    })
 }
 
 /// A process-unique id of a stream (or of a tools handle, which here is the stream handle).
 unsafe extern "C" fn stream_id(_ctx: CUcontext, stream: CUstream, id: *mut u64) -> CUresult {
-    status(
-        objects::stream_unique_id(stream)
-            .ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)
-            // SAFETY: an out-pointer from the caller: null (refused by write_out) or writable, as the API requires.
-            .and_then(|unique| unsafe { write_out(id, unique) }),
-    )
+    callback("stream_id", CUresult::CUDA_ERROR_UNKNOWN, || {
+        status(
+            objects::stream_unique_id(stream)
+                .ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)
+                // SAFETY: an out-pointer from the caller: null (refused by write_out) or writable, as the API requires.
+                .and_then(|unique| unsafe { write_out(id, unique) }),
+        )
+    })
 }
 
 // ---- 42D85A81: tools TLS, cuCtxSetCurrent/cuCtxGetCurrent for saving and restoring. Slot 3
@@ -269,16 +285,20 @@ static TOOLS_TLS_TABLE: Table<4> = table!(TOOLS_TLS, 4, {
 });
 
 unsafe extern "C" fn tls_set_current(ctx: CUcontext) -> CUresult {
-    if !ctx.is_null() && Context::from_handle(ctx).is_none() {
-        return CUresult::CUDA_ERROR_INVALID_CONTEXT;
-    }
-    objects::set_current(ctx);
-    CUresult::CUDA_SUCCESS
+    callback("tls_set_current", CUresult::CUDA_ERROR_UNKNOWN, || {
+        if !ctx.is_null() && Context::from_handle(ctx).is_none() {
+            return CUresult::CUDA_ERROR_INVALID_CONTEXT;
+        }
+        objects::set_current(ctx);
+        CUresult::CUDA_SUCCESS
+    })
 }
 
 unsafe extern "C" fn tls_get_current(pctx: *mut CUcontext) -> CUresult {
-    // SAFETY: an out-pointer from the caller: null (refused by write_out) or writable, as the API requires.
-    status(unsafe { write_out(pctx, objects::current_handle()) })
+    callback("tls_get_current", CUresult::CUDA_ERROR_UNKNOWN, || {
+        // SAFETY: an out-pointer from the caller: null (refused by write_out) or writable, as the API requires.
+        status(unsafe { write_out(pctx, objects::current_handle()) })
+    })
 }
 
 // ---- C693336E: context-local storage, a (context, key) -> data map with a destructor per
@@ -310,22 +330,26 @@ unsafe extern "C" fn storage_register(
     data: *mut c_void,
     destroy: Option<StorageDestructor>,
 ) -> CUresult {
-    status(context_or_current(ctx).map(|ctx| {
-        let stored = Stored {
-            data: data as usize,
-            destroy,
-        };
-        storage().insert((ctx as usize, key as usize), stored);
-    }))
+    callback("storage_register", CUresult::CUDA_ERROR_UNKNOWN, || {
+        status(context_or_current(ctx).map(|ctx| {
+            let stored = Stored {
+                data: data as usize,
+                destroy,
+            };
+            storage().insert((ctx as usize, key as usize), stored);
+        }))
+    })
 }
 
 unsafe extern "C" fn storage_unregister(ctx: CUcontext, key: *mut c_void) -> CUresult {
-    status(context_or_current(ctx).and_then(|ctx| {
-        match storage().remove(&(ctx as usize, key as usize)) {
-            Some(_) => Ok(()),
-            None => Err(CUresult::CUDA_ERROR_INVALID_HANDLE),
-        }
-    }))
+    callback("storage_unregister", CUresult::CUDA_ERROR_UNKNOWN, || {
+        status(context_or_current(ctx).and_then(|ctx| {
+            match storage().remove(&(ctx as usize, key as usize)) {
+                Some(_) => Ok(()),
+                None => Err(CUresult::CUDA_ERROR_INVALID_HANDLE),
+            }
+        }))
+    })
 }
 
 /// On a miss `*data` is left alone and the error tells cudart to make its state and register.
@@ -334,14 +358,16 @@ unsafe extern "C" fn storage_get(
     ctx: CUcontext,
     key: *mut c_void,
 ) -> CUresult {
-    status(context_or_current(ctx).and_then(|ctx| {
-        let value = storage()
-            .get(&(ctx as usize, key as usize))
-            .map(|stored| stored.data)
-            .ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
-        // SAFETY: an out-pointer from the caller: null (refused by write_out) or writable, as the API requires.
-        unsafe { write_out(data, value as *mut c_void) }
-    }))
+    callback("storage_get", CUresult::CUDA_ERROR_UNKNOWN, || {
+        status(context_or_current(ctx).and_then(|ctx| {
+            let value = storage()
+                .get(&(ctx as usize, key as usize))
+                .map(|stored| stored.data)
+                .ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
+            // SAFETY: an out-pointer from the caller: null (refused by write_out) or writable, as the API requires.
+            unsafe { write_out(data, value as *mut c_void) }
+        }))
+    })
 }
 
 /// Runs and forgets the storage destructors of a context that was just destroyed (or a
@@ -380,8 +406,10 @@ unsafe extern "C" fn green_ctx_get_type(
     kind: *mut c_int,
     _primary: *mut CUcontext,
 ) -> CUresult {
-    // SAFETY: an out-pointer from the caller: null (refused by write_out) or writable, as the API requires.
-    status(unsafe { write_out(kind, 0) })
+    callback("green_ctx_get_type", CUresult::CUDA_ERROR_UNKNOWN, || {
+        // SAFETY: an out-pointer from the caller: null (refused by write_out) or writable, as the API requires.
+        status(unsafe { write_out(kind, 0) })
+    })
 }
 
 extern "C" fn green_ctx_support_enabled() -> c_int {
@@ -491,13 +519,15 @@ unsafe extern "C" fn integrity_check(
     unix_seconds: u64,
     result: *mut u8,
 ) -> CUresult {
-    if result.is_null() {
-        return CUresult::CUDA_ERROR_INVALID_VALUE;
-    }
-    let hash = integrity_hash(version, unix_seconds);
-    // SAFETY: cudart passes 16 writable bytes (not necessarily aligned).
-    unsafe { std::ptr::copy_nonoverlapping(hash.as_ptr(), result, hash.len()) };
-    CUresult::CUDA_SUCCESS
+    callback("integrity_check", CUresult::CUDA_ERROR_UNKNOWN, || {
+        if result.is_null() {
+            return CUresult::CUDA_ERROR_INVALID_VALUE;
+        }
+        let hash = integrity_hash(version, unix_seconds);
+        // SAFETY: cudart passes 16 writable bytes (not necessarily aligned).
+        unsafe { std::ptr::copy_nonoverlapping(hash.as_ptr(), result, hash.len()) };
+        CUresult::CUDA_SUCCESS
+    })
 }
 
 // ---- 21318C60: tools context (cuBLAS/cuBLASLt). Tools stream handles are the public stream
@@ -515,14 +545,16 @@ unsafe extern "C" fn tools_stream_handle(
     out: *mut CUstream,
     per_thread: u8,
 ) -> CUresult {
-    let handle = match stream as usize {
-        // A non-null handle, which still means the default stream.
-        0 if per_thread != 0 => 0x2 as CUstream,
-        0 => 0x1 as CUstream,
-        _ => stream,
-    };
-    // SAFETY: an out-pointer from the caller: null (refused by write_out) or writable, as the API requires.
-    status(unsafe { write_out(out, handle) })
+    callback("tools_stream_handle", CUresult::CUDA_ERROR_UNKNOWN, || {
+        let handle = match stream as usize {
+            // A non-null handle, which still means the default stream.
+            0 if per_thread != 0 => 0x2 as CUstream,
+            0 => 0x1 as CUstream,
+            _ => stream,
+        };
+        // SAFETY: an out-pointer from the caller: null (refused by write_out) or writable, as the API requires.
+        status(unsafe { write_out(out, handle) })
+    })
 }
 
 // ---- DA9151D3: NVRTC's handle on the driver's JIT compile cache (seen from libnvrtc, once
@@ -568,8 +600,8 @@ unsafe extern "C" fn module_functions(
     opaque: *mut c_void,
 ) -> u64 {
     let opaque = opaque as usize;
-    // No panic may cross into the caller: one counts as an empty module.
-    std::panic::catch_unwind(|| {
+    // A panic counts as an empty module.
+    callback("module_functions", 0, || {
         let Ok(image) = crate::api::module::listed_functions(module.cast()) else {
             return 0;
         };
@@ -583,7 +615,6 @@ unsafe extern "C" fn module_functions(
         }
         listed.len() as u64
     })
-    .unwrap_or(0)
 }
 
 /// MD2 (RFC 1319) and HMAC over it with a 16-byte block, as the integrity check uses them.

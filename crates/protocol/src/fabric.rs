@@ -26,8 +26,9 @@ pub enum LinkRequest {
         offset: u64,
         len: u64,
     },
-    /// The CUDA IPC handle of the exported allocation, once the export is ready: the puller
-    /// is a server, maybe on the exporter's machine, that copies device to device.
+    /// After [`LinkRequest::Handle`], once the export is ready: the puller, a server on the
+    /// exporter's machine that mapped the allocation, copies device to device. Answered with a
+    /// [`LinkReply::Handle`] whose handle is empty (the handle goes out once, to `Handle`).
     Share { ticket: LaneKey },
     /// After [`LinkReply::Handle`]: whether the puller copied the whole export through it (the
     /// export is used up), or could not and will pull the bytes.
@@ -35,7 +36,8 @@ pub enum LinkRequest {
     /// The CUDA IPC handle of the exported allocation *now*, ready or not: a puller on the
     /// same machine maps the allocation when the pull is requested, to order its device
     /// copy in the pulling stream; it then asks [`LinkRequest::Share`] to wait for the export
-    /// to be ready. Answered with [`LinkReply::Handle`] or [`LinkReply::Refused`].
+    /// to be ready. Answered with [`LinkReply::Handle`] once per export (one use, like its
+    /// bytes), else [`LinkReply::Refused`].
     Handle { ticket: LaneKey },
     /// The puller is done with the export: its bytes are in the puller's device memory now
     /// (after pulling all of them), or the pull failed (the puller reports that itself). An

@@ -60,6 +60,35 @@ struct Export {
     /// (its stream waits until the bytes are on the puller's device).
     awaits_delivery: bool,
     made: Instant,
+    /// The byte ranges pulled (or being pulled) so far, and whether the IPC handle went out:
+    /// each byte and the handle go out at most once, whatever became of the first attempt.
+    taken: Mutex<Taken>,
+}
+
+#[derive(Default)]
+struct Taken {
+    ranges: Vec<(u64, u64)>,
+    handle: bool,
+}
+
+impl Export {
+    /// Claims bytes `[offset, offset + len)` for one pull: false if any was claimed before.
+    fn claim_range(&self, offset: u64, len: u64) -> bool {
+        let mut taken = self.taken.lock().unwrap_or_else(|e| e.into_inner());
+        let end = offset.saturating_add(len);
+        let overlaps = |&(at, n): &(u64, u64)| at < end && offset < at.saturating_add(n);
+        if len > 0 && taken.ranges.iter().any(overlaps) {
+            return false;
+        }
+        taken.ranges.push((offset, len));
+        true
+    }
+
+    /// Claims the IPC handle for one puller: false if it went out before.
+    fn claim_handle(&self) -> bool {
+        let mut taken = self.taken.lock().unwrap_or_else(|e| e.into_inner());
+        !std::mem::replace(&mut taken.handle, true)
+    }
 }
 
 /// The exports of the sessions this process serves, and its links to other servers.
@@ -168,6 +197,7 @@ impl Fabric {
             left: AtomicU64::new(size),
             awaits_delivery,
             made: Instant::now(),
+            taken: Mutex::default(),
         });
         log::debug!("session {session}: export of {size} bytes added");
         {
@@ -365,7 +395,7 @@ impl Fabric {
                     let Some(export) = self.wanted_export(session, &ticket, &mut writer)? else {
                         continue;
                     };
-                    match export.source.handle() {
+                    match export.source.handle().filter(|_| export.claim_handle()) {
                         Some((handle, offset)) => {
                             reply(&mut writer, &LinkReply::Handle { handle, offset }, &[])?
                         }
@@ -457,6 +487,10 @@ impl Fabric {
         if offset.checked_add(len).is_none_or(|end| end > export.size) {
             return refuse(writer, "a pull past the end of its export");
         }
+        // One use: a second pull of these bytes (after an aborted one, say) gets nothing.
+        if !export.claim_range(offset, len) {
+            return refuse(writer, "these bytes of the export were pulled already");
+        }
         // Read before the header goes out: a device error can still be a refusal.
         let mut sent = 0u64;
         let mut started = false;
@@ -501,10 +535,16 @@ impl Fabric {
         let Some(export) = self.ready_export(session, ticket, writer)? else {
             return Ok(None);
         };
+        // The puller mapped the allocation already (its `Handle` request): the answer says
+        // the range is ready now, and carries no handle (it goes out once, to that request).
         match export.source.handle() {
-            Some((handle, offset)) => {
-                reply(writer, &LinkReply::Handle { handle, offset }, &[])?;
-                log::debug!("session {session}: shared an export's IPC handle");
+            Some((_, offset)) => {
+                let ready = LinkReply::Handle {
+                    handle: Vec::new(),
+                    offset,
+                };
+                reply(writer, &ready, &[])?;
+                log::debug!("session {session}: an export shared by IPC is ready");
                 Ok(Some(export))
             }
             None => {

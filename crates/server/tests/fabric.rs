@@ -1,7 +1,7 @@
 //! The server-to-server fabric over real sockets: two servers on this machine's OpenCL device,
 //! a buffer of one pulled into a buffer of the other (striped over several links, the pull
-//! asked for before the export is made), and a process pulling a part of an export into host
-//! memory over its own links.
+//! asked for before the export is made), a process pulling a part of an export into host
+//! memory over its own links, and tickets that serve their bytes once.
 
 mod common;
 
@@ -88,6 +88,39 @@ fn buffers_move_between_servers_over_striped_links() {
     let again = HostSink(std::sync::Mutex::new(vec![0u8; 16]));
     let refused = links.pull(&export(ticket), 16, false, &again);
     assert!(refused.is_err(), "a used ticket was served again");
+
+    // One use, whatever became of the first attempt: a pull given up after its first MiB
+    // leaves nothing for a second one (which once got every byte).
+    let ticket = [7u8; 32];
+    let len = 4u64 << 20;
+    exporter.send(
+        ClRequest::ExportBuffer {
+            queue: 1,
+            buffer: 1,
+            offset: 0,
+            size: len,
+            ticket,
+        },
+        &[],
+    );
+    let quitter = GivesUpAfter(1 << 20);
+    assert!(links.pull(&export(ticket), len, false, &quitter).is_err());
+    let again = HostSink(std::sync::Mutex::new(vec![0u8; len as usize]));
+    let refused = links.pull(&export(ticket), len, false, &again);
+    assert!(
+        refused.is_err(),
+        "an abandoned pull's bytes were served again"
+    );
+}
+
+/// A puller that takes the first bytes of a part and gives up.
+struct GivesUpAfter(usize);
+
+impl PullSink for GivesUpAfter {
+    fn part(&self, _offset: u64, _len: u64, receive: Receive) -> Result<(), String> {
+        receive(&mut vec![0u8; self.0])?;
+        Err("given up".into())
+    }
 }
 
 /// Host memory that parts of a pull fill (a lock per part is fine for a test).

@@ -41,9 +41,9 @@ pub trait PullSink: Sync {
     /// Takes bytes `[offset, offset + len)` of the pull, read in order with `receive`.
     fn part(&self, offset: u64, len: u64, receive: Receive) -> Result<(), String>;
 
-    /// Copies the whole pull through the CUDA IPC handle of the exported allocation and the
-    /// range's offset in it, now that the export is ready; false when it cannot (another
-    /// machine's handle, no device).
+    /// Copies the whole pull through the exported allocation, now that the export is ready:
+    /// mapped already through its CUDA IPC handle (asked for with [`Links::handle`]; the
+    /// answer that the export is ready carries none); false when it cannot.
     fn copy_shared(&self, _handle: &[u8], _offset: u64) -> bool {
         false
     }
