@@ -304,7 +304,6 @@ static void find_cl_peers(void) {
  * the exporting server, and written to its device (RGPU_MPI_CLIENT_PULL=0: never; bytes: up to
  * that size instead). */
 static size_t client_pull_max = (size_t)512 << 10;
-static int client_pulls = 1;
 static const unsigned char MAGIC[16] = {'r', 'g', 'p', 'u', '-', 'm', 'p', 'i',
                                         '-', 'd', 'i', 'r', 'e', 'c', 't', 1};
 
@@ -499,7 +498,7 @@ static int take_envelope(const void *data, const Buffer *dst, void *host, size_t
     /* A small message goes through this process: one request on its persistent link to the
      * exporting server, then a write its own server is not waited for; a pull by its server
      * would cost two hops (measured with `rgpu bench mpi`: faster below client_pull_max). */
-    if (dst->kind != HOST && e.bytes <= client_pull_max && client_pulls) {
+    if (dst->kind != HOST && e.bytes <= client_pull_max) {
         int pulled;
         if (ahead && ahead->staging) {
             staging = ahead->staging;
@@ -670,7 +669,7 @@ static void advance(Pending *p) {
 /* Pulls the small direct messages that completed receives of `taken` got, all at once, ahead
  * of finishing them one by one (each would otherwise wait for its own pull). */
 static void pull_ahead(Pending **taken, int count, MPI_Status *statuses) {
-    if (!taken || !client_pulls || count < 2) return;
+    if (!taken || !client_pull_max || count < 2) return;
     Prefetch **items = calloc((size_t)count, sizeof *items);
     int n = 0;
     for (int i = 0; items && i < count; ++i) {
@@ -743,8 +742,9 @@ static void initialize(void) {
     const char *direct = getenv("RGPU_MPI_DIRECT");
     direct_enabled = !(direct && !strcmp(direct, "0"));
     const char *client_pull = getenv("RGPU_MPI_CLIENT_PULL");
-    client_pulls = !(client_pull && !strcmp(client_pull, "0"));
-    if (client_pull && strcmp(client_pull, "0")) {
+    if (client_pull && !strcmp(client_pull, "0")) {
+        client_pull_max = 0;
+    } else if (client_pull) {
         char *end = NULL;
         unsigned long long max = strtoull(client_pull, &end, 0);
         if (end && !*end && max > 0) client_pull_max = (size_t)max;
