@@ -20,9 +20,11 @@ CUDA_VISIBLE_DEVICES=$second start_server "$out/server2.log"
 s2=$server_pid e2=$server_endpoint
 unset RGPU_LOG
 trap 'kill -TERM $s1 $s2 2>/dev/null; wait $s1 $s2 2>/dev/null' EXIT
-timeout -k 5 "${RGPU_CHECK_TIMEOUT:-120}" "$bin/rgpu" bench fabric --servers "$e1,$e2" \
+# The client logs too (its own file): what the program waited for, and when.
+RGPU_LOG=debug timeout -k 5 "${RGPU_CHECK_TIMEOUT:-120}" "$bin/rgpu" bench fabric --servers "$e1,$e2" \
     --sizes "${SIZES:-64K}" --repetitions "${REPS:-1}" --latency-copies "${LATENCY_COPIES:-20}" \
-    --json "$out/bench-fabric.json" --svg "$out/bench-fabric.svg" 2>&1 | tail -20
+    --json "$out/bench-fabric.json" --svg "$out/bench-fabric.svg" 2>"$out/client.log" | tail -20
+grep -v ' DEBUG \| TRACE ' "$out/client.log" | tail -20
 kill -TERM $s1 $s2 2>/dev/null
 wait $s1 $s2 2>/dev/null
 trap - EXIT
