@@ -103,7 +103,13 @@ pub(crate) struct Fabric {
     /// driver call costs far more than a small transfer.
     workers: Mutex<Workers>,
     work_added: Condvar,
+    /// Jobs that run one after another, by order (a stream): those not started yet. A key is
+    /// here while a thread runs its jobs.
+    in_order: Mutex<HashMap<Order, std::collections::VecDeque<Job>>>,
 }
+
+/// What orders jobs that must run one after another: a context and one of its streams.
+pub(crate) type Order = (usize, usize);
 
 /// A background pull.
 pub(crate) type Job = Box<dyn FnOnce() + std::marker::Send>;
@@ -155,6 +161,52 @@ impl Fabric {
             return Err(format!("cannot start a pull thread: {e}"));
         }
         Ok(())
+    }
+
+    /// Runs `job` on a pull thread after the jobs given before with the same `order`, one at a
+    /// time. A stream's pulls reach the device in its order anyway; a thread apiece, each
+    /// waiting for the stream, would only crowd the CPUs (hundreds of queued copies, each
+    /// thread spinning in the driver, woke at the scheduler's ticks: milliseconds per copy).
+    pub fn run_in_order(self: &Arc<Self>, order: Order, job: Job) -> Result<(), String> {
+        let mut waiting = self.in_order.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(queue) = waiting.get_mut(&order) {
+            queue.push_back(job);
+            return Ok(());
+        }
+        waiting.insert(order, Default::default());
+        drop(waiting);
+        let fabric = self.clone();
+        self.run(Box::new(move || {
+            job();
+            fabric.run_rest_in_order(order);
+        }))
+        .inspect_err(|_| {
+            // Those queued meanwhile are dropped unrun too (their streams go on).
+            let mut waiting = self.in_order.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(dropped) = waiting.remove(&order) {
+                log::warn!(
+                    "{} queued pulls dropped with no thread to run them",
+                    dropped.len()
+                );
+            }
+        })
+    }
+
+    /// The jobs queued under `order`, in turn, until none is left.
+    fn run_rest_in_order(&self, order: Order) {
+        loop {
+            let next = {
+                let mut waiting = self.in_order.lock().unwrap_or_else(|e| e.into_inner());
+                match waiting.get_mut(&order).and_then(|queue| queue.pop_front()) {
+                    Some(job) => job,
+                    None => {
+                        waiting.remove(&order);
+                        return;
+                    }
+                }
+            };
+            next();
+        }
     }
 
     /// A pull thread: jobs until none comes for a while.
@@ -721,5 +773,38 @@ mod tests {
             .unwrap();
         assert_eq!(rx.recv().unwrap(), 3);
         assert!(fabric.workers.lock().unwrap().idle <= 2);
+    }
+
+    #[test]
+    fn ordered_jobs_run_one_at_a_time_in_their_order_and_orders_run_side_by_side() {
+        let fabric = Arc::new(Fabric::default());
+        let (tx, rx) = std::sync::mpsc::channel();
+        // Order 1's first job waits until order 2's job has run: orders do not wait for one
+        // another.
+        let (release, blocked) = std::sync::mpsc::channel::<()>();
+        let running = Arc::new(AtomicU64::new(0));
+        let mut blocked = Some(blocked);
+        for k in 0..20u64 {
+            let (tx, running, blocked) = (tx.clone(), running.clone(), blocked.take());
+            let job: Job = Box::new(move || {
+                assert_eq!(running.fetch_add(1, Ordering::SeqCst), 0, "two at a time");
+                if let Some(blocked) = blocked {
+                    blocked.recv_timeout(Duration::from_secs(10)).unwrap();
+                }
+                running.fetch_sub(1, Ordering::SeqCst);
+                tx.send(k).unwrap();
+            });
+            fabric.run_in_order((1, 1), job).unwrap();
+        }
+        fabric
+            .run_in_order((1, 2), Box::new(move || release.send(()).unwrap()))
+            .unwrap();
+        let got: Vec<u64> = (0..20)
+            .map(|_| rx.recv_timeout(Duration::from_secs(10)).unwrap())
+            .collect();
+        assert_eq!(got, (0..20).collect::<Vec<_>>());
+        // Every queue ran dry and is gone.
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(fabric.in_order.lock().unwrap().is_empty());
     }
 }

@@ -691,9 +691,12 @@ impl serve::Peers for Served<'_> {
                 }
             }
         });
-        fabric.run(job).map_err(|e| {
-            log::warn!("session {id}: {e}");
-            PULL_FAILED
-        })
+        // One after another with the stream's other pulls, as the device runs them.
+        fabric
+            .run_in_order((at.ctx, stream as usize), job)
+            .map_err(|e| {
+                log::warn!("session {id}: {e}");
+                PULL_FAILED
+            })
     }
 }
