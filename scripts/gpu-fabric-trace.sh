@@ -5,6 +5,9 @@
 # logs directory printed).
 #
 #   RGPU_BUILD_DIR=dist SIZES=64K REPS=1 bash scripts/gpu-fabric-trace.sh
+#
+# MPI_SIZES=65536 adds `rgpu bench mpi --api cuda` at those bandwidth sizes (8 B latency),
+# a rank per server, through the same servers.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bin=$(cd "${RGPU_BUILD_DIR:-target/release}" && pwd)
@@ -25,6 +28,18 @@ RGPU_LOG=debug timeout -k 5 "${RGPU_CHECK_TIMEOUT:-120}" "$bin/rgpu" bench fabri
     --sizes "${SIZES:-64K}" --repetitions "${REPS:-1}" --latency-copies "${LATENCY_COPIES:-20}" \
     --json "$out/bench-fabric.json" --svg "$out/bench-fabric.svg" 2>"$out/client.log" | tail -20
 grep -v ' DEBUG \| TRACE ' "$out/client.log" | tail -20
+if [ -n "${MPI_SIZES:-}" ]; then
+    if bash scripts/build-mpi.sh "$bin" >"$out/build-mpi.log" 2>&1; then
+        timeout -k 5 "${RGPU_CHECK_TIMEOUT:-120}" "$bin/rgpu" bench mpi --api cuda \
+            --servers "$e1,$e2" --latency-sizes 8 --bandwidth-sizes "$MPI_SIZES" \
+            --iterations "${MPI_ITERATIONS:-20}" --json "$out/bench-mpi.json" \
+            --svg "$out/bench-mpi.svg" >"$out/bench-mpi.out" 2>&1
+        grep -v "^measuring" "$out/bench-mpi.out" | tail -20
+    else
+        echo "FAIL building the MPI interposer"
+        tail -20 "$out/build-mpi.log"
+    fi
+fi
 kill -TERM $s1 $s2 2>/dev/null
 wait $s1 $s2 2>/dev/null
 trap - EXIT

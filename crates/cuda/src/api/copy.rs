@@ -497,7 +497,8 @@ fn between_servers(
 /// A copy between devices of different servers, through this process: read from one, write
 /// to the other (in chunks when both sides are contiguous). For rows the fabric does not
 /// move (strided sides), and small synchronous copies. Ordered after the stream's earlier
-/// work, and complete on return unless the write joins a stream of the destination's server.
+/// work; the read is complete on return, and the write too where a third server's stream
+/// ordered the copy.
 fn relay(
     from: &Context,
     src: Side,
@@ -508,6 +509,7 @@ fn relay(
 ) -> Result<(), CUresult> {
     // The write joins the program's stream if it is on the destination's server; else earlier
     // work on the stream is waited for, and the write is waited for at the end.
+    let ordered_elsewhere = matches!(&queue, Some((ctx, _)) if !Arc::ptr_eq(&ctx.conn, &to.conn));
     let write_stream = match queue {
         Some((ctx, stream)) if Arc::ptr_eq(&ctx.conn, &to.conn) => Some((ctx, stream)),
         Some((ctx, stream)) => {
@@ -516,7 +518,6 @@ fn relay(
         }
         None => None,
     };
-    let joins_stream = write_stream.is_some();
     let (write_ctx, write_id) = match &write_stream {
         Some((ctx, stream)) => (&**ctx, *stream),
         None => (to, 0),
@@ -541,7 +542,10 @@ fn relay(
         read_device(from, 0, into, src.start, extent, src.pitch, true)?;
         write_device(write_ctx, write_id, dst.start, extent, dst.pitch, &packed)?;
     }
-    if !joins_stream {
+    // A synchronous copy between devices does not wait for the device (as natively): the
+    // write is on the destination's default stream, where later work finds it done. One that
+    // a third server's stream ordered is waited for, as that stream's later work may be.
+    if ordered_elsewhere {
         synchronize_stream(to, 0)?;
     }
     Ok(())
