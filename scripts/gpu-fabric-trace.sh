@@ -7,7 +7,8 @@
 #   RGPU_BUILD_DIR=dist SIZES=64K REPS=1 bash scripts/gpu-fabric-trace.sh
 #
 # MPI_SIZES=65536 adds `rgpu bench mpi --api cuda` at those bandwidth sizes (8 B latency),
-# a rank per server, through the same servers.
+# a rank per server, through the same servers (MPIRUN_ARGS: mpirun's arguments instead of the
+# bench's). SIZES=none leaves out the fabric benchmark; RGPU_LOG=info quiets the servers.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bin=$(cd "${RGPU_BUILD_DIR:-target/release}" && pwd)
@@ -16,7 +17,7 @@ out=$(mktemp -d /tmp/rgpu-fabric-trace.XXXXXX)
 echo "logs: $out"
 second=0
 [ "$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')" -ge 2 ] && second=1
-export RGPU_LOG=debug
+export RGPU_LOG=${RGPU_LOG:-debug}
 CUDA_VISIBLE_DEVICES=0 start_server "$out/server1.log"
 s1=$server_pid e1=$server_endpoint
 CUDA_VISIBLE_DEVICES=$second start_server "$out/server2.log"
@@ -24,15 +25,16 @@ s2=$server_pid e2=$server_endpoint
 unset RGPU_LOG
 trap 'kill -TERM $s1 $s2 2>/dev/null; wait $s1 $s2 2>/dev/null' EXIT
 # The client logs too (its own file): what the program waited for, and when.
-RGPU_LOG=debug timeout -k 5 "${RGPU_CHECK_TIMEOUT:-120}" "$bin/rgpu" bench fabric --servers "$e1,$e2" \
+[ "${SIZES:-}" = none ] || RGPU_LOG=debug timeout -k 5 "${RGPU_CHECK_TIMEOUT:-120}" "$bin/rgpu" bench fabric --servers "$e1,$e2" \
     --sizes "${SIZES:-64K}" --repetitions "${REPS:-1}" --latency-copies "${LATENCY_COPIES:-20}" \
     --json "$out/bench-fabric.json" --svg "$out/bench-fabric.svg" 2>"$out/client.log" | tail -20
-grep -v ' DEBUG \| TRACE ' "$out/client.log" | tail -20
+[ "${SIZES:-}" = none ] || grep -v ' DEBUG \| TRACE ' "$out/client.log" | tail -20
 if [ -n "${MPI_SIZES:-}" ]; then
     if bash scripts/build-mpi.sh "$bin" >"$out/build-mpi.log" 2>&1; then
         timeout -k 5 "${RGPU_CHECK_TIMEOUT:-120}" "$bin/rgpu" bench mpi --api cuda \
             --servers "$e1,$e2" --latency-sizes 8 --bandwidth-sizes "$MPI_SIZES" \
             --iterations "${MPI_ITERATIONS:-20}" --json "$out/bench-mpi.json" \
+            ${MPIRUN_ARGS:+--mpirun-args "$MPIRUN_ARGS"} \
             --svg "$out/bench-mpi.svg" >"$out/bench-mpi.out" 2>&1
         grep -v "^measuring" "$out/bench-mpi.out" | tail -20
     else
