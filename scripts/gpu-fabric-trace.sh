@@ -28,15 +28,16 @@ trap 'kill -TERM $s1 $s2 2>/dev/null; wait $s1 $s2 2>/dev/null' EXIT
 [ "${SIZES:-}" = none ] || RGPU_LOG=debug timeout -k 5 "${RGPU_CHECK_TIMEOUT:-120}" "$bin/rgpu" bench fabric --servers "$e1,$e2" \
     --sizes "${SIZES:-64K}" --repetitions "${REPS:-1}" --latency-copies "${LATENCY_COPIES:-20}" \
     --json "$out/bench-fabric.json" --svg "$out/bench-fabric.svg" 2>"$out/client.log" | tail -20
-[ "${SIZES:-}" = none ] || grep -v ' DEBUG \| TRACE ' "$out/client.log" | tail -20
+[ "${SIZES:-}" = none ] || grep -v ' DEBUG\]\| TRACE\]' "$out/client.log" | tail -20
 if [ -n "${MPI_SIZES:-}" ]; then
     if bash scripts/build-mpi.sh "$bin" >"$out/build-mpi.log" 2>&1; then
-        timeout -k 5 "${RGPU_CHECK_TIMEOUT:-120}" "$bin/rgpu" bench mpi --api cuda \
+        # The ranks log at debug too (into bench-mpi.out).
+        RGPU_LOG=debug timeout -k 5 "${RGPU_CHECK_TIMEOUT:-120}" "$bin/rgpu" bench mpi --api cuda \
             --servers "$e1,$e2" --latency-sizes 8 --bandwidth-sizes "$MPI_SIZES" \
             --iterations "${MPI_ITERATIONS:-20}" --json "$out/bench-mpi.json" \
             ${MPIRUN_ARGS:+--mpirun-args "$MPIRUN_ARGS"} \
             --svg "$out/bench-mpi.svg" >"$out/bench-mpi.out" 2>&1
-        grep -v "^measuring" "$out/bench-mpi.out" | tail -20
+        grep -v "^measuring\| DEBUG\]" "$out/bench-mpi.out" | tail -20
     else
         echo "FAIL building the MPI interposer"
         tail -20 "$out/build-mpi.log"

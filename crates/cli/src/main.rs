@@ -60,18 +60,7 @@ fn init_logging(verbose: u8, quiet_default: &str) {
         2 => "debug",
         _ => "trace",
     };
-    let env = env_logger::Env::new()
-        .filter_or("RGPU_LOG", default)
-        .write_style("RGPU_LOG_STYLE");
-    // Debugging the fabric or a handshake means ordering events microseconds apart.
-    let detailed = verbose >= 2
-        || std::env::var("RGPU_LOG").is_ok_and(|v| v.contains("debug") || v.contains("trace"));
-    let mut builder = env_logger::Builder::from_env(env);
-    builder.format_target(false);
-    if detailed {
-        builder.format_timestamp_micros();
-    }
-    builder.init();
+    rgpu_client::log_builder(default, verbose >= 2).init();
 }
 
 fn main() -> ExitCode {

@@ -74,7 +74,18 @@ pub fn pull_to_host(record: &ExportRecord, dst: &mut [u8]) -> Result<(), String>
         start: dst.as_mut_ptr() as usize,
         len: dst.len(),
     };
-    links.pull(&export, size, false, &sink)
+    log::debug!(
+        "pulling {size} bytes from {} into host memory",
+        export.endpoint
+    );
+    let started = std::time::Instant::now();
+    let pulled = links.pull(&export, size, false, &sink);
+    log::debug!(
+        "pulled {size} bytes from {} in {} us: {pulled:?}",
+        export.endpoint,
+        started.elapsed().as_micros()
+    );
+    pulled
 }
 
 /// Host memory that parts of a pull fill, from several threads, each its own range.

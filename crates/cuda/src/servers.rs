@@ -72,9 +72,7 @@ pub fn device(ordinal: i32) -> Result<&'static Device, CUresult> {
 
 /// Logging to stderr, at the level `RGPU_LOG` names (default warn); once, at the first call.
 pub fn init_logging() {
-    let _ = env_logger::Builder::from_env(env_logger::Env::new().filter_or("RGPU_LOG", "warn"))
-        .format_target(false)
-        .try_init();
+    rgpu_client::init_logging();
 }
 
 fn connect() -> Result<Servers, CUresult> {

@@ -259,7 +259,5 @@ fn lock_count() -> std::sync::MutexGuard<'static, u32> {
 
 /// Logging to stderr, at the level `RGPU_LOG` names (default warn); once.
 pub fn init_logging() {
-    let _ = env_logger::Builder::from_env(env_logger::Env::new().filter_or("RGPU_LOG", "warn"))
-        .format_target(false)
-        .try_init();
+    rgpu_client::init_logging();
 }

@@ -32,9 +32,7 @@ pub fn runtime() -> Option<&'static Runtime> {
 }
 
 fn init() -> Option<Runtime> {
-    let _ = env_logger::Builder::from_env(env_logger::Env::new().filter_or("RGPU_LOG", "warn"))
-        .format_target(false)
-        .try_init();
+    rgpu_client::init_logging();
     let config = match ClientConfig::from_env() {
         Ok(config) => config,
         Err(e) => {
