@@ -149,16 +149,16 @@ pub fn run(args: MpiBenchArgs) -> Result<ExitCode, String> {
         "running {} ranks through rgpu run --mpi (servers {servers})...",
         2
     );
+    // The ranks' messages (rgpu's warnings, RGPU_LOG's log) go straight to our stderr.
     let output = command
+        .stderr(std::process::Stdio::inherit())
         .output()
         .map_err(|e| format!("cannot run {}: {e}", args.mpirun))?;
     let stdout = String::from_utf8_lossy(&output.stdout);
     if !output.status.success() {
         return Err(format!(
-            "{} failed ({}):\n{stdout}\n{}",
-            args.mpirun,
-            output.status,
-            String::from_utf8_lossy(&output.stderr)
+            "{} failed ({}):\n{stdout}",
+            args.mpirun, output.status
         ));
     }
     let measurements: Vec<Measurement> = stdout
