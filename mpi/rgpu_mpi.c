@@ -246,6 +246,8 @@ typedef int (*CudaExport)(uint64_t ptr, uint64_t size, struct rgpu_export *out);
 typedef int (*CudaPull)(uint64_t dst, uint64_t size, const struct rgpu_export *from);
 typedef int (*CudaUnexport)(uint64_t ptr, const struct rgpu_export *from);
 typedef int (*PullHost)(void *dst, uint64_t size, const struct rgpu_export *from);
+typedef int (*CudaPullBatch)(uint32_t count, const uint64_t *dsts, const uint64_t *sizes,
+                             const struct rgpu_export *from);
 typedef int (*ClExport)(void *queue, void *mem, size_t offset, size_t size, struct rgpu_export *out);
 typedef int (*ClPull)(void *queue, void *mem, size_t offset, size_t size,
                       const struct rgpu_export *from);
@@ -273,6 +275,12 @@ void rgpu_mpi_register_cuda_peers(void *export_, void *pull, void *unexport, voi
     cuda_peers.unexport = (CudaUnexport)unexport;
     cuda_peers.pull_host = (PullHost)pull_host;
 }
+
+/* Pulls of several messages into CUDA buffers at once, by their servers, side by side. */
+static CudaPullBatch cuda_pull_batch;
+
+/* Called by rgpu's libcuda at cuInit, after rgpu_mpi_register_cuda_peers. */
+void rgpu_mpi_register_cuda_batch(void *pull_batch) { cuda_pull_batch = (CudaPullBatch)pull_batch; }
 
 /* The rgpu platform's extension functions for the same (crates/opencl/src/api/peers.rs). */
 static void find_cl_peers(void) {
@@ -440,10 +448,12 @@ static int pull_host(void *dst, uint64_t bytes, const struct rgpu_export *from) 
     return cl_peers.pull_host ? cl_peers.pull_host(dst, bytes, from) : -1;
 }
 
-/* The bytes of a small direct message, pulled by this process before its receive is finished
- * (MPI_Waitall pulls several at once): `staging` holds them when `rc` is 0. */
+/* A direct message pulled before its receive is finished (MPI_Waitall pulls several at once):
+ * a small one by this process, into `staging`; a larger one by the destination's server,
+ * straight into the device buffer (`on_device`). Pulled when `rc` is 0. */
 typedef struct {
     void *staging;
+    int on_device;
     int rc;
     struct envelope envelope;
 } Prefetch;
@@ -522,7 +532,9 @@ static int take_envelope(const void *data, const Buffer *dst, void *host, size_t
         staging_put(staging);
         staging = NULL;
     }
-    if (dst->kind == CUDA && cuda_peers.pull) {
+    if (ahead && ahead->on_device) {
+        code = ahead->rc; /* pulled with others (pull_ahead) */
+    } else if (dst->kind == CUDA && cuda_peers.pull) {
         code = cuda_peers.pull((uint64_t)(uintptr_t)dst->address, e.bytes, &e.from);
     } else if (dst->kind == OPENCL) {
         pthread_once(&cl_peers_once, find_cl_peers);
@@ -666,30 +678,56 @@ static void advance(Pending *p) {
     p->advanced = 1;
 }
 
-/* Pulls the small direct messages that completed receives of `taken` got, all at once, ahead
- * of finishing them one by one (each would otherwise wait for its own pull). */
+/* Pulls the direct messages that completed receives of `taken` got, all at once, ahead of
+ * finishing them one by one (each would otherwise wait for its own pull): small ones by this
+ * process, larger ones into CUDA buffers by their servers, in one batch. */
 static void pull_ahead(Pending **taken, int count, MPI_Status *statuses) {
-    if (!taken || !client_pull_max || count < 2) return;
+    if (!taken || count < 2 || (!client_pull_max && !cuda_pull_batch)) return;
     Prefetch **items = calloc((size_t)count, sizeof *items);
-    int n = 0;
-    for (int i = 0; items && i < count; ++i) {
+    Prefetch **batch = calloc((size_t)count, sizeof *batch);
+    uint64_t *dsts = calloc((size_t)count, sizeof *dsts);
+    uint64_t *sizes = calloc((size_t)count, sizeof *sizes);
+    struct rgpu_export *from = calloc((size_t)count, sizeof *from);
+    int n = 0, m = 0;
+    for (int i = 0; items && batch && dsts && sizes && from && i < count; ++i) {
         Pending *p = taken[i];
         if (!p || p->kind != RECV_STAGED || p->advanced || p->ahead ||
             p->capacity < (size_t)ENVELOPE_BYTES || !is_envelope(p->host, &statuses[i]))
             continue;
+        struct envelope e;
+        memcpy(&e, p->host, sizeof e);
+        if (e.bytes > p->capacity) continue;
         Prefetch *ahead = calloc(1, sizeof *ahead);
         if (!ahead) break;
-        memcpy(&ahead->envelope, p->host, sizeof ahead->envelope);
-        uint64_t bytes = ahead->envelope.bytes;
-        if (bytes > p->capacity || bytes > client_pull_max || !(ahead->staging = staging_get(bytes))) {
+        ahead->envelope = e;
+        if (e.bytes <= client_pull_max) {
+            if (!(ahead->staging = staging_get(e.bytes))) {
+                free(ahead);
+                continue;
+            }
+            items[n++] = ahead;
+        } else if (p->device.kind == CUDA && cuda_pull_batch) {
+            ahead->on_device = 1;
+            dsts[m] = (uint64_t)(uintptr_t)p->device.address;
+            sizes[m] = e.bytes;
+            from[m] = e.from;
+            batch[m++] = ahead;
+        } else {
             free(ahead);
             continue;
         }
         p->ahead = ahead;
-        items[n++] = ahead;
+    }
+    if (m > 0) {
+        int rc = cuda_pull_batch((uint32_t)m, dsts, sizes, from);
+        for (int i = 0; i < m; ++i) batch[i]->rc = rc;
     }
     if (n > 0) pull_all(items, n);
     free(items);
+    free(batch);
+    free(dsts);
+    free(sizes);
+    free(from);
 }
 
 /* Finishes a completed request: a receive's data goes to its device buffer (or an envelope

@@ -31,8 +31,8 @@ trap 'kill -TERM $s1 $s2 2>/dev/null; wait $s1 $s2 2>/dev/null' EXIT
 [ "${SIZES:-}" = none ] || grep -v ' DEBUG\]\| TRACE\]' "$out/client.log" | tail -20
 if [ -n "${MPI_SIZES:-}" ]; then
     if bash scripts/build-mpi.sh "$bin" >"$out/build-mpi.log" 2>&1; then
-        # The ranks log at debug too (into bench-mpi.out).
-        RGPU_LOG=debug timeout -k 5 "${RGPU_CHECK_TIMEOUT:-120}" "$bin/rgpu" bench mpi --api cuda \
+        # The ranks log at debug too (MPI_LOG: another level), into bench-mpi.out.
+        RGPU_LOG=${MPI_LOG:-debug} timeout -k 5 "${RGPU_CHECK_TIMEOUT:-120}" "$bin/rgpu" bench mpi --api cuda \
             --servers "$e1,$e2" --latency-sizes 8 --bandwidth-sizes "$MPI_SIZES" \
             --iterations "${MPI_ITERATIONS:-20}" --json "$out/bench-mpi.json" \
             ${MPIRUN_ARGS:+--mpirun-args "$MPIRUN_ARGS"} \

@@ -5,10 +5,13 @@
 # directory), starts two servers on this GPU, then:
 #   mpi_cupy_one_server   tests/cuda/mpi_cupy_check.py, 2 ranks whose GPUs are on one server;
 #   mpi_cupy_two_servers  the same, each rank's GPU on its own server;
+#   mpi_cupy_server_pulls the same with RGPU_MPI_CLIENT_PULL=0 (every direct message is pulled
+#                         by the receiver's server, MPI_Waitall's in one batch);
 #   bench_one_server      `rgpu bench mpi --api cuda`, both ranks' GPUs on one server (direct
 #                         transfers copy device to device through CUDA IPC);
 #   bench_two_servers     the same across the two servers with RGPU_MPI_IPC=0 (direct
-#                         transfers go server to server over the loopback). Figures only.
+#                         transfers go server to server over the loopback). Figures only;
+#                         SKIP_BENCH=1 leaves them out.
 #
 #   RGPU_BUILD_DIR=dist bash scripts/gpu-mpi-check.sh
 #
@@ -50,6 +53,12 @@ check_cupy() {
 }
 check_cupy mpi_cupy_one_server "$e1"
 check_cupy mpi_cupy_two_servers "$e1,$e2"
+RGPU_MPI_CLIENT_PULL=0 check_cupy mpi_cupy_server_pulls "$e1,$e2"
+if [ -n "${SKIP_BENCH:-}" ]; then
+    summary
+    [ $failed -eq 0 ]
+    exit
+fi
 
 # bench NAME ARGS...: `rgpu bench mpi --api cuda` with ARGS, its table under the status line.
 bench() {

@@ -1,7 +1,8 @@
 """MPI on CuPy device arrays through rgpu (scripts/gpu-mpi-check.sh runs it with 2 ranks under
 `rgpu run --mpi`): mpi4py hands the arrays' device pointers to MPI, librgpu_mpi.so recognises
 them as rgpu device memory and moves them. Checks device -> device, device -> host and
-host -> device Send/Recv of odd sizes, Isend/Irecv with Waitall, Sendrecv, Bcast and Allreduce
+host -> device Send/Recv of odd sizes, Isend/Irecv with Waitall (small messages, then direct
+ones of 64 KiB to 1.7 MB), Sendrecv, Bcast and Allreduce
 (sum of float32 and float64), every result compared on the host.
 Prints `PASS mpi_cupy rank R`, or `FAIL mpi_cupy rank R: why` and exits 1."""
 
@@ -57,6 +58,17 @@ requests += [comm.Isend(outs[k], dest=peer, tag=100 + k) for k in range(16)]
 MPI.Request.Waitall(requests)
 for k in range(16):
     expect(bool((ins[k] == peer * 10 + k).all()), f"Isend/Irecv message {k}")
+
+# Many large ones at once: direct transfers, which MPI_Waitall pulls in one go (the smaller by
+# the receiving process, the larger by the servers, side by side).
+sizes = [(64 << 10) + k * 150_001 for k in range(12)]
+outs = [cp.full(n // 4, rank * 100 + k, dtype=cp.int32) for k, n in enumerate(sizes)]
+ins = [cp.zeros(n // 4, dtype=cp.int32) for n in sizes]
+requests = [comm.Irecv(ins[k], source=peer, tag=200 + k) for k in range(len(sizes))]
+requests += [comm.Isend(outs[k], dest=peer, tag=200 + k) for k in range(len(sizes))]
+MPI.Request.Waitall(requests)
+for k, n in enumerate(sizes):
+    expect(bool((ins[k] == peer * 100 + k).all()), f"Isend/Irecv of {n // 4 * 4} bytes ({k})")
 
 # A ring.
 send = cp.full(12345, rank, dtype=cp.float64)

@@ -3,20 +3,25 @@
 //! exporting server. C entry points the interposer gets at cuInit (api/init.rs); each returns a
 //! `CUresult`.
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
 use rgpu_client::{CudaClient, Endpoint, ExportRecord};
 use rgpu_cuda_api::sys::CUresult;
-use rgpu_protocol::cuda::ExportKeep;
+use rgpu_protocol::cuda::{ExportKeep, Id};
+use rgpu_protocol::PeerExport;
 
 use crate::api::memory::context_of;
 use crate::api::Outcome;
+use crate::objects::Context;
 
-/// Runs `body`, a panic being CUDA_ERROR_UNKNOWN (never crossing into C).
-fn guarded(body: impl FnOnce() -> Result<(), CUresult>) -> i32 {
-    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)) {
-        Ok(Ok(())) => 0,
-        Ok(Err(e)) => e as i32,
-        Err(_) => CUresult::CUDA_ERROR_UNKNOWN as i32,
-    }
+/// Runs an entry point for the interposer through the C boundary's one guard (a panic is
+/// CUDA_ERROR_UNKNOWN, never crossing into C); the result as a plain `CUresult` number.
+fn guarded(name: &'static str, body: impl FnOnce() -> Result<(), CUresult>) -> i32 {
+    crate::boundary::guard(name, || match body() {
+        Ok(()) => CUresult::CUDA_SUCCESS,
+        Err(e) => e,
+    }) as i32
 }
 
 /// Exports `size` bytes at device address `ptr` (after the earlier work of its context's
@@ -26,7 +31,7 @@ fn guarded(body: impl FnOnce() -> Result<(), CUresult>) -> i32 {
 /// `out` is valid for writing.
 #[no_mangle]
 pub unsafe extern "C" fn rgpu_cuda_export(ptr: u64, size: u64, out: *mut ExportRecord) -> i32 {
-    guarded(|| {
+    guarded("rgpu_cuda_export", || {
         if out.is_null() {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
         }
@@ -53,17 +58,12 @@ pub unsafe extern "C" fn rgpu_cuda_export(ptr: u64, size: u64, out: *mut ExportR
 /// `from` is valid for reading.
 #[no_mangle]
 pub unsafe extern "C" fn rgpu_cuda_pull(dst: u64, size: u64, from: *const ExportRecord) -> i32 {
-    guarded(|| {
+    guarded("rgpu_cuda_pull", || {
         // SAFETY: the caller's record, checked non-null.
         let record = unsafe { from.as_ref() }.ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
         let export = record.export().ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
-        // RGPU_MPI_IPC=0: always over the network (to measure that path on one machine).
-        let ipc =
-            crate::api::fabric_ipc() && !std::env::var("RGPU_MPI_IPC").is_ok_and(|v| v == "0");
         let ctx = context_of(dst)?;
-        let ipc = ipc
-            && Endpoint::parse(&export.endpoint)
-                .is_ok_and(|at| at.same_machine(ctx.conn.endpoint()));
+        let ipc = pull_by_ipc(&ctx, &export);
         crate::api::managed::before_device_work(None);
         // Pulled in the background, ordered on the default stream; its end is ours to wait for
         // (a failed pull is reported there, and the interposer moves the bytes another way).
@@ -75,13 +75,112 @@ pub unsafe extern "C" fn rgpu_cuda_pull(dst: u64, size: u64, from: *const Export
     })
 }
 
+/// Whether `ctx`'s server copies `export` device to device through its IPC handle: on one
+/// machine (RGPU_MPI_IPC=0: always over the network, to measure that path on one machine).
+fn pull_by_ipc(ctx: &Context, export: &PeerExport) -> bool {
+    crate::api::fabric_ipc()
+        && !std::env::var("RGPU_MPI_IPC").is_ok_and(|v| v == "0")
+        && Endpoint::parse(&export.endpoint).is_ok_and(|at| at.same_machine(ctx.conn.endpoint()))
+}
+
+/// Streams of the interposer's batched pulls per context (by its handle and server id), made
+/// the first time: blocking streams, so that a pull comes after the default stream's earlier
+/// work, as a single pull's does; several, so that the servers move the batch's messages side
+/// by side (a server runs one stream's pulls one after another).
+fn batch_streams(ctx: &Context) -> Result<Vec<Id>, CUresult> {
+    type Kept = Mutex<HashMap<(usize, Id), Vec<Id>>>;
+    static KEPT: OnceLock<Kept> = OnceLock::new();
+    let mut kept = KEPT
+        .get_or_init(Kept::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    let streams = kept.entry((ctx.handle, ctx.remote)).or_default();
+    while streams.len() < BATCH_STREAMS {
+        let id = ctx.conn.new_id();
+        ctx.conn
+            .cuda()
+            .create_stream(id, ctx.remote, 0, 0)
+            .outcome()?;
+        streams.push(id);
+    }
+    Ok(streams.clone())
+}
+
+/// Streams a batch of pulls is spread over, per context.
+const BATCH_STREAMS: usize = 8;
+
+/// Pulls `count` exports at once, export `from[i]` into device memory at `dsts[i]` (`sizes[i]`
+/// bytes), each by the server of its destination straight from the exporting server; returns
+/// once all are in place. On failure (the first one is returned) some may be and some not: the
+/// interposer moves each message another way.
+///
+/// # Safety
+/// `dsts`, `sizes` and `from` each hold `count` valid entries.
+#[no_mangle]
+pub unsafe extern "C" fn rgpu_cuda_pull_batch(
+    count: u32,
+    dsts: *const u64,
+    sizes: *const u64,
+    from: *const ExportRecord,
+) -> i32 {
+    guarded("rgpu_cuda_pull_batch", || {
+        if count == 0 {
+            return Ok(());
+        }
+        if dsts.is_null() || sizes.is_null() || from.is_null() {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        let count = count as usize;
+        // SAFETY: the caller's arrays of `count` entries, checked non-null.
+        let (dsts, sizes, from) = unsafe {
+            (
+                std::slice::from_raw_parts(dsts, count),
+                std::slice::from_raw_parts(sizes, count),
+                std::slice::from_raw_parts(from, count),
+            )
+        };
+        crate::api::managed::before_device_work(None);
+        // Every pull is posted first; then each stream that got one is waited for.
+        let mut used: Vec<(Arc<Context>, Id)> = Vec::new();
+        let mut first_error = None;
+        for (k, ((&dst, &size), record)) in dsts.iter().zip(sizes).zip(from).enumerate() {
+            let posted = (|| {
+                let export = record.export().ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+                let ctx = context_of(dst)?;
+                let ipc = pull_by_ipc(&ctx, &export);
+                let stream = batch_streams(&ctx)?[k % BATCH_STREAMS];
+                ctx.conn
+                    .cuda()
+                    .pull_range(ctx.remote, Some(stream), dst, size, export, ipc)
+                    .outcome()?;
+                if !used
+                    .iter()
+                    .any(|(c, s)| Arc::ptr_eq(c, &ctx) && *s == stream)
+                {
+                    used.push((ctx, stream));
+                }
+                Ok(())
+            })();
+            if let Err(e) = posted {
+                first_error.get_or_insert(e);
+            }
+        }
+        for (ctx, stream) in &used {
+            if let Err(e) = crate::api::stream::synchronize_stream(ctx, *stream) {
+                first_error.get_or_insert(e);
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    })
+}
+
 /// Withdraws an export of the memory at `ptr` that nobody pulled.
 ///
 /// # Safety
 /// `from` is valid for reading.
 #[no_mangle]
 pub unsafe extern "C" fn rgpu_cuda_unexport(ptr: u64, from: *const ExportRecord) -> i32 {
-    guarded(|| {
+    guarded("rgpu_cuda_unexport", || {
         // SAFETY: the caller's record, checked non-null.
         let record = unsafe { from.as_ref() }.ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
         let ctx = context_of(ptr)?;
@@ -100,7 +199,7 @@ pub unsafe extern "C" fn rgpu_cuda_pull_host(
     size: u64,
     from: *const ExportRecord,
 ) -> i32 {
-    guarded(|| {
+    guarded("rgpu_cuda_pull_host", || {
         // SAFETY: the caller's record, checked non-null.
         let record = unsafe { from.as_ref() }.ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
         if dst.is_null() {

@@ -26,6 +26,9 @@ type RegisterCuda = unsafe extern "C" fn(*const c_void, *const c_void, *const c_
 type RegisterPeers =
     unsafe extern "C" fn(*const c_void, *const c_void, *const c_void, *const c_void);
 
+/// `rgpu_mpi_register_cuda_batch` of librgpu_mpi.so.
+type RegisterBatch = unsafe extern "C" fn(*const c_void);
+
 /// Tells rgpu's MPI interposer, when the program has it (`rgpu run --mpi`), how to recognise
 /// and copy this library's device memory: from now on MPI calls take CUDA buffers.
 fn register_with_mpi() {
@@ -60,6 +63,16 @@ fn register_with_mpi() {
                 crate::peers::rgpu_cuda_pull_host as *const c_void,
             )
         };
+    }
+    // SAFETY: as above, for pulls of several messages at once (an interposer without it
+    // pulls one at a time).
+    let symbol =
+        unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"rgpu_mpi_register_cuda_batch".as_ptr()) };
+    if !symbol.is_null() {
+        // SAFETY: librgpu_mpi.so exports it with this signature.
+        let register: RegisterBatch = unsafe { std::mem::transmute(symbol) };
+        // SAFETY: this library's own entry point, which lives as long as the process.
+        unsafe { register(crate::peers::rgpu_cuda_pull_batch as *const c_void) };
     }
 }
 
