@@ -140,6 +140,7 @@ pub unsafe extern "C" fn rgpu_cuda_pull_batch(
             )
         };
         crate::api::managed::before_device_work(None);
+        let started = std::time::Instant::now();
         // Every pull is posted first; then each stream that got one is waited for.
         let mut used: Vec<(Arc<Context>, Id)> = Vec::new();
         let mut first_error = None;
@@ -170,6 +171,10 @@ pub unsafe extern "C" fn rgpu_cuda_pull_batch(
                 first_error.get_or_insert(e);
             }
         }
+        log::debug!(
+            "rgpu: {count} pulls by the servers in {} us: {first_error:?}",
+            started.elapsed().as_micros()
+        );
         first_error.map_or(Ok(()), Err)
     })
 }
