@@ -28,6 +28,45 @@
 
 #include "rgpu_mpi.h"
 
+#ifdef OPEN_MPI
+/* Open MPI's predefined handles are the addresses of objects in libmpi. A reference to one in
+ * this library would be bound when the library is loaded, which fails where it is preloaded
+ * into a program that loads libmpi only later (Python's mpi4py): they are looked up the first
+ * time one is used, which is always after an MPI call (libmpi is loaded by then). MPICH's
+ * handles are constants and need none of this. */
+#define LATE_HANDLE(type, symbol)                                       \
+    __attribute__((unused)) static type late_##symbol(void) {           \
+        static void *found;                                             \
+        void *at = __atomic_load_n(&found, __ATOMIC_ACQUIRE);           \
+        if (!at) {                                                      \
+            at = dlsym(RTLD_DEFAULT, #symbol);                          \
+            __atomic_store_n(&found, at, __ATOMIC_RELEASE);             \
+        }                                                               \
+        return (type)at;                                                \
+    }
+LATE_HANDLE(MPI_Comm, ompi_mpi_comm_world)
+LATE_HANDLE(MPI_Comm, ompi_mpi_comm_null)
+LATE_HANDLE(MPI_Group, ompi_mpi_group_null)
+LATE_HANDLE(MPI_Datatype, ompi_mpi_byte)
+LATE_HANDLE(MPI_Datatype, ompi_mpi_datatype_null)
+LATE_HANDLE(MPI_Request, ompi_request_null)
+LATE_HANDLE(MPI_Type_delete_attr_function *, OMPI_C_MPI_TYPE_NULL_DELETE_FN)
+#undef MPI_COMM_WORLD
+#define MPI_COMM_WORLD late_ompi_mpi_comm_world()
+#undef MPI_COMM_NULL
+#define MPI_COMM_NULL late_ompi_mpi_comm_null()
+#undef MPI_GROUP_NULL
+#define MPI_GROUP_NULL late_ompi_mpi_group_null()
+#undef MPI_BYTE
+#define MPI_BYTE late_ompi_mpi_byte()
+#undef MPI_DATATYPE_NULL
+#define MPI_DATATYPE_NULL late_ompi_mpi_datatype_null()
+#undef MPI_REQUEST_NULL
+#define MPI_REQUEST_NULL late_ompi_request_null()
+#undef MPI_TYPE_NULL_DELETE_FN
+#define MPI_TYPE_NULL_DELETE_FN late_OMPI_C_MPI_TYPE_NULL_DELETE_FN()
+#endif
+
 int RGPU_MPI_BUFFER_KEYVAL = MPI_KEYVAL_INVALID;
 
 /* ---- the device APIs ----------------------------------------------------------------------- */
@@ -337,8 +376,10 @@ struct reply {
     int32_t code;
 };
 
-static MPI_Comm control = MPI_COMM_NULL;
-static MPI_Group world_group = MPI_GROUP_NULL;
+/* Both set up after MPI_Init when `have_control` (no static initializer: see LATE_HANDLE). */
+static MPI_Comm control;
+static MPI_Group world_group;
+static int have_control;
 static int world_rank;
 static int direct_enabled = 1;
 static uint64_t next_id;
@@ -373,7 +414,7 @@ static void unexport_buffer(const Buffer *b, const struct rgpu_export *from) {
 /* Starts a direct send of `b` (a new Direct, or NULL when the staged path must be used: a small
  * buffer, no export, direct transfers turned off). */
 static Direct *start_direct(const Buffer *b, int dest, MPI_Comm comm) {
-    if (!direct_enabled || control == MPI_COMM_NULL || b->bytes < DIRECT_MIN || dest == MPI_PROC_NULL)
+    if (!direct_enabled || !have_control || b->bytes < DIRECT_MIN || dest == MPI_PROC_NULL)
         return NULL;
     Direct *d = calloc(1, sizeof *d);
     if (!d) return NULL;
@@ -791,8 +832,8 @@ static void initialize(void) {
         if (end && !*end && max > 0) client_pull_max = (size_t)max;
     }
     PMPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
-    PMPI_Comm_group(MPI_COMM_WORLD, &world_group);
-    PMPI_Comm_dup(MPI_COMM_WORLD, &control);
+    have_control = PMPI_Comm_group(MPI_COMM_WORLD, &world_group) == MPI_SUCCESS &&
+                   PMPI_Comm_dup(MPI_COMM_WORLD, &control) == MPI_SUCCESS;
 }
 
 int MPI_Init(int *argc, char ***argv) {
@@ -808,8 +849,11 @@ int MPI_Init_thread(int *argc, char ***argv, int required, int *provided) {
 }
 
 int MPI_Finalize(void) {
-    if (control != MPI_COMM_NULL) PMPI_Comm_free(&control);
-    if (world_group != MPI_GROUP_NULL) PMPI_Group_free(&world_group);
+    if (have_control) {
+        have_control = 0;
+        PMPI_Comm_free(&control);
+        PMPI_Group_free(&world_group);
+    }
     return PMPI_Finalize();
 }
 

@@ -5,6 +5,7 @@ buffers (marked by their datatype) to MPI point-to-point calls and collectives."
 import signal
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -39,10 +40,12 @@ def mpi_programs(rgpu_bins):
 
 
 def mpirun(ranks, servers, program, timeout=300, **env):
+    """`program` (a path, or a command as a list) on `ranks` ranks under `rgpu run --mpi`."""
     eps = ",".join(s.endpoint for s in servers)
+    command = [str(a) for a in program] if isinstance(program, list) else [str(program)]
     cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(ranks),
            "--mca", "btl", "self,tcp", str(h.RGPU), "run", "--mpi", "--servers", eps, "--",
-           str(program)]
+           *command]
     return subprocess.Popen(cmd, env=h.base_env(**env), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
 
@@ -69,6 +72,18 @@ def test_opencl_buffers_through_mpi(start_server, mpi_programs, ranks, direct):
         assert 0 < links < served, f"{links} fabric links opened for {served} transfers"
     else:
         assert links == 0 and served == 0, f"{served} direct pulls with RGPU_MPI_DIRECT=0"
+
+
+def test_the_interposer_works_in_a_program_that_opens_mpi_later(start_server, mpi_programs):
+    """Python with mpi4py opens libmpi after the preloaded interposer is loaded: the interposer
+    loads (it once failed there: `undefined symbol: ompi_mpi_comm_world`) and its calls work."""
+    server = start_server()
+    proc = mpirun(2, [server], [sys.executable, MPI_DIR / "late_mpi.py"])
+    out, _ = proc.communicate(timeout=300)
+    print(out)
+    assert proc.returncode == 0, out
+    for rank in range(2):
+        assert f"PASS late_mpi rank {rank}" in out, out
 
 
 def test_a_lost_server_is_an_mpi_error_not_a_hang(start_server, mpi_programs, tmp_path):
