@@ -550,7 +550,8 @@ static int take_envelope(const void *data, const Buffer *dst, void *host, size_t
     /* A small message goes through this process: one request on its persistent link to the
      * exporting server, then a write its own server is not waited for; a pull by its server
      * would cost two hops (measured with `rgpu bench mpi`: faster below client_pull_max). */
-    if (dst->kind != HOST && e.bytes <= client_pull_max) {
+    int on_device = ahead && ahead->on_device; /* pulled already, with others, by its server */
+    if (dst->kind != HOST && e.bytes <= client_pull_max && !on_device) {
         int pulled;
         if (ahead && ahead->staging) {
             staging = ahead->staging;
@@ -574,8 +575,8 @@ static int take_envelope(const void *data, const Buffer *dst, void *host, size_t
         staging_put(staging);
         staging = NULL;
     }
-    if (ahead && ahead->on_device) {
-        code = ahead->rc; /* pulled with others (pull_ahead) */
+    if (on_device) {
+        code = ahead->rc;
     } else if (dst->kind == CUDA && cuda_peers.pull) {
         code = cuda_peers.pull((uint64_t)(uintptr_t)dst->address, e.bytes, &e.from);
     } else if (dst->kind == OPENCL) {
