@@ -20,6 +20,7 @@
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <link.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -837,13 +838,36 @@ static void initialize(void) {
                    PMPI_Comm_dup(MPI_COMM_WORLD, &control) == MPI_SUCCESS;
 }
 
+/* Finds the loaded MPI library (libmpi.so*) for make_mpi_global. */
+static int find_mpi_library(struct dl_phdr_info *info, size_t size, void *found) {
+    (void)size;
+    const char *name = info->dlpi_name ? info->dlpi_name : "";
+    const char *base = strrchr(name, '/');
+    base = base ? base + 1 : name;
+    if (strncmp(base, "libmpi.so", 9) != 0) return 0;
+    *(const char **)found = name;
+    return 1;
+}
+
+/* A program may have opened its MPI library privately (Python's mpi4py loads it with
+ * RTLD_LOCAL, as a dependency of its extension module): this library's PMPI calls, looked up
+ * in the global scope, would not find it. Before the first one, the loaded MPI library is made
+ * global (the same library, opened again; its handle is kept). */
+static void make_mpi_global(void) {
+    const char *path = NULL;
+    dl_iterate_phdr(find_mpi_library, &path);
+    if (path && *path) (void)dlopen(path, RTLD_NOW | RTLD_GLOBAL | RTLD_NOLOAD);
+}
+
 int MPI_Init(int *argc, char ***argv) {
+    make_mpi_global();
     int rc = PMPI_Init(argc, argv);
     if (rc == MPI_SUCCESS) initialize();
     return rc;
 }
 
 int MPI_Init_thread(int *argc, char ***argv, int required, int *provided) {
+    make_mpi_global();
     int rc = PMPI_Init_thread(argc, argv, required, provided);
     if (rc == MPI_SUCCESS) initialize();
     return rc;

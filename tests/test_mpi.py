@@ -75,8 +75,9 @@ def test_opencl_buffers_through_mpi(start_server, mpi_programs, ranks, direct):
 
 
 def test_the_interposer_works_in_a_program_that_opens_mpi_later(start_server, mpi_programs):
-    """Python with mpi4py opens libmpi after the preloaded interposer is loaded: the interposer
-    loads (it once failed there: `undefined symbol: ompi_mpi_comm_world`) and its calls work."""
+    """Python with mpi4py opens libmpi privately, after the preloaded interposer is loaded: it
+    loads (it once failed there: `undefined symbol: ompi_mpi_comm_world`) and its PMPI calls find
+    the MPI library the program opened privately (`undefined symbol: PMPI_Init`)."""
     server = start_server()
     proc = mpirun(2, [server], [sys.executable, MPI_DIR / "late_mpi.py"])
     out, _ = proc.communicate(timeout=300)

@@ -1,6 +1,7 @@
-"""A program that opens libmpi at run time, after rgpu's preloaded interposer, as Python's
-mpi4py does (tests/test_mpi.py runs it with 2 ranks under `rgpu run --mpi`): the interposer
-must load (no reference to Open MPI's objects bound at load time) and its MPI calls work.
+"""A program that opens libmpi at run time, privately, after rgpu's preloaded interposer, as
+Python's mpi4py does (tests/test_mpi.py runs it with 2 ranks under `rgpu run --mpi`): the
+interposer must load (no reference to Open MPI's objects bound at load time) and its MPI calls
+work (it finds the MPI library the program opened).
 Rank 0 sends 100000 bytes from host memory, rank 1 receives and checks them. Prints
 `PASS late_mpi rank R`."""
 
@@ -8,7 +9,8 @@ import ctypes
 import ctypes.util
 import sys
 
-mpi = ctypes.CDLL(ctypes.util.find_library("mpi"), mode=ctypes.RTLD_GLOBAL)
+# Privately (RTLD_LOCAL), as an extension module's dependency is.
+mpi = ctypes.CDLL(ctypes.util.find_library("mpi"), mode=ctypes.RTLD_LOCAL)
 # The program's own scope: the preloaded interposer's MPI functions come first there.
 program = ctypes.CDLL(None)
 
