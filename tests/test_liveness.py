@@ -10,12 +10,19 @@ times (client RGPU_LIVENESS_TIMEOUT=4, server --client-timeout 6):
 - the server ends a vanished client's session (and its worker) within about its client
   timeout;
 - after the link heals, new clients are served.
-Needs root (network namespaces), iproute2 and nftables; skipped without root."""
+Needs root (network namespaces), iproute2 and nftables; skipped without root.
+
+A path that keeps TCP alive but delivers nothing is caught by rgpu's own heartbeats, not by
+TCP: a proxy on this machine that forwards both ways, then swallows what the client sends. The
+client's next calls fail within its liveness time; a kernel that runs for many liveness times
+still completes (the server says it is working while it waits for the device)."""
 
 import os
 import re
 import shutil
+import socket
 import subprocess
+import threading
 import time
 
 import pytest
@@ -218,3 +225,99 @@ def test_new_contexts_reconnect_after_a_server_restart(start_server, c_program):
     assert proc.returncode == 0, out + err
     assert re.search(r"^OLD -\d+", out, re.M) and "NEW OK" in out, out + err
     assert f"127.0.0.1:{port}" in err, err  # the lost server is named
+
+
+class SwallowingProxy:
+    """A TCP proxy on this machine in front of `server`: it forwards both ways until
+    `swallow()`, then reads what the client sends and drops it, the connection staying up (the
+    server hears nothing more), as a broken middlebox or a stuck peer would."""
+
+    def __init__(self, server):
+        host, port = server.endpoint.rsplit(":", 1)
+        self.target = (host, int(port))
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.endpoint = f"127.0.0.1:{self.listener.getsockname()[1]}"
+        self.swallowing = threading.Event()
+        self.sockets = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def swallow(self):
+        self.swallowing.set()
+
+    def _accept(self):
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(self.target)
+            self.sockets += [client, upstream]
+            threading.Thread(target=self._pump, args=(client, upstream, True), daemon=True).start()
+            threading.Thread(target=self._pump, args=(upstream, client, False),
+                             daemon=True).start()
+
+    def _pump(self, source, sink, from_client):
+        try:
+            while data := source.recv(1 << 16):
+                if not (from_client and self.swallowing.is_set()):
+                    sink.sendall(data)
+        except OSError:
+            pass
+        for sock in (source, sink):
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def close(self):
+        self.listener.close()
+        for sock in self.sockets:
+            sock.close()
+
+
+@pytest.fixture
+def proxied_server(start_server):
+    server = start_server()
+    proxy = SwallowingProxy(server)
+    yield server, proxy
+    proxy.close()
+
+
+def test_blocking_writes_into_a_swallowing_path_fail_within_the_liveness_time(
+        proxied_server, c_program):
+    """Blocking 2 MiB writes, then the path swallows everything the client sends: the writes
+    must stop "succeeding" (posted, they never wait for the server) and the program fail within
+    the liveness time."""
+    server, proxy = proxied_server
+    proc = subprocess.Popen(
+        h.rgpu_run_cmd([proxy.endpoint], [c_program("liveness"), "writes"]),
+        env=h.base_env(RGPU_TEST_PLATFORM="rgpu", RGPU_LIVENESS_TIMEOUT=str(CLIENT_LIVENESS)),
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        start_new_session=True)
+    try:
+        assert proc.stdout.readline().strip() == "READY", server.log_tail()
+        proxy.swallow()
+        t0 = time.monotonic()
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        out, _ = proc.communicate(timeout=CLIENT_LIVENESS + MARGIN)
+        waited = time.monotonic() - t0
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, 9)
+        out, _ = proc.communicate()
+        pytest.fail(f"the program still wrote into the void {CLIENT_LIVENESS + MARGIN} s later:"
+                    f" {out[-2000:]}")
+    assert proc.returncode != 0, out
+    assert "FAIL" in out and "no answer" in out, out[-3000:]
+    assert waited <= CLIENT_LIVENESS + MARGIN
+
+
+def test_a_long_kernel_outlives_the_liveness_time(proxied_server, c_program):
+    """A kernel of 60 s (15 liveness times), waited for with clFinish through the same proxy
+    (forwarding): the server says it is working, so the client keeps waiting."""
+    server, proxy = proxied_server
+    r = h.run_rgpu(c_program("liveness"), [proxy.endpoint], args=["kernel", "60"], timeout=300,
+                   RGPU_LIVENESS_TIMEOUT=str(CLIENT_LIVENESS))
+    assert r.returncode == 0 and "PASS liveness" in r.stdout, r.stdout + r.stderr
+    took = float(re.search(r"^KERNEL ([\d.]+)", r.stdout, re.M).group(1))
+    assert took > 4 * CLIENT_LIVENESS, r.stdout

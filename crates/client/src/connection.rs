@@ -4,6 +4,13 @@
 //! out in one system call with the next request that waits ([`Connection::call`]) or at
 //! [`Connection::flush`]. A reader thread matches replies to waiting callers by seq, streams read
 //! data straight into its destination, and forwards event notifications.
+//!
+//! A watchdog thread checks that the server answers: once the client has sent something or
+//! waits for something, a frame from the server must come within the liveness time
+//! (`RGPU_LIVENESS_TIMEOUT`); after a third of it the watchdog asks (a `Ping`), and a server
+//! busy with a long request says so every second (`ServerMsg::Working`). A path that keeps TCP
+//! alive but delivers nothing, or a hung server process, then breaks the connection: every
+//! call fails with the API's error instead of "succeeding" into the void or waiting forever.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -61,9 +68,34 @@ struct Shared {
     lanes: OnceLock<Option<Lanes>>,
     /// How long a striped read's lanes may take to deliver it.
     reply_timeout: Duration,
+    /// What the liveness watchdog counts from (all its times are milliseconds since, plus 1).
+    epoch: Instant,
+    /// Since when the client has been owed a frame (it sent something, or waits for a reply)
+    /// with none heard since; 0: nothing owed.
+    owed_since: AtomicU64,
+    /// When the watchdog last asked the server for a sign of life.
+    pinged_at: AtomicU64,
 }
 
 impl Shared {
+    fn now(&self) -> u64 {
+        self.epoch.elapsed().as_millis() as u64 + 1
+    }
+
+    /// Something went to the server (or is awaited from it): a frame is owed from now on,
+    /// unless one already was.
+    fn owe(&self) {
+        let now = self.now();
+        let _ = self
+            .owed_since
+            .compare_exchange(0, now, Ordering::AcqRel, Ordering::Acquire);
+    }
+
+    /// A frame came from the server.
+    fn heard(&self) {
+        self.owed_since.store(0, Ordering::Release);
+    }
+
     fn lanes(&self) -> Option<&Lanes> {
         self.lanes.get().and_then(Option::as_ref)
     }
@@ -171,6 +203,9 @@ impl Connection {
             event_listener: OnceLock::new(),
             lanes: OnceLock::new(),
             reply_timeout,
+            epoch: Instant::now(),
+            owed_since: AtomicU64::new(0),
+            pinged_at: AtomicU64::new(0),
         });
         // Read directly by the reader thread, also in TLS (no read-ahead thread: small replies
         // must not wait for a thread hand-over).
@@ -190,7 +225,7 @@ impl Connection {
             welcome.server_name,
             welcome.session_id
         );
-        Ok(Arc::new(Connection {
+        let connection = Arc::new(Connection {
             endpoint: endpoint.clone(),
             server_name: welcome.server_name,
             session_id: welcome.session_id,
@@ -207,7 +242,21 @@ impl Connection {
             lane_key: welcome.lane_key,
             striped_reads: OnceLock::new(),
             tls,
-        }))
+        });
+        let watched = Arc::downgrade(&connection);
+        let spawned = std::thread::Builder::new()
+            .name(format!("rgpu-alive {endpoint}"))
+            // At least 3 s: a busy server says so every second.
+            .spawn(move || {
+                liveness_loop(
+                    watched,
+                    crate::liveness_timeout_from_env().max(MIN_LIVENESS),
+                )
+            });
+        if let Err(e) = spawned {
+            log::warn!("{endpoint}: no liveness watchdog: {e}");
+        }
+        Ok(connection)
     }
 
     pub fn endpoint(&self) -> &Endpoint {
@@ -250,6 +299,7 @@ impl Connection {
         let mut writer = self.writer.lock().unwrap();
         writer.queue(msg, seq, bulk).map_err(|e| self.fail(e))?;
         drop(writer);
+        self.shared.owe();
         if let Some(signal) = self.flush_signal.get() {
             let mut dirty = signal.dirty.lock().unwrap();
             if !*dirty {
@@ -411,6 +461,7 @@ impl Connection {
     }
 
     fn send_now(&self, msg: &ClientMsg, seq: u64, bulk: &[u8]) -> Result<(), ClientError> {
+        self.shared.owe();
         let mut writer = self.writer.lock().unwrap();
         writer
             .queue(msg, seq, bulk)
@@ -426,6 +477,28 @@ impl Connection {
                 self.endpoint, self.reply_timeout
             )))
         })
+    }
+
+    /// Asks the server for a sign of life without waiting for it (the reply only counts as a
+    /// frame heard). Not while another thread is writing: that write may be what is stuck, and
+    /// the watchdog must stay free to give the connection up.
+    fn ping_in_background(&self) {
+        let Ok(mut writer) = self.writer.try_lock() else {
+            return;
+        };
+        let seq = self.next_seq();
+        let slot = Arc::new(Slot::default());
+        self.shared
+            .pending
+            .lock()
+            .unwrap()
+            .insert(seq, Pending::Waiter(slot));
+        let ping = ClientMsg::Session(rgpu_protocol::session::SessionRequest::Ping {});
+        let sent = writer.queue(&ping, seq, &[]).and_then(|()| writer.flush());
+        drop(writer);
+        if let Err(e) = sent {
+            self.fail(e);
+        }
     }
 
     /// A failed write makes the connection unusable: the stream position is unknown.
@@ -491,6 +564,48 @@ fn flusher_loop(connection: Weak<Connection>, signal: Arc<FlushSignal>) {
     }
 }
 
+/// The shortest liveness time the watchdog keeps (a server busy with a request says so every
+/// second, crate rgpu-server's `watch::WORKING_EVERY`).
+const MIN_LIVENESS: Duration = Duration::from_secs(3);
+
+/// The connection's liveness watchdog (see the module's documentation); ends with the
+/// connection.
+fn liveness_loop(connection: Weak<Connection>, liveness: Duration) {
+    let tick = (liveness / 8).clamp(Duration::from_millis(50), Duration::from_millis(500));
+    let limit = liveness.as_millis() as u64;
+    loop {
+        std::thread::sleep(tick);
+        let Some(connection) = connection.upgrade() else {
+            return;
+        };
+        let shared = &connection.shared;
+        if rgpu_transport::fork::forked() || shared.check().is_err() {
+            return;
+        }
+        // A caller waiting for a reply is owed one.
+        if !shared.pending.lock().unwrap().is_empty() {
+            shared.owe();
+        }
+        let owed = shared.owed_since.load(Ordering::Acquire);
+        if owed == 0 {
+            continue;
+        }
+        let silent = shared.now().saturating_sub(owed);
+        if silent >= limit {
+            connection.break_off(format!(
+                "no answer for {:.0} s (RGPU_LIVENESS_TIMEOUT): the server, or the path to it, \
+                 has stopped delivering",
+                liveness.as_secs_f64()
+            ));
+            return;
+        }
+        if silent >= limit / 3 && shared.pinged_at.load(Ordering::Acquire) < owed {
+            shared.pinged_at.store(shared.now(), Ordering::Release);
+            connection.ping_in_background();
+        }
+    }
+}
+
 fn client_name() -> String {
     let exe = std::env::current_exe()
         .ok()
@@ -520,9 +635,12 @@ fn reader_loop(mut reader: FrameReader<ReadHalf>, shared: Arc<Shared>, endpoint:
 
 fn read_one(reader: &mut FrameReader<ReadHalf>, shared: &Shared) -> Result<(), TransportError> {
     let (header, body) = reader.read_frame()?;
+    shared.heard();
     let msg: ServerMsg = decode_body(body)?;
     let seq = header.seq;
     match msg {
+        // A sign of life and nothing more.
+        ServerMsg::Working => reader.skip_bulk(header.bulk_len)?,
         ServerMsg::Data { offset } => {
             let target = match shared.pending.lock().unwrap().get(&seq) {
                 Some(Pending::Read(sink)) => Some((sink.dst, sink.len)),

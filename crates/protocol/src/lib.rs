@@ -25,7 +25,7 @@ use serde::{Deserialize, Serialize};
 pub use frame::{decode_body, encode_frame, encode_frame_striped, FrameHeader, HEADER_LEN};
 
 /// Bumped on every incompatible change of any message.
-pub const PROTOCOL_VERSION: u32 = 11;
+pub const PROTOCOL_VERSION: u32 = 12;
 /// First bytes on the wire, each way.
 pub const MAGIC: [u8; 4] = *b"RGPU";
 
@@ -279,6 +279,10 @@ pub enum ServerMsg {
     /// Before the welcome: the server's devices are in exclusive use by another application,
     /// and this one waits behind `ahead` others (sent again when that changes).
     Queued { ahead: u32 },
+    /// The session is still carrying out a request (sent every second while one takes longer):
+    /// the server is alive though it answers nothing yet, as a long kernel's `clFinish` keeps
+    /// it. Clients count any frame as a sign of life (rgpu_client's liveness watchdog).
+    Working,
 }
 
 sample_struct!(PeerExport {
@@ -308,6 +312,7 @@ sample_enum!(ServerMsg {
     ReadDone { status },
     EventStatus { event, status },
     Queued { ahead },
+    Working,
 });
 
 #[cfg(test)]

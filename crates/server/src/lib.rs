@@ -21,6 +21,7 @@ mod listener;
 mod opencl;
 mod session;
 mod shared;
+mod watch;
 mod workers;
 mod writer;
 

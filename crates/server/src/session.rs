@@ -17,9 +17,10 @@ use rgpu_transport::{
 };
 
 use crate::lanes::{LaneHandles, Striped, StripedOut};
-use crate::limits::{IdleClock, Usage};
+use crate::limits::Usage;
 use crate::opencl::session::ClSession;
 use crate::shared::Shared;
+use crate::watch::SessionWatch;
 use crate::writer::Writer;
 
 /// Where the bulk bytes of a request come from, and how many are still to be read.
@@ -218,16 +219,24 @@ pub(crate) fn serve(admitted: Admitted, shared: &Arc<Shared>, id: u64) {
         }
     };
     let lanes = shared.lanes.open_or_get(id, lane_key);
-    let idle = match (shared.limits.idle_timeout, stream.try_clone()) {
-        (Some(timeout), Ok(watched)) => Some(IdleClock::start(id, timeout, watched)),
-        _ => None,
-    };
+    let watched = stream.try_clone();
     let mut session = Session::new(id, shared.clone(), stream, read_half, write_half);
     session.lanes = Some(LaneHandles::new(lanes));
-    session.idle = idle.clone();
+    session.watch = match watched {
+        Ok(watched) => Some(SessionWatch::start(
+            id,
+            shared.limits.idle_timeout,
+            watched,
+            session.writer.clone(),
+        )),
+        Err(e) => {
+            log::warn!("session {id}: no watchdog: {e}");
+            None
+        }
+    };
     let end = session.serve();
-    if let Some(idle) = idle {
-        idle.end();
+    if let Some(watch) = &session.watch {
+        watch.end();
     }
     match &end {
         End::Closed | End::Idle => {}
@@ -258,8 +267,9 @@ pub struct Session {
     bulk: Incoming,
     /// The session's CUDA objects, from its first CUDA request on.
     pub(crate) cuda: Option<crate::cuda::CudaSession>,
-    /// Closes the session when it stays idle too long (with `idle_timeout` set).
-    idle: Option<Arc<IdleClock>>,
+    /// Closes the session when it stays idle too long (with `idle_timeout` set), and tells
+    /// the client when a request takes long (crate::watch).
+    watch: Option<Arc<SessionWatch>>,
 }
 
 impl Session {
@@ -285,22 +295,22 @@ impl Session {
             read_lanes: 0,
             bulk: Incoming::Inline { remaining: 0 },
             cuda: None,
-            idle: None,
+            watch: None,
         }
     }
 
     /// The request loop.
     fn serve(&mut self) -> End {
         loop {
-            if let Some(idle) = &self.idle {
-                idle.waiting();
+            if let Some(watch) = &self.watch {
+                watch.waiting();
             }
             let frame = self.reader.read_frame();
-            if let Some(idle) = &self.idle {
-                if idle.fired() {
+            if let Some(watch) = &self.watch {
+                if watch.fired() {
                     return End::Idle;
                 }
-                idle.working();
+                watch.working();
             }
             let (header, msg) = match frame {
                 Ok((header, body)) => (header, decode_body::<ClientMsg>(body)),

@@ -24,6 +24,17 @@ impl Writer {
         writer.send(msg, seq, bulk)
     }
 
+    /// Sends one frame without bulk unless another thread is writing (false then, or when the
+    /// write failed: the request thread sees that failure itself).
+    pub fn try_send(&self, msg: &ServerMsg, seq: u64) -> bool {
+        let mut writer = match self.inner.try_lock() {
+            Ok(writer) => writer,
+            Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return false,
+        };
+        writer.send(msg, seq, &[]).is_ok()
+    }
+
     /// Sends a frame whose `bulk_len` bytes go striped over `lanes` data lanes (not with it).
     pub fn send_striped(
         &self,
