@@ -279,6 +279,9 @@ pub struct Program {
     pub context: Ref<Context>,
     pub devices: Vec<Ref<Device>>,
     pub source: Option<String>,
+    /// Directories of headers the source includes by absolute path, sent with each build
+    /// as `-I` directories (the server gets the source naming them by file name; includes.rs).
+    pub include_dirs: Vec<String>,
     pub il: Option<Vec<u8>>,
     /// Kernels created from the program and not yet released (a rebuild is then invalid).
     pub live_kernels: AtomicU32,

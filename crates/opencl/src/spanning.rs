@@ -344,7 +344,11 @@ pub fn program_on(program: &Program, conn: &Arc<Connection>) -> Result<Id, cl_in
     let id = conn.new_id();
     let server = conn.opencl();
     match (&program.source, &program.il) {
-        (Some(source), _) => server.create_program_with_source(id, part.id, source.clone()),
+        (Some(source), _) => server.create_program_with_source(
+            id,
+            part.id,
+            crate::includes::localize_absolute(source).0.into_owned(),
+        ),
         (None, Some(il)) => server.create_program_with_il(id, part.id, il.clone()),
         _ => {
             log::warn!("rgpu: a program made from binaries stays on its first server");

@@ -19,6 +19,7 @@ mod lanes;
 mod limits;
 mod listener;
 mod opencl;
+mod private_dir;
 mod session;
 mod shared;
 mod watch;

@@ -127,6 +127,10 @@ fn new_program(
         id,
         context,
         devices,
+        include_dirs: source
+            .as_deref()
+            .map(|s| crate::includes::localize_absolute(s).1)
+            .unwrap_or_default(),
         source,
         il,
         live_kernels: AtomicU32::new(0),
@@ -174,10 +178,11 @@ pub unsafe extern "C" fn clCreateProgramWithSource(
             let source = String::from_utf8(source)
                 .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned());
             let id = context.conn.new_id();
+            let sent = crate::includes::localize_absolute(&source).0.into_owned();
             context
                 .conn
                 .opencl()
-                .create_program_with_source(id, context.id, source.clone())
+                .create_program_with_source(id, context.id, sent)
                 .outcome()?;
             let devices = context.devices.clone();
             Ok(new_program(context, id, devices, Some(source), None))
@@ -360,6 +365,7 @@ pub unsafe extern "C" fn clBuildProgram(
             let options = unsafe { c_string(options) }.unwrap_or_default();
             rgpu_cl_api::validate::build_options(&options)?;
             *prog.options.lock().unwrap_or_else(|e| e.into_inner()) = Some(options.clone());
+            let options = crate::includes::with_include_dirs(&options, &prog.include_dirs);
             let includes = crate::includes::collect(&options);
             let status = match &prog.context.spanning {
                 None => {
@@ -411,6 +417,7 @@ pub unsafe extern "C" fn clCompileProgram(
                 )
             };
             let mut headers = Vec::with_capacity(n);
+            let mut include_dirs = prog.include_dirs.clone();
             for (&header, &name) in header_programs.iter().zip(names) {
                 let header = program_from(header)?;
                 if !Arc::ptr_eq(&header.conn, &prog.conn) {
@@ -419,6 +426,7 @@ pub unsafe extern "C" fn clCompileProgram(
                 // SAFETY: a NUL-terminated include name (or null).
                 let name = unsafe { c_string(name) }.ok_or(CL_INVALID_VALUE)?;
                 headers.push((header.id, name));
+                include_dirs.extend(header.include_dirs.iter().cloned());
             }
             if prog.live_kernels.load(Ordering::Relaxed) > 0 {
                 return Err(CL_INVALID_OPERATION);
@@ -427,6 +435,9 @@ pub unsafe extern "C" fn clCompileProgram(
             let options = unsafe { c_string(options) }.unwrap_or_default();
             rgpu_cl_api::validate::build_options(&options)?;
             *prog.options.lock().unwrap_or_else(|e| e.into_inner()) = Some(options.clone());
+            include_dirs.sort();
+            include_dirs.dedup();
+            let options = crate::includes::with_include_dirs(&options, &include_dirs);
             let includes = crate::includes::collect(&options);
             let server = prog.conn.opencl();
             let compiled =

@@ -10,15 +10,13 @@ use crate::opencl::native::ClResult;
 use crate::session::Session;
 
 impl Session {
-    /// The session's directory for received headers (removed when the session ends).
-    pub(crate) fn include_root(&self) -> PathBuf {
+    /// The session's directory for received headers (removed when the session ends), in the
+    /// process's private directory (crate::private_dir: no name in /tmp anyone could guess).
+    pub(crate) fn include_root(&self) -> ClResult<PathBuf> {
         // Session ids are per server; several servers may run in one process (tests).
         let server = std::sync::Arc::as_ptr(&self.shared) as usize;
-        std::env::temp_dir().join(format!(
-            "rgpu-server-{}-{server:x}-s{}",
-            std::process::id(),
-            self.id
-        ))
+        let private = crate::private_dir::get().ok_or(sys::CL_OUT_OF_RESOURCES)?;
+        Ok(private.join(format!("s{}-{server:x}", self.id)))
     }
 
     /// Writes the client's headers under the session's directory and returns the options with
@@ -31,7 +29,7 @@ impl Session {
         if includes.is_empty() {
             return Ok(options.to_string());
         }
-        let root = self.include_root();
+        let root = self.include_root()?;
         let mut tokens: Vec<String> = options.split_whitespace().map(str::to_string).collect();
         for include in includes {
             // Named by content: a program built again with the same headers (pyopencl builds
@@ -55,6 +53,13 @@ impl Session {
         std::fs::create_dir_all(dir).map_err(|_| sys::CL_OUT_OF_RESOURCES)?;
         for (relative, contents) in files {
             let path = contained(dir, relative).ok_or(sys::CL_INVALID_BUILD_OPTIONS)?;
+            // A sent header may include only what the program may (confine.rs).
+            let text = String::from_utf8_lossy(contents);
+            let confined = super::confine::confine_source(&text);
+            let contents = match &confined {
+                std::borrow::Cow::Owned(changed) => changed.as_bytes(),
+                std::borrow::Cow::Borrowed(_) => contents.as_slice(),
+            };
             let written = path
                 .parent()
                 .map_or(Ok(()), std::fs::create_dir_all)
@@ -73,7 +78,9 @@ impl Session {
 
     /// Removes the headers received for this session.
     pub(crate) fn remove_includes(&self) {
-        let root = self.include_root();
+        let Ok(root) = self.include_root() else {
+            return;
+        };
         if root.exists() {
             let _ = std::fs::remove_dir_all(root);
         }

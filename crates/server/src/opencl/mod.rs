@@ -4,6 +4,7 @@
 //! that has none.
 
 pub(crate) mod completion;
+mod confine;
 mod context;
 mod enqueue;
 mod event;

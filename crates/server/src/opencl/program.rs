@@ -31,7 +31,7 @@ impl serve::Programs for Session {
             .handles
             .contexts
             .get(context)?
-            .create_program_with_source(&source)?;
+            .create_program_with_source(&super::confine::confine_source(&source))?;
         self.cl.handles.programs.insert(id, program)
     }
 
@@ -106,6 +106,7 @@ impl serve::Programs for Session {
     ) -> Answer<()> {
         validate::build_options(&options)?;
         let options = self.stage_includes(&options, &includes)?;
+        let options = super::confine::confine_options(&options, &self.include_root()?)?;
         let natives = self.native_devices(&devices)?;
         let program = self.cl.handles.programs.get(program)?;
         with_arg_info(&options, |options| program.build(&natives, options))
@@ -121,6 +122,7 @@ impl serve::Programs for Session {
     ) -> Answer<()> {
         validate::build_options(&options)?;
         let options = self.stage_includes(&options, &includes)?;
+        let options = super::confine::confine_options(&options, &self.include_root()?)?;
         let natives = self.native_devices(&devices)?;
         let headers: Vec<(&Program, &str)> = headers
             .iter()
@@ -143,6 +145,7 @@ impl serve::Programs for Session {
         inputs: Vec<Id>,
     ) -> Answer<()> {
         validate::build_options(&options)?;
+        let options = super::confine::confine_options(&options, &self.include_root()?)?;
         let result = (|| -> ClResult<(Option<Program>, i32)> {
             self.cl.handles.programs.check_free(id)?;
             let natives = self.native_devices(&devices)?;

@@ -40,6 +40,9 @@ pub fn run_worker(on_start: impl FnOnce(WorkerStop)) -> Result<(), String> {
         return Err("the listener sent no settings".into());
     };
     let shared = Arc::new(crate::load_shared(*settings, false));
+    // After the settings' files are read (their paths may be relative to the server's
+    // directory): from now on relative paths lead nowhere of the server's.
+    crate::private_dir::enter()?;
     control.send(
         &FromWorker::Ready {
             devices: shared.inventory.devices.len(),
@@ -55,6 +58,7 @@ pub fn run_worker(on_start: impl FnOnce(WorkerStop)) -> Result<(), String> {
     let (id, admitted, early_lanes) = loop {
         let Some((id, route, lane_key, stream)) = next_session(&control)? else {
             // The listener stopped before it had a session for this worker.
+            crate::private_dir::remove();
             return Ok(());
         };
         shared.lanes.open(id, lane_key);
@@ -115,6 +119,7 @@ pub fn run_worker(on_start: impl FnOnce(WorkerStop)) -> Result<(), String> {
         .map_err(|e| format!("cannot start the control thread: {e}"))?;
     crate::session::serve(admitted, &shared, id);
     shared.lanes.close(id);
+    crate::private_dir::remove();
     Ok(())
 }
 
