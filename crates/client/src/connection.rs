@@ -338,13 +338,7 @@ impl Connection {
     /// Sends a request (and everything queued before it) and waits for its reply.
     pub fn call(&self, msg: &ClientMsg, bulk: &[u8]) -> Result<ServerMsg, ClientError> {
         self.shared.check()?;
-        let seq = self.next_seq();
-        let slot = Arc::new(Slot::default());
-        self.shared
-            .pending
-            .lock()
-            .unwrap()
-            .insert(seq, Pending::Waiter(Arc::clone(&slot)));
+        let (seq, slot) = self.expect_reply();
         if let Err(e) = self.send_now(msg, seq, bulk) {
             self.shared.pending.lock().unwrap().remove(&seq);
             return Err(e);
@@ -479,6 +473,19 @@ impl Connection {
         })
     }
 
+    /// A new request's seq, and the slot its reply will fill (registered now, before the
+    /// request can leave).
+    fn expect_reply(&self) -> (u64, Arc<Slot>) {
+        let seq = self.next_seq();
+        let slot = Arc::new(Slot::default());
+        self.shared
+            .pending
+            .lock()
+            .unwrap()
+            .insert(seq, Pending::Waiter(Arc::clone(&slot)));
+        (seq, slot)
+    }
+
     /// Asks the server for a sign of life without waiting for it (the reply only counts as a
     /// frame heard). Not while another thread is writing: that write may be what is stuck, and
     /// the watchdog must stay free to give the connection up.
@@ -486,13 +493,7 @@ impl Connection {
         let Ok(mut writer) = self.writer.try_lock() else {
             return;
         };
-        let seq = self.next_seq();
-        let slot = Arc::new(Slot::default());
-        self.shared
-            .pending
-            .lock()
-            .unwrap()
-            .insert(seq, Pending::Waiter(slot));
+        let (seq, _nobody_waits) = self.expect_reply();
         let ping = ClientMsg::Session(rgpu_protocol::session::SessionRequest::Ping {});
         let sent = writer.queue(&ping, seq, &[]).and_then(|()| writer.flush());
         drop(writer);
