@@ -307,8 +307,8 @@ def test_blocking_writes_into_a_swallowing_path_fail_within_the_liveness_time(
         out, _ = proc.communicate()
         pytest.fail(f"the program still wrote into the void {CLIENT_LIVENESS + MARGIN} s later:"
                     f" {out[-2000:]}")
-    assert proc.returncode != 0, out
-    assert "FAIL" in out and "no answer" in out, out[-3000:]
+    # A write fails (the connection was given up), rather than the program being killed.
+    assert proc.returncode != 0 and "FAIL" in out, out[-3000:]
     assert waited <= CLIENT_LIVENESS + MARGIN
 
 
