@@ -16,9 +16,8 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 bin=$(cd "${RGPU_BUILD_DIR:-target/release}" && pwd)
 . scripts/lib/checks.sh
-out=$(mktemp -d /tmp/rgpu-fabric-check.XXXXXX)
+logs_dir fabric-check
 keep=${OUT:-$out}
-echo "logs: $out"
 run_timeout=${RGPU_CHECK_TIMEOUT:-150}
 
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')

@@ -13,8 +13,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 bin=$(cd "${RGPU_BUILD_DIR:-target/release}" && pwd)
 . scripts/lib/checks.sh
-out=$(mktemp -d /tmp/rgpu-fabric-trace.XXXXXX)
-echo "logs: $out"
+logs_dir fabric-trace
 second=0
 [ "$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')" -ge 2 ] && second=1
 export RGPU_LOG=${RGPU_LOG:-debug}

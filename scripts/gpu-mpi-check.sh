@@ -20,8 +20,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 bin=$(cd "${RGPU_BUILD_DIR:-target/release}" && pwd)
 . scripts/lib/checks.sh
-out=$(mktemp -d /tmp/rgpu-mpi-check.XXXXXX)
-echo "logs: $out"
+logs_dir mpi-check
 if ! bash scripts/build-mpi.sh "$bin" >"$out/build.log" 2>&1; then
     fail "setup: building the MPI interposer"
     tail_of "$out/build.log"

@@ -1,4 +1,4 @@
-# What the GPU-machine check scripts share (sourced by gpu-check.sh and gpu-offload-check.sh):
+# What the GPU-machine check scripts share (sourced by the scripts/gpu-*.sh that check and measure):
 # PASS/FAIL/SKIP lines and their count, log tails, timing, ONLY selection, and starting an
 # rgpu server on a free loopback port. The caller sets `bin` (the build directory) first.
 
@@ -42,4 +42,11 @@ start_server() {
     tail_of "$1"
     summary
     exit 1
+}
+
+# logs_dir NAME: makes a fresh logs directory for this run (/tmp/rgpu-NAME.XXXXXX), says where,
+# and sets `out` to it.
+logs_dir() {
+    out=$(mktemp -d "/tmp/rgpu-$1.XXXXXX")
+    echo "logs: $out"
 }

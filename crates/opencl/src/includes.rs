@@ -114,9 +114,8 @@ pub fn localize_absolute(source: &str) -> (Cow<'_, str>, Vec<String>) {
         if !readable || taken || dir.contains(char::is_whitespace) {
             continue;
         }
-        if !dirs.contains_key(name.as_ref()) {
-            dirs.insert(name.to_string(), dir.to_string());
-        }
+        dirs.entry(name.to_string())
+            .or_insert_with(|| dir.to_string());
         if !order.iter().any(|d| *d == dir) {
             order.push(dir.to_string());
         }

@@ -120,6 +120,7 @@ fn new_program(
     id: Id,
     devices: Vec<Ref<Device>>,
     source: Option<String>,
+    include_dirs: Vec<String>,
     il: Option<Vec<u8>>,
 ) -> *mut c_void {
     let program = handle::create(Program {
@@ -127,10 +128,7 @@ fn new_program(
         id,
         context,
         devices,
-        include_dirs: source
-            .as_deref()
-            .map(|s| crate::includes::localize_absolute(s).1)
-            .unwrap_or_default(),
+        include_dirs,
         source,
         il,
         live_kernels: AtomicU32::new(0),
@@ -178,14 +176,21 @@ pub unsafe extern "C" fn clCreateProgramWithSource(
             let source = String::from_utf8(source)
                 .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned());
             let id = context.conn.new_id();
-            let sent = crate::includes::localize_absolute(&source).0.into_owned();
+            let (sent, include_dirs) = crate::includes::localize_absolute(&source);
             context
                 .conn
                 .opencl()
-                .create_program_with_source(id, context.id, sent)
+                .create_program_with_source(id, context.id, sent.into_owned())
                 .outcome()?;
             let devices = context.devices.clone();
-            Ok(new_program(context, id, devices, Some(source), None))
+            Ok(new_program(
+                context,
+                id,
+                devices,
+                Some(source),
+                include_dirs,
+                None,
+            ))
         })();
         // SAFETY: the application's errcode pointer.
         unsafe { creation(result, errcode_ret) }
@@ -261,7 +266,7 @@ pub unsafe extern "C" fn clCreateProgramWithBinary(
             if status != CL_SUCCESS {
                 return Err(status);
             }
-            Ok(new_program(context, id, devices, None, None))
+            Ok(new_program(context, id, devices, None, Vec::new(), None))
         })();
         // SAFETY: the application's errcode pointer.
         unsafe { creation(result, errcode_ret) }
@@ -289,7 +294,14 @@ pub unsafe extern "C" fn clCreateProgramWithIL(
                 .create_program_with_il(id, context.id, il.clone())
                 .outcome()?;
             let devices = context.devices.clone();
-            Ok(new_program(context, id, devices, None, Some(il)))
+            Ok(new_program(
+                context,
+                id,
+                devices,
+                None,
+                Vec::new(),
+                Some(il),
+            ))
         })();
         // SAFETY: the application's errcode pointer.
         unsafe { creation(result, errcode_ret) }
@@ -319,7 +331,7 @@ pub unsafe extern "C" fn clCreateProgramWithBuiltInKernels(
                 .opencl()
                 .create_program_with_built_in_kernels(id, context.id, ids(&devices), names)
                 .outcome()?;
-            Ok(new_program(context, id, devices, None, None))
+            Ok(new_program(context, id, devices, None, Vec::new(), None))
         })();
         // SAFETY: the application's errcode pointer.
         unsafe { creation(result, errcode_ret) }
@@ -493,7 +505,7 @@ pub unsafe extern "C" fn clLinkProgram(
                 .opencl()
                 .link_program(id, context.id, ids(&devices), options, input_ids)
                 .outcome()?;
-            let linked = new_program(context, id, devices, None, None);
+            let linked = new_program(context, id, devices, None, Vec::new(), None);
             notify(pfn_notify, linked, user_data);
             Ok(linked)
         })();
