@@ -79,7 +79,7 @@ pub fn pull_to_host(record: &ExportRecord, dst: &mut [u8]) -> Result<(), String>
         export.endpoint
     );
     let started = std::time::Instant::now();
-    let pulled = links.pull(&export, size, false, &sink);
+    let pulled = links.pull(&export, size, &sink);
     log::debug!(
         "pulled {size} bytes from {} in {} us: {pulled:?}",
         export.endpoint,

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use rgpu_client::{CudaClient, Endpoint, ExportRecord};
 use rgpu_cuda_api::sys::CUresult;
-use rgpu_protocol::cuda::{ExportKeep, Id};
+use rgpu_protocol::cuda::{ExportKeep, Id, RangePull};
 use rgpu_protocol::PeerExport;
 
 use crate::api::memory::context_of;
@@ -141,28 +141,47 @@ pub unsafe extern "C" fn rgpu_cuda_pull_batch(
         };
         crate::api::managed::before_device_work(None);
         let started = std::time::Instant::now();
-        // Every pull is posted first; then each stream that got one is waited for.
+        // The pulls of each context go out as one request (its server asks each exporter for
+        // all of their IPC handles at once); then each stream that got one is waited for.
+        // (context, its batch streams, its pulls)
+        let mut batches: Vec<(Arc<Context>, Vec<Id>, Vec<RangePull>)> = Vec::new();
         let mut used: Vec<(Arc<Context>, Id)> = Vec::new();
         let mut first_error = None;
         for (k, ((&dst, &size), record)) in dsts.iter().zip(sizes).zip(from).enumerate() {
-            let posted = (|| {
+            let planned = (|| {
                 let export = record.export().ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
                 let ctx = context_of(dst)?;
                 let ipc = pull_by_ipc(&ctx, &export);
-                let stream = batch_streams(&ctx)?[k % BATCH_STREAMS];
-                ctx.conn
-                    .cuda()
-                    .pull_range(ctx.remote, Some(stream), dst, size, export, ipc)
-                    .outcome()?;
+                let at = match batches.iter().position(|(c, _, _)| Arc::ptr_eq(c, &ctx)) {
+                    Some(at) => at,
+                    None => {
+                        batches.push((ctx.clone(), batch_streams(&ctx)?, Vec::new()));
+                        batches.len() - 1
+                    }
+                };
+                let stream = batches[at].1[k % BATCH_STREAMS];
                 if !used
                     .iter()
                     .any(|(c, s)| Arc::ptr_eq(c, &ctx) && *s == stream)
                 {
-                    used.push((ctx, stream));
+                    used.push((ctx.clone(), stream));
                 }
+                let pull = RangePull {
+                    stream: Some(stream),
+                    dst,
+                    size,
+                    from: export,
+                    ipc,
+                };
+                batches[at].2.push(pull);
                 Ok(())
             })();
-            if let Err(e) = posted {
+            if let Err(e) = planned {
+                first_error.get_or_insert(e);
+            }
+        }
+        for (ctx, _, pulls) in batches {
+            if let Err(e) = ctx.conn.cuda().pull_ranges(ctx.remote, pulls).outcome() {
                 first_error.get_or_insert(e);
             }
         }

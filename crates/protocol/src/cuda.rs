@@ -230,6 +230,17 @@ pub enum Place {
     Array { id: Id, origin: [u64; 3] },
 }
 
+/// One pull of a [`PullRanges`](CuRequest::PullRanges) request: the fields of a `PullRange`
+/// but the context.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RangePull {
+    pub stream: Option<Id>,
+    pub dst: DevicePtr,
+    pub size: u64,
+    pub from: PeerExport,
+    pub ipc: bool,
+}
+
 /// How an export of device memory is kept from changing, and ordered, while it is pulled.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ExportKeep {
@@ -564,6 +575,10 @@ wire_api! {
             from: PeerExport,
             ipc: bool,
         );
+        /// Several `PullRange`s in `ctx` at once (the MPI interposer's window of messages),
+        /// each as that request would be: the server asks each exporting session for the IPC
+        /// handles of all of its exports together, one round trip for the lot.
+        post PullRanges pull_ranges(ctx: Id, pulls: Vec<RangePull>);
     }
 
     /// Modules, libraries, functions and kernels.
@@ -922,6 +937,13 @@ sample_struct! {
 
 sample_enum!(ImageKind { Module, Library });
 sample_enum!(Pool { Default(device), Created(id) });
+sample_struct!(RangePull {
+    stream,
+    dst,
+    size,
+    from,
+    ipc
+});
 sample_enum!(ExportKeep {
     Unguarded,
     Hold,

@@ -81,12 +81,12 @@ fn buffers_move_between_servers_over_striped_links() {
     let tls = TlsConnector::new(&ClientSecurity::default()).unwrap();
     let links = Links::new(None, tls, "fabric-test");
     let host = HostSink(std::sync::Mutex::new(vec![0u8; len as usize]));
-    links.pull(&export(ticket), len, false, &host).unwrap();
+    links.pull(&export(ticket), len, &host).unwrap();
     let start = offset as usize;
     assert!(host.0.into_inner().unwrap() == data[start..start + len as usize]);
     // Used up: a second pull of the same ticket is refused (after the exporter's wait).
     let again = HostSink(std::sync::Mutex::new(vec![0u8; 16]));
-    let refused = links.pull(&export(ticket), 16, false, &again);
+    let refused = links.pull(&export(ticket), 16, &again);
     assert!(refused.is_err(), "a used ticket was served again");
 
     // One use, whatever became of the first attempt: a pull given up after its first MiB
@@ -104,9 +104,9 @@ fn buffers_move_between_servers_over_striped_links() {
         &[],
     );
     let quitter = GivesUpAfter(1 << 20);
-    assert!(links.pull(&export(ticket), len, false, &quitter).is_err());
+    assert!(links.pull(&export(ticket), len, &quitter).is_err());
     let again = HostSink(std::sync::Mutex::new(vec![0u8; len as usize]));
-    let refused = links.pull(&export(ticket), len, false, &again);
+    let refused = links.pull(&export(ticket), len, &again);
     assert!(
         refused.is_err(),
         "an abandoned pull's bytes were served again"

@@ -40,14 +40,11 @@ pub type Receive<'a> = &'a mut dyn FnMut(&mut [u8]) -> Result<(), String>;
 pub trait PullSink: Sync {
     /// Takes bytes `[offset, offset + len)` of the pull, read in order with `receive`.
     fn part(&self, offset: u64, len: u64, receive: Receive) -> Result<(), String>;
-
-    /// Copies the whole pull through the exported allocation, now that the export is ready:
-    /// mapped already through its CUDA IPC handle (asked for with [`Links::handle`]; the
-    /// answer that the export is ready carries none); false when it cannot.
-    fn copy_shared(&self, _handle: &[u8], _offset: u64) -> bool {
-        false
-    }
 }
+
+/// What an exporter said of an allocation's IPC handle: the handle and the range's offset in
+/// the allocation; `None`: it has none to share.
+pub type HandleAnswer = Result<Option<(Vec<u8>, u64)>, String>;
 
 /// One open link.
 struct Link {
@@ -144,11 +141,9 @@ impl Link {
         Ok(Ok(()))
     }
 
-    /// The export's IPC handle and offset now, ready or not (`None`: it has none).
-    fn handle(&mut self, export: &PeerExport) -> Result<Option<(Vec<u8>, u64)>, String> {
-        self.send(&LinkRequest::Handle {
-            ticket: export.ticket,
-        })?;
+    /// The answer to a [`LinkRequest::Handle`]: the export's IPC handle and offset, ready or
+    /// not (`None`: it has none).
+    fn handle_answer(&mut self) -> Result<Option<(Vec<u8>, u64)>, String> {
         match self.answer()? {
             (LinkReply::Handle { handle, offset }, 0) => Ok(Some((handle, offset))),
             (LinkReply::Refused { .. }, 0) => Ok(None),
@@ -158,20 +153,38 @@ impl Link {
         }
     }
 
-    /// Asks for the export's IPC handle and copies through it: whether it did.
-    fn share(&mut self, export: &PeerExport, sink: &dyn PullSink) -> Result<bool, String> {
+    /// Waits until the export is ready to be copied through its IPC handle: the range's
+    /// offset in its allocation, `Ok(Err(..))` when the exporter refused (the link can be used
+    /// again). After an offset the exporter waits for [`LinkRequest::Shared`].
+    fn share(&mut self, export: &PeerExport) -> Result<Result<u64, String>, String> {
         self.send(&LinkRequest::Share {
             ticket: export.ticket,
         })?;
         match self.answer()? {
-            (LinkReply::Handle { handle, offset }, 0) => {
-                let copied = sink.copy_shared(&handle, offset);
-                self.send(&LinkRequest::Shared { copied })?;
-                Ok(copied)
-            }
-            (LinkReply::Refused { .. }, 0) => Ok(false),
+            (LinkReply::Handle { offset, .. }, 0) => Ok(Ok(offset)),
+            (LinkReply::Refused { reason }, 0) => Ok(Err(reason)),
             (other, _) => Err(format!("the exporter answered {other:?} to a share")),
         }
+    }
+}
+
+/// A copy through an export's IPC handle that the exporter has said is ready: it waits, on
+/// this link, to hear whether the puller copied ([`Sharing::end`]), for at most
+/// [`PEER_TIMEOUT`]. Dropped without `end`, the link closes and the export stays.
+pub struct Sharing {
+    link: Link,
+    export: PeerExport,
+}
+
+impl Sharing {
+    /// Tells the exporter whether the whole range was copied (the export is used up) and puts
+    /// the link back in `links`' pool.
+    pub fn end(mut self, links: &Links, copied: bool) -> Result<(), String> {
+        self.link
+            .send(&LinkRequest::Shared { copied })
+            .map_err(|e| format!("{}: {e}", self.export.endpoint))?;
+        links.give_back(&self.export, self.link);
+        Ok(())
     }
 }
 
@@ -211,12 +224,13 @@ impl Links {
         }
     }
 
-    /// Runs `body` on a link to the export's session, idle or new; a link that fails is dropped.
-    fn with_link<T>(
+    /// Runs `body` on a link to the export's session, idle or new, and hands the link back
+    /// with the result; a link that fails is dropped.
+    fn on_link<T>(
         &self,
         export: &PeerExport,
         mut body: impl FnMut(&mut Link) -> Result<T, String>,
-    ) -> Result<T, String> {
+    ) -> Result<(T, Link), String> {
         let idle = self
             .idle
             .lock()
@@ -225,10 +239,7 @@ impl Links {
             .and_then(Vec::pop);
         let mut link = match idle {
             Some(mut link) => match body(&mut link) {
-                Ok(value) => {
-                    self.give_back(export, link);
-                    return Ok(value);
-                }
+                Ok(value) => return Ok((value, link)),
                 // Its exporter may have closed it while it was idle: once more on a new one.
                 Err(e) => {
                     log::debug!("an idle fabric link failed ({e}); opening another");
@@ -238,6 +249,17 @@ impl Links {
             None => self.open(export)?,
         };
         let value = body(&mut link)?;
+        Ok((value, link))
+    }
+
+    /// Runs `body` on a link to the export's session (see [`Links::on_link`]), which goes
+    /// back to the pool afterwards.
+    fn with_link<T>(
+        &self,
+        export: &PeerExport,
+        body: impl FnMut(&mut Link) -> Result<T, String>,
+    ) -> Result<T, String> {
+        let (value, link) = self.on_link(export, body)?;
         self.give_back(export, link);
         Ok(value)
     }
@@ -252,31 +274,78 @@ impl Links {
         .map_err(|e| format!("{}: {e}", export.endpoint))
     }
 
-    /// The IPC handle of the exported allocation and the range's offset in it, asked for
-    /// before the export is ready (`None`: the exporter has none to give).
-    pub fn handle(&self, export: &PeerExport) -> Result<Option<(Vec<u8>, u64)>, String> {
-        self.with_link(export, |link| link.handle(export))
-            .map_err(|e| format!("{}: {e}", export.endpoint))
+    /// The IPC handles of several exported allocations and each range's offset in its
+    /// allocation, asked for before the exports are ready (`None`: the exporter has none to
+    /// give), in the order of `exports`. The requests to one exporting session go out
+    /// together on one link and are answered in turn: a round trip for the lot, not one each.
+    pub fn handles(&self, exports: &[&PeerExport]) -> Vec<HandleAnswer> {
+        let mut answers: Vec<Option<HandleAnswer>> = exports.iter().map(|_| None).collect();
+        // The exports of each session, in order.
+        let mut sessions: Vec<((String, u64), Vec<usize>)> = Vec::new();
+        for (k, export) in exports.iter().enumerate() {
+            let key = Self::key(export);
+            match sessions.iter_mut().find(|(s, _)| *s == key) {
+                Some((_, members)) => members.push(k),
+                None => sessions.push((key, vec![k])),
+            }
+        }
+        for (_, members) in sessions {
+            let first = exports[members[0]];
+            let asked = self.with_link(first, |link| {
+                for &k in &members {
+                    link.send(&LinkRequest::Handle {
+                        ticket: exports[k].ticket,
+                    })?;
+                }
+                members
+                    .iter()
+                    .map(|_| link.handle_answer())
+                    .collect::<Result<Vec<_>, String>>()
+            });
+            let asked: Vec<_> = match asked {
+                Ok(each) => each.into_iter().map(Ok).collect(),
+                Err(e) => members
+                    .iter()
+                    .map(|_| Err(format!("{}: {e}", first.endpoint)))
+                    .collect(),
+            };
+            for (&k, answer) in members.iter().zip(asked) {
+                answers[k] = Some(answer);
+            }
+        }
+        answers
+            .into_iter()
+            .map(|a| a.unwrap_or_else(|| Err("no answer".into())))
+            .collect()
     }
 
-    /// Pulls all `size` bytes of `export` into `sink`: through the exported allocation's IPC
-    /// handle when `share` and the sink can use it, else the bytes, striped over several links
-    /// when large. Returns once every byte is in the sink.
-    pub fn pull(
-        &self,
-        export: &PeerExport,
-        size: u64,
-        share: bool,
-        sink: &dyn PullSink,
-    ) -> Result<(), String> {
-        let at = |e: String| format!("{}: {e}", export.endpoint);
-        if share
-            && self
-                .with_link(export, |link| link.share(export, sink))
-                .map_err(at)?
-        {
-            return Ok(());
+    /// Waits until `export` is ready to be copied through its IPC handle (mapped already,
+    /// [`Links::handles`]): the copy may start, and the exporter waits to hear of its end.
+    /// Returns the range's offset in its allocation; `Ok(None)`: the exporter refused.
+    pub fn share(&self, export: &PeerExport) -> Result<Option<(Sharing, u64)>, String> {
+        let (answer, link) = self
+            .on_link(export, |link| link.share(export))
+            .map_err(|e| format!("{}: {e}", export.endpoint))?;
+        match answer {
+            Ok(offset) => Ok(Some((
+                Sharing {
+                    link,
+                    export: export.clone(),
+                },
+                offset,
+            ))),
+            Err(reason) => {
+                log::debug!("{}: no IPC copy: {reason}", export.endpoint);
+                self.give_back(export, link);
+                Ok(None)
+            }
         }
+    }
+
+    /// Pulls all `size` bytes of `export` into `sink`, striped over several links when large.
+    /// Returns once every byte is in the sink.
+    pub fn pull(&self, export: &PeerExport, size: u64, sink: &dyn PullSink) -> Result<(), String> {
+        let at = |e: String| format!("{}: {e}", export.endpoint);
         let parts = plan(size);
         let pull_one = |offset: u64, len: u64| {
             self.with_link(export, |link| link.pull_part(export, offset, len, sink))

@@ -16,13 +16,14 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
 
 use rgpu_cuda_api::cu_call;
 use rgpu_cuda_api::native::{check, Status};
 use rgpu_cuda_api::sys::*;
-use rgpu_protocol::cuda::{serve, Answer, DevicePtr, ExportKeep, Id};
+use rgpu_protocol::cuda::{serve, Answer, DevicePtr, ExportKeep, Id, RangePull};
 use rgpu_protocol::{LaneKey, PeerExport};
-use rgpu_transport::peer::{PullSink, Receive, PEER_TIMEOUT};
+use rgpu_transport::peer::{HandleAnswer, PullSink, Receive, PEER_TIMEOUT};
 
 use super::fabric_memory::{ChunkBuffer, Counter, FabricMemory, Gate};
 use super::fabric_ring::{wait_until, Direction, Ring, DRAIN_WAIT};
@@ -142,6 +143,14 @@ impl OwnEvent {
         // SAFETY: an event this value owns.
         check(unsafe { cu_call!(self.1.driver, cuEventSynchronize(self.raw())) })
             .map_err(|s| format!("CUDA error {s}"))
+    }
+
+    /// Whether the work before the event is done (a failed stream counts as done: the pull
+    /// finds out).
+    fn completed(&self) -> bool {
+        // SAFETY: an event this value owns.
+        let status = unsafe { cu_call!(self.1.driver, cuEventQuery(self.raw())) };
+        status != cudaError_enum::CUDA_ERROR_NOT_READY as u32
     }
 }
 
@@ -370,6 +379,28 @@ impl InStreamPull {
     }
 }
 
+impl InStreamPull {
+    /// Lets a mapped pull's copy start (the export is ready).
+    fn release(&self) {
+        if let Landing::Mapped { ready, .. } = &self.0 {
+            ready.set(1);
+        }
+    }
+
+    /// Whether a released mapped pull's copy finished within the time the exporter waits for
+    /// it (it may reuse its memory after hearing of it).
+    fn copied(&self) -> bool {
+        let Landing::Mapped { done, .. } = &self.0 else {
+            return false;
+        };
+        let copied = wait_until(PEER_TIMEOUT, || done.reached(1));
+        if !copied {
+            log::warn!("an IPC copy did not finish in time");
+        }
+        copied
+    }
+}
+
 impl Drop for InStreamPull {
     fn drop(&mut self) {
         self.finish();
@@ -384,19 +415,6 @@ impl PullSink for InStreamPull {
             Landing::Event(_) if len == 0 => Ok(()),
             _ => Err("this pull copies through an IPC handle only".into()),
         }
-    }
-
-    fn copy_shared(&self, _handle: &[u8], _offset: u64) -> bool {
-        let Landing::Mapped { ready, done } = &self.0 else {
-            return false;
-        };
-        ready.set(1);
-        // Done only once the copy is: the exporter may reuse its memory after our answer.
-        let copied = wait_until(PEER_TIMEOUT, || done.reached(1));
-        if !copied {
-            log::warn!("an IPC copy did not finish in time");
-        }
-        copied
     }
 }
 
@@ -606,6 +624,77 @@ impl serve::Peers for Served<'_> {
         from: PeerExport,
         ipc: bool,
     ) -> Answer<()> {
+        let pull = RangePull {
+            stream,
+            dst,
+            size,
+            from,
+            ipc,
+        };
+        self.pull(ctx, pull, None)
+    }
+
+    fn pull_ranges(&mut self, ctx: Id, pulls: Vec<RangePull>) -> Answer<()> {
+        // The IPC handles first, all together: each exporter answers its lot in one round trip.
+        let wanted: Vec<&PeerExport> = pulls
+            .iter()
+            .filter(|p| p.ipc && p.size > 0)
+            .map(|p| &p.from)
+            .collect();
+        let mut handles = match wanted.is_empty() {
+            true => Vec::new(),
+            false => self.links()?.handles(&wanted),
+        }
+        .into_iter();
+        let mut first_failure = Ok(());
+        for pull in pulls {
+            let handle = (pull.ipc && pull.size > 0)
+                .then(|| handles.next().unwrap_or_else(|| Err("no answer".into())));
+            let pulled = self.pull(ctx, pull, Some(handle));
+            if first_failure.is_ok() {
+                first_failure = pulled;
+            }
+        }
+        first_failure
+    }
+}
+
+/// How long an IPC pull keeps its exporter waiting, with the copy ready to go, for the earlier
+/// work of its stream (the exporter waits at most `PEER_TIMEOUT` for the copy's end). A stream
+/// busy for longer lets the exporter go, and asks again once its work is done.
+const EARLY_SHARE: Duration = Duration::from_secs(5);
+
+impl Served<'_> {
+    /// This process's links to other servers.
+    fn links(&self) -> Result<&rgpu_transport::peer::Links, Status> {
+        let session = &self.session;
+        session
+            .shared
+            .fabric
+            .links(session.shared.token.as_ref())
+            .map_err(|e| {
+                log::warn!("session {}: {e}", session.id);
+                PULL_FAILED
+            })
+    }
+
+    /// Fills `pull.dst` with another server's export, in its stream's order, pulled in the
+    /// background (see `serve::Peers::pull_range`). `handle`: the exporter's answer about the
+    /// allocation's IPC handle, where the caller asked already (`Some(None)`: the pull does
+    /// not copy by IPC); else it is asked for here when the pull is by IPC.
+    fn pull(
+        &mut self,
+        ctx: Id,
+        pull: RangePull,
+        handle: Option<Option<HandleAnswer>>,
+    ) -> Answer<()> {
+        let RangePull {
+            stream,
+            dst,
+            size,
+            from,
+            ipc,
+        } = pull;
         let (at, memory, program_stream) = self.fabric_setup(ctx, stream.unwrap_or(0))?;
         let (stream, lease) = match stream {
             Some(_) => (program_stream, None),
@@ -615,88 +704,195 @@ impl serve::Peers for Served<'_> {
             }
         };
         let id = self.session.id;
-        let shared = self.session.shared.clone();
-        let links = self
-            .session
-            .shared
-            .fabric
-            .links(shared.token.as_ref())
-            .map_err(|e| {
-                log::warn!("session {id}: {e}");
-                PULL_FAILED
-            })?;
+        let links = self.links()?;
         let earlier = at.event_on(stream)?;
         // On one machine: the exporter's allocation, mapped now so that the copy can take its
-        // place in the stream (one round trip to the exporter; the mapping is kept).
-        let mapped = match ipc && size > 0 {
-            true => match links.handle(&from) {
-                Ok(Some((handle, offset))) => ipc_mapping(&at, &handle)
-                    .map(|base| base + offset)
-                    .map_err(|e| log::debug!("session {id}: no IPC copy ({e})"))
-                    .ok(),
-                Ok(None) => None,
-                Err(e) => {
-                    log::debug!("session {id}: no IPC handle ({e})");
-                    None
-                }
-            },
-            false => None,
+        // place in the stream (the handle costs one round trip to the exporter, unless the
+        // caller asked for it with others; the mapping is kept).
+        let handle = match handle {
+            Some(given) => given,
+            None => (ipc && size > 0).then(|| {
+                links
+                    .handles(&[&from])
+                    .pop()
+                    .unwrap_or_else(|| Err("no answer".into()))
+            }),
         };
-        let (mut pull, enqueued) = match size {
+        let mapped = match handle {
+            Some(Ok(Some((handle, offset)))) => ipc_mapping(&at, &handle)
+                .map(|base| base + offset)
+                .map_err(|e| log::debug!("session {id}: no IPC copy ({e})"))
+                .ok(),
+            Some(Ok(None)) | None => None,
+            Some(Err(e)) => {
+                log::debug!("session {id}: no IPC handle ({e})");
+                None
+            }
+        };
+        let (pull, enqueued) = match size {
             0 => (InStreamPull::event(&memory, &at, stream)?, Ok(())),
             _ => InStreamPull::enqueue(&memory, &at, stream, dst, size, mapped),
         };
-        let failure = self.cuda.fabric_failure.clone();
-        let fabric = shared.fabric.clone();
-        let job = Box::new(move || {
-            let links = shared.fabric.links(shared.token.as_ref());
-            let pulled = enqueued
-                .map_err(|s| format!("CUDA error {s} ordering the pull in its stream"))
-                .and_then(|()| {
-                    log::debug!("session {id}: pull of {size} bytes waits for its stream");
-                    earlier.synchronize()
-                })
-                .and_then(|()| {
-                    log::debug!("session {id}: pulling {size} bytes from {}", from.endpoint);
-                    links.clone()?.pull(&from, size, mapped.is_some(), &pull)
-                });
-            // The bytes on the device (or the stream let go after a failure).
-            let on_device = pull.finish();
-            // Done with the stream (if it was one of ours, another pull may take it; not if it
-            // never reached the pull's copies).
-            match on_device {
-                true => drop(lease),
-                false => std::mem::forget(lease),
+        let enqueued =
+            enqueued.map_err(|s| format!("CUDA error {s} ordering the pull in its stream"));
+        let order = (at.ctx, stream as usize);
+        let work = PullWork {
+            session: id,
+            shared: self.session.shared.clone(),
+            failure: self.cuda.fabric_failure.clone(),
+            from,
+            size,
+            pull,
+            lease,
+            order,
+        };
+        let job: crate::fabric::Job = match mapped {
+            Some(_) => Box::new(move || work.share(enqueued, earlier)),
+            None => Box::new(move || work.transfer(enqueued, earlier)),
+        };
+        // One after another with the stream's other pulls, as the device runs them.
+        let fabric = self.session.shared.fabric.clone();
+        fabric.run_in_order(order, job).map_err(|e| {
+            log::warn!("session {id}: {e}");
+            PULL_FAILED
+        })
+    }
+}
+
+/// A pull's background work, after its request has ordered it in its stream.
+struct PullWork {
+    session: u64,
+    shared: Arc<crate::shared::Shared>,
+    failure: Arc<Mutex<Option<Status>>>,
+    from: PeerExport,
+    size: u64,
+    pull: InStreamPull,
+    /// The fabric's own stream the pull runs on, if it is one.
+    lease: Option<StreamLease>,
+    order: crate::fabric::Order,
+}
+
+impl PullWork {
+    fn links(&self) -> Result<&rgpu_transport::peer::Links, String> {
+        self.shared.fabric.links(self.shared.token.as_ref())
+    }
+
+    /// Pulls the bytes over the network (or, for a pull of an event, waits for it), after the
+    /// stream's earlier work.
+    fn transfer(mut self, enqueued: Result<(), String>, earlier: OwnEvent) {
+        let (id, size) = (self.session, self.size);
+        let pulled = enqueued
+            .and_then(|()| {
+                log::debug!("session {id}: pull of {size} bytes waits for its stream");
+                earlier.synchronize()
+            })
+            .and_then(|()| {
+                log::debug!(
+                    "session {id}: pulling {size} bytes from {}",
+                    self.from.endpoint
+                );
+                self.links()?.pull(&self.from, size, &self.pull)
+            });
+        let on_device = self.finish();
+        log::debug!("session {id}: pull of {size} bytes ended: {pulled:?}");
+        match pulled {
+            // An exporting stream may wait for this.
+            Ok(()) if on_device && size > 0 => self.tell_delivered(),
+            Ok(()) => {}
+            Err(e) => self.failed(e),
+        }
+    }
+
+    /// Copies through the exporter's allocation, mapped in this context: once the exporter
+    /// says its range is ready *and* the stream's earlier work is done, the stream may copy
+    /// (its wait opens). The copy's end is then waited for, and told to the exporter, by a job
+    /// of its own, so that the stream's next pull asks for its export meanwhile: a stream of
+    /// back-to-back copies goes from one to the next without a round trip between them.
+    fn share(mut self, enqueued: Result<(), String>, earlier: OwnEvent) {
+        let id = self.session;
+        let asked = enqueued.and_then(|()| {
+            let links = self.links()?;
+            let Some((sharing, _)) = links.share(&self.from)? else {
+                return Err("the exporter would not share it".into());
+            };
+            if wait_until(EARLY_SHARE, || earlier.completed()) {
+                return Ok(sharing);
             }
-            log::debug!("session {id}: pull of {size} bytes ended: {pulled:?}");
-            match pulled {
-                // An exporting stream may wait for this (an IPC copy said so already).
-                Ok(()) if on_device && size > 0 && mapped.is_none() => {
-                    if let Err(e) = links.and_then(|links| links.delivered(&from)) {
-                        log::debug!("session {id}: telling of a delivery: {e}");
-                    }
-                }
-                Ok(()) => {}
-                Err(e) => {
-                    log::warn!("session {id}: pulling from {}: {e}", from.endpoint);
-                    // An exporting stream held for this pull goes on (rather than when the
-                    // export expires); the failure is this session's to report.
-                    if size > 0 {
-                        let _ = links.and_then(|links| links.delivered(&from));
-                    }
-                    failure
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .get_or_insert(PULL_FAILED);
-                }
+            // Its stream is still busy: let the exporter go until it is done.
+            sharing.end(links, false)?;
+            earlier.synchronize()?;
+            match links.share(&self.from)? {
+                Some((sharing, _)) => Ok(sharing),
+                None => Err("the exporter would not share it".into()),
             }
         });
-        // One after another with the stream's other pulls, as the device runs them.
-        fabric
-            .run_in_order((at.ctx, stream as usize), job)
-            .map_err(|e| {
-                log::warn!("session {id}: {e}");
-                PULL_FAILED
-            })
+        let sharing = match asked {
+            Ok(sharing) => sharing,
+            Err(e) => {
+                self.finish();
+                return self.failed(e);
+            }
+        };
+        self.pull.release();
+        let fabric = self.shared.fabric.clone();
+        let end_order = (self.order.0, !self.order.1);
+        let ended = fabric.run_in_order(
+            end_order,
+            Box::new(move || {
+                let copied = self.pull.copied();
+                let told = self
+                    .links()
+                    .and_then(|links| sharing.end(links, copied));
+                let on_device = self.finish();
+                log::debug!(
+                    "session {id}: IPC copy of {} bytes ended (copied {copied}, on the device {on_device}): {told:?}",
+                    self.size
+                );
+                if !copied {
+                    self.failed("the IPC copy did not finish in time".into());
+                }
+            }),
+        );
+        if let Err(e) = ended {
+            log::warn!("session {id}: {e}");
+        }
+    }
+
+    /// Lets the stream go on past the pull (with whatever its device memory holds after a
+    /// failure) and gives its stream back: whether the stream reached the pull's copies.
+    fn finish(&mut self) -> bool {
+        let on_device = self.pull.finish();
+        // Another pull may take the stream, if it was one of ours; not if the stream never
+        // got to the pull's copies (they may still run).
+        match self.lease.take() {
+            Some(lease) if on_device => drop(lease),
+            Some(lease) => std::mem::forget(lease),
+            None => {}
+        }
+        on_device
+    }
+
+    /// Tells the exporter the bytes are on this device.
+    fn tell_delivered(&self) {
+        if let Err(e) = self.links().and_then(|links| links.delivered(&self.from)) {
+            log::debug!("session {}: telling of a delivery: {e}", self.session);
+        }
+    }
+
+    /// Reports a failed pull: an exporting stream held for it goes on (rather than when the
+    /// export expires), and the session's next synchronizing request reports the failure.
+    fn failed(&self, e: String) {
+        log::warn!(
+            "session {}: pulling from {}: {e}",
+            self.session,
+            self.from.endpoint
+        );
+        if self.size > 0 {
+            let _ = self.links().and_then(|links| links.delivered(&self.from));
+        }
+        self.failure
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_or_insert(PULL_FAILED);
     }
 }

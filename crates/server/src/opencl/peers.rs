@@ -65,7 +65,7 @@ impl serve::Peers for Session {
             let pulled = shared
                 .fabric
                 .links(shared.token.as_ref())
-                .and_then(|links| links.pull(&from, 0, false, &nothing));
+                .and_then(|links| links.pull(&from, 0, &nothing));
             let status = match pulled {
                 Ok(()) => rgpu_cl_api::sys::CL_COMPLETE,
                 Err(e) => {
@@ -107,7 +107,7 @@ impl serve::Peers for Session {
         shared
             .fabric
             .links(shared.token.as_ref())
-            .and_then(|links| links.pull(&from, size, false, &write))
+            .and_then(|links| links.pull(&from, size, &write))
             .map_err(|e| {
                 log::warn!("session {}: pulling from {}: {e}", self.id, from.endpoint);
                 PULL_FAILED
