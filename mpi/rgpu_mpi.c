@@ -452,8 +452,9 @@ static Direct *start_direct(const Buffer *b, int dest, MPI_Comm comm) {
 static int finish_direct(Direct *d) {
     if (!d->replied) PMPI_Wait(&d->reply_request, MPI_STATUS_IGNORE);
     int rc = MPI_SUCCESS;
-    /* Pulled or not, the export is no longer needed (a copy by IPC leaves it unused). */
-    unexport_buffer(&d->source, &d->envelope.from);
+    /* An export that was pulled has ended at its server already (its last byte pulled, or the
+     * puller's word that it copied it by IPC); one that was not is withdrawn. */
+    if (d->reply.verdict != PULLED) unexport_buffer(&d->source, &d->envelope.from);
     if (d->reply.verdict == SEND_IT) {
         void *host = staged_for_send(&d->source, d->comm, &rc);
         /* Without the data (its device failed), an empty message: the receiver must not wait. */

@@ -447,11 +447,16 @@ impl Fabric {
                     let Some(export) = self.wanted_export(session, &ticket, &mut writer)? else {
                         continue;
                     };
-                    match export.source.handle().filter(|_| export.claim_handle()) {
-                        Some((handle, offset)) => {
-                            reply(&mut writer, &LinkReply::Handle { handle, offset }, &[])?
-                        }
-                        None => refuse(&mut writer, "no handle to share")?,
+                    let answer = match export.source.handle().filter(|_| export.claim_handle()) {
+                        Some((handle, offset)) => LinkReply::Handle { handle, offset },
+                        None => LinkReply::Refused {
+                            reason: "no handle to share".into(),
+                        },
+                    };
+                    // A puller asks for a batch's handles together: one write for the lot.
+                    writer.queue(&answer, 0, &[]).map_err(|e| e.to_string())?;
+                    if !reader.has_buffered() {
+                        writer.flush().map_err(|e| e.to_string())?;
                     }
                 }
                 LinkRequest::Delivered { ticket } => self.delivered(session, &ticket),

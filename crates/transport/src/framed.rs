@@ -94,6 +94,12 @@ impl<R: Read> FrameReader<R> {
         Ok(())
     }
 
+    /// Whether bytes of a next frame have arrived already (a reader answering a burst of
+    /// requests flushes its answers once this is false).
+    pub fn has_buffered(&self) -> bool {
+        !self.inner.buffer().is_empty()
+    }
+
     pub fn get_ref(&self) -> &R {
         self.inner.get_ref()
     }

@@ -292,11 +292,18 @@ impl Links {
         for (_, members) in sessions {
             let first = exports[members[0]];
             let asked = self.with_link(first, |link| {
+                // One write for all the requests.
                 for &k in &members {
-                    link.send(&LinkRequest::Handle {
+                    let request = LinkRequest::Handle {
                         ticket: exports[k].ticket,
-                    })?;
+                    };
+                    link.writer
+                        .queue(&request, 0, &[])
+                        .map_err(|e| format!("sending to the exporter: {e}"))?;
                 }
+                link.writer
+                    .flush()
+                    .map_err(|e| format!("sending to the exporter: {e}"))?;
                 members
                     .iter()
                     .map(|_| link.handle_answer())
