@@ -411,6 +411,10 @@ impl Fabric {
             .map_err(failed)?;
         let mut reader = FrameReader::new(stream.try_clone().map_err(failed)?);
         let mut writer = FrameWriter::new(stream.try_clone().map_err(failed)?);
+        // An IPC handle maps the exporter's memory into whatever process opens it: it goes only
+        // to a server's process (this server's user, or root) on this machine, never to a
+        // client that presents the ticket itself.
+        let may_map = may_map_handles(stream);
         loop {
             let request = match reader.read_message::<LinkRequest>() {
                 Ok((_, request)) => request,
@@ -424,6 +428,9 @@ impl Fabric {
                     offset,
                     len,
                 } => self.send_part(session, &ticket, offset, len, &mut writer)?,
+                LinkRequest::Share { .. } | LinkRequest::Handle { .. } if !may_map => {
+                    refuse(&mut writer, NOT_A_SERVER)?;
+                }
                 LinkRequest::Share { ticket } => {
                     if let Some(export) = self.share(session, &ticket, &mut writer)? {
                         // The puller answers as soon as its device copy is done: bounded.
@@ -610,6 +617,26 @@ impl Fabric {
             }
         }
     }
+}
+
+/// Why a puller that is not a server of this machine gets no IPC handle.
+const NOT_A_SERVER: &str = "IPC handles go only to a server on this machine";
+
+/// Whether the link's peer may map exports through their IPC handles: a process of this
+/// server's user, or of root, on this machine (the servers of one machine run as one user;
+/// clients usually do not, and one that does could read this server's memory anyway).
+fn may_map_handles(stream: &Stream) -> bool {
+    // SAFETY: a plain system call.
+    let me = unsafe { libc::geteuid() };
+    let peer = stream.peer_uid();
+    let may = peer == Some(me) || peer == Some(0);
+    if !may {
+        log::debug!(
+            "a fabric link from {} (uid {peer:?}) gets no IPC handles",
+            stream.peer_description()
+        );
+    }
+    may
 }
 
 fn reply(writer: &mut FrameWriter<Stream>, reply: &LinkReply, bulk: &[u8]) -> Result<(), String> {

@@ -212,6 +212,21 @@ impl Stream {
         }
     }
 
+    /// The user whose process holds the other end, where that process is on this machine:
+    /// from the kernel for a Unix socket, from the kernel's socket table (/proc/net/tcp*) for
+    /// TCP; `None` for a peer elsewhere (or not found).
+    pub fn peer_uid(&self) -> Option<u32> {
+        match self {
+            Stream::Unix(s) => unix_peer_uid(s),
+            Stream::Tcp(s) => {
+                let (ours, theirs) = (s.local_addr().ok()?, s.peer_addr().ok()?);
+                // The peer's socket: bound to its address, connected to ours.
+                tcp_socket_owner(theirs, ours)
+            }
+            Stream::Tls(s) => s.socket().peer_uid(),
+        }
+    }
+
     /// The peer's IP address (`None` for a Unix socket).
     pub fn peer_ip(&self) -> Option<std::net::IpAddr> {
         match self {
@@ -359,6 +374,59 @@ impl Drop for Listener {
 
 /// This machine's host name (`None` where it cannot be read or is empty): names a server, and
 /// the application a client process belongs to.
+/// The uid of a Unix socket's peer process (SO_PEERCRED).
+fn unix_peer_uid(socket: &UnixStream) -> Option<u32> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: plain values, zeroed is valid.
+    let mut cred: libc::ucred = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: a socket this value owns and a local out-struct of the size given.
+    let got = unsafe {
+        libc::getsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    (got == 0).then_some(cred.uid)
+}
+
+/// The uid owning this machine's TCP socket bound to `local` and connected to `remote`, from
+/// the kernel's socket tables.
+fn tcp_socket_owner(local: SocketAddr, remote: SocketAddr) -> Option<u32> {
+    let table = match local {
+        SocketAddr::V4(_) => "/proc/net/tcp",
+        SocketAddr::V6(_) => "/proc/net/tcp6",
+    };
+    let text = std::fs::read_to_string(table).ok()?;
+    let (local, remote) = (proc_net_address(local), proc_net_address(remote));
+    text.lines().skip(1).find_map(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        // sl, local_address, rem_address, st, tx:rx, tr:when, retrnsmt, uid, ...
+        (fields.len() > 7 && fields[1] == local && fields[2] == remote)
+            .then(|| fields[7].parse().ok())
+            .flatten()
+    })
+}
+
+/// An address as /proc/net/tcp* writes it: the address's 32-bit words in hex as the host
+/// stores them, a colon, the port in hex.
+fn proc_net_address(address: SocketAddr) -> String {
+    let words: Vec<u32> = match address {
+        SocketAddr::V4(a) => vec![u32::from_ne_bytes(a.ip().octets())],
+        SocketAddr::V6(a) => a
+            .ip()
+            .octets()
+            .chunks(4)
+            .map(|w| u32::from_ne_bytes([w[0], w[1], w[2], w[3]]))
+            .collect(),
+    };
+    let hex: String = words.iter().map(|w| format!("{w:08X}")).collect();
+    format!("{hex}:{:04X}", address.port())
+}
+
 pub fn host_name() -> Option<String> {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|name| name.trim().to_string())
@@ -369,6 +437,62 @@ pub fn host_name() -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::Endpoint;
+
+    #[test]
+    fn the_peer_of_a_local_connection_is_this_user() {
+        // SAFETY: a plain system call.
+        let me = unsafe { libc::geteuid() };
+        for host in ["127.0.0.1:0", "[::1]:0"] {
+            let Ok(listener) = std::net::TcpListener::bind(host) else {
+                continue; // no IPv6 loopback here
+            };
+            let client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+            let (accepted, _) = listener.accept().unwrap();
+            assert_eq!(super::Stream::Tcp(accepted).peer_uid(), Some(me), "{host}");
+            assert_eq!(super::Stream::Tcp(client).peer_uid(), Some(me), "{host}");
+        }
+        let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
+        assert_eq!(super::Stream::Unix(a).peer_uid(), Some(me));
+    }
+
+    #[test]
+    fn the_peer_of_another_users_connection_is_that_user() {
+        use std::os::unix::process::CommandExt;
+        // SAFETY: a plain system call.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("skipped: needs root, to connect as another user");
+            return;
+        }
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let script = format!(
+            "import socket, time; s = socket.create_connection(('127.0.0.1', {port})); time.sleep(10)"
+        );
+        let mut child = std::process::Command::new("python3")
+            .args(["-c", &script])
+            .uid(65534)
+            .gid(65534)
+            .spawn()
+            .expect("python3 runs");
+        let (accepted, _) = listener.accept().unwrap();
+        let uid = super::Stream::Tcp(accepted).peer_uid();
+        let _ = child.kill();
+        let _ = child.wait();
+        assert_eq!(uid, Some(65534));
+    }
+
+    #[test]
+    fn addresses_are_written_as_the_kernel_writes_them() {
+        let v4: std::net::SocketAddr = "127.0.0.1:8080".parse().unwrap();
+        let v6: std::net::SocketAddr = "[::1]:443".parse().unwrap();
+        if cfg!(target_endian = "little") {
+            assert_eq!(super::proc_net_address(v4), "0100007F:1F90");
+            assert_eq!(
+                super::proc_net_address(v6),
+                "00000000000000000000000001000000:01BB"
+            );
+        }
+    }
 
     #[test]
     fn endpoints_on_one_machine() {
