@@ -1096,13 +1096,61 @@ static void unmask(int count, MPI_Request requests[], MPI_Request *copy, Pending
     free(copy);
 }
 
+/* Waits for the requests in rounds: what has completed by then is finished (its direct
+ * messages pulled in one batch) while the rest are still coming, so that the pulls of a window
+ * of messages overlap its sending; the next round takes what came meanwhile. Direct sends are
+ * finished last, once every receive has been (and its sender told): a send waits for its
+ * receiver's word, which the receiver gives when it finishes its receives, so a rank waiting
+ * on a send before its own receives could wait for a peer doing the same. */
+static int wait_in_rounds(int count, MPI_Request requests[], MPI_Status statuses[],
+                          Pending **taken) {
+    int *indices = malloc((size_t)count * sizeof *indices);
+    MPI_Status *got = malloc((size_t)count * sizeof *got);
+    Pending **round = malloc((size_t)count * sizeof *round);
+    if (!indices || !got || !round) {
+        free(indices), free(got), free(round);
+        int rc = PMPI_Waitall(count, requests, statuses);
+        pull_ahead(taken, count, statuses);
+        for (int i = 0; i < count; ++i)
+            if (!taken[i] || taken[i]->kind != SEND_DIRECT) {
+                int finished = finish(taken[i], &statuses[i]);
+                if (rc == MPI_SUCCESS) rc = finished;
+                taken[i] = NULL;
+            }
+        return rc;
+    }
+    int rc = MPI_SUCCESS;
+    for (;;) {
+        int n = 0;
+        int waited = PMPI_Waitsome(count, requests, &n, indices, got);
+        if (waited != MPI_SUCCESS && rc == MPI_SUCCESS) rc = waited;
+        if (n == MPI_UNDEFINED || n <= 0) break;
+        for (int j = 0; j < n; ++j) {
+            statuses[indices[j]] = got[j];
+            round[j] = taken[indices[j]];
+        }
+        pull_ahead(round, n, got);
+        for (int j = 0; j < n; ++j) {
+            int i = indices[j];
+            if (taken[i] && taken[i]->kind == SEND_DIRECT) continue;
+            int finished = finish(taken[i], &statuses[i]);
+            if (rc == MPI_SUCCESS) rc = finished;
+            taken[i] = NULL;
+        }
+    }
+    free(indices);
+    free(got);
+    free(round);
+    return rc;
+}
+
 int MPI_Waitall(int count, MPI_Request requests[], MPI_Status statuses[]) {
     MPI_Status *given = statuses;
     Pending **taken = take_all(count, requests, &statuses);
-    int rc = PMPI_Waitall(count, requests, statuses);
-    if (!taken) return rc;
-    pull_ahead(taken, count, statuses);
+    if (!taken) return PMPI_Waitall(count, requests, statuses);
+    int rc = wait_in_rounds(count, requests, statuses, taken);
     for (int i = 0; i < count; ++i) {
+        if (!taken[i]) continue;
         int finished = finish(taken[i], &statuses[i]);
         if (rc == MPI_SUCCESS) rc = finished;
     }

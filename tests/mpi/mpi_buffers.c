@@ -222,6 +222,26 @@ int main(int argc, char **argv) {
         clReleaseMemObject(m);
     }
 
+    /* An exchange whose MPI_Waitall lists the direct send before the receive, on both ranks:
+     * each rank's send waits for the other's word that it pulled, which comes only once that
+     * rank has finished its receive. */
+    if (paired) {
+        size_t n = 300007;
+        unsigned char *got = malloc(n), *mine = patterned(n, rank, 56);
+        cl_mem out = buffer(n), in = buffer(n);
+        fill(out, mine, n);
+        MPI_Request r[2];
+        MPI(MPI_Isend(out, (int)n, cl_byte, peer, 56, MPI_COMM_WORLD, &r[0]));
+        MPI(MPI_Irecv(in, (int)n, cl_byte, peer, 56, MPI_COMM_WORLD, &r[1]));
+        MPI(MPI_Waitall(2, r, MPI_STATUSES_IGNORE));
+        read_back(in, got, n);
+        check_pattern(got, n, peer, 56, "Waitall, the send listed first");
+        free(got);
+        free(mine);
+        clReleaseMemObject(out);
+        clReleaseMemObject(in);
+    }
+
     /* Broadcast from rank 0's device to every device. */
     {
         size_t n = 2000001;

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use rgpu_client::{CudaClient, Endpoint, ExportRecord};
-use rgpu_cuda_api::sys::CUresult;
+use rgpu_cuda_api::sys::{CUevent_flags, CUresult};
 use rgpu_protocol::cuda::{ExportKeep, Id, RangePull};
 use rgpu_protocol::PeerExport;
 
@@ -86,24 +86,63 @@ fn pull_by_ipc(ctx: &Context, export: &PeerExport) -> bool {
 /// Streams of the interposer's batched pulls per context (by its handle and server id), made
 /// the first time: blocking streams, so that a pull comes after the default stream's earlier
 /// work, as a single pull's does; several, so that the servers move the batch's messages side
-/// by side (a server runs one stream's pulls one after another).
-fn batch_streams(ctx: &Context) -> Result<Vec<Id>, CUresult> {
-    type Kept = Mutex<HashMap<(usize, Id), Vec<Id>>>;
+/// by side (a server runs one stream's pulls one after another). With an event for each but
+/// the first, through which the first waits for the others: a batch ends with one round trip.
+#[derive(Clone)]
+struct BatchStreams {
+    streams: Vec<Id>,
+    /// `joins[i]`: recorded on `streams[i + 1]`, waited for by `streams[0]`.
+    joins: Vec<Id>,
+}
+
+fn batch_streams(ctx: &Context) -> Result<BatchStreams, CUresult> {
+    type Kept = Mutex<HashMap<(usize, Id), BatchStreams>>;
     static KEPT: OnceLock<Kept> = OnceLock::new();
     let mut kept = KEPT
         .get_or_init(Kept::default)
         .lock()
         .unwrap_or_else(|e| e.into_inner());
-    let streams = kept.entry((ctx.handle, ctx.remote)).or_default();
-    while streams.len() < BATCH_STREAMS {
+    let made = kept
+        .entry((ctx.handle, ctx.remote))
+        .or_insert_with(|| BatchStreams {
+            streams: Vec::new(),
+            joins: Vec::new(),
+        });
+    let server = ctx.conn.cuda();
+    while made.streams.len() < BATCH_STREAMS {
         let id = ctx.conn.new_id();
-        ctx.conn
-            .cuda()
-            .create_stream(id, ctx.remote, 0, 0)
-            .outcome()?;
-        streams.push(id);
+        server.create_stream(id, ctx.remote, 0, 0).outcome()?;
+        made.streams.push(id);
     }
-    Ok(streams.clone())
+    while made.joins.len() < BATCH_STREAMS - 1 {
+        let id = ctx.conn.new_id();
+        server
+            .create_event(
+                id,
+                ctx.remote,
+                CUevent_flags::CU_EVENT_DISABLE_TIMING as u32,
+            )
+            .outcome()?;
+        made.joins.push(id);
+    }
+    Ok(made.clone())
+}
+
+/// Waits until every pull posted on `used` (indices into `batch.streams`) is done: the first
+/// stream waits for the others' events, then is synchronized (one round trip).
+fn wait_for_batch(ctx: &Context, batch: &BatchStreams, used: &[usize]) -> Result<(), CUresult> {
+    let server = ctx.conn.cuda();
+    let join = batch.streams[0];
+    for &i in used.iter().filter(|&&i| i > 0) {
+        let event = batch.joins[i - 1];
+        server
+            .record_event(ctx.remote, event, batch.streams[i], 0)
+            .outcome()?;
+        server
+            .stream_wait_event(ctx.remote, join, event, 0)
+            .outcome()?;
+    }
+    crate::api::stream::synchronize_stream(ctx, join)
 }
 
 /// Streams a batch of pulls is spread over, per context.
@@ -142,51 +181,49 @@ pub unsafe extern "C" fn rgpu_cuda_pull_batch(
         crate::api::managed::before_device_work(None);
         let started = std::time::Instant::now();
         // The pulls of each context go out as one request (its server asks each exporter for
-        // all of their IPC handles at once); then each stream that got one is waited for.
-        // (context, its batch streams, its pulls)
-        let mut batches: Vec<(Arc<Context>, Vec<Id>, Vec<RangePull>)> = Vec::new();
-        let mut used: Vec<(Arc<Context>, Id)> = Vec::new();
+        // all of their IPC handles at once); then each context's batch is waited for.
+        // Per context: its batch streams, the indices of those used, its pulls.
+        let mut batches: Vec<(Arc<Context>, BatchStreams, Vec<usize>, Vec<RangePull>)> = Vec::new();
         let mut first_error = None;
         for (k, ((&dst, &size), record)) in dsts.iter().zip(sizes).zip(from).enumerate() {
             let planned = (|| {
                 let export = record.export().ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
                 let ctx = context_of(dst)?;
                 let ipc = pull_by_ipc(&ctx, &export);
-                let at = match batches.iter().position(|(c, _, _)| Arc::ptr_eq(c, &ctx)) {
+                let at = match batches.iter().position(|(c, ..)| Arc::ptr_eq(c, &ctx)) {
                     Some(at) => at,
                     None => {
-                        batches.push((ctx.clone(), batch_streams(&ctx)?, Vec::new()));
+                        let streams = batch_streams(&ctx)?;
+                        batches.push((ctx, streams, Vec::new(), Vec::new()));
                         batches.len() - 1
                     }
                 };
-                let stream = batches[at].1[k % BATCH_STREAMS];
-                if !used
-                    .iter()
-                    .any(|(c, s)| Arc::ptr_eq(c, &ctx) && *s == stream)
-                {
-                    used.push((ctx.clone(), stream));
+                let (_, streams, used, pulls) = &mut batches[at];
+                let index = k % BATCH_STREAMS;
+                if !used.contains(&index) {
+                    used.push(index);
                 }
-                let pull = RangePull {
-                    stream: Some(stream),
+                pulls.push(RangePull {
+                    stream: Some(streams.streams[index]),
                     dst,
                     size,
                     from: export,
                     ipc,
-                };
-                batches[at].2.push(pull);
+                });
                 Ok(())
             })();
             if let Err(e) = planned {
                 first_error.get_or_insert(e);
             }
         }
-        for (ctx, _, pulls) in batches {
+        for (ctx, _, _, pulls) in &mut batches {
+            let pulls = std::mem::take(pulls);
             if let Err(e) = ctx.conn.cuda().pull_ranges(ctx.remote, pulls).outcome() {
                 first_error.get_or_insert(e);
             }
         }
-        for (ctx, stream) in &used {
-            if let Err(e) = crate::api::stream::synchronize_stream(ctx, *stream) {
+        for (ctx, streams, used, _) in &batches {
+            if let Err(e) = wait_for_batch(ctx, streams, used) {
                 first_error.get_or_insert(e);
             }
         }
