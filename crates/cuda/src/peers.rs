@@ -148,6 +148,15 @@ fn wait_for_batch(ctx: &Context, batch: &BatchStreams, used: &[usize]) -> Result
 /// Streams a batch of pulls is spread over, per context.
 const BATCH_STREAMS: usize = 8;
 
+/// The pulls of one batch in one context.
+struct ContextBatch {
+    ctx: Arc<Context>,
+    streams: BatchStreams,
+    /// Indices into `streams.streams` of those that got a pull.
+    used: Vec<usize>,
+    pulls: Vec<RangePull>,
+}
+
 /// Pulls `count` exports at once, export `from[i]` into device memory at `dsts[i]` (`sizes[i]`
 /// bytes), each by the server of its destination straight from the exporting server; returns
 /// once all are in place. On failure (the first one is returned) some may be and some not: the
@@ -182,29 +191,33 @@ pub unsafe extern "C" fn rgpu_cuda_pull_batch(
         let started = std::time::Instant::now();
         // The pulls of each context go out as one request (its server asks each exporter for
         // all of their IPC handles at once); then each context's batch is waited for.
-        // Per context: its batch streams, the indices of those used, its pulls.
-        let mut batches: Vec<(Arc<Context>, BatchStreams, Vec<usize>, Vec<RangePull>)> = Vec::new();
+        let mut batches: Vec<ContextBatch> = Vec::new();
         let mut first_error = None;
         for (k, ((&dst, &size), record)) in dsts.iter().zip(sizes).zip(from).enumerate() {
             let planned = (|| {
                 let export = record.export().ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
                 let ctx = context_of(dst)?;
                 let ipc = pull_by_ipc(&ctx, &export);
-                let at = match batches.iter().position(|(c, ..)| Arc::ptr_eq(c, &ctx)) {
+                let at = match batches.iter().position(|b| Arc::ptr_eq(&b.ctx, &ctx)) {
                     Some(at) => at,
                     None => {
                         let streams = batch_streams(&ctx)?;
-                        batches.push((ctx, streams, Vec::new(), Vec::new()));
+                        batches.push(ContextBatch {
+                            ctx,
+                            streams,
+                            used: Vec::new(),
+                            pulls: Vec::new(),
+                        });
                         batches.len() - 1
                     }
                 };
-                let (_, streams, used, pulls) = &mut batches[at];
+                let batch = &mut batches[at];
                 let index = k % BATCH_STREAMS;
-                if !used.contains(&index) {
-                    used.push(index);
+                if !batch.used.contains(&index) {
+                    batch.used.push(index);
                 }
-                pulls.push(RangePull {
-                    stream: Some(streams.streams[index]),
+                batch.pulls.push(RangePull {
+                    stream: Some(batch.streams.streams[index]),
                     dst,
                     size,
                     from: export,
@@ -216,14 +229,14 @@ pub unsafe extern "C" fn rgpu_cuda_pull_batch(
                 first_error.get_or_insert(e);
             }
         }
-        for (ctx, _, _, pulls) in &mut batches {
-            let pulls = std::mem::take(pulls);
+        for batch in &mut batches {
+            let (ctx, pulls) = (&batch.ctx, std::mem::take(&mut batch.pulls));
             if let Err(e) = ctx.conn.cuda().pull_ranges(ctx.remote, pulls).outcome() {
                 first_error.get_or_insert(e);
             }
         }
-        for (ctx, streams, used, _) in &batches {
-            if let Err(e) = wait_for_batch(ctx, streams, used) {
+        for batch in &batches {
+            if let Err(e) = wait_for_batch(&batch.ctx, &batch.streams, &batch.used) {
                 first_error.get_or_insert(e);
             }
         }
