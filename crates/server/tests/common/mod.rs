@@ -152,7 +152,9 @@ impl Client {
             let (header, msg) = self.reader.read_message::<ServerMsg>().unwrap();
             let mut bulk = vec![0u8; header.bulk_len as usize];
             self.reader.read_bulk(&mut bulk).unwrap();
-            if !matches!(msg, ServerMsg::EventStatus { .. }) {
+            // Notices that answer no request: event statuses, and the sign of life a session
+            // busy for over a second sends every second (a slow build on a loaded machine).
+            if !matches!(msg, ServerMsg::EventStatus { .. } | ServerMsg::Working) {
                 return (header.seq, msg, bulk);
             }
         }
