@@ -6,6 +6,7 @@ process running it) or one that reads the healthy client's buffer at its server 
 sessions end (the client gets an error, the server logs which signal ended the session's
 worker); the healthy client finishes with its secret intact, the server keeps serving."""
 
+import re
 import subprocess
 import time
 
@@ -87,6 +88,46 @@ def test_thread_isolation_is_opt_in(start_server, c_program):
     assert "no session isolation" not in default.log(), default.log_tail()
 
 
+def worker_uids(server) -> set[int]:
+    """The real uids of a server's session workers."""
+    uids = set()
+    for pid in server.worker_pids():
+        with open(f"/proc/{pid}/status") as f:
+            uids.update(int(line.split()[1]) for line in f if line.startswith("Uid:"))
+    return uids
+
+
+def test_a_root_servers_workers_never_run_as_root(start_server, c_program):
+    """A server run as root with no worker_user runs its session workers as an unprivileged
+    user (the package's `rgpu`, else a uid of systemd's dynamic range with a private home),
+    from a build a user other than root cannot reach (this checkout, under /root in CI); with
+    `--worker-user root`, as root, as asked."""
+    import os
+    import pwd
+
+    import pytest
+    if os.geteuid() != 0:
+        pytest.skip("needs a server running as root")
+    server = start_server()
+    h.assert_pass(h.run_rgpu(c_program("buffers"), [server]), "buffers", server)
+    uids = worker_uids(server)
+    assert uids and 0 not in uids, f"workers as {uids}\n{server.log_tail()}"
+    try:
+        expected = pwd.getpwnam("rgpu").pw_uid
+    except KeyError:
+        (expected,) = uids
+        assert 61184 <= expected <= 65519, uids
+        assert re.search(rf"run as rgpu-worker-{expected} \(uid {expected}", server.log()), \
+            server.log_tail()
+    assert uids == {expected}, uids
+    assert "session workers run as" in server.log(), server.log_tail()
+    server.stop()
+    as_root = start_server(args=["--worker-user", "root"])
+    h.assert_pass(h.run_rgpu(c_program("buffers"), [as_root]), "buffers", as_root)
+    assert worker_uids(as_root) == {0}
+    assert "session workers run as root" in as_root.log(), as_root.log_tail()
+
+
 def test_workers_run_as_the_worker_user(start_server, c_program):
     """A server run as root starts its session workers as worker_user (here `nobody`), so the
     code that serves clients' requests never holds root."""
@@ -107,17 +148,10 @@ def test_workers_run_as_the_worker_user(start_server, c_program):
         os.chown(dirpath, nobody.pw_uid, nobody.pw_gid)
     os.chmod(cache, 0o777)
     env = h.base_env(XDG_CACHE_HOME=cache)
-    # Workers run the server's own executable: a copy nobody can reach (a clone under /root
-    # is not).
-    program = os.path.join(cache, "rgpu")
-    shutil.copy(h.RGPU, program)
-    os.chmod(program, 0o755)
-    server = start_server(args=["--worker-user", "nobody"], env=env, program=program)
+    # Workers run the server's own executable, through a descriptor the listener keeps: the
+    # build need not be where nobody can reach it (a clone under /root is not).
+    server = start_server(args=["--worker-user", "nobody"], env=env)
     h.assert_pass(h.run_rgpu(c_program("buffers"), [server]), "buffers", server)
-    uids = set()
-    for pid in server.worker_pids():
-        with open(f"/proc/{pid}/status") as f:
-            uids.update(int(line.split()[1]) for line in f if line.startswith("Uid:"))
-    assert uids == {nobody.pw_uid}, uids
+    assert worker_uids(server) == {nobody.pw_uid}
     server.stop()
     shutil.rmtree(cache, ignore_errors=True)

@@ -227,7 +227,9 @@ pub struct ServerSettings {
     isolation: Isolation,
 
     /// The user session workers run as (with its groups), when the server runs as root;
-    /// e.g. the service's own user. Default: the server's user.
+    /// e.g. the service's own user, or `root` to keep root. Default: for a server running as
+    /// root, the user `rgpu` where it exists, else an unprivileged uid of systemd's dynamic
+    /// range (61184-65519) with a private home; otherwise the server's own user.
     #[arg(long, value_name = "USER", env = "RGPU_SERVER_WORKER_USER")]
     worker_user: Option<String>,
 
@@ -343,13 +345,15 @@ pub fn run(args: ServerArgs, matches: &ArgMatches) -> Result<ExitCode, String> {
         },
         workers: match args.isolation {
             Isolation::Thread => None,
-            Isolation::Process => Some(WorkerCommand {
-                program: std::env::current_exe()
-                    .map_err(|e| format!("cannot locate rgpu itself to start workers: {e}"))?,
-                args: vec![WORKER_SUBCOMMAND.to_string()],
-                prestarted: args.prestarted_workers,
-                user: worker_user(args.worker_user.as_deref())?,
-            }),
+            Isolation::Process => {
+                let user = worker_user(args.worker_user.as_deref())?;
+                Some(WorkerCommand {
+                    program: worker_program(user.is_some())?,
+                    args: vec![WORKER_SUBCOMMAND.to_string()],
+                    prestarted: args.prestarted_workers,
+                    user,
+                })
+            }
         },
     };
     // Caught before OpenCL loads: an implementation built on LLVM (PoCL) installs handlers
@@ -359,6 +363,13 @@ pub fn run(args: ServerArgs, matches: &ArgMatches) -> Result<ExitCode, String> {
     // OpenCL loads wait in `signals`.
     let mut signals =
         Signals::new([SIGINT, SIGTERM]).map_err(|e| format!("cannot catch signals: {e}"))?;
+    // The home made for workers of a dynamic user, removed when the server ends.
+    let workers_home = config
+        .workers
+        .as_ref()
+        .and_then(|w| w.user.as_ref())
+        .filter(|u| u.dynamic_home)
+        .map(|u| u.home.clone());
     let server = Server::bind(config)?;
     if let Some(expected) = args.expect_devices {
         let (opencl, cuda) = server.device_counts();
@@ -394,7 +405,11 @@ pub fn run(args: ServerArgs, matches: &ArgMatches) -> Result<ExitCode, String> {
              (--token-file, RGPU_SERVER_TOKEN_FILE or token_file in the config file)"
         );
     }
-    server.run()?;
+    let ran = server.run();
+    if let Some(home) = &workers_home {
+        let _ = std::fs::remove_dir_all(home);
+    }
+    ran?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -433,19 +448,90 @@ fn tls_identity(args: &ServerSettings, name: &str) -> Result<TlsIdentity, String
     Ok(identity)
 }
 
-/// The user to run workers as: only a root server can switch to another one.
+/// The user to run workers as: the one named (only a root server can switch to another;
+/// `root` keeps root, as asked); with none named, a root server's workers run as an
+/// unprivileged user ([`WorkerUser::unprivileged`]), never as root; another server's run as
+/// its own user.
 fn worker_user(name: Option<&str>) -> Result<Option<WorkerUser>, String> {
-    let Some(name) = name else { return Ok(None) };
-    let user = WorkerUser::lookup(name).map_err(|e| format!("worker_user: {e}"))?;
     // SAFETY: plain system calls.
     let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+    let user = match name {
+        Some("root") if uid == 0 => {
+            log::warn!("session workers run as root (worker_user = root)");
+            return Ok(None);
+        }
+        Some(name) => WorkerUser::lookup(name).map_err(|e| format!("worker_user: {e}"))?,
+        None if uid == 0 => {
+            let mut user = WorkerUser::unprivileged().map_err(|e| format!("worker_user: {e}"))?;
+            if user.dynamic_home {
+                user.home = dynamic_home(user.uid, user.gid)?;
+            }
+            user
+        }
+        None => return Ok(None),
+    };
     if uid == 0 || (uid == user.uid && gid == user.gid) {
+        log::info!(
+            "session workers run as {} (uid {}, gid {})",
+            user.name,
+            user.uid,
+            user.gid
+        );
         Ok(Some(user))
     } else {
         Err(format!(
-            "worker_user: the server runs as uid {uid}, not root: it cannot start workers as {name}"
+            "worker_user: the server runs as uid {uid}, not root: it cannot start workers as {}",
+            user.name
         ))
     }
+}
+
+/// A private home for workers of a dynamic user (caches): a fresh directory of an
+/// unpredictable name in the temporary directory, theirs alone (mode 0700).
+fn dynamic_home(uid: u32, gid: u32) -> Result<PathBuf, String> {
+    use std::os::unix::ffi::OsStringExt;
+    let template = std::env::temp_dir().join("rgpu-workers-XXXXXX");
+    let mut raw = template.into_os_string().into_vec();
+    raw.push(0);
+    // SAFETY: a NUL-terminated template the call fills in place.
+    let made = unsafe { libc::mkdtemp(raw.as_mut_ptr().cast()) };
+    if made.is_null() {
+        return Err(format!(
+            "cannot make a home for the workers: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    raw.pop();
+    let home = PathBuf::from(std::ffi::OsString::from_vec(raw));
+    std::os::unix::fs::chown(&home, Some(uid), Some(gid))
+        .map_err(|e| format!("cannot give {} to uid {uid}: {e}", home.display()))?;
+    Ok(home)
+}
+
+/// The program workers run: rgpu itself, through a descriptor this process keeps open when
+/// they run as another user (who may not reach the path: a build under /root, say).
+fn worker_program(other_user: bool) -> Result<PathBuf, String> {
+    use std::os::fd::AsRawFd;
+    let path = std::env::current_exe()
+        .map_err(|e| format!("cannot locate rgpu itself to start workers: {e}"))?;
+    if !other_user {
+        return Ok(path);
+    }
+    // Close-on-exec: a worker's exec opens the file through it before it closes.
+    let file = std::fs::File::open(&path)
+        .map_err(|e| format!("cannot open {} to start workers: {e}", path.display()))?;
+    // Far above the descriptors a worker's start sets up (its control socket is 3); kept
+    // open for as long as the server runs.
+    // SAFETY: duplicates a descriptor this function owns.
+    let fd = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 100) };
+    if fd < 0 {
+        return Err(format!(
+            "cannot keep {} open to start workers: {}",
+            path.display(),
+            std::io::Error::last_os_error()
+        ));
+    }
+    Ok(PathBuf::from(format!("/proc/self/fd/{fd}")))
 }
 
 fn positive_seconds(name: &str, seconds: f64) -> Result<Duration, String> {

@@ -70,9 +70,52 @@ pub struct WorkerUser {
     /// Supplementary groups (e.g. video and render, for the GPU device nodes).
     pub groups: Vec<u32>,
     pub home: PathBuf,
+    /// A home the listener made for this run (a user not in the user database): the workers'
+    /// caches go there too.
+    pub dynamic_home: bool,
 }
 
+/// The lowest and highest uid of the range systemd gives dynamic users (none of them has an
+/// entry in the user database).
+const DYNAMIC_UIDS: std::ops::RangeInclusive<u32> = 61184..=65519;
+
 impl WorkerUser {
+    /// The user a root server runs its workers as when none is named: the package's `rgpu`
+    /// where it exists, else the first uid of systemd's dynamic range that belongs to no
+    /// user (the same on every server of this machine, so that their workers may copy between
+    /// each other through CUDA IPC), with the groups that own GPU device nodes (`video`,
+    /// `render`). A dynamic user has no home yet: the caller makes one (`dynamic_home`).
+    pub fn unprivileged() -> Result<WorkerUser, String> {
+        if let Ok(user) = WorkerUser::lookup("rgpu") {
+            return Ok(user);
+        }
+        let uid = DYNAMIC_UIDS
+            .clone()
+            .find(|&uid| {
+                matches!(
+                    nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid)),
+                    Ok(None)
+                ) && matches!(
+                    nix::unistd::Group::from_gid(nix::unistd::Gid::from_raw(uid)),
+                    Ok(None)
+                )
+            })
+            .ok_or("no free uid for the workers in 61184-65519")?;
+        let groups = ["video", "render"]
+            .iter()
+            .filter_map(|name| nix::unistd::Group::from_name(name).ok().flatten())
+            .map(|group| group.gid.as_raw())
+            .collect();
+        Ok(WorkerUser {
+            name: format!("rgpu-worker-{uid}"),
+            uid,
+            gid: uid,
+            groups,
+            home: PathBuf::new(),
+            dynamic_home: true,
+        })
+    }
+
     /// Looks `name` up in the user database.
     pub fn lookup(name: &str) -> Result<WorkerUser, String> {
         let user = nix::unistd::User::from_name(name)
@@ -87,6 +130,7 @@ impl WorkerUser {
             gid: user.gid.as_raw(),
             groups: groups.iter().map(|g| g.as_raw()).collect(),
             home: user.dir,
+            dynamic_home: false,
         })
     }
 }
@@ -299,6 +343,10 @@ impl WorkerPool {
                 .env("HOME", &user.home)
                 .env("USER", &user.name)
                 .env("LOGNAME", &user.name);
+            if user.dynamic_home {
+                // Kernel caches (PoCL's, CUDA's) go under the home the listener made.
+                command.env("XDG_CACHE_HOME", &user.home);
+            }
         }
         let user = self.command.user.clone();
         let their_fd = theirs.as_raw_fd();
