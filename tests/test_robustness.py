@@ -514,6 +514,70 @@ def test_a_flood_of_unauthenticated_connections_is_capped(c_program, server):
             s.close()
 
 
+def preauth_proof(token: str, nonce: bytes) -> bytes:
+    """auth::preauth_proof: HMAC-SHA256 over a label, the server's nonce and 32 zero bytes."""
+    import hashlib
+    import hmac
+    return hmac.new(token.strip().encode(), b"rgpu preauth v1" + nonce + bytes(32),
+                    hashlib.sha256).digest()
+
+
+def test_a_token_servers_workers_serve_only_peers_that_proved_the_token(c_program,
+                                                                        start_server,
+                                                                        tmp_path):
+    """A server with a token has the client prove it holds it right after the preambles, in
+    the listener, before any worker is given the connection: 500 connections that send only
+    a preamble and 50 whose proof is wrong (or whose frame header announces 256 MiB) get no
+    worker (the server keeps its prestarted one), the server's memory stays within a few MiB,
+    each wrong proof is refused in the clear, and a client with the token runs beside them."""
+    token = tmp_path / "token"
+    token.write_text(GOOD + "\n")
+    server = start_server(token_file=token)
+    buffers = c_program("buffers")
+    before_rss = server_tree_rss_kib(server.proc.pid)
+    before = len(server_tree(server.proc.pid))
+    held = []
+    try:
+        for i in range(500):
+            s = socket.socket()
+            s.settimeout(10)
+            try:
+                s.bind((f"127.0.0.{2 + i % 8}", 0))
+                s.connect(("127.0.0.1", server.port))
+                s.sendall(preamble())
+            except OSError:
+                pass
+            held.append(s)
+        refused = 0
+        for i in range(50):
+            s = connect(server)
+            s.sendall(preamble())
+            answer = read_exact(s, PREAMBLE_LEN)
+            flags = int.from_bytes(answer[8:12], "little")
+            assert flags & 4, f"no pre-authentication asked for: flags {flags}"
+            nonce = read_exact(s, 32)
+            proof = preauth_proof(BAD, nonce) if i % 2 else bytes(32)
+            s.sendall(proof + struct.pack("<IIQQ", 256 << 20, 0, 1, 0))
+            verdict = read_exact(s, 1)
+            refused += verdict == b"\0"
+            assert closed_by_peer(s, 10), "a connection with a wrong proof stayed open"
+            s.close()
+        assert refused == 50, refused
+        time.sleep(1)
+        processes = len(server_tree(server.proc.pid))
+        assert processes <= before, f"{processes} processes (before: {before})\n" \
+            f"{server.log_tail()}"
+        grown_mib = (server_tree_rss_kib(server.proc.pid) - before_rss) / 1024
+        print(f"grown {grown_mib:.1f} MiB")
+        assert grown_mib < 64, f"the server grew {grown_mib:.0f} MiB"
+        h.assert_pass(h.run_rgpu(buffers, [server], RGPU_TOKEN_FILE=str(token)), "buffers",
+                      server)
+        assert "wrong token (pre-authentication)" in server.log(), server.log_tail()
+    finally:
+        for s in held:
+            s.close()
+
+
 def test_lane_claims_cannot_find_a_session(c_program, server):
     """Session ids are random: lane claims naming the ids a sequential server would have
     given (1..200) reach no session's worker (the listener refuses each), and a session

@@ -55,3 +55,20 @@ pub fn verify_server(
         .verify_slice(proof)
         .is_ok()
 }
+
+/// What a client sends, in the clear right after the preambles, to prove it holds `token`
+/// before the server spends a process on its connection (the server's pre-authentication
+/// `nonce`; the full challenge-response follows, inside TLS where the connection has it).
+pub fn preauth_proof(token: &[u8], nonce: &Nonce) -> Proof {
+    mac(token, b"rgpu preauth v1", nonce, &[0; 32])
+        .finalize()
+        .into_bytes()
+        .into()
+}
+
+/// Constant-time check of a pre-authentication proof.
+pub fn verify_preauth(token: &[u8], nonce: &Nonce, proof: &Proof) -> bool {
+    mac(token, b"rgpu preauth v1", nonce, &[0; 32])
+        .verify_slice(proof)
+        .is_ok()
+}

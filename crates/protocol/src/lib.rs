@@ -25,7 +25,7 @@ use serde::{Deserialize, Serialize};
 pub use frame::{decode_body, encode_frame, encode_frame_striped, FrameHeader, HEADER_LEN};
 
 /// Bumped on every incompatible change of any message.
-pub const PROTOCOL_VERSION: u32 = 13;
+pub const PROTOCOL_VERSION: u32 = 14;
 /// First bytes on the wire, each way.
 pub const MAGIC: [u8; 4] = *b"RGPU";
 
@@ -79,7 +79,13 @@ impl Preamble {
     pub const TLS: u32 = 1;
     /// Server only: the connection is refused; a Fatal frame in the clear says why.
     pub const REFUSED: u32 = 2;
-    const KNOWN_FLAGS: u32 = Self::TLS | Self::REFUSED;
+    /// Server only: the client must prove it holds the server's token before anything else
+    /// (before TLS): the server's preamble is followed by a 32-byte nonce, the client answers
+    /// with `auth::preauth_proof` (32 bytes), and the server's verdict is one byte (1: go on;
+    /// 0: refused, and the connection closes). So a peer without the token never reaches the
+    /// process that would serve it.
+    pub const PREAUTH: u32 = 4;
+    const KNOWN_FLAGS: u32 = Self::TLS | Self::REFUSED | Self::PREAUTH;
 
     /// A client's: TLS or not, and the session a data lane joins.
     pub fn client(tls: bool, lane_of: Option<u64>) -> Self {
@@ -105,6 +111,10 @@ impl Preamble {
 
     pub fn refused(&self) -> bool {
         self.flags & Self::REFUSED != 0
+    }
+
+    pub fn preauth(&self) -> bool {
+        self.flags & Self::PREAUTH != 0
     }
 
     pub fn encode(&self) -> [u8; Self::LEN] {

@@ -90,7 +90,7 @@ pub(crate) struct Admitted {
 /// Reads and answers a new connection's preamble (see `accept_preamble`); `None` (logged) when
 /// the connection is refused or vanished.
 pub(crate) fn preamble(stream: &mut Stream, shared: &Shared) -> Option<Route> {
-    match accept_preamble(stream, &shared.security) {
+    match accept_preamble(stream, &shared.security, shared.token.as_ref()) {
         Ok(route) => Some(route),
         Err(e) => {
             log_refusal(&stream.peer_description(), e);

@@ -63,7 +63,7 @@ fn main() {
         let server = std::thread::spawn(move || {
             let (socket, _) = listener.accept().unwrap();
             let mut stream = Stream::Tcp(socket);
-            let route = accept_preamble(&mut stream, &security).unwrap();
+            let route = accept_preamble(&mut stream, &security, None).unwrap();
             let (mut stream, _) =
                 server_handshake(stream, &route, &security, None, "s", 1, [0; 32], |_, _| {
                     Ok(())

@@ -195,6 +195,7 @@ pub struct Route {
 pub fn accept_preamble(
     stream: &mut Stream,
     security: &ServerSecurity,
+    token: Option<&Token>,
 ) -> Result<Route, TransportError> {
     stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
     let _deadline = crate::deadline(stream, HANDSHAKE_DEADLINE);
@@ -236,7 +237,25 @@ pub fn accept_preamble(
         );
         return Err(TransportError::Auth(message));
     }
-    stream.write_all(&Preamble::server(if tls { Preamble::TLS } else { 0 }).encode())?;
+    let mut flags = if tls { Preamble::TLS } else { 0 };
+    if token.is_some() {
+        flags |= Preamble::PREAUTH;
+    }
+    stream.write_all(&Preamble::server(flags).encode())?;
+    if let Some(token) = token {
+        // Before the connection goes anywhere: the client proves it holds the token.
+        let nonce = random_nonce();
+        stream.write_all(&nonce)?;
+        let mut proof = [0u8; 32];
+        read_exact_or_closed(stream, &mut proof)?;
+        let proven = auth::verify_preauth(token.as_bytes(), &nonce, &proof);
+        stream.write_all(&[u8::from(proven)])?;
+        if !proven {
+            return Err(TransportError::Auth(
+                "wrong token (pre-authentication)".into(),
+            ));
+        }
+    }
     Ok(Route {
         tls,
         lane_of: theirs.lane_of,
@@ -302,6 +321,23 @@ pub fn client_handshake<'a>(
         return Err(TransportError::Protocol(ProtocolError::Malformed(
             "the server answered for another kind of connection".into(),
         )));
+    }
+    if theirs.preauth() {
+        let mut nonce = [0u8; 32];
+        read_exact_or_closed(&mut stream, &mut nonce)?;
+        let Some(token) = token else {
+            return Err(TransportError::Auth(format!(
+                "the server at {endpoint} requires a token: set RGPU_TOKEN or RGPU_TOKEN_FILE"
+            )));
+        };
+        stream.write_all(&auth::preauth_proof(token.as_bytes(), &nonce))?;
+        let mut verdict = [0u8; 1];
+        read_exact_or_closed(&mut stream, &mut verdict)?;
+        if verdict[0] != 1 {
+            return Err(TransportError::Auth(format!(
+                "the server at {endpoint} refused the connection: wrong or missing token"
+            )));
+        }
     }
     if use_tls {
         stream = Stream::Tls(Box::new(tls.connect(stream, endpoint).map_err(|e| {

@@ -43,7 +43,7 @@ fn serve(
     token: Option<&Token>,
     admit: Admit,
 ) -> Result<(Stream, ClientHello), TransportError> {
-    let route = accept_preamble(&mut stream, security)?;
+    let route = accept_preamble(&mut stream, security, token)?;
     server_handshake(
         stream,
         &route,
@@ -102,7 +102,7 @@ fn a_queued_client_waits_for_its_welcome() {
     let server = thread::spawn(move || {
         let mut stream = Stream::Unix(b);
         let security = ServerSecurity::default();
-        let route = accept_preamble(&mut stream, &security)?;
+        let route = accept_preamble(&mut stream, &security, None)?;
         let mut asked = None;
         server_handshake(
             stream,
@@ -201,7 +201,7 @@ fn an_older_client_hears_the_version_at_once() {
     let (mut a, b) = UnixStream::pair().unwrap();
     let server = thread::spawn(move || {
         let mut stream = Stream::Unix(b);
-        accept_preamble(&mut stream, &ServerSecurity::default()).err()
+        accept_preamble(&mut stream, &ServerSecurity::default(), None).err()
     });
     let mut old = [0u8; 12];
     old[0..4].copy_from_slice(b"RGPU");
@@ -227,7 +227,7 @@ fn lanes_join_only_with_the_key() {
         let (a, b) = UnixStream::pair().unwrap();
         let server = thread::spawn(move || {
             let mut stream = Stream::Unix(b);
-            let route = accept_preamble(&mut stream, &ServerSecurity::default())?;
+            let route = accept_preamble(&mut stream, &ServerSecurity::default(), None)?;
             assert_eq!(route.lane_of, Some(77));
             server_handshake(
                 stream,
