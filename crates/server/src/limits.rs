@@ -64,11 +64,32 @@ pub(crate) struct Asking<'a> {
     pub wait: Duration,
 }
 
+/// How long a session over a limit waits for the places of sessions whose clients have gone
+/// (their workers releasing what they held): a program started right after the one before it
+/// ended is not refused because the server had not finished cleaning up after it.
+const ENDING_WAIT: Duration = Duration::from_secs(10);
+
 /// The listener's count of live sessions, and the lease of exclusive use.
 #[derive(Default)]
 pub(crate) struct Admission {
-    live: Mutex<(usize, HashMap<ClientKey, usize>)>,
+    live: Mutex<Live>,
+    /// Signalled whenever a place comes back.
+    freed: Condvar,
     lease: Arc<Lease>,
+}
+
+/// Live sessions, in all and per client; of them, `ending` have lost their client and give
+/// their place back once their worker has released what they held.
+#[derive(Default)]
+struct Live {
+    total: Places,
+    per_client: HashMap<ClientKey, Places>,
+}
+
+#[derive(Clone, Copy, Default)]
+struct Places {
+    live: usize,
+    ending: usize,
 }
 
 /// A place taken by a live session; dropping it gives the place back (and its share of the
@@ -76,6 +97,7 @@ pub(crate) struct Admission {
 pub(crate) struct Slot {
     admission: Arc<Admission>,
     client: ClientKey,
+    ending: bool,
     _held: Option<Held>,
 }
 
@@ -99,27 +121,74 @@ impl Admission {
             None => None,
         };
         let client = asking.client;
-        let mut live = self.live.lock().unwrap_or_else(|e| e.into_inner());
-        let (total, per_client) = &mut *live;
-        if limits.max_sessions > 0 && *total >= limits.max_sessions {
-            return Err(format!(
-                "this rgpu server is full: {total} sessions, its limit (max_sessions)"
-            ));
+        let deadline = Instant::now() + ENDING_WAIT;
+        let mut live = self.lock();
+        loop {
+            let total = live.total;
+            let mine = live.per_client.get(&client).copied().unwrap_or_default();
+            let refusal = if limits.max_sessions > 0 && total.live >= limits.max_sessions {
+                Some((
+                    total.ending,
+                    format!(
+                        "this rgpu server is full: {} sessions, its limit (max_sessions)",
+                        total.live
+                    ),
+                ))
+            } else if limits.max_sessions_per_client > 0
+                && mine.live >= limits.max_sessions_per_client
+            {
+                Some((
+                    mine.ending,
+                    format!(
+                        "this client already has {} sessions on this rgpu server, its limit \
+                         (max_sessions_per_client)",
+                        mine.live
+                    ),
+                ))
+            } else {
+                None
+            };
+            let Some((ending, refusal)) = refusal else {
+                break;
+            };
+            let left = deadline.saturating_duration_since(Instant::now());
+            if ending == 0 || left.is_zero() {
+                return Err(refusal);
+            }
+            live = self
+                .freed
+                .wait_timeout(live, left)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
         }
-        let mine = per_client.entry(client.clone()).or_default();
-        if limits.max_sessions_per_client > 0 && *mine >= limits.max_sessions_per_client {
-            return Err(format!(
-                "this client already has {mine} sessions on this rgpu server, its limit \
-                 (max_sessions_per_client)"
-            ));
-        }
-        *mine += 1;
-        *total += 1;
+        live.total.live += 1;
+        live.per_client.entry(client.clone()).or_default().live += 1;
         Ok(Slot {
             admission: self.clone(),
             client,
+            ending: false,
             _held: held,
         })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Live> {
+        self.live.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl Slot {
+    /// Its session's client has gone: a session over a limit may wait for this place, which
+    /// comes back once the worker has released what the session held.
+    pub fn ending(&mut self) {
+        if std::mem::replace(&mut self.ending, true) {
+            return;
+        }
+        let mut live = self.admission.lock();
+        live.total.ending += 1;
+        live.per_client
+            .entry(self.client.clone())
+            .or_default()
+            .ending += 1;
     }
 }
 
@@ -289,19 +358,21 @@ impl Drop for Held {
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        let mut live = self
-            .admission
-            .live
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        let (total, per_client) = &mut *live;
-        *total = total.saturating_sub(1);
-        if let Some(mine) = per_client.get_mut(&self.client) {
-            *mine = mine.saturating_sub(1);
-            if *mine == 0 {
-                per_client.remove(&self.client);
-            }
+        let ending = usize::from(self.ending);
+        let mut live = self.admission.lock();
+        let Live { total, per_client } = &mut *live;
+        for places in std::iter::once(total).chain(per_client.get_mut(&self.client)) {
+            places.live = places.live.saturating_sub(1);
+            places.ending = places.ending.saturating_sub(ending);
         }
+        if per_client
+            .get(&self.client)
+            .is_some_and(|mine| mine.live == 0)
+        {
+            per_client.remove(&self.client);
+        }
+        drop(live);
+        self.admission.freed.notify_all();
     }
 }
 
@@ -571,6 +642,50 @@ mod tests {
         assert!(admission
             .admit(&limits, asking(ClientKey::Local, "app"), |_| {})
             .is_ok());
+    }
+
+    /// Over a limit, a session waits for the place of one whose client has gone (its worker
+    /// cleaning up), and comes in when that place comes back; with none ending it is refused
+    /// at once.
+    #[test]
+    fn a_session_over_a_limit_waits_for_ending_ones() {
+        let admission = Arc::new(Admission::default());
+        let limits = Limits {
+            max_sessions_per_client: 1,
+            ..Limits::default()
+        };
+        let mut first = admission
+            .admit(&limits, asking(ClientKey::Local, "app"), |_| {})
+            .unwrap();
+        let started = Instant::now();
+        let err = admission
+            .admit(&limits, asking(ClientKey::Local, "app"), |_| {})
+            .err()
+            .unwrap();
+        assert!(err.contains("max_sessions_per_client"), "{err}");
+        assert!(
+            started.elapsed() < ENDING_WAIT / 2,
+            "refused without waiting"
+        );
+        first.ending();
+        let next = std::thread::spawn({
+            let (admission, limits) = (admission.clone(), limits.clone());
+            move || {
+                admission
+                    .admit(&limits, asking(ClientKey::Local, "app"), |_| {})
+                    .map(|_slot| ())
+            }
+        });
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(
+            !next.is_finished(),
+            "it waits for the ending session's place"
+        );
+        drop(first);
+        next.join().unwrap().unwrap();
+        let live = admission.lock();
+        assert_eq!((live.total.live, live.total.ending), (0, 0));
+        assert!(live.per_client.is_empty());
     }
 
     #[test]

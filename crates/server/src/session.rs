@@ -185,7 +185,11 @@ pub(crate) fn run(mut stream: Stream, shared: Arc<Shared>, id: u64) {
         })
     });
     if let Some(admitted) = admitted {
-        serve(admitted, &shared, id);
+        serve(admitted, &shared, id, || {
+            if let Some(slot) = &mut slot {
+                slot.ending();
+            }
+        });
     }
     shared.lanes.close(id);
     shared.fabric.forget_session(id);
@@ -194,7 +198,9 @@ pub(crate) fn run(mut stream: Stream, shared: Arc<Shared>, id: u64) {
 
 /// Serves an admitted session until it ends, then releases everything it created. Its data
 /// lanes join through `shared.lanes` (opened for `id` by the caller).
-pub(crate) fn serve(admitted: Admitted, shared: &Arc<Shared>, id: u64) {
+/// Serves an admitted session until it ends; `client_gone` is told when it has stopped
+/// serving (before what it held is released).
+pub(crate) fn serve(admitted: Admitted, shared: &Arc<Shared>, id: u64, client_gone: impl FnOnce()) {
     let Admitted {
         stream,
         client,
@@ -235,6 +241,7 @@ pub(crate) fn serve(admitted: Admitted, shared: &Arc<Shared>, id: u64) {
         }
     };
     let end = session.serve();
+    client_gone();
     if let Some(watch) = &session.watch {
         watch.end();
     }

@@ -171,6 +171,9 @@ enum FromWorker {
     /// The handshake failed (logged by the worker): nothing ran for that client, and the
     /// worker waits for another session.
     Unused,
+    /// The session stopped serving (its client gone, or closed): the worker is releasing
+    /// what it held, and then ends.
+    Ending,
 }
 
 /// One end of a control socket (SOCK_SEQPACKET: one message per send, fds attached).
@@ -537,6 +540,11 @@ impl WorkerPool {
                     }
                 }
                 Ok(Some((FromWorker::Serving { client: name }, _))) => client = name,
+                Ok(Some((FromWorker::Ending, _))) => {
+                    if let Some(slot) = &mut slot {
+                        slot.ending();
+                    }
+                }
                 Ok(Some((FromWorker::Unused, _))) => break true,
                 Ok(Some((other, _))) => {
                     log::warn!("session {id}: unexpected message from worker {pid}: {other:?}")

@@ -95,6 +95,7 @@ pub fn run_worker(on_start: impl FnOnce(WorkerStop)) -> Result<(), String> {
     // authenticated on a thread of its own; the socket's closing means the listener is gone or
     // stopping.
     let lanes_shared = shared.clone();
+    let ending = control.clone();
     std::thread::Builder::new()
         .name("rgpu-control".into())
         .spawn(move || {
@@ -117,7 +118,9 @@ pub fn run_worker(on_start: impl FnOnce(WorkerStop)) -> Result<(), String> {
             lanes_shared.stop_sessions();
         })
         .map_err(|e| format!("cannot start the control thread: {e}"))?;
-    crate::session::serve(admitted, &shared, id);
+    crate::session::serve(admitted, &shared, id, || {
+        let _ = ending.send(&FromWorker::Ending, None);
+    });
     shared.lanes.close(id);
     crate::private_dir::remove();
     Ok(())
