@@ -15,7 +15,10 @@ Needs root (network namespaces), iproute2 and nftables; skipped without root.
 A path that keeps TCP alive but delivers nothing is caught by rgpu's own heartbeats, not by
 TCP: a proxy on this machine that forwards both ways, then swallows what the client sends. The
 client's next calls fail within its liveness time; a kernel that runs for many liveness times
-still completes (the server says it is working while it waits for the device)."""
+still completes (the server says it is working while it waits for the device). The other way
+round, the server asks a silent client for a sign of life, which the client library answers
+however idle its program is: when the answers are swallowed, the server closes the session
+within its client timeout."""
 
 import os
 import re
@@ -295,7 +298,9 @@ def test_blocking_writes_into_a_swallowing_path_fail_within_the_liveness_time(
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         start_new_session=True)
     try:
-        assert proc.stdout.readline().strip() == "READY", server.log_tail()
+        while (line := proc.stdout.readline()) and line.strip() != "READY":
+            pass
+        assert line.strip() == "READY", server.log_tail()
         proxy.swallow()
         t0 = time.monotonic()
         proc.stdin.write("go\n")
@@ -321,3 +326,43 @@ def test_a_long_kernel_outlives_the_liveness_time(proxied_server, c_program):
     assert r.returncode == 0 and "PASS liveness" in r.stdout, r.stdout + r.stderr
     took = float(re.search(r"^KERNEL ([\d.]+)", r.stdout, re.M).group(1))
     assert took > 4 * CLIENT_LIVENESS, r.stdout
+
+
+def test_the_server_closes_the_session_of_a_client_whose_answers_are_swallowed(
+        start_server, c_program):
+    """An idle client (a session held open, no call) behind the proxy, which then swallows what
+    the client sends: TCP stays up, the server's heartbeats reach the client, its answers do not.
+    The server closes the session, releasing what it held, within about its client timeout."""
+    server = start_server(args=["--client-timeout", str(SERVER_CLIENT_TIMEOUT)])
+    proxy = SwallowingProxy(server)
+    proc = subprocess.Popen(
+        h.rgpu_run_cmd([proxy.endpoint], [c_program("isolation"), "secret", "held"]),
+        env=h.base_env(RGPU_TEST_PLATFORM="rgpu"), stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        while (line := proc.stdout.readline()) and line.strip() != "READY":
+            pass
+        assert line.strip() == "READY", server.log_tail()
+        proxy.swallow()
+        t0 = time.monotonic()
+        server.wait_log("has not answered", timeout=SERVER_CLIENT_TIMEOUT + MARGIN)
+        assert time.monotonic() - t0 <= SERVER_CLIENT_TIMEOUT + MARGIN
+        assert "client_timeout" in server.log(), server.log_tail()
+        # What the session held is released.
+        server.wait_log("disconnected; released", timeout=MARGIN)
+    finally:
+        os.killpg(proc.pid, 9)
+        proc.communicate()
+        proxy.close()
+
+
+def test_an_idle_client_keeps_its_session(start_server, c_program):
+    """A session left idle for over three client timeouts: the client library answers the
+    server's heartbeats on its own thread, so the session lives and the program then passes."""
+    timeout = 2
+    server = start_server(args=["--client-timeout", str(timeout)])
+    holder = h.hold_session(c_program("isolation"), server)
+    time.sleep(3.5 * timeout)
+    out, _ = holder.communicate("go\n", timeout=60)
+    assert holder.returncode == 0, out + server.log_tail()
+    assert "has not answered" not in server.log(), server.log_tail()

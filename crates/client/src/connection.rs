@@ -11,6 +11,8 @@
 //! busy with a long request says so every second (`ServerMsg::Working`). A path that keeps TCP
 //! alive but delivers nothing, or a hung server process, then breaks the connection: every
 //! call fails with the API's error instead of "succeeding" into the void or waiting forever.
+//! The same thread answers the server's `Heartbeat` (it asks a client that has been silent):
+//! the server closes the session of a client that stops answering.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -75,6 +77,10 @@ struct Shared {
     owed_since: AtomicU64,
     /// When the watchdog last asked the server for a sign of life.
     pinged_at: AtomicU64,
+    /// The server asked for a sign of life (`Heartbeat`) and the watchdog has yet to answer;
+    /// the reader thread wakes the watchdog with `heartbeat_asked`.
+    heartbeat_owed: Mutex<bool>,
+    heartbeat_asked: Condvar,
 }
 
 impl Shared {
@@ -206,6 +212,8 @@ impl Connection {
             epoch: Instant::now(),
             owed_since: AtomicU64::new(0),
             pinged_at: AtomicU64::new(0),
+            heartbeat_owed: Mutex::new(false),
+            heartbeat_asked: Condvar::new(),
         });
         // Read directly by the reader thread, also in TLS (no read-ahead thread: small replies
         // must not wait for a thread hand-over).
@@ -502,6 +510,22 @@ impl Connection {
         }
     }
 
+    /// Tells the server the library is alive (`Alive`, its `Heartbeat`'s answer); false when
+    /// another thread holds the writer (which may be stuck: the watchdog never waits for it).
+    fn answer_heartbeat(&self) -> bool {
+        let Ok(mut writer) = self.writer.try_lock() else {
+            return false;
+        };
+        let sent = writer
+            .queue(&ClientMsg::Alive, 0, &[])
+            .and_then(|()| writer.flush());
+        drop(writer);
+        if let Err(e) = sent {
+            self.fail(e);
+        }
+        true
+    }
+
     /// A failed write makes the connection unusable: the stream position is unknown.
     fn fail(&self, e: TransportError) -> ClientError {
         self.break_off(e.to_string())
@@ -574,14 +598,27 @@ const MIN_LIVENESS: Duration = Duration::from_secs(3);
 fn liveness_loop(connection: Weak<Connection>, liveness: Duration) {
     let tick = (liveness / 8).clamp(Duration::from_millis(50), Duration::from_millis(500));
     let limit = liveness.as_millis() as u64;
+    let Some(shared) = connection.upgrade().map(|c| c.shared.clone()) else {
+        return;
+    };
     loop {
-        std::thread::sleep(tick);
+        let heartbeat_owed = {
+            let owed = shared.heartbeat_owed.lock().unwrap();
+            let (mut owed, _) = shared
+                .heartbeat_asked
+                .wait_timeout_while(owed, tick, |owed| !*owed)
+                .unwrap();
+            std::mem::take(&mut *owed)
+        };
         let Some(connection) = connection.upgrade() else {
             return;
         };
-        let shared = &connection.shared;
         if rgpu_transport::fork::forked() || shared.check().is_err() {
             return;
+        }
+        if heartbeat_owed && !connection.answer_heartbeat() {
+            // Another thread is writing: answered at the next tick.
+            *shared.heartbeat_owed.lock().unwrap() = true;
         }
         // A caller waiting for a reply is owed one.
         if !shared.pending.lock().unwrap().is_empty() {
@@ -642,6 +679,12 @@ fn read_one(reader: &mut FrameReader<ReadHalf>, shared: &Shared) -> Result<(), T
     match msg {
         // A sign of life and nothing more.
         ServerMsg::Working => reader.skip_bulk(header.bulk_len)?,
+        // Answered by the watchdog thread: this one must not wait for the writer.
+        ServerMsg::Heartbeat => {
+            reader.skip_bulk(header.bulk_len)?;
+            *shared.heartbeat_owed.lock().unwrap() = true;
+            shared.heartbeat_asked.notify_one();
+        }
         ServerMsg::Data { offset } => {
             let target = match shared.pending.lock().unwrap().get(&seq) {
                 Some(Pending::Read(sink)) => Some((sink.dst, sink.len)),

@@ -25,7 +25,7 @@ use serde::{Deserialize, Serialize};
 pub use frame::{decode_body, encode_frame, encode_frame_striped, FrameHeader, HEADER_LEN};
 
 /// Bumped on every incompatible change of any message.
-pub const PROTOCOL_VERSION: u32 = 14;
+pub const PROTOCOL_VERSION: u32 = 15;
 /// First bytes on the wire, each way.
 pub const MAGIC: [u8; 4] = *b"RGPU";
 
@@ -241,12 +241,16 @@ pub enum ClientMsg {
     Session(session::SessionRequest),
     Cl(opencl::ClRequest),
     Cu(cuda::CuRequest),
+    /// The client library is alive: the answer to the server's `Heartbeat`, sent by the
+    /// library's own thread whatever the program is doing. No reply.
+    Alive,
 }
 
 impl ClientMsg {
     pub fn expects_reply(&self) -> bool {
         match self {
             ClientMsg::Authenticate { .. } => true,
+            ClientMsg::Alive => false,
             ClientMsg::Session(req) => req.expects_reply(),
             ClientMsg::Cl(req) => req.expects_reply(),
             ClientMsg::Cu(req) => req.expects_reply(),
@@ -293,6 +297,10 @@ pub enum ServerMsg {
     /// the server is alive though it answers nothing yet, as a long kernel's `clFinish` keeps
     /// it. Clients count any frame as a sign of life (rgpu_client's liveness watchdog).
     Working,
+    /// The client has been silent for a while: its library answers `Alive`, or the server
+    /// closes the session after `client_timeout` (a hung client, or a path that keeps TCP
+    /// alive but delivers nothing).
+    Heartbeat,
 }
 
 sample_struct!(PeerExport {
@@ -310,6 +318,7 @@ sample_enum!(ClientMsg {
     Session(request),
     Cl(request),
     Cu(request),
+    Alive,
 });
 sample_enum!(ServerMsg {
     Challenge { server_nonce, token_required, server_name },
@@ -323,6 +332,7 @@ sample_enum!(ServerMsg {
     EventStatus { event, status },
     Queued { ahead },
     Working,
+    Heartbeat,
 });
 
 #[cfg(test)]

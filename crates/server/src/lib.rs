@@ -50,9 +50,6 @@ use crate::shared::Shared;
 pub struct ServerConfig {
     /// Where to listen (`host:port` or `unix:/path`).
     pub listen: Endpoint,
-    /// How long a client may stay unreachable (a host gone, a silent partition) before its
-    /// session is ended and everything it held released (see `Stream::set_liveness`).
-    pub client_timeout: std::time::Duration,
     /// What serves the sessions: libraries, devices, name, quotas (the workers get it too).
     pub sessions: SessionSettings,
     /// Serve each session in a worker process started with this command (see [`workers`]);
@@ -84,6 +81,10 @@ pub struct SessionSettings {
     pub tls: Option<TlsIdentity>,
     /// Where connections in the clear are accepted.
     pub plaintext: Plaintext,
+    /// How long a client may stay unreachable (a host gone, a silent partition) or leave the
+    /// server's heartbeats unanswered (a hung client, a black-holing path) before its session
+    /// is ended and everything it held released; `None`: 30 s.
+    pub client_timeout: Option<std::time::Duration>,
 }
 
 /// A bound server, ready to [`run`](Server::run).
@@ -123,7 +124,6 @@ impl Server {
     pub fn bind(config: ServerConfig) -> Result<Server, String> {
         let settings = config.sessions.clone();
         let mut shared = load_shared(settings.clone(), true);
-        shared.client_timeout = config.client_timeout;
         let listener = Listener::bind(&config.listen)
             .map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
         let endpoint = listener
@@ -232,6 +232,9 @@ pub(crate) fn load_shared(settings: SessionSettings, announce: bool) -> Shared {
     let mut shared = Shared::new(inventory, cuda, settings.token, settings.name);
     shared.security = security;
     shared.limits = settings.limits;
+    if let Some(timeout) = settings.client_timeout {
+        shared.client_timeout = timeout;
+    }
     shared
 }
 

@@ -20,7 +20,7 @@ use crate::lanes::{LaneHandles, Striped, StripedOut};
 use crate::limits::Usage;
 use crate::opencl::session::ClSession;
 use crate::shared::Shared;
-use crate::watch::SessionWatch;
+use crate::watch::{Patience, SessionWatch};
 use crate::writer::Writer;
 
 /// Where the bulk bytes of a request come from, and how many are still to be read.
@@ -61,8 +61,9 @@ pub enum End {
     Protocol(String),
     /// The connection failed.
     Broken(String),
-    /// The client sent no request for the idle timeout (logged by the watchdog).
-    Idle,
+    /// The watchdog closed the session (and logged why): no request for the idle timeout, or
+    /// no answer from the client for `client_timeout`.
+    Watchdog,
 }
 
 impl End {
@@ -231,7 +232,10 @@ pub(crate) fn serve(admitted: Admitted, shared: &Arc<Shared>, id: u64, client_go
     session.watch = match watched {
         Ok(watched) => Some(SessionWatch::start(
             id,
-            shared.limits.idle_timeout,
+            Patience {
+                idle: shared.limits.idle_timeout,
+                client: shared.client_timeout,
+            },
             watched,
             session.writer.clone(),
         )),
@@ -246,7 +250,7 @@ pub(crate) fn serve(admitted: Admitted, shared: &Arc<Shared>, id: u64, client_go
         watch.end();
     }
     match &end {
-        End::Closed | End::Idle => {}
+        End::Closed | End::Watchdog => {}
         End::Stopped => log::debug!("session {id}: server shutting down"),
         End::Protocol(why) => log::warn!("session {id} ({client} at {peer}): {why}; closing it"),
         End::Broken(why) => log::warn!("session {id} ({client} at {peer}): connection lost: {why}"),
@@ -315,9 +319,9 @@ impl Session {
             let frame = self.reader.read_frame();
             if let Some(watch) = &self.watch {
                 if watch.fired() {
-                    return End::Idle;
+                    return End::Watchdog;
                 }
-                watch.working();
+                watch.heard();
             }
             let (header, msg) = match frame {
                 Ok((header, body)) => (header, decode_body::<ClientMsg>(body)),
@@ -327,6 +331,11 @@ impl Session {
                 Ok(msg) => msg,
                 Err(e) => return End::Protocol(e.to_string()),
             };
+            // A sign of life is not a request: the idle clock goes on.
+            let request = !matches!(msg, ClientMsg::Alive);
+            if let Some(watch) = self.watch.as_ref().filter(|_| request) {
+                watch.working();
+            }
             self.bulk = Incoming::of(&header);
             let result = match msg {
                 ClientMsg::Session(request) => {
@@ -339,6 +348,8 @@ impl Session {
                     opencl::serve::dispatch(self, header.seq, header.bulk_len, request)
                 }
                 ClientMsg::Cu(request) => self.handle_cuda(header.seq, header.bulk_len, request),
+                ClientMsg::Alive if header.bulk_len == 0 => Ok(()),
+                ClientMsg::Alive => Err(End::Protocol("a sign of life with bulk data".into())),
             };
             if let Err(end) = result {
                 return end;

@@ -1,8 +1,14 @@
-//! A session's watchdog thread: it closes a session that has sent no request for the idle
-//! timeout (when one is set), and while the session carries out a request that takes longer
-//! than a second it tells the client so every second ([`ServerMsg::Working`]): the client's
-//! liveness watchdog then knows the server alive though no reply comes (a long kernel's
-//! `clFinish`), while a black-holing path or a hung server process sends nothing.
+//! A session's watchdog thread. It
+//! - closes a session that has sent no request for the idle timeout (when one is set);
+//! - tells the client every second while the session carries out a request that takes longer
+//!   ([`ServerMsg::Working`]): the client's liveness watchdog then knows the server alive
+//!   though no reply comes (a long kernel's `clFinish`), while a black-holing path or a hung
+//!   server process sends nothing;
+//! - asks a client that has been silent for a third of `client_timeout` for a sign of life
+//!   ([`ServerMsg::Heartbeat`], answered by its library's watchdog thread, whatever the program
+//!   does) and closes the session when none comes within `client_timeout`: a hung client, or a
+//!   path that keeps TCP alive but delivers nothing, does not hold its session's devices and
+//!   memory for ever. (A program stopped in a debugger for longer loses its session too.)
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -20,9 +26,20 @@ pub(crate) struct SessionWatch {
     /// Milliseconds since `start` when the session thread last began waiting for a request,
     /// or (with [`BUSY`] set) began carrying one out.
     since: AtomicU64,
+    /// Milliseconds since `start` when the last frame came from the client.
+    heard: AtomicU64,
     ended: AtomicBool,
-    /// Set when the watchdog closed the session for idling.
+    /// Set when the watchdog closed the session (and logged why).
     fired: AtomicBool,
+}
+
+/// How long a session waits for its client; what it asks and when it gives up.
+#[derive(Clone, Copy)]
+pub(crate) struct Patience {
+    /// No request for this long closes the session.
+    pub idle: Option<Duration>,
+    /// A client silent for this long while asked for a sign of life is gone.
+    pub client: Duration,
 }
 
 /// The bit of `since` that says the session thread carries out a request.
@@ -33,28 +50,32 @@ impl SessionWatch {
     /// replies go out through `writer`.
     pub fn start(
         session: u64,
-        idle_timeout: Option<Duration>,
+        patience: Patience,
         stream: rgpu_transport::Stream,
         writer: Arc<Writer>,
     ) -> Arc<SessionWatch> {
         let watch = Arc::new(SessionWatch {
             start: Instant::now(),
             since: AtomicU64::new(0),
+            heard: AtomicU64::new(0),
             ended: AtomicBool::new(false),
             fired: AtomicBool::new(false),
         });
         let watched = watch.clone();
-        let tick = idle_timeout
+        let tick = patience
+            .idle
             .map_or(WORKING_EVERY, |t| t / 4)
+            .min(patience.client / 8)
             .clamp(Duration::from_millis(50), Duration::from_millis(250));
+        let client_ms = patience.client.as_millis() as u64;
         let spawned = std::thread::Builder::new()
             .name(format!("rgpu-watch{session}"))
             .spawn(move || {
-                let mut told = 0u64;
+                let (mut told, mut asked) = (0u64, 0u64);
                 while !watched.ended.load(Ordering::Acquire) {
                     std::thread::sleep(tick);
                     let since = watched.since.load(Ordering::Acquire);
-                    let now = watched.start.elapsed().as_millis() as u64;
+                    let now = watched.now();
                     let busy = since & BUSY != 0;
                     let for_ms = now.saturating_sub(since & !BUSY);
                     let every = WORKING_EVERY.as_millis() as u64;
@@ -65,15 +86,39 @@ impl SessionWatch {
                             told = now;
                         }
                     }
-                    let idle_for = idle_timeout.filter(|t| !busy && for_ms >= t.as_millis() as u64);
-                    if let Some(timeout) = idle_for {
-                        log::info!(
-                            "session {session}: no request for {:.0} s (idle_timeout); closing it",
-                            timeout.as_secs_f64()
-                        );
+                    let close = |why: String| {
+                        log::info!("session {session}: {why}; closing it");
                         watched.fired.store(true, Ordering::Release);
                         stream.shutdown();
+                    };
+                    let idle_for = patience
+                        .idle
+                        .filter(|t| !busy && for_ms >= t.as_millis() as u64);
+                    if let Some(timeout) = idle_for {
+                        close(format!(
+                            "no request for {:.0} s (idle_timeout)",
+                            timeout.as_secs_f64()
+                        ));
                         return;
+                    }
+                    // The client owes nothing while the session works for it.
+                    if busy {
+                        continue;
+                    }
+                    let silent_from = (since & !BUSY).max(watched.heard.load(Ordering::Acquire));
+                    if asked > silent_from && now.saturating_sub(asked) >= client_ms * 2 / 3 {
+                        close(format!(
+                            "the client has not answered for {:.0} s (client_timeout): it, or \
+                             the path to it, has stopped delivering",
+                            now.saturating_sub(silent_from) as f64 / 1000.0
+                        ));
+                        return;
+                    }
+                    if asked <= silent_from
+                        && now.saturating_sub(silent_from) >= client_ms / 3
+                        && writer.try_send(&ServerMsg::Heartbeat, 0)
+                    {
+                        asked = now;
                     }
                 }
             });
@@ -83,13 +128,25 @@ impl SessionWatch {
         watch
     }
 
+    /// Milliseconds since `start`, plus one (0 stays "never").
     fn now(&self) -> u64 {
-        self.start.elapsed().as_millis() as u64
+        self.start.elapsed().as_millis() as u64 + 1
     }
 
-    /// The session thread waits for the next request from now on.
+    /// The session thread waits for the next request from now on (if it was carrying one
+    /// out: a frame that was not a request leaves the wait's start where it was).
     pub fn waiting(&self) {
-        self.since.store(self.now(), Ordering::Release);
+        let now = self.now();
+        let _ = self
+            .since
+            .try_update(Ordering::AcqRel, Ordering::Acquire, |since| {
+                (since & BUSY != 0).then_some(now)
+            });
+    }
+
+    /// A frame came from the client.
+    pub fn heard(&self) {
+        self.heard.store(self.now(), Ordering::Release);
     }
 
     /// The session thread carries out a request from now on.

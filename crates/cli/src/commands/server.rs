@@ -128,8 +128,9 @@ pub struct ServerSettings {
     #[arg(long, value_name = "N", env = "RGPU_SERVER_EXPECT_DEVICES")]
     expect_devices: Option<usize>,
 
-    /// Seconds a client may stay unreachable (host gone, silent network partition) before its
-    /// session is ended and what it held is released.
+    /// Seconds a client may stay unreachable (host gone, silent network partition) or leave
+    /// the server's heartbeats unanswered (a hung client, a path that delivers nothing) before
+    /// its session is ended and what it held is released.
     #[arg(
         long,
         value_name = "SECONDS",
@@ -313,8 +314,8 @@ pub fn run(args: ServerArgs, matches: &ArgMatches) -> Result<ExitCode, String> {
 
     let config = ServerConfig {
         listen,
-        client_timeout: positive_seconds("client_timeout", args.client_timeout)?,
         sessions: SessionSettings {
+            client_timeout: Some(positive_seconds("client_timeout", args.client_timeout)?),
             platform_filter: args.platform,
             device_filter: args.devices,
             opencl_library: args.opencl_library,

@@ -53,7 +53,6 @@ impl Running {
         let _ = env_logger::builder().is_test(true).try_init();
         let server = Server::bind(ServerConfig {
             listen,
-            client_timeout: std::time::Duration::from_secs(30),
             sessions: rgpu_server::SessionSettings {
                 cuda: true,
                 name: "test-server".into(),
@@ -153,8 +152,12 @@ impl Client {
             let mut bulk = vec![0u8; header.bulk_len as usize];
             self.reader.read_bulk(&mut bulk).unwrap();
             // Notices that answer no request: event statuses, and the sign of life a session
-            // busy for over a second sends every second (a slow build on a loaded machine).
-            if !matches!(msg, ServerMsg::EventStatus { .. } | ServerMsg::Working) {
+            // busy for over a second sends every second (a slow build on a loaded machine), and
+            // its request for one from a client silent for a while.
+            if !matches!(
+                msg,
+                ServerMsg::EventStatus { .. } | ServerMsg::Working | ServerMsg::Heartbeat
+            ) {
                 return (header.seq, msg, bulk);
             }
         }
