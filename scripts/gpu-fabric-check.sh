@@ -4,6 +4,7 @@
 #   torch_fabric     tests/cuda/torch_fabric_check.py natively (both GPUs) and through rgpu
 #                    (a GPU per server), CHECK lines compared: tensors moved between the GPUs,
 #                    stream-ordered copies with cross-device event waits, a split model;
+#   torch_fabric_pools   the same in pool memory (cudaMallocAsync: no IPC handles);
 #   copies, multi_device   the CUDA programs of gpu-check.sh with their devices on two servers;
 #   bench_fabric     `rgpu bench fabric`: cross-server copies (IPC and network paths) against
 #                    native cudaMemcpyPeer and the raw loopback TCP link, in one run;
@@ -67,6 +68,10 @@ compared() {
 }
 
 compared torch_fabric python3 tests/cuda/torch_fabric_check.py
+# The same with stream-ordered pool memory (cudaMallocAsync), which has no IPC handle: a copy
+# the source's server cannot push is pulled by the destination's.
+compared torch_fabric_pools env PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync \
+    python3 tests/cuda/torch_fabric_check.py
 nvcc=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
 for name in copies multi_device; do
     if "$nvcc" -O2 -o "$out/$name" "tests/cuda/$name.cu" >"$out/$name.build" 2>&1; then

@@ -579,6 +579,31 @@ wire_api! {
         /// each as that request would be: the server asks each exporting session for the IPC
         /// handles of all of its exports together, one round trip for the lot.
         post PullRanges pull_ranges(ctx: Id, pulls: Vec<RangePull>);
+        /// Lets a server on this machine copy `size` bytes into `dst` through the allocation's
+        /// IPC handle (`PushRange`), under `ticket`. Should it not, this server pulls `from`
+        /// (the pusher's export of the bytes) into `dst` on a stream of the fabric's own
+        /// (through its IPC handle when `ipc`), as `PullRange` would.
+        post LandRange land_range(
+            ctx: Id,
+            dst: DevicePtr,
+            size: u64,
+            ticket: LaneKey,
+            from: PeerExport,
+            ipc: bool,
+        );
+        /// Copies `size` bytes at `src`, in `stream`'s order, into another server's `LandRange`
+        /// `to` (a server on this machine), device to device through the destination
+        /// allocation's IPC handle: the copy that native `cuMemcpyPeerAsync` makes on the
+        /// source's stream. Where that cannot be, exports the bytes under `ticket` (held on
+        /// `stream` until delivered) and has the destination pull them.
+        post PushRange push_range(
+            ctx: Id,
+            stream: Id,
+            src: DevicePtr,
+            size: u64,
+            to: PeerExport,
+            ticket: LaneKey,
+        );
     }
 
     /// Modules, libraries, functions and kernels.

@@ -43,6 +43,9 @@ pub enum LinkRequest {
     /// (after pulling all of them), or the pull failed (the puller reports that itself). An
     /// export whose stream waits for its delivery lets the stream go on. No answer.
     Delivered { ticket: LaneKey },
+    /// The pusher could not copy into the landing `ticket` (`LandRange`) through its IPC
+    /// handle: the landing's server pulls the pusher's export of the bytes itself. No answer.
+    PullInstead { ticket: LaneKey },
 }
 
 /// Exporter to puller.
@@ -66,6 +69,7 @@ sample_enum!(LinkRequest {
     Shared { copied },
     Handle { ticket },
     Delivered { ticket },
+    PullInstead { ticket },
 });
 sample_enum!(LinkReply {
     Waiting,

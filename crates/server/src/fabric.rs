@@ -48,6 +48,18 @@ pub(crate) trait Source: std::marker::Send + Sync {
     fn handle(&self) -> Option<(Vec<u8>, u64)> {
         None
     }
+
+    /// Whether its bytes may be pulled: not those of a landing, a range another server
+    /// writes (`LandRange`).
+    fn readable(&self) -> bool {
+        true
+    }
+
+    /// A landing whose pusher could not copy into it: starts pulling the pusher's export
+    /// instead, in the background.
+    fn pull_instead(&self) -> Result<(), String> {
+        Err("not a landing".into())
+    }
 }
 
 struct Export {
@@ -358,6 +370,19 @@ impl Fabric {
         }
     }
 
+    /// A landing's pusher could not copy into it: its server pulls the bytes instead, and the
+    /// landing ends.
+    fn pull_instead(&self, session: u64, ticket: &LaneKey) {
+        let Some(landing) = self.find(session, ticket, WAITING_EVERY) else {
+            log::warn!("session {session}: no landing to pull into");
+            return;
+        };
+        if let Err(e) = landing.source.pull_instead() {
+            log::warn!("session {session}: pulling into a landing: {e}");
+        }
+        self.end(ticket, &landing);
+    }
+
     /// Ends an export (its stream goes on, if it waits).
     fn end(&self, ticket: &LaneKey, export: &Arc<Export>) {
         let mut exports = self.lock();
@@ -467,6 +492,7 @@ impl Fabric {
                     }
                 }
                 LinkRequest::Delivered { ticket } => self.delivered(session, &ticket),
+                LinkRequest::PullInstead { ticket } => self.pull_instead(session, &ticket),
                 LinkRequest::Shared { .. } => return Err("a Shared without a handle".into()),
             }
         }
@@ -505,6 +531,10 @@ impl Fabric {
         let Some(export) = self.wanted_export(session, ticket, writer)? else {
             return Ok(None);
         };
+        if !export.source.readable() {
+            refuse(writer, "a landing is written, not read")?;
+            return Ok(None);
+        }
         let mut told = Instant::now();
         let started = Instant::now();
         loop {
@@ -772,6 +802,50 @@ mod tests {
         assert!(fabric.find(1, &ticket, Duration::ZERO).is_none());
         // A delivery told of an export that ended already is no matter.
         fabric.delivered(1, &ticket);
+    }
+
+    /// A landing that counts the pulls it started.
+    struct Landing(Arc<AtomicU64>);
+
+    impl Source for Landing {
+        fn ready(&self) -> Result<bool, String> {
+            Ok(true)
+        }
+
+        fn read(&self, _: u64, _: u64, _: Send) -> Result<(), String> {
+            Err("a landing is written, not read".into())
+        }
+
+        fn readable(&self) -> bool {
+            false
+        }
+
+        fn pull_instead(&self) -> Result<(), String> {
+            self.0.fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        }
+    }
+
+    /// A landing ends with its pusher's word: copied (nothing pulled), or pull instead (its
+    /// pull starts, once); another session's word is no matter.
+    #[test]
+    fn a_landing_ends_when_pushed_or_pulls_instead() {
+        let fabric = Arc::new(Fabric::default());
+        let pulls = Arc::new(AtomicU64::new(0));
+        let landing = || Box::new(Landing(pulls.clone()));
+        let (pushed, refused) = ([3u8; 32], [4u8; 32]);
+        fabric.add(1, pushed, 10, landing(), true).unwrap();
+        fabric.add(1, refused, 10, landing(), true).unwrap();
+        fabric.delivered(1, &pushed);
+        assert!(fabric.find(1, &pushed, Duration::ZERO).is_none());
+        fabric.pull_instead(2, &refused);
+        assert_eq!(pulls.load(Ordering::SeqCst), 0);
+        assert!(fabric.find(1, &refused, Duration::ZERO).is_some());
+        fabric.pull_instead(1, &refused);
+        assert_eq!(pulls.load(Ordering::SeqCst), 1);
+        assert!(fabric.find(1, &refused, Duration::ZERO).is_none());
+        fabric.pull_instead(1, &refused);
+        assert_eq!(pulls.load(Ordering::SeqCst), 1);
     }
 
     #[test]

@@ -264,14 +264,31 @@ impl Links {
         Ok(value)
     }
 
-    /// Tells the exporter that the bytes of `export` are in the puller's device memory now.
+    /// Tells the exporter that the bytes of `export` are in the puller's device memory now
+    /// (for a landing: that the pusher copied them).
     pub fn delivered(&self, export: &PeerExport) -> Result<(), String> {
-        self.with_link(export, |link| {
-            link.send(&LinkRequest::Delivered {
+        self.tell(
+            export,
+            &LinkRequest::Delivered {
                 ticket: export.ticket,
-            })
-        })
-        .map_err(|e| format!("{}: {e}", export.endpoint))
+            },
+        )
+    }
+
+    /// Tells a landing's server that the pusher could not copy into it: it pulls the bytes.
+    pub fn pull_instead(&self, landing: &PeerExport) -> Result<(), String> {
+        self.tell(
+            landing,
+            &LinkRequest::PullInstead {
+                ticket: landing.ticket,
+            },
+        )
+    }
+
+    /// Sends a request that has no answer.
+    fn tell(&self, export: &PeerExport, request: &LinkRequest) -> Result<(), String> {
+        self.with_link(export, |link| link.send(request))
+            .map_err(|e| format!("{}: {e}", export.endpoint))
     }
 
     /// The IPC handles of several exported allocations and each range's offset in its

@@ -443,6 +443,17 @@ fn between_servers(
     queue: Option<(Arc<Context>, Id)>,
 ) -> Result<(), CUresult> {
     let ipc = super::fabric_ipc() && from.conn.endpoint().same_machine(to.conn.endpoint());
+    if let Some((ctx, stream)) = &queue {
+        let pushable = ipc && size > 0 && super::fabric_push();
+        // Into memory that has an IPC handle to share (a push into pool memory would be
+        // pulled by the destination after all, later than the request's place in its order).
+        if pushable
+            && Arc::ptr_eq(&ctx.conn, &from.conn)
+            && super::memory::is_plain_allocation(dst, size)
+        {
+            return push_between_servers(ctx, *stream, src, to, dst, size);
+        }
+    }
     // The stream that orders the copy: on the source's server, the export keeps later work
     // there from changing the bytes until they are on the destination device (held for an IPC
     // copy, else read by the stream itself as they go), and the destination pulls on a stream
@@ -492,6 +503,35 @@ fn between_servers(
         synchronize_stream(&pctx, 0)?;
     }
     Ok(())
+}
+
+/// A copy between servers of one machine ordered on a stream of the source's (`ctx`, `stream`):
+/// the source's server copies into the destination's allocation through its IPC handle, in the
+/// stream's order, as a native peer copy does (no round trip between the servers per copy, the
+/// stream going straight on to its next work). The destination's server lands it (`LandRange`)
+/// and, should the push not be possible, pulls instead. Both requests are posted.
+fn push_between_servers(
+    ctx: &Arc<Context>,
+    stream: Id,
+    src: u64,
+    to: &Arc<Context>,
+    dst: u64,
+    size: u64,
+) -> Result<(), CUresult> {
+    let (landing, source) = (rgpu_client::new_ticket(), rgpu_client::new_ticket());
+    let export = |ctx: &Arc<Context>, ticket| rgpu_protocol::PeerExport {
+        endpoint: ctx.conn.endpoint().to_string(),
+        session: ctx.conn.session_id(),
+        ticket,
+    };
+    to.conn
+        .cuda()
+        .land_range(to.remote, dst, size, landing, export(ctx, source), true)
+        .outcome()?;
+    ctx.conn
+        .cuda()
+        .push_range(ctx.remote, stream, src, size, export(to, landing), source)
+        .outcome()
 }
 
 /// A copy between devices of different servers, through this process: read from one, write

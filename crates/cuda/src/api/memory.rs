@@ -24,6 +24,20 @@ const PAGE: usize = 4096;
 /// Device memory of the program, with the owning context's handle.
 static DEVICE_RANGES: RwLock<RangeMap<usize>> = RwLock::new(RangeMap::new());
 
+/// The device memory of plain allocations (`cuMemAlloc`): memory whose server can share it
+/// with another server of its machine through a CUDA IPC handle (pool and VMM memory have
+/// none).
+static PLAIN_RANGES: RwLock<RangeMap<()>> = RwLock::new(RangeMap::new());
+
+/// Whether `[ptr, ptr + size)` lies in one plain allocation (see `PLAIN_RANGES`).
+pub(crate) fn is_plain_allocation(ptr: u64, size: u64) -> bool {
+    PLAIN_RANGES
+        .read()
+        .unwrap()
+        .find(ptr)
+        .is_some_and(|(start, len, ())| ptr.saturating_add(size) <= start.saturating_add(len))
+}
+
 /// Page-locked host memory, with its flags and whether rgpu allocated it.
 static HOST_RANGES: Mutex<RangeMap<(u32, bool)>> = Mutex::new(RangeMap::new());
 
@@ -141,6 +155,7 @@ pub unsafe fn cuMemAlloc_v2(dptr: *mut CUdeviceptr, size: usize) -> CUresult {
         let allocate_once = || server.mem_alloc(ctx.remote, size as u64).outcome();
         let free = |ptr| server.mem_free(ctx.remote, ptr).outcome();
         let ptr = allocate(&ctx, size, allocate_once, |_| true, free)?;
+        PLAIN_RANGES.write().unwrap().insert(ptr, size as u64, ());
         // SAFETY: an out-pointer from the caller: null (refused by write_out) or writable, as the API requires.
         unsafe { write_out(dptr, ptr) }
     }))
@@ -187,6 +202,7 @@ pub unsafe fn cuMemFree_v2(ptr: CUdeviceptr) -> CUresult {
     status(context_of(ptr).and_then(|ctx| {
         ctx.conn.cuda().mem_free(ctx.remote, ptr).outcome()?;
         DEVICE_RANGES.write().unwrap().remove(ptr);
+        PLAIN_RANGES.write().unwrap().remove(ptr);
         super::managed::forget(ptr);
         Ok(())
     }))
@@ -596,4 +612,5 @@ pub unsafe fn cuMemAllocPitch_v2(
 /// Forgets a device range (freed or unreserved).
 pub(crate) fn forget_device_range(ptr: u64) {
     DEVICE_RANGES.write().unwrap().remove(ptr);
+    PLAIN_RANGES.write().unwrap().remove(ptr);
 }

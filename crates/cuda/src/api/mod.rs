@@ -51,3 +51,11 @@ pub(crate) use crate::results::{from_remote, status, write_out, Outcome};
 pub(crate) fn fabric_ipc() -> bool {
     !std::env::var_os("RGPU_FABRIC_IPC").is_some_and(|v| v == "0")
 }
+
+/// Whether a copy between servers of one machine, ordered on the source's stream, is pushed
+/// by the source's server into the destination's allocation (as native peer copies are) rather
+/// than pulled by the destination's; `RGPU_FABRIC_PUSH=0` pulls (to compare the two). Read at
+/// each copy, as `fabric_ipc`.
+pub(crate) fn fabric_push() -> bool {
+    !std::env::var_os("RGPU_FABRIC_PUSH").is_some_and(|v| v == "0")
+}

@@ -30,6 +30,7 @@ use super::fabric_ring::{wait_until, Direction, Ring, DRAIN_WAIT};
 use super::session::Served;
 use super::Backend;
 use crate::fabric::{Source, CHUNK};
+use rgpu_transport::peer::Links;
 
 /// The status a failed pull reports (the MPI interposer then moves the bytes another way).
 const PULL_FAILED: Status = cudaError_enum::CUDA_ERROR_UNKNOWN as u32;
@@ -228,6 +229,44 @@ impl Source for DeviceRange {
     }
     fn handle(&self) -> Option<(Vec<u8>, u64)> {
         self.shared.clone()
+    }
+}
+
+/// A landing (`LandRange`): device memory another server on this machine copies into through
+/// the allocation's IPC handle, or, should it not, that this server fills by pulling the other
+/// server's export of the bytes.
+struct LandingRange {
+    shared: Option<(Vec<u8>, u64)>,
+    /// The pull, started at most once.
+    pull_instead: Mutex<Option<LandingPull>>,
+}
+
+type LandingPull = Box<dyn FnOnce() -> Result<(), String> + std::marker::Send>;
+
+impl Source for LandingRange {
+    fn ready(&self) -> Result<bool, String> {
+        Ok(true)
+    }
+
+    fn read(&self, _: u64, _: u64, _: crate::fabric::Send) -> Result<(), String> {
+        Err("a landing is written, not read".into())
+    }
+
+    fn handle(&self) -> Option<(Vec<u8>, u64)> {
+        self.shared.clone()
+    }
+
+    fn readable(&self) -> bool {
+        false
+    }
+
+    fn pull_instead(&self) -> Result<(), String> {
+        let pull = self
+            .pull_instead
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        pull.ok_or("the landing's pull started already")?()
     }
 }
 
@@ -471,14 +510,14 @@ impl Served<'_> {
         &mut self,
         ticket: LaneKey,
         size: u64,
-        range: DeviceRange,
+        source: Box<dyn Source>,
         awaits_delivery: bool,
     ) -> Answer<()> {
         let session = &self.session;
         session
             .shared
             .fabric
-            .add(session.id, ticket, size, Box::new(range), awaits_delivery)
+            .add(session.id, ticket, size, source, awaits_delivery)
             .map_err(|e| {
                 log::warn!("session {}: {e}", session.id);
                 INVALID_VALUE
@@ -587,7 +626,7 @@ impl serve::Peers for Served<'_> {
             ring,
             hold,
         };
-        self.add_export(ticket, size, range, awaits_delivery)
+        self.add_export(ticket, size, Box::new(range), awaits_delivery)
     }
 
     fn export_event(&mut self, ctx: Id, event: Id, ticket: LaneKey) -> Answer<()> {
@@ -607,7 +646,7 @@ impl serve::Peers for Served<'_> {
             ring: None,
             hold: None,
         };
-        self.add_export(ticket, 0, range, false)
+        self.add_export(ticket, 0, Box::new(range), false)
     }
 
     fn unexport(&mut self, ticket: LaneKey) -> Answer<()> {
@@ -632,6 +671,81 @@ impl serve::Peers for Served<'_> {
             ipc,
         };
         self.pull(ctx, pull, None)
+    }
+
+    fn land_range(
+        &mut self,
+        ctx: Id,
+        dst: DevicePtr,
+        size: u64,
+        ticket: LaneKey,
+        from: PeerExport,
+        ipc: bool,
+    ) -> Answer<()> {
+        let (at, memory, _) = self.fabric_setup(ctx, 0)?;
+        let shared = (size > 0)
+            .then(|| ipc_handle_of(&at.backend.driver, dst))
+            .flatten();
+        let puller = self.puller();
+        let pull = RangePull {
+            stream: None,
+            dst,
+            size,
+            from,
+            ipc,
+        };
+        let pull_instead: LandingPull = Box::new(move || {
+            at.enter()?;
+            puller
+                .start(&at, &memory, None, pull, None)
+                .map_err(|s| format!("CUDA error {s} starting the pull"))
+        });
+        let landing = LandingRange {
+            shared,
+            pull_instead: Mutex::new(Some(pull_instead)),
+        };
+        // Ended by the pusher's word: copied (`Delivered`), or pull instead.
+        self.add_export(ticket, size, Box::new(landing), true)
+    }
+
+    fn push_range(
+        &mut self,
+        ctx: Id,
+        stream: Id,
+        src: DevicePtr,
+        size: u64,
+        to: PeerExport,
+        ticket: LaneKey,
+    ) -> Answer<()> {
+        let (at, _, raw_stream) = self.fabric_setup(ctx, stream)?;
+        let links = self.links()?;
+        let pushed = push_by_ipc(&at, raw_stream, src, size, links, &to);
+        let id = self.session.id;
+        let shared = self.session.shared.clone();
+        let tell: crate::fabric::Job = match pushed {
+            // The landing ends: told in the background, as nothing waits for it.
+            Ok(()) => Box::new(move || {
+                if let Err(e) = fabric_links(&shared).and_then(|links| links.delivered(&to)) {
+                    log::debug!("session {id}: telling of a push: {e}");
+                }
+            }),
+            Err(e) => {
+                // As a copy the destination pulls: the range exported under the pusher's
+                // ticket, held on the stream until the bytes have landed.
+                log::debug!("session {id}: no IPC push ({e}); the destination pulls");
+                self.export_range(ctx, stream, src, size, ticket, ExportKeep::Hold)?;
+                Box::new(move || {
+                    let told = fabric_links(&shared).and_then(|links| links.pull_instead(&to));
+                    if let Err(e) = told {
+                        log::warn!("session {id}: the destination of a copy: {e}");
+                    }
+                })
+            }
+        };
+        self.session.shared.fabric.run(tell).map_err(|e| {
+            log::warn!("session {id}: {e}");
+            PULL_FAILED
+        })
     }
 
     fn pull_ranges(&mut self, ctx: Id, pulls: Vec<RangePull>) -> Answer<()> {
@@ -659,23 +773,65 @@ impl serve::Peers for Served<'_> {
     }
 }
 
+/// Copies `size` bytes at `src` into the landing `to` through its allocation's IPC handle
+/// (mapped in `at`'s context, current here), in `stream`'s order.
+fn push_by_ipc(
+    at: &InContext,
+    stream: CUstream,
+    src: DevicePtr,
+    size: u64,
+    links: &Links,
+    to: &PeerExport,
+) -> Result<(), String> {
+    let answer = links.handles(&[to]).pop();
+    let (handle, offset) = answer
+        .unwrap_or_else(|| Err("no answer".into()))?
+        .ok_or("the destination has no IPC handle to share")?;
+    let dst = ipc_mapping(at, &handle)? + offset;
+    // SAFETY: a stream of the current context; the driver checks both ranges.
+    check(unsafe {
+        cu_call!(
+            at.backend.driver,
+            cuMemcpyDtoDAsync_v2(dst, src, size as usize, stream)
+        )
+    })
+    .map_err(|s| format!("CUDA error {s} copying"))
+}
+
 /// How long an IPC pull keeps its exporter waiting, with the copy ready to go, for the earlier
 /// work of its stream (the exporter waits at most `PEER_TIMEOUT` for the copy's end). A stream
 /// busy for longer lets the exporter go, and asks again once its work is done.
 const EARLY_SHARE: Duration = Duration::from_secs(5);
 
+/// This process's links to other servers.
+fn fabric_links(shared: &crate::shared::Shared) -> Result<&Links, String> {
+    shared.fabric.links(shared.token.as_ref())
+}
+
+/// What a pull needs of its session, on any thread: a landing's pull starts on a fabric link's
+/// thread.
+struct Puller {
+    session: u64,
+    shared: Arc<crate::shared::Shared>,
+    /// Where a failure waits for the session's next synchronizing request.
+    failure: Arc<Mutex<Option<Status>>>,
+}
+
 impl Served<'_> {
+    fn puller(&self) -> Puller {
+        Puller {
+            session: self.session.id,
+            shared: self.session.shared.clone(),
+            failure: self.cuda.fabric_failure.clone(),
+        }
+    }
+
     /// This process's links to other servers.
-    fn links(&self) -> Result<&rgpu_transport::peer::Links, Status> {
-        let session = &self.session;
-        session
-            .shared
-            .fabric
-            .links(session.shared.token.as_ref())
-            .map_err(|e| {
-                log::warn!("session {}: {e}", session.id);
-                PULL_FAILED
-            })
+    fn links(&self) -> Result<&Links, Status> {
+        fabric_links(&self.session.shared).map_err(|e| {
+            log::warn!("session {}: {e}", self.session.id);
+            PULL_FAILED
+        })
     }
 
     /// Fills `pull.dst` with another server's export, in its stream's order, pulled in the
@@ -688,23 +844,48 @@ impl Served<'_> {
         pull: RangePull,
         handle: Option<Option<HandleAnswer>>,
     ) -> Answer<()> {
+        let (at, memory, program_stream) = self.fabric_setup(ctx, pull.stream.unwrap_or(0))?;
+        let program_stream = pull.stream.map(|_| program_stream);
+        self.puller()
+            .start(&at, &memory, program_stream, pull, handle)
+    }
+}
+
+impl Puller {
+    fn links(&self) -> Result<&Links, String> {
+        fabric_links(&self.shared)
+    }
+
+    /// Starts a pull into `at`'s context (current on this thread) in `program_stream`'s order
+    /// (`None`: on a stream of the fabric's own; `pull.stream` is not looked at): see
+    /// `Served::pull`.
+    fn start(
+        self,
+        at: &InContext,
+        memory: &Arc<FabricMemory>,
+        program_stream: Option<CUstream>,
+        pull: RangePull,
+        handle: Option<Option<HandleAnswer>>,
+    ) -> Answer<()> {
         let RangePull {
-            stream,
             dst,
             size,
             from,
             ipc,
+            ..
         } = pull;
-        let (at, memory, program_stream) = self.fabric_setup(ctx, stream.unwrap_or(0))?;
-        let (stream, lease) = match stream {
-            Some(_) => (program_stream, None),
+        let (stream, lease) = match program_stream {
+            Some(stream) => (stream, None),
             None => {
-                let (stream, lease) = own_stream(&at)?;
+                let (stream, lease) = own_stream(at)?;
                 (stream, Some(lease))
             }
         };
-        let id = self.session.id;
-        let links = self.links()?;
+        let id = self.session;
+        let links = self.links().map_err(|e| {
+            log::warn!("session {id}: {e}");
+            PULL_FAILED
+        })?;
         let earlier = at.event_on(stream)?;
         // On one machine: the exporter's allocation, mapped now so that the copy can take its
         // place in the stream (the handle costs one round trip to the exporter, unless the
@@ -719,7 +900,7 @@ impl Served<'_> {
             }),
         };
         let mapped = match handle {
-            Some(Ok(Some((handle, offset)))) => ipc_mapping(&at, &handle)
+            Some(Ok(Some((handle, offset)))) => ipc_mapping(at, &handle)
                 .map(|base| base + offset)
                 .map_err(|e| log::debug!("session {id}: no IPC copy ({e})"))
                 .ok(),
@@ -730,16 +911,15 @@ impl Served<'_> {
             }
         };
         let (pull, enqueued) = match size {
-            0 => (InStreamPull::event(&memory, &at, stream)?, Ok(())),
-            _ => InStreamPull::enqueue(&memory, &at, stream, dst, size, mapped),
+            0 => (InStreamPull::event(memory, at, stream)?, Ok(())),
+            _ => InStreamPull::enqueue(memory, at, stream, dst, size, mapped),
         };
         let enqueued =
             enqueued.map_err(|s| format!("CUDA error {s} ordering the pull in its stream"));
         let order = (at.ctx, stream as usize);
+        let fabric = self.shared.fabric.clone();
         let work = PullWork {
-            session: id,
-            shared: self.session.shared.clone(),
-            failure: self.cuda.fabric_failure.clone(),
+            puller: self,
             from,
             size,
             pull,
@@ -751,7 +931,6 @@ impl Served<'_> {
             None => Box::new(move || work.transfer(enqueued, earlier)),
         };
         // One after another with the stream's other pulls, as the device runs them.
-        let fabric = self.session.shared.fabric.clone();
         fabric.run_in_order(order, job).map_err(|e| {
             log::warn!("session {id}: {e}");
             PULL_FAILED
@@ -761,9 +940,7 @@ impl Served<'_> {
 
 /// A pull's background work, after its request has ordered it in its stream.
 struct PullWork {
-    session: u64,
-    shared: Arc<crate::shared::Shared>,
-    failure: Arc<Mutex<Option<Status>>>,
+    puller: Puller,
     from: PeerExport,
     size: u64,
     pull: InStreamPull,
@@ -773,14 +950,14 @@ struct PullWork {
 }
 
 impl PullWork {
-    fn links(&self) -> Result<&rgpu_transport::peer::Links, String> {
-        self.shared.fabric.links(self.shared.token.as_ref())
+    fn links(&self) -> Result<&Links, String> {
+        self.puller.links()
     }
 
     /// Pulls the bytes over the network (or, for a pull of an event, waits for it), after the
     /// stream's earlier work.
     fn transfer(mut self, enqueued: Result<(), String>, earlier: OwnEvent) {
-        let (id, size) = (self.session, self.size);
+        let (id, size) = (self.puller.session, self.size);
         let pulled = enqueued
             .and_then(|()| {
                 log::debug!("session {id}: pull of {size} bytes waits for its stream");
@@ -809,7 +986,7 @@ impl PullWork {
     /// of its own, so that the stream's next pull asks for its export meanwhile: a stream of
     /// back-to-back copies goes from one to the next without a round trip between them.
     fn share(mut self, enqueued: Result<(), String>, earlier: OwnEvent) {
-        let id = self.session;
+        let id = self.puller.session;
         let asked = enqueued.and_then(|()| {
             let links = self.links()?;
             let Some((sharing, _)) = links.share(&self.from)? else {
@@ -834,7 +1011,7 @@ impl PullWork {
             }
         };
         self.pull.release();
-        let fabric = self.shared.fabric.clone();
+        let fabric = self.puller.shared.fabric.clone();
         let end_order = (self.order.0, !self.order.1);
         let ended = fabric.run_in_order(
             end_order,
@@ -875,7 +1052,10 @@ impl PullWork {
     /// Tells the exporter the bytes are on this device.
     fn tell_delivered(&self) {
         if let Err(e) = self.links().and_then(|links| links.delivered(&self.from)) {
-            log::debug!("session {}: telling of a delivery: {e}", self.session);
+            log::debug!(
+                "session {}: telling of a delivery: {e}",
+                self.puller.session
+            );
         }
     }
 
@@ -884,13 +1064,14 @@ impl PullWork {
     fn failed(&self, e: String) {
         log::warn!(
             "session {}: pulling from {}: {e}",
-            self.session,
+            self.puller.session,
             self.from.endpoint
         );
         if self.size > 0 {
             let _ = self.links().and_then(|links| links.delivered(&self.from));
         }
-        self.failure
+        self.puller
+            .failure
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .get_or_insert(PULL_FAILED);
