@@ -278,6 +278,19 @@ class SwallowingProxy:
             sock.close()
 
 
+def ready_through(proxy, server, cmd, **env):
+    """A test program run through `rgpu run` behind `proxy`, once it has said READY (its
+    stdin and stdout piped, in a session of its own)."""
+    proc = subprocess.Popen(
+        h.rgpu_run_cmd([proxy.endpoint], cmd), env=h.base_env(RGPU_TEST_PLATFORM="rgpu", **env),
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        start_new_session=True)
+    while (line := proc.stdout.readline()) and line.strip() != "READY":
+        pass
+    assert line.strip() == "READY", server.log_tail()
+    return proc
+
+
 @pytest.fixture
 def proxied_server(start_server):
     server = start_server()
@@ -292,15 +305,9 @@ def test_blocking_writes_into_a_swallowing_path_fail_within_the_liveness_time(
     must stop "succeeding" (posted, they never wait for the server) and the program fail within
     the liveness time."""
     server, proxy = proxied_server
-    proc = subprocess.Popen(
-        h.rgpu_run_cmd([proxy.endpoint], [c_program("liveness"), "writes"]),
-        env=h.base_env(RGPU_TEST_PLATFORM="rgpu", RGPU_LIVENESS_TIMEOUT=str(CLIENT_LIVENESS)),
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        start_new_session=True)
+    proc = ready_through(proxy, server, [c_program("liveness"), "writes"],
+                         RGPU_LIVENESS_TIMEOUT=str(CLIENT_LIVENESS))
     try:
-        while (line := proc.stdout.readline()) and line.strip() != "READY":
-            pass
-        assert line.strip() == "READY", server.log_tail()
         proxy.swallow()
         t0 = time.monotonic()
         proc.stdin.write("go\n")
@@ -335,14 +342,8 @@ def test_the_server_closes_the_session_of_a_client_whose_answers_are_swallowed(
     The server closes the session, releasing what it held, within about its client timeout."""
     server = start_server(args=["--client-timeout", str(SERVER_CLIENT_TIMEOUT)])
     proxy = SwallowingProxy(server)
-    proc = subprocess.Popen(
-        h.rgpu_run_cmd([proxy.endpoint], [c_program("isolation"), "secret", "held"]),
-        env=h.base_env(RGPU_TEST_PLATFORM="rgpu"), stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    proc = ready_through(proxy, server, [c_program("isolation"), "secret", "held"])
     try:
-        while (line := proc.stdout.readline()) and line.strip() != "READY":
-            pass
-        assert line.strip() == "READY", server.log_tail()
         proxy.swallow()
         t0 = time.monotonic()
         server.wait_log("has not answered", timeout=SERVER_CLIENT_TIMEOUT + MARGIN)

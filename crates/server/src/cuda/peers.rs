@@ -416,9 +416,7 @@ impl InStreamPull {
         }
         true
     }
-}
 
-impl InStreamPull {
     /// Lets a mapped pull's copy start (the export is ready).
     fn release(&self) {
         if let Landing::Mapped { ready, .. } = &self.0 {
