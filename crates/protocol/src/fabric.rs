@@ -37,7 +37,7 @@ pub enum LinkRequest {
     /// same machine maps the allocation when the pull is requested, to order its device
     /// copy in the pulling stream; it then asks [`LinkRequest::Share`] to wait for the export
     /// to be ready. Answered with [`LinkReply::Handle`] once per export (one use, like its
-    /// bytes), else [`LinkReply::Refused`].
+    /// bytes), or [`LinkReply::HandleReady`] (no `Share` needed), else [`LinkReply::Refused`].
     Handle { ticket: LaneKey },
     /// The puller is done with the export: its bytes are in the puller's device memory now
     /// (after pulling all of them), or the pull failed (the puller reports that itself). An
@@ -61,6 +61,10 @@ pub enum LinkReply {
     /// No such export, no handle to share, or the export cannot be read; the link stays
     /// usable.
     Refused { reason: String },
+    /// The answer to a [`LinkRequest::Handle`] for an export that is ready and that nothing
+    /// waits on (an MPI send's): the handle and offset as in [`LinkReply::Handle`], and the
+    /// export is used up; the puller copies without asking [`LinkRequest::Share`].
+    HandleReady { handle: Vec<u8>, offset: u64 },
 }
 
 sample_enum!(LinkRequest {
@@ -76,4 +80,5 @@ sample_enum!(LinkReply {
     Bytes,
     Handle { handle, offset },
     Refused { reason },
+    HandleReady { handle, offset },
 });

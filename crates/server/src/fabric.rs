@@ -480,6 +480,14 @@ impl Fabric {
                         continue;
                     };
                     let answer = match export.source.handle().filter(|_| export.claim_handle()) {
+                        // Ready, and nothing waits for its end: the puller copies without a
+                        // `Share` round trip, and the export is used up now.
+                        Some((handle, offset))
+                            if !export.awaits_delivery && export.source.ready() == Ok(true) =>
+                        {
+                            self.end(&ticket, &export);
+                            LinkReply::HandleReady { handle, offset }
+                        }
                         Some((handle, offset)) => LinkReply::Handle { handle, offset },
                         None => LinkReply::Refused {
                             reason: "no handle to share".into(),

@@ -42,9 +42,18 @@ pub trait PullSink: Sync {
     fn part(&self, offset: u64, len: u64, receive: Receive) -> Result<(), String>;
 }
 
-/// What an exporter said of an allocation's IPC handle: the handle and the range's offset in
-/// the allocation; `None`: it has none to share.
-pub type HandleAnswer = Result<Option<(Vec<u8>, u64)>, String>;
+/// What an exporter said of an allocation's IPC handle; `None`: it has none to share.
+pub type HandleAnswer = Result<Option<Shareable>, String>;
+
+/// An exported range's allocation, to be mapped through its IPC handle.
+#[derive(Clone, Debug)]
+pub struct Shareable {
+    pub handle: Vec<u8>,
+    /// The range's offset in the allocation.
+    pub offset: u64,
+    /// The range is ready and the export used up: copy it without [`Links::share`].
+    pub ready: bool,
+}
 
 /// One open link.
 struct Link {
@@ -143,9 +152,17 @@ impl Link {
 
     /// The answer to a [`LinkRequest::Handle`]: the export's IPC handle and offset, ready or
     /// not (`None`: it has none).
-    fn handle_answer(&mut self) -> Result<Option<(Vec<u8>, u64)>, String> {
+    fn handle_answer(&mut self) -> Result<Option<Shareable>, String> {
+        let shareable = |handle, offset, ready| Shareable {
+            handle,
+            offset,
+            ready,
+        };
         match self.answer()? {
-            (LinkReply::Handle { handle, offset }, 0) => Ok(Some((handle, offset))),
+            (LinkReply::Handle { handle, offset }, 0) => Ok(Some(shareable(handle, offset, false))),
+            (LinkReply::HandleReady { handle, offset }, 0) => {
+                Ok(Some(shareable(handle, offset, true)))
+            }
             (LinkReply::Refused { .. }, 0) => Ok(None),
             (other, _) => Err(format!(
                 "the exporter answered {other:?} to a handle request"

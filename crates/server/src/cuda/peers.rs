@@ -782,10 +782,10 @@ fn push_by_ipc(
     to: &PeerExport,
 ) -> Result<(), String> {
     let answer = links.handles(&[to]).pop();
-    let (handle, offset) = answer
+    let landing = answer
         .unwrap_or_else(|| Err("no answer".into()))?
         .ok_or("the destination has no IPC handle to share")?;
-    let dst = ipc_mapping(at, &handle)? + offset;
+    let dst = ipc_mapping(at, &landing.handle)? + landing.offset;
     // SAFETY: a stream of the current context; the driver checks both ranges.
     check(unsafe {
         cu_call!(
@@ -897,9 +897,10 @@ impl Puller {
                     .unwrap_or_else(|| Err("no answer".into()))
             }),
         };
+        // With whether the export was ready (and used up) when its handle came.
         let mapped = match handle {
-            Some(Ok(Some((handle, offset)))) => ipc_mapping(at, &handle)
-                .map(|base| base + offset)
+            Some(Ok(Some(shared))) => ipc_mapping(at, &shared.handle)
+                .map(|base| (base + shared.offset, shared.ready))
                 .map_err(|e| log::debug!("session {id}: no IPC copy ({e})"))
                 .ok(),
             Some(Ok(None)) | None => None,
@@ -910,7 +911,7 @@ impl Puller {
         };
         let (pull, enqueued) = match size {
             0 => (InStreamPull::event(memory, at, stream)?, Ok(())),
-            _ => InStreamPull::enqueue(memory, at, stream, dst, size, mapped),
+            _ => InStreamPull::enqueue(memory, at, stream, dst, size, mapped.map(|m| m.0)),
         };
         let enqueued =
             enqueued.map_err(|s| format!("CUDA error {s} ordering the pull in its stream"));
@@ -925,7 +926,12 @@ impl Puller {
             order,
         };
         let job: crate::fabric::Job = match mapped {
-            Some(_) => Box::new(move || work.share(enqueued, earlier)),
+            Some((_, true)) => {
+                // Nothing to ask the exporter: the stream may copy as soon as it gets there.
+                work.pull.release();
+                Box::new(move || work.copy_ready(enqueued))
+            }
+            Some((_, false)) => Box::new(move || work.share(enqueued, earlier)),
             None => Box::new(move || work.transfer(enqueued, earlier)),
         };
         // One after another with the stream's other pulls, as the device runs them.
@@ -1030,6 +1036,21 @@ impl PullWork {
         );
         if let Err(e) = ended {
             log::warn!("session {id}: {e}");
+        }
+    }
+
+    /// Copies through the exporter's allocation, mapped in this context, of an export that was
+    /// ready (and used up) when its handle came: the stream copies as soon as it gets there
+    /// (its wait is open); this waits for the copy's end to give the stream back.
+    fn copy_ready(mut self, enqueued: Result<(), String>) {
+        if let Err(e) = enqueued {
+            self.finish();
+            return self.failed(e);
+        }
+        let copied = self.pull.copied();
+        self.finish();
+        if !copied {
+            self.failed("the IPC copy did not finish in time".into());
         }
     }
 
