@@ -14,6 +14,8 @@ ROOT=$PWD
 T0=$SECONDS
 export CARGO_TERM_COLOR=${CARGO_TERM_COLOR:-never}
 export RGPU_BUILD_DIR=${RGPU_BUILD_DIR:-$ROOT/target/release}
+# PoCL is installed below: a test that finds no OpenCL device fails rather than skips.
+export RGPU_REQUIRE_DEVICE=${RGPU_REQUIRE_DEVICE:-1}
 
 NAMES=() STATUS=() TIMES=()
 record() { NAMES+=("$1"); STATUS+=("$2"); TIMES+=("$3"); }

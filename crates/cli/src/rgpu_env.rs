@@ -334,16 +334,21 @@ fn machine_icd_files() -> Vec<PathBuf> {
     files
 }
 
-/// A new directory only this user can read, under the system temp dir.
+/// The prefix of the directories `rgpu run` makes for the ICD loader, followed by its pid.
+const VENDORS_DIR_PREFIX: &str = "rgpu-vendors-";
+
+/// A new directory only this user can read, under the system temp dir (after removing those
+/// an `rgpu run` that was killed left there).
 fn create_private_dir() -> Result<PathBuf, String> {
     let base = std::env::temp_dir();
+    remove_stale_dirs(&base);
     let stamp = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.subsec_nanos())
         .unwrap_or(0);
     for attempt in 0..100u32 {
         let path = base.join(format!(
-            "rgpu-vendors-{}-{stamp:08x}-{attempt}",
+            "{VENDORS_DIR_PREFIX}{}-{stamp:08x}-{attempt}",
             std::process::id()
         ));
         match DirBuilder::new().mode(0o700).create(&path) {
@@ -358,9 +363,57 @@ fn create_private_dir() -> Result<PathBuf, String> {
     ))
 }
 
+/// Removes this user's vendor directories in `base` whose `rgpu run` is gone (killed: it
+/// removes its own when it ends). A directory whose pid now belongs to another live process
+/// stays until that one ends too; one of another user's is never touched.
+fn remove_stale_dirs(base: &Path) {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(entries) = std::fs::read_dir(base) else {
+        return;
+    };
+    // SAFETY: a plain system call.
+    let me = unsafe { libc::geteuid() };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(VENDORS_DIR_PREFIX))
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|pid| pid.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let path = entry.path();
+        // Not followed: a link planted under that name is not a directory of ours.
+        let ours = std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir() && m.uid() == me);
+        if ours && !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = std::fs::remove_dir_all(&path);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A vendor directory left by a process that is gone is removed by the next `rgpu run`;
+    /// one of a live process stays.
+    #[test]
+    fn vendor_dirs_of_killed_runs_are_removed() {
+        let base = std::env::temp_dir().join(format!("rgpu-stale-test-{}", std::process::id()));
+        std::fs::create_dir_all(&base).unwrap();
+        // Above any pid_max: never a live process.
+        let stale = base.join(format!("{VENDORS_DIR_PREFIX}4294967294-0-0"));
+        let live = base.join(format!("{VENDORS_DIR_PREFIX}{}-0-0", std::process::id()));
+        for dir in [&stale, &live] {
+            std::fs::create_dir_all(dir.join("lib")).unwrap();
+            std::fs::write(dir.join("rgpu.icd"), b"x").unwrap();
+        }
+        remove_stale_dirs(&base);
+        assert!(!stale.exists());
+        assert!(live.exists());
+        std::fs::remove_dir_all(base).unwrap();
+    }
 
     #[test]
     fn vendors_dir_has_rgpu_and_machine_icds_and_is_removed() {

@@ -219,7 +219,12 @@ fn random_sessions_never_reach_the_listener_or_another_session() {
             Ok((_, ServerMsg::Cl(ClReply::GetInventory(inventory))))
                 if !inventory.devices.is_empty() => {}
             other => {
-                eprintln!("no OpenCL device ({other:?}); skipping");
+                // scripts/test.sh installs PoCL: there, no device is a failure.
+                let why = format!("no OpenCL device ({other:?})");
+                if std::env::var_os("RGPU_REQUIRE_DEVICE").is_some_and(|v| v == "1") {
+                    panic!("{why} (RGPU_REQUIRE_DEVICE=1)");
+                }
+                eprintln!("{why}; skipping");
                 return;
             }
         }

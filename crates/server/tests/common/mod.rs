@@ -227,7 +227,7 @@ impl Client {
     pub fn setup(&mut self) -> Option<Id> {
         let inventory = self.inventory();
         let Some(device) = inventory.devices.first() else {
-            eprintln!("no OpenCL device on this machine; skipping");
+            no_device("no OpenCL device on this machine");
             return None;
         };
         let device = device.id;
@@ -334,4 +334,13 @@ pub fn pattern(len: usize, seed: u32) -> Vec<u8> {
             state as u8
         })
         .collect()
+}
+
+/// A test that needs an OpenCL device and found none: skipped, unless `RGPU_REQUIRE_DEVICE=1`
+/// (scripts/test.sh, which installs PoCL), where that is a failure.
+pub fn no_device(why: &str) {
+    if std::env::var_os("RGPU_REQUIRE_DEVICE").is_some_and(|v| v == "1") {
+        panic!("{why} (RGPU_REQUIRE_DEVICE=1)");
+    }
+    eprintln!("{why}; skipping");
 }
