@@ -197,6 +197,18 @@ GOOD = "correct-token-0123456789abcdef"
 BAD = "wrong-token-9876543210fedcba"
 
 
+def test_a_missing_token_file_is_named(rgpu_bins, tmp_path):
+    """RGPU_TOKEN_FILE naming no file: `rgpu devices` and `rgpu run` say so, before anything
+    else (not a hint about the ICD loader, which then finds no rgpu platform)."""
+    missing = tmp_path / "no-such-token"
+    for cmd in (["devices", "--servers", "127.0.0.1:1"],
+                ["run", "--servers", "127.0.0.1:1", "--", "true"]):
+        r = h.run([str(h.RGPU), *cmd], h.base_env(RGPU_TOKEN_FILE=str(missing)), timeout=60)
+        assert r.returncode != 0, r.describe()
+        assert f"cannot read token file {missing}" in r.stderr, r.describe()
+        assert "ICD loader" not in r.stderr, r.describe()
+
+
 def test_wrong_token_rejected(c_program, start_server, tmp_path):
     token = tmp_path / "token"
     token.write_text(GOOD + "\n")

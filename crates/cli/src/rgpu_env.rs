@@ -43,9 +43,9 @@ pub struct ClientOptions {
     #[arg(long, value_name = "LIST", env = "RGPU_SERVERS")]
     pub servers: Option<String>,
 
-    /// File holding the token the servers require (passed on as RGPU_TOKEN_FILE; RGPU_TOKEN
-    /// in the environment works too).
-    #[arg(long, value_name = "FILE")]
+    /// File holding the token the servers require (passed on as RGPU_TOKEN_FILE, read and
+    /// checked here first; RGPU_TOKEN in the environment works too).
+    #[arg(long, value_name = "FILE", env = "RGPU_TOKEN_FILE")]
     pub token_file: Option<PathBuf>,
 }
 
