@@ -198,9 +198,8 @@ pub(crate) fn run(mut stream: Stream, shared: Arc<Shared>, id: u64) {
 }
 
 /// Serves an admitted session until it ends, then releases everything it created. Its data
-/// lanes join through `shared.lanes` (opened for `id` by the caller).
-/// Serves an admitted session until it ends; `client_gone` is told when it has stopped
-/// serving (before what it held is released).
+/// lanes join through `shared.lanes` (opened for `id` by the caller). `client_gone` is told
+/// when it has stopped serving, before what it held is released.
 pub(crate) fn serve(admitted: Admitted, shared: &Arc<Shared>, id: u64, client_gone: impl FnOnce()) {
     let Admitted {
         stream,
