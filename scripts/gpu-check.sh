@@ -54,11 +54,12 @@ for src in tests/cuda/*.cu; do
     selected "$name" && cu_names+=("$name")
 done
 py_names=()
-for name in cupy_check torch_check torch_compile_check torch_fft_check jax_check numba_check fork_check; do
+for name in cupy_check torch_check torch_compile_check torch_fft_check jax_check jax_autotune_check \
+    numba_check fork_check; do
     all_names+=("$name")
     selected "$name" && py_names+=("$name")
 done
-all_names+=(server_wire session_cleanup sticky_error recovery handle_race nvml)
+all_names+=(server_wire session_cleanup sticky_error recovery handle_race nvml nvidia_smi)
 only=${ONLY:-}
 for name in ${only//,/ }; do
     [[ " ${all_names[*]} " == *" $name "* ]] ||
@@ -361,6 +362,42 @@ if selected nvml; then
         tail_of "$out/nvml.rgpu.out"
     else
         pass "nvml (nvidia-smi -L and pynvml: $want GPUs through rgpu, $native_count natively; UUIDs $native_uuid; torch ${torch_count:-not installed}; $(grep -m1 '^nvml processes' "$out/nvml.rgpu.out"))"
+    fi
+fi
+
+# ---- nvidia_smi: nvidia-smi's default table, -q and topo -m natively and through rgpu with the
+# first server (this machine's GPUs, as natively). -q is compared field by field
+# (tests/cuda/smi_compare.py: a field with a native value and none through rgpu fails unless
+# named there with its reason); the table must come out, and topo -m's outcome is reported.
+if selected nvidia_smi; then
+    if ! command -v nvidia-smi >/dev/null; then
+        skip "nvidia_smi: no nvidia-smi on this machine"
+    else
+        smi_rcs=""
+        for form in table q topo; do
+            args=()
+            [ $form = q ] && args=(-q)
+            [ $form = topo ] && args=(topo -m)
+            timeout -k 10 60 nvidia-smi "${args[@]}" >"$out/smi_$form.native" 2>&1
+            native_rc=$?
+            timeout -k 10 60 "$bin/rgpu" run --servers "$endpoint" -- nvidia-smi "${args[@]}" \
+                >"$out/smi_$form.rgpu" 2>"$out/smi_$form.rgpu.err"
+            smi_rcs="$smi_rcs $form:$native_rc/$?"
+        done
+        "$python" tests/cuda/smi_compare.py "$out/smi_q.native" "$out/smi_q.rgpu" >"$out/smi_compare.out" 2>&1
+        compare_rc=$?
+        table_gpus=$(grep -c "^| *[0-9]\+ .*|.*|" "$out/smi_table.rgpu")
+        native_table_gpus=$(grep -c "^| *[0-9]\+ .*|.*|" "$out/smi_table.native")
+        topo=$(grep -m1 -i "failed" "$out/smi_topo.rgpu" || echo "matrix printed")
+        if [ $compare_rc -ne 0 ]; then
+            fail "nvidia_smi: -q through rgpu lacks fields natively answered (exit status native/rgpu:$smi_rcs)"
+            tail_of "$out/smi_compare.out" 20
+        elif [ "$table_gpus" != "$native_table_gpus" ]; then
+            fail "nvidia_smi: the table through rgpu shows $table_gpus GPU rows, natively $native_table_gpus"
+            tail_of "$out/smi_table.rgpu" 20
+        else
+            pass "nvidia_smi (-q: $(tail -n1 "$out/smi_compare.out"); $(grep -c '(nvidia-smi reads' "$out/smi_compare.out") named gaps; table: $table_gpus GPUs; topo -m: $topo; exit status native/rgpu:$smi_rcs)"
+        fi
     fi
 fi
 

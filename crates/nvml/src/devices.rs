@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use rgpu_client::{ClientError, CudaClient, ServerLink};
 use rgpu_protocol::cuda::{CuDevice, CuInventory};
-use rgpu_protocol::nvml::{DeviceFacts, DeviceStatus, NvmlInventory};
+use rgpu_protocol::nvml::{DeviceFacts, DeviceStatus, NvmlAnswer, NvmlInventory, NvmlQuery};
 use serde::{Deserialize, Serialize};
 
 use crate::types::*;
@@ -63,6 +63,44 @@ impl Device {
                 Err(e) => Err(client_error(e)),
             },
             Source::Recorded(status) => (**status).clone().ok_or(NVML_ERROR_GPU_IS_LOST),
+        }
+    }
+
+    /// Asks the device's server's own NVML (`query.device` and `query.peer` are filled in
+    /// here; `peer` must be a device of the same server): one round trip.
+    pub fn forward(
+        &self,
+        mut query: NvmlQuery,
+        peer: Option<&Device>,
+    ) -> Result<NvmlAnswer, nvmlReturn_t> {
+        let Source::Server {
+            link,
+            remote_ordinal,
+        } = &self.source
+        else {
+            return Err(NVML_ERROR_NOT_SUPPORTED);
+        };
+        query.device = *remote_ordinal;
+        if let Some(peer) = peer {
+            match &peer.source {
+                Source::Server {
+                    link: peer_link,
+                    remote_ordinal,
+                } if Arc::ptr_eq(link, peer_link) => query.peer = *remote_ordinal,
+                _ => return Err(NVML_ERROR_NOT_SUPPORTED),
+            }
+        }
+        link.connection()
+            .cuda()
+            .forward_nvml(query)
+            .map_err(client_error)
+    }
+
+    /// Whether `other` is served by the same server as this device.
+    pub fn same_server(&self, other: &Device) -> bool {
+        match (&self.source, &other.source) {
+            (Source::Server { link: a, .. }, Source::Server { link: b, .. }) => Arc::ptr_eq(a, b),
+            _ => false,
         }
     }
 

@@ -297,7 +297,20 @@ fn nvml_answers_from_the_recorded_inventory() {
 
         // Versions from the first server with devices; what rgpu does not implement says so.
         assert_eq!(text(|b, n| nvmlSystemGetDriverVersion(b, n)), "580.82.07");
-        assert_eq!(nvmlDeviceGetP2PStatus(), NVML_ERROR_NOT_SUPPORTED);
+        assert_eq!(nvmlDeviceClearCpuAffinity(), NVML_ERROR_NOT_SUPPORTED);
+
+        // Forwarded getters ask the device's server (a recording has none to ask); a pair
+        // of devices of two servers is answered here: no peer-to-peer, the furthest level.
+        let mut value = 7u32;
+        let clock = nvmlDeviceGetClock(handle(0), 0, 0, (&raw mut value).cast());
+        assert_eq!(clock, NVML_ERROR_NOT_SUPPORTED);
+        let bad = nvmlDeviceGetClock(std::ptr::null(), 0, 0, (&raw mut value).cast());
+        assert_eq!(bad, NVML_ERROR_INVALID_ARGUMENT);
+        let p2p = nvmlDeviceGetP2PStatus(handle(0), handle(2), 0, (&raw mut value).cast());
+        assert_eq!((p2p, value), (NVML_SUCCESS, 5));
+        let level =
+            nvmlDeviceGetTopologyCommonAncestor(handle(1), handle(2), (&raw mut value).cast());
+        assert_eq!((level, value), (NVML_SUCCESS, 50));
         let message = CStr::from_ptr(rgpu_nvml::api::nvmlErrorString(7));
         assert_eq!(message.to_str(), Ok("Insufficient Size"));
 

@@ -13,7 +13,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::nvml::{DeviceStatus, NvmlInventory};
+use crate::nvml::{DeviceStatus, NvmlAnswer, NvmlInventory, NvmlQuery};
 use crate::{LaneKey, PeerExport};
 
 /// A session-local object id chosen by the client (0: none / default stream).
@@ -836,6 +836,8 @@ wire_api! {
         call GetNvmlInventory get_nvml_inventory() -> NvmlInventory;
         /// One device's live values (memory, utilization, sensors, this session's processes).
         call GetDeviceStatus get_device_status(device: u32) -> Answer<DeviceStatus>;
+        /// One call of the server's own NVML, of the forwarding table (crate::nvml::forwarded).
+        call ForwardNvml forward_nvml(query: NvmlQuery) -> NvmlAnswer;
     }
 }
 

@@ -101,6 +101,118 @@ pub struct ProcessStatus {
     pub used_memory: Option<u64>,
 }
 
+/// A query forwarded to the server's own NVML: a function of the forwarding table
+/// ([`forwarded`]), its device (a server CUDA ordinal), the second device of a pair query
+/// (`peer`, unused otherwise), and the caller's arguments in the table's order
+/// ([`Param::args`] each). The server calls only what the table lists, with buffers of the
+/// sizes it states.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct NvmlQuery {
+    pub function: String,
+    pub device: u32,
+    pub peer: u32,
+    pub args: Vec<NvmlArg>,
+}
+
+/// One argument of a forwarded query.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum NvmlArg {
+    /// A number passed by value.
+    Value(u64),
+    /// A buffer the function fills (its bytes before the call: a versioned struct carries
+    /// its version in, a field query its field ids).
+    Bytes(Vec<u8>),
+    /// A null pointer.
+    Null,
+}
+
+/// NVML's return code, and each argument's bytes after the call (empty for a value or a null
+/// pointer), in the query's order.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct NvmlAnswer {
+    pub ret: u32,
+    pub bytes: Vec<Vec<u8>>,
+}
+
+/// The most bytes one forwarded query's buffers may hold together.
+pub const FORWARD_MAX_BYTES: usize = 64 << 10;
+/// The longest text buffer a forwarded query passes (NVML's strings are far shorter).
+pub const FORWARD_MAX_TEXT: usize = 4096;
+
+/// The shape of one C parameter (or of a pair) of a forwarded function, a token of
+/// crates/protocol/data/nvml-forwarded.txt.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Param {
+    /// `D`: the device (the query's `device`).
+    Device,
+    /// `P`: the second device of a pair query (the query's `peer`).
+    Peer,
+    /// `u`: a 32-bit number or enum by value (one [`NvmlArg::Value`]).
+    U32,
+    /// `U`: a 64-bit number by value (one [`NvmlArg::Value`]).
+    U64,
+    /// `oN`: a pointer to N bytes the function fills (one [`NvmlArg::Bytes`] of N, or null).
+    Out(usize),
+    /// `s`: a `char *` and its `unsigned int` length (one [`NvmlArg::Bytes`] of the length).
+    Text,
+    /// `cN`: an `unsigned int *` count (in: the capacity, out: how many) and an array of
+    /// N-byte items (two arguments: the count's 4 bytes and the array, each maybe null).
+    Counted(usize),
+    /// `kN`: a count by value and an array of that many N-byte items, read and filled (one
+    /// [`NvmlArg::Bytes`]: the count is its length over N).
+    Sized(usize),
+}
+
+impl Param {
+    /// How many query arguments the parameter takes.
+    pub fn args(self) -> usize {
+        match self {
+            Param::Device | Param::Peer => 0,
+            Param::Counted(_) => 2,
+            _ => 1,
+        }
+    }
+
+    fn parse(token: &str) -> Option<Param> {
+        let size = || token[1..].parse::<usize>().ok().filter(|&n| n > 0);
+        Some(match token.as_bytes().first()? {
+            b'D' if token.len() == 1 => Param::Device,
+            b'P' if token.len() == 1 => Param::Peer,
+            b'u' if token.len() == 1 => Param::U32,
+            b'U' if token.len() == 1 => Param::U64,
+            b's' if token.len() == 1 => Param::Text,
+            b'o' => Param::Out(size()?),
+            b'c' => Param::Counted(size()?),
+            b'k' => Param::Sized(size()?),
+            _ => return None,
+        })
+    }
+}
+
+/// The forwarding table: every NVML getter rgpu's NVML asks a server's NVML, by name.
+pub const FORWARDED: &str = include_str!("../data/nvml-forwarded.txt");
+
+/// The parameter shapes of a forwarded function (`None`: not forwarded).
+pub fn forwarded(function: &str) -> Option<&'static [Param]> {
+    static TABLE: std::sync::OnceLock<std::collections::HashMap<&'static str, Vec<Param>>> =
+        std::sync::OnceLock::new();
+    let table = TABLE.get_or_init(|| {
+        FORWARDED
+            .lines()
+            .filter(|line| !line.starts_with('#') && !line.trim().is_empty())
+            .map(|line| {
+                let mut tokens = line.split_whitespace();
+                let name = tokens.next().expect("a name");
+                let params = tokens
+                    .map(|t| Param::parse(t).unwrap_or_else(|| panic!("{name}: bad token {t}")))
+                    .collect();
+                (name, params)
+            })
+            .collect()
+    });
+    table.get(function).map(Vec::as_slice)
+}
+
 /// NVML's spelling of a device UUID (the CUDA UUID's bytes): `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`.
 pub fn uuid_string(bytes: &[u8; 16]) -> String {
     let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
@@ -121,6 +233,16 @@ impl crate::table::FromStatus<u32> for NvmlInventory {
     }
 }
 
+/// A server that cannot serve the query (no CUDA): NVML_ERROR_NOT_SUPPORTED.
+impl crate::table::FromStatus<u32> for NvmlAnswer {
+    fn from_status(_: u32) -> Self {
+        NvmlAnswer {
+            ret: 3,
+            bytes: Vec::new(),
+        }
+    }
+}
+
 sample_struct! {
     NvmlInventory { driver_version, nvml_version, cuda_driver_version, devices },
     DeviceFacts {
@@ -136,10 +258,46 @@ sample_struct! {
     MemoryStatus { total, reserved, free, used },
     Utilization { gpu, memory },
     ProcessStatus { pid, used_memory },
+    NvmlQuery { function, device, peer, args },
+    NvmlAnswer { ret, bytes },
 }
+
+sample_enum!(NvmlArg { Value(value), Bytes(bytes), Null });
 
 #[cfg(test)]
 mod tests {
+    use super::{forwarded, Param, FORWARDED};
+
+    #[test]
+    fn every_forwarded_function_parses() {
+        let names: Vec<&str> = FORWARDED
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .filter_map(|l| l.split_whitespace().next())
+            .collect();
+        assert!(names.len() > 100);
+        for name in names {
+            let params = forwarded(name).unwrap();
+            // Devices come first; a pair query names two.
+            let devices = params
+                .iter()
+                .take_while(|p| **p == Param::Device || **p == Param::Peer);
+            assert_eq!(
+                devices.count(),
+                params
+                    .iter()
+                    .filter(|p| matches!(p, Param::Device | Param::Peer))
+                    .count(),
+                "{name}"
+            );
+        }
+        assert_eq!(
+            forwarded("nvmlDeviceGetClock"),
+            Some(&[Param::Device, Param::U32, Param::U32, Param::Out(4)][..])
+        );
+        assert_eq!(forwarded("nvmlDeviceSetPowerManagementLimit"), None);
+    }
+
     #[test]
     fn uuids_are_spelled_as_nvml_does() {
         let bytes = [

@@ -71,6 +71,14 @@ impl Side {
     /// Device memory at `start`, owned by `ctx` (null: the context of the allocation holding
     /// `start`, else the current one).
     fn device(start: u64, pitch: Pitch, ctx: CUcontext) -> Result<Side, CUresult> {
+        if ctx.is_null() && !is_device_memory(start) {
+            // Unified addressing: the driver takes page-locked host memory wherever it takes
+            // device memory (XLA's host memory space is such memory, copied as "device").
+            if is_page_locked(start as *mut c_void, 1) {
+                return Ok(Side::host(start as usize, pitch));
+            }
+            log::debug!("copy: {start:#x} is in no allocation known here; the server decides");
+        }
         let owner = if ctx.is_null() {
             context_of(start)?
         } else {
@@ -689,12 +697,21 @@ fn copy_to_device(dst: u64, src: *const c_void, size: usize, stream: Option<CUst
 
 fn copy_to_host(dst: *mut c_void, src: u64, size: usize, stream: Option<CUstream>) -> CUresult {
     let (extent, pitch) = linear(size);
-    status(
-        Side::device(src, pitch, std::ptr::null_mut()).and_then(|src| {
-            let dst = Side::host(dst as usize, pitch);
-            transfer(Transfer { src, dst, extent }, stream)
-        }),
-    )
+    let copied = Side::device(src, pitch, std::ptr::null_mut()).and_then(|from| {
+        let to = Side::host(dst as usize, pitch);
+        transfer(
+            Transfer {
+                src: from,
+                dst: to,
+                extent,
+            },
+            stream,
+        )
+    });
+    if let Err(e) = copied {
+        log::debug!("copy of {size} bytes from {src:#x} to {dst:p} (stream {stream:?}): {e:?}");
+    }
+    status(copied)
 }
 
 fn copy_on_devices(dst: u64, src: u64, size: usize, stream: Option<CUstream>) -> CUresult {

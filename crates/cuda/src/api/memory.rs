@@ -327,6 +327,14 @@ fn memset(
     pitch: usize,
 ) -> Result<(), CUresult> {
     super::managed::before_device_work(stream);
+    if !is_device_memory(dst) {
+        let row = width * element_size as usize;
+        let span = pitch.max(row) * height.saturating_sub(1) + row;
+        if is_page_locked(dst as *mut c_void, span) {
+            return set_host_memory(stream, dst, value, element_size, width, height, pitch);
+        }
+        log::debug!("memset at {dst:#x}: in no allocation known here; the server decides");
+    }
     let (ctx, stream) = match stream {
         Some(stream) => resolve_stream(stream)?,
         None => (context_of(dst)?, 0),
@@ -345,6 +353,36 @@ fn memset(
             pitch,
         )
         .outcome()
+}
+
+/// A memset of page-locked host memory, which unified addressing lets the program set as
+/// device memory (XLA's host memory space is such memory): done here, after the stream's
+/// earlier work, as the driver does it in stream order.
+fn set_host_memory(
+    stream: Option<CUstream>,
+    dst: u64,
+    value: u32,
+    element_size: u8,
+    width: usize,
+    height: usize,
+    pitch: usize,
+) -> Result<(), CUresult> {
+    if let Some(stream) = stream {
+        let (ctx, id) = resolve_stream(stream)?;
+        super::stream::synchronize_stream(&ctx, id)?;
+    }
+    let pattern = &value.to_le_bytes()[..element_size as usize];
+    let row = width * element_size as usize;
+    for r in 0..height.max(1) {
+        let start = dst as usize + r * pitch;
+        // SAFETY: the rows lie in the caller's page-locked allocation (checked above), which
+        // the API lets it set.
+        let bytes = unsafe { std::slice::from_raw_parts_mut(start as *mut u8, row) };
+        for element in bytes.chunks_exact_mut(pattern.len()) {
+            element.copy_from_slice(pattern);
+        }
+    }
+    Ok(())
 }
 
 pub unsafe fn cuMemsetD8_v2(dst: CUdeviceptr, value: u8, count: usize) -> CUresult {
@@ -483,6 +521,7 @@ unsafe fn pointer_attribute(
         None
     };
     if device.is_none() && host.is_none() {
+        log::debug!("pointer attribute {attribute} of {ptr:#x}: no allocation known here");
         return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
     }
     let ctx = device.and_then(|(_, _, ctx)| Context::from_handle(ctx as CUcontext));

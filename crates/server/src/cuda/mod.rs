@@ -14,6 +14,7 @@ mod launches;
 mod memory;
 mod modules;
 mod monitoring;
+mod nvml_forward;
 mod owned;
 mod peers;
 mod pieces;

@@ -11,9 +11,11 @@ use nvml_wrapper::enums::device::UsedGpuMemory;
 use nvml_wrapper::{Device, Nvml};
 use rgpu_protocol::cuda::{serve, Answer};
 use rgpu_protocol::nvml::{
-    uuid_string, DeviceFacts, DeviceStatus, MemoryStatus, NvmlInventory, ProcessStatus, Utilization,
+    forwarded, uuid_string, DeviceFacts, DeviceStatus, MemoryStatus, NvmlAnswer, NvmlInventory,
+    NvmlQuery, Param, ProcessStatus, Utilization,
 };
 
+use super::nvml_forward::{self, INVALID_ARGUMENT, NOT_SUPPORTED};
 use super::session::{Served, INVALID_DEVICE};
 use super::Backend;
 
@@ -62,6 +64,37 @@ impl serve::Monitoring for Served<'_> {
             .and_then(|nvml| backend.nvml_device(nvml, device as usize));
         Ok(found.map_or_else(DeviceStatus::default, |device| status(&device)))
     }
+
+    fn forward_nvml(&mut self, query: NvmlQuery) -> NvmlAnswer {
+        let backend = &self.cuda.backend;
+        let refuse = |ret| NvmlAnswer {
+            ret,
+            bytes: Vec::new(),
+        };
+        let (Some(nvml), Some(library)) = (backend.nvml(), backend.nvml_library()) else {
+            return refuse(NOT_SUPPORTED);
+        };
+        let Some(params) = forwarded(&query.function) else {
+            return refuse(NOT_SUPPORTED);
+        };
+        // The NVML handle of a CUDA ordinal of this server, where the function takes it.
+        let handle = |wanted: Param, ordinal: u32| -> Result<Option<u64>, u32> {
+            if !params.contains(&wanted) {
+                return Ok(None);
+            }
+            let device = backend.nvml_device(nvml, ordinal as usize);
+            // SAFETY: the raw handle of a device of this NVML, valid while it is loaded
+            // (for the server's life).
+            let raw = device.map(|d| unsafe { d.handle() } as u64);
+            raw.map(Some).ok_or(INVALID_ARGUMENT)
+        };
+        let devices = handle(Param::Device, query.device)
+            .and_then(|device| Ok((device, handle(Param::Peer, query.peer)?)));
+        match devices.and_then(|(device, peer)| nvml_forward::prepare(&query, device, peer)) {
+            Ok(prepared) => nvml_forward::call(library, &query.function, prepared),
+            Err(ret) => refuse(ret),
+        }
+    }
 }
 
 impl Backend {
@@ -70,6 +103,19 @@ impl Backend {
     fn nvml(&self) -> Option<&Nvml> {
         static NVML: OnceLock<Option<Nvml>> = OnceLock::new();
         NVML.get_or_init(load_nvml).as_ref()
+    }
+
+    /// NVIDIA's NVML library itself, for the forwarded calls (loaded once more: the loader
+    /// hands back the instance `nvml` loaded).
+    fn nvml_library(&self) -> Option<&libloading::Library> {
+        static LIBRARY: OnceLock<Option<libloading::Library>> = OnceLock::new();
+        LIBRARY
+            .get_or_init(|| {
+                self.nvml()?;
+                // SAFETY: the library `load_nvml` checked is NVIDIA's and initialized.
+                unsafe { libloading::Library::new(NVML_LIBRARY) }.ok()
+            })
+            .as_ref()
     }
 
     /// The NVML device of the CUDA device `ordinal`, found by its UUID.
