@@ -3003,8 +3003,15 @@ pub unsafe extern "C" fn cuMemHostGetDevicePointer() -> CUresult {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemHostGetDevicePointer_v2() -> CUresult {
-    not_supported("cuMemHostGetDevicePointer_v2")
+pub unsafe extern "C" fn cuMemHostGetDevicePointer_v2(
+    pdptr: *mut CUdeviceptr,
+    p: *mut ::core::ffi::c_void,
+    Flags: ::core::ffi::c_uint,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuMemHostGetDevicePointer_v2", || unsafe {
+        crate::api::cuMemHostGetDevicePointer_v2(pdptr, p, Flags)
+    })
 }
 
 #[no_mangle]

@@ -428,6 +428,18 @@ wire_api! {
         call MemAlloc mem_alloc(ctx: Id, size: u64) -> Answer<DevicePtr>;
         /// `cuMemFree`.
         call MemFree mem_free(ctx: Id, ptr: DevicePtr) -> Status;
+        /// Stands in on the device for page-locked host memory of the program that a kernel
+        /// argument points to ("zero-copy"): mapped pinned memory of the server's, `size`
+        /// bytes, zeroed; its device address (crate rgpu-cuda's host_mirror.rs keeps the two
+        /// in step).
+        call HostMirror host_mirror(ctx: Id, size: u64) -> Answer<DevicePtr>;
+        /// The program's bytes of a mirror from `offset` (the bulk), written at once (a
+        /// running kernel may be waiting for them).
+        post [bulk] HostMirrorWrite host_mirror_write(mirror: DevicePtr, offset: u64);
+        /// A mirror's bytes as the device left them.
+        call HostMirrorRead host_mirror_read(mirror: DevicePtr) -> Answer<Vec<u8>>;
+        /// Frees a mirror.
+        post HostMirrorFree host_mirror_free(mirror: DevicePtr);
         /// Device memory staging a graph's copy with a host side: as `MemAlloc`, but also while
         /// a stream captures in global mode (the call relaxes the thread's capture mode).
         call StagingAlloc staging_alloc(ctx: Id, size: u64) -> Answer<DevicePtr>;

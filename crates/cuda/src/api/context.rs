@@ -139,7 +139,7 @@ pub unsafe fn cuCtxSynchronize_v2(ctx: CUcontext) -> CUresult {
 }
 
 pub(crate) fn synchronize(ctx: &Context) -> Result<(), CUresult> {
-    ctx.conn.cuda().synchronize(ctx.remote).outcome()
+    super::host_mirror::synchronized(ctx, || ctx.conn.cuda().synchronize(ctx.remote).outcome())
 }
 
 pub unsafe fn cuCtxGetLimit(value: *mut usize, limit: c_uint) -> CUresult {

@@ -54,8 +54,9 @@ pub unsafe fn cuEventSynchronize(event: CUevent) -> CUresult {
     status((|| {
         let event = Event::from_handle(event).ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
         let ctx = event.context()?;
-        let server = ctx.conn.cuda();
-        server.event_synchronize(event.remote).outcome()?;
+        super::host_mirror::synchronized(&ctx, || {
+            ctx.conn.cuda().event_synchronize(event.remote).outcome()
+        })?;
         take_async_read_error()
     })())
 }
@@ -64,8 +65,9 @@ pub unsafe fn cuEventQuery(event: CUevent) -> CUresult {
     status((|| {
         let event = Event::from_handle(event).ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
         let ctx = event.context()?;
-        let server = ctx.conn.cuda();
-        server.event_query(event.remote).outcome()
+        super::host_mirror::synchronized(&ctx, || {
+            ctx.conn.cuda().event_query(event.remote).outcome()
+        })
     })())
 }
 

@@ -97,6 +97,8 @@ unsafe fn launch(
         let mut buffer = buffer.borrow_mut();
         // SAFETY: the caller's kernel parameters (`kernelParams` or `extra`), as the API requires.
         unsafe { pack_params(&function, params, extra, &mut buffer)? };
+        // Parameters pointing into page-locked host memory point to its mirror instead.
+        super::host_mirror::translate_params(&ctx, &mut buffer)?;
         // After reading the parameters: they may lie in managed memory, whose host view the
         // hand-over drops.
         super::managed::before_device_work(Some(stream_handle));

@@ -59,6 +59,28 @@ pub(crate) fn is_device_memory(ptr: u64) -> bool {
     device_range(ptr).is_some()
 }
 
+/// The 8-byte words of `params` (a launch's parameters) that point into page-locked host
+/// memory: (word index, the allocation's start and size). One lookup of the ranges a launch.
+pub(crate) fn host_pointers_in(params: &[u8]) -> Vec<(usize, u64, u64)> {
+    let ranges = HOST_RANGES.lock().unwrap();
+    let words = params
+        .as_chunks::<8>()
+        .0
+        .iter()
+        .map(|w| u64::from_ne_bytes(*w));
+    words
+        .enumerate()
+        .filter(|&(_, value)| value >= 0x10000)
+        .filter_map(|(i, value)| ranges.find(value).map(|(start, size, _)| (i, start, size)))
+        .collect()
+}
+
+/// The page-locked host allocation holding `ptr`: (start, size).
+fn host_allocation(ptr: u64) -> Option<(u64, u64)> {
+    let ranges = HOST_RANGES.lock().unwrap();
+    ranges.find(ptr).map(|(start, size, _)| (start, size))
+}
+
 fn host_range(ptr: usize) -> Option<(usize, usize, u32)> {
     let (start, size, (flags, _)) = HOST_RANGES.lock().unwrap().find(ptr as u64)?;
     Some((start as usize, size as usize, flags))
@@ -272,6 +294,8 @@ pub unsafe fn cuMemFreeHost(p: *mut c_void) -> CUresult {
     match ranges.get(p as u64) {
         Some((size, (_, true))) => {
             ranges.remove(p as u64);
+            drop(ranges);
+            super::host_mirror::forget(p as u64);
             // SAFETY: allocated by cuMemHostAlloc with this layout.
             let layout = unsafe { Layout::from_size_align_unchecked(size as usize, PAGE) };
             // SAFETY: as above; the range is forgotten, so it is freed once.
@@ -301,10 +325,28 @@ pub unsafe fn cuMemHostUnregister(p: *mut c_void) -> CUresult {
     match ranges.get(p as u64) {
         Some((_, (_, false))) => {
             ranges.remove(p as u64);
+            drop(ranges);
+            super::host_mirror::forget(p as u64);
             CUresult::CUDA_SUCCESS
         }
         _ => CUresult::CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED,
     }
+}
+
+/// Unified addressing: page-locked host memory is at the same address on the device (a
+/// kernel given it reaches it through a mirror, host_mirror.rs).
+pub unsafe fn cuMemHostGetDevicePointer_v2(
+    pdptr: *mut CUdeviceptr,
+    p: *mut c_void,
+    flags: c_uint,
+) -> CUresult {
+    status((|| {
+        if flags != 0 || host_allocation(p as u64).is_none() {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        // SAFETY: an out-pointer from the caller: null (refused by write_out) or writable, as the API requires.
+        unsafe { write_out(pdptr, p as CUdeviceptr) }
+    })())
 }
 
 pub unsafe fn cuMemHostGetFlags(flags: *mut c_uint, p: *mut c_void) -> CUresult {
@@ -541,10 +583,9 @@ unsafe fn pointer_attribute(
                     MEMORYTYPE_HOST
                 },
             ),
-            3 => match device {
-                Some(_) => write_out(data.cast::<u64>(), ptr),
-                None => Err(CUresult::CUDA_ERROR_INVALID_VALUE),
-            },
+            // DEVICE_POINTER: page-locked host memory is its own (unified addressing; a
+            // kernel given it reaches it through a mirror, host_mirror.rs).
+            3 => write_out(data.cast::<u64>(), ptr),
             // HOST_POINTER: page-locked memory, and managed memory (its host view).
             4 => match host.is_some() || managed {
                 true => write_out(data.cast::<u64>(), ptr),

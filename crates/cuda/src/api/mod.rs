@@ -12,6 +12,7 @@ pub mod event;
 pub mod graph;
 pub mod graph_host_work;
 pub mod graph_nodes;
+pub mod host_mirror;
 pub mod init;
 pub mod jit;
 pub mod launch;

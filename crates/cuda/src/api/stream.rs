@@ -47,10 +47,12 @@ pub unsafe fn cuStreamDestroy_v2(stream: CUstream) -> CUresult {
 }
 
 pub(crate) fn synchronize_stream(ctx: &Context, stream: Id) -> Result<(), CUresult> {
-    ctx.conn
-        .cuda()
-        .stream_synchronize(ctx.remote, stream)
-        .outcome()?;
+    super::host_mirror::synchronized(ctx, || {
+        ctx.conn
+            .cuda()
+            .stream_synchronize(ctx.remote, stream)
+            .outcome()
+    })?;
     take_async_read_error()
 }
 
@@ -59,10 +61,11 @@ pub unsafe fn cuStreamSynchronize(stream: CUstream) -> CUresult {
 }
 
 pub unsafe fn cuStreamQuery(stream: CUstream) -> CUresult {
-    status(
-        resolve_stream(stream)
-            .and_then(|(ctx, id)| ctx.conn.cuda().stream_query(ctx.remote, id).outcome()),
-    )
+    status(resolve_stream(stream).and_then(|(ctx, id)| {
+        super::host_mirror::synchronized(&ctx, || {
+            ctx.conn.cuda().stream_query(ctx.remote, id).outcome()
+        })
+    }))
 }
 
 pub unsafe fn cuStreamWaitEvent(stream: CUstream, event: CUevent, flags: c_uint) -> CUresult {

@@ -9,6 +9,11 @@ use rgpu_cuda_api::{cu_call, cu_call_raw};
 use rgpu_protocol::cuda::{serve, Answer, DevicePtr, Id, MemAccess, MemInfo, Pool, PoolProps};
 
 use super::session::{code, Charged, CudaSession, Served};
+use crate::session::End;
+
+/// The largest host memory a kernel may reach through a mirror (crate rgpu-cuda's
+/// host_mirror.rs): its bytes travel whole at each synchronization.
+const HOST_MIRROR_MAX: u64 = 64 << 20;
 
 impl serve::Memory for Served<'_> {
     fn mem_get_info(&mut self, ctx: Id) -> Answer<MemInfo> {
@@ -136,6 +141,77 @@ impl serve::Memory for Served<'_> {
 
     fn mem_pool_get_attribute(&mut self, pool: Pool, attribute: u32) -> Answer<u64> {
         self.cuda.pool_attribute(pool, attribute)
+    }
+
+    fn host_mirror(&mut self, ctx: Id, size: u64) -> Answer<DevicePtr> {
+        if size == 0 || size > HOST_MIRROR_MAX {
+            return Err(INVALID_VALUE);
+        }
+        let cuda = &mut *self.cuda;
+        cuda.enter(ctx)?;
+        cuda.charged_allocation(size, |cuda| {
+            let driver = &cuda.backend.driver;
+            let mut host = std::ptr::null_mut();
+            let flags = CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP;
+            // SAFETY: a local out-pointer; the driver checks the size.
+            check(unsafe { cu_call!(driver, cuMemHostAlloc(&mut host, size as usize, flags)) })?;
+            // SAFETY: `size` bytes just allocated, ours alone.
+            unsafe { std::ptr::write_bytes(host.cast::<u8>(), 0, size as usize) };
+            let mut device = 0u64;
+            // SAFETY: the mapped allocation just made and a local out-pointer.
+            let mapped =
+                unsafe { cu_call!(driver, cuMemHostGetDevicePointer_v2(&mut device, host, 0)) };
+            if let Err(status) = check(mapped) {
+                // SAFETY: the allocation just made, not handed out.
+                unsafe { cu_call!(driver, cuMemFreeHost(host)) };
+                return Err(status);
+            }
+            cuda.host_mirrors.insert(device, (host as usize, size));
+            Ok(Charged::Pointer(device))
+        })
+    }
+
+    fn host_mirror_write(
+        &mut self,
+        mirror: DevicePtr,
+        offset: u64,
+        bulk_len: u64,
+    ) -> Result<Answer<()>, End> {
+        let found = self.cuda.host_mirrors.get(&mirror).copied();
+        let fits = |size: u64| offset.checked_add(bulk_len).is_some_and(|end| end <= size);
+        match found {
+            Some((host, size)) if fits(size) => {
+                // SAFETY: the mirror's memory (mapped pinned memory this session allocated),
+                // `offset + bulk_len <= size` checked; the device may read it meanwhile, as a
+                // program's own zero-copy memory is read.
+                let into = unsafe {
+                    std::slice::from_raw_parts_mut(
+                        (host + offset as usize) as *mut u8,
+                        bulk_len as usize,
+                    )
+                };
+                self.session.take_bulk(into)?;
+                Ok(Ok(()))
+            }
+            _ => {
+                self.session.drop_bulk()?;
+                Ok(Err(INVALID_VALUE))
+            }
+        }
+    }
+
+    fn host_mirror_read(&mut self, mirror: DevicePtr) -> Answer<Vec<u8>> {
+        let &(host, size) = self.cuda.host_mirrors.get(&mirror).ok_or(INVALID_VALUE)?;
+        // SAFETY: the mirror's memory, `size` bytes.
+        Ok(unsafe { std::slice::from_raw_parts(host as *const u8, size as usize) }.to_vec())
+    }
+
+    fn host_mirror_free(&mut self, mirror: DevicePtr) -> Answer<()> {
+        let cuda = &mut *self.cuda;
+        let (host, _) = cuda.host_mirrors.remove(&mirror).ok_or(INVALID_VALUE)?;
+        cuda.uncharge(Charged::Pointer(mirror));
+        // SAFETY: the mirror's allocation, forgotten above so freed once.
+        check(unsafe { cu_call!(cuda.backend.driver, cuMemFreeHost(host as *mut c_void)) })
     }
 
     fn mem_pool_trim(&mut self, pool: Pool, keep: u64) -> Answer<()> {

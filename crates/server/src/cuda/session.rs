@@ -109,6 +109,9 @@ pub(crate) struct CudaSession {
     pub(super) vmm_handles: HashMap<Id, CUmemGenericAllocationHandle>,
     pub(super) vmm_mappings: HashMap<u64, u64>,
     pub(super) vmm_reservations: HashMap<u64, u64>,
+    /// Mapped pinned memory standing in for the program's page-locked host memory, by
+    /// device address: (host address here, size). Freed with the contexts.
+    pub(super) host_mirrors: HashMap<u64, (usize, u64)>,
     pub(super) staging: Staging,
     /// The launch parameter buffer, reused across launches.
     pub(super) params: Vec<u8>,
@@ -135,6 +138,7 @@ impl CudaSession {
             functions: HashMap::new(),
             param_offsets: HashMap::new(),
             param_pointers: Vec::new(),
+            host_mirrors: HashMap::new(),
             async_allocations: HashMap::new(),
             graphs: HashMap::new(),
             graph_execs: HashMap::new(),
