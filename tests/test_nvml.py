@@ -37,7 +37,9 @@ PROBE = textwrap.dedent(r"""
     assert nvml.nvmlDeviceGetCount_v2(ctypes.byref(count)) == 1
     nvml.nvmlErrorString.restype = ctypes.c_char_p
     assert nvml.nvmlErrorString(3) == b"Not Supported"
-    assert nvml.nvmlDeviceGetP2PStatus(None, None, 0, None) == 3  # not implemented: NOT_SUPPORTED
+    assert nvml.nvmlDeviceClearCpuAffinity(None) == 3  # not implemented: NOT_SUPPORTED
+    # Forwarded to the servers' NVML once initialized; like NVIDIA's, UNINITIALIZED before.
+    assert nvml.nvmlDeviceGetP2PStatus(None, None, 0, None) == 1
     print("PASS")
 """)
 

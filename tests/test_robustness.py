@@ -209,6 +209,15 @@ def test_a_missing_token_file_is_named(rgpu_bins, tmp_path):
         assert "ICD loader" not in r.stderr, r.describe()
 
 
+def test_rgpu_run_says_when_no_server_answers(rgpu_bins):
+    """`rgpu run` with no server reachable says so on stderr (the program runs, and sees no
+    rgpu device); with a server up it says nothing of the kind."""
+    r = h.run([str(h.RGPU), "run", "--servers", "127.0.0.1:1", "--", "true"], h.base_env(),
+              timeout=60)
+    assert r.returncode == 0, r.describe()
+    assert "no server can be reached (127.0.0.1:1: " in r.stderr, r.describe()
+
+
 def test_wrong_token_rejected(c_program, start_server, tmp_path):
     token = tmp_path / "token"
     token.write_text(GOOD + "\n")
@@ -253,13 +262,14 @@ def protocol_version() -> int:
     return int(m.group(1)) if m else 1
 
 
-PREAMBLE_LEN = 20
+PREAMBLE_LEN = 24
 
 
 def preamble(version=None, magic=b"RGPU", flags=0) -> bytes:
-    """A client's preamble: magic, version, flags (1: TLS follows), the session a lane joins."""
+    """A client's preamble: magic, version, flags (1: TLS follows), the session a lane joins,
+    an empty line."""
     v = protocol_version() if version is None else version
-    return magic + v.to_bytes(4, "little") + flags.to_bytes(4, "little") + bytes(8)
+    return magic + v.to_bytes(4, "little") + flags.to_bytes(4, "little") + bytes(8) + b"\r\n\r\n"
 
 
 def frame(body: bytes, seq: int, bulk: bytes = b"", flags: int = 0) -> bytes:

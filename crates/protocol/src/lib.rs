@@ -25,7 +25,7 @@ use serde::{Deserialize, Serialize};
 pub use frame::{decode_body, encode_frame, encode_frame_striped, FrameHeader, HEADER_LEN};
 
 /// Bumped on every incompatible change of any message.
-pub const PROTOCOL_VERSION: u32 = 19;
+pub const PROTOCOL_VERSION: u32 = 20;
 /// First bytes on the wire, each way.
 pub const MAGIC: [u8; 4] = *b"RGPU";
 
@@ -35,6 +35,8 @@ pub enum ProtocolError {
     Malformed(String),
     /// The peer speaks another protocol version.
     VersionMismatch { ours: u32, theirs: u32 },
+    /// The peer is no rgpu endpoint: it answered with these bytes.
+    NotRgpu(Vec<u8>),
     /// A message could not be encoded (too large).
     Encode(String),
 }
@@ -49,6 +51,11 @@ impl std::fmt::Display for ProtocolError {
                  speaks version {theirs}; run the same rgpu release on client and server"
             ),
             ProtocolError::Encode(why) => write!(f, "cannot encode message: {why}"),
+            ProtocolError::NotRgpu(first) => write!(
+                f,
+                "the peer is not an rgpu server or client (it began with {:?})",
+                String::from_utf8_lossy(first)
+            ),
         }
     }
 }
@@ -73,7 +80,7 @@ pub struct Preamble {
 }
 
 impl Preamble {
-    pub const LEN: usize = 20;
+    pub const LEN: usize = 24;
     pub const HEAD_LEN: usize = 8;
     /// The connection continues in TLS 1.3 after the preambles.
     pub const TLS: u32 = 1;
@@ -123,15 +130,19 @@ impl Preamble {
         out[4..8].copy_from_slice(&self.version.to_le_bytes());
         out[8..12].copy_from_slice(&self.flags.to_le_bytes());
         out[12..20].copy_from_slice(&self.lane_of.unwrap_or(0).to_le_bytes());
+        out[20..24].copy_from_slice(Self::END);
         out
     }
+
+    /// The preamble's last bytes: an empty line, so that a server of a text protocol
+    /// (HTTP) that a client reaches by mistake answers at once, and the client can say that
+    /// the peer is no rgpu server instead of waiting out its handshake.
+    const END: &'static [u8; 4] = b"\r\n\r\n";
 
     /// Checks the magic and the version (the first [`Preamble::HEAD_LEN`] bytes).
     pub fn check_head(raw: &[u8; Self::HEAD_LEN]) -> Result<(), ProtocolError> {
         if raw[0..4] != MAGIC {
-            return Err(ProtocolError::Malformed(
-                "peer is not an rgpu endpoint (bad magic)".into(),
-            ));
+            return Err(ProtocolError::NotRgpu(raw.to_vec()));
         }
         let theirs = u32::from_le_bytes(raw[4..8].try_into().unwrap());
         if theirs != PROTOCOL_VERSION {
@@ -153,6 +164,9 @@ impl Preamble {
             )));
         }
         let lane_of = u64::from_le_bytes(raw[12..20].try_into().unwrap());
+        if &raw[20..24] != Self::END {
+            return Err(ProtocolError::Malformed("preamble without its end".into()));
+        }
         Ok(Preamble {
             version: PROTOCOL_VERSION,
             flags,

@@ -117,6 +117,7 @@ fn what_is_answered_and_what_carries_bulk_is_as_the_tables_say() {
     assert_eq!(
         bulk,
         [
+            "HostMirrorWrite",
             "MemcpyHtoD",
             "LoadImage",
             "LinkAddData",
@@ -220,7 +221,7 @@ fn preamble_detects_version_and_magic() {
 }
 
 /// The preamble's layout: magic, version, flags (TLS = 1, refused = 2) and the session a data
-/// lane joins, all little-endian (golden.rs pins the bytes).
+/// lane joins, all little-endian, then an empty line (golden.rs pins the bytes).
 #[test]
 fn preamble_layout() {
     let lane = Preamble::client(true, Some(0x0102030405060708)).encode();
@@ -229,9 +230,10 @@ fn preamble_layout() {
     expected.extend_from_slice(&PROTOCOL_VERSION.to_le_bytes());
     expected.extend_from_slice(&[1, 0, 0, 0]);
     expected.extend_from_slice(&[8, 7, 6, 5, 4, 3, 2, 1]);
+    expected.extend_from_slice(b"\r\n\r\n");
     assert_eq!(lane.to_vec(), expected);
     let refused = Preamble::server(Preamble::REFUSED).encode();
-    assert_eq!(&refused[8..], &[2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+    assert_eq!(&refused[8..20], &[2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
     let decoded = Preamble::decode(&lane).unwrap();
     assert!(decoded.tls() && !decoded.refused());
     assert_eq!(decoded.lane_of, Some(0x0102030405060708));

@@ -120,6 +120,14 @@ fn read_preamble(stream: &mut Stream) -> Result<Preamble, TransportError> {
     Ok(Preamble::decode(&raw)?)
 }
 
+/// A read that ran out of its time (a socket timeout reads as WouldBlock on Linux).
+fn is_timeout(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+    )
+}
+
 fn read_exact_or_closed(stream: &mut Stream, buf: &mut [u8]) -> Result<(), TransportError> {
     stream.read_exact(buf).map_err(|e| {
         if e.kind() == std::io::ErrorKind::UnexpectedEof {
@@ -307,7 +315,16 @@ pub fn client_handshake<'a>(
     stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
     let use_tls = tls.wants_tls(&stream);
     stream.write_all(&Preamble::client(use_tls, lane.map(|l| l.session)).encode())?;
-    let theirs = read_preamble(&mut stream)?;
+    let theirs = read_preamble(&mut stream).map_err(|e| match e {
+        TransportError::Io(io) if is_timeout(&io) => TransportError::Io(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!(
+                "{endpoint} did not answer within {HANDSHAKE_TIMEOUT:?}: is it an rgpu server \
+                 (`rgpu server` on that port)?"
+            ),
+        )),
+        other => other,
+    })?;
     if theirs.refused() {
         let mut reader = FrameReader::new(stream.try_clone()?);
         return Err(TransportError::Auth(

@@ -219,6 +219,34 @@ fn an_older_client_hears_the_version_at_once() {
     assert!(err.contains("version mismatch"), "{err}");
 }
 
+/// A client reaching a web server by mistake says so at once: the preamble's empty line makes
+/// the server answer, and its answer is no rgpu preamble.
+#[test]
+fn a_web_server_is_named_at_once() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let web = thread::spawn(move || {
+        let (mut conn, _) = listener.accept().unwrap();
+        // Reads a request up to its empty line, as an HTTP server does, then answers.
+        let mut request = Vec::new();
+        let mut byte = [0u8; 1];
+        while !request.ends_with(b"\r\n\r\n") && conn.read(&mut byte).unwrap() == 1 {
+            request.push(byte[0]);
+        }
+        conn.write_all(b"HTTP/1.0 400 Bad Request\r\n\r\n").unwrap();
+    });
+    let endpoint = Endpoint::parse(&format!("127.0.0.1:{port}")).unwrap();
+    let stream = Stream::connect(&endpoint, Duration::from_secs(5)).unwrap();
+    let err = client_handshake(stream, &plain(), &endpoint, None, "c", None)
+        .err()
+        .unwrap()
+        .to_string();
+    // The web server's own answer is named (not the handshake's timeout).
+    assert!(err.contains("not an rgpu server"), "{err}");
+    assert!(err.contains("HTTP/1.0"), "{err}");
+    web.join().unwrap();
+}
+
 /// A data lane joins only with the session's key: the server's admission decides, and a
 /// refused lane hears why.
 #[test]

@@ -58,6 +58,8 @@ pub fn run(args: RunArgs) -> Result<ExitCode, String> {
         command.env("LD_PRELOAD", preload);
     }
 
+    // While the program starts: whether any server can be reached at all.
+    let probe = probe_servers(&env.servers());
     // Installed before the child starts so that no signal meant for it is lost.
     let forwarder = SignalForwarder::install()?;
     let mut child = match command.spawn() {
@@ -80,9 +82,34 @@ pub fn run(args: RunArgs) -> Result<ExitCode, String> {
     let exited = wait_for_exit_without_reaping(child.id());
     forwarder.stop();
     let status = exited.and_then(|()| child.wait());
+    let _ = probe.join();
     drop(env);
     let status = status.map_err(|e| format!("waiting for {}: {e}", program.to_string_lossy()))?;
     Ok(exit_code(status))
+}
+
+/// How long `rgpu run` tries to reach each server before it says none answers.
+const PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// Tries to connect to each server, beside the program: when none can be reached, says so on
+/// stderr (the program then sees no rgpu device, and only its libraries' log would say why).
+fn probe_servers(servers: &str) -> JoinHandle<()> {
+    let endpoints = rgpu_transport::Endpoint::parse_list(servers).unwrap_or_default();
+    std::thread::spawn(move || {
+        let mut failures = Vec::new();
+        for endpoint in &endpoints {
+            match rgpu_transport::Stream::connect(endpoint, PROBE_TIMEOUT) {
+                Ok(_) => return,
+                Err(e) => failures.push(format!("{endpoint}: {e}")),
+            }
+        }
+        if !failures.is_empty() {
+            eprintln!(
+                "rgpu: no server can be reached ({}); the program sees no rgpu device",
+                failures.join("; ")
+            );
+        }
+    })
 }
 
 /// Blocks until the process `pid` (our child) has exited, leaving it to be reaped.
