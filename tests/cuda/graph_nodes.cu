@@ -2,7 +2,8 @@
 // kernel, device-to-device copy, empty (barrier) and child-graph nodes; kernel parameters
 // updated in the executable graph; an executable graph updated from a new graph; a WHILE
 // conditional node whose body kernel decrements a counter on the device and sets the
-// condition; stream capture into an existing graph; graph memory (allocation and free nodes);
+// condition; stream capture into an existing graph; graph memory (allocation and free nodes,
+// the device's graph memory attributes and trim);
 // copy nodes with a host side and a host node.
 // Checks every result against the CPU.
 //
@@ -222,6 +223,17 @@ int main() {
         EXPECT(back[0] == 5.0f && back[n - 1] == 5.0f, "graph memory: y = %g %g", back[0], back[n - 1]);
     }
     printf("CHECK graph_memory %.6e\n", back[n - 1]);
+    // The device's graph memory: reserved while the executable graph keeps it, the high
+    // watermark at least the allocation, then reset.
+    unsigned long long used_high = 0, reserved = 0;
+    CK(cudaDeviceGetGraphMemAttribute(0, cudaGraphMemAttrUsedMemHigh, &used_high));
+    CK(cudaDeviceGetGraphMemAttribute(0, cudaGraphMemAttrReservedMemCurrent, &reserved));
+    EXPECT(used_high >= bytes && reserved >= bytes, "graph memory: used high %llu, reserved %llu",
+           used_high, reserved);
+    unsigned long long zero = 0;
+    CK(cudaDeviceSetGraphMemAttribute(0, cudaGraphMemAttrUsedMemHigh, &zero));
+    CK(cudaDeviceGraphMemTrim(0));
+    printf("CHECK graph_memory_attributes %d\n", (int)(used_high >= bytes));
 
     // Copy nodes with a host side, built node by node: host -> device, kernel, device -> host.
     cudaGraph_t hostio;

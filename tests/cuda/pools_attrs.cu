@@ -1,7 +1,8 @@
 // pools_attrs: memory pools (the device's default pool and a created one: stream-ordered
 // allocations from them, attributes, trim, access, the device's current pool), stream
-// attributes, profiler start/stop, and tensor maps (TMA descriptors: encoded, encoded again,
-// their address replaced and restored). Results checked against the CPU.
+// attributes, the persisting L2 cache reset, profiler start/stop, and tensor maps (TMA
+// descriptors: encoded, encoded again, their address replaced and restored). Results checked
+// against the CPU.
 //
 //   nvcc -O2 -o pools_attrs pools_attrs.cu -lcuda && ./pools_attrs
 //
@@ -96,6 +97,9 @@ int main() {
     CK(cudaStreamGetAttribute(stream, cudaStreamAttributeSynchronizationPolicy, &out));
     EXPECT(out.syncPolicy == cudaSyncPolicyYield, "sync policy %d", (int)out.syncPolicy);
     printf("CHECK stream_attribute %d\n", (int)out.syncPolicy);
+
+    // Persisting L2 lines, reset (no effect on results).
+    CK(cudaCtxResetPersistingL2Cache());
 
     // Profiler markers (forwarded; with no profiler attached they do nothing).
     CK(cudaProfilerStart());

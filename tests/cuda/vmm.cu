@@ -1,6 +1,7 @@
 // vmm: the driver's virtual memory management as caching allocators use it (PyTorch's
 // expandable segments): reserve an address range, create physical memory, map it, grant
-// access, use it from a kernel and from copies, grow the mapping, then unmap and release.
+// access, use it from a kernel and from copies, grow the mapping, read an allocation's
+// properties back from its handle, then unmap and release.
 //
 //   nvcc -O2 -o vmm vmm.cu -lcuda && ./vmm
 //
@@ -61,6 +62,15 @@ int main() {
         EXPECT(back[i] == want, "word %zu = %u, want %u", i, back[i], want);
     }
     printf("CHECK vmm_words %.6e %.6e\n", (double)back[1], (double)back[words - 1]);
+
+    // The properties an allocation was made with, read back from its handle.
+    CUmemAllocationProp got = {};
+    CU(cuMemGetAllocationPropertiesFromHandle(&got, handles[0]));
+    EXPECT(got.type == prop.type && got.location.type == prop.location.type &&
+               got.location.id == prop.location.id,
+           "properties from the handle: type %d location %d/%d", (int)got.type,
+           (int)got.location.type, got.location.id);
+    printf("CHECK vmm_properties %d %d %d\n", (int)got.type, (int)got.location.type, got.location.id);
 
     CU(cuMemUnmap(base, handles.size() * chunk));
     for (CUmemGenericAllocationHandle handle : handles) CU(cuMemRelease(handle));

@@ -367,7 +367,10 @@ pub unsafe extern "C" fn cuCtxRecordEvent() -> CUresult {
 
 #[no_mangle]
 pub unsafe extern "C" fn cuCtxResetPersistingL2Cache() -> CUresult {
-    not_supported("cuCtxResetPersistingL2Cache")
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuCtxResetPersistingL2Cache", || unsafe {
+        crate::api::cuCtxResetPersistingL2Cache()
+    })
 }
 
 #[no_mangle]
@@ -527,8 +530,15 @@ pub unsafe extern "C" fn cuDeviceGetExecAffinitySupport() -> CUresult {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuDeviceGetGraphMemAttribute() -> CUresult {
-    not_supported("cuDeviceGetGraphMemAttribute")
+pub unsafe extern "C" fn cuDeviceGetGraphMemAttribute(
+    device: CUdevice,
+    attr: u32,
+    value: *mut ::core::ffi::c_void,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuDeviceGetGraphMemAttribute", || unsafe {
+        crate::api::cuDeviceGetGraphMemAttribute(device, attr, value)
+    })
 }
 
 #[no_mangle]
@@ -710,8 +720,15 @@ pub unsafe extern "C" fn cuDeviceRegisterAsyncNotification() -> CUresult {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuDeviceSetGraphMemAttribute() -> CUresult {
-    not_supported("cuDeviceSetGraphMemAttribute")
+pub unsafe extern "C" fn cuDeviceSetGraphMemAttribute(
+    device: CUdevice,
+    attr: u32,
+    value: *mut ::core::ffi::c_void,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuDeviceSetGraphMemAttribute", || unsafe {
+        crate::api::cuDeviceSetGraphMemAttribute(device, attr, value)
+    })
 }
 
 #[no_mangle]
@@ -2943,8 +2960,14 @@ pub unsafe extern "C" fn cuMemGetAllocationGranularity(
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemGetAllocationPropertiesFromHandle() -> CUresult {
-    not_supported("cuMemGetAllocationPropertiesFromHandle")
+pub unsafe extern "C" fn cuMemGetAllocationPropertiesFromHandle(
+    prop: *mut CUmemAllocationProp,
+    handle: CUmemGenericAllocationHandle,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuMemGetAllocationPropertiesFromHandle", || unsafe {
+        crate::api::cuMemGetAllocationPropertiesFromHandle(prop, handle)
+    })
 }
 
 #[no_mangle]

@@ -413,6 +413,8 @@ wire_api! {
         call GetLimit get_limit(ctx: Id, limit: u32) -> Answer<u64>;
         /// `cuCtxSetLimit`.
         call SetLimit set_limit(ctx: Id, limit: u32, value: u64) -> Status;
+        /// `cuCtxResetPersistingL2Cache`.
+        post ResetPersistingL2Cache reset_persisting_l2_cache(ctx: Id);
         /// `cuProfilerStart` / `cuProfilerStop` for `ctx` (a profiler on the server sees them).
         post Profiler profiler(ctx: Id, start: bool);
         /// `cuTensorMapEncode*` / `cuTensorMapReplaceAddress`: the 128-byte descriptor. Host
@@ -771,6 +773,10 @@ wire_api! {
         call GraphNodes graph_nodes(graph: Id, query: NodeQuery) -> Answer<Vec<(Id, u32)>>;
         /// `cuDeviceGraphMemTrim`.
         call GraphMemTrim graph_mem_trim(device: u32) -> Status;
+        /// `cuDeviceGetGraphMemAttribute`, or with `reset` `cuDeviceSetGraphMemAttribute` to 0
+        /// (the one value the driver takes: a high watermark's reset).
+        call GraphMemAttribute graph_mem_attribute(device: u32, attribute: u32, reset: bool)
+            -> Answer<u64>;
         /// The address of the allocation a `MemAlloc` node makes (the driver fixes it when the
         /// node is added).
         call GraphMemAllocNodeAddress graph_mem_alloc_node_address(node: Id) -> Answer<DevicePtr>;

@@ -138,6 +138,15 @@ pub unsafe fn cuCtxSynchronize_v2(ctx: CUcontext) -> CUresult {
     status(context_or_current(ctx).and_then(|ctx| synchronize(&ctx)))
 }
 
+pub unsafe fn cuCtxResetPersistingL2Cache() -> CUresult {
+    status(current_context().and_then(|ctx| {
+        ctx.conn
+            .cuda()
+            .reset_persisting_l2_cache(ctx.remote)
+            .outcome()
+    }))
+}
+
 pub(crate) fn synchronize(ctx: &Context) -> Result<(), CUresult> {
     super::host_mirror::synchronized(ctx, || ctx.conn.cuda().synchronize(ctx.remote).outcome())
 }

@@ -1118,6 +1118,41 @@ pub unsafe fn cuGraphExecUpdate_v2(
     status(result.map(|_| ()))
 }
 
+/// A graph memory attribute of `device`, read (`reset` false) or reset to 0.
+fn graph_mem_attribute(device: CUdevice, attribute: u32, reset: bool) -> Result<u64, CUresult> {
+    let device = crate::servers::device(device)?;
+    device
+        .link
+        .connection()
+        .cuda()
+        .graph_mem_attribute(device.remote_ordinal, attribute, reset)
+        .outcome()
+}
+
+pub unsafe fn cuDeviceGetGraphMemAttribute(
+    device: CUdevice,
+    attr: c_uint,
+    value: *mut c_void,
+) -> CUresult {
+    status(graph_mem_attribute(device, attr, false).and_then(|v| {
+        // SAFETY: an out-pointer from the caller for a 64-bit value, as the API requires.
+        unsafe { write_out(value.cast::<u64>(), v) }
+    }))
+}
+
+pub unsafe fn cuDeviceSetGraphMemAttribute(
+    device: CUdevice,
+    attr: c_uint,
+    value: *mut c_void,
+) -> CUresult {
+    // The driver takes only 0 (a high watermark's reset).
+    // SAFETY: the caller's 64-bit value, as the API requires (null is refused).
+    if value.is_null() || unsafe { value.cast::<u64>().read_unaligned() } != 0 {
+        return CUresult::CUDA_ERROR_INVALID_VALUE;
+    }
+    status(graph_mem_attribute(device, attr, true).map(|_| ()))
+}
+
 pub unsafe fn cuDeviceGraphMemTrim(device: CUdevice) -> CUresult {
     status((|| {
         let device = crate::servers::device(device)?;

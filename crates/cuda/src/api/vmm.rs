@@ -23,8 +23,17 @@ use crate::objects::{current_context, Context};
 const LOCATION_DEVICE: u32 = 1;
 
 /// The physical allocations the program holds: its handle value -> the context (address) whose
-/// server holds it. The handle value is also the allocation's id on that server.
-static HANDLES: Mutex<BTreeMap<u64, usize>> = Mutex::new(BTreeMap::new());
+/// server holds it, and the properties the program made it with (as it gave them: its device
+/// ordinals). The handle value is also the allocation's id on that server.
+static HANDLES: Mutex<BTreeMap<u64, (usize, GivenProp)>> = Mutex::new(BTreeMap::new());
+
+/// An allocation's properties as the program gave them.
+#[derive(Clone, Copy)]
+struct GivenProp(CUmemAllocationProp);
+
+// SAFETY: plain values; the one pointer (Windows handle metadata) is the program's, handed
+// back as it came and never followed here.
+unsafe impl Send for GivenProp {}
 
 fn next_handle() -> u64 {
     static NEXT: AtomicU64 = AtomicU64::new(1);
@@ -132,16 +141,21 @@ pub unsafe fn cuMemCreate(
     flags: u64,
 ) -> CUresult {
     // SAFETY: the caller's allocation properties (null is refused).
-    status(unsafe { read_prop(prop) }.and_then(|(prop, ctx)| {
+    status(unsafe { read_prop(prop) }.and_then(|(wire, ctx)| {
         if handle.is_null() {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
         }
         let id = next_handle();
         let server = ctx.conn.cuda();
         server
-            .vmm_create(ctx.remote, id, size as u64, prop, flags)
+            .vmm_create(ctx.remote, id, size as u64, wire, flags)
             .outcome()?;
-        HANDLES.lock().unwrap().insert(id, ctx.handle() as usize);
+        // SAFETY: read_prop read it: non-null and valid.
+        let given = unsafe { prop.read() };
+        HANDLES
+            .lock()
+            .unwrap()
+            .insert(id, (ctx.handle() as usize, GivenProp(given)));
         // SAFETY: an out-pointer from the caller: null (refused by write_out) or writable, as the API requires.
         unsafe { write_out(handle, id) }
     }))
@@ -149,7 +163,7 @@ pub unsafe fn cuMemCreate(
 
 /// The context whose server holds a physical allocation.
 fn handle_context(handle: u64) -> Result<Arc<Context>, CUresult> {
-    let ctx = HANDLES.lock().unwrap().get(&handle).copied();
+    let ctx = HANDLES.lock().unwrap().get(&handle).map(|&(ctx, _)| ctx);
     ctx.and_then(|ctx| Context::from_handle(ctx as CUcontext))
         .ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)
 }
@@ -168,6 +182,23 @@ pub unsafe fn cuMemMap(
             .vmm_map(ctx.remote, ptr, size, offset, handle, flags)
             .outcome()
     }))
+}
+
+/// The properties the allocation was made with, as the program gave them.
+pub unsafe fn cuMemGetAllocationPropertiesFromHandle(
+    prop: *mut CUmemAllocationProp,
+    handle: CUmemGenericAllocationHandle,
+) -> CUresult {
+    let found = HANDLES
+        .lock()
+        .unwrap()
+        .get(&handle)
+        .map(|&(_, given)| given);
+    match found {
+        // SAFETY: an out-pointer from the caller: null (refused by write_out) or writable, as the API requires.
+        Some(GivenProp(given)) => status(unsafe { write_out(prop, given) }),
+        None => CUresult::CUDA_ERROR_INVALID_VALUE,
+    }
 }
 
 pub unsafe fn cuMemRelease(handle: CUmemGenericAllocationHandle) -> CUresult {

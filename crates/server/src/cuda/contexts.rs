@@ -70,6 +70,13 @@ impl serve::Contexts for Served<'_> {
         })
     }
 
+    fn reset_persisting_l2_cache(&mut self, ctx: Id) -> Answer<()> {
+        let cuda = &mut *self.cuda;
+        cuda.enter(ctx)?;
+        // SAFETY: the session's context, current.
+        check(unsafe { cu_call!(cuda.backend.driver, cuCtxResetPersistingL2Cache()) })
+    }
+
     fn set_limit(&mut self, ctx: Id, which: u32, value: u64) -> Status {
         let cuda = &mut *self.cuda;
         code(cuda.enter(ctx).and_then(|()| {

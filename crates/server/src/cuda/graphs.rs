@@ -357,6 +357,39 @@ impl serve::Graphs for Served<'_> {
             )
         }))
     }
+
+    fn graph_mem_attribute(&mut self, device: u32, attribute: u32, reset: bool) -> Answer<u64> {
+        let driver = &self.cuda.backend.driver;
+        if device as usize >= self.cuda.backend.inventory.devices.len() {
+            return Err(super::session::INVALID_DEVICE);
+        }
+        use CUgraphMem_attribute::*;
+        let attribute = match attribute {
+            0 => CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT,
+            1 => CU_GRAPH_MEM_ATTR_USED_MEM_HIGH,
+            2 => CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT,
+            3 => CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH,
+            _ => return Err(INVALID_VALUE),
+        };
+        let mut value = 0u64;
+        let out = (&raw mut value).cast();
+        // SAFETY: a device ordinal of this server and a local 64-bit value, as both calls
+        // take it.
+        check(unsafe {
+            if reset {
+                cu_call!(
+                    driver,
+                    cuDeviceSetGraphMemAttribute(device as CUdevice, attribute, out)
+                )
+            } else {
+                cu_call!(
+                    driver,
+                    cuDeviceGetGraphMemAttribute(device as CUdevice, attribute, out)
+                )
+            }
+        })?;
+        Ok(value)
+    }
 }
 
 impl CudaSession {
