@@ -230,8 +230,8 @@ int main() {
     CK(cudaDeviceGetGraphMemAttribute(0, cudaGraphMemAttrReservedMemCurrent, &reserved));
     EXPECT(used_high >= bytes && reserved >= bytes, "graph memory: used high %llu, reserved %llu",
            used_high, reserved);
-    unsigned long long zero = 0;
-    CK(cudaDeviceSetGraphMemAttribute(0, cudaGraphMemAttrUsedMemHigh, &zero));
+    unsigned long long reset = 0;
+    CK(cudaDeviceSetGraphMemAttribute(0, cudaGraphMemAttrUsedMemHigh, &reset));
     CK(cudaDeviceGraphMemTrim(0));
     printf("CHECK graph_memory_attributes %d\n", (int)(used_high >= bytes));
 
