@@ -373,7 +373,8 @@ fn memset(
         let row = width * element_size as usize;
         let span = pitch.max(row) * height.saturating_sub(1) + row;
         if is_page_locked(dst as *mut c_void, span) {
-            return set_host_memory(stream, dst, value, element_size, width, height, pitch);
+            let pattern = &value.to_le_bytes()[..element_size as usize];
+            return set_host_memory(stream, dst, pattern, row, height.max(1), pitch);
         }
         log::debug!("memset at {dst:#x}: in no allocation known here; the server decides");
     }
@@ -398,27 +399,25 @@ fn memset(
 }
 
 /// A memset of page-locked host memory, which unified addressing lets the program set as
-/// device memory (XLA's host memory space is such memory): done here, after the stream's
-/// earlier work, as the driver does it in stream order.
+/// device memory (XLA's host memory space is such memory): `pattern` repeated over `row`
+/// bytes of each of `rows` rows `pitch` apart, done here after the stream's earlier work, as
+/// the driver does it in stream order.
 fn set_host_memory(
     stream: Option<CUstream>,
     dst: u64,
-    value: u32,
-    element_size: u8,
-    width: usize,
-    height: usize,
+    pattern: &[u8],
+    row: usize,
+    rows: usize,
     pitch: usize,
 ) -> Result<(), CUresult> {
     if let Some(stream) = stream {
         let (ctx, id) = resolve_stream(stream)?;
         super::stream::synchronize_stream(&ctx, id)?;
     }
-    let pattern = &value.to_le_bytes()[..element_size as usize];
-    let row = width * element_size as usize;
-    for r in 0..height.max(1) {
+    for r in 0..rows {
         let start = dst as usize + r * pitch;
-        // SAFETY: the rows lie in the caller's page-locked allocation (checked above), which
-        // the API lets it set.
+        // SAFETY: the rows lie in the caller's page-locked allocation (checked by the
+        // caller), which the API lets it set.
         let bytes = unsafe { std::slice::from_raw_parts_mut(start as *mut u8, row) };
         for element in bytes.chunks_exact_mut(pattern.len()) {
             element.copy_from_slice(pattern);

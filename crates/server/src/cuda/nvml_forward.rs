@@ -177,55 +177,29 @@ pub(super) fn call(
     let a = &prepared.c_args;
     let arg = |i: usize| a.get(i).copied().unwrap_or(0);
     // Every NVML parameter is an integer or a pointer, passed in a 64-bit register or stack
-    // slot: each is called with exactly its arity, 32-bit values zero-extended.
-    type F0 = unsafe extern "C" fn() -> u32;
-    type F1 = unsafe extern "C" fn(u64) -> u32;
-    type F2 = unsafe extern "C" fn(u64, u64) -> u32;
-    type F3 = unsafe extern "C" fn(u64, u64, u64) -> u32;
-    type F4 = unsafe extern "C" fn(u64, u64, u64, u64) -> u32;
-    type F5 = unsafe extern "C" fn(u64, u64, u64, u64, u64) -> u32;
-    type F6 = unsafe extern "C" fn(u64, u64, u64, u64, u64, u64) -> u32;
-    type F7 = unsafe extern "C" fn(u64, u64, u64, u64, u64, u64, u64) -> u32;
-    type F8 = unsafe extern "C" fn(u64, u64, u64, u64, u64, u64, u64, u64) -> u32;
+    // slot: each function is called with exactly its arity, 32-bit values zero-extended.
+    macro_rules! call {
+        ($($i:literal)*) => {{
+            type Function = unsafe extern "C" fn($(call!(@u64 $i)),*) -> u32;
+            std::mem::transmute::<usize, Function>(address)($(arg($i)),*)
+        }};
+        (@u64 $i:literal) => { u64 };
+    }
     // SAFETY: `address` is the table's function in NVIDIA's NVML, whose C parameters are
     // integers and pointers, as many as `c_args` holds (prepare built them from the table's
     // shapes, which tools/gen_nvml_api.py derived from nvml.h); every pointer is into
     // `prepared.buffers`, alive until the call returns and as large as the shape says.
     let ret = unsafe {
         match a.len() {
-            0 => std::mem::transmute::<usize, F0>(address)(),
-            1 => std::mem::transmute::<usize, F1>(address)(arg(0)),
-            2 => std::mem::transmute::<usize, F2>(address)(arg(0), arg(1)),
-            3 => std::mem::transmute::<usize, F3>(address)(arg(0), arg(1), arg(2)),
-            4 => std::mem::transmute::<usize, F4>(address)(arg(0), arg(1), arg(2), arg(3)),
-            5 => std::mem::transmute::<usize, F5>(address)(arg(0), arg(1), arg(2), arg(3), arg(4)),
-            6 => std::mem::transmute::<usize, F6>(address)(
-                arg(0),
-                arg(1),
-                arg(2),
-                arg(3),
-                arg(4),
-                arg(5),
-            ),
-            7 => std::mem::transmute::<usize, F7>(address)(
-                arg(0),
-                arg(1),
-                arg(2),
-                arg(3),
-                arg(4),
-                arg(5),
-                arg(6),
-            ),
-            _ => std::mem::transmute::<usize, F8>(address)(
-                arg(0),
-                arg(1),
-                arg(2),
-                arg(3),
-                arg(4),
-                arg(5),
-                arg(6),
-                arg(7),
-            ),
+            0 => call!(),
+            1 => call!(0),
+            2 => call!(0 1),
+            3 => call!(0 1 2),
+            4 => call!(0 1 2 3),
+            5 => call!(0 1 2 3 4),
+            6 => call!(0 1 2 3 4 5),
+            7 => call!(0 1 2 3 4 5 6),
+            _ => call!(0 1 2 3 4 5 6 7),
         }
     };
     let bytes = prepared
