@@ -661,6 +661,8 @@ static void test_errors(void) {
         REQUIRE(e1 == CL_INVALID_KERNEL_ARGS, "unset arg: enqueue gave %d (%s)", e1,
                 cl_err_name(e1));
     }
+    /* The same with no global size: the unset argument is what PoCL (and rgpu) name. */
+    EXPECT(CL_INVALID_KERNEL_ARGS, clEnqueueNDRangeKernel(q2, k, 1, NULL, NULL, NULL, 0, NULL, NULL));
     CHECK(clReleaseCommandQueue(q2));
     CHECK(clReleaseMemObject(b));
     CHECK(clReleaseKernel(k));

@@ -1123,12 +1123,19 @@ pub unsafe extern "C" fn clEnqueueMigrateMemObjects(
 
 // ---- Kernels ----------------------------------------------------------------------------
 
-/// The arguments changed since the kernel's last launch; every argument must be set.
-fn changed_args(kernel: &Kernel) -> Result<Vec<(u32, KernelArg)>, cl_int> {
-    let mut args = kernel.args.lock().unwrap();
+/// CL_INVALID_KERNEL_ARGS unless every argument of the kernel is set.
+fn all_args_set(kernel: &Kernel) -> Result<(), cl_int> {
+    let args = kernel.args.lock().unwrap();
     if args.values.len() < kernel.num_args as usize || args.values.iter().any(Option::is_none) {
         return Err(CL_INVALID_KERNEL_ARGS);
     }
+    Ok(())
+}
+
+/// The arguments changed since the kernel's last launch; every argument must be set.
+fn changed_args(kernel: &Kernel) -> Result<Vec<(u32, KernelArg)>, cl_int> {
+    all_args_set(kernel)?;
+    let mut args = kernel.args.lock().unwrap();
     Ok(crate::api::kernel::take_dirty(&mut args))
 }
 
@@ -1160,6 +1167,8 @@ fn launch(
         return Err(CL_INVALID_CONTEXT);
     }
     let device = &sub.queue.device;
+    // Unset arguments first, as the implementations check them (even for an empty NDRange).
+    all_args_set(&kernel)?;
     let global = match global {
         Some(global) if !global.contains(&0) => global,
         // An empty NDRange: from OpenCL 2.1 on it succeeds once its wait list has (a marker).
