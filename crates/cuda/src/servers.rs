@@ -104,10 +104,12 @@ fn connect() -> Result<Servers, CUresult> {
 /// Attributes whose truth through rgpu differs from the server's GPU: host memory the device
 /// reads at its own address or directly from its page tables, and concurrent or pageable
 /// access to managed memory, all need the GPU on the program's own machine
-/// (docs/managed-memory.md). Managed memory itself is served, and mapped host memory that
-/// kernels get as parameters (api/host_mirror.rs).
+/// (docs/managed-memory.md). Managed memory itself is served. Mapped host memory that kernels
+/// get as parameters is mirrored (api/host_mirror.rs), but a program that asks is told no: the
+/// mirror is in step only at launches, synchronizations and queries, so a host loop polling
+/// memory a running kernel writes would wait for ever.
 const ANSWERED_HERE: &[(u32, i32)] = &[
-    (19, 1),  // CAN_MAP_HOST_MEMORY
+    (19, 0),  // CAN_MAP_HOST_MEMORY
     (88, 0),  // PAGEABLE_MEMORY_ACCESS
     (89, 0),  // CONCURRENT_MANAGED_ACCESS
     (91, 0),  // CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM
