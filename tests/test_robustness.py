@@ -620,7 +620,7 @@ def test_lane_claims_cannot_find_a_session(c_program, server):
     for guess in range(1, 201):
         s = connect(server)
         # A plaintext client preamble whose last word names the session a lane joins.
-        s.sendall(preamble()[:12] + guess.to_bytes(8, "little"))
+        s.sendall(preamble()[:12] + guess.to_bytes(8, "little") + preamble()[20:])
         # Refused by the listener itself: after its preamble, the connection closes; a lane
         # that reached a session's worker would get the handshake's Challenge instead.
         try:
