@@ -1132,11 +1132,11 @@ fn all_args_set(kernel: &Kernel) -> Result<(), cl_int> {
     Ok(())
 }
 
-/// The arguments changed since the kernel's last launch; every argument must be set.
-fn changed_args(kernel: &Kernel) -> Result<Vec<(u32, KernelArg)>, cl_int> {
-    all_args_set(kernel)?;
+/// The arguments changed since the kernel's last launch (`launch` checked that every one is
+/// set; a set argument cannot be unset again).
+fn changed_args(kernel: &Kernel) -> Vec<(u32, KernelArg)> {
     let mut args = kernel.args.lock().unwrap();
-    Ok(crate::api::kernel::take_dirty(&mut args))
+    crate::api::kernel::take_dirty(&mut args)
 }
 
 fn launch(
@@ -1192,10 +1192,10 @@ fn launch(
     let args = match kernel.program.context.spanning.is_some() {
         // Every argument, its buffers moved to this server first.
         true => {
-            changed_args(&kernel)?;
+            changed_args(&kernel);
             crate::spanning::launch_args(&kernel, &sub.queue)?
         }
-        false => changed_args(&kernel)?,
+        false => changed_args(&kernel),
     };
     let command = Command::NdRange {
         kernel: replica.as_ref().map_or(kernel.id, |r| r.id),
