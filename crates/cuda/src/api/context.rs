@@ -55,6 +55,7 @@ pub unsafe fn cuCtxDestroy_v2(ctx: CUcontext) -> CUresult {
             return Err(CUresult::CUDA_ERROR_INVALID_CONTEXT);
         }
         crate::export_tables::context_destroyed(ctx);
+        super::host_mirror::forget_context(&context);
         context
             .conn
             .cuda()

@@ -149,6 +149,11 @@ pub(crate) fn synchronized<T>(
     Ok(done)
 }
 
+/// Forgets the mirrors made in `ctx` (being destroyed: the server frees them with it).
+pub(crate) fn forget_context(ctx: &Context) {
+    mirrors().retain(|m| !std::ptr::eq(Arc::as_ptr(&m.ctx), ctx));
+}
+
 /// Forgets the mirrors of the pinned allocation at `start` (being freed or unregistered).
 pub(crate) fn forget(start: u64) {
     mirrors().retain(|m| {

@@ -166,7 +166,8 @@ impl serve::Memory for Served<'_> {
                 unsafe { cu_call!(driver, cuMemFreeHost(host)) };
                 return Err(status);
             }
-            cuda.host_mirrors.insert(device, (host as usize, size));
+            cuda.host_mirrors
+                .insert(device, (host as usize, size, cuda.current));
             Ok(Charged::Pointer(device))
         })
     }
@@ -180,7 +181,7 @@ impl serve::Memory for Served<'_> {
         let found = self.cuda.host_mirrors.get(&mirror).copied();
         let fits = |size: u64| offset.checked_add(bulk_len).is_some_and(|end| end <= size);
         match found {
-            Some((host, size)) if fits(size) => {
+            Some((host, size, _)) if fits(size) => {
                 // SAFETY: the mirror's memory (mapped pinned memory this session allocated),
                 // `offset + bulk_len <= size` checked; the device may read it meanwhile, as a
                 // program's own zero-copy memory is read.
@@ -201,14 +202,14 @@ impl serve::Memory for Served<'_> {
     }
 
     fn host_mirror_read(&mut self, mirror: DevicePtr) -> Answer<Vec<u8>> {
-        let &(host, size) = self.cuda.host_mirrors.get(&mirror).ok_or(INVALID_VALUE)?;
+        let &(host, size, _) = self.cuda.host_mirrors.get(&mirror).ok_or(INVALID_VALUE)?;
         // SAFETY: the mirror's memory, `size` bytes.
         Ok(unsafe { std::slice::from_raw_parts(host as *const u8, size as usize) }.to_vec())
     }
 
     fn host_mirror_free(&mut self, mirror: DevicePtr) -> Answer<()> {
         let cuda = &mut *self.cuda;
-        let (host, _) = cuda.host_mirrors.remove(&mirror).ok_or(INVALID_VALUE)?;
+        let (host, _, _) = cuda.host_mirrors.remove(&mirror).ok_or(INVALID_VALUE)?;
         cuda.uncharge(Charged::Pointer(mirror));
         // SAFETY: the mirror's allocation, forgotten above so freed once.
         check(unsafe { cu_call!(cuda.backend.driver, cuMemFreeHost(host as *mut c_void)) })

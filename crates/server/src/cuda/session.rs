@@ -110,8 +110,9 @@ pub(crate) struct CudaSession {
     pub(super) vmm_mappings: HashMap<u64, u64>,
     pub(super) vmm_reservations: HashMap<u64, u64>,
     /// Mapped pinned memory standing in for the program's page-locked host memory, by
-    /// device address: (host address here, size). Freed with the contexts.
-    pub(super) host_mirrors: HashMap<u64, (usize, u64)>,
+    /// device address: (host address here, size, the context that owns it). Freed with the
+    /// contexts (and forgotten with each: `forget_objects_of`).
+    pub(super) host_mirrors: HashMap<u64, (usize, u64, CUcontext)>,
     pub(super) staging: Staging,
     /// The launch parameter buffer, reused across launches.
     pub(super) params: Vec<u8>,
@@ -319,6 +320,17 @@ impl CudaSession {
             + forget_in(&mut self.tex_objects, ctx)
             + forget_in(&mut self.surf_objects, ctx);
         self.usage.remove_objects(counted);
+        // The driver freed the context's mirrors with it.
+        let gone: Vec<u64> = self
+            .host_mirrors
+            .iter()
+            .filter(|(_, &(_, _, owner))| owner == ctx)
+            .map(|(&mirror, _)| mirror)
+            .collect();
+        for mirror in gone {
+            self.host_mirrors.remove(&mirror);
+            self.uncharge(Charged::Pointer(mirror));
+        }
         let mipmaps = &self.mipmapped_arrays;
         self.mipmap_levels
             .retain(|_, (mipmap, _)| mipmaps.contains_key(mipmap));
