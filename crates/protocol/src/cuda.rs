@@ -16,6 +16,10 @@ use serde::{Deserialize, Serialize};
 use crate::nvml::{DeviceStatus, NvmlAnswer, NvmlInventory, NvmlQuery};
 use crate::{LaneKey, PeerExport};
 
+/// The largest page-locked host allocation a kernel may reach through a mirror
+/// (`HostMirror`): its bytes travel whole at each synchronization.
+pub const HOST_MIRROR_MAX: u64 = 64 << 20;
+
 /// A session-local object id chosen by the client (0: none / default stream).
 pub type Id = u64;
 /// A device address on the server.

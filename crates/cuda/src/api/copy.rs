@@ -21,11 +21,11 @@ use rgpu_cuda_api::sys::*;
 use rgpu_protocol::cuda::{DevicePtr, ExportKeep, Extent, Id, Pitch, Place};
 
 use super::graph_host_work::{note_captured, stage, Direction, HostCopy, Work};
-use super::memory::{context_of, is_device_memory, is_page_locked, note_async_read_error};
+use super::memory::{allocation_context, is_device_memory, is_page_locked, note_async_read_error};
 use super::stream::synchronize_stream;
 use super::Outcome;
 use super::{from_remote, status};
-use crate::objects::{capture_of, resolve_stream, Array, Context};
+use crate::objects::{capture_of, current_context, resolve_stream, Array, Context};
 use crate::results::client_error;
 
 /// Bytes per step of a copy relayed between devices of different servers.
@@ -71,16 +71,20 @@ impl Side {
     /// Device memory at `start`, owned by `ctx` (null: the context of the allocation holding
     /// `start`, else the current one).
     fn device(start: u64, pitch: Pitch, ctx: CUcontext) -> Result<Side, CUresult> {
-        if ctx.is_null() && !is_device_memory(start) {
-            // Unified addressing: the driver takes page-locked host memory wherever it takes
-            // device memory (XLA's host memory space is such memory, copied as "device").
-            if is_page_locked(start as *mut c_void, 1) {
-                return Ok(Side::host(start as usize, pitch));
-            }
-            log::debug!("copy: {start:#x} is in no allocation known here; the server decides");
-        }
         let owner = if ctx.is_null() {
-            context_of(start)?
+            match allocation_context(start)? {
+                Some(owner) => owner,
+                // Unified addressing: the driver takes page-locked host memory wherever it
+                // takes device memory (XLA's host memory space is such memory, copied as
+                // "device").
+                None if is_page_locked(start as *mut c_void, 1) => {
+                    return Ok(Side::host(start as usize, pitch))
+                }
+                None => {
+                    log::debug!("copy: {start:#x} is in no allocation known here");
+                    current_context()?
+                }
+            }
         } else {
             let owner = Context::from_handle(ctx).ok_or(CUresult::CUDA_ERROR_INVALID_CONTEXT)?;
             owner.ensure_created()?;
@@ -697,21 +701,12 @@ fn copy_to_device(dst: u64, src: *const c_void, size: usize, stream: Option<CUst
 
 fn copy_to_host(dst: *mut c_void, src: u64, size: usize, stream: Option<CUstream>) -> CUresult {
     let (extent, pitch) = linear(size);
-    let copied = Side::device(src, pitch, std::ptr::null_mut()).and_then(|from| {
-        let to = Side::host(dst as usize, pitch);
-        transfer(
-            Transfer {
-                src: from,
-                dst: to,
-                extent,
-            },
-            stream,
-        )
-    });
-    if let Err(e) = copied {
-        log::debug!("copy of {size} bytes from {src:#x} to {dst:p} (stream {stream:?}): {e:?}");
-    }
-    status(copied)
+    status(
+        Side::device(src, pitch, std::ptr::null_mut()).and_then(|src| {
+            let dst = Side::host(dst as usize, pitch);
+            transfer(Transfer { src, dst, extent }, stream)
+        }),
+    )
 }
 
 fn copy_on_devices(dst: u64, src: u64, size: usize, stream: Option<CUstream>) -> CUresult {

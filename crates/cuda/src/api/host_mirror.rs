@@ -16,20 +16,16 @@ use std::sync::{Arc, Mutex};
 
 use rgpu_client::CudaClient;
 use rgpu_cuda_api::sys::CUresult;
+use rgpu_protocol::cuda::HOST_MIRROR_MAX;
 
 use super::memory::host_pointers_in;
 use super::Outcome;
 use crate::objects::Context;
 
-/// The largest pinned allocation mirrored (the server's limit, HOST_MIRROR_MAX): its bytes
-/// travel whole at each synchronization.
-const MIRROR_MAX: u64 = 64 << 20;
-
 /// One pinned allocation mirrored on one server.
 struct Mirror {
-    /// The host allocation: start and size.
+    /// The host allocation's start (its size is the shadow's).
     host: u64,
-    size: u64,
     /// The context it was made in (its server's connection carries the exchanges).
     ctx: Arc<Context>,
     /// Its device address on that server.
@@ -51,10 +47,10 @@ pub(crate) fn translate_params(ctx: &Arc<Context>, params: &mut [u8]) -> Result<
     for (index, start, size) in host_pointers_in(params) {
         let word = &mut params[index * 8..index * 8 + 8];
         let value = u64::from_ne_bytes(word.try_into().unwrap());
-        if size > MIRROR_MAX {
+        if size > HOST_MIRROR_MAX {
             log::warn!(
                 "rgpu: a kernel argument points into {size} bytes of page-locked host memory, \
-                 more than a mirror holds ({MIRROR_MAX}); the server's GPU cannot reach it"
+                 more than a mirror holds ({HOST_MIRROR_MAX}); the server's GPU cannot reach it"
             );
             continue;
         }
@@ -78,7 +74,6 @@ fn mirror_of(ctx: &Arc<Context>, start: u64, size: u64) -> Result<u64, CUresult>
     log::debug!("pinned host memory {start:#x} ({size} bytes) mirrored at {remote:#x}");
     let mut mirror = Mirror {
         host: start,
-        size,
         ctx: ctx.clone(),
         remote,
         shadow: vec![0; size as usize],
@@ -93,7 +88,7 @@ fn mirror_of(ctx: &Arc<Context>, start: u64, size: u64) -> Result<u64, CUresult>
 fn push(mirror: &mut Mirror) -> Result<(), CUresult> {
     // SAFETY: the mirror's host allocation is page-locked memory of the program, alive while
     // mirrored (freeing it forgets the mirror first).
-    let now = unsafe { std::slice::from_raw_parts(mirror.host as *const u8, mirror.size as usize) };
+    let now = unsafe { std::slice::from_raw_parts(mirror.host as *const u8, mirror.shadow.len()) };
     let Some(first) = now.iter().zip(&mirror.shadow).position(|(a, b)| a != b) else {
         return Ok(());
     };
@@ -138,7 +133,7 @@ pub(crate) fn synchronized<T>(
     {
         let server = mirror.ctx.conn.cuda();
         let bytes = server.host_mirror_read(mirror.remote).outcome()?;
-        if bytes.len() == mirror.size as usize {
+        if bytes.len() == mirror.shadow.len() {
             // SAFETY: as in `push`; the program reads its mapped memory after synchronizing.
             unsafe {
                 std::ptr::copy_nonoverlapping(bytes.as_ptr(), mirror.host as *mut u8, bytes.len())

@@ -75,12 +75,6 @@ pub(crate) fn host_pointers_in(params: &[u8]) -> Vec<(usize, u64, u64)> {
         .collect()
 }
 
-/// The page-locked host allocation holding `ptr`: (start, size).
-fn host_allocation(ptr: u64) -> Option<(u64, u64)> {
-    let ranges = HOST_RANGES.lock().unwrap();
-    ranges.find(ptr).map(|(start, size, _)| (start, size))
-}
-
 fn host_range(ptr: usize) -> Option<(usize, usize, u32)> {
     let (start, size, (flags, _)) = HOST_RANGES.lock().unwrap().find(ptr as u64)?;
     Some((start as usize, size as usize, flags))
@@ -88,12 +82,17 @@ fn host_range(ptr: usize) -> Option<(usize, usize, u32)> {
 
 /// The context a device pointer belongs to, else the current one.
 pub(crate) fn context_of(ptr: u64) -> Result<Arc<Context>, CUresult> {
+    allocation_context(ptr)?.map_or_else(current_context, Ok)
+}
+
+/// The context of the device allocation holding `ptr`, if one does.
+pub(crate) fn allocation_context(ptr: u64) -> Result<Option<Arc<Context>>, CUresult> {
     match device_range(ptr).and_then(|(_, _, ctx)| Context::from_handle(ctx as CUcontext)) {
         Some(ctx) => {
             ctx.ensure_created()?;
-            Ok(ctx)
+            Ok(Some(ctx))
         }
-        None => current_context(),
+        None => Ok(None),
     }
 }
 
@@ -341,7 +340,7 @@ pub unsafe fn cuMemHostGetDevicePointer_v2(
     flags: c_uint,
 ) -> CUresult {
     status((|| {
-        if flags != 0 || host_allocation(p as u64).is_none() {
+        if flags != 0 || host_range(p as usize).is_none() {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
         }
         // SAFETY: an out-pointer from the caller: null (refused by write_out) or writable, as the API requires.
@@ -369,7 +368,8 @@ fn memset(
     pitch: usize,
 ) -> Result<(), CUresult> {
     super::managed::before_device_work(stream);
-    if !is_device_memory(dst) {
+    let owner = allocation_context(dst)?;
+    if owner.is_none() {
         let row = width * element_size as usize;
         let span = pitch.max(row) * height.saturating_sub(1) + row;
         if is_page_locked(dst as *mut c_void, span) {
@@ -380,7 +380,7 @@ fn memset(
     }
     let (ctx, stream) = match stream {
         Some(stream) => resolve_stream(stream)?,
-        None => (context_of(dst)?, 0),
+        None => (owner.map_or_else(current_context, Ok)?, 0),
     };
     let (width, height, pitch) = (width as u64, height as u64, pitch as u64);
     let server = ctx.conn.cuda();

@@ -6,14 +6,12 @@ use std::ffi::c_void;
 use rgpu_cuda_api::native::{check, Status, INVALID_VALUE};
 use rgpu_cuda_api::sys::*;
 use rgpu_cuda_api::{cu_call, cu_call_raw};
-use rgpu_protocol::cuda::{serve, Answer, DevicePtr, Id, MemAccess, MemInfo, Pool, PoolProps};
+use rgpu_protocol::cuda::{
+    serve, Answer, DevicePtr, Id, MemAccess, MemInfo, Pool, PoolProps, HOST_MIRROR_MAX,
+};
 
 use super::session::{code, Charged, CudaSession, Served};
 use crate::session::End;
-
-/// The largest host memory a kernel may reach through a mirror (crate rgpu-cuda's
-/// host_mirror.rs): its bytes travel whole at each synchronization.
-const HOST_MIRROR_MAX: u64 = 64 << 20;
 
 impl serve::Memory for Served<'_> {
     fn mem_get_info(&mut self, ctx: Id) -> Answer<MemInfo> {
