@@ -72,7 +72,10 @@ PROBE = textwrap.dedent(r"""
     copy.srcPitch, copy.srcMemoryType = 8, 3
     assert cuda.cuMemcpy3D_v2(ctypes.byref(copy)) == 1
     # An entry point rgpu does not implement: CUDA_ERROR_NOT_SUPPORTED.
-    assert cuda.cuIpcGetMemHandle(ctypes.byref(ctypes.c_uint64()), ctypes.c_uint64(4096)) == 801
+    assert cuda.cuDestroyExternalMemory(ctypes.c_void_p(1)) == 801
+    # An IPC handle of memory that is not the program's device memory: CUDA_ERROR_INVALID_VALUE.
+    handle = (ctypes.c_ubyte * 64)()
+    assert cuda.cuIpcGetMemHandle(ctypes.byref(handle), ctypes.c_uint64(4096)) == 1
     # Memory that is not page-locked has no device address: CUDA_ERROR_INVALID_VALUE.
     assert cuda.cuMemHostGetDevicePointer_v2(ctypes.byref(ctypes.c_uint64()),
                                              ctypes.c_void_p(4096), 0) == 1

@@ -138,6 +138,8 @@ LEGACY_SIGNATURES = {
     "cuDevicePrimaryCtxReset": "dev: CUdevice",
     "cuDevicePrimaryCtxSetFlags": "dev: CUdevice, flags: ::core::ffi::c_uint",
     "cuEventElapsedTime": "pMilliseconds: *mut f32, hStart: CUevent, hEnd: CUevent",
+    "cuIpcOpenMemHandle": "pdptr: *mut CUdeviceptr, handle: CUipcMemHandle, "
+                          "Flags: ::core::ffi::c_uint",
     "cuGetProcAddress": "symbol: *const ::core::ffi::c_char, pfn: *mut *mut ::core::ffi::c_void, "
                         "cudaVersion: ::core::ffi::c_int, flags: cuuint64_t",
     "cuStreamBeginCapture": "hStream: CUstream",

@@ -226,6 +226,7 @@ macro_rules! for_each_driver_function {
             cuIpcGetEventHandle(pHandle: *mut CUipcEventHandle, event: CUevent);
             cuIpcGetMemHandle(pHandle: *mut CUipcMemHandle, dptr: CUdeviceptr);
             cuIpcOpenEventHandle(phEvent: *mut CUevent, handle: CUipcEventHandle);
+            cuIpcOpenMemHandle(pdptr: *mut CUdeviceptr, handle: CUipcMemHandle, Flags: ::core::ffi::c_uint);
             cuIpcOpenMemHandle_v2(pdptr: *mut CUdeviceptr, handle: CUipcMemHandle, Flags: ::core::ffi::c_uint);
             cuKernelGetAttribute(pi: *mut ::core::ffi::c_int, attrib: CUfunction_attribute, kernel: CUkernel, dev: CUdevice);
             cuKernelGetFunction(pFunc: *mut CUfunction, kernel: CUkernel);

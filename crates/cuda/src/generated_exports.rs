@@ -2112,33 +2112,68 @@ pub unsafe extern "C" fn cuInit(Flags: ::core::ffi::c_uint) -> CUresult {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuIpcCloseMemHandle() -> CUresult {
-    not_supported("cuIpcCloseMemHandle")
+pub unsafe extern "C" fn cuIpcCloseMemHandle(dptr: CUdeviceptr) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuIpcCloseMemHandle", || unsafe {
+        crate::api::cuIpcCloseMemHandle(dptr)
+    })
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuIpcGetEventHandle() -> CUresult {
-    not_supported("cuIpcGetEventHandle")
+pub unsafe extern "C" fn cuIpcGetEventHandle(
+    pHandle: *mut CUipcEventHandle,
+    event: CUevent,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuIpcGetEventHandle", || unsafe {
+        crate::api::cuIpcGetEventHandle(pHandle, event)
+    })
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuIpcGetMemHandle() -> CUresult {
-    not_supported("cuIpcGetMemHandle")
+pub unsafe extern "C" fn cuIpcGetMemHandle(
+    pHandle: *mut CUipcMemHandle,
+    dptr: CUdeviceptr,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuIpcGetMemHandle", || unsafe {
+        crate::api::cuIpcGetMemHandle(pHandle, dptr)
+    })
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuIpcOpenEventHandle() -> CUresult {
-    not_supported("cuIpcOpenEventHandle")
+pub unsafe extern "C" fn cuIpcOpenEventHandle(
+    phEvent: *mut CUevent,
+    handle: CUipcEventHandle,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuIpcOpenEventHandle", || unsafe {
+        crate::api::cuIpcOpenEventHandle(phEvent, handle)
+    })
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuIpcOpenMemHandle() -> CUresult {
-    not_supported("cuIpcOpenMemHandle")
+pub unsafe extern "C" fn cuIpcOpenMemHandle(
+    pdptr: *mut CUdeviceptr,
+    handle: CUipcMemHandle,
+    Flags: ::core::ffi::c_uint,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuIpcOpenMemHandle", || unsafe {
+        crate::api::cuIpcOpenMemHandle(pdptr, handle, Flags)
+    })
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuIpcOpenMemHandle_v2() -> CUresult {
-    not_supported("cuIpcOpenMemHandle_v2")
+pub unsafe extern "C" fn cuIpcOpenMemHandle_v2(
+    pdptr: *mut CUdeviceptr,
+    handle: CUipcMemHandle,
+    Flags: ::core::ffi::c_uint,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuIpcOpenMemHandle_v2", || unsafe {
+        crate::api::cuIpcOpenMemHandle_v2(pdptr, handle, Flags)
+    })
 }
 
 #[no_mangle]

@@ -38,6 +38,20 @@ impl<V: Copy> RangeMap<V> {
         (address < start.saturating_add(size.max(1))).then_some((start, size, value))
     }
 
+    /// Removes the ranges whose value `pick` picks; their starts.
+    pub fn remove_where(&mut self, mut pick: impl FnMut(V) -> bool) -> Vec<u64> {
+        let picked: Vec<u64> = self
+            .by_start
+            .iter()
+            .filter(|(_, &(_, value))| pick(value))
+            .map(|(&start, _)| start)
+            .collect();
+        for start in &picked {
+            self.by_start.remove(start);
+        }
+        picked
+    }
+
     /// Whether any range overlaps `[start, start + size)`.
     pub fn overlaps(&self, start: u64, size: u64) -> bool {
         let end = start.saturating_add(size.max(1));

@@ -157,6 +157,13 @@ pub struct MemInfo {
     pub total: u64,
 }
 
+/// Another session's allocation as `IpcOpenMemory` mapped it: its address here and its size.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IpcMapping {
+    pub ptr: DevicePtr,
+    pub size: u64,
+}
+
 /// A module's or library's global.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Global {
@@ -852,6 +859,27 @@ wire_api! {
         call VmmAddressFree vmm_address_free(ctx: Id, ptr: DevicePtr, size: u64) -> Status;
     }
 
+    /// CUDA IPC: device memory and events of one program's session shared with the sessions
+    /// of other processes (`cuIpcGetMemHandle` and the like). A shared object is an export of
+    /// the fabric (crates/server/src/fabric.rs) that lasts while the object does, under a
+    /// ticket this server chose; the importing session's server asks the exporting session for
+    /// the driver's IPC handle over a fabric link, presenting the ticket, and opens it. Only a
+    /// server of the exporter's machine can: the handle maps the memory into whoever opens it.
+    group Ipc {
+        /// `cuIpcGetMemHandle`: shares the allocation holding `ptr` (the same ticket each time
+        /// for one allocation, as the driver gives the same handle).
+        call IpcShareMemory ipc_share_memory(ctx: Id, ptr: DevicePtr) -> Answer<LaneKey>;
+        /// `cuIpcGetEventHandle` (an event made with `CU_EVENT_INTERPROCESS`).
+        call IpcShareEvent ipc_share_event(event: Id) -> Answer<LaneKey>;
+        /// `cuIpcOpenMemHandle`: maps another session's shared allocation `from` into `ctx`.
+        call IpcOpenMemory ipc_open_memory(ctx: Id, from: PeerExport, flags: u32)
+            -> Answer<IpcMapping>;
+        /// `cuIpcCloseMemHandle`.
+        call IpcCloseMemory ipc_close_memory(ctx: Id, ptr: DevicePtr) -> Status;
+        /// `cuIpcOpenEventHandle`: another session's shared event, as event `id` of `ctx`.
+        call IpcOpenEvent ipc_open_event(ctx: Id, id: Id, from: PeerExport) -> Status;
+    }
+
     /// NVML's view of the devices, for the drop-in `libnvidia-ml.so.1` (crate::nvml).
     group Monitoring {
         /// The server's NVML versions and each device's fixed facts (CUDA device order).
@@ -974,6 +1002,7 @@ sample_struct! {
     MemAccess { location_type, location_id, flags },
     FunctionInfo { params, attributes },
     MemInfo { free, total },
+    IpcMapping { ptr, size },
     Global { ptr, size },
     Loaded { status, need_image, logs },
     JitOption { option, value },

@@ -72,6 +72,9 @@ struct Export {
     /// (its stream waits until the bytes are on the puller's device).
     awaits_delivery: bool,
     made: Instant,
+    /// A CUDA IPC share (`IpcShareMemory`, `IpcShareEvent`): its handle goes to every server
+    /// that presents the ticket, it never expires, and it ends when its object does.
+    lasting: bool,
     /// The byte ranges pulled (or being pulled) so far, and whether the IPC handle went out:
     /// each byte and the handle go out at most once, whatever became of the first attempt.
     taken: Mutex<Taken>,
@@ -96,8 +99,17 @@ impl Export {
         true
     }
 
-    /// Claims the IPC handle for one puller: false if it went out before.
+    /// Whether nobody pulled it in its lifetime (a lasting share never expires).
+    fn expired(&self) -> bool {
+        !self.lasting && self.made.elapsed() >= EXPORT_LIFETIME
+    }
+
+    /// Claims the IPC handle for one puller: false if it went out before (a lasting share's
+    /// goes out to each).
     fn claim_handle(&self) -> bool {
+        if self.lasting {
+            return true;
+        }
         let mut taken = self.taken.lock().unwrap_or_else(|e| e.into_inner());
         !std::mem::replace(&mut taken.handle, true)
     }
@@ -254,6 +266,34 @@ impl Fabric {
         source: Box<dyn Source>,
         awaits_delivery: bool,
     ) -> Result<(), String> {
+        log::debug!("session {session}: export of {size} bytes added");
+        self.insert(ticket, session, size, source, awaits_delivery, false)?;
+        self.sweep_later();
+        Ok(())
+    }
+
+    /// Shares an object of `session` through its CUDA IPC handle (`source.handle()`) under
+    /// `ticket`, with every server of this machine that presents the ticket, until
+    /// [`Fabric::remove`] or the session's end.
+    pub fn add_lasting(
+        &self,
+        session: u64,
+        ticket: LaneKey,
+        source: Box<dyn Source>,
+    ) -> Result<(), String> {
+        log::debug!("session {session}: an IPC share added");
+        self.insert(ticket, session, 0, source, false, true)
+    }
+
+    fn insert(
+        &self,
+        ticket: LaneKey,
+        session: u64,
+        size: u64,
+        source: Box<dyn Source>,
+        awaits_delivery: bool,
+        lasting: bool,
+    ) -> Result<(), String> {
         let export = Arc::new(Export {
             session,
             size,
@@ -261,9 +301,9 @@ impl Fabric {
             left: AtomicU64::new(size),
             awaits_delivery,
             made: Instant::now(),
+            lasting,
             taken: Mutex::default(),
         });
-        log::debug!("session {session}: export of {size} bytes added");
         {
             let mut exports = self.lock();
             if exports.contains_key(&ticket) {
@@ -272,7 +312,6 @@ impl Fabric {
             exports.insert(ticket, export);
         }
         self.added.notify_all();
-        self.sweep_later();
         Ok(())
     }
 
@@ -301,13 +340,13 @@ impl Fabric {
                 std::thread::sleep(Duration::from_secs(1));
                 let mut exports = fabric.lock();
                 exports.retain(|_, e| {
-                    let keep = e.made.elapsed() < EXPORT_LIFETIME;
+                    let keep = !e.expired();
                     if !keep {
                         log::warn!("session {}: an export nobody pulled expired", e.session);
                     }
                     keep
                 });
-                if exports.is_empty() {
+                if exports.values().all(|e| e.lasting) {
                     fabric.sweeping.store(false, Ordering::SeqCst);
                     return;
                 }
@@ -383,8 +422,12 @@ impl Fabric {
         self.end(ticket, &landing);
     }
 
-    /// Ends an export (its stream goes on, if it waits).
+    /// Ends an export (its stream goes on, if it waits). A lasting share ends only when
+    /// withdrawn ([`Fabric::remove`]).
     fn end(&self, ticket: &LaneKey, export: &Arc<Export>) {
+        if export.lasting {
+            return;
+        }
         let mut exports = self.lock();
         if exports.get(ticket).is_some_and(|e| Arc::ptr_eq(e, export)) {
             exports.remove(ticket);
@@ -540,7 +583,7 @@ impl Fabric {
             return Ok(None);
         };
         if !export.source.readable() {
-            refuse(writer, "a landing is written, not read")?;
+            refuse(writer, "this export's bytes cannot be pulled")?;
             return Ok(None);
         }
         let mut told = Instant::now();
@@ -854,6 +897,79 @@ mod tests {
         assert!(fabric.find(1, &refused, Duration::ZERO).is_none());
         fabric.pull_instead(1, &refused);
         assert_eq!(pulls.load(Ordering::SeqCst), 1);
+    }
+
+    /// An object shared by CUDA IPC: its handle only.
+    struct Shared;
+
+    impl Source for Shared {
+        fn ready(&self) -> Result<bool, String> {
+            Ok(true)
+        }
+
+        fn read(&self, _: u64, _: u64, _: Send) -> Result<(), String> {
+            Err("shared by its handle".into())
+        }
+
+        fn handle(&self) -> Option<(Vec<u8>, u64)> {
+            Some((vec![42; 64], 0))
+        }
+
+        fn readable(&self) -> bool {
+            false
+        }
+    }
+
+    /// A lasting share (CUDA IPC) over a real link: its handle goes to every request that
+    /// presents the ticket (several processes open one allocation), its bytes to none; it
+    /// never expires, nothing a puller says ends it, and it goes when withdrawn or with its
+    /// session. Another session's ticket finds nothing.
+    #[test]
+    fn a_lasting_share_gives_its_handle_to_each_ticket_holder_until_withdrawn() {
+        let fabric = Arc::new(Fabric::default());
+        let ticket = [8u8; 32];
+        fabric.add_lasting(1, ticket, Box::new(Shared)).unwrap();
+        assert!(fabric.add_lasting(1, ticket, Box::new(Shared)).is_err());
+        let (ours, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+        let link_end = Stream::from_fd(rgpu_transport::StreamKind::Unix, theirs.into());
+        let server = fabric.clone();
+        let serving = std::thread::spawn(move || server.link(1, &link_end));
+        let ours = Stream::from_fd(rgpu_transport::StreamKind::Unix, ours.into());
+        let mut writer = FrameWriter::new(ours.try_clone().unwrap());
+        let mut reader = FrameReader::new(ours.try_clone().unwrap());
+        let mut ask = |request: LinkRequest| {
+            writer.send(&request, 0, &[]).unwrap();
+            reader.read_message::<LinkReply>().unwrap().1
+        };
+        let handle = LinkReply::HandleReady {
+            handle: vec![42; 64],
+            offset: 0,
+        };
+        for _ in 0..3 {
+            assert_eq!(ask(LinkRequest::Handle { ticket }), handle);
+        }
+        let pull = LinkRequest::Pull {
+            ticket,
+            offset: 0,
+            len: 0,
+        };
+        assert!(matches!(ask(pull), LinkReply::Refused { .. }));
+        fabric.delivered(1, &ticket);
+        let export = fabric.find(1, &ticket, Duration::ZERO).unwrap();
+        fabric.used(&ticket, &export, 1);
+        assert!(!export.expired());
+        assert_eq!(ask(LinkRequest::Handle { ticket }), handle);
+        assert!(fabric.find(2, &ticket, Duration::ZERO).is_none());
+        drop(ours);
+        serving.join().unwrap().unwrap();
+
+        fabric.remove(2, &ticket);
+        assert!(fabric.find(1, &ticket, Duration::ZERO).is_some());
+        fabric.remove(1, &ticket);
+        assert!(fabric.find(1, &ticket, Duration::ZERO).is_none());
+        fabric.add_lasting(1, ticket, Box::new(Shared)).unwrap();
+        fabric.forget_session(1);
+        assert!(fabric.find(1, &ticket, Duration::ZERO).is_none());
     }
 
     #[test]

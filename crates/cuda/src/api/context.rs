@@ -56,6 +56,7 @@ pub unsafe fn cuCtxDestroy_v2(ctx: CUcontext) -> CUresult {
         }
         crate::export_tables::context_destroyed(ctx);
         super::host_mirror::forget_context(&context);
+        super::ipc::forget_mappings_of(&context);
         context
             .conn
             .cuda()

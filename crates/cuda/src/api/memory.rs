@@ -118,7 +118,7 @@ pub(crate) fn take_async_read_error() -> Result<(), CUresult> {
 
 /// Whether `[ptr, ptr+size)` overlaps device memory the program already has (only possible
 /// for memory of another server: each server's driver has its own address space).
-fn overlaps_known_range(ptr: u64, size: u64) -> bool {
+pub(crate) fn overlaps_known_range(ptr: u64, size: u64) -> bool {
     DEVICE_RANGES.read().unwrap().overlaps(ptr, size)
 }
 

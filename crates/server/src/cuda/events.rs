@@ -21,6 +21,7 @@ impl serve::Events for Served<'_> {
     }
 
     fn destroy_event(&mut self, id: Id) -> Answer<()> {
+        self.unshare(super::ipc::SharedObject::Event(id));
         let taken = self.cuda.events.remove(&id);
         self.cuda.destroy(taken)
     }

@@ -10,6 +10,7 @@ use rgpu_protocol::cuda::{
     serve, Answer, DevicePtr, Id, MemAccess, MemInfo, Pool, PoolProps, HOST_MIRROR_MAX,
 };
 
+use super::ipc::SharedObject;
 use super::session::{code, Charged, CudaSession, Served};
 use crate::session::End;
 
@@ -74,6 +75,8 @@ impl serve::Memory for Served<'_> {
             .and_then(|()| check(unsafe { cu_call!(cuda.backend.driver, cuMemFree_v2(ptr)) }));
         if status.is_ok() {
             cuda.uncharge(Charged::Pointer(ptr));
+            let object = SharedObject::Memory(cuda.current as usize, ptr);
+            self.unshare(object);
         }
         code(status)
     }

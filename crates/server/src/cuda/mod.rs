@@ -10,6 +10,7 @@ mod events;
 mod fabric_memory;
 mod fabric_ring;
 mod graphs;
+mod ipc;
 mod launches;
 mod memory;
 mod modules;

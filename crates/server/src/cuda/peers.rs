@@ -802,7 +802,7 @@ fn push_by_ipc(
 const EARLY_SHARE: Duration = Duration::from_secs(5);
 
 /// This process's links to other servers.
-fn fabric_links(shared: &crate::shared::Shared) -> Result<&Links, String> {
+pub(super) fn fabric_links(shared: &crate::shared::Shared) -> Result<&Links, String> {
     shared.fabric.links(shared.token.as_ref())
 }
 

@@ -113,6 +113,10 @@ pub(crate) struct CudaSession {
     /// device address: (host address here, size, the context that owns it). Freed with the
     /// contexts (and forgotten with each: `forget_objects_of`).
     pub(super) host_mirrors: HashMap<u64, (usize, u64, CUcontext)>,
+    /// What the session shared by CUDA IPC, with each share's ticket (ipc.rs).
+    pub(super) ipc_shares: HashMap<super::ipc::SharedObject, rgpu_protocol::LaneKey>,
+    /// Other sessions' allocations mapped by CUDA IPC, by address, with their context.
+    pub(super) ipc_mappings: HashMap<u64, CUcontext>,
     pub(super) staging: Staging,
     /// The launch parameter buffer, reused across launches.
     pub(super) params: Vec<u8>,
@@ -140,6 +144,8 @@ impl CudaSession {
             param_offsets: HashMap::new(),
             param_pointers: Vec::new(),
             host_mirrors: HashMap::new(),
+            ipc_shares: HashMap::new(),
+            ipc_mappings: HashMap::new(),
             async_allocations: HashMap::new(),
             graphs: HashMap::new(),
             graph_execs: HashMap::new(),
@@ -331,6 +337,8 @@ impl CudaSession {
             self.host_mirrors.remove(&mirror);
             self.uncharge(Charged::Pointer(mirror));
         }
+        // And unmapped the allocations it had opened by IPC.
+        self.ipc_mappings.retain(|_, owner| *owner != ctx);
         let mipmaps = &self.mipmapped_arrays;
         self.mipmap_levels
             .retain(|_, (mipmap, _)| mipmaps.contains_key(mipmap));
