@@ -138,6 +138,14 @@ LEGACY_SIGNATURES = {
     "cuDevicePrimaryCtxReset": "dev: CUdevice",
     "cuDevicePrimaryCtxSetFlags": "dev: CUdevice, flags: ::core::ffi::c_uint",
     "cuEventElapsedTime": "pMilliseconds: *mut f32, hStart: CUevent, hEnd: CUevent",
+    "cuGraphGetEdges": "hGraph: CUgraph, from: *mut CUgraphNode, to: *mut CUgraphNode, "
+                       "numEdges: *mut usize",
+    "cuGraphInstantiate": "phGraphExec: *mut CUgraphExec, hGraph: CUgraph, "
+                          "phErrorNode: *mut CUgraphNode, logBuffer: *mut ::core::ffi::c_char, "
+                          "bufferSize: usize",
+    "cuGraphInstantiate_v2": "phGraphExec: *mut CUgraphExec, hGraph: CUgraph, "
+                             "phErrorNode: *mut CUgraphNode, logBuffer: *mut ::core::ffi::c_char, "
+                             "bufferSize: usize",
     "cuIpcOpenMemHandle": "pdptr: *mut CUdeviceptr, handle: CUipcMemHandle, "
                           "Flags: ::core::ffi::c_uint",
     "cuGetProcAddress": "symbol: *const ::core::ffi::c_char, pfn: *mut *mut ::core::ffi::c_void, "

@@ -496,8 +496,14 @@ pub unsafe extern "C" fn cuDeviceGetAttribute(
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuDeviceGetByPCIBusId() -> CUresult {
-    not_supported("cuDeviceGetByPCIBusId")
+pub unsafe extern "C" fn cuDeviceGetByPCIBusId(
+    dev: *mut CUdevice,
+    pciBusId: *const ::core::ffi::c_char,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuDeviceGetByPCIBusId", || unsafe {
+        crate::api::cuDeviceGetByPCIBusId(dev, pciBusId)
+    })
 }
 
 #[no_mangle]
@@ -1433,8 +1439,14 @@ pub unsafe extern "C" fn cuGraphChildGraphNodeGetGraph() -> CUresult {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuGraphClone() -> CUresult {
-    not_supported("cuGraphClone")
+pub unsafe extern "C" fn cuGraphClone(
+    phGraphClone: *mut CUgraph,
+    originalGraph: CUgraph,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuGraphClone", || unsafe {
+        crate::api::cuGraphClone(phGraphClone, originalGraph)
+    })
 }
 
 #[no_mangle]
@@ -1482,8 +1494,11 @@ pub unsafe extern "C" fn cuGraphDestroy(hGraph: CUgraph) -> CUresult {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuGraphDestroyNode() -> CUresult {
-    not_supported("cuGraphDestroyNode")
+pub unsafe extern "C" fn cuGraphDestroyNode(hNode: CUgraphNode) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuGraphDestroyNode", || unsafe {
+        crate::api::cuGraphDestroyNode(hNode)
+    })
 }
 
 #[no_mangle]
@@ -1660,13 +1675,30 @@ pub unsafe extern "C" fn cuGraphExternalSemaphoresWaitNodeSetParams() -> CUresul
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuGraphGetEdges() -> CUresult {
-    not_supported("cuGraphGetEdges")
+pub unsafe extern "C" fn cuGraphGetEdges(
+    hGraph: CUgraph,
+    from: *mut CUgraphNode,
+    to: *mut CUgraphNode,
+    numEdges: *mut usize,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuGraphGetEdges", || unsafe {
+        crate::api::cuGraphGetEdges(hGraph, from, to, numEdges)
+    })
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuGraphGetEdges_v2() -> CUresult {
-    not_supported("cuGraphGetEdges_v2")
+pub unsafe extern "C" fn cuGraphGetEdges_v2(
+    hGraph: CUgraph,
+    from: *mut CUgraphNode,
+    to: *mut CUgraphNode,
+    edgeData: *mut CUgraphEdgeData,
+    numEdges: *mut usize,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuGraphGetEdges_v2", || unsafe {
+        crate::api::cuGraphGetEdges_v2(hGraph, from, to, edgeData, numEdges)
+    })
 }
 
 #[no_mangle]
@@ -1704,8 +1736,17 @@ pub unsafe extern "C" fn cuGraphHostNodeSetParams() -> CUresult {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuGraphInstantiate() -> CUresult {
-    not_supported("cuGraphInstantiate")
+pub unsafe extern "C" fn cuGraphInstantiate(
+    phGraphExec: *mut CUgraphExec,
+    hGraph: CUgraph,
+    phErrorNode: *mut CUgraphNode,
+    logBuffer: *mut ::core::ffi::c_char,
+    bufferSize: usize,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuGraphInstantiate", || unsafe {
+        crate::api::cuGraphInstantiate(phGraphExec, hGraph, phErrorNode, logBuffer, bufferSize)
+    })
 }
 
 #[no_mangle]
@@ -1745,8 +1786,17 @@ pub unsafe extern "C" fn cuGraphInstantiateWithParams_ptsz(
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuGraphInstantiate_v2() -> CUresult {
-    not_supported("cuGraphInstantiate_v2")
+pub unsafe extern "C" fn cuGraphInstantiate_v2(
+    phGraphExec: *mut CUgraphExec,
+    hGraph: CUgraph,
+    phErrorNode: *mut CUgraphNode,
+    logBuffer: *mut ::core::ffi::c_char,
+    bufferSize: usize,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuGraphInstantiate_v2", || unsafe {
+        crate::api::cuGraphInstantiate_v2(phGraphExec, hGraph, phErrorNode, logBuffer, bufferSize)
+    })
 }
 
 #[no_mangle]
@@ -1852,8 +1902,15 @@ pub unsafe extern "C" fn cuGraphMemsetNodeSetParams(
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuGraphNodeFindInClone() -> CUresult {
-    not_supported("cuGraphNodeFindInClone")
+pub unsafe extern "C" fn cuGraphNodeFindInClone(
+    phNode: *mut CUgraphNode,
+    hOriginalNode: CUgraphNode,
+    hClonedGraph: CUgraph,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuGraphNodeFindInClone", || unsafe {
+        crate::api::cuGraphNodeFindInClone(phNode, hOriginalNode, hClonedGraph)
+    })
 }
 
 #[no_mangle]
@@ -1898,8 +1955,15 @@ pub unsafe extern "C" fn cuGraphNodeGetDependentNodes_v2(
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuGraphNodeGetEnabled() -> CUresult {
-    not_supported("cuGraphNodeGetEnabled")
+pub unsafe extern "C" fn cuGraphNodeGetEnabled(
+    hGraphExec: CUgraphExec,
+    hNode: CUgraphNode,
+    isEnabled: *mut ::core::ffi::c_uint,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuGraphNodeGetEnabled", || unsafe {
+        crate::api::cuGraphNodeGetEnabled(hGraphExec, hNode, isEnabled)
+    })
 }
 
 #[no_mangle]
@@ -5155,13 +5219,22 @@ pub unsafe extern "C" fn cuStreamGetCtx_v2_ptsz() -> CUresult {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuStreamGetDevice() -> CUresult {
-    not_supported("cuStreamGetDevice")
+pub unsafe extern "C" fn cuStreamGetDevice(hStream: CUstream, device: *mut CUdevice) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuStreamGetDevice", || unsafe {
+        crate::api::cuStreamGetDevice(hStream, device)
+    })
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuStreamGetDevice_ptsz() -> CUresult {
-    not_supported("cuStreamGetDevice_ptsz")
+pub unsafe extern "C" fn cuStreamGetDevice_ptsz(
+    hStream: CUstream,
+    device: *mut CUdevice,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuStreamGetDevice_ptsz", || unsafe {
+        crate::api::cuStreamGetDevice(hStream, device)
+    })
 }
 
 #[no_mangle]

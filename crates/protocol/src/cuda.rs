@@ -328,6 +328,16 @@ pub struct Edge {
     pub kind: u8,
 }
 
+/// An edge of a graph (`GraphEdges`): its nodes' ids and `CUgraphNodeType`s, and its data.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListedEdge {
+    pub from: Id,
+    pub from_kind: u32,
+    pub to: Id,
+    pub to_kind: u32,
+    pub data: Edge,
+}
+
 /// Which nodes of a graph `GraphNodes` lists.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum NodeQuery {
@@ -782,6 +792,18 @@ wire_api! {
         /// `cuGraphNodeGetDependentNodes`: each node's id and `CUgraphNodeType`. Nodes the
         /// client never named (made by stream capture) get ids of the server's (high bit set).
         call GraphNodes graph_nodes(graph: Id, query: NodeQuery) -> Answer<Vec<(Id, u32)>>;
+        /// `cuGraphGetEdges`: every edge, its nodes named as `GraphNodes` names them.
+        call GraphEdges graph_edges(graph: Id) -> Answer<Vec<ListedEdge>>;
+        /// `cuGraphClone`: a copy of `graph` as graph `clone` (its nodes are the server's to
+        /// name, as a captured graph's).
+        call GraphClone graph_clone(graph: Id, clone: Id) -> Status;
+        /// `cuGraphNodeFindInClone`: the node of `clone` that `node` of its original became.
+        call GraphNodeFindInClone graph_node_find_in_clone(clone: Id, node: Id)
+            -> Answer<(Id, u32)>;
+        /// `cuGraphDestroyNode`.
+        call GraphDestroyNode graph_destroy_node(node: Id) -> Status;
+        /// `cuGraphNodeGetEnabled`.
+        call GraphNodeGetEnabled graph_node_get_enabled(exec: Id, node: Id) -> Answer<bool>;
         /// `cuDeviceGraphMemTrim`.
         call GraphMemTrim graph_mem_trim(device: u32) -> Status;
         /// `cuDeviceGetGraphMemAttribute`, or with `reset` `cuDeviceSetGraphMemAttribute` to 0
@@ -1008,6 +1030,7 @@ sample_struct! {
     JitOption { option, value },
     ArrayDesc { width, height, depth, format, channels, flags },
     Edge { from_port, to_port, kind },
+    ListedEdge { from, from_kind, to, to_kind, data },
     PoolProps { alloc_type, handle_types, location_type, location_id, max_size, usage },
     JitLogs { info, error, wall_time_ms },
     Linked { status, logs, cubin },

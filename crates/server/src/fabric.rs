@@ -960,7 +960,8 @@ mod tests {
         assert!(!export.expired());
         assert_eq!(ask(LinkRequest::Handle { ticket }), handle);
         assert!(fabric.find(2, &ticket, Duration::ZERO).is_none());
-        drop(ours);
+        // The puller goes: the link ends.
+        drop((writer, reader, ours));
         serving.join().unwrap().unwrap();
 
         fabric.remove(2, &ticket);

@@ -103,6 +103,40 @@ pub unsafe fn cuDeviceGetPCIBusId(bus_id: *mut c_char, len: c_int, dev: CUdevice
     }))
 }
 
+/// A PCI address `[domain:]bus:device.function` as numbers (hexadecimal, any case); `None`
+/// where it is not one.
+fn pci_address(text: &str) -> Option<(u32, u32, u32, u32)> {
+    let (rest, function) = text.trim().rsplit_once('.')?;
+    let parts: Vec<&str> = rest.split(':').collect();
+    let hex = |s: &str| u32::from_str_radix(s, 16).ok();
+    let (domain, bus, dev) = match parts[..] {
+        [domain, bus, dev] => (hex(domain)?, hex(bus)?, hex(dev)?),
+        [bus, dev] => (0, hex(bus)?, hex(dev)?),
+        _ => return None,
+    };
+    Some((domain, bus, dev, hex(function)?))
+}
+
+/// The first device (in the program's order) at that PCI address: GPUs of different servers
+/// may share one, each on its own machine.
+pub unsafe fn cuDeviceGetByPCIBusId(dev: *mut CUdevice, bus_id: *const c_char) -> CUresult {
+    status(servers::servers().and_then(|servers| {
+        if dev.is_null() || bus_id.is_null() {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        // SAFETY: a NUL-terminated string from the caller (null refused above).
+        let text = unsafe { std::ffi::CStr::from_ptr(bus_id) }.to_string_lossy();
+        let wanted = pci_address(&text).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+        let found = servers
+            .devices
+            .iter()
+            .find(|d| pci_address(&d.info.pci_bus_id) == Some(wanted))
+            .ok_or(CUresult::CUDA_ERROR_INVALID_DEVICE)?;
+        // SAFETY: checked non-null above; writable as the API requires.
+        unsafe { write_out(dev, found.ordinal) }
+    }))
+}
+
 /// What the server of `dev` says of reaching `peer`: `None` when they are the same device or
 /// on different servers (whose GPUs never share memory).
 fn peer_link(dev: CUdevice, peer: CUdevice) -> Result<Option<&'static CuPeer>, CUresult> {
@@ -223,4 +257,18 @@ pub unsafe fn cuDevicePrimaryCtxReset_v2(dev: CUdevice) -> CUresult {
 pub unsafe fn cuDevicePrimaryCtxReset(dev: CUdevice) -> CUresult {
     // SAFETY: the caller's arguments, passed on as they came.
     unsafe { cuDevicePrimaryCtxReset_v2(dev) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::pci_address;
+
+    #[test]
+    fn pci_addresses_parse_with_or_without_a_domain() {
+        assert_eq!(pci_address("0000:18:00.0"), Some((0, 0x18, 0, 0)));
+        assert_eq!(pci_address("00000000:9A:00.1"), Some((0, 0x9a, 0, 1)));
+        assert_eq!(pci_address("9a:00.1"), Some((0, 0x9a, 0, 1)));
+        assert_eq!(pci_address("gpu0"), None);
+        assert_eq!(pci_address("1:2:3:4.0"), None);
+    }
 }

@@ -5,7 +5,7 @@
 
 use std::cell::Cell;
 use std::collections::BTreeMap;
-use std::ffi::c_uint;
+use std::ffi::{c_char, c_uint};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
@@ -184,6 +184,38 @@ pub unsafe fn cuGraphInstantiateWithFlags(
 ) -> CUresult {
     // SAFETY: an out-pointer from the caller: null (refused by write_out) or writable, as the API requires.
     status(instantiate(graph, flags).and_then(|handle| unsafe { write_out(exec, handle) }))
+}
+
+/// The CUDA 10 and 11 entry points: no flags, and an error node and log the driver fills only
+/// on failure (rgpu's failures come back as a status: no node, an empty log).
+pub unsafe fn cuGraphInstantiate_v2(
+    exec: *mut CUgraphExec,
+    graph: CUgraph,
+    error_node: *mut CUgraphNode,
+    log: *mut c_char,
+    log_size: usize,
+) -> CUresult {
+    if !error_node.is_null() {
+        // SAFETY: the caller's out-pointer, non-null.
+        unsafe { error_node.write(std::ptr::null_mut()) };
+    }
+    if !log.is_null() && log_size > 0 {
+        // SAFETY: the caller's buffer of `log_size` bytes.
+        unsafe { log.write(0) };
+    }
+    // SAFETY: the caller's arguments, passed on as they came.
+    unsafe { cuGraphInstantiateWithFlags(exec, graph, 0) }
+}
+
+pub unsafe fn cuGraphInstantiate(
+    exec: *mut CUgraphExec,
+    graph: CUgraph,
+    error_node: *mut CUgraphNode,
+    log: *mut c_char,
+    log_size: usize,
+) -> CUresult {
+    // SAFETY: as above.
+    unsafe { cuGraphInstantiate_v2(exec, graph, error_node, log, log_size) }
 }
 
 pub unsafe fn cuGraphInstantiateWithParams(

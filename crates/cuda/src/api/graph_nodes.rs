@@ -942,6 +942,23 @@ pub unsafe fn cuGraphRemoveDependencies_v2(
     unsafe { dependencies(graph, from, to, edges, count, true) }
 }
 
+/// The program's handle of node `id` of `graph` (of type `kind`), made the first time the
+/// program sees the node.
+fn node_handle(graph: &Graph, id: Id, kind: u32) -> usize {
+    *graph.nodes.lock().unwrap().entry(id).or_insert_with(|| {
+        GraphNode {
+            handle: crate::handles::new_handle(),
+            conn: graph.conn.clone(),
+            remote: id,
+            graph: graph.handle,
+            kind,
+            bodies: Box::new([]),
+        }
+        .register()
+        .handle
+    })
+}
+
 /// Lists nodes of `graph` as the `cuGraphGet*Nodes` calls do: with `out` null, how many in
 /// `count`; else up to `count` handles (the rest of `out` nulled) and how many were written.
 ///
@@ -968,21 +985,9 @@ unsafe fn list_nodes(
     }
     // SAFETY: the caller's guarantee.
     let room = unsafe { count.read() };
-    let mut known = graph.nodes.lock().unwrap();
     for i in 0..room {
         let handle = match listed.get(i) {
-            Some(&(id, kind)) => *known.entry(id).or_insert_with(|| {
-                GraphNode {
-                    handle: crate::handles::new_handle(),
-                    conn: graph.conn.clone(),
-                    remote: id,
-                    graph: graph.handle,
-                    kind,
-                    bodies: Box::new([]),
-                }
-                .register()
-                .handle
-            }),
+            Some(&(id, kind)) => node_handle(graph, id, kind),
             None => 0,
         };
         // SAFETY: the caller's guarantee: room for `room` handles.
@@ -1162,5 +1167,163 @@ pub unsafe fn cuDeviceGraphMemTrim(device: CUdevice) -> CUresult {
             .cuda()
             .graph_mem_trim(device.remote_ordinal)
             .outcome()
+    })())
+}
+
+/// `cuGraphGetEdges` (`data` null: the edges must be plain ones, else CUDA_ERROR_LOSSY_QUERY,
+/// unless `lossy` as the CUDA 10 entry point, which has no edge data).
+///
+/// # Safety
+/// `from` and `to` are null or have room for `*count` handles, `data` for `*count` records.
+unsafe fn list_edges(
+    graph: CUgraph,
+    from: *mut CUgraphNode,
+    to: *mut CUgraphNode,
+    data: *mut CUgraphEdgeData,
+    count: *mut usize,
+    lossy: bool,
+) -> Result<(), CUresult> {
+    let graph = Graph::from_handle(graph).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+    if count.is_null() || from.is_null() != to.is_null() || (from.is_null() && !data.is_null()) {
+        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+    }
+    let edges = graph.conn.cuda().graph_edges(graph.remote).outcome()?;
+    if from.is_null() {
+        // SAFETY: checked non-null; the caller's guarantee.
+        unsafe { count.write(edges.len()) };
+        return Ok(());
+    }
+    let plain = rgpu_protocol::cuda::Edge::default();
+    if data.is_null() && !lossy && edges.iter().any(|e| e.data != plain) {
+        return Err(CUresult::CUDA_ERROR_LOSSY_QUERY);
+    }
+    // SAFETY: the caller's guarantee.
+    let room = unsafe { count.read() };
+    for i in 0..room {
+        let (a, b, edge) = match edges.get(i) {
+            Some(e) => (
+                node_handle(&graph, e.from, e.from_kind),
+                node_handle(&graph, e.to, e.to_kind),
+                e.data,
+            ),
+            None => (0, 0, plain),
+        };
+        // SAFETY: room for `room` entries in each list, as the caller guarantees.
+        unsafe {
+            from.add(i).write(a as CUgraphNode);
+            to.add(i).write(b as CUgraphNode);
+            if !data.is_null() {
+                let record = data.add(i);
+                record.write(std::mem::zeroed());
+                (*record).from_port = edge.from_port;
+                (*record).to_port = edge.to_port;
+                (*record).type_ = edge.kind;
+            }
+        }
+    }
+    // SAFETY: as above.
+    unsafe { count.write(room.min(edges.len())) };
+    Ok(())
+}
+
+pub unsafe fn cuGraphGetEdges_v2(
+    graph: CUgraph,
+    from: *mut CUgraphNode,
+    to: *mut CUgraphNode,
+    data: *mut CUgraphEdgeData,
+    count: *mut usize,
+) -> CUresult {
+    // SAFETY: the program's lists and count, as the API requires.
+    status(unsafe { list_edges(graph, from, to, data, count, false) })
+}
+
+/// The CUDA 10 entry point: no edge data.
+pub unsafe fn cuGraphGetEdges(
+    graph: CUgraph,
+    from: *mut CUgraphNode,
+    to: *mut CUgraphNode,
+    count: *mut usize,
+) -> CUresult {
+    // SAFETY: as above.
+    status(unsafe { list_edges(graph, from, to, std::ptr::null_mut(), count, true) })
+}
+
+pub unsafe fn cuGraphClone(clone: *mut CUgraph, original: CUgraph) -> CUresult {
+    status((|| {
+        let original = Graph::from_handle(original).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+        if clone.is_null() {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        let mut object = Graph::new(&original.conn);
+        object.conditional_body = original.conditional_body;
+        // The clone's host copies are the original's (the same staging buffers: its copy
+        // nodes are copies of the original's).
+        *object.host_work.get_mut().unwrap() = original.host_work.lock().unwrap().clone();
+        original
+            .conn
+            .cuda()
+            .graph_clone(original.remote, object.remote)
+            .outcome()?;
+        // SAFETY: checked non-null above; writable as the API requires.
+        unsafe { write_out(clone, object.into_handle()) }
+    })())
+}
+
+pub unsafe fn cuGraphNodeFindInClone(
+    found: *mut CUgraphNode,
+    original: CUgraphNode,
+    clone: CUgraph,
+) -> CUresult {
+    status((|| {
+        let clone = Graph::from_handle(clone).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+        let original = node_of(original, &clone.conn)?;
+        if found.is_null() {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        let (id, kind) = clone
+            .conn
+            .cuda()
+            .graph_node_find_in_clone(clone.remote, original.remote)
+            .outcome()?;
+        let handle = node_handle(&clone, id, kind);
+        // SAFETY: checked non-null above; writable as the API requires.
+        unsafe { write_out(found, handle as CUgraphNode) }
+    })())
+}
+
+pub unsafe fn cuGraphDestroyNode(node: CUgraphNode) -> CUresult {
+    status((|| {
+        let object = GraphNode::from_handle(node).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+        object
+            .conn
+            .cuda()
+            .graph_destroy_node(object.remote)
+            .outcome()?;
+        if let Some(graph) = Graph::from_handle(object.graph as CUgraph) {
+            graph.nodes.lock().unwrap().remove(&object.remote);
+        }
+        GraphNode::destroy(node);
+        Ok(())
+    })())
+}
+
+pub unsafe fn cuGraphNodeGetEnabled(
+    exec: CUgraphExec,
+    node: CUgraphNode,
+    enabled: *mut c_uint,
+) -> CUresult {
+    status((|| {
+        let exec = GraphExec::from_handle(exec).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+        let node = node_of(node, &exec.conn)?;
+        if enabled.is_null() {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        let on = exec
+            .conn
+            .cuda()
+            .graph_node_get_enabled(exec.remote, node.remote)
+            .outcome()?;
+        // SAFETY: checked non-null above; writable as the API requires.
+        unsafe { write_out(enabled, on as c_uint) }
     })())
 }

@@ -171,6 +171,11 @@ pub unsafe fn cuStreamGetCtx(stream: CUstream, pctx: *mut CUcontext) -> CUresult
     status(resolve_stream(stream).and_then(|(ctx, _)| unsafe { write_out(pctx, ctx.handle()) }))
 }
 
+pub unsafe fn cuStreamGetDevice(stream: CUstream, device: *mut CUdevice) -> CUresult {
+    // SAFETY: an out-pointer from the caller: null (refused by write_out) or writable, as the API requires.
+    status(resolve_stream(stream).and_then(|(ctx, _)| unsafe { write_out(device, ctx.device) }))
+}
+
 pub unsafe fn cuStreamGetId(stream: CUstream, id: *mut u64) -> CUresult {
     status(resolve_stream(stream).and_then(|_| {
         let value =

@@ -7,7 +7,9 @@ use std::ptr::{null, null_mut};
 use rgpu_cuda_api::native::{check, Status, INVALID_HANDLE, INVALID_VALUE};
 use rgpu_cuda_api::sys::*;
 use rgpu_cuda_api::{cu_call, cu_call_raw};
-use rgpu_protocol::cuda::{serve, Answer, Edge, Id, NodeParams, NodeQuery, SERVER_NODE_IDS};
+use rgpu_protocol::cuda::{
+    serve, Answer, Edge, Id, ListedEdge, NodeParams, NodeQuery, SERVER_NODE_IDS,
+};
 
 use super::copies::DeviceCopy;
 use super::launches::MAX_PARAMS;
@@ -345,6 +347,124 @@ impl serve::Graphs for Served<'_> {
             .into_iter()
             .map(|raw| cuda.name_node(raw, graph))
             .collect())
+    }
+
+    fn graph_edges(&mut self, graph: Id) -> Answer<Vec<ListedEdge>> {
+        let cuda = &mut *self.cuda;
+        let raw_graph = cuda.graph(graph)?;
+        let driver = &cuda.backend.driver;
+        let mut count = 0usize;
+        let null = null_mut();
+        // SAFETY: a graph of the session; null lists ask for the count.
+        check(unsafe {
+            cu_call!(
+                driver,
+                cuGraphGetEdges_v2(raw_graph, null, null, null_mut(), &mut count)
+            )
+        })?;
+        if count == 0 {
+            return Ok(Vec::new());
+        }
+        let mut from = vec![null_mut(); count];
+        let mut to = vec![null_mut(); count];
+        // SAFETY: plain bytes, valid zeroed.
+        let mut data: Vec<CUgraphEdgeData> = vec![unsafe { std::mem::zeroed() }; count];
+        // SAFETY: three lists with room for `count` entries each.
+        check(unsafe {
+            cu_call!(
+                driver,
+                cuGraphGetEdges_v2(
+                    raw_graph,
+                    from.as_mut_ptr(),
+                    to.as_mut_ptr(),
+                    data.as_mut_ptr(),
+                    &mut count
+                )
+            )
+        })?;
+        let edges = (0..count.min(from.len()))
+            .map(|i| {
+                let (from, from_kind) = cuda.name_node(from[i], graph);
+                let (to, to_kind) = cuda.name_node(to[i], graph);
+                let data = Edge {
+                    from_port: data[i].from_port,
+                    to_port: data[i].to_port,
+                    kind: data[i].type_,
+                };
+                ListedEdge {
+                    from,
+                    from_kind,
+                    to,
+                    to_kind,
+                    data,
+                }
+            })
+            .collect();
+        Ok(edges)
+    }
+
+    fn graph_clone(&mut self, graph: Id, clone: Id) -> Status {
+        let cuda = &mut *self.cuda;
+        let made = (|| {
+            let original = cuda.graphs.get(&graph).ok_or(INVALID_HANDLE)?;
+            let ctx = owned::Owned::context(original);
+            if cuda.graphs.contains_key(&clone) || !cuda.usage.has_room_for_object() {
+                return Err(INVALID_VALUE);
+            }
+            let mut raw = null_mut();
+            // SAFETY: a graph of the session and a local out-value.
+            check(unsafe {
+                cu_call!(cuda.backend.driver, cuGraphClone(&mut raw, original.raw()))
+            })?;
+            cuda.usage.add_objects(1);
+            cuda.graphs
+                .insert(clone, owned::Graph::new(raw, ctx, &cuda.backend));
+            Ok(())
+        })();
+        code(made)
+    }
+
+    fn graph_node_find_in_clone(&mut self, clone: Id, node: Id) -> Answer<(Id, u32)> {
+        let cuda = &mut *self.cuda;
+        let raw_clone = cuda.graph(clone)?;
+        let original = cuda.node(node)?;
+        let mut found = null_mut();
+        // SAFETY: a node and a graph of the session, and a local out-value; the driver checks
+        // that the graph is a clone of the node's.
+        check(unsafe {
+            cu_call!(
+                cuda.backend.driver,
+                cuGraphNodeFindInClone(&mut found, original, raw_clone)
+            )
+        })?;
+        Ok(cuda.name_node(found, clone))
+    }
+
+    fn graph_destroy_node(&mut self, node: Id) -> Status {
+        let cuda = &mut *self.cuda;
+        let destroyed = cuda.node(node).and_then(|raw| {
+            // SAFETY: a node of the session; the driver removes its edges with it.
+            check(unsafe { cu_call!(cuda.backend.driver, cuGraphDestroyNode(raw)) })
+        });
+        if destroyed.is_ok() {
+            cuda.graph_nodes.remove(&node);
+        }
+        code(destroyed)
+    }
+
+    fn graph_node_get_enabled(&mut self, exec: Id, node: Id) -> Answer<bool> {
+        let cuda = &mut *self.cuda;
+        let exec = cuda.graph_execs.get(&exec).ok_or(INVALID_HANDLE)?.raw();
+        let node = cuda.node(node)?;
+        let mut enabled = 0u32;
+        // SAFETY: this session's live handles and a local out-value.
+        check(unsafe {
+            cu_call!(
+                cuda.backend.driver,
+                cuGraphNodeGetEnabled(exec, node, &mut enabled)
+            )
+        })?;
+        Ok(enabled != 0)
     }
 
     fn graph_mem_trim(&mut self, device: u32) -> Status {

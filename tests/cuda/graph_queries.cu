@@ -1,0 +1,202 @@
+// graph_queries: the graph API's queries and edits beyond building and launching. A graph
+// captured from two streams (a fork and a join through events) is asked for its edges
+// (cuGraphGetEdges, both entry points), cloned (cuGraphClone, cuGraphNodeFindInClone), the
+// clone instantiated through the CUDA 11 entry point (cuGraphInstantiate_v2, found by
+// cuGetProcAddress) and launched; a node is disabled and asked back (cuGraphNodeGetEnabled);
+// a node of a built graph is destroyed (cuGraphDestroyNode). Also cuStreamGetDevice and
+// cuDeviceGetByPCIBusId.
+//
+//   nvcc -O2 -o graph_queries graph_queries.cu -lcuda && ./graph_queries
+//
+// Prints `CHECK <name> <values>` lines, then `PASS graph_queries`, or `FAIL graph_queries: why`.
+#include <cuda.h>
+#include <cuda_runtime.h>
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+#define PROG "graph_queries"
+#include "check.h"
+
+#define N 4096
+
+__global__ void scale(float *x, float by, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] *= by;
+}
+
+__global__ void add(float *x, const float *y, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] += y[i];
+}
+
+// The types of a node list, as one number per node.
+static void print_types(const char *name, CUgraphNode *nodes, size_t n) {
+    printf("CHECK %s", name);
+    for (size_t i = 0; i < n; ++i) {
+        CUgraphNodeType t;
+        CU(cuGraphNodeGetType(nodes[i], &t));
+        printf(" %d", (int)t);
+    }
+    printf("\n");
+}
+
+static double run_and_sum(cudaGraphExec_t exec, cudaStream_t s, float *x, float *y) {
+    std::vector<float> ones(N, 1.0f), twos(N, 2.0f), host(N);
+    CK(cudaMemcpy(x, ones.data(), N * sizeof(float), cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(y, twos.data(), N * sizeof(float), cudaMemcpyHostToDevice));
+    CK(cudaGraphLaunch(exec, s));
+    CK(cudaStreamSynchronize(s));
+    CK(cudaMemcpy(host.data(), x, N * sizeof(float), cudaMemcpyDeviceToHost));
+    double sum = 0;
+    for (float v : host) sum += v;
+    return sum;
+}
+
+int main() {
+    CK(cudaFree(0));
+    float *x, *y;
+    CK(cudaMalloc(&x, N * sizeof(float)));
+    CK(cudaMalloc(&y, N * sizeof(float)));
+    cudaStream_t s, side;
+    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    CK(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
+    cudaEvent_t fork, join;
+    CK(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
+    CK(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
+
+    CUdevice dev;
+    CU(cuStreamGetDevice((CUstream)s, &dev));
+    int current = -1;
+    CK(cudaGetDevice(&current));
+    EXPECT(dev == current, "cuStreamGetDevice says %d, the current device is %d", dev, current);
+    char bus[32];
+    CU(cuDeviceGetPCIBusId(bus, sizeof bus, dev));
+    CUdevice by_bus = -1;
+    CU(cuDeviceGetByPCIBusId(&by_bus, bus));
+    EXPECT(by_bus == dev, "cuDeviceGetByPCIBusId(%s) is device %d, not %d", bus, by_bus, dev);
+    EXPECT(cuDeviceGetByPCIBusId(&by_bus, "not a bus id") != CUDA_SUCCESS,
+           "a bad PCI bus id was found");
+
+    // x = (x * 3) + (y * 0.5), y scaled on a side stream.
+    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    CK(cudaEventRecord(fork, s));
+    CK(cudaStreamWaitEvent(side, fork, 0));
+    scale<<<N / 256, 256, 0, s>>>(x, 3.0f, N);
+    scale<<<N / 256, 256, 0, side>>>(y, 0.5f, N);
+    CK(cudaEventRecord(join, side));
+    CK(cudaStreamWaitEvent(s, join, 0));
+    add<<<N / 256, 256, 0, s>>>(x, y, N);
+    cudaGraph_t graph;
+    CK(cudaStreamEndCapture(s, &graph));
+
+    size_t edges = 0;
+    CU(cuGraphGetEdges((CUgraph)graph, nullptr, nullptr, nullptr, &edges));
+    std::vector<CUgraphNode> from(edges + 1), to(edges + 1);
+    std::vector<CUgraphEdgeData> data(edges + 1);
+    size_t room = edges + 1;
+    CU(cuGraphGetEdges((CUgraph)graph, from.data(), to.data(), data.data(), &room));
+    EXPECT(room == edges, "%zu edges listed of %zu", room, edges);
+    printf("CHECK edges %zu\n", edges);
+    print_types("edge_from_types", from.data(), edges);
+    print_types("edge_to_types", to.data(), edges);
+    // The CUDA 10 entry point (no edge data), by its versioned name.
+    CUresult (*get_edges_v1)(CUgraph, CUgraphNode *, CUgraphNode *, size_t *) = nullptr;
+    CUdriverProcAddressQueryResult found;
+    CU(cuGetProcAddress("cuGraphGetEdges", (void **)&get_edges_v1, 10000, 0, &found));
+    EXPECT(get_edges_v1 != nullptr, "no cuGraphGetEdges for CUDA 10");
+    room = edges;
+    CU(get_edges_v1((CUgraph)graph, from.data(), to.data(), &room));
+    EXPECT(room == edges, "the CUDA 10 entry point listed %zu edges", room);
+
+    size_t count = 0;
+    CU(cuGraphGetNodes((CUgraph)graph, nullptr, &count));
+    std::vector<CUgraphNode> nodes(count), in_clone(count);
+    CU(cuGraphGetNodes((CUgraph)graph, nodes.data(), &count));
+    print_types("nodes", nodes.data(), count);
+
+    CUgraph clone;
+    CU(cuGraphClone(&clone, (CUgraph)graph));
+    for (size_t i = 0; i < count; ++i) CU(cuGraphNodeFindInClone(&in_clone[i], nodes[i], clone));
+    print_types("clone_nodes", in_clone.data(), count);
+    size_t clone_count = 0;
+    CU(cuGraphGetNodes(clone, nullptr, &clone_count));
+    EXPECT(clone_count == count, "the clone has %zu nodes of %zu", clone_count, count);
+    // A node is not found in a graph that is not its clone.
+    CUgraphNode none;
+    EXPECT(cuGraphNodeFindInClone(&none, in_clone[0], (CUgraph)graph) != CUDA_SUCCESS,
+           "a node found in a graph that is not its graph's clone");
+
+    // The clone through the CUDA 11 entry point.
+    CUresult (*instantiate_v2)(CUgraphExec *, CUgraph, CUgraphNode *, char *, size_t) = nullptr;
+    CU(cuGetProcAddress("cuGraphInstantiate", (void **)&instantiate_v2, 11000, 0, &found));
+    EXPECT(instantiate_v2 != nullptr, "no cuGraphInstantiate for CUDA 11");
+    CUgraphExec clone_exec;
+    CUgraphNode error_node = (CUgraphNode)1;
+    char log[64] = "unwritten";
+    CU(instantiate_v2(&clone_exec, clone, &error_node, log, sizeof log));
+    printf("CHECK clone_result %.6e\n", run_and_sum((cudaGraphExec_t)clone_exec, s, x, y));
+
+    // Disabling the side stream's kernel node in the original's executable graph.
+    cudaGraphExec_t exec;
+    CK(cudaGraphInstantiate(&exec, graph, 0));
+    printf("CHECK original_result %.6e\n", run_and_sum(exec, s, x, y));
+    CUgraphNode kernel = nullptr;
+    for (size_t i = 0; i < count; ++i) {
+        CUgraphNodeType t;
+        CU(cuGraphNodeGetType(nodes[i], &t));
+        if (t == CU_GRAPH_NODE_TYPE_KERNEL) {
+            kernel = nodes[i];
+            break;
+        }
+    }
+    EXPECT(kernel != nullptr, "no kernel node");
+    unsigned enabled = 7;
+    CU(cuGraphNodeGetEnabled((CUgraphExec)exec, kernel, &enabled));
+    printf("CHECK enabled_before %u\n", enabled);
+    CU(cuGraphNodeSetEnabled((CUgraphExec)exec, kernel, 0));
+    CU(cuGraphNodeGetEnabled((CUgraphExec)exec, kernel, &enabled));
+    printf("CHECK enabled_after %u\n", enabled);
+    printf("CHECK disabled_result %.6e\n", run_and_sum(exec, s, x, y));
+
+    // A built graph: an empty node before a kernel node; the empty node destroyed.
+    CUgraph built;
+    CU(cuGraphCreate(&built, 0));
+    CUgraphNode empty, work;
+    CU(cuGraphAddEmptyNode(&empty, built, nullptr, 0));
+    CUDA_KERNEL_NODE_PARAMS kp;
+    memset(&kp, 0, sizeof kp);
+    CUfunction fn;
+    CK(cudaGetFuncBySymbol((cudaFunction_t *)&fn, (const void *)scale));
+    float by = 4.0f;
+    int n = N;
+    void *args[] = {&x, &by, &n};
+    kp.func = fn;
+    kp.gridDimX = N / 256;
+    kp.gridDimY = kp.gridDimZ = 1;
+    kp.blockDimX = 256;
+    kp.blockDimY = kp.blockDimZ = 1;
+    kp.kernelParams = args;
+    CU(cuGraphAddKernelNode(&work, built, &empty, 1, &kp));
+    size_t built_edges = 0;
+    CU(cuGraphGetEdges(built, nullptr, nullptr, nullptr, &built_edges));
+    CU(cuGraphDestroyNode(empty));
+    size_t left = 0, left_edges = 0;
+    CU(cuGraphGetNodes(built, nullptr, &left));
+    CU(cuGraphGetEdges(built, nullptr, nullptr, nullptr, &left_edges));
+    printf("CHECK destroyed %zu %zu %zu\n", built_edges, left, left_edges);
+    cudaGraphExec_t built_exec;
+    CK(cudaGraphInstantiate(&built_exec, (cudaGraph_t)built, 0));
+    printf("CHECK built_result %.6e\n", run_and_sum(built_exec, s, x, y));
+
+    CK(cudaGraphExecDestroy(built_exec));
+    CK(cudaGraphExecDestroy(exec));
+    CU(cuGraphExecDestroy(clone_exec));
+    CU(cuGraphDestroy(built));
+    CU(cuGraphDestroy(clone));
+    CK(cudaGraphDestroy(graph));
+    CK(cudaFree(x));
+    CK(cudaFree(y));
+    printf("PASS graph_queries\n");
+    return 0;
+}
