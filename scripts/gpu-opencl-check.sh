@@ -45,6 +45,16 @@ for src in tests/opencl/*.c; do
         "$bin/rgpu" run --servers 127.0.0.1:$port -- "$out/bin/$name" >"$out/$name.rgpu.log" 2>&1
     remote=$?
     first_fail() { grep -m1 FAIL "$1" | cut -c1-200; }
+    # VERDICT lines: what the implementation answered where the API leaves it the choice;
+    # rgpu must answer the same.
+    # (Compared as far as the native run got.)
+    verdicts=$(grep -c '^VERDICT' "$out/$name.native.log")
+    if ! diff <(grep '^VERDICT' "$out/$name.native.log") \
+        <(grep '^VERDICT' "$out/$name.rgpu.log" | head -n "$verdicts") >"$out/$name.verdicts.diff"; then
+        summary+=("FAIL $name rgpu: answers differ from the implementation's: $(head -c 300 "$out/$name.verdicts.diff" | tr '\n' ' ')")
+        regressions=1
+        continue
+    fi
     if [ $remote -eq 0 ]; then
         summary+=("PASS $name rgpu (native: $([ $native -eq 0 ] && echo PASS || echo "FAIL $(first_fail "$out/$name.native.log")"))")
     elif [ $native -ne 0 ]; then

@@ -22,6 +22,22 @@ def test_group(group, mode, c_program, request):
     assert server.alive(), f"server died after {group}\n{server.log_tail()}"
 
 
+def test_verdicts_are_the_implementations(c_program, server):
+    """Where the API leaves the answer to the implementation (a work-group over the kernel's
+    CL_KERNEL_WORK_GROUP_SIZE but within the device's limit), rgpu answers what the
+    implementation does: the `VERDICT` lines of the native and the rgpu run are the same."""
+    prog = c_program("kernels")
+    native, remote = h.run_native(prog), h.run_rgpu(prog, [server])
+    h.assert_pass(native, "kernels")
+    h.assert_pass(remote, "kernels", server)
+
+    def verdicts(run):
+        return [line for line in run.stdout.splitlines() if line.startswith("VERDICT")]
+
+    assert verdicts(native), native.stdout
+    assert verdicts(remote) == verdicts(native), (remote.stdout, native.stdout)
+
+
 @pytest.mark.parametrize("group", ["buffers", "images_samplers"])
 def test_group_over_unix_socket(group, c_program, start_server):
     server = start_server(unix=True)

@@ -319,6 +319,9 @@ pub struct Kernel {
     pub arg_kinds: Vec<ArgKind>,
     /// Its work-group limits on each device of its program, for checking launches locally.
     pub work_group_limits: Vec<rgpu_protocol::opencl::WorkGroupLimits>,
+    /// The largest work-group the implementation took on each device although it was over
+    /// the kernel's CL_KERNEL_WORK_GROUP_SIZE (enqueue.rs, `check_work_sizes`).
+    pub accepted_group_sizes: Mutex<HashMap<Id, u64>>,
     pub args: Mutex<KernelArgs>,
     /// Immutable info fetched once: (query kind, device id or arg index, param) -> value.
     pub info_cache: Mutex<HashMap<(u8, u64, u32), Vec<u8>>>,
@@ -326,6 +329,21 @@ pub struct Kernel {
     /// the buffers its arguments name.
     pub replicas: Mutex<Vec<(Arc<Connection>, Arc<crate::spanning::KernelReplica>)>>,
     pub mem_args: Mutex<HashMap<u32, std::sync::Weak<crate::handle::Handle<Mem>>>>,
+}
+
+impl Kernel {
+    /// The largest work-group size over the kernel's reported limit that the implementation
+    /// took on `device` (0: none yet).
+    pub fn accepted_group_size(&self, device: Id) -> u64 {
+        let accepted = self.accepted_group_sizes.lock().unwrap();
+        accepted.get(&device).copied().unwrap_or(0)
+    }
+
+    pub fn accept_group_size(&self, device: Id, total: u64) {
+        let mut accepted = self.accepted_group_sizes.lock().unwrap();
+        let size = accepted.entry(device).or_insert(0);
+        *size = (*size).max(total);
+    }
 }
 
 impl ClObject for Kernel {

@@ -193,6 +193,11 @@ wire_api! {
         /// A command for a queue. `event` is the client's id for the command's event (0 when
         /// the caller wants none).
         post Enqueue enqueue(queue: Id, wait: Vec<Id>, event: Id, command: Command);
+        /// As `Enqueue`, answered at once with the implementation's verdict: a launch the
+        /// client cannot judge (a work-group larger than the kernel's CL_KERNEL_WORK_GROUP_SIZE,
+        /// which NVIDIA's implementation takes up to the device's limit and PoCL refuses).
+        call EnqueueNow enqueue_now(queue: Id, wait: Vec<Id>, event: Id, command: Command)
+            -> Answer<()>;
         /// A write of a memory object's bytes, as `Enqueue`. Bulk: the bytes, packed tightly.
         post [bulk] EnqueueWrite enqueue_write(
             queue: Id,

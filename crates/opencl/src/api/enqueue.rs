@@ -122,6 +122,9 @@ fn store_event(event_out: *mut cl_event, event: Option<Ref<crate::objects::Event
 /// What a posted enqueue sends: a command, or a write of the bulk data.
 enum Posted {
     Command(Command),
+    /// A command whose validity only the implementation knows: sent as a call, its verdict
+    /// the enqueue's result.
+    Judged(Command),
     Write(Transfer),
 }
 
@@ -159,17 +162,23 @@ fn post(
     let posted = match work.into() {
         Posted::Command(command) => {
             debug_assert!(bulk.is_empty(), "bulk data with {command:?}");
-            server.enqueue(queue.id, sub.wait, event_id, command)
+            server
+                .enqueue(queue.id, sub.wait, event_id, command)
+                .map_err(client_error)
         }
-        Posted::Write(transfer) => {
-            server.enqueue_write(queue.id, sub.wait, event_id, transfer, bulk)
-        }
+        Posted::Judged(command) => server
+            .enqueue_now(queue.id, sub.wait, event_id, command)
+            .map_err(client_error)
+            .and_then(|answer| answer),
+        Posted::Write(transfer) => server
+            .enqueue_write(queue.id, sub.wait, event_id, transfer, bulk)
+            .map_err(client_error),
     };
     if let Err(e) = posted {
         if let Some(event) = event {
             handle::release::<crate::objects::Event>(handle::raw(&event));
         }
-        return Err(client_error(e));
+        return Err(e);
     }
     store_event(event_out, event);
     Ok(())
@@ -1181,7 +1190,7 @@ fn launch(
         Some(replica) => &replica.limits,
         None => &kernel.work_group_limits,
     };
-    check_work_sizes(
+    let sizes = check_work_sizes(
         &kernel,
         limits,
         device,
@@ -1205,7 +1214,16 @@ fn launch(
         local,
         args,
     };
-    post(sub, event, command_type, command, &[])
+    match sizes {
+        WorkSizes::Valid => post(sub, event, command_type, command, &[]),
+        WorkSizes::AskImplementation(total) => {
+            let device = device.id;
+            post(sub, event, command_type, Posted::Judged(command), &[])?;
+            // Taken: the kernel's launches of up to this size need not ask again.
+            kernel.accept_group_size(device, total);
+            Ok(())
+        }
+    }
 }
 
 /// The errors clEnqueueNDRangeKernel defines from the kernel's and the device's attributes,
@@ -1218,7 +1236,7 @@ fn check_work_sizes(
     offset: Option<&[u64]>,
     global: &[u64],
     local: Option<&[u64]>,
-) -> Result<(), cl_int> {
+) -> Result<WorkSizes, cl_int> {
     if let Some(offset) = offset {
         if offset
             .iter()
@@ -1239,7 +1257,7 @@ fn check_work_sizes(
         // Without a local size the implementation picks one, unless the kernel requires one.
         return match required {
             Some(_) => Err(CL_INVALID_WORK_GROUP_SIZE),
-            None => Ok(()),
+            None => Ok(WorkSizes::Valid),
         };
     };
     if local.contains(&0) {
@@ -1258,13 +1276,31 @@ fn check_work_sizes(
         .iter()
         .try_fold(1u64, |total, &size| total.checked_mul(size))
         .ok_or(CL_INVALID_WORK_GROUP_SIZE)?;
-    if limits.is_some_and(|limits| total > limits.max_size) {
-        return Err(CL_INVALID_WORK_GROUP_SIZE);
-    }
     if !non_uniform_allowed(kernel, device) && global.iter().zip(local).any(|(g, l)| g % l != 0) {
         return Err(CL_INVALID_WORK_GROUP_SIZE);
     }
-    Ok(())
+    let over_kernel_limit = limits.is_some_and(|limits| total > limits.max_size);
+    if !over_kernel_limit || total <= kernel.accepted_group_size(device.id) {
+        return Ok(WorkSizes::Valid);
+    }
+    // CL_KERNEL_WORK_GROUP_SIZE is a hard limit for PoCL, not for NVIDIA (it says 256 for
+    // a simple kernel and runs 1024): within the device's limit, the implementation decides.
+    let device_max = device
+        .info
+        .get(&CL_DEVICE_MAX_WORK_GROUP_SIZE)
+        .map_or(0, |v| rgpu_cl_api::params::decode_unsigned(v));
+    if total > device_max {
+        return Err(CL_INVALID_WORK_GROUP_SIZE);
+    }
+    Ok(WorkSizes::AskImplementation(total))
+}
+
+/// What `check_work_sizes` found.
+enum WorkSizes {
+    Valid,
+    /// Work-groups of this many items, over the kernel's reported limit but within the
+    /// device's: the implementation's verdict decides.
+    AskImplementation(u64),
 }
 
 /// Whether the kernel's work-groups may be non-uniform (a global size that is not a multiple of

@@ -54,6 +54,7 @@ fn new_kernel(
         num_args,
         arg_kinds,
         work_group_limits,
+        accepted_group_sizes: Default::default(),
         args: Mutex::new(args),
         info_cache: Mutex::new(HashMap::new()),
         replicas: Mutex::new(Vec::new()),

@@ -232,6 +232,10 @@ impl serve::Commands for Session {
             .inspect_err(|&e| self.cl.fail_event(event, Some(queue), e))
     }
 
+    fn enqueue_now(&mut self, queue: Id, wait: Vec<Id>, event: Id, command: Command) -> Answer<()> {
+        self.enqueue(queue, wait, event, command)
+    }
+
     fn enqueue_write(
         &mut self,
         queue: Id,
