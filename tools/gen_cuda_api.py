@@ -146,6 +146,29 @@ LEGACY_SIGNATURES = {
     "cuGraphInstantiate_v2": "phGraphExec: *mut CUgraphExec, hGraph: CUgraph, "
                              "phErrorNode: *mut CUgraphNode, logBuffer: *mut ::core::ffi::c_char, "
                              "bufferSize: usize",
+    "cuGraphAddKernelNode": "phGraphNode: *mut CUgraphNode, hGraph: CUgraph, "
+                            "dependencies: *const CUgraphNode, numDependencies: usize, "
+                            "nodeParams: *const CUDA_KERNEL_NODE_PARAMS_v1",
+    "cuGraphKernelNodeSetParams": "hNode: CUgraphNode, nodeParams: *const CUDA_KERNEL_NODE_PARAMS_v1",
+    "cuGraphExecKernelNodeSetParams": "hGraphExec: CUgraphExec, hNode: CUgraphNode, "
+                                      "nodeParams: *const CUDA_KERNEL_NODE_PARAMS_v1",
+    "cuGraphAddDependencies": "hGraph: CUgraph, from: *const CUgraphNode, to: *const CUgraphNode, "
+                              "numDependencies: usize",
+    "cuGraphRemoveDependencies": "hGraph: CUgraph, from: *const CUgraphNode, "
+                                 "to: *const CUgraphNode, numDependencies: usize",
+    "cuGraphNodeGetDependencies": "hNode: CUgraphNode, dependencies: *mut CUgraphNode, "
+                                  "numDependencies: *mut usize",
+    "cuGraphNodeGetDependentNodes": "hNode: CUgraphNode, dependentNodes: *mut CUgraphNode, "
+                                    "numDependentNodes: *mut usize",
+    "cuGraphAddNode": "phGraphNode: *mut CUgraphNode, hGraph: CUgraph, "
+                      "dependencies: *const CUgraphNode, numDependencies: usize, "
+                      "nodeParams: *mut CUgraphNodeParams",
+    "cuGraphExecUpdate": "hGraphExec: CUgraphExec, hGraph: CUgraph, hErrorNode_out: *mut CUgraphNode, "
+                         "updateResult_out: *mut CUgraphExecUpdateResult",
+    "cuStreamGetCaptureInfo": "hStream: CUstream, captureStatus_out: *mut CUstreamCaptureStatus, "
+                              "id_out: *mut cuuint64_t",
+    "cuEventDestroy": "hEvent: CUevent",
+    "cuStreamDestroy": "hStream: CUstream",
     "cuIpcOpenMemHandle": "pdptr: *mut CUdeviceptr, handle: CUipcMemHandle, "
                           "Flags: ::core::ffi::c_uint",
     "cuGetProcAddress": "symbol: *const ::core::ffi::c_char, pfn: *mut *mut ::core::ffi::c_void, "

@@ -4,7 +4,8 @@
 // clone instantiated through the CUDA 11 entry point (cuGraphInstantiate_v2, found by
 // cuGetProcAddress) and launched; a node is disabled and asked back (cuGraphNodeGetEnabled);
 // a node of a built graph is destroyed (cuGraphDestroyNode). Also cuStreamGetDevice and
-// cuDeviceGetByPCIBusId.
+// cuDeviceGetByPCIBusId; and the entry points of CUDA 10 to 12.1 that programs built with
+// those toolkits ask cuGetProcAddress for.
 //
 //   nvcc -O2 -o graph_queries graph_queries.cu -lcuda && ./graph_queries
 //
@@ -188,6 +189,49 @@ int main() {
     cudaGraphExec_t built_exec;
     CK(cudaGraphInstantiate(&built_exec, (cudaGraph_t)built, 0));
     printf("CHECK built_result %.6e\n", run_and_sum(built_exec, s, x, y));
+
+    // The entry points of older toolkits, by their versions: a CUDA 11 kernel node (the
+    // shorter parameter struct), CUDA 12.1's plain dependencies, CUDA 11's update and CUDA 10's
+    // capture query (10.1).
+    struct KernelParamsV1 {
+        CUfunction func;
+        unsigned gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes;
+        void **kernelParams, **extra;
+    } v1 = {fn, N / 256, 1, 1, 256, 1, 1, 0, args, nullptr};
+    CUresult (*add_kernel_v1)(CUgraphNode *, CUgraph, const CUgraphNode *, size_t,
+                              const KernelParamsV1 *) = nullptr;
+    CUresult (*add_deps_v1)(CUgraph, const CUgraphNode *, const CUgraphNode *, size_t) = nullptr;
+    CUresult (*get_deps_v1)(CUgraphNode, CUgraphNode *, size_t *) = nullptr;
+    CUresult (*update_v1)(CUgraphExec, CUgraph, CUgraphNode *, CUgraphExecUpdateResult *) = nullptr;
+    CUresult (*capture_info_v1)(CUstream, CUstreamCaptureStatus *, cuuint64_t *) = nullptr;
+    CU(cuGetProcAddress("cuGraphAddKernelNode", (void **)&add_kernel_v1, 11000, 0, &found));
+    CU(cuGetProcAddress("cuGraphAddDependencies", (void **)&add_deps_v1, 12010, 0, &found));
+    CU(cuGetProcAddress("cuGraphNodeGetDependencies", (void **)&get_deps_v1, 12010, 0, &found));
+    CU(cuGetProcAddress("cuGraphExecUpdate", (void **)&update_v1, 11000, 0, &found));
+    CU(cuGetProcAddress("cuStreamGetCaptureInfo", (void **)&capture_info_v1, 10010, 0, &found));
+    EXPECT(add_kernel_v1 && add_deps_v1 && get_deps_v1 && update_v1 && capture_info_v1,
+           "an older entry point was not found");
+    CUgraph old;
+    CU(cuGraphCreate(&old, 0));
+    CUgraphNode first, second;
+    CU(cuGraphAddEmptyNode(&first, old, nullptr, 0));
+    CU(add_kernel_v1(&second, old, nullptr, 0, &v1));
+    CU(add_deps_v1(old, &first, &second, 1));
+    size_t deps = 0;
+    CU(get_deps_v1(second, nullptr, &deps));
+    CUgraphExec old_exec;
+    CU(cuGraphInstantiateWithFlags(&old_exec, old, 0));
+    printf("CHECK old_entry_points %zu %.6e\n", deps,
+           run_and_sum((cudaGraphExec_t)old_exec, s, x, y));
+    CUgraphNode error_at = (CUgraphNode)1;
+    CUgraphExecUpdateResult verdict = CU_GRAPH_EXEC_UPDATE_ERROR;
+    CU(update_v1(old_exec, old, &error_at, &verdict));
+    CUstreamCaptureStatus capturing = CU_STREAM_CAPTURE_STATUS_INVALIDATED;
+    cuuint64_t capture_id = 0;
+    CU(capture_info_v1((CUstream)s, &capturing, &capture_id));
+    printf("CHECK old_update %d %d %d\n", (int)verdict, error_at == nullptr, (int)capturing);
+    CU(cuGraphExecDestroy(old_exec));
+    CU(cuGraphDestroy(old));
 
     CK(cudaGraphExecDestroy(built_exec));
     CK(cudaGraphExecDestroy(exec));

@@ -833,8 +833,11 @@ pub unsafe extern "C" fn cuEventCreate(
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuEventDestroy() -> CUresult {
-    not_supported("cuEventDestroy")
+pub unsafe extern "C" fn cuEventDestroy(hEvent: CUevent) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuEventDestroy", || unsafe {
+        crate::api::cuEventDestroy(hEvent)
+    })
 }
 
 #[no_mangle]
@@ -1192,8 +1195,16 @@ pub unsafe extern "C" fn cuGraphAddChildGraphNode(
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuGraphAddDependencies() -> CUresult {
-    not_supported("cuGraphAddDependencies")
+pub unsafe extern "C" fn cuGraphAddDependencies(
+    hGraph: CUgraph,
+    from: *const CUgraphNode,
+    to: *const CUgraphNode,
+    numDependencies: usize,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuGraphAddDependencies", || unsafe {
+        crate::api::cuGraphAddDependencies(hGraph, from, to, numDependencies)
+    })
 }
 
 #[no_mangle]
@@ -1294,8 +1305,23 @@ pub unsafe extern "C" fn cuGraphAddHostNode(
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuGraphAddKernelNode() -> CUresult {
-    not_supported("cuGraphAddKernelNode")
+pub unsafe extern "C" fn cuGraphAddKernelNode(
+    phGraphNode: *mut CUgraphNode,
+    hGraph: CUgraph,
+    dependencies: *const CUgraphNode,
+    numDependencies: usize,
+    nodeParams: *const CUDA_KERNEL_NODE_PARAMS_v1,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuGraphAddKernelNode", || unsafe {
+        crate::api::cuGraphAddKernelNode(
+            phGraphNode,
+            hGraph,
+            dependencies,
+            numDependencies,
+            nodeParams,
+        )
+    })
 }
 
 #[no_mangle]
@@ -1397,8 +1423,23 @@ pub unsafe extern "C" fn cuGraphAddMemsetNode(
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuGraphAddNode() -> CUresult {
-    not_supported("cuGraphAddNode")
+pub unsafe extern "C" fn cuGraphAddNode(
+    phGraphNode: *mut CUgraphNode,
+    hGraph: CUgraph,
+    dependencies: *const CUgraphNode,
+    numDependencies: usize,
+    nodeParams: *mut CUgraphNodeParams,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuGraphAddNode", || unsafe {
+        crate::api::cuGraphAddNode(
+            phGraphNode,
+            hGraph,
+            dependencies,
+            numDependencies,
+            nodeParams,
+        )
+    })
 }
 
 #[no_mangle]
@@ -1590,8 +1631,15 @@ pub unsafe extern "C" fn cuGraphExecHostNodeSetParams() -> CUresult {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuGraphExecKernelNodeSetParams() -> CUresult {
-    not_supported("cuGraphExecKernelNodeSetParams")
+pub unsafe extern "C" fn cuGraphExecKernelNodeSetParams(
+    hGraphExec: CUgraphExec,
+    hNode: CUgraphNode,
+    nodeParams: *const CUDA_KERNEL_NODE_PARAMS_v1,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuGraphExecKernelNodeSetParams", || unsafe {
+        crate::api::cuGraphExecKernelNodeSetParams(hGraphExec, hNode, nodeParams)
+    })
 }
 
 #[no_mangle]
@@ -1638,8 +1686,16 @@ pub unsafe extern "C" fn cuGraphExecNodeSetParams() -> CUresult {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuGraphExecUpdate() -> CUresult {
-    not_supported("cuGraphExecUpdate")
+pub unsafe extern "C" fn cuGraphExecUpdate(
+    hGraphExec: CUgraphExec,
+    hGraph: CUgraph,
+    hErrorNode_out: *mut CUgraphNode,
+    updateResult_out: *mut u32,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuGraphExecUpdate", || unsafe {
+        crate::api::cuGraphExecUpdate(hGraphExec, hGraph, hErrorNode_out, updateResult_out)
+    })
 }
 
 #[no_mangle]
@@ -1825,8 +1881,14 @@ pub unsafe extern "C" fn cuGraphKernelNodeSetAttribute() -> CUresult {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuGraphKernelNodeSetParams() -> CUresult {
-    not_supported("cuGraphKernelNodeSetParams")
+pub unsafe extern "C" fn cuGraphKernelNodeSetParams(
+    hNode: CUgraphNode,
+    nodeParams: *const CUDA_KERNEL_NODE_PARAMS_v1,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuGraphKernelNodeSetParams", || unsafe {
+        crate::api::cuGraphKernelNodeSetParams(hNode, nodeParams)
+    })
 }
 
 #[no_mangle]
@@ -1914,8 +1976,15 @@ pub unsafe extern "C" fn cuGraphNodeFindInClone(
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuGraphNodeGetDependencies() -> CUresult {
-    not_supported("cuGraphNodeGetDependencies")
+pub unsafe extern "C" fn cuGraphNodeGetDependencies(
+    hNode: CUgraphNode,
+    dependencies: *mut CUgraphNode,
+    numDependencies: *mut usize,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuGraphNodeGetDependencies", || unsafe {
+        crate::api::cuGraphNodeGetDependencies(hNode, dependencies, numDependencies)
+    })
 }
 
 #[no_mangle]
@@ -1932,8 +2001,15 @@ pub unsafe extern "C" fn cuGraphNodeGetDependencies_v2(
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuGraphNodeGetDependentNodes() -> CUresult {
-    not_supported("cuGraphNodeGetDependentNodes")
+pub unsafe extern "C" fn cuGraphNodeGetDependentNodes(
+    hNode: CUgraphNode,
+    dependentNodes: *mut CUgraphNode,
+    numDependentNodes: *mut usize,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuGraphNodeGetDependentNodes", || unsafe {
+        crate::api::cuGraphNodeGetDependentNodes(hNode, dependentNodes, numDependentNodes)
+    })
 }
 
 #[no_mangle]
@@ -1997,8 +2073,16 @@ pub unsafe extern "C" fn cuGraphReleaseUserObject() -> CUresult {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuGraphRemoveDependencies() -> CUresult {
-    not_supported("cuGraphRemoveDependencies")
+pub unsafe extern "C" fn cuGraphRemoveDependencies(
+    hGraph: CUgraph,
+    from: *const CUgraphNode,
+    to: *const CUgraphNode,
+    numDependencies: usize,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuGraphRemoveDependencies", || unsafe {
+        crate::api::cuGraphRemoveDependencies(hGraph, from, to, numDependencies)
+    })
 }
 
 #[no_mangle]
@@ -5035,8 +5119,11 @@ pub unsafe extern "C" fn cuStreamCreateWithPriority(
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuStreamDestroy() -> CUresult {
-    not_supported("cuStreamDestroy")
+pub unsafe extern "C" fn cuStreamDestroy(hStream: CUstream) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuStreamDestroy", || unsafe {
+        crate::api::cuStreamDestroy(hStream)
+    })
 }
 
 #[no_mangle]
@@ -5091,13 +5178,27 @@ pub unsafe extern "C" fn cuStreamGetAttribute_ptsz(
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuStreamGetCaptureInfo() -> CUresult {
-    not_supported("cuStreamGetCaptureInfo")
+pub unsafe extern "C" fn cuStreamGetCaptureInfo(
+    hStream: CUstream,
+    captureStatus_out: *mut u32,
+    id_out: *mut cuuint64_t,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuStreamGetCaptureInfo", || unsafe {
+        crate::api::cuStreamGetCaptureInfo(hStream, captureStatus_out, id_out)
+    })
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuStreamGetCaptureInfo_ptsz() -> CUresult {
-    not_supported("cuStreamGetCaptureInfo_ptsz")
+pub unsafe extern "C" fn cuStreamGetCaptureInfo_ptsz(
+    hStream: CUstream,
+    captureStatus_out: *mut u32,
+    id_out: *mut cuuint64_t,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuStreamGetCaptureInfo_ptsz", || unsafe {
+        crate::api::cuStreamGetCaptureInfo(hStream, captureStatus_out, id_out)
+    })
 }
 
 #[no_mangle]
