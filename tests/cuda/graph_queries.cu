@@ -5,7 +5,8 @@
 // cuGetProcAddress) and launched; a node is disabled and asked back (cuGraphNodeGetEnabled);
 // a node of a built graph is destroyed (cuGraphDestroyNode). Also cuStreamGetDevice and
 // cuDeviceGetByPCIBusId; and the entry points of CUDA 10 to 12.1 that programs built with
-// those toolkits ask cuGetProcAddress for.
+// those toolkits ask cuGetProcAddress for. Also event wait nodes given another event, and
+// copies with 1D arrays (cuMemcpyDtoA, AtoA, AtoD).
 //
 //   nvcc -O2 -o graph_queries graph_queries.cu -lcuda && ./graph_queries
 //
@@ -232,6 +233,42 @@ int main() {
     printf("CHECK old_update %d %d %d\n", (int)verdict, error_at == nullptr, (int)capturing);
     CU(cuGraphExecDestroy(old_exec));
     CU(cuGraphDestroy(old));
+
+    // An event wait node given another event, in the graph and in its executable graph.
+    CUgraph waits;
+    CU(cuGraphCreate(&waits, 0));
+    CUgraphNode wait_node;
+    CU(cuGraphAddEventWaitNode(&wait_node, waits, nullptr, 0, (CUevent)fork));
+    CU(cuGraphEventWaitNodeSetEvent(wait_node, (CUevent)join));
+    CUgraphExec waits_exec;
+    CU(cuGraphInstantiateWithFlags(&waits_exec, waits, 0));
+    CU(cuGraphExecEventWaitNodeSetEvent(waits_exec, wait_node, (CUevent)fork));
+    CU(cuGraphLaunch(waits_exec, (CUstream)s));
+    CK(cudaStreamSynchronize(s));
+    CU(cuGraphExecDestroy(waits_exec));
+    CU(cuGraphDestroy(waits));
+
+    // Copies with 1D arrays: device to array, array to array, array to device.
+    CUDA_ARRAY_DESCRIPTOR desc = {};
+    desc.Width = N;
+    desc.Height = 0;
+    desc.Format = CU_AD_FORMAT_FLOAT;
+    desc.NumChannels = 1;
+    CUarray a1, a2;
+    CU(cuArrayCreate(&a1, &desc));
+    CU(cuArrayCreate(&a2, &desc));
+    std::vector<float> ramp(N), back(N);
+    for (int i = 0; i < N; ++i) ramp[i] = (float)i;
+    CK(cudaMemcpy(y, ramp.data(), N * sizeof(float), cudaMemcpyHostToDevice));
+    CU(cuMemcpyDtoA(a1, 0, (CUdeviceptr)y, N * sizeof(float)));
+    CU(cuMemcpyAtoA(a2, 16 * sizeof(float), a1, 0, (N - 16) * sizeof(float)));
+    CU(cuMemcpyAtoD((CUdeviceptr)x, a2, 16 * sizeof(float), (N - 16) * sizeof(float)));
+    CK(cudaMemcpy(back.data(), x, (N - 16) * sizeof(float), cudaMemcpyDeviceToHost));
+    double array_sum = 0;
+    for (int i = 0; i < N - 16; ++i) array_sum += back[i];
+    printf("CHECK array_copies %.6e %.6e\n", array_sum, (double)back[N - 17]);
+    CU(cuArrayDestroy(a1));
+    CU(cuArrayDestroy(a2));
 
     CK(cudaGraphExecDestroy(built_exec));
     CK(cudaGraphExecDestroy(exec));

@@ -1564,8 +1564,14 @@ pub unsafe extern "C" fn cuGraphEventWaitNodeGetEvent() -> CUresult {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuGraphEventWaitNodeSetEvent() -> CUresult {
-    not_supported("cuGraphEventWaitNodeSetEvent")
+pub unsafe extern "C" fn cuGraphEventWaitNodeSetEvent(
+    hNode: CUgraphNode,
+    event: CUevent,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuGraphEventWaitNodeSetEvent", || unsafe {
+        crate::api::cuGraphEventWaitNodeSetEvent(hNode, event)
+    })
 }
 
 #[no_mangle]
@@ -1606,8 +1612,15 @@ pub unsafe extern "C" fn cuGraphExecEventRecordNodeSetEvent(
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuGraphExecEventWaitNodeSetEvent() -> CUresult {
-    not_supported("cuGraphExecEventWaitNodeSetEvent")
+pub unsafe extern "C" fn cuGraphExecEventWaitNodeSetEvent(
+    hGraphExec: CUgraphExec,
+    hNode: CUgraphNode,
+    event: CUevent,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuGraphExecEventWaitNodeSetEvent", || unsafe {
+        crate::api::cuGraphExecEventWaitNodeSetEvent(hGraphExec, hNode, event)
+    })
 }
 
 #[no_mangle]
@@ -3738,13 +3751,31 @@ pub unsafe extern "C" fn cuMemcpyAtoA() -> CUresult {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemcpyAtoA_v2() -> CUresult {
-    not_supported("cuMemcpyAtoA_v2")
+pub unsafe extern "C" fn cuMemcpyAtoA_v2(
+    dstArray: CUarray,
+    dstOffset: usize,
+    srcArray: CUarray,
+    srcOffset: usize,
+    ByteCount: usize,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuMemcpyAtoA_v2", || unsafe {
+        crate::api::cuMemcpyAtoA_v2(dstArray, dstOffset, srcArray, srcOffset, ByteCount)
+    })
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemcpyAtoA_v2_ptds() -> CUresult {
-    not_supported("cuMemcpyAtoA_v2_ptds")
+pub unsafe extern "C" fn cuMemcpyAtoA_v2_ptds(
+    dstArray: CUarray,
+    dstOffset: usize,
+    srcArray: CUarray,
+    srcOffset: usize,
+    ByteCount: usize,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuMemcpyAtoA_v2_ptds", || unsafe {
+        crate::api::cuMemcpyAtoA_v2(dstArray, dstOffset, srcArray, srcOffset, ByteCount)
+    })
 }
 
 #[no_mangle]
@@ -3753,13 +3784,29 @@ pub unsafe extern "C" fn cuMemcpyAtoD() -> CUresult {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemcpyAtoD_v2() -> CUresult {
-    not_supported("cuMemcpyAtoD_v2")
+pub unsafe extern "C" fn cuMemcpyAtoD_v2(
+    dstDevice: CUdeviceptr,
+    srcArray: CUarray,
+    srcOffset: usize,
+    ByteCount: usize,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuMemcpyAtoD_v2", || unsafe {
+        crate::api::cuMemcpyAtoD_v2(dstDevice, srcArray, srcOffset, ByteCount)
+    })
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemcpyAtoD_v2_ptds() -> CUresult {
-    not_supported("cuMemcpyAtoD_v2_ptds")
+pub unsafe extern "C" fn cuMemcpyAtoD_v2_ptds(
+    dstDevice: CUdeviceptr,
+    srcArray: CUarray,
+    srcOffset: usize,
+    ByteCount: usize,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuMemcpyAtoD_v2_ptds", || unsafe {
+        crate::api::cuMemcpyAtoD_v2(dstDevice, srcArray, srcOffset, ByteCount)
+    })
 }
 
 #[no_mangle]
@@ -3852,13 +3899,29 @@ pub unsafe extern "C" fn cuMemcpyDtoA() -> CUresult {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemcpyDtoA_v2() -> CUresult {
-    not_supported("cuMemcpyDtoA_v2")
+pub unsafe extern "C" fn cuMemcpyDtoA_v2(
+    dstArray: CUarray,
+    dstOffset: usize,
+    srcDevice: CUdeviceptr,
+    ByteCount: usize,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuMemcpyDtoA_v2", || unsafe {
+        crate::api::cuMemcpyDtoA_v2(dstArray, dstOffset, srcDevice, ByteCount)
+    })
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemcpyDtoA_v2_ptds() -> CUresult {
-    not_supported("cuMemcpyDtoA_v2_ptds")
+pub unsafe extern "C" fn cuMemcpyDtoA_v2_ptds(
+    dstArray: CUarray,
+    dstOffset: usize,
+    srcDevice: CUdeviceptr,
+    ByteCount: usize,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuMemcpyDtoA_v2_ptds", || unsafe {
+        crate::api::cuMemcpyDtoA_v2(dstArray, dstOffset, srcDevice, ByteCount)
+    })
 }
 
 #[no_mangle]

@@ -10,6 +10,7 @@ use rgpu_client::CudaClient;
 use rgpu_cuda_api::sys::*;
 use rgpu_protocol::cuda::ArrayDesc;
 
+use super::copy::{array_copy_linear, Linear};
 use super::{status, write_out, Outcome};
 use crate::objects::{current_context, Array, MipmappedArray};
 
@@ -358,7 +359,15 @@ pub unsafe fn cuMemcpyHtoA_v2(
     bytes: usize,
 ) -> CUresult {
     // SAFETY: the program's host memory of `bytes`, as the API requires.
-    unsafe { super::copy::array_copy_linear(None, Some((array, offset)), src as u64, bytes, None) }
+    unsafe {
+        array_copy_linear(
+            (array, offset),
+            false,
+            Linear::Host(src as u64),
+            bytes,
+            None,
+        )
+    }
 }
 
 pub unsafe fn cuMemcpyHtoAAsync_v2(
@@ -370,7 +379,13 @@ pub unsafe fn cuMemcpyHtoAAsync_v2(
 ) -> CUresult {
     // SAFETY: as above.
     unsafe {
-        super::copy::array_copy_linear(None, Some((array, offset)), src as u64, bytes, Some(stream))
+        array_copy_linear(
+            (array, offset),
+            false,
+            Linear::Host(src as u64),
+            bytes,
+            Some(stream),
+        )
     }
 }
 
@@ -381,7 +396,7 @@ pub unsafe fn cuMemcpyAtoH_v2(
     bytes: usize,
 ) -> CUresult {
     // SAFETY: as above.
-    unsafe { super::copy::array_copy_linear(Some((array, offset)), None, dst as u64, bytes, None) }
+    unsafe { array_copy_linear((array, offset), true, Linear::Host(dst as u64), bytes, None) }
 }
 
 pub unsafe fn cuMemcpyAtoHAsync_v2(
@@ -393,6 +408,44 @@ pub unsafe fn cuMemcpyAtoHAsync_v2(
 ) -> CUresult {
     // SAFETY: as above.
     unsafe {
-        super::copy::array_copy_linear(Some((array, offset)), None, dst as u64, bytes, Some(stream))
+        array_copy_linear(
+            (array, offset),
+            true,
+            Linear::Host(dst as u64),
+            bytes,
+            Some(stream),
+        )
     }
+}
+
+pub unsafe fn cuMemcpyAtoD_v2(
+    dst: CUdeviceptr,
+    array: CUarray,
+    offset: usize,
+    bytes: usize,
+) -> CUresult {
+    // SAFETY: device memory only; the server checks both sides.
+    unsafe { array_copy_linear((array, offset), true, Linear::Device(dst), bytes, None) }
+}
+
+pub unsafe fn cuMemcpyDtoA_v2(
+    array: CUarray,
+    offset: usize,
+    src: CUdeviceptr,
+    bytes: usize,
+) -> CUresult {
+    // SAFETY: as above.
+    unsafe { array_copy_linear((array, offset), false, Linear::Device(src), bytes, None) }
+}
+
+pub unsafe fn cuMemcpyAtoA_v2(
+    dst: CUarray,
+    dst_offset: usize,
+    src: CUarray,
+    src_offset: usize,
+    bytes: usize,
+) -> CUresult {
+    let from = Linear::Array(src, src_offset);
+    // SAFETY: as above.
+    unsafe { array_copy_linear((dst, dst_offset), false, from, bytes, None) }
 }

@@ -1104,20 +1104,29 @@ pub(crate) unsafe fn graph_copy_staged(
     }
 }
 
-/// A linear copy between host memory at `host` and an array (`from`: the array is the source,
-/// `to`: the destination), `offset` bytes into its first row.
+/// The other side of a linear copy with an array (`array_copy_linear`).
+pub(crate) enum Linear {
+    Host(u64),
+    Device(u64),
+    /// Another array, `offset` bytes into its first row.
+    Array(CUarray, usize),
+}
+
+/// A linear copy of `bytes` between an array (`offset` bytes into its first row) and
+/// `other`: the array is the source when `array_is_source`. The CUDA API's copies with 1D
+/// arrays (`cuMemcpyHtoA`, `AtoH`, `AtoD`, `DtoA`, `AtoA`).
 ///
 /// # Safety
-/// `host` is the program's memory of `bytes`, as the API requires.
+/// Host memory in `other` is the program's memory of `bytes`, as the API requires.
 pub(crate) unsafe fn array_copy_linear(
-    from: Option<(CUarray, usize)>,
-    to: Option<(CUarray, usize)>,
-    host: u64,
+    (array, offset): (CUarray, usize),
+    array_is_source: bool,
+    other: Linear,
     bytes: usize,
     stream: Option<CUstream>,
 ) -> CUresult {
     let extent = Extent::linear(bytes as u64);
-    let array_side = |(handle, offset): (CUarray, usize)| {
+    let array_side = |handle: CUarray, offset: usize| {
         Array::from_handle(handle)
             .map(|array| Side {
                 start: 0,
@@ -1126,12 +1135,16 @@ pub(crate) unsafe fn array_copy_linear(
             })
             .ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)
     };
-    let host_side = Side::host(host as usize, extent.packed());
     status((|| {
-        let (src, dst) = match (from, to) {
-            (Some(array), None) => (array_side(array)?, host_side),
-            (None, Some(array)) => (host_side, array_side(array)?),
-            _ => return Err(CUresult::CUDA_ERROR_INVALID_VALUE),
+        let ours = array_side(array, offset)?;
+        let theirs = match other {
+            Linear::Host(host) => Side::host(host as usize, extent.packed()),
+            Linear::Device(ptr) => Side::device(ptr, extent.packed(), std::ptr::null_mut())?,
+            Linear::Array(other, offset) => array_side(other, offset)?,
+        };
+        let (src, dst) = match array_is_source {
+            true => (ours, theirs),
+            false => (theirs, ours),
         };
         transfer(Transfer { src, dst, extent }, stream)
     })())

@@ -874,6 +874,26 @@ pub unsafe fn cuGraphExecEventRecordNodeSetEvent(
     })
 }
 
+pub unsafe fn cuGraphEventWaitNodeSetEvent(node: CUgraphNode, event: CUevent) -> CUresult {
+    set_params(std::ptr::null_mut(), node, NODE_WAIT_EVENT, |_, _| {
+        Ok(NodeParams::EventWait {
+            event: event_id(event)?,
+        })
+    })
+}
+
+pub unsafe fn cuGraphExecEventWaitNodeSetEvent(
+    exec: CUgraphExec,
+    node: CUgraphNode,
+    event: CUevent,
+) -> CUresult {
+    set_params(exec, node, NODE_WAIT_EVENT, |_, _| {
+        Ok(NodeParams::EventWait {
+            event: event_id(event)?,
+        })
+    })
+}
+
 pub unsafe fn cuGraphNodeSetEnabled(
     exec: CUgraphExec,
     node: CUgraphNode,

@@ -970,6 +970,17 @@ impl CudaSession {
                 },
                 Err(status) => status,
             },
+            NodeParams::EventWait { event } => match self.event(event) {
+                // SAFETY: as above.
+                Ok(event) => unsafe {
+                    if exec.is_null() {
+                        cu_call!(driver, cuGraphEventWaitNodeSetEvent(node, event))
+                    } else {
+                        cu_call!(driver, cuGraphExecEventWaitNodeSetEvent(exec, node, event))
+                    }
+                },
+                Err(status) => status,
+            },
             _ => INVALID_VALUE,
         }
     }
