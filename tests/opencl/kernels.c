@@ -668,6 +668,25 @@ static void test_errors(void) {
     CHECK(clReleaseKernel(k));
 }
 
+/* CL_KERNEL_LOCAL_SIZE_FOR_SUB_GROUP_COUNT answers in as many dimensions as the caller's
+ * buffer holds (the CTS's sub_group_dispatch; PoCL 5.0 answers a size-only query with 0, so
+ * rgpu passes the caller's size on). Devices without sub-groups skip it. */
+static void test_local_size_for_sub_group_count(void) {
+    if (device_version(g_device) < 21 || device_uint(g_device, CL_DEVICE_MAX_NUM_SUB_GROUPS) == 0)
+        return;
+    cl_kernel add = CHKE(clCreateKernel(prog, "add_k", E));
+    size_t one = 1;
+    for (size_t dims = 1; dims <= 3; ++dims) {
+        size_t local[3] = {0, 0, 0}, size_ret = 0;
+        CHECK(clGetKernelSubGroupInfo(add, g_device, CL_KERNEL_LOCAL_SIZE_FOR_SUB_GROUP_COUNT,
+                                      sizeof one, &one, dims * sizeof(size_t), local, &size_ret));
+        REQUIRE(size_ret == dims * sizeof(size_t), "%zu dimensions: %zu bytes back", dims,
+                size_ret);
+        REQUIRE(local[0] > 0, "%zu dimensions: a local size of %zu", dims, local[0]);
+    }
+    CHECK(clReleaseKernel(add));
+}
+
 /* A work-group over the kernel's CL_KERNEL_WORK_GROUP_SIZE but within the device's limit: the
  * implementation's own verdict, which rgpu must give too (NVIDIA reports 256 for a simple
  * kernel and runs work-groups of 1024; PoCL refuses). Printed as a VERDICT line, which
@@ -762,6 +781,7 @@ int main(void) {
     /* First: NVIDIA fails test_info natively (CL_INVALID_VALUE for a bad argument index), and
      * the verdict must be compared there. */
     test_work_group_over_the_kernels_limit();
+    test_local_size_for_sub_group_count();
     test_info();
     test_scalar_args();
     test_vector_struct_args();

@@ -422,10 +422,13 @@ pub enum InfoQuery {
         kernel: Id,
         index: u32,
     },
+    /// `output_size`: the caller's `param_value_size` (0: it asks only the size), which
+    /// `CL_KERNEL_LOCAL_SIZE_FOR_SUB_GROUP_COUNT` answers in as many dimensions.
     KernelSubGroup {
         kernel: Id,
         device: Id,
         input: Vec<u8>,
+        output_size: u64,
     },
     Event(Id),
     EventProfiling(Id),
@@ -529,7 +532,7 @@ sample_enum!(InfoQuery {
     Kernel(id),
     KernelWorkGroup { kernel, device },
     KernelArg { kernel, index },
-    KernelSubGroup { kernel, device, input },
+    KernelSubGroup { kernel, device, input, output_size },
     Event(id),
     EventProfiling(id),
 });

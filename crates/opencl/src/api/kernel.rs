@@ -542,6 +542,11 @@ pub unsafe extern "C" fn clGetKernelSubGroupInfo(
                     kernel: kernel.id,
                     device: device.id,
                     input,
+                    output_size: if param_value.is_null() {
+                        0
+                    } else {
+                        param_value_size as u64
+                    },
                 },
                 param_name,
             )

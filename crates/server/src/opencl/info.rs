@@ -130,12 +130,13 @@ impl Session {
                 kernel,
                 device,
                 input,
+                output_size,
             } => {
                 let device = self.device_or_none(*device)?;
                 h.kernels
                     .get(*kernel)?
                     .kernel
-                    .sub_group_info(device, param, input)
+                    .sub_group_info(device, param, input, *output_size)
             }
             InfoQuery::Event(id) => h.events.get(*id)?.info(param),
             InfoQuery::EventProfiling(id) => h.events.get(*id)?.profiling_info(param),

@@ -2,6 +2,10 @@
 
 use super::*;
 
+/// The largest answer of a sub-group query asked at the caller's size (a local size: three
+/// `size_t`s; more is an error of the caller's, answered as two queries).
+const MAX_SUB_GROUP_ANSWER: u64 = 1024;
+
 impl Program {
     pub fn info(&self, param: u32) -> ClResult<Vec<u8>> {
         if param == sys::CL_PROGRAM_BINARIES {
@@ -206,6 +210,7 @@ impl Kernel {
         device: Option<Device>,
         param: u32,
         input: &[u8],
+        output_size: u64,
     ) -> ClResult<Vec<u8>> {
         let device = device.map_or(null_mut(), |d| d.raw());
         let input_ptr: *const c_void = if input.is_empty() {
@@ -213,7 +218,7 @@ impl Kernel {
         } else {
             input.as_ptr().cast()
         };
-        query_info(|size, value, size_ret| {
+        let query = |size, value, size_ret| {
             // SAFETY: live kernel; `input` is `len` readable bytes; `size` bytes or NULL.
             unsafe {
                 cl_call!(
@@ -230,8 +235,18 @@ impl Kernel {
                     )
                 )
             }
-        })
-        .map_err(|e| e.0)
+        };
+        // The caller's size, where it gave one: an answer's length may depend on it (a local
+        // size in as many dimensions), and one query is enough. (Sizes are small: the wire
+        // caps a frame.)
+        if output_size > 0 && output_size <= MAX_SUB_GROUP_ANSWER {
+            let mut value = vec![0u8; output_size as usize];
+            let mut size_ret = 0usize;
+            check(query(value.len(), value.as_mut_ptr().cast(), &mut size_ret))?;
+            value.truncate(size_ret.min(value.len()));
+            return Ok(value);
+        }
+        query_info(query).map_err(|e| e.0)
     }
 
     pub fn clone_kernel(&self) -> ClResult<Kernel> {
