@@ -3084,8 +3084,16 @@ pub unsafe extern "C" fn cuMemDiscardBatchAsync_ptsz() -> CUresult {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemExportToShareableHandle() -> CUresult {
-    not_supported("cuMemExportToShareableHandle")
+pub unsafe extern "C" fn cuMemExportToShareableHandle(
+    shareableHandle: *mut ::core::ffi::c_void,
+    handle: CUmemGenericAllocationHandle,
+    handleType: CUmemAllocationHandleType,
+    flags: ::core::ffi::c_ulonglong,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuMemExportToShareableHandle", || unsafe {
+        crate::api::cuMemExportToShareableHandle(shareableHandle, handle, handleType, flags)
+    })
 }
 
 #[no_mangle]
@@ -3270,8 +3278,15 @@ pub unsafe extern "C" fn cuMemHostUnregister(p: *mut ::core::ffi::c_void) -> CUr
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemImportFromShareableHandle() -> CUresult {
-    not_supported("cuMemImportFromShareableHandle")
+pub unsafe extern "C" fn cuMemImportFromShareableHandle(
+    handle: *mut CUmemGenericAllocationHandle,
+    osHandle: *mut ::core::ffi::c_void,
+    shHandleType: CUmemAllocationHandleType,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuMemImportFromShareableHandle", || unsafe {
+        crate::api::cuMemImportFromShareableHandle(handle, osHandle, shHandleType)
+    })
 }
 
 #[no_mangle]
@@ -3318,13 +3333,27 @@ pub unsafe extern "C" fn cuMemPoolDestroy(pool: CUmemoryPool) -> CUresult {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemPoolExportPointer() -> CUresult {
-    not_supported("cuMemPoolExportPointer")
+pub unsafe extern "C" fn cuMemPoolExportPointer(
+    shareData_out: *mut CUmemPoolPtrExportData,
+    ptr: CUdeviceptr,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuMemPoolExportPointer", || unsafe {
+        crate::api::cuMemPoolExportPointer(shareData_out, ptr)
+    })
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemPoolExportToShareableHandle() -> CUresult {
-    not_supported("cuMemPoolExportToShareableHandle")
+pub unsafe extern "C" fn cuMemPoolExportToShareableHandle(
+    handle_out: *mut ::core::ffi::c_void,
+    pool: CUmemoryPool,
+    handleType: CUmemAllocationHandleType,
+    flags: ::core::ffi::c_ulonglong,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuMemPoolExportToShareableHandle", || unsafe {
+        crate::api::cuMemPoolExportToShareableHandle(handle_out, pool, handleType, flags)
+    })
 }
 
 #[no_mangle]
@@ -3352,13 +3381,28 @@ pub unsafe extern "C" fn cuMemPoolGetAttribute(
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemPoolImportFromShareableHandle() -> CUresult {
-    not_supported("cuMemPoolImportFromShareableHandle")
+pub unsafe extern "C" fn cuMemPoolImportFromShareableHandle(
+    pool_out: *mut CUmemoryPool,
+    handle: *mut ::core::ffi::c_void,
+    handleType: CUmemAllocationHandleType,
+    flags: ::core::ffi::c_ulonglong,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuMemPoolImportFromShareableHandle", || unsafe {
+        crate::api::cuMemPoolImportFromShareableHandle(pool_out, handle, handleType, flags)
+    })
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemPoolImportPointer() -> CUresult {
-    not_supported("cuMemPoolImportPointer")
+pub unsafe extern "C" fn cuMemPoolImportPointer(
+    ptr_out: *mut CUdeviceptr,
+    pool: CUmemoryPool,
+    shareData: *mut CUmemPoolPtrExportData,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuMemPoolImportPointer", || unsafe {
+        crate::api::cuMemPoolImportPointer(ptr_out, pool, shareData)
+    })
 }
 
 #[no_mangle]

@@ -164,6 +164,15 @@ pub struct IpcMapping {
     pub size: u64,
 }
 
+/// A driver file descriptor a session lodged with its worker for other sessions of this machine
+/// (`cuMemExportToShareableHandle`, `cuMemPoolExportToShareableHandle`): the worker's share
+/// socket (an abstract Unix socket name, random) and the ticket it gives the descriptor for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Shareable {
+    pub socket: [u8; 16],
+    pub ticket: crate::LaneKey,
+}
+
 /// A module's or library's global.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Global {
@@ -902,6 +911,32 @@ wire_api! {
         call IpcOpenEvent ipc_open_event(ctx: Id, id: Id, from: PeerExport) -> Status;
     }
 
+    /// Shareable handles of physical allocations and memory pools (POSIX file descriptors),
+    /// for other processes of the machine. The driver's descriptor never leaves the exporting
+    /// worker except to another server process of its user on this machine, which presents the
+    /// ticket on the worker's share socket; the client gets only the socket's name and the
+    /// ticket (crates/server/src/cuda/shareable.rs).
+    group SharedHandles {
+        /// `cuMemExportToShareableHandle` of physical allocation `handle` (the same share each
+        /// time).
+        call ShareAllocation share_allocation(ctx: Id, handle: Id) -> Answer<Shareable>;
+        /// `cuMemImportFromShareableHandle`: another session's shared allocation, as physical
+        /// allocation `handle` of this session; its properties (device ordinals the server's).
+        call ImportAllocation import_allocation(ctx: Id, handle: Id, from: Shareable)
+            -> Answer<MemProp>;
+        /// `cuMemPoolExportToShareableHandle`.
+        call SharePool share_pool(pool: Pool) -> Answer<Shareable>;
+        /// `cuMemPoolImportFromShareableHandle`: another session's shared pool, as pool `id`.
+        call ImportPool import_pool(ctx: Id, id: Id, from: Shareable) -> Status;
+        /// `cuMemPoolExportPointer`: the driver's export data of an allocation from a shared
+        /// pool (64 bytes, meaningful only to an importer of the pool).
+        call PoolExportPointer pool_export_pointer(ctx: Id, ptr: DevicePtr) -> Answer<Vec<u8>>;
+        /// `cuMemPoolImportPointer`: the allocation `data` describes, from imported pool
+        /// `pool`, mapped in `ctx`: its address and size.
+        call PoolImportPointer pool_import_pointer(ctx: Id, pool: Pool, data: Vec<u8>)
+            -> Answer<IpcMapping>;
+    }
+
     /// NVML's view of the devices, for the drop-in `libnvidia-ml.so.1` (crate::nvml).
     group Monitoring {
         /// The server's NVML versions and each device's fixed facts (CUDA device order).
@@ -1025,6 +1060,7 @@ sample_struct! {
     FunctionInfo { params, attributes },
     MemInfo { free, total },
     IpcMapping { ptr, size },
+    Shareable { socket, ticket },
     Global { ptr, size },
     Loaded { status, need_image, logs },
     JitOption { option, value },

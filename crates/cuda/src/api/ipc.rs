@@ -91,7 +91,7 @@ impl Shared {
 }
 
 /// A server's address, hashed (FNV-1a: stable across builds and processes).
-fn server_key(endpoint: &str) -> u64 {
+pub(super) fn server_key(endpoint: &str) -> u64 {
     endpoint.bytes().fold(0xcbf2_9ce4_8422_2325, |hash, byte| {
         (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
     })

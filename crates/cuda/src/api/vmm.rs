@@ -35,7 +35,7 @@ struct GivenProp(CUmemAllocationProp);
 // back as it came and never followed here.
 unsafe impl Send for GivenProp {}
 
-fn next_handle() -> u64 {
+pub(super) fn next_handle() -> u64 {
     static NEXT: AtomicU64 = AtomicU64::new(1);
     NEXT.fetch_add(1, Ordering::Relaxed)
 }
@@ -151,18 +151,23 @@ pub unsafe fn cuMemCreate(
             .vmm_create(ctx.remote, id, size as u64, wire, flags)
             .outcome()?;
         // SAFETY: read_prop read it: non-null and valid.
-        let given = unsafe { prop.read() };
-        HANDLES
-            .lock()
-            .unwrap()
-            .insert(id, (ctx.handle() as usize, GivenProp(given)));
+        remember_handle(id, &ctx, unsafe { prop.read() });
         // SAFETY: an out-pointer from the caller: null (refused by write_out) or writable, as the API requires.
         unsafe { write_out(handle, id) }
     }))
 }
 
+/// A physical allocation the program now holds, on `ctx`'s server, with the properties it
+/// reports (as the program gave them, or as the driver described an imported one).
+pub(super) fn remember_handle(id: u64, ctx: &Context, prop: CUmemAllocationProp) {
+    HANDLES
+        .lock()
+        .unwrap()
+        .insert(id, (ctx.handle() as usize, GivenProp(prop)));
+}
+
 /// The context whose server holds a physical allocation.
-fn handle_context(handle: u64) -> Result<Arc<Context>, CUresult> {
+pub(super) fn handle_context(handle: u64) -> Result<Arc<Context>, CUresult> {
     let ctx = HANDLES.lock().unwrap().get(&handle).map(|&(ctx, _)| ctx);
     ctx.and_then(|ctx| Context::from_handle(ctx as CUcontext))
         .ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)

@@ -74,6 +74,8 @@ impl serve::Memory for Served<'_> {
             // SAFETY: this session's live handles and local buffers; the driver checks addresses.
             .and_then(|()| check(unsafe { cu_call!(cuda.backend.driver, cuMemFree_v2(ptr)) }));
         if status.is_ok() {
+            // A stream-ordered allocation freed synchronously is not freed again at the end.
+            cuda.async_allocations.remove(&ptr);
             cuda.uncharge(Charged::Pointer(ptr));
             let object = SharedObject::Memory(cuda.current as usize, ptr);
             self.unshare(object);

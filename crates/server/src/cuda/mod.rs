@@ -22,6 +22,7 @@ mod pieces;
 mod pools;
 mod raw;
 mod session;
+mod shareable;
 mod staging;
 mod streams;
 mod vmm;

@@ -39,11 +39,21 @@ impl CudaSession {
     }
 
     pub(super) fn create_pool(&mut self, ctx: Id, id: Id, props: &PoolProps) -> Answer<()> {
-        let raw = self.create_in(ctx, |cuda, raw| {
+        self.create_pool_with(ctx, id, |cuda, raw| {
             let props = pool_props(props);
             // SAFETY: a valid property struct and out-pointer.
             check(unsafe { cu_call!(cuda.backend.driver, cuMemPoolCreate(raw, &props)) })
-        })?;
+        })
+    }
+
+    /// Pool `id`, as `make` makes it (created, or imported from another session).
+    pub(super) fn create_pool_with(
+        &mut self,
+        ctx: Id,
+        id: Id,
+        make: impl FnOnce(&CudaSession, &mut CUmemoryPool) -> Result<(), Status>,
+    ) -> Answer<()> {
+        let raw = self.create_in(ctx, make)?;
         self.mem_pools
             .insert(id, owned::MemPool::new(raw, null_mut(), &self.backend));
         Ok(())

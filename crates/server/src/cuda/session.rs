@@ -115,6 +115,9 @@ pub(crate) struct CudaSession {
     pub(super) host_mirrors: HashMap<u64, (usize, u64, CUcontext)>,
     /// What the session shared by CUDA IPC, with each share's ticket (ipc.rs).
     pub(super) ipc_shares: HashMap<super::ipc::SharedObject, rgpu_protocol::LaneKey>,
+    /// Allocations and pools the session shared by descriptor, with each share
+    /// (shareable.rs).
+    pub(super) fd_shares: HashMap<super::shareable::Exported, rgpu_protocol::cuda::Shareable>,
     /// Other sessions' allocations mapped by CUDA IPC, by address, with their context.
     pub(super) ipc_mappings: HashMap<u64, CUcontext>,
     pub(super) staging: Staging,
@@ -146,6 +149,7 @@ impl CudaSession {
             host_mirrors: HashMap::new(),
             ipc_shares: HashMap::new(),
             ipc_mappings: HashMap::new(),
+            fd_shares: HashMap::new(),
             async_allocations: HashMap::new(),
             graphs: HashMap::new(),
             graph_execs: HashMap::new(),

@@ -180,6 +180,28 @@ fn allocation_prop(prop: &MemProp) -> CUmemAllocationProp {
     }
 }
 
+/// The wire form of `CUmemAllocationProp` (as the driver describes an imported allocation).
+pub(super) fn wire_prop(prop: &CUmemAllocationProp) -> MemProp {
+    let base = std::ptr::addr_of!(*prop);
+    // SAFETY: fields of a valid struct, each read as an integer of its width (a newer driver
+    // may write enum values this build lacks).
+    unsafe {
+        MemProp {
+            kind: std::ptr::addr_of!((*base).type_).cast::<u32>().read(),
+            handle_types: std::ptr::addr_of!((*base).requestedHandleTypes)
+                .cast::<u32>()
+                .read(),
+            location_type: std::ptr::addr_of!((*base).location.type_)
+                .cast::<u32>()
+                .read(),
+            location_id: (*base).location.id,
+            alloc_flags: std::ptr::addr_of!((*base).allocFlags)
+                .cast::<[u8; 8]>()
+                .read_unaligned(),
+        }
+    }
+}
+
 pub(super) fn access_desc(access: &MemAccess) -> CUmemAccessDesc {
     // SAFETY: as in `allocation_prop`.
     unsafe {
