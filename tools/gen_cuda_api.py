@@ -167,6 +167,8 @@ LEGACY_SIGNATURES = {
                          "updateResult_out: *mut CUgraphExecUpdateResult",
     "cuStreamGetCaptureInfo": "hStream: CUstream, captureStatus_out: *mut CUstreamCaptureStatus, "
                               "id_out: *mut cuuint64_t",
+    "cuStreamUpdateCaptureDependencies": "hStream: CUstream, dependencies: *mut CUgraphNode, "
+                                         "numDependencies: usize, flags: ::core::ffi::c_uint",
     "cuEventDestroy": "hEvent: CUevent",
     "cuStreamDestroy": "hStream: CUstream",
     "cuIpcOpenMemHandle": "pdptr: *mut CUdeviceptr, handle: CUipcMemHandle, "

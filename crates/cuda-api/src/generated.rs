@@ -516,6 +516,8 @@ macro_rules! for_each_driver_function {
             cuStreamSetAttribute_ptsz(hStream: CUstream, attr: CUstreamAttrID, value: *const CUstreamAttrValue);
             cuStreamSynchronize(hStream: CUstream);
             cuStreamSynchronize_ptsz(hStream: CUstream);
+            cuStreamUpdateCaptureDependencies(hStream: CUstream, dependencies: *mut CUgraphNode, numDependencies: usize, flags: ::core::ffi::c_uint);
+            cuStreamUpdateCaptureDependencies_ptsz(hStream: CUstream, dependencies: *mut CUgraphNode, numDependencies: usize, flags: ::core::ffi::c_uint);
             cuStreamUpdateCaptureDependencies_v2(hStream: CUstream, dependencies: *mut CUgraphNode, dependencyData: *const CUgraphEdgeData, numDependencies: usize, flags: ::core::ffi::c_uint);
             cuStreamUpdateCaptureDependencies_v2_ptsz(hStream: CUstream, dependencies: *mut CUgraphNode, dependencyData: *const CUgraphEdgeData, numDependencies: usize, flags: ::core::ffi::c_uint);
             cuStreamWaitEvent(hStream: CUstream, hEvent: CUevent, Flags: ::core::ffi::c_uint);

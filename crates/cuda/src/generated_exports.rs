@@ -5595,23 +5595,69 @@ pub unsafe extern "C" fn cuStreamSynchronize_ptsz(hStream: CUstream) -> CUresult
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuStreamUpdateCaptureDependencies() -> CUresult {
-    not_supported("cuStreamUpdateCaptureDependencies")
+pub unsafe extern "C" fn cuStreamUpdateCaptureDependencies(
+    hStream: CUstream,
+    dependencies: *mut CUgraphNode,
+    numDependencies: usize,
+    flags: ::core::ffi::c_uint,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuStreamUpdateCaptureDependencies", || unsafe {
+        crate::api::cuStreamUpdateCaptureDependencies(hStream, dependencies, numDependencies, flags)
+    })
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuStreamUpdateCaptureDependencies_ptsz() -> CUresult {
-    not_supported("cuStreamUpdateCaptureDependencies_ptsz")
+pub unsafe extern "C" fn cuStreamUpdateCaptureDependencies_ptsz(
+    hStream: CUstream,
+    dependencies: *mut CUgraphNode,
+    numDependencies: usize,
+    flags: ::core::ffi::c_uint,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuStreamUpdateCaptureDependencies_ptsz", || unsafe {
+        crate::api::cuStreamUpdateCaptureDependencies(hStream, dependencies, numDependencies, flags)
+    })
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuStreamUpdateCaptureDependencies_v2() -> CUresult {
-    not_supported("cuStreamUpdateCaptureDependencies_v2")
+pub unsafe extern "C" fn cuStreamUpdateCaptureDependencies_v2(
+    hStream: CUstream,
+    dependencies: *mut CUgraphNode,
+    dependencyData: *const CUgraphEdgeData,
+    numDependencies: usize,
+    flags: ::core::ffi::c_uint,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuStreamUpdateCaptureDependencies_v2", || unsafe {
+        crate::api::cuStreamUpdateCaptureDependencies_v2(
+            hStream,
+            dependencies,
+            dependencyData,
+            numDependencies,
+            flags,
+        )
+    })
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuStreamUpdateCaptureDependencies_v2_ptsz() -> CUresult {
-    not_supported("cuStreamUpdateCaptureDependencies_v2_ptsz")
+pub unsafe extern "C" fn cuStreamUpdateCaptureDependencies_v2_ptsz(
+    hStream: CUstream,
+    dependencies: *mut CUgraphNode,
+    dependencyData: *const CUgraphEdgeData,
+    numDependencies: usize,
+    flags: ::core::ffi::c_uint,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuStreamUpdateCaptureDependencies_v2_ptsz", || unsafe {
+        crate::api::cuStreamUpdateCaptureDependencies_v2(
+            hStream,
+            dependencies,
+            dependencyData,
+            numDependencies,
+            flags,
+        )
+    })
 }
 
 #[no_mangle]

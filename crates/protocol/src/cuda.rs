@@ -173,6 +173,14 @@ pub struct Shareable {
     pub ticket: crate::LaneKey,
 }
 
+/// A capture as `cuStreamGetCaptureInfo` describes it: its `CUstreamCaptureStatus` and the
+/// nodes (ids and `CUgraphNodeType`s) the stream's next work will depend on.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CaptureState {
+    pub status: u32,
+    pub dependencies: Vec<(Id, u32)>,
+}
+
 /// A module's or library's global.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Global {
@@ -748,6 +756,15 @@ wire_api! {
             -> Status;
         /// `cuStreamEndCapture`: the recorded graph becomes `graph`.
         call EndCapture end_capture(ctx: Id, stream: Id, graph: Id) -> Status;
+        /// `cuStreamGetCaptureInfo` asking for the graph or the dependencies: the capture's
+        /// status and the nodes the stream's next work will depend on (ids and types). The
+        /// graph being built is known as `graph` from then on (the session holds it, the
+        /// capture owns it until `EndCapture` names it).
+        call CaptureInfo capture_info(ctx: Id, stream: Id, graph: Id) -> Answer<CaptureState>;
+        /// `cuStreamUpdateCaptureDependencies`: `flags` 0 adds `nodes` to the stream's
+        /// dependencies, 1 replaces them.
+        call UpdateCaptureDependencies update_capture_dependencies(ctx: Id, stream: Id,
+            nodes: Vec<Id>, flags: u32) -> Status;
         /// `cuGraphInstantiateWithFlags`.
         call GraphInstantiate graph_instantiate(ctx: Id, graph: Id, exec: Id, flags: u64) -> Status;
         /// `cuGraphLaunch` (`upload`: `cuGraphUpload`).
@@ -1061,6 +1078,7 @@ sample_struct! {
     MemInfo { free, total },
     IpcMapping { ptr, size },
     Shareable { socket, ticket },
+    CaptureState { status, dependencies },
     Global { ptr, size },
     Loaded { status, need_image, logs },
     JitOption { option, value },

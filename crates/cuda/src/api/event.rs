@@ -41,12 +41,14 @@ pub unsafe fn cuEventRecord(event: CUevent, stream: CUstream) -> CUresult {
 }
 
 pub unsafe fn cuEventRecordWithFlags(event: CUevent, stream: CUstream, flags: c_uint) -> CUresult {
-    status(resolve_stream(stream).and_then(|(ctx, stream)| {
-        let event = Event::from_handle(event).ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
+    status(resolve_stream(stream).and_then(|(ctx, stream_id)| {
+        let object = Event::from_handle(event).ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
         let server = ctx.conn.cuda();
         server
-            .record_event(ctx.remote, event.remote, stream, flags)
-            .outcome()
+            .record_event(ctx.remote, object.remote, stream_id, flags)
+            .outcome()?;
+        super::graph::note_record(object.handle, crate::objects::capture_of(stream));
+        Ok(())
     }))
 }
 

@@ -23,9 +23,76 @@ thread_local! {
 /// CU_STREAM_CAPTURE_MODE_RELAXED, the largest mode value.
 const LAST_CAPTURE_MODE: c_uint = 2;
 
-/// Captures into an existing graph (`cuStreamBeginCaptureToGraph`), by capture id: the
-/// graph's handle, which `cuStreamEndCapture` hands back.
+/// Captures into a graph the program already holds, by capture id: the graph's handle, which
+/// `cuStreamEndCapture` hands back. The program's own graph (`cuStreamBeginCaptureToGraph`),
+/// or the one `cuStreamGetCaptureInfo` gave it while the capture was building it.
 static CAPTURED_INTO: Mutex<BTreeMap<u64, usize>> = Mutex::new(BTreeMap::new());
+
+/// A capture in progress.
+struct Capture {
+    /// The streams taking part: the one that began it, and those that joined it by waiting on
+    /// an event recorded in it (they leave it with its end).
+    streams: Vec<usize>,
+    /// The dependency list `cuStreamGetCaptureInfo` last gave out, valid until the next.
+    listed: Box<[usize]>,
+}
+
+/// The captures in progress, by id.
+static CAPTURES: Mutex<BTreeMap<u64, Capture>> = Mutex::new(BTreeMap::new());
+/// Events whose last record was in a capture in progress, with its id.
+static CAPTURED_EVENTS: Mutex<BTreeMap<usize, u64>> = Mutex::new(BTreeMap::new());
+
+/// `event` was recorded on a stream in capture `capture` (0: on one not capturing).
+pub(crate) fn note_record(event: usize, capture: u64) {
+    let mut events = CAPTURED_EVENTS.lock().unwrap();
+    if capture != 0 && CAPTURES.lock().unwrap().contains_key(&capture) {
+        events.insert(event, capture);
+    } else {
+        events.remove(&event);
+    }
+}
+
+/// `stream` waits on `event`: if the event was recorded in a capture in progress, the stream
+/// joins it, as with the driver (its work is captured too, until the capture ends).
+pub(crate) fn note_wait(stream: CUstream, event: usize) {
+    let Some(&capture) = CAPTURED_EVENTS.lock().unwrap().get(&event) else {
+        return;
+    };
+    let Some(object) = Stream::from_handle(stream) else {
+        return;
+    };
+    let mut captures = CAPTURES.lock().unwrap();
+    let Some(joined) = captures.get_mut(&capture) else {
+        return;
+    };
+    if object
+        .capture
+        .compare_exchange(0, capture, Ordering::AcqRel, Ordering::Acquire)
+        .is_ok()
+    {
+        joined.streams.push(stream as usize);
+    }
+}
+
+/// Capture `capture` ended: the streams that joined it leave it.
+fn forget_capture(capture: u64) {
+    if let Some(ended) = CAPTURES.lock().unwrap().remove(&capture) {
+        for stream in ended.streams {
+            if let Some(object) = Stream::from_handle(stream as CUstream) {
+                let _ = object.capture.compare_exchange(
+                    capture,
+                    0,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                );
+            }
+        }
+    }
+    CAPTURED_EVENTS
+        .lock()
+        .unwrap()
+        .retain(|_, &mut of| of != capture);
+}
 
 pub unsafe fn cuStreamBeginCapture_v2(stream: CUstream, mode: c_uint) -> CUresult {
     // SAFETY: no dependencies to read.
@@ -91,6 +158,11 @@ unsafe fn begin_capture(
         if !into.is_null() {
             CAPTURED_INTO.lock().unwrap().insert(capture, into as usize);
         }
+        let taking_part = Capture {
+            streams: vec![stream as usize],
+            listed: Box::new([]),
+        };
+        CAPTURES.lock().unwrap().insert(capture, taking_part);
         object.capture.store(capture, Ordering::Release);
         Ok(())
     })())
@@ -104,15 +176,17 @@ pub unsafe fn cuStreamBeginCapture(stream: CUstream) -> CUresult {
 pub unsafe fn cuStreamEndCapture(stream: CUstream, graph: *mut CUgraph) -> CUresult {
     status((|| {
         let object = Stream::from_handle(stream).ok_or(CUresult::CUDA_ERROR_ILLEGAL_STATE)?;
-        if graph.is_null() {
-            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
-        }
-        if object.capture.load(Ordering::Acquire) == 0 {
+        let capture = object.capture.load(Ordering::Acquire);
+        if capture == 0 {
             return Err(CUresult::CUDA_ERROR_ILLEGAL_STATE);
         }
+        let into = CAPTURED_INTO.lock().unwrap().get(&capture).copied();
+        // A capture into a graph the program holds may leave the graph unasked for.
+        if graph.is_null() && into.is_none() {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        CAPTURED_INTO.lock().unwrap().remove(&capture);
         let (ctx, id) = resolve_stream(stream)?;
-        let capture = object.capture.load(Ordering::Acquire);
-        let into = CAPTURED_INTO.lock().unwrap().remove(&capture);
         let existing = into.and_then(|handle| Graph::from_handle(handle as CUgraph));
         // Into an existing graph, the same graph comes back; else a new one.
         let (remote, fresh) = match &existing {
@@ -126,6 +200,7 @@ pub unsafe fn cuStreamEndCapture(stream: CUstream, graph: *mut CUgraph) -> CUres
         let ended = server.end_capture(ctx.remote, id, remote).outcome();
         // The capture is over either way (the driver ends it, also on failure).
         object.capture.store(0, Ordering::Release);
+        forget_capture(capture);
         let host_work = super::graph_host_work::take_captured(capture);
         ended?;
         if let Some(graph) = fresh.as_ref().or(existing.as_deref()) {
@@ -136,9 +211,141 @@ pub unsafe fn cuStreamEndCapture(stream: CUstream, graph: *mut CUgraph) -> CUres
             (None, Some(graph)) => graph.handle as CUgraph,
             (None, None) => return Err(CUresult::CUDA_ERROR_INVALID_VALUE),
         };
-        // SAFETY: an out-pointer from the caller: null (refused by write_out) or writable, as the API requires.
+        if graph.is_null() {
+            return Ok(());
+        }
+        // SAFETY: an out-pointer from the caller, checked non-null, writable as the API requires.
         unsafe { write_out(graph, handle) }
     })())
+}
+
+/// `cuStreamGetCaptureInfo` of a stream in capture `capture`, when the program asks for the
+/// graph being built or the dependencies of the stream's next work: the server names the
+/// graph (the handle the program gets here is the one `cuStreamEndCapture` hands back) and
+/// the nodes.
+///
+/// # Safety
+/// Each out-pointer is null or writable; `dependencies` gets a list valid until the next call
+/// for the capture.
+pub(crate) unsafe fn capture_info(
+    stream: CUstream,
+    capture: u64,
+    capture_status: *mut c_uint,
+    graph_out: *mut CUgraph,
+    dependencies: *mut *const CUgraphNode,
+    count: *mut usize,
+) -> Result<(), CUresult> {
+    let (ctx, id) = resolve_stream(stream)?;
+    let known = CAPTURED_INTO.lock().unwrap().get(&capture).copied();
+    let graph = match known.and_then(|handle| Graph::from_handle(handle as CUgraph)) {
+        Some(graph) => graph,
+        None => {
+            let handle = Graph::new(&ctx.conn).into_handle();
+            CAPTURED_INTO
+                .lock()
+                .unwrap()
+                .insert(capture, handle as usize);
+            Graph::from_handle(handle).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?
+        }
+    };
+    let state = ctx
+        .conn
+        .cuda()
+        .capture_info(ctx.remote, id, graph.remote)
+        .outcome()?;
+    let active = state.status == 1;
+    let handles: Box<[usize]> = state
+        .dependencies
+        .iter()
+        .map(|&(node, kind)| super::graph_nodes::node_handle(&graph, node, kind))
+        .collect();
+    let listed = handles.len();
+    let list = {
+        let mut captures = CAPTURES.lock().unwrap();
+        match captures.get_mut(&capture) {
+            Some(entry) => {
+                entry.listed = handles;
+                entry.listed.as_ptr() as *const CUgraphNode
+            }
+            None => std::ptr::null(),
+        }
+    };
+    // SAFETY: the caller's out-pointers, each null (skipped) or writable.
+    unsafe {
+        optional_out(capture_status, state.status);
+        optional_out(
+            graph_out,
+            if active {
+                graph.handle as CUgraph
+            } else {
+                std::ptr::null_mut()
+            },
+        );
+        optional_out(
+            dependencies,
+            if listed > 0 { list } else { std::ptr::null() },
+        );
+        optional_out(count, listed);
+    }
+    Ok(())
+}
+
+/// Writes `value` through `out` unless it is null.
+///
+/// # Safety
+/// `out` is null or writable.
+unsafe fn optional_out<T>(out: *mut T, value: T) {
+    if !out.is_null() {
+        // SAFETY: the caller's guarantee.
+        unsafe { out.write(value) };
+    }
+}
+
+pub unsafe fn cuStreamUpdateCaptureDependencies_v2(
+    hStream: CUstream,
+    dependencies: *mut CUgraphNode,
+    dependencyData: *const CUgraphEdgeData,
+    numDependencies: usize,
+    flags: c_uint,
+) -> CUresult {
+    // SAFETY: the program's edge list, as long as its dependency list.
+    if !unsafe { super::graph_nodes::read_edges(dependencyData, numDependencies) }.is_empty() {
+        return crate::unsupported::not_supported(
+            "graph edges with data (cuStreamUpdateCaptureDependencies)",
+        );
+    }
+    status((|| {
+        if crate::objects::capture_of(hStream) == 0 {
+            return Err(CUresult::CUDA_ERROR_ILLEGAL_STATE);
+        }
+        let (ctx, id) = resolve_stream(hStream)?;
+        // SAFETY: the program's dependency list, valid as the API requires.
+        let nodes =
+            unsafe { super::graph_nodes::node_ids(dependencies, numDependencies, &ctx.conn)? };
+        ctx.conn
+            .cuda()
+            .update_capture_dependencies(ctx.remote, id, nodes, flags)
+            .outcome()
+    })())
+}
+
+/// The CUDA 11.3 form, without edge data.
+pub unsafe fn cuStreamUpdateCaptureDependencies(
+    hStream: CUstream,
+    dependencies: *mut CUgraphNode,
+    numDependencies: usize,
+    flags: c_uint,
+) -> CUresult {
+    // SAFETY: the caller's arguments, passed on as they came.
+    unsafe {
+        cuStreamUpdateCaptureDependencies_v2(
+            hStream,
+            dependencies,
+            std::ptr::null(),
+            numDependencies,
+            flags,
+        )
+    }
 }
 
 pub unsafe fn cuThreadExchangeStreamCaptureMode(mode: *mut c_uint) -> CUresult {

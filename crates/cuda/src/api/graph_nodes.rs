@@ -964,7 +964,7 @@ pub unsafe fn cuGraphRemoveDependencies_v2(
 
 /// The program's handle of node `id` of `graph` (of type `kind`), made the first time the
 /// program sees the node.
-fn node_handle(graph: &Graph, id: Id, kind: u32) -> usize {
+pub(crate) fn node_handle(graph: &Graph, id: Id, kind: u32) -> usize {
     *graph.nodes.lock().unwrap().entry(id).or_insert_with(|| {
         GraphNode {
             handle: crate::handles::new_handle(),

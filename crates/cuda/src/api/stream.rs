@@ -78,7 +78,9 @@ pub unsafe fn cuStreamWaitEvent(stream: CUstream, event: CUevent, flags: c_uint)
         let server = ctx.conn.cuda();
         server
             .stream_wait_event(ctx.remote, id, event.remote, flags)
-            .outcome()
+            .outcome()?;
+        super::graph::note_wait(stream, event.handle);
+        Ok(())
     }))
 }
 
@@ -207,9 +209,23 @@ pub unsafe fn cuStreamGetCaptureInfo_v2(
     // SAFETY: the caller's out-pointers, each null (refused or skipped) or writable.
     status(resolve_stream(stream).and_then(|_| unsafe {
         let capture = capture_of(stream);
+        if capture_status.is_null() {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        if capture != 0 && !(graph.is_null() && dependencies.is_null() && count.is_null()) {
+            for_optional(id, capture);
+            return super::graph::capture_info(
+                stream,
+                capture,
+                capture_status,
+                graph,
+                dependencies,
+                count,
+            );
+        }
         write_out(capture_status, (capture != 0) as c_uint)?;
         for_optional(id, capture);
-        // The graph being built lives on the server; node-level access is not offered.
+        // Not capturing: no graph, no dependencies.
         for_optional(graph, std::ptr::null_mut());
         for_optional(dependencies, std::ptr::null());
         for_optional(count, 0);

@@ -8,7 +8,7 @@ use rgpu_cuda_api::native::{check, Status, INVALID_HANDLE, INVALID_VALUE};
 use rgpu_cuda_api::sys::*;
 use rgpu_cuda_api::{cu_call, cu_call_raw};
 use rgpu_protocol::cuda::{
-    serve, Answer, Edge, Id, ListedEdge, NodeParams, NodeQuery, SERVER_NODE_IDS,
+    serve, Answer, CaptureState, Edge, Id, ListedEdge, NodeParams, NodeQuery, SERVER_NODE_IDS,
 };
 
 use super::copies::DeviceCopy;
@@ -23,7 +23,9 @@ pub(super) struct GraphNode {
     pub(super) graph: Id,
 }
 
-/// A graph the driver made as the body of a conditional node of graph `owner`.
+/// A graph the session uses but does not own: the body the driver made for a conditional
+/// node of graph `owner`, or (`owner` 0) the graph a capture is building, known since
+/// `CaptureInfo`, which its `EndCapture` makes the session's own.
 pub(super) struct GraphBody {
     pub(super) raw: CUgraph,
     pub(super) owner: Id,
@@ -68,9 +70,10 @@ impl serve::Graphs for Served<'_> {
 
     fn end_capture(&mut self, ctx: Id, stream: Id, graph: Id) -> Status {
         let cuda = &mut *self.cuda;
-        // Captured into an existing graph: the driver hands that graph back.
+        // Captured into an existing graph, or one `CaptureInfo` named: the driver hands that
+        // graph back.
         if let Ok(existing) = cuda.graph(graph) {
-            return code(cuda.enter(ctx).and_then(|()| {
+            let ended = cuda.enter(ctx).and_then(|()| {
                 let stream = cuda.stream(stream)?;
                 let mut raw = null_mut();
                 // SAFETY: this session's live handles and local buffers; the driver checks addresses.
@@ -82,7 +85,9 @@ impl serve::Graphs for Served<'_> {
                 } else {
                     Err(INVALID_VALUE)
                 }
-            }));
+            });
+            cuda.settle_capture_graph(graph, ended.is_ok());
+            return code(ended);
         }
         let made = cuda.create_in(ctx, |cuda, raw| {
             let stream = cuda.stream(stream)?;
@@ -92,6 +97,97 @@ impl serve::Graphs for Served<'_> {
         code(made.map(|raw| {
             cuda.graphs
                 .insert(graph, owned::Graph::new(raw, cuda.current, &cuda.backend));
+        }))
+    }
+
+    fn capture_info(&mut self, ctx: Id, stream: Id, graph: Id) -> Answer<CaptureState> {
+        let cuda = &mut *self.cuda;
+        cuda.enter(ctx)?;
+        let raw_stream = cuda.stream(stream)?;
+        let mut status = 0u32;
+        let (mut id, mut count) = (0u64, 0usize);
+        let mut raw_graph: CUgraph = null_mut();
+        let mut deps: *const CUgraphNode = null();
+        let status_out = &mut status as *mut u32;
+        let (id_out, graph_out) = (&mut id as *mut u64, &mut raw_graph as *mut CUgraph);
+        let (deps_out, count_out) = (
+            &mut deps as *mut *const CUgraphNode,
+            &mut count as *mut usize,
+        );
+        let no_edges: *mut *const CUgraphEdgeData = null_mut();
+        // SAFETY: local out-values (the status written as its integer); no edge data asked.
+        check(unsafe {
+            cu_call_raw!(
+                cuda.backend.driver,
+                cuStreamGetCaptureInfo_v3(
+                    raw_stream: CUstream,
+                    status_out: *mut u32,
+                    id_out: *mut u64,
+                    graph_out: *mut CUgraph,
+                    deps_out: *mut *const CUgraphNode,
+                    no_edges: *mut *const CUgraphEdgeData,
+                    count_out: *mut usize,
+                )
+            )
+        })?;
+        // CU_STREAM_CAPTURE_STATUS_ACTIVE: only then are there a graph and dependencies.
+        if status != 1 || raw_graph.is_null() {
+            return Ok(CaptureState {
+                status,
+                dependencies: Vec::new(),
+            });
+        }
+        let raw_deps: Vec<CUgraphNode> = if count == 0 || deps.is_null() {
+            Vec::new()
+        } else {
+            // SAFETY: the driver's array of `count` nodes, valid until the stream's next call.
+            unsafe { std::slice::from_raw_parts(deps, count) }.to_vec()
+        };
+        match cuda.graph(graph) {
+            Ok(known) if known != raw_graph => return Err(INVALID_VALUE),
+            Ok(_) => {}
+            Err(_) => {
+                let body = GraphBody {
+                    raw: raw_graph,
+                    owner: 0,
+                };
+                cuda.graph_bodies.insert(graph, body);
+            }
+        }
+        let dependencies = raw_deps
+            .into_iter()
+            .map(|raw| cuda.name_node(raw, graph))
+            .collect();
+        Ok(CaptureState {
+            status,
+            dependencies,
+        })
+    }
+
+    fn update_capture_dependencies(
+        &mut self,
+        ctx: Id,
+        stream: Id,
+        nodes: Vec<Id>,
+        flags: u32,
+    ) -> Status {
+        let cuda = &mut *self.cuda;
+        code(cuda.enter(ctx).and_then(|()| {
+            let stream = cuda.stream(stream)?;
+            let mut nodes = cuda.nodes(&nodes)?;
+            // SAFETY: a live stream and a local list of live nodes; no edge data.
+            check(unsafe {
+                cu_call!(
+                    cuda.backend.driver,
+                    cuStreamUpdateCaptureDependencies_v2(
+                        stream,
+                        nodes.as_mut_ptr(),
+                        null(),
+                        nodes.len(),
+                        flags
+                    )
+                )
+            })
         }))
     }
 
@@ -522,6 +618,28 @@ impl CudaSession {
             .get(&id)
             .map(|body| body.raw)
             .ok_or(INVALID_HANDLE)
+    }
+
+    /// A capture whose graph `CaptureInfo` named as `graph` ended: the graph is the session's
+    /// own now, or gone with the failed capture. (Nothing to do for another graph.)
+    fn settle_capture_graph(&mut self, graph: Id, ended: bool) {
+        if !self
+            .graph_bodies
+            .get(&graph)
+            .is_some_and(|body| body.owner == 0)
+        {
+            return;
+        }
+        let Some(body) = self.graph_bodies.remove(&graph) else {
+            return;
+        };
+        if ended {
+            self.usage.add_objects(1);
+            let owned = owned::Graph::new(body.raw, self.current, &self.backend);
+            self.graphs.insert(graph, owned);
+        } else {
+            self.forget_parts_of(graph);
+        }
     }
 
     /// The session's id of a node of `graph` (a new one of the server's if the client never
