@@ -221,7 +221,10 @@ int main() {
     size_t deps = 0;
     CU(get_deps_v1(second, nullptr, &deps));
     CUgraphExec old_exec;
-    CU(cuGraphInstantiateWithFlags(&old_exec, old, 0));
+    CU(cuGraphInstantiateWithFlags(&old_exec, old, CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH));
+    cuuint64_t exec_flags = 0;
+    CU(cuGraphExecGetFlags(old_exec, &exec_flags));
+    printf("CHECK exec_flags %llu\n", (unsigned long long)exec_flags);
     printf("CHECK old_entry_points %zu %.6e\n", deps,
            run_and_sum((cudaGraphExec_t)old_exec, s, x, y));
     CUgraphNode error_at = (CUgraphNode)1;

@@ -49,6 +49,9 @@ static const char *kPtx =
 static void run(CUmodule module, CUdeviceptr d, int n, std::vector<float> &host) {
     CUfunction f;
     CU(cuModuleGetFunction(&f, module, "add_one"));
+    CUmodule owner = nullptr;
+    CU(cuFuncGetModule(&owner, f));
+    EXPECT(owner == module, "cuFuncGetModule gave another module");
     void *args[] = {&d, &n};
     CU(cuLaunchKernel(f, (n + 255) / 256, 1, 1, 256, 1, 1, 0, nullptr, args, nullptr));
     CU(cuCtxSynchronize());

@@ -86,6 +86,19 @@ int main() {
     CK(cudaStreamSynchronize(stream));
     CK(cudaMemPoolTrimTo(pool, 0));
     CK(cudaDeviceSetMemPool(0, def));
+#if CUDA_VERSION >= 13000
+    // CUDA 13's pool calls by location: the device's pools of pinned memory.
+    CUmemLocation device0 = {};
+    device0.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    device0.id = 0;
+    CUmemoryPool by_location = nullptr, default_by_location = nullptr;
+    CU(cuMemSetMemPool(&device0, CU_MEM_ALLOCATION_TYPE_PINNED, (CUmemoryPool)pool));
+    CU(cuMemGetMemPool(&by_location, &device0, CU_MEM_ALLOCATION_TYPE_PINNED));
+    CU(cuMemGetDefaultMemPool(&default_by_location, &device0, CU_MEM_ALLOCATION_TYPE_PINNED));
+    printf("CHECK pools_by_location %d %d\n", by_location == (CUmemoryPool)pool,
+           default_by_location == (CUmemoryPool)def);
+    CU(cuMemSetMemPool(&device0, CU_MEM_ALLOCATION_TYPE_PINNED, (CUmemoryPool)def));
+#endif
     CK(cudaMemPoolDestroy(pool));
     printf("CHECK created_pool %d\n", back[5]);
 

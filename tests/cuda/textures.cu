@@ -72,6 +72,13 @@ int main() {
     CK(cudaMemcpy(back.data(), out, w * h * sizeof(float), cudaMemcpyDeviceToHost));
     for (int i = 0; i < w * h; ++i) EXPECT(back[i] == host[i], "tex2D[%d] = %g, not %g", i, back[i], host[i]);
     printf("CHECK tex2d %.6e %.6e\n", back[1], back[w * h - 1]);
+    // The descriptors read back from the object, as they were given.
+    cudaResourceDesc res_back = {};
+    cudaTextureDesc td_back = {};
+    CK(cudaGetTextureObjectResourceDesc(&res_back, tex));
+    CK(cudaGetTextureObjectTextureDesc(&td_back, tex));
+    printf("CHECK tex_descs %d %d %d %d %d\n", (int)res_back.resType, res_back.res.array.array == a,
+           (int)td_back.addressMode[0], (int)td_back.filterMode, (int)td_back.readMode);
 
     // The array's descriptor.
     cudaChannelFormatDesc got;

@@ -956,8 +956,11 @@ pub unsafe extern "C" fn cuFuncGetAttribute(
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuFuncGetModule() -> CUresult {
-    not_supported("cuFuncGetModule")
+pub unsafe extern "C" fn cuFuncGetModule(hmod: *mut CUmodule, hfunc: CUfunction) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuFuncGetModule", || unsafe {
+        crate::api::cuFuncGetModule(hmod, hfunc)
+    })
 }
 
 #[no_mangle]
@@ -1634,8 +1637,14 @@ pub unsafe extern "C" fn cuGraphExecExternalSemaphoresWaitNodeSetParams() -> CUr
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuGraphExecGetFlags() -> CUresult {
-    not_supported("cuGraphExecGetFlags")
+pub unsafe extern "C" fn cuGraphExecGetFlags(
+    hGraphExec: CUgraphExec,
+    flags: *mut cuuint64_t,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuGraphExecGetFlags", || unsafe {
+        crate::api::cuGraphExecGetFlags(hGraphExec, flags)
+    })
 }
 
 #[no_mangle]
@@ -2359,8 +2368,11 @@ pub unsafe extern "C" fn cuKernelGetFunction(pFunc: *mut CUfunction, kernel: CUk
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuKernelGetLibrary() -> CUresult {
-    not_supported("cuKernelGetLibrary")
+pub unsafe extern "C" fn cuKernelGetLibrary(pLib: *mut CUlibrary, kernel: CUkernel) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuKernelGetLibrary", || unsafe {
+        crate::api::cuKernelGetLibrary(pLib, kernel)
+    })
 }
 
 #[no_mangle]
@@ -3185,8 +3197,15 @@ pub unsafe extern "C" fn cuMemGetAttribute_v2() -> CUresult {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemGetDefaultMemPool() -> CUresult {
-    not_supported("cuMemGetDefaultMemPool")
+pub unsafe extern "C" fn cuMemGetDefaultMemPool(
+    pool_out: *mut CUmemoryPool,
+    location: *mut CUmemLocation,
+    type_: u32,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuMemGetDefaultMemPool", || unsafe {
+        crate::api::cuMemGetDefaultMemPool(pool_out, location, type_)
+    })
 }
 
 #[no_mangle]
@@ -3208,8 +3227,15 @@ pub unsafe extern "C" fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) ->
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemGetMemPool() -> CUresult {
-    not_supported("cuMemGetMemPool")
+pub unsafe extern "C" fn cuMemGetMemPool(
+    pool: *mut CUmemoryPool,
+    location: *mut CUmemLocation,
+    type_: u32,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuMemGetMemPool", || unsafe {
+        crate::api::cuMemGetMemPool(pool, location, type_)
+    })
 }
 
 #[no_mangle]
@@ -3564,8 +3590,15 @@ pub unsafe extern "C" fn cuMemSetAccess(
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemSetMemPool() -> CUresult {
-    not_supported("cuMemSetMemPool")
+pub unsafe extern "C" fn cuMemSetMemPool(
+    location: *mut CUmemLocation,
+    type_: u32,
+    pool: CUmemoryPool,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuMemSetMemPool", || unsafe {
+        crate::api::cuMemSetMemPool(location, type_, pool)
+    })
 }
 
 #[no_mangle]
@@ -5910,18 +5943,36 @@ pub unsafe extern "C" fn cuTexObjectDestroy(texObject: CUtexObject) -> CUresult 
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuTexObjectGetResourceDesc() -> CUresult {
-    not_supported("cuTexObjectGetResourceDesc")
+pub unsafe extern "C" fn cuTexObjectGetResourceDesc(
+    pResDesc: *mut CUDA_RESOURCE_DESC,
+    texObject: CUtexObject,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuTexObjectGetResourceDesc", || unsafe {
+        crate::api::cuTexObjectGetResourceDesc(pResDesc, texObject)
+    })
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuTexObjectGetResourceViewDesc() -> CUresult {
-    not_supported("cuTexObjectGetResourceViewDesc")
+pub unsafe extern "C" fn cuTexObjectGetResourceViewDesc(
+    pResViewDesc: *mut CUDA_RESOURCE_VIEW_DESC,
+    texObject: CUtexObject,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuTexObjectGetResourceViewDesc", || unsafe {
+        crate::api::cuTexObjectGetResourceViewDesc(pResViewDesc, texObject)
+    })
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuTexObjectGetTextureDesc() -> CUresult {
-    not_supported("cuTexObjectGetTextureDesc")
+pub unsafe extern "C" fn cuTexObjectGetTextureDesc(
+    pTexDesc: *mut CUDA_TEXTURE_DESC,
+    texObject: CUtexObject,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuTexObjectGetTextureDesc", || unsafe {
+        crate::api::cuTexObjectGetTextureDesc(pTexDesc, texObject)
+    })
 }
 
 #[no_mangle]

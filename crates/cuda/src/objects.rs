@@ -325,6 +325,8 @@ pub struct Function {
     pub name: String,
     /// Library kernels: the library's handle, to find the kernel on other servers.
     pub library: usize,
+    /// Functions of a module: the module's handle (`cuFuncGetModule`); 0 for kernels.
+    pub module: usize,
     /// Library kernels: the kernel's id on servers other than `conn`'s, by [`server_key`].
     pub other_servers: Mutex<HashMap<usize, Id>>,
     /// `(offset, size)` of each parameter.
@@ -366,6 +368,7 @@ impl Function {
             is_kernel,
             name: name.to_string(),
             library: 0,
+            module: 0,
             other_servers: Mutex::new(HashMap::new()),
             params: info.params,
             params_size,
@@ -478,6 +481,8 @@ pub struct GraphExec {
     pub remote: Id,
     /// The host copies of the graph it was made from (or last updated from).
     pub host_work: crate::api::graph_host_work::HostWork,
+    /// The flags it was instantiated with (`cuGraphExecGetFlags`).
+    pub flags: u64,
 }
 registered!(GraphExec, CUgraphExec);
 
@@ -495,12 +500,13 @@ impl Graph {
 }
 
 impl GraphExec {
-    pub fn new(conn: &Arc<Connection>) -> GraphExec {
+    pub fn new(conn: &Arc<Connection>, flags: u64) -> GraphExec {
         GraphExec {
             handle: new_handle(),
             conn: conn.clone(),
             remote: conn.new_id(),
             host_work: Mutex::new(Vec::new()),
+            flags,
         }
     }
 }

@@ -286,6 +286,21 @@ unsafe fn resource_bytes(
     Ok(bytes)
 }
 
+/// The descriptors each texture object was made with, as the program gave them (its array
+/// handles, its device addresses), for the `cuTexObjectGet*Desc` queries.
+struct TextureDescs {
+    resource: CUDA_RESOURCE_DESC,
+    texture: CUDA_TEXTURE_DESC,
+    view: Option<CUDA_RESOURCE_VIEW_DESC>,
+}
+
+// SAFETY: plain values; the pointers in them (array handles, device addresses) are the
+// program's, handed back as they came and never followed here.
+unsafe impl Send for TextureDescs {}
+
+static TEXTURES: std::sync::Mutex<std::collections::BTreeMap<u64, TextureDescs>> =
+    std::sync::Mutex::new(std::collections::BTreeMap::new());
+
 pub unsafe fn cuTexObjectCreate(
     object: *mut CUtexObject,
     resource: *const CUDA_RESOURCE_DESC,
@@ -296,6 +311,7 @@ pub unsafe fn cuTexObjectCreate(
         if object.is_null() || texture.is_null() {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
         }
+        let (resource_desc, texture_desc, view_desc) = (resource, texture, view);
         // SAFETY: the program's descriptors, valid as the API requires (view may be null).
         let (resource, texture, view) = unsafe {
             (
@@ -309,6 +325,15 @@ pub unsafe fn cuTexObjectCreate(
             .cuda()
             .tex_object_create(ctx.remote, resource, texture, view)
             .outcome()?;
+        // SAFETY: the program's descriptors, valid as the API requires (view may be null).
+        let descs = unsafe {
+            TextureDescs {
+                resource: resource_desc.read(),
+                texture: texture_desc.read(),
+                view: (!view_desc.is_null()).then(|| view_desc.read()),
+            }
+        };
+        TEXTURES.lock().unwrap().insert(value, descs);
         // SAFETY: checked non-null above.
         unsafe { write_out(object, value) }
     }))
@@ -343,7 +368,55 @@ fn destroy_object(object: u64, surface: bool) -> CUresult {
 }
 
 pub unsafe fn cuTexObjectDestroy(object: CUtexObject) -> CUresult {
-    destroy_object(object, false)
+    let destroyed = destroy_object(object, false);
+    if destroyed == CUresult::CUDA_SUCCESS {
+        TEXTURES.lock().unwrap().remove(&object);
+    }
+    destroyed
+}
+
+/// Writes what `pick` takes from `object`'s descriptors to `out`.
+///
+/// # Safety
+/// `out` is null (refused) or writable.
+unsafe fn texture_desc<T>(
+    out: *mut T,
+    object: CUtexObject,
+    pick: impl FnOnce(&TextureDescs) -> Option<T>,
+) -> CUresult {
+    let picked = TEXTURES.lock().unwrap().get(&object).map(pick);
+    match picked {
+        // SAFETY: the caller's guarantee.
+        Some(Some(value)) => status(unsafe { write_out(out, value) }),
+        // Made without a view: the driver reports an empty one.
+        // SAFETY: plain data for which all-zero bytes are valid.
+        Some(None) => status(unsafe { write_out(out, std::mem::zeroed()) }),
+        None => CUresult::CUDA_ERROR_INVALID_VALUE,
+    }
+}
+
+pub unsafe fn cuTexObjectGetResourceDesc(
+    pResDesc: *mut CUDA_RESOURCE_DESC,
+    texObject: CUtexObject,
+) -> CUresult {
+    // SAFETY: the caller's out-pointer, passed on.
+    unsafe { texture_desc(pResDesc, texObject, |descs| Some(descs.resource)) }
+}
+
+pub unsafe fn cuTexObjectGetTextureDesc(
+    pTexDesc: *mut CUDA_TEXTURE_DESC,
+    texObject: CUtexObject,
+) -> CUresult {
+    // SAFETY: as above.
+    unsafe { texture_desc(pTexDesc, texObject, |descs| Some(descs.texture)) }
+}
+
+pub unsafe fn cuTexObjectGetResourceViewDesc(
+    pResViewDesc: *mut CUDA_RESOURCE_VIEW_DESC,
+    texObject: CUtexObject,
+) -> CUresult {
+    // SAFETY: as above.
+    unsafe { texture_desc(pResViewDesc, texObject, |descs| descs.view) }
 }
 
 pub unsafe fn cuSurfObjectDestroy(object: CUsurfObject) -> CUresult {

@@ -375,7 +375,7 @@ fn graph_context(graph: &Graph) -> Result<Arc<Context>, CUresult> {
 fn instantiate(graph: CUgraph, flags: u64) -> Result<CUgraphExec, CUresult> {
     let graph = Graph::from_handle(graph).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
     let ctx = graph_context(&graph)?;
-    let exec = GraphExec::new(&ctx.conn);
+    let exec = GraphExec::new(&ctx.conn, flags);
     let server = ctx.conn.cuda();
     server
         .graph_instantiate(ctx.remote, graph.remote, exec.remote, flags)
@@ -391,6 +391,14 @@ pub unsafe fn cuGraphInstantiateWithFlags(
 ) -> CUresult {
     // SAFETY: an out-pointer from the caller: null (refused by write_out) or writable, as the API requires.
     status(instantiate(graph, flags).and_then(|handle| unsafe { write_out(exec, handle) }))
+}
+
+pub unsafe fn cuGraphExecGetFlags(exec: CUgraphExec, flags: *mut u64) -> CUresult {
+    let Some(object) = GraphExec::from_handle(exec) else {
+        return CUresult::CUDA_ERROR_INVALID_VALUE;
+    };
+    // SAFETY: an out-pointer from the caller: null (refused by write_out) or writable.
+    status(unsafe { write_out(flags, object.flags) })
 }
 
 /// The CUDA 10 and 11 entry points: no flags, and an error node and log the driver fills only

@@ -275,6 +275,8 @@ unsafe fn get_function(image: *mut c_void, name: *const c_char) -> Result<*mut c
     let mut function = Function::new(&image.conn, id, is_kernel, &name, info);
     if is_kernel {
         function.library = image.handle;
+    } else {
+        function.module = image.handle;
     }
     let handle = function.into_handle();
     image
@@ -359,6 +361,29 @@ pub unsafe fn cuLibraryEnumerateKernels(
 ) -> CUresult {
     // SAFETY: as above.
     unsafe { enumerate(kernels.cast(), n, library.cast()) }
+}
+
+pub unsafe fn cuFuncGetModule(module: *mut CUmodule, function: CUfunction) -> CUresult {
+    let Some(object) = Function::from_handle(function.cast()) else {
+        return CUresult::CUDA_ERROR_INVALID_HANDLE;
+    };
+    if object.module == 0 {
+        // A library kernel's function: its module is the driver's per-context one, which
+        // the program never holds here.
+        return crate::unsupported::not_supported("cuFuncGetModule of a library kernel's function");
+    }
+    // SAFETY: an out-pointer from the caller: null (refused by write_out) or writable.
+    status(unsafe { write_out(module, object.module as CUmodule) })
+}
+
+pub unsafe fn cuKernelGetLibrary(library: *mut CUlibrary, kernel: CUkernel) -> CUresult {
+    match Function::from_handle(kernel.cast()) {
+        Some(object) if object.is_kernel => {
+            // SAFETY: an out-pointer from the caller: null (refused by write_out) or writable.
+            status(unsafe { write_out(library, object.library as CUlibrary) })
+        }
+        _ => CUresult::CUDA_ERROR_INVALID_HANDLE,
+    }
 }
 
 pub unsafe fn cuModuleGetFunction(

@@ -3,7 +3,7 @@
 //! `cuMemAllocAsync` takes from. A pool handle names its server and the pool there.
 
 use std::collections::HashMap;
-use std::ffi::{c_int, c_void};
+use std::ffi::{c_int, c_uint, c_void};
 use std::sync::{Arc, Mutex};
 
 use rgpu_client::CudaClient;
@@ -326,4 +326,71 @@ pub unsafe fn cuMemPoolGetAccess(
         // SAFETY: checked non-null above.
         unsafe { write_out(flags, answer) }
     })())
+}
+
+/// `CU_MEM_ALLOCATION_TYPE_PINNED`: the kind of memory every device pool holds.
+const ALLOCATION_PINNED: c_uint = 1;
+
+/// The device a `CUmemLocation` names, for the CUDA 13 pool calls by location: device pools
+/// of pinned memory only (pools of host or managed memory would live on the server, away
+/// from the program).
+///
+/// # Safety
+/// `location` is null or a valid location; its type is read as an integer.
+unsafe fn pool_device(location: *const CUmemLocation, kind: c_uint) -> Result<CUdevice, CUresult> {
+    if location.is_null() {
+        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+    }
+    // SAFETY: the caller's guarantee.
+    let (location_type, id) = unsafe {
+        (
+            std::ptr::addr_of!((*location).type_).cast::<u32>().read(),
+            (*location).id,
+        )
+    };
+    if location_type != LOCATION_DEVICE || kind != ALLOCATION_PINNED {
+        return Err(crate::unsupported::not_supported(
+            "memory pools of host or managed memory (cuMemGetMemPool and the like)",
+        ));
+    }
+    Ok(id)
+}
+
+pub unsafe fn cuMemGetDefaultMemPool(
+    pool_out: *mut CUmemoryPool,
+    location: *mut CUmemLocation,
+    type_: c_uint,
+) -> CUresult {
+    // SAFETY: the caller's location (null refused) and out-pointer, passed on.
+    match unsafe { pool_device(location, type_) } {
+        // SAFETY: the caller's out-pointer (or pool), passed on.
+        Ok(device) => unsafe { cuDeviceGetDefaultMemPool(pool_out, device) },
+        Err(error) => error,
+    }
+}
+
+pub unsafe fn cuMemGetMemPool(
+    pool: *mut CUmemoryPool,
+    location: *mut CUmemLocation,
+    type_: c_uint,
+) -> CUresult {
+    // SAFETY: as above.
+    match unsafe { pool_device(location, type_) } {
+        // SAFETY: the caller's out-pointer (or pool), passed on.
+        Ok(device) => unsafe { cuDeviceGetMemPool(pool, device) },
+        Err(error) => error,
+    }
+}
+
+pub unsafe fn cuMemSetMemPool(
+    location: *mut CUmemLocation,
+    type_: c_uint,
+    pool: CUmemoryPool,
+) -> CUresult {
+    // SAFETY: as above.
+    match unsafe { pool_device(location, type_) } {
+        // SAFETY: the caller's out-pointer (or pool), passed on.
+        Ok(device) => unsafe { cuDeviceSetMemPool(device, pool) },
+        Err(error) => error,
+    }
 }
