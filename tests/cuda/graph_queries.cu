@@ -5,8 +5,9 @@
 // cuGetProcAddress) and launched; a node is disabled and asked back (cuGraphNodeGetEnabled);
 // a node of a built graph is destroyed (cuGraphDestroyNode). Also cuStreamGetDevice and
 // cuDeviceGetByPCIBusId; and the entry points of CUDA 10 to 12.1 that programs built with
-// those toolkits ask cuGetProcAddress for. Also event wait nodes given another event, and
-// copies with 1D arrays (cuMemcpyDtoA, AtoA, AtoD).
+// those toolkits ask cuGetProcAddress for. Also event wait nodes given another event, copies
+// with 1D arrays (cuMemcpyDtoA, AtoA, AtoD), an executable graph's flags (cuGraphExecGetFlags)
+// and context-wide events (cuCtxRecordEvent, cuCtxWaitEvent).
 //
 //   nvcc -O2 -o graph_queries graph_queries.cu -lcuda && ./graph_queries
 //
@@ -272,6 +273,31 @@ int main() {
     printf("CHECK array_copies %.6e %.6e\n", array_sum, (double)back[N - 17]);
     CU(cuArrayDestroy(a1));
     CU(cuArrayDestroy(a2));
+
+    // Context-wide events (CUDA 12.5): one that completes after every stream's earlier work,
+    // and every stream's later work waiting for one.
+    CUcontext ctx;
+    CU(cuCtxGetCurrent(&ctx));
+    CUevent all_done, gate;
+    CU(cuEventCreate(&all_done, CU_EVENT_DEFAULT));
+    CU(cuEventCreate(&gate, CU_EVENT_DEFAULT));
+    scale<<<(N + 255) / 256, 256, 0, side>>>(x, 2.0f, N);
+    CU(cuCtxRecordEvent(ctx, all_done));
+    CU(cuEventSynchronize(all_done));
+    CK(cudaMemcpy(back.data(), x, N * sizeof(float), cudaMemcpyDeviceToHost));
+    double recorded_sum = 0;
+    for (int i = 0; i < N; ++i) recorded_sum += back[i];
+    add<<<(N + 255) / 256, 256, 0, side>>>(x, y, N);
+    CU(cuEventRecord(gate, (CUstream)side));
+    CU(cuCtxWaitEvent(ctx, gate));
+    scale<<<(N + 255) / 256, 256, 0, s>>>(x, 0.5f, N);
+    CK(cudaStreamSynchronize(s));
+    CK(cudaMemcpy(back.data(), x, N * sizeof(float), cudaMemcpyDeviceToHost));
+    double waited_sum = 0;
+    for (int i = 0; i < N; ++i) waited_sum += back[i];
+    printf("CHECK context_events %.6e %.6e\n", recorded_sum, waited_sum);
+    CU(cuEventDestroy(all_done));
+    CU(cuEventDestroy(gate));
 
     CK(cudaGraphExecDestroy(built_exec));
     CK(cudaGraphExecDestroy(exec));

@@ -361,8 +361,11 @@ pub unsafe extern "C" fn cuCtxPushCurrent_v2(ctx: CUcontext) -> CUresult {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuCtxRecordEvent() -> CUresult {
-    not_supported("cuCtxRecordEvent")
+pub unsafe extern "C" fn cuCtxRecordEvent(hCtx: CUcontext, hEvent: CUevent) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuCtxRecordEvent", || unsafe {
+        crate::api::cuCtxRecordEvent(hCtx, hEvent)
+    })
 }
 
 #[no_mangle]
@@ -424,8 +427,11 @@ pub unsafe extern "C" fn cuCtxSynchronize_v2(ctx: CUcontext) -> CUresult {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuCtxWaitEvent() -> CUresult {
-    not_supported("cuCtxWaitEvent")
+pub unsafe extern "C" fn cuCtxWaitEvent(hCtx: CUcontext, hEvent: CUevent) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuCtxWaitEvent", || unsafe {
+        crate::api::cuCtxWaitEvent(hCtx, hEvent)
+    })
 }
 
 #[no_mangle]

@@ -740,6 +740,12 @@ wire_api! {
         post CreateEvent create_event(id: Id, ctx: Id, flags: u32);
         post DestroyEvent destroy_event(id: Id);
         post RecordEvent record_event(ctx: Id, event: Id, stream: Id, flags: u32);
+        /// `cuCtxRecordEvent`: the event completes once the work of every stream of the
+        /// context before it has.
+        post CtxRecordEvent ctx_record_event(ctx: Id, event: Id);
+        /// `cuCtxWaitEvent`: the later work of every stream of the context waits for the
+        /// event.
+        post CtxWaitEvent ctx_wait_event(ctx: Id, event: Id);
         /// Also reports the first deferred failure.
         call EventSynchronize event_synchronize(event: Id) -> Status;
         call EventQuery event_query(event: Id) -> Status;

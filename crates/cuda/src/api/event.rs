@@ -2,13 +2,15 @@
 //! wait for the server.
 
 use std::ffi::c_uint;
+use std::sync::Arc;
 
 use rgpu_client::CudaClient;
 use rgpu_cuda_api::sys::*;
 
 use super::memory::take_async_read_error;
 use super::{status, write_out, Outcome};
-use crate::objects::{current_context, resolve_stream, Event};
+use crate::objects::{current_context, resolve_stream, Context, Event};
+use rgpu_protocol::cuda::Id;
 
 pub unsafe fn cuEventCreate(out: *mut CUevent, flags: c_uint) -> CUresult {
     status(current_context().and_then(|ctx| {
@@ -50,6 +52,34 @@ pub unsafe fn cuEventRecordWithFlags(event: CUevent, stream: CUstream, flags: c_
         super::graph::note_record(object.handle, crate::objects::capture_of(stream));
         Ok(())
     }))
+}
+
+/// The context and event of a context-wide event call, on one server.
+fn context_and_event(ctx: CUcontext, event: CUevent) -> Result<(Arc<Context>, Id), CUresult> {
+    let ctx = Context::from_handle(ctx).ok_or(CUresult::CUDA_ERROR_INVALID_CONTEXT)?;
+    let event = Event::from_handle(event).ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
+    if !Arc::ptr_eq(&event.context()?.conn, &ctx.conn) {
+        return Err(crate::unsupported::not_supported(
+            "context-wide event calls with an event of another server",
+        ));
+    }
+    Ok((ctx, event.remote))
+}
+
+pub unsafe fn cuCtxRecordEvent(hCtx: CUcontext, hEvent: CUevent) -> CUresult {
+    status(context_and_event(hCtx, hEvent).and_then(|(ctx, event)| {
+        ctx.conn
+            .cuda()
+            .ctx_record_event(ctx.remote, event)
+            .outcome()
+    }))
+}
+
+pub unsafe fn cuCtxWaitEvent(hCtx: CUcontext, hEvent: CUevent) -> CUresult {
+    status(
+        context_and_event(hCtx, hEvent)
+            .and_then(|(ctx, event)| ctx.conn.cuda().ctx_wait_event(ctx.remote, event).outcome()),
+    )
 }
 
 pub unsafe fn cuEventSynchronize(event: CUevent) -> CUresult {

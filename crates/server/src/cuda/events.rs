@@ -40,6 +40,24 @@ impl serve::Events for Served<'_> {
         })
     }
 
+    fn ctx_record_event(&mut self, ctx: Id, event: Id) -> Answer<()> {
+        let cuda = &mut *self.cuda;
+        cuda.enter(ctx).and_then(|()| {
+            let event = cuda.event(event)?;
+            // SAFETY: the session's current context and one of its events.
+            check(unsafe { cu_call!(cuda.backend.driver, cuCtxRecordEvent(cuda.current, event)) })
+        })
+    }
+
+    fn ctx_wait_event(&mut self, ctx: Id, event: Id) -> Answer<()> {
+        let cuda = &mut *self.cuda;
+        cuda.enter(ctx).and_then(|()| {
+            let event = cuda.event(event)?;
+            // SAFETY: as above.
+            check(unsafe { cu_call!(cuda.backend.driver, cuCtxWaitEvent(cuda.current, event)) })
+        })
+    }
+
     fn event_synchronize(&mut self, event: Id) -> Status {
         let cuda = &mut *self.cuda;
         let status = cuda.event(event).and_then(|event| {
