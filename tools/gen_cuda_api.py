@@ -150,6 +150,7 @@ LEGACY_SIGNATURES = {
                             "dependencies: *const CUgraphNode, numDependencies: usize, "
                             "nodeParams: *const CUDA_KERNEL_NODE_PARAMS_v1",
     "cuGraphKernelNodeSetParams": "hNode: CUgraphNode, nodeParams: *const CUDA_KERNEL_NODE_PARAMS_v1",
+    "cuGraphKernelNodeGetParams": "hNode: CUgraphNode, nodeParams: *mut CUDA_KERNEL_NODE_PARAMS_v1",
     "cuGraphExecKernelNodeSetParams": "hGraphExec: CUgraphExec, hNode: CUgraphNode, "
                                       "nodeParams: *const CUDA_KERNEL_NODE_PARAMS_v1",
     "cuGraphAddDependencies": "hGraph: CUgraph, from: *const CUgraphNode, to: *const CUgraphNode, "

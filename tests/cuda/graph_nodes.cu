@@ -95,6 +95,21 @@ int main() {
     CK(cudaGraphNodeGetType(copy_node, &type));
     EXPECT(type == cudaGraphNodeTypeMemcpy, "copy node has type %d", (int)type);
 
+    // The nodes' parameters read back.
+    cudaMemsetParams ms_back = {};
+    CK(cudaGraphMemsetNodeGetParams(memset_node, &ms_back));
+    cudaKernelNodeParams kp_back = {};
+    CK(cudaGraphKernelNodeGetParams(kernel_node, &kp_back));
+    float a_back = *(float *)kp_back.kernelParams[1];
+    int count_back = *(int *)kp_back.kernelParams[3];
+    cudaGraph_t embedded;
+    CK(cudaGraphChildGraphNodeGetGraph(child_node, &embedded));
+    size_t embedded_nodes = 0;
+    CK(cudaGraphGetNodes(embedded, nullptr, &embedded_nodes));
+    printf("CHECK node_params %d %u %u %zu %d %d %g %d %d %zu\n", ms_back.dst == x, ms_back.value,
+           ms_back.elementSize, ms_back.width, kp_back.func == kp.func, kp_back.gridDim.x, a_back,
+           count_back, *(float **)kp_back.kernelParams[0] == x, embedded_nodes);
+
     cudaGraphExec_t exec;
     CK(cudaGraphInstantiate(&exec, graph, 0));
     CK(cudaGraphLaunch(exec, stream));
@@ -213,6 +228,13 @@ int main() {
     CK(cudaGraphAddKernelNode(&kern_node, mem, &fill_node, 1, &kp3));
     CK(cudaGraphAddMemcpyNode1D(&out_node, mem, &kern_node, 1, y, scratch, bytes, cudaMemcpyDeviceToDevice));
     CK(cudaGraphAddMemFreeNode(&free_node, mem, &out_node, 1, scratch));
+    cudaMemAllocNodeParams ap_back = {};
+    CK(cudaGraphMemAllocNodeGetParams(alloc_node, &ap_back));
+    void *freed_back = nullptr;
+    CK(cudaGraphMemFreeNodeGetParams(free_node, &freed_back));
+    printf("CHECK memory_node_params %d %zu %d %d %d\n", ap_back.dptr == scratch, ap_back.bytesize,
+           (int)ap_back.poolProps.location.type, ap_back.poolProps.location.id,
+           freed_back == scratch);
     cudaGraphExec_t mem_exec;
     CK(cudaGraphInstantiate(&mem_exec, mem, 0));
     for (int launch = 0; launch < 2; ++launch) {
@@ -258,6 +280,9 @@ int main() {
     hp.userData = &seen;
     cudaGraphNode_t host_node;
     CK(cudaGraphAddHostNode(&host_node, hostio, &down, 1, &hp));
+    cudaHostNodeParams hp_back = {};
+    CK(cudaGraphHostNodeGetParams(host_node, &hp_back));
+    printf("CHECK host_node_params %d %d\n", hp_back.fn == hp.fn, hp_back.userData == hp.userData);
     cudaGraphExec_t hostio_exec;
     CK(cudaGraphInstantiate(&hostio_exec, hostio, 0));
     for (int round = 0; round < 2; ++round) {

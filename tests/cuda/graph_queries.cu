@@ -244,6 +244,13 @@ int main() {
     CUgraphNode wait_node;
     CU(cuGraphAddEventWaitNode(&wait_node, waits, nullptr, 0, (CUevent)fork));
     CU(cuGraphEventWaitNodeSetEvent(wait_node, (CUevent)join));
+    CUevent waited = nullptr;
+    CU(cuGraphEventWaitNodeGetEvent(wait_node, &waited));
+    CUgraphNode record_node;
+    CU(cuGraphAddEventRecordNode(&record_node, waits, &wait_node, 1, (CUevent)fork));
+    CUevent recorded = nullptr;
+    CU(cuGraphEventRecordNodeGetEvent(record_node, &recorded));
+    printf("CHECK event_nodes_get %d %d\n", waited == (CUevent)join, recorded == (CUevent)fork);
     CUgraphExec waits_exec;
     CU(cuGraphInstantiateWithFlags(&waits_exec, waits, 0));
     CU(cuGraphExecEventWaitNodeSetEvent(waits_exec, wait_node, (CUevent)fork));

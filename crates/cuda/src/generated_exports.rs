@@ -1484,8 +1484,14 @@ pub unsafe extern "C" fn cuGraphBatchMemOpNodeSetParams() -> CUresult {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuGraphChildGraphNodeGetGraph() -> CUresult {
-    not_supported("cuGraphChildGraphNodeGetGraph")
+pub unsafe extern "C" fn cuGraphChildGraphNodeGetGraph(
+    hNode: CUgraphNode,
+    phGraph: *mut CUgraph,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuGraphChildGraphNodeGetGraph", || unsafe {
+        crate::api::cuGraphChildGraphNodeGetGraph(hNode, phGraph)
+    })
 }
 
 #[no_mangle]
@@ -1552,8 +1558,14 @@ pub unsafe extern "C" fn cuGraphDestroyNode(hNode: CUgraphNode) -> CUresult {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuGraphEventRecordNodeGetEvent() -> CUresult {
-    not_supported("cuGraphEventRecordNodeGetEvent")
+pub unsafe extern "C" fn cuGraphEventRecordNodeGetEvent(
+    hNode: CUgraphNode,
+    event_out: *mut CUevent,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuGraphEventRecordNodeGetEvent", || unsafe {
+        crate::api::cuGraphEventRecordNodeGetEvent(hNode, event_out)
+    })
 }
 
 #[no_mangle]
@@ -1568,8 +1580,14 @@ pub unsafe extern "C" fn cuGraphEventRecordNodeSetEvent(
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuGraphEventWaitNodeGetEvent() -> CUresult {
-    not_supported("cuGraphEventWaitNodeGetEvent")
+pub unsafe extern "C" fn cuGraphEventWaitNodeGetEvent(
+    hNode: CUgraphNode,
+    event_out: *mut CUevent,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuGraphEventWaitNodeGetEvent", || unsafe {
+        crate::api::cuGraphEventWaitNodeGetEvent(hNode, event_out)
+    })
 }
 
 #[no_mangle]
@@ -1810,8 +1828,14 @@ pub unsafe extern "C" fn cuGraphGetRootNodes(
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuGraphHostNodeGetParams() -> CUresult {
-    not_supported("cuGraphHostNodeGetParams")
+pub unsafe extern "C" fn cuGraphHostNodeGetParams(
+    hNode: CUgraphNode,
+    nodeParams: *mut CUDA_HOST_NODE_PARAMS,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuGraphHostNodeGetParams", || unsafe {
+        crate::api::cuGraphHostNodeGetParams(hNode, nodeParams)
+    })
 }
 
 #[no_mangle]
@@ -1894,13 +1918,25 @@ pub unsafe extern "C" fn cuGraphKernelNodeGetAttribute() -> CUresult {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuGraphKernelNodeGetParams() -> CUresult {
-    not_supported("cuGraphKernelNodeGetParams")
+pub unsafe extern "C" fn cuGraphKernelNodeGetParams(
+    hNode: CUgraphNode,
+    nodeParams: *mut CUDA_KERNEL_NODE_PARAMS_v1,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuGraphKernelNodeGetParams", || unsafe {
+        crate::api::cuGraphKernelNodeGetParams(hNode, nodeParams)
+    })
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuGraphKernelNodeGetParams_v2() -> CUresult {
-    not_supported("cuGraphKernelNodeGetParams_v2")
+pub unsafe extern "C" fn cuGraphKernelNodeGetParams_v2(
+    hNode: CUgraphNode,
+    nodeParams: *mut CUDA_KERNEL_NODE_PARAMS,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuGraphKernelNodeGetParams_v2", || unsafe {
+        crate::api::cuGraphKernelNodeGetParams_v2(hNode, nodeParams)
+    })
 }
 
 #[no_mangle]
@@ -1950,13 +1986,25 @@ pub unsafe extern "C" fn cuGraphLaunch_ptsz(
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuGraphMemAllocNodeGetParams() -> CUresult {
-    not_supported("cuGraphMemAllocNodeGetParams")
+pub unsafe extern "C" fn cuGraphMemAllocNodeGetParams(
+    hNode: CUgraphNode,
+    params_out: *mut CUDA_MEM_ALLOC_NODE_PARAMS,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuGraphMemAllocNodeGetParams", || unsafe {
+        crate::api::cuGraphMemAllocNodeGetParams(hNode, params_out)
+    })
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuGraphMemFreeNodeGetParams() -> CUresult {
-    not_supported("cuGraphMemFreeNodeGetParams")
+pub unsafe extern "C" fn cuGraphMemFreeNodeGetParams(
+    hNode: CUgraphNode,
+    dptr_out: *mut CUdeviceptr,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuGraphMemFreeNodeGetParams", || unsafe {
+        crate::api::cuGraphMemFreeNodeGetParams(hNode, dptr_out)
+    })
 }
 
 #[no_mangle]
@@ -1976,8 +2024,14 @@ pub unsafe extern "C" fn cuGraphMemcpyNodeSetParams(
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuGraphMemsetNodeGetParams() -> CUresult {
-    not_supported("cuGraphMemsetNodeGetParams")
+pub unsafe extern "C" fn cuGraphMemsetNodeGetParams(
+    hNode: CUgraphNode,
+    nodeParams: *mut CUDA_MEMSET_NODE_PARAMS,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuGraphMemsetNodeGetParams", || unsafe {
+        crate::api::cuGraphMemsetNodeGetParams(hNode, nodeParams)
+    })
 }
 
 #[no_mangle]

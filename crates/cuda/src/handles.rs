@@ -74,6 +74,13 @@ impl<T> Registry<T> {
         let mut table = self.table.write().unwrap_or_else(|e| e.into_inner());
         table.remove(&handle)
     }
+
+    /// A live object `matches` takes (a walk over all of them: for the rare queries that
+    /// name an object by its server's id).
+    pub fn find(&self, matches: impl Fn(&T) -> bool) -> Option<Arc<T>> {
+        let table = self.table.read().unwrap_or_else(|e| e.into_inner());
+        table.values().find(|object| matches(object)).cloned()
+    }
 }
 
 impl<T> Default for Registry<T> {

@@ -59,6 +59,12 @@ macro_rules! registered {
                 handle as $handle
             }
 
+            /// A live object `matches` takes (a walk over all of them).
+            #[allow(dead_code)]
+            pub fn find(matches: impl Fn(&$type) -> bool) -> Option<Arc<$type>> {
+                Self::registry().find(matches)
+            }
+
             /// Takes the object back from the program, killing the handle (calls that hold the
             /// object already finish with it).
             #[allow(dead_code)]
@@ -327,6 +333,8 @@ pub struct Function {
     pub library: usize,
     /// Functions of a module: the module's handle (`cuFuncGetModule`); 0 for kernels.
     pub module: usize,
+    /// A library kernel's function in a context (`cuKernelGetFunction`): the kernel's handle.
+    pub kernel: usize,
     /// Library kernels: the kernel's id on servers other than `conn`'s, by [`server_key`].
     pub other_servers: Mutex<HashMap<usize, Id>>,
     /// `(offset, size)` of each parameter.
@@ -369,6 +377,7 @@ impl Function {
             name: name.to_string(),
             library: 0,
             module: 0,
+            kernel: 0,
             other_servers: Mutex::new(HashMap::new()),
             params: info.params,
             params_size,
@@ -488,10 +497,15 @@ registered!(GraphExec, CUgraphExec);
 
 impl Graph {
     pub fn new(conn: &Arc<Connection>) -> Graph {
+        Graph::known_as(conn, conn.new_id())
+    }
+
+    /// A graph the server already knows as `remote`.
+    pub fn known_as(conn: &Arc<Connection>, remote: Id) -> Graph {
         Graph {
             handle: new_handle(),
             conn: conn.clone(),
-            remote: conn.new_id(),
+            remote,
             nodes: Mutex::new(HashMap::new()),
             host_work: Mutex::new(Vec::new()),
             conditional_body: false,

@@ -61,6 +61,18 @@ pub fn driver_version() -> i32 {
     }
 }
 
+/// The program's ordinal of device `remote` of the server `conn` reaches.
+pub fn program_ordinal(conn: &Arc<rgpu_client::Connection>, remote: u32) -> Option<i32> {
+    servers()
+        .ok()?
+        .devices
+        .iter()
+        .find(|device| {
+            device.remote_ordinal == remote && Arc::ptr_eq(&device.link.connection(), conn)
+        })
+        .map(|device| device.ordinal)
+}
+
 /// The device with this ordinal.
 pub fn device(ordinal: i32) -> Result<&'static Device, CUresult> {
     let servers = servers()?;

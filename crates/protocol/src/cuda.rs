@@ -173,6 +173,16 @@ pub struct Shareable {
     pub ticket: crate::LaneKey,
 }
 
+/// A graph node's parameters as `GraphNodeGetParams` reads them back: the node's kind's
+/// parameters, a kernel node's parameter buffer (laid out as for `Launch`), and a graph
+/// allocation's address.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct NodeState {
+    pub params: NodeParams,
+    pub kernel_params: Vec<u8>,
+    pub address: DevicePtr,
+}
+
 /// A capture as `cuStreamGetCaptureInfo` describes it: its `CUstreamCaptureStatus` and the
 /// nodes (ids and `CUgraphNodeType`s) the stream's next work will depend on.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -845,6 +855,11 @@ wire_api! {
         /// The address of the allocation a `MemAlloc` node makes (the driver fixes it when the
         /// node is added).
         call GraphMemAllocNodeAddress graph_mem_alloc_node_address(node: Id) -> Answer<DevicePtr>;
+        /// `cuGraph*NodeGetParams`, `cuGraphEvent*NodeGetEvent`, `cuGraphChildGraphNodeGetGraph`:
+        /// the node's parameters as the driver has them (kernel, memset, empty, event, child
+        /// graph, graph allocation and free nodes; others are not supported). A child graph
+        /// the client never named gets an id of the server's.
+        call GraphNodeGetParams graph_node_get_params(node: Id) -> Answer<NodeState>;
     }
 
     /// CUDA arrays, and texture and surface objects.
@@ -1085,6 +1100,7 @@ sample_struct! {
     IpcMapping { ptr, size },
     Shareable { socket, ticket },
     CaptureState { status, dependencies },
+    NodeState { params, kernel_params, address },
     Global { ptr, size },
     Loaded { status, need_image, logs },
     JitOption { option, value },

@@ -408,6 +408,7 @@ fn host_node(
     let node = post_node(graph, deps, count, edges, NODE_HOST, 0, |_, _| {
         Ok(NodeParams::Empty)
     })?;
+    super::graph_params::remember_host_node(node.handle, Some(function), data as usize);
     let call = super::graph_host_work::HostCall {
         function,
         data: data as usize,

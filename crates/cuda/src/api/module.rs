@@ -429,7 +429,9 @@ pub unsafe fn cuKernelGetFunction(function: *mut CUfunction, kernel: CUkernel) -
         let info = server
             .kernel_get_function(id, remote_kernel, ctx.remote)
             .outcome()?;
-        let handle = Function::new(&ctx.conn, id, false, &kernel.name, info).into_handle();
+        let mut in_context = Function::new(&ctx.conn, id, false, &kernel.name, info);
+        in_context.kernel = kernel.handle;
+        let handle = in_context.into_handle();
         kernel
             .per_context
             .lock()

@@ -173,24 +173,12 @@ fn importing_context(server: u64) -> Result<Arc<Context>, CUresult> {
     Ok(device.primary())
 }
 
-/// The program's ordinal of device `remote` of `ctx`'s server.
-fn program_ordinal(ctx: &Context, remote: u32) -> Option<i32> {
-    crate::servers::servers()
-        .ok()?
-        .devices
-        .iter()
-        .find(|device| {
-            device.remote_ordinal == remote && Arc::ptr_eq(&device.link.connection(), &ctx.conn)
-        })
-        .map(|device| device.ordinal)
-}
-
 /// `CUmemAllocationProp` from its wire form, its device the program's.
 fn given_prop(wire: &MemProp, ctx: &Context) -> CUmemAllocationProp {
     let location_id = if wire.location_type == LOCATION_DEVICE {
         u32::try_from(wire.location_id)
             .ok()
-            .and_then(|remote| program_ordinal(ctx, remote))
+            .and_then(|remote| crate::servers::program_ordinal(&ctx.conn, remote))
             .unwrap_or(wire.location_id)
     } else {
         wire.location_id

@@ -4,11 +4,12 @@
 
 use std::ptr::{null, null_mut};
 
-use rgpu_cuda_api::native::{check, Status, INVALID_HANDLE, INVALID_VALUE};
+use rgpu_cuda_api::native::{check, Status, INVALID_HANDLE, INVALID_VALUE, NOT_SUPPORTED};
 use rgpu_cuda_api::sys::*;
 use rgpu_cuda_api::{cu_call, cu_call_raw};
 use rgpu_protocol::cuda::{
-    serve, Answer, CaptureState, Edge, Id, ListedEdge, NodeParams, NodeQuery, SERVER_NODE_IDS,
+    serve, Answer, CaptureState, Edge, Id, ListedEdge, NodeParams, NodeQuery, NodeState,
+    SERVER_NODE_IDS,
 };
 
 use super::copies::DeviceCopy;
@@ -16,6 +17,19 @@ use super::launches::MAX_PARAMS;
 use super::owned;
 use super::session::{code, CudaSession, Served};
 use crate::session::End;
+
+/// More parameters than a kernel can take (their bytes are limited to 32 KiB).
+const MAX_KERNEL_PARAMS: usize = 32 * 1024;
+
+/// `CUgraphNodeType`s, as integers.
+const KERNEL_NODE: u32 = 0;
+const MEMSET_NODE: u32 = 2;
+const CHILD_GRAPH_NODE: u32 = 4;
+const EMPTY_NODE: u32 = 5;
+const WAIT_EVENT_NODE: u32 = 6;
+const EVENT_RECORD_NODE: u32 = 7;
+const MEM_ALLOC_NODE: u32 = 10;
+const MEM_FREE_NODE: u32 = 11;
 
 /// A node of one of the session's graphs.
 pub(super) struct GraphNode {
@@ -563,6 +577,111 @@ impl serve::Graphs for Served<'_> {
         Ok(enabled != 0)
     }
 
+    fn graph_node_get_params(&mut self, node: Id) -> Answer<NodeState> {
+        let cuda = &mut *self.cuda;
+        let raw = cuda.node(node)?;
+        let graph = cuda.graph_nodes.get(&node).map_or(0, |n| n.graph);
+        let mut state = NodeState {
+            params: NodeParams::Empty,
+            kernel_params: Vec::new(),
+            address: 0,
+        };
+        let driver = &cuda.backend.driver;
+        state.params = match cuda.node_kind(raw) {
+            KERNEL_NODE => {
+                // SAFETY: plain data, valid zeroed.
+                let mut p: CUDA_KERNEL_NODE_PARAMS = unsafe { std::mem::zeroed() };
+                // SAFETY: a live node of the session and a local out-struct.
+                check(unsafe { cu_call!(driver, cuGraphKernelNodeGetParams_v2(raw, &mut p)) })?;
+                if !p.extra.is_null() {
+                    return Err(NOT_SUPPORTED);
+                }
+                let function = cuda.function_id_of(p.func)?;
+                state.kernel_params = cuda.kernel_param_bytes(p.func, p.kernelParams)?;
+                NodeParams::Kernel {
+                    function,
+                    grid: [p.gridDimX, p.gridDimY, p.gridDimZ],
+                    block: [p.blockDimX, p.blockDimY, p.blockDimZ],
+                    shared_mem: p.sharedMemBytes,
+                }
+            }
+            MEMSET_NODE => {
+                // SAFETY: plain data, valid zeroed.
+                let mut p: CUDA_MEMSET_NODE_PARAMS = unsafe { std::mem::zeroed() };
+                // SAFETY: a live node of the session and a local out-struct.
+                check(unsafe { cu_call!(driver, cuGraphMemsetNodeGetParams(raw, &mut p)) })?;
+                NodeParams::Memset {
+                    dst: p.dst,
+                    value: p.value,
+                    element_size: p.elementSize as u8,
+                    width: p.width as u64,
+                    height: p.height as u64,
+                    pitch: p.pitch as u64,
+                }
+            }
+            EMPTY_NODE => NodeParams::Empty,
+            kind @ (WAIT_EVENT_NODE | EVENT_RECORD_NODE) => {
+                let mut event = null_mut();
+                // SAFETY: a live node of the session (of the kind asked) and a local out-value.
+                check(unsafe {
+                    if kind == EVENT_RECORD_NODE {
+                        cu_call!(driver, cuGraphEventRecordNodeGetEvent(raw, &mut event))
+                    } else {
+                        cu_call!(driver, cuGraphEventWaitNodeGetEvent(raw, &mut event))
+                    }
+                })?;
+                let id = cuda
+                    .events
+                    .iter()
+                    .find(|(_, e)| e.raw() == event)
+                    .map(|(&id, _)| id)
+                    .ok_or(NOT_SUPPORTED)?;
+                if kind == EVENT_RECORD_NODE {
+                    NodeParams::EventRecord { event: id }
+                } else {
+                    NodeParams::EventWait { event: id }
+                }
+            }
+            CHILD_GRAPH_NODE => {
+                let mut child = null_mut();
+                // SAFETY: a live node of the session and a local out-value.
+                check(unsafe { cu_call!(driver, cuGraphChildGraphNodeGetGraph(raw, &mut child)) })?;
+                NodeParams::Child {
+                    graph: cuda.name_graph(child, graph),
+                }
+            }
+            MEM_ALLOC_NODE => {
+                // SAFETY: plain data, valid zeroed.
+                let mut p: CUDA_MEM_ALLOC_NODE_PARAMS = unsafe { std::mem::zeroed() };
+                // SAFETY: a live node of the session and a local out-struct.
+                check(unsafe { cu_call!(driver, cuGraphMemAllocNodeGetParams(raw, &mut p)) })?;
+                let access = if p.accessDescs.is_null() {
+                    Vec::new()
+                } else {
+                    // SAFETY: the driver's array of `accessDescCount` descriptors.
+                    unsafe { std::slice::from_raw_parts(p.accessDescs, p.accessDescCount) }
+                        .iter()
+                        .map(super::vmm::wire_access)
+                        .collect()
+                };
+                state.address = p.dptr;
+                NodeParams::MemAlloc {
+                    props: super::pools::wire_pool_props(&p.poolProps),
+                    access,
+                    size: p.bytesize as u64,
+                }
+            }
+            MEM_FREE_NODE => {
+                let mut dptr = 0;
+                // SAFETY: a live node of the session and a local out-value.
+                check(unsafe { cu_call!(driver, cuGraphMemFreeNodeGetParams(raw, &mut dptr)) })?;
+                NodeParams::MemFree { dptr }
+            }
+            _ => return Err(NOT_SUPPORTED),
+        };
+        Ok(state)
+    }
+
     fn graph_mem_trim(&mut self, device: u32) -> Status {
         let cuda = &mut *self.cuda;
         // SAFETY: a device ordinal; the driver checks it.
@@ -640,6 +759,109 @@ impl CudaSession {
         } else {
             self.forget_parts_of(graph);
         }
+    }
+
+    /// A node's `CUgraphNodeType`, as its integer.
+    fn node_kind(&self, raw: CUgraphNode) -> u32 {
+        let mut kind = EMPTY_NODE;
+        let out = &mut kind as *mut u32;
+        // SAFETY: a live node; the type is written as its integer (it may be one the enum
+        // lacks).
+        let _ = unsafe {
+            cu_call_raw!(
+                self.backend.driver,
+                cuGraphNodeGetType(raw: CUgraphNode, out: *mut u32)
+            )
+        };
+        kind
+    }
+
+    /// The session's id of a graph the driver made inside graph `owner` (a child node's
+    /// graph): a new one of the server's the first time.
+    fn name_graph(&mut self, raw: CUgraph, owner: Id) -> Id {
+        let known = self
+            .graphs
+            .iter()
+            .find(|(_, graph)| graph.raw() == raw)
+            .map(|(&id, _)| id)
+            .or_else(|| {
+                self.graph_bodies
+                    .iter()
+                    .find(|(_, body)| body.raw == raw)
+                    .map(|(&id, _)| id)
+            });
+        if let Some(id) = known {
+            return id;
+        }
+        self.next_node_id += 1;
+        let id = SERVER_NODE_IDS + self.next_node_id;
+        self.graph_bodies.insert(id, GraphBody { raw, owner });
+        id
+    }
+
+    /// The session's id of the function a kernel node runs: a function of the session (a
+    /// module's, or one the client took from a library kernel, as runtimes do before adding
+    /// the node), else a library kernel whose function in the current context it is.
+    fn function_id_of(&self, raw: CUfunction) -> Result<Id, Status> {
+        let driver = &self.backend.driver;
+        let functions = self.functions.iter().filter(|(_, f)| !f.is_kernel);
+        let kernels = self.functions.iter().filter(|(_, f)| f.is_kernel);
+        functions
+            .chain(kernels)
+            .find(|(_, function)| {
+                if !function.is_kernel {
+                    return function.raw == raw;
+                }
+                let mut in_context = null_mut();
+                // SAFETY: a kernel of the session and a local out-value.
+                let status = unsafe {
+                    cu_call!(
+                        driver,
+                        cuKernelGetFunction(&mut in_context, function.raw as CUkernel)
+                    )
+                };
+                status == cudaError_enum::CUDA_SUCCESS as u32 && in_context == raw
+            })
+            .map(|(&id, _)| id)
+            .ok_or(NOT_SUPPORTED)
+    }
+
+    /// A kernel node's parameters as one buffer laid out as for a launch: each parameter's
+    /// bytes (`kernelParams[i]`) at its offset, as the driver describes the function's
+    /// parameters.
+    fn kernel_param_bytes(
+        &self,
+        function: CUfunction,
+        params: *mut *mut std::ffi::c_void,
+    ) -> Result<Vec<u8>, Status> {
+        let mut bytes = Vec::new();
+        if params.is_null() {
+            return Ok(bytes);
+        }
+        for index in 0..MAX_KERNEL_PARAMS {
+            let (mut offset, mut size) = (0usize, 0usize);
+            // SAFETY: a live function and local out-values; an index past the last parameter
+            // is refused.
+            let status = unsafe {
+                cu_call!(
+                    self.backend.driver,
+                    cuFuncGetParamInfo(function, index, &mut offset, &mut size)
+                )
+            };
+            if status != cudaError_enum::CUDA_SUCCESS as u32 {
+                break;
+            }
+            // SAFETY: the driver's array holds a pointer per parameter, each to `size` bytes.
+            let value = unsafe {
+                let at = params.add(index).read();
+                std::slice::from_raw_parts(at.cast::<u8>(), size)
+            };
+            if bytes.len() < offset + size {
+                bytes.resize(offset + size, 0);
+            }
+            bytes[offset..offset + size].copy_from_slice(value);
+        }
+        Ok(bytes)
     }
 
     /// The session's id of a node of `graph` (a new one of the server's if the client never

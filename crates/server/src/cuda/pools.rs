@@ -198,3 +198,21 @@ pub(super) fn pool_props(props: &PoolProps) -> CUmemPoolProps {
         p
     }
 }
+
+/// The wire form of `CUmemPoolProps` (as the driver describes a graph allocation's pool).
+pub(super) fn wire_pool_props(props: &CUmemPoolProps) -> PoolProps {
+    let base = std::ptr::addr_of!(*props);
+    // SAFETY: fields of a valid struct, each read as an integer of its width.
+    unsafe {
+        PoolProps {
+            alloc_type: std::ptr::addr_of!((*base).allocType).cast::<u32>().read(),
+            handle_types: std::ptr::addr_of!((*base).handleTypes).cast::<u32>().read(),
+            location_type: std::ptr::addr_of!((*base).location.type_)
+                .cast::<u32>()
+                .read(),
+            location_id: (*base).location.id,
+            max_size: (*base).maxSize as u64,
+            usage: (*base).usage,
+        }
+    }
+}

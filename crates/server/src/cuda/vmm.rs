@@ -202,6 +202,21 @@ pub(super) fn wire_prop(prop: &CUmemAllocationProp) -> MemProp {
     }
 }
 
+/// The wire form of a `CUmemAccessDesc` (as the driver describes one).
+pub(super) fn wire_access(desc: &CUmemAccessDesc) -> MemAccess {
+    let base = std::ptr::addr_of!(*desc);
+    // SAFETY: fields of a valid struct, each read as an integer of its width.
+    unsafe {
+        MemAccess {
+            location_type: std::ptr::addr_of!((*base).location.type_)
+                .cast::<u32>()
+                .read(),
+            location_id: (*base).location.id,
+            flags: std::ptr::addr_of!((*base).flags).cast::<u32>().read(),
+        }
+    }
+}
+
 pub(super) fn access_desc(access: &MemAccess) -> CUmemAccessDesc {
     // SAFETY: as in `allocation_prop`.
     unsafe {
