@@ -4,12 +4,14 @@
 //! - [`generated`]: the one list of driver functions ([`for_each_driver_function!`]), the
 //!   `cuGetProcAddress` version table and the names of every `CUresult`.
 //! - [`native`]: a driver library loaded at run time, called through [`cu_call!`].
+//! - [`wire`]: driver structs to and from their wire forms, for both ends.
 
 pub use cudarc::driver::sys;
 
 pub mod generated;
 pub mod image;
 pub mod native;
+pub mod wire;
 
 /// The markers of a launch's `extra` array (`CU_LAUNCH_PARAM_*`, pointer-valued macros in C).
 pub mod launch_param {

@@ -242,42 +242,20 @@ pub unsafe fn cuGraphChildGraphNodeGetGraph(hNode: CUgraphNode, phGraph: *mut CU
 
 /// `CUmemPoolProps` from the wire, its device the program's.
 fn pool_props(node: &GraphNode, props: &PoolProps) -> CUmemPoolProps {
-    // SAFETY: plain data, valid zeroed; enum fields are written as the integers the driver
-    // gave, through raw pointers at their offsets.
-    unsafe {
-        let mut raw: CUmemPoolProps = std::mem::zeroed();
-        let base = std::ptr::addr_of_mut!(raw);
-        std::ptr::addr_of_mut!((*base).allocType)
-            .cast::<u32>()
-            .write(props.alloc_type);
-        std::ptr::addr_of_mut!((*base).handleTypes)
-            .cast::<u32>()
-            .write(props.handle_types);
-        std::ptr::addr_of_mut!((*base).location.type_)
-            .cast::<u32>()
-            .write(props.location_type);
-        (*base).location.id = program_location(node, props.location_type, props.location_id);
-        (*base).maxSize = props.max_size as usize;
-        (*base).usage = props.usage;
-        raw
-    }
+    let program = PoolProps {
+        location_id: program_location(node, props.location_type, props.location_id),
+        ..*props
+    };
+    rgpu_cuda_api::wire::pool_props(&program)
 }
 
 /// `CUmemAccessDesc` from the wire, its device the program's.
 fn access_desc(node: &GraphNode, access: &MemAccess) -> CUmemAccessDesc {
-    // SAFETY: as in `pool_props`.
-    unsafe {
-        let mut raw: CUmemAccessDesc = std::mem::zeroed();
-        let base = std::ptr::addr_of_mut!(raw);
-        std::ptr::addr_of_mut!((*base).location.type_)
-            .cast::<u32>()
-            .write(access.location_type);
-        (*base).location.id = program_location(node, access.location_type, access.location_id);
-        std::ptr::addr_of_mut!((*base).flags)
-            .cast::<u32>()
-            .write(access.flags);
-        raw
-    }
+    let program = MemAccess {
+        location_id: program_location(node, access.location_type, access.location_id),
+        ..access.clone()
+    };
+    rgpu_cuda_api::wire::access_desc(&program)
 }
 
 pub unsafe fn cuGraphMemAllocNodeGetParams(

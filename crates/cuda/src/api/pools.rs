@@ -100,36 +100,16 @@ pub(crate) unsafe fn read_pool_props(
     props: *const CUmemPoolProps,
 ) -> Result<(PoolProps, &'static crate::servers::Device), CUresult> {
     // SAFETY: the caller's guarantee.
-    let (alloc_type, handle_types, location_type, location_id, max_size, usage) = unsafe {
-        (
-            std::ptr::addr_of!((*props).allocType).cast::<u32>().read(),
-            std::ptr::addr_of!((*props).handleTypes)
-                .cast::<u32>()
-                .read(),
-            std::ptr::addr_of!((*props).location.type_)
-                .cast::<u32>()
-                .read(),
-            (*props).location.id,
-            (*props).maxSize as u64,
-            (*props).usage,
-        )
-    };
+    let mut wire = rgpu_cuda_api::wire::wire_pool_props(unsafe { &*props });
     // Pools of host memory would live on the server, away from the program.
-    if location_type != LOCATION_DEVICE {
+    if wire.location_type != LOCATION_DEVICE {
         return Err(crate::unsupported::not_supported(
             "memory pools of host memory",
         ));
     }
-    let device = crate::servers::device(location_id)?;
-    let props = PoolProps {
-        alloc_type,
-        handle_types,
-        location_type,
-        location_id: device.remote_ordinal as i32,
-        max_size,
-        usage,
-    };
-    Ok((props, device))
+    let device = crate::servers::device(wire.location_id)?;
+    wire.location_id = device.remote_ordinal as i32;
+    Ok((wire, device))
 }
 
 pub unsafe fn cuMemPoolCreate(pool: *mut CUmemoryPool, props: *const CUmemPoolProps) -> CUresult {

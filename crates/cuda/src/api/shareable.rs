@@ -175,34 +175,16 @@ fn importing_context(server: u64) -> Result<Arc<Context>, CUresult> {
 
 /// `CUmemAllocationProp` from its wire form, its device the program's.
 fn given_prop(wire: &MemProp, ctx: &Context) -> CUmemAllocationProp {
-    let location_id = if wire.location_type == LOCATION_DEVICE {
-        u32::try_from(wire.location_id)
+    let mut program = wire.clone();
+    if wire.location_type == LOCATION_DEVICE {
+        if let Some(ordinal) = u32::try_from(wire.location_id)
             .ok()
             .and_then(|remote| crate::servers::program_ordinal(&ctx.conn, remote))
-            .unwrap_or(wire.location_id)
-    } else {
-        wire.location_id
-    };
-    // SAFETY: plain data for which all-zero bytes are valid; enum fields are written as the
-    // integers the driver gave, through raw pointers at their offsets.
-    unsafe {
-        let mut prop: CUmemAllocationProp = std::mem::zeroed();
-        let base = std::ptr::addr_of_mut!(prop);
-        std::ptr::addr_of_mut!((*base).type_)
-            .cast::<u32>()
-            .write(wire.kind);
-        std::ptr::addr_of_mut!((*base).requestedHandleTypes)
-            .cast::<u32>()
-            .write(wire.handle_types);
-        std::ptr::addr_of_mut!((*base).location.type_)
-            .cast::<u32>()
-            .write(wire.location_type);
-        (*base).location.id = location_id;
-        std::ptr::addr_of_mut!((*base).allocFlags)
-            .cast::<[u8; 8]>()
-            .write_unaligned(wire.alloc_flags);
-        prop
+        {
+            program.location_id = ordinal;
+        }
     }
+    rgpu_cuda_api::wire::allocation_prop(&program)
 }
 
 pub unsafe fn cuMemExportToShareableHandle(

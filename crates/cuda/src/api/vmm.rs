@@ -54,35 +54,13 @@ fn device_location(location_type: u32, id: i32) -> Result<(i32, Arc<Context>), C
 /// Reads a `CUmemAllocationProp` as integers (its enum fields may hold values the enums lack)
 /// and translates its device.
 unsafe fn read_prop(prop: *const CUmemAllocationProp) -> Result<(MemProp, Arc<Context>), CUresult> {
-    if prop.is_null() {
-        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
-    }
-    // SAFETY: non-null, and the API contract makes it a valid property struct; each field is
-    // read as an integer of its width.
-    let (kind, handle_types, location_type, location_id, alloc_flags) = unsafe {
-        (
-            std::ptr::addr_of!((*prop).type_).cast::<u32>().read(),
-            std::ptr::addr_of!((*prop).requestedHandleTypes)
-                .cast::<u32>()
-                .read(),
-            std::ptr::addr_of!((*prop).location.type_)
-                .cast::<u32>()
-                .read(),
-            (*prop).location.id,
-            std::ptr::addr_of!((*prop).allocFlags)
-                .cast::<[u8; 8]>()
-                .read_unaligned(),
-        )
-    };
-    let (location_id, ctx) = device_location(location_type, location_id)?;
-    let prop = MemProp {
-        kind,
-        handle_types,
-        location_type,
-        location_id,
-        alloc_flags,
-    };
-    Ok((prop, ctx))
+    // SAFETY: null (refused) or, as the API contract makes it, a valid property struct.
+    let mut wire = rgpu_cuda_api::wire::mem_prop(
+        unsafe { prop.as_ref() }.ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?,
+    );
+    let (location_id, ctx) = device_location(wire.location_type, wire.location_id)?;
+    wire.location_id = location_id;
+    Ok((wire, ctx))
 }
 
 pub unsafe fn cuMemGetAllocationGranularity(
@@ -225,21 +203,10 @@ pub(crate) unsafe fn read_access(
 ) -> Result<Vec<MemAccess>, CUresult> {
     (0..count)
         .map(|i| {
-            // SAFETY: the caller's guarantee; read as integers.
-            let (location_type, id, flags) = unsafe {
-                let d = desc.add(i);
-                (
-                    std::ptr::addr_of!((*d).location.type_).cast::<u32>().read(),
-                    (*d).location.id,
-                    std::ptr::addr_of!((*d).flags).cast::<u32>().read(),
-                )
-            };
-            let (location_id, _) = device_location(location_type, id)?;
-            Ok(MemAccess {
-                location_type,
-                location_id,
-                flags,
-            })
+            // SAFETY: the caller's guarantee.
+            let mut wire = rgpu_cuda_api::wire::mem_access(unsafe { &*desc.add(i) });
+            wire.location_id = device_location(wire.location_type, wire.location_id)?.0;
+            Ok(wire)
         })
         .collect()
 }

@@ -661,12 +661,12 @@ impl serve::Graphs for Served<'_> {
                     // SAFETY: the driver's array of `accessDescCount` descriptors.
                     unsafe { std::slice::from_raw_parts(p.accessDescs, p.accessDescCount) }
                         .iter()
-                        .map(super::vmm::wire_access)
+                        .map(rgpu_cuda_api::wire::mem_access)
                         .collect()
                 };
                 state.address = p.dptr;
                 NodeParams::MemAlloc {
-                    props: super::pools::wire_pool_props(&p.poolProps),
+                    props: rgpu_cuda_api::wire::wire_pool_props(&p.poolProps),
                     access,
                     size: p.bytesize as u64,
                 }
@@ -1174,10 +1174,12 @@ impl CudaSession {
                 access,
                 size,
             } => {
-                let access: Vec<CUmemAccessDesc> =
-                    access.iter().map(super::vmm::access_desc).collect();
+                let access: Vec<CUmemAccessDesc> = access
+                    .iter()
+                    .map(rgpu_cuda_api::wire::access_desc)
+                    .collect();
                 let mut p = CUDA_MEM_ALLOC_NODE_PARAMS {
-                    poolProps: super::pools::pool_props(&props),
+                    poolProps: rgpu_cuda_api::wire::pool_props(&props),
                     accessDescs: access.as_ptr(),
                     accessDescCount: access.len(),
                     bytesize: size as usize,

@@ -40,7 +40,7 @@ impl CudaSession {
 
     pub(super) fn create_pool(&mut self, ctx: Id, id: Id, props: &PoolProps) -> Answer<()> {
         self.create_pool_with(ctx, id, |cuda, raw| {
-            let props = pool_props(props);
+            let props = rgpu_cuda_api::wire::pool_props(props);
             // SAFETY: a valid property struct and out-pointer.
             check(unsafe { cu_call!(cuda.backend.driver, cuMemPoolCreate(raw, &props)) })
         })
@@ -128,7 +128,10 @@ impl CudaSession {
 
     pub(super) fn set_pool_access(&self, pool: Pool, access: &[MemAccess]) -> Answer<()> {
         let pool = self.pool(pool)?;
-        let descs: Vec<CUmemAccessDesc> = access.iter().map(super::vmm::access_desc).collect();
+        let descs: Vec<CUmemAccessDesc> = access
+            .iter()
+            .map(rgpu_cuda_api::wire::access_desc)
+            .collect();
         // SAFETY: a live pool and a local descriptor list.
         check(unsafe {
             cu_call!(
@@ -172,47 +175,5 @@ impl CudaSession {
                 cuDeviceSetMemPool(device as CUdevice, pool)
             )
         })
-    }
-}
-
-/// `CUmemPoolProps` from the wire.
-pub(super) fn pool_props(props: &PoolProps) -> CUmemPoolProps {
-    // SAFETY: plain data, valid zeroed (every enum in it has a zero value); enum fields are
-    // written as the integers the client sent (the driver checks them), never as Rust enum
-    // values.
-    unsafe {
-        let mut p: CUmemPoolProps = std::mem::zeroed();
-        let base = std::ptr::addr_of_mut!(p);
-        std::ptr::addr_of_mut!((*base).allocType)
-            .cast::<u32>()
-            .write(props.alloc_type);
-        std::ptr::addr_of_mut!((*base).handleTypes)
-            .cast::<u32>()
-            .write(props.handle_types);
-        std::ptr::addr_of_mut!((*base).location.type_)
-            .cast::<u32>()
-            .write(props.location_type);
-        (*base).location.id = props.location_id;
-        (*base).maxSize = props.max_size as usize;
-        (*base).usage = props.usage;
-        p
-    }
-}
-
-/// The wire form of `CUmemPoolProps` (as the driver describes a graph allocation's pool).
-pub(super) fn wire_pool_props(props: &CUmemPoolProps) -> PoolProps {
-    let base = std::ptr::addr_of!(*props);
-    // SAFETY: fields of a valid struct, each read as an integer of its width.
-    unsafe {
-        PoolProps {
-            alloc_type: std::ptr::addr_of!((*base).allocType).cast::<u32>().read(),
-            handle_types: std::ptr::addr_of!((*base).handleTypes).cast::<u32>().read(),
-            location_type: std::ptr::addr_of!((*base).location.type_)
-                .cast::<u32>()
-                .read(),
-            location_id: (*base).location.id,
-            max_size: (*base).maxSize as u64,
-            usage: (*base).usage,
-        }
     }
 }

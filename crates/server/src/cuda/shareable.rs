@@ -244,13 +244,19 @@ impl Served<'_> {
     }
 }
 
-/// Takes a descriptor the driver wrote as an `int`.
-fn owned_fd(raw: i32) -> Result<OwnedFd, Status> {
-    if raw < 0 {
+/// The POSIX descriptor kind of shareable handle, the one rgpu shares.
+const POSIX_FD: CUmemAllocationHandleType =
+    CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+
+/// The descriptor a driver export call writes (as an `int`) through the pointer it is given.
+fn exported_fd(export: impl FnOnce(*mut std::ffi::c_void) -> Status) -> Result<OwnedFd, Status> {
+    let mut fd: i32 = -1;
+    check(export((&mut fd as *mut i32).cast()))?;
+    if fd < 0 {
         return Err(INVALID_VALUE);
     }
     // SAFETY: the driver just opened it for this process, and nothing else owns it.
-    Ok(unsafe { OwnedFd::from_raw_fd(raw) })
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 impl serve::SharedHandles for Served<'_> {
@@ -258,22 +264,12 @@ impl serve::SharedHandles for Served<'_> {
         self.cuda.enter(ctx)?;
         let raw = *self.cuda.vmm_handles.get(&handle).ok_or(INVALID_HANDLE)?;
         self.share_once(Exported::Allocation(handle), |served| {
-            let mut fd: i32 = -1;
-            let out = (&mut fd as *mut i32).cast();
             let driver = &served.cuda.backend.driver;
-            // SAFETY: an `int` out-value, as the POSIX descriptor type writes; a live handle.
-            check(unsafe {
-                cu_call!(
-                    driver,
-                    cuMemExportToShareableHandle(
-                        out,
-                        raw,
-                        CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
-                        0
-                    )
-                )
-            })?;
-            owned_fd(fd)
+            exported_fd(|out| {
+                // SAFETY: an `int` out-value, as the POSIX descriptor type writes; a live
+                // handle.
+                unsafe { cu_call!(driver, cuMemExportToShareableHandle(out, raw, POSIX_FD, 0)) }
+            })
         })
     }
 
@@ -291,11 +287,7 @@ impl serve::SharedHandles for Served<'_> {
         check(unsafe {
             cu_call!(
                 driver,
-                cuMemImportFromShareableHandle(
-                    &mut raw,
-                    os_handle,
-                    CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
-                )
+                cuMemImportFromShareableHandle(&mut raw, os_handle, POSIX_FD)
             )
         })?;
         // SAFETY: plain data, valid zeroed.
@@ -314,28 +306,22 @@ impl serve::SharedHandles for Served<'_> {
         }
         // Not charged: the memory is the exporter's, charged to its session.
         self.cuda.vmm_handles.insert(handle, raw);
-        Ok(super::vmm::wire_prop(&prop))
+        Ok(rgpu_cuda_api::wire::mem_prop(&prop))
     }
 
     fn share_pool(&mut self, pool: Pool) -> Answer<Shareable> {
         let raw = self.cuda.pool(pool)?;
         self.share_once(Exported::Pool(pool), |served| {
-            let mut fd: i32 = -1;
-            let out = (&mut fd as *mut i32).cast();
             let driver = &served.cuda.backend.driver;
-            // SAFETY: an `int` out-value, as the POSIX descriptor type writes; a live pool.
-            check(unsafe {
-                cu_call!(
-                    driver,
-                    cuMemPoolExportToShareableHandle(
-                        out,
-                        raw,
-                        CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
-                        0
+            exported_fd(|out| {
+                // SAFETY: an `int` out-value, as the POSIX descriptor type writes; a live pool.
+                unsafe {
+                    cu_call!(
+                        driver,
+                        cuMemPoolExportToShareableHandle(out, raw, POSIX_FD, 0)
                     )
-                )
-            })?;
-            owned_fd(fd)
+                }
+            })
         })
     }
 
@@ -352,12 +338,7 @@ impl serve::SharedHandles for Served<'_> {
                 check(unsafe {
                     cu_call!(
                         cuda.backend.driver,
-                        cuMemPoolImportFromShareableHandle(
-                            raw,
-                            os_handle,
-                            CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
-                            0
-                        )
+                        cuMemPoolImportFromShareableHandle(raw, os_handle, POSIX_FD, 0)
                     )
                 })
             })

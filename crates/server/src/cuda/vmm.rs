@@ -4,6 +4,7 @@
 
 use rgpu_cuda_api::native::{check, Status, INVALID_HANDLE};
 use rgpu_cuda_api::sys::*;
+use rgpu_cuda_api::wire::{access_desc, allocation_prop};
 use rgpu_cuda_api::{cu_call, cu_call_raw};
 use rgpu_protocol::cuda::{serve, Answer, DevicePtr, Id, MemAccess, MemProp};
 
@@ -149,86 +150,5 @@ impl serve::VirtualMemory for Served<'_> {
             cuda.vmm_reservations.remove(&ptr);
             Ok(())
         }))
-    }
-}
-
-// `allocation_prop` writes the allocation flags as 8 bytes.
-const _: () = assert!(std::mem::size_of::<CUmemAllocationProp_st__bindgen_ty_1>() == 8);
-
-/// `CUmemAllocationProp` from its wire form. Its enum fields are written as the integers the
-/// client sent (the driver checks them), never as Rust enum values.
-fn allocation_prop(prop: &MemProp) -> CUmemAllocationProp {
-    // SAFETY: plain data for which all-zero bytes are valid; fields are written through raw
-    // pointers at their offsets, each an integer of the written width.
-    unsafe {
-        let mut raw: CUmemAllocationProp = std::mem::zeroed();
-        let base = std::ptr::addr_of_mut!(raw);
-        std::ptr::addr_of_mut!((*base).type_)
-            .cast::<u32>()
-            .write(prop.kind);
-        std::ptr::addr_of_mut!((*base).requestedHandleTypes)
-            .cast::<u32>()
-            .write(prop.handle_types);
-        std::ptr::addr_of_mut!((*base).location.type_)
-            .cast::<u32>()
-            .write(prop.location_type);
-        (*base).location.id = prop.location_id;
-        std::ptr::addr_of_mut!((*base).allocFlags)
-            .cast::<[u8; 8]>()
-            .write_unaligned(prop.alloc_flags);
-        raw
-    }
-}
-
-/// The wire form of `CUmemAllocationProp` (as the driver describes an imported allocation).
-pub(super) fn wire_prop(prop: &CUmemAllocationProp) -> MemProp {
-    let base = std::ptr::addr_of!(*prop);
-    // SAFETY: fields of a valid struct, each read as an integer of its width (a newer driver
-    // may write enum values this build lacks).
-    unsafe {
-        MemProp {
-            kind: std::ptr::addr_of!((*base).type_).cast::<u32>().read(),
-            handle_types: std::ptr::addr_of!((*base).requestedHandleTypes)
-                .cast::<u32>()
-                .read(),
-            location_type: std::ptr::addr_of!((*base).location.type_)
-                .cast::<u32>()
-                .read(),
-            location_id: (*base).location.id,
-            alloc_flags: std::ptr::addr_of!((*base).allocFlags)
-                .cast::<[u8; 8]>()
-                .read_unaligned(),
-        }
-    }
-}
-
-/// The wire form of a `CUmemAccessDesc` (as the driver describes one).
-pub(super) fn wire_access(desc: &CUmemAccessDesc) -> MemAccess {
-    let base = std::ptr::addr_of!(*desc);
-    // SAFETY: fields of a valid struct, each read as an integer of its width.
-    unsafe {
-        MemAccess {
-            location_type: std::ptr::addr_of!((*base).location.type_)
-                .cast::<u32>()
-                .read(),
-            location_id: (*base).location.id,
-            flags: std::ptr::addr_of!((*base).flags).cast::<u32>().read(),
-        }
-    }
-}
-
-pub(super) fn access_desc(access: &MemAccess) -> CUmemAccessDesc {
-    // SAFETY: as in `allocation_prop`.
-    unsafe {
-        let mut raw: CUmemAccessDesc = std::mem::zeroed();
-        let base = std::ptr::addr_of_mut!(raw);
-        std::ptr::addr_of_mut!((*base).location.type_)
-            .cast::<u32>()
-            .write(access.location_type);
-        (*base).location.id = access.location_id;
-        std::ptr::addr_of_mut!((*base).flags)
-            .cast::<u32>()
-            .write(access.flags);
-        raw
     }
 }
