@@ -4,7 +4,9 @@
 // conditional node whose body kernel decrements a counter on the device and sets the
 // condition; stream capture into an existing graph; graph memory (allocation and free nodes,
 // the device's graph memory attributes and trim);
-// copy nodes with a host side and a host node.
+// copy nodes with a host side and a host node; kernel-node attributes (set, read, copied);
+// the nodes' parameters read back (kernel with its arguments, memset, child graph, graph
+// allocation and free, host).
 // Checks every result against the CPU.
 //
 //   nvcc -O2 -o graph_nodes graph_nodes.cu && ./graph_nodes
@@ -94,6 +96,16 @@ int main() {
     cudaGraphNodeType type;
     CK(cudaGraphNodeGetType(copy_node, &type));
     EXPECT(type == cudaGraphNodeTypeMemcpy, "copy node has type %d", (int)type);
+
+    // Kernel-node attributes: set, read back, copied to another kernel node.
+    cudaLaunchAttributeValue priority = {};
+    priority.priority = -1;
+    CK(cudaGraphKernelNodeSetAttribute(kernel_node, cudaLaunchAttributePriority, &priority));
+    cudaLaunchAttributeValue priority_back = {}, copied = {};
+    CK(cudaGraphKernelNodeGetAttribute(kernel_node, cudaLaunchAttributePriority, &priority_back));
+    CK(cudaGraphKernelNodeCopyAttributes(child_kernel, kernel_node));
+    CK(cudaGraphKernelNodeGetAttribute(child_kernel, cudaLaunchAttributePriority, &copied));
+    printf("CHECK kernel_node_attributes %d %d\n", priority_back.priority, copied.priority);
 
     // The nodes' parameters read back.
     cudaMemsetParams ms_back = {};

@@ -1908,13 +1908,26 @@ pub unsafe extern "C" fn cuGraphInstantiate_v2(
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuGraphKernelNodeCopyAttributes() -> CUresult {
-    not_supported("cuGraphKernelNodeCopyAttributes")
+pub unsafe extern "C" fn cuGraphKernelNodeCopyAttributes(
+    dst: CUgraphNode,
+    src: CUgraphNode,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuGraphKernelNodeCopyAttributes", || unsafe {
+        crate::api::cuGraphKernelNodeCopyAttributes(dst, src)
+    })
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuGraphKernelNodeGetAttribute() -> CUresult {
-    not_supported("cuGraphKernelNodeGetAttribute")
+pub unsafe extern "C" fn cuGraphKernelNodeGetAttribute(
+    hNode: CUgraphNode,
+    attr: u32,
+    value_out: *mut CUkernelNodeAttrValue,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuGraphKernelNodeGetAttribute", || unsafe {
+        crate::api::cuGraphKernelNodeGetAttribute(hNode, attr, value_out)
+    })
 }
 
 #[no_mangle]
@@ -1940,8 +1953,15 @@ pub unsafe extern "C" fn cuGraphKernelNodeGetParams_v2(
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuGraphKernelNodeSetAttribute() -> CUresult {
-    not_supported("cuGraphKernelNodeSetAttribute")
+pub unsafe extern "C" fn cuGraphKernelNodeSetAttribute(
+    hNode: CUgraphNode,
+    attr: u32,
+    value: *const CUkernelNodeAttrValue,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuGraphKernelNodeSetAttribute", || unsafe {
+        crate::api::cuGraphKernelNodeSetAttribute(hNode, attr, value)
+    })
 }
 
 #[no_mangle]

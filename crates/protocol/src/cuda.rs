@@ -860,6 +860,15 @@ wire_api! {
         /// graph, graph allocation and free nodes; others are not supported). A child graph
         /// the client never named gets an id of the server's.
         call GraphNodeGetParams graph_node_get_params(node: Id) -> Answer<NodeState>;
+        /// `cuGraphKernelNodeSetAttribute` (the value union's bytes, as for streams).
+        call GraphKernelNodeSetAttribute graph_kernel_node_set_attribute(node: Id,
+            attribute: LaunchAttribute) -> Status;
+        /// `cuGraphKernelNodeGetAttribute`: the value union's bytes.
+        call GraphKernelNodeGetAttribute graph_kernel_node_get_attribute(node: Id, id: u32)
+            -> Answer<Vec<u8>>;
+        /// `cuGraphKernelNodeCopyAttributes`.
+        call GraphKernelNodeCopyAttributes graph_kernel_node_copy_attributes(dst: Id, src: Id)
+            -> Status;
     }
 
     /// CUDA arrays, and texture and surface objects.

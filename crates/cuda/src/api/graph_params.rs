@@ -322,3 +322,73 @@ pub unsafe fn cuGraphHostNodeGetParams(
     // SAFETY: the caller's out-pointer: null (refused by write_out) or writable.
     status(unsafe { write_out(nodeParams, params) })
 }
+
+/// A kernel node of the program's, and its server.
+fn kernel_node(node: CUgraphNode) -> Result<Arc<GraphNode>, CUresult> {
+    GraphNode::from_handle(node).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)
+}
+
+pub unsafe fn cuGraphKernelNodeSetAttribute(
+    hNode: CUgraphNode,
+    attr: u32,
+    value: *const CUkernelNodeAttrValue,
+) -> CUresult {
+    status(kernel_node(hNode).and_then(|node| {
+        if value.is_null() {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        // SAFETY: the program's value union, readable as the API requires.
+        let bytes = unsafe {
+            std::slice::from_raw_parts(
+                value.cast::<u8>(),
+                std::mem::size_of::<CUkernelNodeAttrValue>(),
+            )
+        }
+        .to_vec();
+        let attribute = rgpu_protocol::cuda::LaunchAttribute {
+            id: attr,
+            value: bytes,
+        };
+        node.conn
+            .cuda()
+            .graph_kernel_node_set_attribute(node.remote, attribute)
+            .outcome()
+    }))
+}
+
+pub unsafe fn cuGraphKernelNodeGetAttribute(
+    hNode: CUgraphNode,
+    attr: u32,
+    value_out: *mut CUkernelNodeAttrValue,
+) -> CUresult {
+    status(kernel_node(hNode).and_then(|node| {
+        if value_out.is_null() {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        let bytes = node
+            .conn
+            .cuda()
+            .graph_kernel_node_get_attribute(node.remote, attr)
+            .outcome()?;
+        let n = bytes
+            .len()
+            .min(std::mem::size_of::<CUkernelNodeAttrValue>());
+        // SAFETY: the program's value union, writable as the API requires; at most its size.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), value_out.cast::<u8>(), n) };
+        Ok(())
+    }))
+}
+
+pub unsafe fn cuGraphKernelNodeCopyAttributes(dst: CUgraphNode, src: CUgraphNode) -> CUresult {
+    status(kernel_node(dst).and_then(|to| {
+        let from = kernel_node(src)?;
+        if !Arc::ptr_eq(&to.conn, &from.conn) {
+            // Nodes of graphs of two servers: no driver holds both.
+            return Err(CUresult::CUDA_ERROR_INVALID_CONTEXT);
+        }
+        to.conn
+            .cuda()
+            .graph_kernel_node_copy_attributes(to.remote, from.remote)
+            .outcome()
+    }))
+}

@@ -8,8 +8,8 @@ use rgpu_cuda_api::native::{check, Status, INVALID_HANDLE, INVALID_VALUE, NOT_SU
 use rgpu_cuda_api::sys::*;
 use rgpu_cuda_api::{cu_call, cu_call_raw};
 use rgpu_protocol::cuda::{
-    serve, Answer, CaptureState, Edge, Id, ListedEdge, NodeParams, NodeQuery, NodeState,
-    SERVER_NODE_IDS,
+    serve, Answer, CaptureState, Edge, Id, LaunchAttribute, ListedEdge, NodeParams, NodeQuery,
+    NodeState, SERVER_NODE_IDS,
 };
 
 use super::copies::DeviceCopy;
@@ -680,6 +680,59 @@ impl serve::Graphs for Served<'_> {
             _ => return Err(NOT_SUPPORTED),
         };
         Ok(state)
+    }
+
+    fn graph_kernel_node_set_attribute(&mut self, node: Id, attribute: LaunchAttribute) -> Status {
+        let cuda = &*self.cuda;
+        code(cuda.node(node).and_then(|raw| {
+            let value = super::streams::attribute_value(&attribute)?;
+            let (id, value) = (attribute.id, &value as *const CUkernelNodeAttrValue);
+            // SAFETY: a live node and a local value; the attribute is the client's integer.
+            check(unsafe {
+                cu_call_raw!(
+                    cuda.backend.driver,
+                    cuGraphKernelNodeSetAttribute(
+                        raw: CUgraphNode,
+                        id: u32,
+                        value: *const CUkernelNodeAttrValue,
+                    )
+                )
+            })
+        }))
+    }
+
+    fn graph_kernel_node_get_attribute(&mut self, node: Id, id: u32) -> Answer<Vec<u8>> {
+        let cuda = &*self.cuda;
+        let raw = cuda.node(node)?;
+        // SAFETY: plain data, valid zeroed.
+        let mut value: CUkernelNodeAttrValue = unsafe { std::mem::zeroed() };
+        let out = &mut value as *mut CUkernelNodeAttrValue;
+        // SAFETY: a live node and a local out-value; the attribute is the client's integer.
+        check(unsafe {
+            cu_call_raw!(
+                cuda.backend.driver,
+                cuGraphKernelNodeGetAttribute(
+                    raw: CUgraphNode,
+                    id: u32,
+                    out: *mut CUkernelNodeAttrValue,
+                )
+            )
+        })?;
+        Ok(super::streams::attribute_bytes(&value))
+    }
+
+    fn graph_kernel_node_copy_attributes(&mut self, dst: Id, src: Id) -> Status {
+        let cuda = &*self.cuda;
+        code(cuda.node(dst).and_then(|dst| {
+            let src = cuda.node(src)?;
+            // SAFETY: two live nodes of the session; the driver checks their kinds.
+            check(unsafe {
+                cu_call!(
+                    cuda.backend.driver,
+                    cuGraphKernelNodeCopyAttributes(dst, src)
+                )
+            })
+        }))
     }
 
     fn graph_mem_trim(&mut self, device: u32) -> Status {

@@ -35,20 +35,7 @@ impl serve::Streams for Served<'_> {
         let cuda = &mut *self.cuda;
         cuda.enter(ctx)?;
         let stream = cuda.stream(stream)?;
-        // SAFETY: plain data, valid zeroed.
-        let mut value: CUstreamAttrValue = unsafe { std::mem::zeroed() };
-        let size = std::mem::size_of::<CUstreamAttrValue>();
-        if attribute.value.len() > size {
-            return Err(INVALID_VALUE);
-        }
-        // SAFETY: at most the union's size, checked above.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                attribute.value.as_ptr(),
-                (&mut value as *mut CUstreamAttrValue).cast::<u8>(),
-                attribute.value.len(),
-            )
-        };
+        let value = attribute_value(&attribute)?;
         let (id, value) = (attribute.id, &value as *const CUstreamAttrValue);
         // SAFETY: a live stream and a local value; the attribute is the client's integer.
         check(unsafe {
@@ -81,11 +68,7 @@ impl serve::Streams for Served<'_> {
                 )
             )
         })?;
-        // SAFETY: the union's bytes.
-        let bytes = unsafe {
-            std::slice::from_raw_parts(out.cast::<u8>(), std::mem::size_of::<CUstreamAttrValue>())
-        };
-        Ok(bytes.to_vec())
+        Ok(attribute_bytes(&value))
     }
 
     fn destroy_stream(&mut self, id: Id) -> Answer<()> {
@@ -121,4 +104,35 @@ impl serve::Streams for Served<'_> {
             check(unsafe { cu_call!(cuda.backend.driver, cuStreamWaitEvent(stream, event, flags)) })
         })
     }
+}
+
+/// An attribute's value union (of streams, kernel nodes and launches alike) from its wire
+/// bytes.
+pub(super) fn attribute_value(attribute: &LaunchAttribute) -> Result<CUstreamAttrValue, Status> {
+    // SAFETY: plain data, valid zeroed.
+    let mut value: CUstreamAttrValue = unsafe { std::mem::zeroed() };
+    if attribute.value.len() > std::mem::size_of::<CUstreamAttrValue>() {
+        return Err(INVALID_VALUE);
+    }
+    // SAFETY: at most the union's size, checked above.
+    unsafe {
+        std::ptr::copy_nonoverlapping(
+            attribute.value.as_ptr(),
+            (&mut value as *mut CUstreamAttrValue).cast::<u8>(),
+            attribute.value.len(),
+        )
+    };
+    Ok(value)
+}
+
+/// The wire bytes of an attribute's value union.
+pub(super) fn attribute_bytes(value: &CUstreamAttrValue) -> Vec<u8> {
+    // SAFETY: the union's bytes.
+    unsafe {
+        std::slice::from_raw_parts(
+            (value as *const CUstreamAttrValue).cast::<u8>(),
+            std::mem::size_of::<CUstreamAttrValue>(),
+        )
+    }
+    .to_vec()
 }
