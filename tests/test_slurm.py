@@ -77,6 +77,12 @@ def no_jobs() -> bool:
     return sh(["squeue", "-h"]).stdout.strip() == ""
 
 
+# How long jobs may take to leave the queue: a step's completion message that slurmctld does not
+# take at once (a busy machine) is sent again by slurmd 60 s later, which the job waits out in
+# COMPLETING.
+DRAIN_TIMEOUT = 150
+
+
 @pytest.fixture(scope="module")
 def cluster(rgpu_bins):
     sh(["bash", SCRIPT, "down"], check=False)
@@ -177,7 +183,7 @@ def test_the_prolog_ignores_files_planted_in_tmp(cluster):
         for link in planted:
             link.unlink(missing_ok=True)
         victim.unlink()
-    wait_for("no job left", no_jobs)
+    wait_for("no job left", no_jobs, timeout=DRAIN_TIMEOUT)
 
 
 def test_a_second_job_for_the_same_gpu_waits_in_slurms_queue(cluster):
@@ -195,7 +201,7 @@ def test_a_second_job_for_the_same_gpu_waits_in_slurms_queue(cluster):
     assert re.search(rf"^\s*{second}\s+gpu\s+PENDING\s+Resources", queue, re.M), queue
     sh(["scancel", first])
     wait_for("the second job done", lambda: job_state(second) == "", timeout=90)
-    wait_for("no job left", no_jobs)
+    wait_for("no job left", no_jobs, timeout=DRAIN_TIMEOUT)
 
 
 def test_jobs_with_gpu_shards_share_the_gpu(cluster):
@@ -204,7 +210,7 @@ def test_jobs_with_gpu_shards_share_the_gpu(cluster):
                 "--wrap", f"{h.RGPU} devices && sleep 6"]).stdout.strip() for out in outs]
     wait_for("both shard jobs running at once",
              lambda: all(job_state(j) == "RUNNING" for j in jobs))
-    wait_for("both done", no_jobs)
+    wait_for("both done", no_jobs, timeout=DRAIN_TIMEOUT)
     for out in outs:
         text = out.read_text()
         assert re.search(rf"\s{NET}\.13:\d+\s*$", text, re.M), text
@@ -220,7 +226,7 @@ def test_a_killed_job_leaves_its_node_clean(cluster, c_program):
                          for p in (DIR / "log").glob(f"job-{job}-n2.log")))
     server_pid = int((DIR / "jobs" / job / "servers" / "n2.pid").read_text())
     sh(["scancel", "--signal=KILL", job])
-    wait_for("the job gone", no_jobs)
+    wait_for("the job gone", no_jobs, timeout=DRAIN_TIMEOUT)
     wait_for("the job's server stopped", lambda: not Path(f"/proc/{server_pid}").exists())
     wait_for("the job's state removed", lambda: not (DIR / "jobs" / job).exists())
     # Not drained: the epilog found the node clean.
