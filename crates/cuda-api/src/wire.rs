@@ -6,7 +6,7 @@
 //! their offsets. Device ordinals pass unchanged: translating them between the program's
 //! numbering and a server's is the client's business.
 
-use rgpu_protocol::cuda::{MemAccess, MemProp, PoolProps};
+use rgpu_protocol::cuda::{MemAccess, MemProp, NodeParams, PoolProps};
 
 use crate::sys::*;
 
@@ -130,6 +130,37 @@ pub fn wire_pool_props(raw: &CUmemPoolProps) -> PoolProps {
     }
 }
 
+/// `CUDA_MEMSET_NODE_PARAMS` from the fields of a memset node's wire form.
+pub fn memset_params(
+    dst: u64,
+    value: u32,
+    element_size: u8,
+    width: u64,
+    height: u64,
+    pitch: u64,
+) -> CUDA_MEMSET_NODE_PARAMS {
+    CUDA_MEMSET_NODE_PARAMS {
+        dst,
+        pitch: pitch as usize,
+        value,
+        elementSize: element_size.into(),
+        width: width as usize,
+        height: height as usize,
+    }
+}
+
+/// The wire form of a memset node's `CUDA_MEMSET_NODE_PARAMS`.
+pub fn memset_node(p: &CUDA_MEMSET_NODE_PARAMS) -> NodeParams {
+    NodeParams::Memset {
+        dst: p.dst,
+        value: p.value,
+        element_size: p.elementSize as u8,
+        width: p.width as u64,
+        height: p.height as u64,
+        pitch: p.pitch as u64,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -165,5 +196,15 @@ mod tests {
             ..prop
         };
         assert_eq!(mem_prop(&allocation_prop(&odd)), odd);
+        let memset = NodeParams::Memset {
+            dst: 0x7000_0000,
+            value: 0x4000_0000,
+            element_size: 4,
+            width: 4096,
+            height: 2,
+            pitch: 16384,
+        };
+        let raw = memset_params(0x7000_0000, 0x4000_0000, 4, 4096, 2, 16384);
+        assert_eq!(memset_node(&raw), memset);
     }
 }

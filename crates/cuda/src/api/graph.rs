@@ -272,8 +272,8 @@ pub(crate) unsafe fn capture_info(
     };
     // SAFETY: the caller's out-pointers, each null (skipped) or writable.
     unsafe {
-        optional_out(capture_status, state.status);
-        optional_out(
+        super::stream::for_optional(capture_status, state.status);
+        super::stream::for_optional(
             graph_out,
             if active {
                 graph.handle as CUgraph
@@ -281,24 +281,13 @@ pub(crate) unsafe fn capture_info(
                 std::ptr::null_mut()
             },
         );
-        optional_out(
+        super::stream::for_optional(
             dependencies,
             if listed > 0 { list } else { std::ptr::null() },
         );
-        optional_out(count, listed);
+        super::stream::for_optional(count, listed);
     }
     Ok(())
-}
-
-/// Writes `value` through `out` unless it is null.
-///
-/// # Safety
-/// `out` is null or writable.
-unsafe fn optional_out<T>(out: *mut T, value: T) {
-    if !out.is_null() {
-        // SAFETY: the caller's guarantee.
-        unsafe { out.write(value) };
-    }
 }
 
 pub unsafe fn cuStreamUpdateCaptureDependencies_v2(

@@ -185,14 +185,7 @@ unsafe fn memset_node(p: *const CUDA_MEMSET_NODE_PARAMS) -> Result<NodeParams, C
     if ![1, 2, 4].contains(&p.elementSize) {
         return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
     }
-    Ok(NodeParams::Memset {
-        dst: p.dst,
-        value: p.value,
-        element_size: p.elementSize as u8,
-        width: p.width as u64,
-        height: p.height as u64,
-        pitch: p.pitch as u64,
-    })
+    Ok(rgpu_cuda_api::wire::memset_node(p))
 }
 
 /// Runs `make` with the thread's parameter buffer, then posts the node.

@@ -177,14 +177,8 @@ pub unsafe fn cuGraphMemsetNodeGetParams(
         else {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
         };
-        let params = CUDA_MEMSET_NODE_PARAMS {
-            dst,
-            pitch: pitch as usize,
-            value,
-            elementSize: element_size.into(),
-            width: width as usize,
-            height: height as usize,
-        };
+        let params =
+            rgpu_cuda_api::wire::memset_params(dst, value, element_size, width, height, pitch);
         // SAFETY: the caller's out-pointer: null (refused by write_out) or writable.
         unsafe { write_out(nodeParams, params) }
     })())

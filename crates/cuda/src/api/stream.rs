@@ -248,7 +248,11 @@ pub unsafe fn cuStreamGetCaptureInfo_v3(
     unsafe { cuStreamGetCaptureInfo_v2(stream, capture_status, id, graph, dependencies, count) }
 }
 
-unsafe fn for_optional<T>(out: *mut T, value: T) {
+/// Writes `value` through an optional out-pointer of the API (skipped when null).
+///
+/// # Safety
+/// `out` is null or writable.
+pub(crate) unsafe fn for_optional<T>(out: *mut T, value: T) {
     if !out.is_null() {
         // SAFETY: a non-null out-pointer of the API is writable.
         unsafe { out.write(value) };

@@ -6,7 +6,7 @@ use std::ptr::{null, null_mut};
 
 use rgpu_cuda_api::native::{check, Status, INVALID_HANDLE, INVALID_VALUE, NOT_SUPPORTED};
 use rgpu_cuda_api::sys::*;
-use rgpu_cuda_api::{cu_call, cu_call_raw};
+use rgpu_cuda_api::{cu_call, cu_call_raw, wire};
 use rgpu_protocol::cuda::{
     serve, Answer, CaptureState, Edge, Id, LaunchAttribute, ListedEdge, NodeParams, NodeQuery,
     NodeState, SERVER_NODE_IDS,
@@ -610,14 +610,7 @@ impl serve::Graphs for Served<'_> {
                 let mut p: CUDA_MEMSET_NODE_PARAMS = unsafe { std::mem::zeroed() };
                 // SAFETY: a live node of the session and a local out-struct.
                 check(unsafe { cu_call!(driver, cuGraphMemsetNodeGetParams(raw, &mut p)) })?;
-                NodeParams::Memset {
-                    dst: p.dst,
-                    value: p.value,
-                    element_size: p.elementSize as u8,
-                    width: p.width as u64,
-                    height: p.height as u64,
-                    pitch: p.pitch as u64,
-                }
+                wire::memset_node(&p)
             }
             EMPTY_NODE => NodeParams::Empty,
             kind @ (WAIT_EVENT_NODE | EVENT_RECORD_NODE) => {
@@ -661,12 +654,12 @@ impl serve::Graphs for Served<'_> {
                     // SAFETY: the driver's array of `accessDescCount` descriptors.
                     unsafe { std::slice::from_raw_parts(p.accessDescs, p.accessDescCount) }
                         .iter()
-                        .map(rgpu_cuda_api::wire::mem_access)
+                        .map(wire::mem_access)
                         .collect()
                 };
                 state.address = p.dptr;
                 NodeParams::MemAlloc {
-                    props: rgpu_cuda_api::wire::wire_pool_props(&p.poolProps),
+                    props: wire::wire_pool_props(&p.poolProps),
                     access,
                     size: p.bytesize as u64,
                 }
@@ -814,7 +807,7 @@ impl CudaSession {
         }
     }
 
-    /// A node's `CUgraphNodeType`, as its integer.
+    /// A node's `CUgraphNodeType`, as its integer (empty unless the driver says otherwise).
     fn node_kind(&self, raw: CUgraphNode) -> u32 {
         let mut kind = EMPTY_NODE;
         let out = &mut kind as *mut u32;
@@ -920,17 +913,7 @@ impl CudaSession {
     /// The session's id of a node of `graph` (a new one of the server's if the client never
     /// named it), with its type.
     fn name_node(&mut self, raw: CUgraphNode, graph: Id) -> (Id, u32) {
-        // CU_GRAPH_NODE_TYPE_EMPTY unless the driver says otherwise.
-        let mut kind = 5u32;
-        let out = &mut kind as *mut u32;
-        // SAFETY: a node the driver just listed; the type is written as its integer (it may
-        // be one the enum lacks).
-        let _ = unsafe {
-            cu_call_raw!(
-                self.backend.driver,
-                cuGraphNodeGetType(raw: CUgraphNode, out: *mut u32)
-            )
-        };
+        let kind = self.node_kind(raw);
         if let Some((&id, _)) = self.graph_nodes.iter().find(|(_, node)| node.raw == raw) {
             return (id, kind);
         }
@@ -1109,7 +1092,7 @@ impl CudaSession {
                 height,
                 pitch,
             } => {
-                let p = memset_params(dst, value, element_size, width, height, pitch);
+                let p = wire::memset_params(dst, value, element_size, width, height, pitch);
                 // SAFETY: as above.
                 unsafe {
                     cu_call!(
@@ -1227,12 +1210,9 @@ impl CudaSession {
                 access,
                 size,
             } => {
-                let access: Vec<CUmemAccessDesc> = access
-                    .iter()
-                    .map(rgpu_cuda_api::wire::access_desc)
-                    .collect();
+                let access: Vec<CUmemAccessDesc> = access.iter().map(wire::access_desc).collect();
                 let mut p = CUDA_MEM_ALLOC_NODE_PARAMS {
-                    poolProps: rgpu_cuda_api::wire::pool_props(&props),
+                    poolProps: wire::pool_props(&props),
                     accessDescs: access.as_ptr(),
                     accessDescCount: access.len(),
                     bytesize: size as usize,
@@ -1301,7 +1281,7 @@ impl CudaSession {
                 height,
                 pitch,
             } => {
-                let p = memset_params(dst, value, element_size, width, height, pitch);
+                let p = wire::memset_params(dst, value, element_size, width, height, pitch);
                 // SAFETY: as above.
                 unsafe {
                     if exec.is_null() {
@@ -1382,24 +1362,6 @@ impl CudaSession {
 }
 
 /// `CUDA_MEMSET_NODE_PARAMS` from the wire.
-fn memset_params(
-    dst: u64,
-    value: u32,
-    element_size: u8,
-    width: u64,
-    height: u64,
-    pitch: u64,
-) -> CUDA_MEMSET_NODE_PARAMS {
-    CUDA_MEMSET_NODE_PARAMS {
-        dst,
-        pitch: pitch as usize,
-        value,
-        elementSize: element_size as u32,
-        width: width as usize,
-        height: height as usize,
-    }
-}
-
 /// `CUstreamCaptureMode` from the wire.
 fn capture_mode(mode: u32) -> Option<CUstreamCaptureMode> {
     use CUstreamCaptureMode_enum::*;
