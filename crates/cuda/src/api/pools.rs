@@ -44,7 +44,8 @@ fn default_pool(ordinal: i32) -> Result<usize, CUresult> {
     Ok(handle)
 }
 
-fn pool_of(pool: CUmemoryPool) -> Result<Arc<MemPool>, CUresult> {
+/// The program's pool behind a handle.
+pub(super) fn pool_of(pool: CUmemoryPool) -> Result<Arc<MemPool>, CUresult> {
     MemPool::from_handle(pool).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)
 }
 

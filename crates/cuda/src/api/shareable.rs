@@ -20,6 +20,7 @@ use rgpu_protocol::cuda::{MemProp, Pool, Shareable};
 
 use super::ipc::server_key;
 use super::memory::{context_of, overlaps_known_range, record_device_range};
+use super::pools::pool_of;
 use super::{status, write_out, Outcome};
 use crate::objects::{current_context, Context, MemPool, PrimaryContext};
 
@@ -241,10 +242,6 @@ pub unsafe fn cuMemImportFromShareableHandle(
         // SAFETY: the caller's out-pointer, checked non-null.
         unsafe { write_out(handle, id) }
     })())
-}
-
-fn pool_of(pool: CUmemoryPool) -> Result<Arc<MemPool>, CUresult> {
-    MemPool::from_handle(pool).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)
 }
 
 pub unsafe fn cuMemPoolExportToShareableHandle(
