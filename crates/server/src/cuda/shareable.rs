@@ -142,9 +142,10 @@ fn hand_out(
     peer_is_ours(&stream)?;
     let mut ticket = [0u8; 32];
     stream.read_exact(&mut ticket).map_err(failed)?;
-    let lodged = lodged.lock().unwrap();
-    let Some(fd) = lodged.get(&ticket) else {
-        return stream.write_all(&[0]).map_err(failed);
+    // A duplicate, so that the table is not held while the peer is written to.
+    let fd = match lodged.lock().unwrap().get(&ticket) {
+        Some(fd) => fd.try_clone().map_err(failed)?,
+        None => return stream.write_all(&[0]).map_err(failed),
     };
     let fds = [fd.as_raw_fd()];
     sendmsg::<()>(
