@@ -88,7 +88,7 @@ if [ ${#cu_names[@]} -gt 0 ]; then
             [ "$name" = cublas_sgemm ] && libs=(-lcublas -Xlinker -rpath -Xlinker "$cuda_lib")
             # The driver API directly: linked against the toolkit's libcuda stub, resolved at
             # run time to the machine's libcuda.so.1 (rgpu's under `rgpu run`).
-            [[ " vmm jit_link pools_attrs graph_queries shareable " == *" $name "* ]] && libs=(-lcuda -L"$cuda_lib/stubs")
+            [[ " vmm jit_link pools_attrs graph_queries shareable ipc " == *" $name "* ]] && libs=(-lcuda -L"$cuda_lib/stubs")
             ("$nvcc" "${nvcc_flags[@]}" -o "$out/bin/$name" "tests/cuda/$name.cu" "${libs[@]}" \
                 >"$out/$name.build.log" 2>&1; echo $? >"$out/$name.build.rc") &
         done

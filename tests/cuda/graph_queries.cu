@@ -7,7 +7,9 @@
 // cuDeviceGetByPCIBusId; and the entry points of CUDA 10 to 12.1 that programs built with
 // those toolkits ask cuGetProcAddress for. Also event wait nodes given another event, copies
 // with 1D arrays (cuMemcpyDtoA, AtoA, AtoD), an executable graph's flags (cuGraphExecGetFlags)
-// and context-wide events (cuCtxRecordEvent, cuCtxWaitEvent).
+// and context-wide events (cuCtxRecordEvent, cuCtxWaitEvent). Last, copy nodes' parameters
+// read back (cuGraphMemcpyNodeGetParams): a 2D device copy the program described with offsets,
+// one with a host side, one after cuGraphMemcpyNodeSetParams, and a captured device copy.
 //
 //   nvcc -O2 -o graph_queries graph_queries.cu -lcuda && ./graph_queries
 //
@@ -305,6 +307,66 @@ int main() {
     printf("CHECK context_events %.6e %.6e\n", recorded_sum, waited_sum);
     CU(cuEventDestroy(all_done));
     CU(cuEventDestroy(gate));
+
+    // Copy nodes read back: as described (offsets kept), a host side kept, new parameters.
+    CUgraph copies;
+    CU(cuGraphCreate(&copies, 0));
+    CUDA_MEMCPY3D d2d;
+    memset(&d2d, 0, sizeof d2d);
+    d2d.srcMemoryType = d2d.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+    d2d.srcDevice = (CUdeviceptr)y;
+    d2d.dstDevice = (CUdeviceptr)x;
+    d2d.srcXInBytes = 16;
+    d2d.srcY = 1;
+    d2d.srcPitch = d2d.dstPitch = 1024;
+    d2d.WidthInBytes = 512;
+    d2d.Height = 3;
+    d2d.Depth = 1;
+    CUgraphNode device_copy, host_copy;
+    CU(cuGraphAddMemcpyNode(&device_copy, copies, nullptr, 0, &d2d, ctx));
+    CUDA_MEMCPY3D h2d;
+    memset(&h2d, 0, sizeof h2d);
+    h2d.srcMemoryType = CU_MEMORYTYPE_HOST;
+    h2d.srcHost = back.data();
+    h2d.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+    h2d.dstDevice = (CUdeviceptr)y;
+    h2d.WidthInBytes = 256;
+    h2d.Height = h2d.Depth = 1;
+    CU(cuGraphAddMemcpyNode(&host_copy, copies, &device_copy, 1, &h2d, ctx));
+    CUDA_MEMCPY3D got;
+    CU(cuGraphMemcpyNodeGetParams(device_copy, &got));
+    printf("CHECK copy_node_device %d %lld %lld %zu %zu %zu %zu %zu\n", (int)got.srcMemoryType,
+           (long long)(got.srcDevice - (CUdeviceptr)y), (long long)(got.dstDevice - (CUdeviceptr)x),
+           got.srcXInBytes, got.srcY, got.srcPitch, got.WidthInBytes, got.Height);
+    CU(cuGraphMemcpyNodeGetParams(host_copy, &got));
+    printf("CHECK copy_node_host %d %d %zu\n", (int)got.srcMemoryType,
+           got.srcHost == back.data(), got.WidthInBytes);
+    d2d.WidthInBytes = 128;
+    d2d.srcY = 2;
+    CU(cuGraphMemcpyNodeSetParams(device_copy, &d2d));
+    CU(cuGraphMemcpyNodeGetParams(device_copy, &got));
+    printf("CHECK copy_node_set %zu %zu\n", got.WidthInBytes, got.srcY);
+    EXPECT(cuGraphMemcpyNodeGetParams(device_copy, nullptr) != CUDA_SUCCESS,
+           "reading a copy node into null");
+    CUgraphNode not_a_copy;
+    CU(cuGraphAddEmptyNode(&not_a_copy, copies, nullptr, 0));
+    EXPECT(cuGraphMemcpyNodeGetParams(not_a_copy, &got) != CUDA_SUCCESS,
+           "an empty node read back as a copy");
+    // A captured device copy: the graph's only node.
+    cudaGraph_t captured;
+    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    CK(cudaMemcpyAsync(x + 8, y + 4, 1000 * sizeof(float), cudaMemcpyDeviceToDevice, s));
+    CK(cudaStreamEndCapture(s, &captured));
+    CUgraphNode copy_node;
+    size_t one = 1;
+    CU(cuGraphGetNodes((CUgraph)captured, &copy_node, &one));
+    CU(cuGraphMemcpyNodeGetParams(copy_node, &got));
+    unsigned long long src_at = got.srcDevice + got.srcXInBytes - (CUdeviceptr)y;
+    unsigned long long dst_at = got.dstDevice + got.dstXInBytes - (CUdeviceptr)x;
+    printf("CHECK copy_node_captured %llu %llu %zu %zu %zu\n", src_at, dst_at,
+           got.WidthInBytes, got.Height, got.Depth);
+    CK(cudaGraphDestroy(captured));
+    CU(cuGraphDestroy(copies));
 
     CK(cudaGraphExecDestroy(built_exec));
     CK(cudaGraphExecDestroy(exec));

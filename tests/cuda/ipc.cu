@@ -5,11 +5,14 @@
 // the event on a stream, reads, writes back in place with a kernel, and closes the mapping;
 // the parent then sees the child's writes. Also: the same allocation gives the same handle
 // twice; closing an address that is no mapping, and a handle of memory that is not the
-// device's, are errors.
+// device's, are errors. Last, CU_POINTER_ATTRIBUTE_SYNC_MEMOPS (the attribute programs set on
+// memory they share): a synchronous cudaMemset of the allocation has finished when it
+// returns, so a second child, ordered by nothing else, reads its zeros.
 //
-//   nvcc -O2 -o ipc ipc.cu && ./ipc
+//   nvcc -O2 -o ipc ipc.cu -lcuda && ./ipc
 //
 // Prints `CHECK <name> <values>` lines, then `PASS ipc`, or `FAIL ipc: why` and exit status 1.
+#include <cuda.h>
 #include <cuda_runtime.h>
 #include <cstdio>
 #include <cstdlib>
@@ -61,6 +64,36 @@ static double sum_of(const float *x, int n) {
     return s;
 }
 
+// The second child: opens the allocation and reads it at once (nothing orders the read after
+// the parent's memset but SYNC_MEMOPS).
+static int zeros_child(const char *mem_hex) {
+    cudaIpcMemHandle_t mem;
+    from_hex(mem_hex, &mem, sizeof mem);
+    float *x = nullptr;
+    CK(cudaIpcOpenMemHandle((void **)&x, mem, cudaIpcMemLazyEnablePeerAccess));
+    float *host = (float *)malloc(N * sizeof(float));
+    CK(cudaMemcpy(host, x, N * sizeof(float), cudaMemcpyDeviceToHost));
+    printf("child read %.6e %.6e\n", sum_of(host, N), (double)host[N - 1]);
+    CK(cudaIpcCloseMemHandle(x));
+    free(host);
+    return 0;
+}
+
+// Runs this program again as a child with `args`; returns what it read (sum, last element).
+static void run_child(const char *self, const std::string &args, double *sum, double *last) {
+    std::string cmd = std::string(self) + " " + args;
+    fflush(stdout);
+    FILE *out = popen(cmd.c_str(), "r");
+    EXPECT(out != nullptr, "cannot start the child");
+    char line[256];
+    *sum = *last = -1;
+    while (fgets(line, sizeof line, out)) {
+        if (sscanf(line, "child read %lf %lf", sum, last) != 2) printf("child: %s", line);
+    }
+    int status = pclose(out);
+    EXPECT(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the child failed (status %d)", status);
+}
+
 // The child: opens the parent's allocation and event, reads after the event, adds one to
 // every element in place, closes. Prints what it read for the parent's CHECK lines.
 static int child(const char *mem_hex, const char *event_hex) {
@@ -93,6 +126,7 @@ static int child(const char *mem_hex, const char *event_hex) {
 
 int main(int argc, char **argv) {
     if (argc == 4 && strcmp(argv[1], "child") == 0) return child(argv[2], argv[3]);
+    if (argc == 3 && strcmp(argv[1], "zeros") == 0) return zeros_child(argv[2]);
 
     float *x = nullptr;
     CK(cudaMalloc(&x, N * sizeof(float)));
@@ -122,18 +156,9 @@ int main(int argc, char **argv) {
     CK(cudaGetLastError());
     CK(cudaEventRecord(ready, s));
 
-    std::string cmd = std::string(argv[0]) + " child " + to_hex(&mem, sizeof mem) + " " +
-                      to_hex(&ev, sizeof ev);
-    fflush(stdout);
-    FILE *out = popen(cmd.c_str(), "r");
-    EXPECT(out != nullptr, "cannot start the child");
-    char line[256];
-    double read_sum = -1, read_last = -1;
-    while (fgets(line, sizeof line, out)) {
-        if (sscanf(line, "child read %lf %lf", &read_sum, &read_last) != 2) printf("child: %s", line);
-    }
-    int status = pclose(out);
-    EXPECT(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the child failed (status %d)", status);
+    double read_sum, read_last;
+    run_child(argv[0], "child " + to_hex(&mem, sizeof mem) + " " + to_hex(&ev, sizeof ev),
+              &read_sum, &read_last);
     printf("CHECK child_read %.6e %.6e\n", read_sum, read_last);
 
     float *host = (float *)malloc(N * sizeof(float));
@@ -143,6 +168,27 @@ int main(int argc, char **argv) {
         float want = 0.5f * (float)(i % 1000) + 1.0f;
         EXPECT(host[i] == want, "element %d is %f, not %f", i, host[i], want);
     }
+
+    // SYNC_MEMOPS: off by default, set, read back; only that attribute can be set.
+    CUdeviceptr dx = (CUdeviceptr)x;
+    unsigned int sync_before = 7, sync_after = 7, on = 1;
+    EXPECT(cuPointerGetAttribute(&sync_before, CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, dx) ==
+               CUDA_SUCCESS, "reading SYNC_MEMOPS");
+    EXPECT(cuPointerSetAttribute(&on, CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, dx) == CUDA_SUCCESS,
+           "setting SYNC_MEMOPS");
+    EXPECT(cuPointerGetAttribute(&sync_after, CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, dx + 64) ==
+               CUDA_SUCCESS, "reading SYNC_MEMOPS inside the allocation");
+    int other_attribute = cuPointerSetAttribute(&on, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, dx) != 0;
+    int on_host_memory = cuPointerSetAttribute(&on, CU_POINTER_ATTRIBUTE_SYNC_MEMOPS,
+                                               (CUdeviceptr)&on_host) != 0;
+    printf("CHECK sync_memops %u %u refused %d %d\n", sync_before, sync_after, other_attribute,
+           on_host_memory);
+    CK(cudaMemset(x, 0, N * sizeof(float)));
+    run_child(argv[0], "zeros " + to_hex(&mem, sizeof mem), &read_sum, &read_last);
+    printf("CHECK zeros_child_read %.6e %.6e\n", read_sum, read_last);
+    EXPECT(read_sum == 0 && read_last == 0, "after a synchronous memset, the child read %f",
+           read_sum);
+
     CK(cudaEventDestroy(ready));
     CK(cudaEventDestroy(plain));
     CK(cudaFree(x));

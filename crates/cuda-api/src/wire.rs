@@ -6,7 +6,7 @@
 //! their offsets. Device ordinals pass unchanged: translating them between the program's
 //! numbering and a server's is the client's business.
 
-use rgpu_protocol::cuda::{MemAccess, MemProp, NodeParams, PoolProps};
+use rgpu_protocol::cuda::{Extent, MemAccess, MemProp, NodeParams, Pitch, PoolProps};
 
 use crate::sys::*;
 
@@ -161,6 +161,107 @@ pub fn memset_node(p: &CUDA_MEMSET_NODE_PARAMS) -> NodeParams {
     }
 }
 
+/// `CU_MEMORYTYPE_DEVICE` and `CU_MEMORYTYPE_UNIFIED`, as integers.
+const MEMORY_DEVICE: u32 = 2;
+const MEMORY_UNIFIED: u32 = 4;
+
+/// `CUDA_MEMCPY3D` of a copy between device addresses (a copy node's wire form, `Copy`).
+pub fn device_copy_params(
+    dst: u64,
+    dst_pitch: Pitch,
+    src: u64,
+    src_pitch: Pitch,
+    extent: Extent,
+) -> CUDA_MEMCPY3D {
+    // With one slice the rows per slice do not matter; the driver still wants them to hold
+    // the copy's rows.
+    let slice_rows = |pitch: Pitch| match extent.depth {
+        0 | 1 => pitch.slice_rows.max(extent.height) as usize,
+        _ => pitch.slice_rows as usize,
+    };
+    let device = CUmemorytype::CU_MEMORYTYPE_DEVICE;
+    let null = std::ptr::null_mut();
+    CUDA_MEMCPY3D {
+        srcXInBytes: 0,
+        srcY: 0,
+        srcZ: 0,
+        srcLOD: 0,
+        srcMemoryType: device,
+        srcHost: std::ptr::null(),
+        srcDevice: src,
+        srcArray: null,
+        reserved0: null.cast(),
+        srcPitch: src_pitch.row as usize,
+        srcHeight: slice_rows(src_pitch),
+        dstXInBytes: 0,
+        dstY: 0,
+        dstZ: 0,
+        dstLOD: 0,
+        dstMemoryType: device,
+        dstHost: null.cast(),
+        dstDevice: dst,
+        dstArray: null,
+        reserved1: null.cast(),
+        dstPitch: dst_pitch.row as usize,
+        dstHeight: slice_rows(dst_pitch),
+        WidthInBytes: extent.width as usize,
+        Height: extent.height as usize,
+        Depth: extent.depth as usize,
+    }
+}
+
+/// The wire form (`Copy`) of a copy node's descriptor whose sides are both device (or
+/// unified) addresses, offsets folded into the addresses; `None` for host sides and arrays.
+pub fn device_copy_node(p: &CUDA_MEMCPY3D) -> Option<NodeParams> {
+    let base = std::ptr::addr_of!(*p);
+    // SAFETY: the memory type fields of a valid struct, read as the integers they hold.
+    let (src_type, dst_type) = unsafe {
+        (
+            std::ptr::addr_of!((*base).srcMemoryType)
+                .cast::<u32>()
+                .read(),
+            std::ptr::addr_of!((*base).dstMemoryType)
+                .cast::<u32>()
+                .read(),
+        )
+    };
+    let device = |kind| kind == MEMORY_DEVICE || kind == MEMORY_UNIFIED;
+    if !device(src_type) || !device(dst_type) || p.srcLOD != 0 || p.dstLOD != 0 {
+        return None;
+    }
+    let side = |start: u64, (x, y, z): (usize, usize, usize), row: usize, rows: usize| {
+        let offset = x as u64 + (z as u64 * rows as u64 + y as u64) * row as u64;
+        let pitch = Pitch {
+            row: row as u64,
+            slice_rows: rows as u64,
+        };
+        (start.wrapping_add(offset), pitch)
+    };
+    let (src, src_pitch) = side(
+        p.srcDevice,
+        (p.srcXInBytes, p.srcY, p.srcZ),
+        p.srcPitch,
+        p.srcHeight,
+    );
+    let (dst, dst_pitch) = side(
+        p.dstDevice,
+        (p.dstXInBytes, p.dstY, p.dstZ),
+        p.dstPitch,
+        p.dstHeight,
+    );
+    Some(NodeParams::Copy {
+        dst,
+        dst_pitch,
+        src,
+        src_pitch,
+        extent: Extent {
+            width: p.WidthInBytes as u64,
+            height: p.Height as u64,
+            depth: p.Depth as u64,
+        },
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -206,5 +307,35 @@ mod tests {
         };
         let raw = memset_params(0x7000_0000, 0x4000_0000, 4, 4096, 2, 16384);
         assert_eq!(memset_node(&raw), memset);
+        let (row, slice_rows) = (1024, 8);
+        let pitch = Pitch { row, slice_rows };
+        let extent = Extent {
+            width: 512,
+            height: 4,
+            depth: 3,
+        };
+        let copy = NodeParams::Copy {
+            dst: 0x7000_0000,
+            dst_pitch: pitch,
+            src: 0x7100_0000,
+            src_pitch: pitch,
+            extent,
+        };
+        let mut raw = device_copy_params(0x7000_0000, pitch, 0x7100_0000, pitch, extent);
+        assert_eq!(device_copy_node(&raw), Some(copy));
+        // Offsets fold into the address; a host side has no wire form.
+        raw.srcDevice = 0x7100_0000 - 1024 * 8 - 1024 - 16;
+        (raw.srcXInBytes, raw.srcY, raw.srcZ) = (16, 1, 1);
+        let Some(NodeParams::Copy { src, .. }) = device_copy_node(&raw) else {
+            panic!("not a device copy");
+        };
+        assert_eq!(src, 0x7100_0000);
+        // SAFETY: the memory type field of a local struct, written as its integer.
+        unsafe {
+            std::ptr::addr_of_mut!(raw.srcMemoryType)
+                .cast::<u32>()
+                .write(1)
+        };
+        assert_eq!(device_copy_node(&raw), None);
     }
 }

@@ -2028,8 +2028,14 @@ pub unsafe extern "C" fn cuGraphMemFreeNodeGetParams(
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuGraphMemcpyNodeGetParams() -> CUresult {
-    not_supported("cuGraphMemcpyNodeGetParams")
+pub unsafe extern "C" fn cuGraphMemcpyNodeGetParams(
+    hNode: CUgraphNode,
+    nodeParams: *mut CUDA_MEMCPY3D,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuGraphMemcpyNodeGetParams", || unsafe {
+        crate::api::cuGraphMemcpyNodeGetParams(hNode, nodeParams)
+    })
 }
 
 #[no_mangle]
@@ -5124,8 +5130,15 @@ pub unsafe extern "C" fn cuPointerGetAttributes(
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuPointerSetAttribute() -> CUresult {
-    not_supported("cuPointerSetAttribute")
+pub unsafe extern "C" fn cuPointerSetAttribute(
+    value: *const ::core::ffi::c_void,
+    attribute: u32,
+    ptr: CUdeviceptr,
+) -> CUresult {
+    // SAFETY: the caller's arguments, as the driver API specifies them.
+    guard("cuPointerSetAttribute", || unsafe {
+        crate::api::cuPointerSetAttribute(value, attribute, ptr)
+    })
 }
 
 #[no_mangle]

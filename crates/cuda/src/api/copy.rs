@@ -127,6 +127,15 @@ struct Transfer {
 
 /// Carries out a copy: on `stream` when given (asynchronous), else synchronously.
 fn transfer(copy: Transfer, stream: Option<CUstream>) -> Result<(), CUresult> {
+    let touched = [copy.src.start, copy.dst.start];
+    queue_transfer(copy, stream)?;
+    match stream {
+        None => super::memory::finish_sync_memops(&touched),
+        Some(_) => Ok(()),
+    }
+}
+
+fn queue_transfer(copy: Transfer, stream: Option<CUstream>) -> Result<(), CUresult> {
     let Transfer { src, dst, extent } = copy;
     // A "host" side in managed memory is the device's memory (its host view is a copy).
     let (src, dst) = (device_if_managed(src)?, device_if_managed(dst)?);

@@ -341,6 +341,8 @@ unsafe fn memcpy_node(
         host_copy = copy;
         Ok(params)
     })?;
+    // SAFETY: valid (graph_copy_staged read it above).
+    super::graph_params::remember_copy_node(node.handle, unsafe { &*params });
     if let Some(copy) = host_copy {
         let graph = Graph::from_handle(graph).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
         if graph.conditional_body {
@@ -818,9 +820,14 @@ pub unsafe fn cuGraphMemcpyNodeSetParams(
     params: *const CUDA_MEMCPY3D,
 ) -> CUresult {
     // SAFETY: the program's descriptor, valid as the API requires.
-    set_params(std::ptr::null_mut(), node, NODE_MEMCPY, |_, _| unsafe {
+    let set = set_params(std::ptr::null_mut(), node, NODE_MEMCPY, |_, _| unsafe {
         super::copy::graph_copy(params)
-    })
+    });
+    if set == CUresult::CUDA_SUCCESS {
+        // SAFETY: as above (graph_copy read it).
+        super::graph_params::remember_copy_node(node as usize, unsafe { &*params });
+    }
+    set
 }
 
 pub unsafe fn cuGraphExecMemcpyNodeSetParams(

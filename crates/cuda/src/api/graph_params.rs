@@ -4,7 +4,8 @@
 //! come back in the program's terms: its function, event and graph handles, its device
 //! ordinals, and a kernel's arguments as pointers into a copy that lives until the node's next
 //! query, as the driver's own copy does. Host nodes are the client's: their function and data
-//! are kept here.
+//! are kept here, as are the descriptors of copy nodes the program made (a host side is the
+//! client's work too).
 
 use std::collections::BTreeMap;
 use std::ffi::c_void;
@@ -38,6 +39,23 @@ static KEPT: Mutex<BTreeMap<usize, Kept>> = Mutex::new(BTreeMap::new());
 
 /// Host nodes' function and data, by node handle.
 static HOST_NODES: Mutex<BTreeMap<usize, (CUhostFn, usize)>> = Mutex::new(BTreeMap::new());
+
+/// Copy nodes' descriptors as the program gave them, by node handle: the server knows a copy
+/// with a host side only as a copy to or from a staging buffer.
+static COPY_NODES: Mutex<BTreeMap<usize, ProgramCopy>> = Mutex::new(BTreeMap::new());
+
+struct ProgramCopy(CUDA_MEMCPY3D);
+
+// SAFETY: the program's addresses, kept to be handed back, never followed here.
+unsafe impl Send for ProgramCopy {}
+
+/// Keeps a copy node's descriptor for `cuGraphMemcpyNodeGetParams`.
+pub(crate) fn remember_copy_node(node: usize, params: &CUDA_MEMCPY3D) {
+    COPY_NODES
+        .lock()
+        .unwrap()
+        .insert(node, ProgramCopy(*params));
+}
 
 /// Keeps a host node's function and data for `cuGraphHostNodeGetParams`.
 pub(crate) fn remember_host_node(node: usize, function: CUhostFn, data: usize) {
@@ -179,6 +197,45 @@ pub unsafe fn cuGraphMemsetNodeGetParams(
         };
         let params =
             rgpu_cuda_api::wire::memset_params(dst, value, element_size, width, height, pitch);
+        // SAFETY: the caller's out-pointer: null (refused by write_out) or writable.
+        unsafe { write_out(nodeParams, params) }
+    })())
+}
+
+pub unsafe fn cuGraphMemcpyNodeGetParams(
+    hNode: CUgraphNode,
+    nodeParams: *mut CUDA_MEMCPY3D,
+) -> CUresult {
+    let kept = COPY_NODES
+        .lock()
+        .unwrap()
+        .get(&(hNode as usize))
+        .map(|c| c.0);
+    status((|| {
+        let params = match kept {
+            Some(params) => params,
+            // A node the program never described (captured, cloned): its server's copy
+            // between device addresses; one from a staging buffer had a host side.
+            None => match node_state(hNode)?.1.params {
+                NodeParams::Copy {
+                    dst,
+                    dst_pitch,
+                    src,
+                    src_pitch,
+                    extent,
+                } if super::memory::is_device_memory(dst)
+                    && super::memory::is_device_memory(src) =>
+                {
+                    rgpu_cuda_api::wire::device_copy_params(dst, dst_pitch, src, src_pitch, extent)
+                }
+                NodeParams::Copy { .. } => {
+                    return Err(crate::unsupported::not_supported(
+                        "reading back a captured copy node with a host side",
+                    ))
+                }
+                _ => return Err(CUresult::CUDA_ERROR_INVALID_VALUE),
+            },
+        };
         // SAFETY: the caller's out-pointer: null (refused by write_out) or writable.
         unsafe { write_out(nodeParams, params) }
     })())

@@ -29,6 +29,55 @@ static DEVICE_RANGES: RwLock<RangeMap<usize>> = RwLock::new(RangeMap::new());
 /// none).
 static PLAIN_RANGES: RwLock<RangeMap<()>> = RwLock::new(RangeMap::new());
 
+/// Device allocations (by range start) whose synchronous copies and sets finish before they
+/// return: `CU_POINTER_ATTRIBUTE_SYNC_MEMOPS`, which programs set on memory another process
+/// reads through IPC.
+static SYNC_MEMOPS: Mutex<std::collections::BTreeSet<u64>> =
+    Mutex::new(std::collections::BTreeSet::new());
+
+/// After a synchronous copy or set that touched `ptrs`: waits for the work of an allocation
+/// with `SYNC_MEMOPS` on, as the driver does (other synchronous work may finish later, and
+/// everything the program can observe through rgpu is ordered after it anyway).
+pub(crate) fn finish_sync_memops(ptrs: &[u64]) -> Result<(), CUresult> {
+    for &ptr in ptrs {
+        let Some((start, _, ctx)) = device_range(ptr) else {
+            continue;
+        };
+        if !SYNC_MEMOPS.lock().unwrap().contains(&start) {
+            continue;
+        }
+        if let Some(ctx) = Context::from_handle(ctx as CUcontext) {
+            super::stream::synchronize_stream(&ctx, 0)?;
+        }
+    }
+    Ok(())
+}
+
+pub unsafe fn cuPointerSetAttribute(
+    value: *const c_void,
+    attribute: c_uint,
+    ptr: CUdeviceptr,
+) -> CUresult {
+    const SYNC_MEMOPS_ATTRIBUTE: c_uint = 6;
+    status(crate::servers::servers().and_then(|_| {
+        // The driver lets a program set this attribute only.
+        if value.is_null() || attribute != SYNC_MEMOPS_ATTRIBUTE {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        let Some((start, _, _)) = device_range(ptr) else {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        };
+        // SAFETY: the caller's value of this attribute, an unsigned int, as the API requires.
+        let on = unsafe { value.cast::<c_uint>().read_unaligned() } != 0;
+        let mut flagged = SYNC_MEMOPS.lock().unwrap();
+        match on {
+            true => flagged.insert(start),
+            false => flagged.remove(&start),
+        };
+        Ok(())
+    }))
+}
+
 /// Whether `[ptr, ptr + size)` lies in one plain allocation (see `PLAIN_RANGES`).
 pub(crate) fn is_plain_allocation(ptr: u64, size: u64) -> bool {
     PLAIN_RANGES
@@ -378,6 +427,7 @@ fn memset(
         }
         log::debug!("memset at {dst:#x}: in no allocation known here; the server decides");
     }
+    let synchronous = stream.is_none();
     let (ctx, stream) = match stream {
         Some(stream) => resolve_stream(stream)?,
         None => (owner.map_or_else(current_context, Ok)?, 0),
@@ -395,7 +445,11 @@ fn memset(
             height,
             pitch,
         )
-        .outcome()
+        .outcome()?;
+    match synchronous {
+        true => finish_sync_memops(&[dst]),
+        false => Ok(()),
+    }
 }
 
 /// A memset of page-locked host memory, which unified addressing lets the program set as
@@ -590,8 +644,11 @@ unsafe fn pointer_attribute(
                 true => write_out(data.cast::<u64>(), ptr),
                 false => Err(CUresult::CUDA_ERROR_INVALID_VALUE),
             },
-            // SYNC_MEMOPS
-            6 => write_out(data.cast::<u32>(), 0),
+            6 => write_out(
+                data.cast::<u32>(),
+                device.is_some_and(|(start, _, _)| SYNC_MEMOPS.lock().unwrap().contains(&start))
+                    as u32,
+            ),
             // IS_MANAGED
             8 => write_out(data.cast::<u32>(), managed as u32),
             // BUFFER_ID: the range start is unique while the range lives.
@@ -692,4 +749,5 @@ pub unsafe fn cuMemAllocPitch_v2(
 pub(crate) fn forget_device_range(ptr: u64) {
     DEVICE_RANGES.write().unwrap().remove(ptr);
     PLAIN_RANGES.write().unwrap().remove(ptr);
+    SYNC_MEMOPS.lock().unwrap().remove(&ptr);
 }

@@ -5,9 +5,9 @@
 use std::ffi::c_void;
 use std::ptr::null_mut;
 
-use rgpu_cuda_api::cu_call;
 use rgpu_cuda_api::native::{check, Status, INVALID_VALUE, SUCCESS};
 use rgpu_cuda_api::sys::*;
+use rgpu_cuda_api::{cu_call, wire};
 use rgpu_protocol::cuda::{serve, Answer, DevicePtr, Extent, Id, Pitch};
 use rgpu_protocol::ServerMsg;
 
@@ -99,40 +99,13 @@ pub(super) struct DeviceCopy {
 
 impl DeviceCopy {
     pub(super) fn descriptor(&self) -> CUDA_MEMCPY3D {
-        let device = CUmemorytype::CU_MEMORYTYPE_DEVICE;
-        // With one slice the rows per slice do not matter; the driver still wants them to hold
-        // the copy's rows.
-        let slice_rows = |pitch: Pitch| match self.extent.depth {
-            0 | 1 => pitch.slice_rows.max(self.extent.height) as usize,
-            _ => pitch.slice_rows as usize,
-        };
-        CUDA_MEMCPY3D {
-            srcXInBytes: 0,
-            srcY: 0,
-            srcZ: 0,
-            srcLOD: 0,
-            srcMemoryType: device,
-            srcHost: std::ptr::null(),
-            srcDevice: self.src,
-            srcArray: null_mut(),
-            reserved0: null_mut(),
-            srcPitch: self.src_pitch.row as usize,
-            srcHeight: slice_rows(self.src_pitch),
-            dstXInBytes: 0,
-            dstY: 0,
-            dstZ: 0,
-            dstLOD: 0,
-            dstMemoryType: device,
-            dstHost: null_mut(),
-            dstDevice: self.dst,
-            dstArray: null_mut(),
-            reserved1: null_mut(),
-            dstPitch: self.dst_pitch.row as usize,
-            dstHeight: slice_rows(self.dst_pitch),
-            WidthInBytes: self.extent.width as usize,
-            Height: self.extent.height as usize,
-            Depth: self.extent.depth as usize,
-        }
+        wire::device_copy_params(
+            self.dst,
+            self.dst_pitch,
+            self.src,
+            self.src_pitch,
+            self.extent,
+        )
     }
 
     fn peer_descriptor(&self, dst_ctx: CUcontext, src_ctx: CUcontext) -> CUDA_MEMCPY3D_PEER {

@@ -23,6 +23,7 @@ const MAX_KERNEL_PARAMS: usize = 32 * 1024;
 
 /// `CUgraphNodeType`s, as integers.
 const KERNEL_NODE: u32 = 0;
+const MEMCPY_NODE: u32 = 1;
 const MEMSET_NODE: u32 = 2;
 const CHILD_GRAPH_NODE: u32 = 4;
 const EMPTY_NODE: u32 = 5;
@@ -611,6 +612,17 @@ impl serve::Graphs for Served<'_> {
                 // SAFETY: a live node of the session and a local out-struct.
                 check(unsafe { cu_call!(driver, cuGraphMemsetNodeGetParams(raw, &mut p)) })?;
                 wire::memset_node(&p)
+            }
+            MEMCPY_NODE => {
+                let mut p = std::mem::MaybeUninit::<CUDA_MEMCPY3D>::uninit();
+                // SAFETY: a live node of the session and a local out-struct.
+                check(unsafe {
+                    cu_call!(driver, cuGraphMemcpyNodeGetParams(raw, p.as_mut_ptr()))
+                })?;
+                // SAFETY: the driver filled it in (its memory types are the driver's values).
+                let p = unsafe { p.assume_init() };
+                // Arrays have no wire form (the session names them, not their addresses).
+                wire::device_copy_node(&p).ok_or(NOT_SUPPORTED)?
             }
             EMPTY_NODE => NodeParams::Empty,
             kind @ (WAIT_EVENT_NODE | EVENT_RECORD_NODE) => {
