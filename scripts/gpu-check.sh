@@ -89,6 +89,8 @@ if [ ${#cu_names[@]} -gt 0 ]; then
             # The driver API directly: linked against the toolkit's libcuda stub, resolved at
             # run time to the machine's libcuda.so.1 (rgpu's under `rgpu run`).
             [[ " vmm jit_link pools_attrs graph_queries shareable ipc " == *" $name "* ]] && libs=(-lcuda -L"$cuda_lib/stubs")
+            # The machine's NCCL (libnccl-dev's nccl.h); rgpu's libnccl.so.2 under `rgpu run`.
+            [ "$name" = nccl_check ] && libs=(-lnccl)
             ("$nvcc" "${nvcc_flags[@]}" -o "$out/bin/$name" "tests/cuda/$name.cu" "${libs[@]}" \
                 >"$out/$name.build.log" 2>&1; echo $? >"$out/$name.build.rc") &
         done

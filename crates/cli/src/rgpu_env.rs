@@ -2,8 +2,8 @@
 //! a private vendors directory holding `rgpu.icd` (naming `librgpu_opencl.so`) and copies of the
 //! machine's ICD files, named by `OCL_ICD_VENDORS`, plus `RGPU_SERVERS` and `RGPU_TOKEN_FILE`
 //! for the rgpu ICD; and a private `lib` directory, first on `LD_LIBRARY_PATH`, where
-//! `libcuda.so.1` is rgpu's CUDA driver library (`librgpu_cuda.so`) and `libnvidia-ml.so.1`
-//! rgpu's NVML (`librgpu_nvml.so`). Used by `rgpu run` (for the child), `rgpu devices` and `rgpu bench` (for
+//! `libcuda.so.1` is rgpu's CUDA driver library (`librgpu_cuda.so`), `libnvidia-ml.so.1`
+//! rgpu's NVML (`librgpu_nvml.so`) and `libnccl.so.2` rgpu's NCCL (`librgpu_nccl.so`). Used by `rgpu run` (for the child), `rgpu devices` and `rgpu bench` (for
 //! the ICD loader they load in-process).
 
 use std::ffi::OsString;
@@ -24,6 +24,10 @@ pub const CUDA_LIBRARY_NAME: &str = "librgpu_cuda.so";
 const CUDA_SONAMES: [&str; 2] = ["libcuda.so.1", "libcuda.so"];
 /// rgpu's drop-in NVML, built next to the ICD.
 pub const NVML_LIBRARY_NAME: &str = "librgpu_nvml.so";
+/// rgpu's drop-in NCCL, built next to the ICD, preloaded by `rgpu run`.
+pub const NCCL_LIBRARY_NAME: &str = "librgpu_nccl.so";
+/// The names programs load NCCL by.
+const NCCL_SONAMES: [&str; 2] = ["libnccl.so.2", "libnccl.so"];
 /// rgpu's MPI interposer (mpi/rgpu_mpi.c), preloaded by `rgpu run --mpi`.
 pub const MPI_LIBRARY_NAME: &str = "librgpu_mpi.so";
 /// The names programs load NVML by (nvidia-smi and pynvml `libnvidia-ml.so.1`, some tools
@@ -162,6 +166,7 @@ impl RgpuEnv {
         for (library, sonames) in [
             (CUDA_LIBRARY_NAME, &CUDA_SONAMES),
             (NVML_LIBRARY_NAME, &NVML_SONAMES),
+            (NCCL_LIBRARY_NAME, &NCCL_SONAMES),
         ] {
             let Some(path) = self
                 .icd_library
@@ -183,6 +188,13 @@ impl RgpuEnv {
             }
         }
         Ok(linked.then_some(lib_dir))
+    }
+
+    /// rgpu's NCCL under NCCL's soname in the private lib directory, for `rgpu run` to
+    /// preload: programs that find NCCL through an RPATH (PyTorch's libtorch_cuda) would not
+    /// see it on `LD_LIBRARY_PATH`, and a preloaded library of that soname stands for it.
+    pub fn nccl_preload(&self) -> Option<PathBuf> {
+        Some(self.vendors_dir.join("lib").join(NCCL_SONAMES[0])).filter(|path| path.exists())
     }
 
     /// rgpu's MPI interposer (`librgpu_mpi.so`, built by scripts/build-mpi.sh beside the other

@@ -8,7 +8,8 @@
 //! `proc_address.rs` `cuGetProcAddress`; `host_view/` the host's copy of managed memory, paged on
 //! demand; `generated_exports.rs` (generated) every exported
 //! driver symbol: the implemented ones with the driver's own signatures, through `boundary.rs`
-//! (a panic becomes CUDA_ERROR_UNKNOWN, never an abort), the rest NOT_SUPPORTED stubs.
+//! (a panic becomes CUDA_ERROR_UNKNOWN, never an abort), the rest NOT_SUPPORTED stubs;
+//! `nccl/` NCCL, run by the servers' NCCL, for rgpu's drop-in libnccl.so.2 (crates/nccl).
 
 #![allow(non_snake_case)]
 #![allow(clippy::missing_safety_doc)]
@@ -20,6 +21,7 @@ mod export_tables;
 pub(crate) mod generated_exports;
 mod handles;
 mod host_view;
+mod nccl;
 mod objects;
 mod peers;
 pub mod proc_address;

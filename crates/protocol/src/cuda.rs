@@ -435,6 +435,103 @@ pub enum NodeParams {
     },
 }
 
+/// A failed NCCL call: its `ncclResult_t` (never `ncclSuccess`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NcclError(pub i32);
+
+/// `ncclSystemError`: what a server without NCCL (or without CUDA) answers.
+pub const NCCL_SYSTEM_ERROR: NcclError = NcclError(2);
+
+/// An NCCL call's answer.
+pub type NcclAnswer<T> = Result<T, NcclError>;
+
+/// A server that refuses an NCCL request (one without CUDA) has no NCCL.
+impl<T> crate::table::FromStatus<Status> for NcclAnswer<T> {
+    fn from_status(_: Status) -> Self {
+        Err(NCCL_SYSTEM_ERROR)
+    }
+}
+
+/// A communicator's configuration (`ncclConfig_t`) as the program set it: its version, then
+/// its integer fields in the header's order (`blocking`, `cgaClusterSize`, `minCTAs`,
+/// `maxCTAs`, `splitShare`, `trafficClass`, `collnetEnable`, `CTAPolicy`, ...: as many as the
+/// program's struct holds; unset ones `NCCL_CONFIG_UNDEF_INT`) and its two strings.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct NcclConfig {
+    pub version: u32,
+    pub ints: Vec<i32>,
+    pub net_name: Option<String>,
+    pub comm_name: Option<String>,
+}
+
+/// What a collective or point-to-point call does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum NcclKind {
+    AllReduce,
+    Broadcast,
+    Reduce,
+    AllGather,
+    ReduceScatter,
+    AllToAll,
+    Gather,
+    Scatter,
+    Send,
+    Recv,
+}
+
+/// One NCCL call of a group (or alone).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum NcclOp {
+    /// `ncclCommInitRankConfig` on `ctx`'s device: communicator `comm`, rank `rank` of `nranks`,
+    /// over the bootstrap `unique_id` names.
+    InitRank {
+        comm: Id,
+        ctx: Id,
+        nranks: i32,
+        rank: i32,
+        unique_id: Vec<u8>,
+        config: Option<NcclConfig>,
+    },
+    /// `ncclCommSplit` of `parent` into `comm` (none made when `color` is NCCL_SPLIT_NOCOLOR).
+    Split {
+        comm: Id,
+        parent: Id,
+        color: i32,
+        key: i32,
+        config: Option<NcclConfig>,
+    },
+    /// A collective (or send, receive) on `stream` of `ctx`: `root` is the root or the peer;
+    /// `op` the reduction (a built-in or one of `ncclRedOpCreatePreMulSum`).
+    Call {
+        kind: NcclKind,
+        comm: Id,
+        ctx: Id,
+        stream: Id,
+        send: DevicePtr,
+        recv: DevicePtr,
+        count: u64,
+        datatype: u32,
+        op: u32,
+        root: i32,
+    },
+}
+
+/// How a communicator ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum NcclEnd {
+    Finalize,
+    Destroy,
+    Abort,
+}
+
+/// The scalar of `ncclRedOpCreatePreMulSum`: its bytes (host memory), or a device address
+/// that holds it when the reduction runs.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum NcclScalar {
+    Host(Vec<u8>),
+    Device(DevicePtr),
+}
+
 wire_api! {
     request: CuRequest,
     reply: CuReply,
@@ -993,6 +1090,42 @@ wire_api! {
         /// One call of the server's own NVML, of the forwarding table (crate::nvml::forwarded).
         call ForwardNvml forward_nvml(query: NvmlQuery) -> NvmlAnswer;
     }
+
+    /// NCCL run by the server's own NCCL library on the session's devices, for the drop-in
+    /// `libnccl.so.2` (crates/cuda/src/nccl; crates/server/src/cuda/nccl.rs).
+    group Nccl {
+        /// `ncclGetVersion` of the server's NCCL.
+        call NcclVersion nccl_version() -> NcclAnswer<i32>;
+        /// `ncclGetUniqueId`: the id names a bootstrap root in this session's worker, which
+        /// the other ranks' servers reach directly.
+        call NcclUniqueId nccl_unique_id() -> NcclAnswer<Vec<u8>>;
+        /// Communicators made together (one NCCL group when more than one, with any other
+        /// calls of the program's group), returning when all their ranks have joined: the
+        /// size and rank of each made, in order (`(0, -1)`: none, for NCCL_SPLIT_NOCOLOR).
+        call NcclCreate nccl_create(ops: Vec<NcclOp>) -> NcclAnswer<Vec<(i32, i32)>>;
+        /// Collectives and point-to-point calls (one NCCL group when more than one), in their
+        /// streams' order; a failure becomes the communicator's asynchronous error.
+        post NcclLaunch nccl_launch(ops: Vec<NcclOp>);
+        /// `ncclCommGetAsyncError` (or the first failure of a posted launch): the code.
+        call NcclAsyncError nccl_async_error(comm: Id) -> NcclAnswer<i32>;
+        /// `ncclGetLastError` of the server's NCCL.
+        call NcclLastError nccl_last_error(comm: Id) -> NcclAnswer<String>;
+        /// `ncclCommFinalize`, `ncclCommDestroy` or `ncclCommAbort`.
+        call NcclEndComm nccl_end_comm(comm: Id, how: NcclEnd) -> NcclAnswer<()>;
+        /// `ncclRedOpCreatePreMulSum`: the new reduction's number.
+        call NcclPreMulSum nccl_pre_mul_sum(comm: Id, scalar: NcclScalar, datatype: u32)
+            -> NcclAnswer<u32>;
+        /// `ncclRedOpDestroy`.
+        call NcclRedOpDestroy nccl_red_op_destroy(comm: Id, op: u32) -> NcclAnswer<()>;
+        /// `ncclMemAlloc` on `ctx`'s device.
+        call NcclMemAlloc nccl_mem_alloc(ctx: Id, size: u64) -> NcclAnswer<DevicePtr>;
+        /// `ncclMemFree`.
+        call NcclMemFree nccl_mem_free(ctx: Id, ptr: DevicePtr) -> NcclAnswer<()>;
+        /// `ncclCommRegister`: the registration's number.
+        call NcclRegister nccl_register(comm: Id, ptr: DevicePtr, size: u64) -> NcclAnswer<u64>;
+        /// `ncclCommDeregister`.
+        call NcclDeregister nccl_deregister(comm: Id, registration: u64) -> NcclAnswer<()>;
+    }
 }
 
 /// `CUmemAllocationProp`, with device ordinals already the server's.
@@ -1121,6 +1254,25 @@ sample_struct! {
     Linked { status, logs, cubin },
 }
 
+impl crate::sample::Sample for NcclError {
+    fn sample() -> Self {
+        NcclError(5)
+    }
+}
+sample_struct!(NcclConfig {
+    version,
+    ints,
+    net_name,
+    comm_name
+});
+sample_enum!(NcclKind { AllReduce, Broadcast, Reduce, AllGather, ReduceScatter, AllToAll, Gather, Scatter, Send, Recv });
+sample_enum!(NcclOp {
+    InitRank { comm, ctx, nranks, rank, unique_id, config },
+    Split { comm, parent, color, key, config },
+    Call { kind, comm, ctx, stream, send, recv, count, datatype, op, root },
+});
+sample_enum!(NcclEnd { Finalize, Destroy, Abort });
+sample_enum!(NcclScalar { Host(bytes), Device(ptr) });
 sample_enum!(ImageKind { Module, Library });
 sample_enum!(Pool { Default(device), Created(id) });
 sample_struct!(RangePull {

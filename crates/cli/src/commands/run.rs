@@ -2,6 +2,7 @@
 
 use std::ffi::OsString;
 use std::os::unix::process::ExitStatusExt;
+use std::path::PathBuf;
 use std::process::{Command, ExitCode, ExitStatus};
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::Arc;
@@ -48,14 +49,16 @@ pub fn run(args: RunArgs) -> Result<ExitCode, String> {
     let mut command = Command::new(program);
     command.args(program_args);
     env.apply_to(&mut command);
+    // rgpu's NCCL always (it does nothing until a program calls NCCL), its MPI interposer
+    // when asked for, then what the caller preloads.
+    let mut preloads = Vec::new();
     if args.mpi {
-        let library = env.mpi_library()?;
-        let mut preload = library.into_os_string();
-        if let Some(earlier) = std::env::var_os("LD_PRELOAD").filter(|v| !v.is_empty()) {
-            preload.push(":");
-            preload.push(earlier);
-        }
-        command.env("LD_PRELOAD", preload);
+        preloads.push(env.mpi_library()?.into_os_string());
+    }
+    preloads.extend(env.nccl_preload().map(PathBuf::into_os_string));
+    preloads.extend(std::env::var_os("LD_PRELOAD").filter(|v| !v.is_empty()));
+    if !preloads.is_empty() {
+        command.env("LD_PRELOAD", preloads.join(std::ffi::OsStr::new(":")));
     }
 
     // While the program starts: whether any server can be reached at all.

@@ -1,7 +1,8 @@
 //! The server's CUDA backend: the native driver ([`driver`]), the inventory of its GPUs taken
 //! once at start, the cache of module images shared by all sessions, and the per-session state
 //! that carries out CUDA requests ([`session`]), one file per group of the CUDA table
-//! (`contexts`, `memory`, `copies`, `modules`, `launches`, `streams`, `events`, `graphs`, `vmm`, `monitoring`).
+//! (`contexts`, `memory`, `copies`, `modules`, `launches`, `streams`, `events`, `graphs`, `vmm`,
+//! `monitoring`, `nccl`).
 
 mod arrays;
 mod contexts;
@@ -15,6 +16,7 @@ mod launches;
 mod memory;
 mod modules;
 mod monitoring;
+mod nccl;
 mod nvml_forward;
 mod owned;
 mod peers;

@@ -128,6 +128,8 @@ pub(crate) struct CudaSession {
     /// The first failure of the fabric's background pulls (peers.rs), reported like a
     /// deferred error.
     pub(super) fabric_failure: Arc<std::sync::Mutex<Option<Status>>>,
+    /// NCCL communicators and registrations (nccl.rs).
+    pub(super) nccl: super::nccl::NcclState,
 }
 
 impl CudaSession {
@@ -170,12 +172,14 @@ impl CudaSession {
             params: Vec::new(),
             deferred: None,
             fabric_failure: Arc::default(),
+            nccl: Default::default(),
         }
     }
 
     /// Destroys every context the session made (which frees everything in them). Returns how
     /// many objects the client had left.
     pub fn close(&mut self) -> usize {
+        self.nccl.abort_all();
         let driver = &self.backend.driver;
         let count = self.streams.len()
             + self.events.len()
