@@ -31,6 +31,7 @@ Usage:
 
 import argparse
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -116,6 +117,17 @@ def on_panic(ret):
     return "NCCL_INTERNAL_ERROR" if ret == "ncclResult_t" else 'c"rgpu: internal error".as_ptr()'
 
 
+def rustfmt(text):
+    """The text as `cargo fmt` leaves it (CI checks both)."""
+    result = subprocess.run(
+        ["rustfmt", "--edition", "2021", "--emit", "stdout", "--quiet"],
+        input=text, capture_output=True, text=True, cwd=REPO_ROOT,
+    )
+    if result.returncode != 0:
+        sys.exit(f"gen_nccl_api: rustfmt rejected the generated code:\n{result.stderr}")
+    return result.stdout
+
+
 def generate(functions, implemented):
     ours = [f for f in functions if f[0] in implemented]
     magic = fnv1a("\n".join(f"{n}({signature(p)}) -> {r}" for n, r, p in ours))
@@ -194,7 +206,11 @@ def generate(functions, implemented):
                     f"    unsupported(c\"{name}\")\n}}\n"
                 )
     exports_text = "".join(exports)
-    return {TABLE_OUT: table_text, ENTRIES_OUT: entries_text, EXPORTS_OUT: exports_text}
+    return {
+        TABLE_OUT: rustfmt(table_text),
+        ENTRIES_OUT: rustfmt(entries_text),
+        EXPORTS_OUT: rustfmt(exports_text),
+    }
 
 
 def import_header(header):

@@ -193,10 +193,13 @@ pub unsafe fn read_config(config: *const ncclConfig_t) -> Result<Option<NcclConf
         )
     };
     let text = |p: *const c_char, offset: usize| {
-        // SAFETY: a field the program's struct holds (`offset` within its size) is null or a
-        // NUL-terminated string.
-        (offset + 8 <= len && !p.is_null())
-            .then(|| unsafe { std::ffi::CStr::from_ptr(p) }.to_string_lossy().into_owned())
+        (offset + 8 <= len && !p.is_null()).then(|| {
+            // SAFETY: a field the program's struct holds (`offset` within its size), not
+            // null: a NUL-terminated string (the caller's guarantee).
+            unsafe { std::ffi::CStr::from_ptr(p) }
+                .to_string_lossy()
+                .into_owned()
+        })
     };
     let net_name = text(raw.net_name, std::mem::offset_of!(ConfigLayout, net_name));
     let comm_name = text(raw.comm_name, std::mem::offset_of!(ConfigLayout, comm_name));
@@ -216,7 +219,13 @@ pub unsafe fn read_config(config: *const ncclConfig_t) -> Result<Option<NcclConf
         .ints()
         .into_iter()
         .zip(offsets)
-        .map(|(value, offset)| if held(offset) { value } else { NCCL_CONFIG_UNDEF_INT })
+        .map(|(value, offset)| {
+            if held(offset) {
+                value
+            } else {
+                NCCL_CONFIG_UNDEF_INT
+            }
+        })
         .collect();
     Ok(Some(NcclConfig {
         version: raw.version,
@@ -251,6 +260,12 @@ unsafe impl Send for ProgramPointer {}
 mod tests {
     use super::*;
 
+    /// The wire form of a local config.
+    fn read(raw: &ConfigLayout) -> Result<Option<NcclConfig>, ncclResult_t> {
+        // SAFETY: a local config, at least as long as its size says.
+        unsafe { read_config(std::ptr::addr_of!(*raw).cast()) }
+    }
+
     #[test]
     fn a_config_reads_as_far_as_the_programs_struct_goes() {
         let mut raw = ConfigLayout::new(22_800);
@@ -259,18 +274,16 @@ mod tests {
         raw.rest[0] = 1;
         let name = c"ring";
         raw.net_name = name.as_ptr();
-        let ptr = std::ptr::addr_of!(raw).cast::<ncclConfig_t>();
-        // SAFETY: a local config of its full size.
-        let full = unsafe { read_config(ptr) }.unwrap().unwrap();
+        let full = read(&raw).unwrap().unwrap();
         assert_eq!(full.version, 22_800);
-        assert_eq!(&full.ints[..4], &[0, NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT, 16]);
+        let undef = NCCL_CONFIG_UNDEF_INT;
+        assert_eq!(&full.ints[..4], &[0, undef, undef, 16]);
         assert_eq!(full.ints[6], 1);
         assert_eq!(full.net_name.as_deref(), Some("ring"));
         // An older program's struct ends before `collnetEnable`: that field stays unset.
         raw.size = std::mem::offset_of!(ConfigLayout, rest);
-        // SAFETY: as above.
-        let older = unsafe { read_config(ptr) }.unwrap().unwrap();
-        assert_eq!(older.ints[6], NCCL_CONFIG_UNDEF_INT);
+        let older = read(&raw).unwrap().unwrap();
+        assert_eq!(older.ints[6], undef);
         assert_eq!(older.ints[3], 16);
         // Back to the layout, which the server hands its NCCL.
         let mut strings = Vec::new();
@@ -280,8 +293,7 @@ mod tests {
         assert_eq!(unsafe { std::ffi::CStr::from_ptr(again.net_name) }, name);
         // Not made by NCCL_CONFIG_INITIALIZER.
         raw.magic = 0;
-        // SAFETY: as above.
-        assert_eq!(unsafe { read_config(ptr) }.err(), Some(NCCL_INVALID_ARGUMENT));
+        assert_eq!(read(&raw).err(), Some(NCCL_INVALID_ARGUMENT));
         // SAFETY: null is allowed.
         assert!(unsafe { read_config(std::ptr::null()) }.unwrap().is_none());
     }

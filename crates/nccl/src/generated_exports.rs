@@ -84,25 +84,46 @@ pub unsafe extern "C" fn pncclGetUniqueId(uniqueId: *mut ncclUniqueId) -> ncclRe
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn ncclCommInitRankConfig(comm: *mut ncclComm_t, nranks: c_int, commId: ncclUniqueId, rank: c_int, config: *mut ncclConfig_t) -> ncclResult_t {
+pub unsafe extern "C" fn ncclCommInitRankConfig(
+    comm: *mut ncclComm_t,
+    nranks: c_int,
+    commId: ncclUniqueId,
+    rank: c_int,
+    config: *mut ncclConfig_t,
+) -> ncclResult_t {
     match table() {
         // SAFETY: the entry of rgpu's libcuda for this function, same prototype.
-        Some(table) => unsafe { (table.ncclCommInitRankConfig)(comm, nranks, commId, rank, config) },
+        Some(table) => unsafe {
+            (table.ncclCommInitRankConfig)(comm, nranks, commId, rank, config)
+        },
         None => NCCL_SYSTEM_ERROR,
     }
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn pncclCommInitRankConfig(comm: *mut ncclComm_t, nranks: c_int, commId: ncclUniqueId, rank: c_int, config: *mut ncclConfig_t) -> ncclResult_t {
+pub unsafe extern "C" fn pncclCommInitRankConfig(
+    comm: *mut ncclComm_t,
+    nranks: c_int,
+    commId: ncclUniqueId,
+    rank: c_int,
+    config: *mut ncclConfig_t,
+) -> ncclResult_t {
     match table() {
         // SAFETY: the entry of rgpu's libcuda for this function, same prototype.
-        Some(table) => unsafe { (table.ncclCommInitRankConfig)(comm, nranks, commId, rank, config) },
+        Some(table) => unsafe {
+            (table.ncclCommInitRankConfig)(comm, nranks, commId, rank, config)
+        },
         None => NCCL_SYSTEM_ERROR,
     }
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn ncclCommInitRank(comm: *mut ncclComm_t, nranks: c_int, commId: ncclUniqueId, rank: c_int) -> ncclResult_t {
+pub unsafe extern "C" fn ncclCommInitRank(
+    comm: *mut ncclComm_t,
+    nranks: c_int,
+    commId: ncclUniqueId,
+    rank: c_int,
+) -> ncclResult_t {
     match table() {
         // SAFETY: the entry of rgpu's libcuda for this function, same prototype.
         Some(table) => unsafe { (table.ncclCommInitRank)(comm, nranks, commId, rank) },
@@ -111,7 +132,12 @@ pub unsafe extern "C" fn ncclCommInitRank(comm: *mut ncclComm_t, nranks: c_int, 
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn pncclCommInitRank(comm: *mut ncclComm_t, nranks: c_int, commId: ncclUniqueId, rank: c_int) -> ncclResult_t {
+pub unsafe extern "C" fn pncclCommInitRank(
+    comm: *mut ncclComm_t,
+    nranks: c_int,
+    commId: ncclUniqueId,
+    rank: c_int,
+) -> ncclResult_t {
     match table() {
         // SAFETY: the entry of rgpu's libcuda for this function, same prototype.
         Some(table) => unsafe { (table.ncclCommInitRank)(comm, nranks, commId, rank) },
@@ -120,7 +146,11 @@ pub unsafe extern "C" fn pncclCommInitRank(comm: *mut ncclComm_t, nranks: c_int,
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn ncclCommInitAll(comm: *mut ncclComm_t, ndev: c_int, devlist: *const c_int) -> ncclResult_t {
+pub unsafe extern "C" fn ncclCommInitAll(
+    comm: *mut ncclComm_t,
+    ndev: c_int,
+    devlist: *const c_int,
+) -> ncclResult_t {
     match table() {
         // SAFETY: the entry of rgpu's libcuda for this function, same prototype.
         Some(table) => unsafe { (table.ncclCommInitAll)(comm, ndev, devlist) },
@@ -129,7 +159,11 @@ pub unsafe extern "C" fn ncclCommInitAll(comm: *mut ncclComm_t, ndev: c_int, dev
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn pncclCommInitAll(comm: *mut ncclComm_t, ndev: c_int, devlist: *const c_int) -> ncclResult_t {
+pub unsafe extern "C" fn pncclCommInitAll(
+    comm: *mut ncclComm_t,
+    ndev: c_int,
+    devlist: *const c_int,
+) -> ncclResult_t {
     match table() {
         // SAFETY: the entry of rgpu's libcuda for this function, same prototype.
         Some(table) => unsafe { (table.ncclCommInitAll)(comm, ndev, devlist) },
@@ -202,7 +236,13 @@ pub unsafe extern "C" fn pncclCommRevoke() -> ncclResult_t {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn ncclCommSplit(comm: ncclComm_t, color: c_int, key: c_int, newcomm: *mut ncclComm_t, config: *mut ncclConfig_t) -> ncclResult_t {
+pub unsafe extern "C" fn ncclCommSplit(
+    comm: ncclComm_t,
+    color: c_int,
+    key: c_int,
+    newcomm: *mut ncclComm_t,
+    config: *mut ncclConfig_t,
+) -> ncclResult_t {
     match table() {
         // SAFETY: the entry of rgpu's libcuda for this function, same prototype.
         Some(table) => unsafe { (table.ncclCommSplit)(comm, color, key, newcomm, config) },
@@ -211,7 +251,13 @@ pub unsafe extern "C" fn ncclCommSplit(comm: ncclComm_t, color: c_int, key: c_in
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn pncclCommSplit(comm: ncclComm_t, color: c_int, key: c_int, newcomm: *mut ncclComm_t, config: *mut ncclConfig_t) -> ncclResult_t {
+pub unsafe extern "C" fn pncclCommSplit(
+    comm: ncclComm_t,
+    color: c_int,
+    key: c_int,
+    newcomm: *mut ncclComm_t,
+    config: *mut ncclConfig_t,
+) -> ncclResult_t {
     match table() {
         // SAFETY: the entry of rgpu's libcuda for this function, same prototype.
         Some(table) => unsafe { (table.ncclCommSplit)(comm, color, key, newcomm, config) },
@@ -250,19 +296,37 @@ pub unsafe extern "C" fn pncclCommGrow() -> ncclResult_t {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn ncclCommInitRankScalable(newcomm: *mut ncclComm_t, nranks: c_int, myrank: c_int, nId: c_int, commIds: *mut ncclUniqueId, config: *mut ncclConfig_t) -> ncclResult_t {
+pub unsafe extern "C" fn ncclCommInitRankScalable(
+    newcomm: *mut ncclComm_t,
+    nranks: c_int,
+    myrank: c_int,
+    nId: c_int,
+    commIds: *mut ncclUniqueId,
+    config: *mut ncclConfig_t,
+) -> ncclResult_t {
     match table() {
         // SAFETY: the entry of rgpu's libcuda for this function, same prototype.
-        Some(table) => unsafe { (table.ncclCommInitRankScalable)(newcomm, nranks, myrank, nId, commIds, config) },
+        Some(table) => unsafe {
+            (table.ncclCommInitRankScalable)(newcomm, nranks, myrank, nId, commIds, config)
+        },
         None => NCCL_SYSTEM_ERROR,
     }
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn pncclCommInitRankScalable(newcomm: *mut ncclComm_t, nranks: c_int, myrank: c_int, nId: c_int, commIds: *mut ncclUniqueId, config: *mut ncclConfig_t) -> ncclResult_t {
+pub unsafe extern "C" fn pncclCommInitRankScalable(
+    newcomm: *mut ncclComm_t,
+    nranks: c_int,
+    myrank: c_int,
+    nId: c_int,
+    commIds: *mut ncclUniqueId,
+    config: *mut ncclConfig_t,
+) -> ncclResult_t {
     match table() {
         // SAFETY: the entry of rgpu's libcuda for this function, same prototype.
-        Some(table) => unsafe { (table.ncclCommInitRankScalable)(newcomm, nranks, myrank, nId, commIds, config) },
+        Some(table) => unsafe {
+            (table.ncclCommInitRankScalable)(newcomm, nranks, myrank, nId, commIds, config)
+        },
         None => NCCL_SYSTEM_ERROR,
     }
 }
@@ -314,7 +378,10 @@ pub unsafe extern "C" fn pncclResetDebugInit() {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn ncclCommGetAsyncError(comm: ncclComm_t, asyncError: *mut ncclResult_t) -> ncclResult_t {
+pub unsafe extern "C" fn ncclCommGetAsyncError(
+    comm: ncclComm_t,
+    asyncError: *mut ncclResult_t,
+) -> ncclResult_t {
     match table() {
         // SAFETY: the entry of rgpu's libcuda for this function, same prototype.
         Some(table) => unsafe { (table.ncclCommGetAsyncError)(comm, asyncError) },
@@ -323,7 +390,10 @@ pub unsafe extern "C" fn ncclCommGetAsyncError(comm: ncclComm_t, asyncError: *mu
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn pncclCommGetAsyncError(comm: ncclComm_t, asyncError: *mut ncclResult_t) -> ncclResult_t {
+pub unsafe extern "C" fn pncclCommGetAsyncError(
+    comm: ncclComm_t,
+    asyncError: *mut ncclResult_t,
+) -> ncclResult_t {
     match table() {
         // SAFETY: the entry of rgpu's libcuda for this function, same prototype.
         Some(table) => unsafe { (table.ncclCommGetAsyncError)(comm, asyncError) },
@@ -386,7 +456,12 @@ pub unsafe extern "C" fn pncclCommUserRank(comm: ncclComm_t, rank: *mut c_int) -
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn ncclCommRegister(comm: ncclComm_t, buff: *mut c_void, size: usize, handle: *mut *mut c_void) -> ncclResult_t {
+pub unsafe extern "C" fn ncclCommRegister(
+    comm: ncclComm_t,
+    buff: *mut c_void,
+    size: usize,
+    handle: *mut *mut c_void,
+) -> ncclResult_t {
     match table() {
         // SAFETY: the entry of rgpu's libcuda for this function, same prototype.
         Some(table) => unsafe { (table.ncclCommRegister)(comm, buff, size, handle) },
@@ -395,7 +470,12 @@ pub unsafe extern "C" fn ncclCommRegister(comm: ncclComm_t, buff: *mut c_void, s
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn pncclCommRegister(comm: ncclComm_t, buff: *mut c_void, size: usize, handle: *mut *mut c_void) -> ncclResult_t {
+pub unsafe extern "C" fn pncclCommRegister(
+    comm: ncclComm_t,
+    buff: *mut c_void,
+    size: usize,
+    handle: *mut *mut c_void,
+) -> ncclResult_t {
     match table() {
         // SAFETY: the entry of rgpu's libcuda for this function, same prototype.
         Some(table) => unsafe { (table.ncclCommRegister)(comm, buff, size, handle) },
@@ -413,7 +493,10 @@ pub unsafe extern "C" fn ncclCommDeregister(comm: ncclComm_t, handle: *mut c_voi
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn pncclCommDeregister(comm: ncclComm_t, handle: *mut c_void) -> ncclResult_t {
+pub unsafe extern "C" fn pncclCommDeregister(
+    comm: ncclComm_t,
+    handle: *mut c_void,
+) -> ncclResult_t {
     match table() {
         // SAFETY: the entry of rgpu's libcuda for this function, same prototype.
         Some(table) => unsafe { (table.ncclCommDeregister)(comm, handle) },
@@ -482,19 +565,35 @@ pub unsafe extern "C" fn pncclWinGetUserPtr() -> ncclResult_t {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn ncclRedOpCreatePreMulSum(op: *mut ncclRedOp_t, scalar: *mut c_void, datatype: ncclDataType_t, residence: ncclScalarResidence_t, comm: ncclComm_t) -> ncclResult_t {
+pub unsafe extern "C" fn ncclRedOpCreatePreMulSum(
+    op: *mut ncclRedOp_t,
+    scalar: *mut c_void,
+    datatype: ncclDataType_t,
+    residence: ncclScalarResidence_t,
+    comm: ncclComm_t,
+) -> ncclResult_t {
     match table() {
         // SAFETY: the entry of rgpu's libcuda for this function, same prototype.
-        Some(table) => unsafe { (table.ncclRedOpCreatePreMulSum)(op, scalar, datatype, residence, comm) },
+        Some(table) => unsafe {
+            (table.ncclRedOpCreatePreMulSum)(op, scalar, datatype, residence, comm)
+        },
         None => NCCL_SYSTEM_ERROR,
     }
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn pncclRedOpCreatePreMulSum(op: *mut ncclRedOp_t, scalar: *mut c_void, datatype: ncclDataType_t, residence: ncclScalarResidence_t, comm: ncclComm_t) -> ncclResult_t {
+pub unsafe extern "C" fn pncclRedOpCreatePreMulSum(
+    op: *mut ncclRedOp_t,
+    scalar: *mut c_void,
+    datatype: ncclDataType_t,
+    residence: ncclScalarResidence_t,
+    comm: ncclComm_t,
+) -> ncclResult_t {
     match table() {
         // SAFETY: the entry of rgpu's libcuda for this function, same prototype.
-        Some(table) => unsafe { (table.ncclRedOpCreatePreMulSum)(op, scalar, datatype, residence, comm) },
+        Some(table) => unsafe {
+            (table.ncclRedOpCreatePreMulSum)(op, scalar, datatype, residence, comm)
+        },
         None => NCCL_SYSTEM_ERROR,
     }
 }
@@ -518,25 +617,54 @@ pub unsafe extern "C" fn pncclRedOpDestroy(op: ncclRedOp_t, comm: ncclComm_t) ->
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn ncclReduce(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: ncclDataType_t, op: ncclRedOp_t, root: c_int, comm: ncclComm_t, stream: CUstream) -> ncclResult_t {
+pub unsafe extern "C" fn ncclReduce(
+    sendbuff: *const c_void,
+    recvbuff: *mut c_void,
+    count: usize,
+    datatype: ncclDataType_t,
+    op: ncclRedOp_t,
+    root: c_int,
+    comm: ncclComm_t,
+    stream: CUstream,
+) -> ncclResult_t {
     match table() {
         // SAFETY: the entry of rgpu's libcuda for this function, same prototype.
-        Some(table) => unsafe { (table.ncclReduce)(sendbuff, recvbuff, count, datatype, op, root, comm, stream) },
+        Some(table) => unsafe {
+            (table.ncclReduce)(sendbuff, recvbuff, count, datatype, op, root, comm, stream)
+        },
         None => NCCL_SYSTEM_ERROR,
     }
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn pncclReduce(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: ncclDataType_t, op: ncclRedOp_t, root: c_int, comm: ncclComm_t, stream: CUstream) -> ncclResult_t {
+pub unsafe extern "C" fn pncclReduce(
+    sendbuff: *const c_void,
+    recvbuff: *mut c_void,
+    count: usize,
+    datatype: ncclDataType_t,
+    op: ncclRedOp_t,
+    root: c_int,
+    comm: ncclComm_t,
+    stream: CUstream,
+) -> ncclResult_t {
     match table() {
         // SAFETY: the entry of rgpu's libcuda for this function, same prototype.
-        Some(table) => unsafe { (table.ncclReduce)(sendbuff, recvbuff, count, datatype, op, root, comm, stream) },
+        Some(table) => unsafe {
+            (table.ncclReduce)(sendbuff, recvbuff, count, datatype, op, root, comm, stream)
+        },
         None => NCCL_SYSTEM_ERROR,
     }
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn ncclBcast(buff: *mut c_void, count: usize, datatype: ncclDataType_t, root: c_int, comm: ncclComm_t, stream: CUstream) -> ncclResult_t {
+pub unsafe extern "C" fn ncclBcast(
+    buff: *mut c_void,
+    count: usize,
+    datatype: ncclDataType_t,
+    root: c_int,
+    comm: ncclComm_t,
+    stream: CUstream,
+) -> ncclResult_t {
     match table() {
         // SAFETY: the entry of rgpu's libcuda for this function, same prototype.
         Some(table) => unsafe { (table.ncclBcast)(buff, count, datatype, root, comm, stream) },
@@ -545,7 +673,14 @@ pub unsafe extern "C" fn ncclBcast(buff: *mut c_void, count: usize, datatype: nc
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn pncclBcast(buff: *mut c_void, count: usize, datatype: ncclDataType_t, root: c_int, comm: ncclComm_t, stream: CUstream) -> ncclResult_t {
+pub unsafe extern "C" fn pncclBcast(
+    buff: *mut c_void,
+    count: usize,
+    datatype: ncclDataType_t,
+    root: c_int,
+    comm: ncclComm_t,
+    stream: CUstream,
+) -> ncclResult_t {
     match table() {
         // SAFETY: the entry of rgpu's libcuda for this function, same prototype.
         Some(table) => unsafe { (table.ncclBcast)(buff, count, datatype, root, comm, stream) },
@@ -554,133 +689,276 @@ pub unsafe extern "C" fn pncclBcast(buff: *mut c_void, count: usize, datatype: n
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn ncclBroadcast(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: ncclDataType_t, root: c_int, comm: ncclComm_t, stream: CUstream) -> ncclResult_t {
+pub unsafe extern "C" fn ncclBroadcast(
+    sendbuff: *const c_void,
+    recvbuff: *mut c_void,
+    count: usize,
+    datatype: ncclDataType_t,
+    root: c_int,
+    comm: ncclComm_t,
+    stream: CUstream,
+) -> ncclResult_t {
     match table() {
         // SAFETY: the entry of rgpu's libcuda for this function, same prototype.
-        Some(table) => unsafe { (table.ncclBroadcast)(sendbuff, recvbuff, count, datatype, root, comm, stream) },
+        Some(table) => unsafe {
+            (table.ncclBroadcast)(sendbuff, recvbuff, count, datatype, root, comm, stream)
+        },
         None => NCCL_SYSTEM_ERROR,
     }
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn pncclBroadcast(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: ncclDataType_t, root: c_int, comm: ncclComm_t, stream: CUstream) -> ncclResult_t {
+pub unsafe extern "C" fn pncclBroadcast(
+    sendbuff: *const c_void,
+    recvbuff: *mut c_void,
+    count: usize,
+    datatype: ncclDataType_t,
+    root: c_int,
+    comm: ncclComm_t,
+    stream: CUstream,
+) -> ncclResult_t {
     match table() {
         // SAFETY: the entry of rgpu's libcuda for this function, same prototype.
-        Some(table) => unsafe { (table.ncclBroadcast)(sendbuff, recvbuff, count, datatype, root, comm, stream) },
+        Some(table) => unsafe {
+            (table.ncclBroadcast)(sendbuff, recvbuff, count, datatype, root, comm, stream)
+        },
         None => NCCL_SYSTEM_ERROR,
     }
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn ncclAllReduce(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: ncclDataType_t, op: ncclRedOp_t, comm: ncclComm_t, stream: CUstream) -> ncclResult_t {
+pub unsafe extern "C" fn ncclAllReduce(
+    sendbuff: *const c_void,
+    recvbuff: *mut c_void,
+    count: usize,
+    datatype: ncclDataType_t,
+    op: ncclRedOp_t,
+    comm: ncclComm_t,
+    stream: CUstream,
+) -> ncclResult_t {
     match table() {
         // SAFETY: the entry of rgpu's libcuda for this function, same prototype.
-        Some(table) => unsafe { (table.ncclAllReduce)(sendbuff, recvbuff, count, datatype, op, comm, stream) },
+        Some(table) => unsafe {
+            (table.ncclAllReduce)(sendbuff, recvbuff, count, datatype, op, comm, stream)
+        },
         None => NCCL_SYSTEM_ERROR,
     }
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn pncclAllReduce(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: ncclDataType_t, op: ncclRedOp_t, comm: ncclComm_t, stream: CUstream) -> ncclResult_t {
+pub unsafe extern "C" fn pncclAllReduce(
+    sendbuff: *const c_void,
+    recvbuff: *mut c_void,
+    count: usize,
+    datatype: ncclDataType_t,
+    op: ncclRedOp_t,
+    comm: ncclComm_t,
+    stream: CUstream,
+) -> ncclResult_t {
     match table() {
         // SAFETY: the entry of rgpu's libcuda for this function, same prototype.
-        Some(table) => unsafe { (table.ncclAllReduce)(sendbuff, recvbuff, count, datatype, op, comm, stream) },
+        Some(table) => unsafe {
+            (table.ncclAllReduce)(sendbuff, recvbuff, count, datatype, op, comm, stream)
+        },
         None => NCCL_SYSTEM_ERROR,
     }
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn ncclReduceScatter(sendbuff: *const c_void, recvbuff: *mut c_void, recvcount: usize, datatype: ncclDataType_t, op: ncclRedOp_t, comm: ncclComm_t, stream: CUstream) -> ncclResult_t {
+pub unsafe extern "C" fn ncclReduceScatter(
+    sendbuff: *const c_void,
+    recvbuff: *mut c_void,
+    recvcount: usize,
+    datatype: ncclDataType_t,
+    op: ncclRedOp_t,
+    comm: ncclComm_t,
+    stream: CUstream,
+) -> ncclResult_t {
     match table() {
         // SAFETY: the entry of rgpu's libcuda for this function, same prototype.
-        Some(table) => unsafe { (table.ncclReduceScatter)(sendbuff, recvbuff, recvcount, datatype, op, comm, stream) },
+        Some(table) => unsafe {
+            (table.ncclReduceScatter)(sendbuff, recvbuff, recvcount, datatype, op, comm, stream)
+        },
         None => NCCL_SYSTEM_ERROR,
     }
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn pncclReduceScatter(sendbuff: *const c_void, recvbuff: *mut c_void, recvcount: usize, datatype: ncclDataType_t, op: ncclRedOp_t, comm: ncclComm_t, stream: CUstream) -> ncclResult_t {
+pub unsafe extern "C" fn pncclReduceScatter(
+    sendbuff: *const c_void,
+    recvbuff: *mut c_void,
+    recvcount: usize,
+    datatype: ncclDataType_t,
+    op: ncclRedOp_t,
+    comm: ncclComm_t,
+    stream: CUstream,
+) -> ncclResult_t {
     match table() {
         // SAFETY: the entry of rgpu's libcuda for this function, same prototype.
-        Some(table) => unsafe { (table.ncclReduceScatter)(sendbuff, recvbuff, recvcount, datatype, op, comm, stream) },
+        Some(table) => unsafe {
+            (table.ncclReduceScatter)(sendbuff, recvbuff, recvcount, datatype, op, comm, stream)
+        },
         None => NCCL_SYSTEM_ERROR,
     }
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn ncclAllGather(sendbuff: *const c_void, recvbuff: *mut c_void, sendcount: usize, datatype: ncclDataType_t, comm: ncclComm_t, stream: CUstream) -> ncclResult_t {
+pub unsafe extern "C" fn ncclAllGather(
+    sendbuff: *const c_void,
+    recvbuff: *mut c_void,
+    sendcount: usize,
+    datatype: ncclDataType_t,
+    comm: ncclComm_t,
+    stream: CUstream,
+) -> ncclResult_t {
     match table() {
         // SAFETY: the entry of rgpu's libcuda for this function, same prototype.
-        Some(table) => unsafe { (table.ncclAllGather)(sendbuff, recvbuff, sendcount, datatype, comm, stream) },
+        Some(table) => unsafe {
+            (table.ncclAllGather)(sendbuff, recvbuff, sendcount, datatype, comm, stream)
+        },
         None => NCCL_SYSTEM_ERROR,
     }
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn pncclAllGather(sendbuff: *const c_void, recvbuff: *mut c_void, sendcount: usize, datatype: ncclDataType_t, comm: ncclComm_t, stream: CUstream) -> ncclResult_t {
+pub unsafe extern "C" fn pncclAllGather(
+    sendbuff: *const c_void,
+    recvbuff: *mut c_void,
+    sendcount: usize,
+    datatype: ncclDataType_t,
+    comm: ncclComm_t,
+    stream: CUstream,
+) -> ncclResult_t {
     match table() {
         // SAFETY: the entry of rgpu's libcuda for this function, same prototype.
-        Some(table) => unsafe { (table.ncclAllGather)(sendbuff, recvbuff, sendcount, datatype, comm, stream) },
+        Some(table) => unsafe {
+            (table.ncclAllGather)(sendbuff, recvbuff, sendcount, datatype, comm, stream)
+        },
         None => NCCL_SYSTEM_ERROR,
     }
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn ncclAlltoAll(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: ncclDataType_t, comm: ncclComm_t, stream: CUstream) -> ncclResult_t {
+pub unsafe extern "C" fn ncclAlltoAll(
+    sendbuff: *const c_void,
+    recvbuff: *mut c_void,
+    count: usize,
+    datatype: ncclDataType_t,
+    comm: ncclComm_t,
+    stream: CUstream,
+) -> ncclResult_t {
     match table() {
         // SAFETY: the entry of rgpu's libcuda for this function, same prototype.
-        Some(table) => unsafe { (table.ncclAlltoAll)(sendbuff, recvbuff, count, datatype, comm, stream) },
+        Some(table) => unsafe {
+            (table.ncclAlltoAll)(sendbuff, recvbuff, count, datatype, comm, stream)
+        },
         None => NCCL_SYSTEM_ERROR,
     }
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn pncclAlltoAll(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: ncclDataType_t, comm: ncclComm_t, stream: CUstream) -> ncclResult_t {
+pub unsafe extern "C" fn pncclAlltoAll(
+    sendbuff: *const c_void,
+    recvbuff: *mut c_void,
+    count: usize,
+    datatype: ncclDataType_t,
+    comm: ncclComm_t,
+    stream: CUstream,
+) -> ncclResult_t {
     match table() {
         // SAFETY: the entry of rgpu's libcuda for this function, same prototype.
-        Some(table) => unsafe { (table.ncclAlltoAll)(sendbuff, recvbuff, count, datatype, comm, stream) },
+        Some(table) => unsafe {
+            (table.ncclAlltoAll)(sendbuff, recvbuff, count, datatype, comm, stream)
+        },
         None => NCCL_SYSTEM_ERROR,
     }
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn ncclGather(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: ncclDataType_t, root: c_int, comm: ncclComm_t, stream: CUstream) -> ncclResult_t {
+pub unsafe extern "C" fn ncclGather(
+    sendbuff: *const c_void,
+    recvbuff: *mut c_void,
+    count: usize,
+    datatype: ncclDataType_t,
+    root: c_int,
+    comm: ncclComm_t,
+    stream: CUstream,
+) -> ncclResult_t {
     match table() {
         // SAFETY: the entry of rgpu's libcuda for this function, same prototype.
-        Some(table) => unsafe { (table.ncclGather)(sendbuff, recvbuff, count, datatype, root, comm, stream) },
+        Some(table) => unsafe {
+            (table.ncclGather)(sendbuff, recvbuff, count, datatype, root, comm, stream)
+        },
         None => NCCL_SYSTEM_ERROR,
     }
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn pncclGather(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: ncclDataType_t, root: c_int, comm: ncclComm_t, stream: CUstream) -> ncclResult_t {
+pub unsafe extern "C" fn pncclGather(
+    sendbuff: *const c_void,
+    recvbuff: *mut c_void,
+    count: usize,
+    datatype: ncclDataType_t,
+    root: c_int,
+    comm: ncclComm_t,
+    stream: CUstream,
+) -> ncclResult_t {
     match table() {
         // SAFETY: the entry of rgpu's libcuda for this function, same prototype.
-        Some(table) => unsafe { (table.ncclGather)(sendbuff, recvbuff, count, datatype, root, comm, stream) },
+        Some(table) => unsafe {
+            (table.ncclGather)(sendbuff, recvbuff, count, datatype, root, comm, stream)
+        },
         None => NCCL_SYSTEM_ERROR,
     }
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn ncclScatter(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: ncclDataType_t, root: c_int, comm: ncclComm_t, stream: CUstream) -> ncclResult_t {
+pub unsafe extern "C" fn ncclScatter(
+    sendbuff: *const c_void,
+    recvbuff: *mut c_void,
+    count: usize,
+    datatype: ncclDataType_t,
+    root: c_int,
+    comm: ncclComm_t,
+    stream: CUstream,
+) -> ncclResult_t {
     match table() {
         // SAFETY: the entry of rgpu's libcuda for this function, same prototype.
-        Some(table) => unsafe { (table.ncclScatter)(sendbuff, recvbuff, count, datatype, root, comm, stream) },
+        Some(table) => unsafe {
+            (table.ncclScatter)(sendbuff, recvbuff, count, datatype, root, comm, stream)
+        },
         None => NCCL_SYSTEM_ERROR,
     }
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn pncclScatter(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: ncclDataType_t, root: c_int, comm: ncclComm_t, stream: CUstream) -> ncclResult_t {
+pub unsafe extern "C" fn pncclScatter(
+    sendbuff: *const c_void,
+    recvbuff: *mut c_void,
+    count: usize,
+    datatype: ncclDataType_t,
+    root: c_int,
+    comm: ncclComm_t,
+    stream: CUstream,
+) -> ncclResult_t {
     match table() {
         // SAFETY: the entry of rgpu's libcuda for this function, same prototype.
-        Some(table) => unsafe { (table.ncclScatter)(sendbuff, recvbuff, count, datatype, root, comm, stream) },
+        Some(table) => unsafe {
+            (table.ncclScatter)(sendbuff, recvbuff, count, datatype, root, comm, stream)
+        },
         None => NCCL_SYSTEM_ERROR,
     }
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn ncclSend(sendbuff: *const c_void, count: usize, datatype: ncclDataType_t, peer: c_int, comm: ncclComm_t, stream: CUstream) -> ncclResult_t {
+pub unsafe extern "C" fn ncclSend(
+    sendbuff: *const c_void,
+    count: usize,
+    datatype: ncclDataType_t,
+    peer: c_int,
+    comm: ncclComm_t,
+    stream: CUstream,
+) -> ncclResult_t {
     match table() {
         // SAFETY: the entry of rgpu's libcuda for this function, same prototype.
         Some(table) => unsafe { (table.ncclSend)(sendbuff, count, datatype, peer, comm, stream) },
@@ -689,7 +967,14 @@ pub unsafe extern "C" fn ncclSend(sendbuff: *const c_void, count: usize, datatyp
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn pncclSend(sendbuff: *const c_void, count: usize, datatype: ncclDataType_t, peer: c_int, comm: ncclComm_t, stream: CUstream) -> ncclResult_t {
+pub unsafe extern "C" fn pncclSend(
+    sendbuff: *const c_void,
+    count: usize,
+    datatype: ncclDataType_t,
+    peer: c_int,
+    comm: ncclComm_t,
+    stream: CUstream,
+) -> ncclResult_t {
     match table() {
         // SAFETY: the entry of rgpu's libcuda for this function, same prototype.
         Some(table) => unsafe { (table.ncclSend)(sendbuff, count, datatype, peer, comm, stream) },
@@ -698,7 +983,14 @@ pub unsafe extern "C" fn pncclSend(sendbuff: *const c_void, count: usize, dataty
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn ncclRecv(recvbuff: *mut c_void, count: usize, datatype: ncclDataType_t, peer: c_int, comm: ncclComm_t, stream: CUstream) -> ncclResult_t {
+pub unsafe extern "C" fn ncclRecv(
+    recvbuff: *mut c_void,
+    count: usize,
+    datatype: ncclDataType_t,
+    peer: c_int,
+    comm: ncclComm_t,
+    stream: CUstream,
+) -> ncclResult_t {
     match table() {
         // SAFETY: the entry of rgpu's libcuda for this function, same prototype.
         Some(table) => unsafe { (table.ncclRecv)(recvbuff, count, datatype, peer, comm, stream) },
@@ -707,7 +999,14 @@ pub unsafe extern "C" fn ncclRecv(recvbuff: *mut c_void, count: usize, datatype:
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn pncclRecv(recvbuff: *mut c_void, count: usize, datatype: ncclDataType_t, peer: c_int, comm: ncclComm_t, stream: CUstream) -> ncclResult_t {
+pub unsafe extern "C" fn pncclRecv(
+    recvbuff: *mut c_void,
+    count: usize,
+    datatype: ncclDataType_t,
+    peer: c_int,
+    comm: ncclComm_t,
+    stream: CUstream,
+) -> ncclResult_t {
     match table() {
         // SAFETY: the entry of rgpu's libcuda for this function, same prototype.
         Some(table) => unsafe { (table.ncclRecv)(recvbuff, count, datatype, peer, comm, stream) },

@@ -87,9 +87,9 @@ fn own_directory() -> Option<std::path::PathBuf> {
     }
     // SAFETY: the loader's NUL-terminated path of this library.
     let path = unsafe { CStr::from_ptr(info.dli_fname) };
-    let path = std::path::Path::new(<std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(
-        path.to_bytes(),
-    ));
+    let path = std::path::Path::new(
+        <std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(path.to_bytes()),
+    );
     path.parent().map(|p| p.to_path_buf())
 }
 

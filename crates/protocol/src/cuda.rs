@@ -1265,13 +1265,28 @@ sample_struct!(NcclConfig {
     net_name,
     comm_name
 });
-sample_enum!(NcclKind { AllReduce, Broadcast, Reduce, AllGather, ReduceScatter, AllToAll, Gather, Scatter, Send, Recv });
+sample_enum!(NcclKind {
+    AllReduce,
+    Broadcast,
+    Reduce,
+    AllGather,
+    ReduceScatter,
+    AllToAll,
+    Gather,
+    Scatter,
+    Send,
+    Recv
+});
 sample_enum!(NcclOp {
     InitRank { comm, ctx, nranks, rank, unique_id, config },
     Split { comm, parent, color, key, config },
     Call { kind, comm, ctx, stream, send, recv, count, datatype, op, root },
 });
-sample_enum!(NcclEnd { Finalize, Destroy, Abort });
+sample_enum!(NcclEnd {
+    Finalize,
+    Destroy,
+    Abort
+});
 sample_enum!(NcclScalar { Host(bytes), Device(ptr) });
 sample_enum!(ImageKind { Module, Library });
 sample_enum!(Pool { Default(device), Created(id) });

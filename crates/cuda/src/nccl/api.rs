@@ -26,6 +26,19 @@ struct Comm {
     device: i32,
     nranks: i32,
     rank: i32,
+    /// The communicators made with it on other servers, when there are any.
+    clique: Option<Arc<Clique>>,
+}
+
+/// Communicators that one group of this process made on several servers (ncclCommInitAll, a
+/// group of inits or splits). NCCL's single-process programs end them one at a time from one
+/// thread, which works in one process; here each rank lives in its server's worker, and the
+/// first rank's end would wait for ranks not yet ending. So each end (finalize, destroy or
+/// abort) returns at once until every member has asked for it, and then all end together.
+struct Clique {
+    size: usize,
+    finalizing: Mutex<Vec<(Arc<Connection>, Id)>>,
+    ending: Mutex<Vec<(Arc<Connection>, Id, NcclEnd)>>,
 }
 
 /// The program's communicators, by handle (`ncclComm_t`).
@@ -115,7 +128,11 @@ fn working_context() -> Result<Arc<Context>, ncclResult_t> {
 }
 
 fn primary_context(ordinal: c_int) -> Result<Arc<Context>, ncclResult_t> {
-    crate::servers::init().map_err(|_| NCCL_SYSTEM_ERROR)?;
+    let servers = crate::servers::init().map_err(|_| NCCL_SYSTEM_ERROR)?;
+    if servers.devices.is_empty() {
+        log::warn!("rgpu: NCCL: no server offers a CUDA device");
+        return Err(NCCL_SYSTEM_ERROR);
+    }
     let device = crate::servers::device(ordinal).map_err(|_| NCCL_INVALID_ARGUMENT)?;
     let primary = device.primary();
     primary.ensure_created().map_err(|_| NCCL_SYSTEM_ERROR)?;
@@ -326,7 +343,10 @@ pub unsafe fn ncclCommSplit(
 fn run(queued: Vec<Queued>) -> Result<(), ncclResult_t> {
     let mut by_server: Vec<(Arc<Connection>, Vec<Queued>)> = Vec::new();
     for call in queued {
-        match by_server.iter_mut().find(|(c, _)| Arc::ptr_eq(c, &call.conn)) {
+        match by_server
+            .iter_mut()
+            .find(|(c, _)| Arc::ptr_eq(c, &call.conn))
+        {
             Some((_, calls)) => calls.push(call),
             None => by_server.push((call.conn.clone(), vec![call])),
         }
@@ -358,6 +378,24 @@ fn run(queued: Vec<Queued>) -> Result<(), ncclResult_t> {
             .collect()
     });
     let mut first_error = Ok(());
+    let made_on = by_server
+        .iter()
+        .zip(&outcomes)
+        .filter(|((_, calls), outcome)| outcome.is_ok() && calls.iter().any(|c| c.makes.is_some()))
+        .count();
+    let members = outcomes
+        .iter()
+        .flatten()
+        .flatten()
+        .filter(|(nranks, _)| *nranks > 0)
+        .count();
+    let clique = (made_on > 1).then(|| {
+        Arc::new(Clique {
+            size: members,
+            finalizing: Mutex::new(Vec::new()),
+            ending: Mutex::new(Vec::new()),
+        })
+    });
     for ((conn, calls), outcome) in by_server.into_iter().zip(outcomes) {
         let made = match outcome {
             Ok(made) => made,
@@ -384,6 +422,7 @@ fn run(queued: Vec<Queued>) -> Result<(), ncclResult_t> {
                     device: making.device,
                     nranks,
                     rank,
+                    clique: clique.clone(),
                 }),
             };
             // SAFETY: the program's out-pointer for this communicator (checked non-null).
@@ -419,14 +458,45 @@ pub unsafe fn ncclGroupEnd() -> ncclResult_t {
 fn end(comm: ncclComm_t, how: NcclEnd) -> ncclResult_t {
     result((|| {
         let found = self::comm(comm)?;
-        let ended = answer(found.conn.cuda().nccl_end_comm(found.remote, how));
         if how != NcclEnd::Finalize {
-            // Gone whatever the server said: the program will not name it again.
+            // Gone whatever the server says: the program will not name it again.
             if let Some(comms) = COMMS.lock().unwrap().as_mut() {
                 comms.remove(&(comm as usize));
             }
         }
-        ended
+        let Some(clique) = &found.clique else {
+            return answer(found.conn.cuda().nccl_end_comm(found.remote, how));
+        };
+        let (conn, remote) = (found.conn.clone(), found.remote);
+        let all: Vec<(Arc<Connection>, Id, NcclEnd)> = match how {
+            NcclEnd::Finalize => {
+                let mut waiting = clique.finalizing.lock().unwrap();
+                waiting.push((conn, remote));
+                if waiting.len() < clique.size {
+                    return Ok(());
+                }
+                waiting.drain(..).map(|(c, r)| (c, r, how)).collect()
+            }
+            _ => {
+                let mut waiting = clique.ending.lock().unwrap();
+                waiting.push((conn, remote, how));
+                if waiting.len() < clique.size {
+                    return Ok(());
+                }
+                std::mem::take(&mut *waiting)
+            }
+        };
+        std::thread::scope(|scope| {
+            let ends: Vec<_> = all
+                .iter()
+                .map(|(conn, remote, how)| {
+                    scope.spawn(move || answer(conn.cuda().nccl_end_comm(*remote, *how)))
+                })
+                .collect();
+            ends.into_iter()
+                .map(|end| end.join().unwrap_or(Err(NCCL_INTERNAL_ERROR)))
+                .fold(Ok(()), Result::and)
+        })
     })())
 }
 
@@ -448,7 +518,10 @@ pub unsafe fn ncclCommAbort(comm: ncclComm_t) -> ncclResult_t {
     end(comm, NcclEnd::Abort)
 }
 
-pub unsafe fn ncclCommGetAsyncError(comm: ncclComm_t, asyncError: *mut ncclResult_t) -> ncclResult_t {
+pub unsafe fn ncclCommGetAsyncError(
+    comm: ncclComm_t,
+    asyncError: *mut ncclResult_t,
+) -> ncclResult_t {
     result((|| {
         let found = self::comm(comm)?;
         let code = answer(found.conn.cuda().nccl_async_error(found.remote))?;
@@ -514,7 +587,12 @@ pub unsafe fn ncclCommRegister(
 
 pub unsafe fn ncclCommDeregister(comm: ncclComm_t, handle: *mut c_void) -> ncclResult_t {
     result(self::comm(comm).and_then(|found| {
-        answer(found.conn.cuda().nccl_deregister(found.remote, handle as u64))
+        answer(
+            found
+                .conn
+                .cuda()
+                .nccl_deregister(found.remote, handle as u64),
+        )
     }))
 }
 
@@ -582,7 +660,12 @@ pub unsafe fn ncclRedOpDestroy(op: ncclRedOp_t, comm: ncclComm_t) -> ncclResult_
         if op < NCCL_NUM_OPS {
             return Err(NCCL_INVALID_ARGUMENT);
         }
-        answer(found.conn.cuda().nccl_red_op_destroy(found.remote, op as u32))
+        answer(
+            found
+                .conn
+                .cuda()
+                .nccl_red_op_destroy(found.remote, op as u32),
+        )
     }))
 }
 
@@ -662,7 +745,17 @@ pub unsafe fn ncclAllReduce(
     comm: ncclComm_t,
     stream: CUstream,
 ) -> ncclResult_t {
-    call(NcclKind::AllReduce, sendbuff, recvbuff, count, datatype, op, 0, comm, stream)
+    call(
+        NcclKind::AllReduce,
+        sendbuff,
+        recvbuff,
+        count,
+        datatype,
+        op,
+        0,
+        comm,
+        stream,
+    )
 }
 
 pub unsafe fn ncclReduce(
@@ -675,7 +768,17 @@ pub unsafe fn ncclReduce(
     comm: ncclComm_t,
     stream: CUstream,
 ) -> ncclResult_t {
-    call(NcclKind::Reduce, sendbuff, recvbuff, count, datatype, op, root, comm, stream)
+    call(
+        NcclKind::Reduce,
+        sendbuff,
+        recvbuff,
+        count,
+        datatype,
+        op,
+        root,
+        comm,
+        stream,
+    )
 }
 
 pub unsafe fn ncclBroadcast(
@@ -687,7 +790,17 @@ pub unsafe fn ncclBroadcast(
     comm: ncclComm_t,
     stream: CUstream,
 ) -> ncclResult_t {
-    call(NcclKind::Broadcast, sendbuff, recvbuff, count, datatype, 0, root, comm, stream)
+    call(
+        NcclKind::Broadcast,
+        sendbuff,
+        recvbuff,
+        count,
+        datatype,
+        0,
+        root,
+        comm,
+        stream,
+    )
 }
 
 pub unsafe fn ncclBcast(
@@ -698,7 +811,17 @@ pub unsafe fn ncclBcast(
     comm: ncclComm_t,
     stream: CUstream,
 ) -> ncclResult_t {
-    call(NcclKind::Broadcast, buff, buff, count, datatype, 0, root, comm, stream)
+    call(
+        NcclKind::Broadcast,
+        buff,
+        buff,
+        count,
+        datatype,
+        0,
+        root,
+        comm,
+        stream,
+    )
 }
 
 pub unsafe fn ncclReduceScatter(
@@ -710,7 +833,17 @@ pub unsafe fn ncclReduceScatter(
     comm: ncclComm_t,
     stream: CUstream,
 ) -> ncclResult_t {
-    call(NcclKind::ReduceScatter, sendbuff, recvbuff, recvcount, datatype, op, 0, comm, stream)
+    call(
+        NcclKind::ReduceScatter,
+        sendbuff,
+        recvbuff,
+        recvcount,
+        datatype,
+        op,
+        0,
+        comm,
+        stream,
+    )
 }
 
 pub unsafe fn ncclAllGather(
@@ -721,7 +854,17 @@ pub unsafe fn ncclAllGather(
     comm: ncclComm_t,
     stream: CUstream,
 ) -> ncclResult_t {
-    call(NcclKind::AllGather, sendbuff, recvbuff, sendcount, datatype, 0, 0, comm, stream)
+    call(
+        NcclKind::AllGather,
+        sendbuff,
+        recvbuff,
+        sendcount,
+        datatype,
+        0,
+        0,
+        comm,
+        stream,
+    )
 }
 
 pub unsafe fn ncclAlltoAll(
@@ -732,7 +875,17 @@ pub unsafe fn ncclAlltoAll(
     comm: ncclComm_t,
     stream: CUstream,
 ) -> ncclResult_t {
-    call(NcclKind::AllToAll, sendbuff, recvbuff, count, datatype, 0, 0, comm, stream)
+    call(
+        NcclKind::AllToAll,
+        sendbuff,
+        recvbuff,
+        count,
+        datatype,
+        0,
+        0,
+        comm,
+        stream,
+    )
 }
 
 pub unsafe fn ncclGather(
@@ -744,7 +897,17 @@ pub unsafe fn ncclGather(
     comm: ncclComm_t,
     stream: CUstream,
 ) -> ncclResult_t {
-    call(NcclKind::Gather, sendbuff, recvbuff, count, datatype, 0, root, comm, stream)
+    call(
+        NcclKind::Gather,
+        sendbuff,
+        recvbuff,
+        count,
+        datatype,
+        0,
+        root,
+        comm,
+        stream,
+    )
 }
 
 pub unsafe fn ncclScatter(
@@ -756,7 +919,17 @@ pub unsafe fn ncclScatter(
     comm: ncclComm_t,
     stream: CUstream,
 ) -> ncclResult_t {
-    call(NcclKind::Scatter, sendbuff, recvbuff, count, datatype, 0, root, comm, stream)
+    call(
+        NcclKind::Scatter,
+        sendbuff,
+        recvbuff,
+        count,
+        datatype,
+        0,
+        root,
+        comm,
+        stream,
+    )
 }
 
 pub unsafe fn ncclSend(
@@ -768,7 +941,17 @@ pub unsafe fn ncclSend(
     stream: CUstream,
 ) -> ncclResult_t {
     let none = std::ptr::null_mut();
-    call(NcclKind::Send, sendbuff, none, count, datatype, 0, peer, comm, stream)
+    call(
+        NcclKind::Send,
+        sendbuff,
+        none,
+        count,
+        datatype,
+        0,
+        peer,
+        comm,
+        stream,
+    )
 }
 
 pub unsafe fn ncclRecv(
@@ -779,5 +962,15 @@ pub unsafe fn ncclRecv(
     comm: ncclComm_t,
     stream: CUstream,
 ) -> ncclResult_t {
-    call(NcclKind::Recv, std::ptr::null(), recvbuff, count, datatype, 0, peer, comm, stream)
+    call(
+        NcclKind::Recv,
+        std::ptr::null(),
+        recvbuff,
+        count,
+        datatype,
+        0,
+        peer,
+        comm,
+        stream,
+    )
 }

@@ -56,7 +56,10 @@ pub static rgpu_nccl_table: NcclTable = NcclTable {
 mod entry {
     use super::*;
 
-    pub(super) unsafe extern "C" fn ncclMemAlloc(ptr: *mut *mut c_void, size: usize) -> ncclResult_t {
+    pub(super) unsafe extern "C" fn ncclMemAlloc(
+        ptr: *mut *mut c_void,
+        size: usize,
+    ) -> ncclResult_t {
         // SAFETY: the program's arguments, as NCCL's contract for ncclMemAlloc has them.
         guard("ncclMemAlloc", NCCL_INTERNAL_ERROR, || unsafe {
             super::super::api::ncclMemAlloc(ptr, size)
@@ -84,21 +87,36 @@ mod entry {
         })
     }
 
-    pub(super) unsafe extern "C" fn ncclCommInitRankConfig(comm: *mut ncclComm_t, nranks: c_int, commId: ncclUniqueId, rank: c_int, config: *mut ncclConfig_t) -> ncclResult_t {
+    pub(super) unsafe extern "C" fn ncclCommInitRankConfig(
+        comm: *mut ncclComm_t,
+        nranks: c_int,
+        commId: ncclUniqueId,
+        rank: c_int,
+        config: *mut ncclConfig_t,
+    ) -> ncclResult_t {
         // SAFETY: the program's arguments, as NCCL's contract for ncclCommInitRankConfig has them.
         guard("ncclCommInitRankConfig", NCCL_INTERNAL_ERROR, || unsafe {
             super::super::api::ncclCommInitRankConfig(comm, nranks, commId, rank, config)
         })
     }
 
-    pub(super) unsafe extern "C" fn ncclCommInitRank(comm: *mut ncclComm_t, nranks: c_int, commId: ncclUniqueId, rank: c_int) -> ncclResult_t {
+    pub(super) unsafe extern "C" fn ncclCommInitRank(
+        comm: *mut ncclComm_t,
+        nranks: c_int,
+        commId: ncclUniqueId,
+        rank: c_int,
+    ) -> ncclResult_t {
         // SAFETY: the program's arguments, as NCCL's contract for ncclCommInitRank has them.
         guard("ncclCommInitRank", NCCL_INTERNAL_ERROR, || unsafe {
             super::super::api::ncclCommInitRank(comm, nranks, commId, rank)
         })
     }
 
-    pub(super) unsafe extern "C" fn ncclCommInitAll(comm: *mut ncclComm_t, ndev: c_int, devlist: *const c_int) -> ncclResult_t {
+    pub(super) unsafe extern "C" fn ncclCommInitAll(
+        comm: *mut ncclComm_t,
+        ndev: c_int,
+        devlist: *const c_int,
+    ) -> ncclResult_t {
         // SAFETY: the program's arguments, as NCCL's contract for ncclCommInitAll has them.
         guard("ncclCommInitAll", NCCL_INTERNAL_ERROR, || unsafe {
             super::super::api::ncclCommInitAll(comm, ndev, devlist)
@@ -126,161 +144,299 @@ mod entry {
         })
     }
 
-    pub(super) unsafe extern "C" fn ncclCommSplit(comm: ncclComm_t, color: c_int, key: c_int, newcomm: *mut ncclComm_t, config: *mut ncclConfig_t) -> ncclResult_t {
+    pub(super) unsafe extern "C" fn ncclCommSplit(
+        comm: ncclComm_t,
+        color: c_int,
+        key: c_int,
+        newcomm: *mut ncclComm_t,
+        config: *mut ncclConfig_t,
+    ) -> ncclResult_t {
         // SAFETY: the program's arguments, as NCCL's contract for ncclCommSplit has them.
         guard("ncclCommSplit", NCCL_INTERNAL_ERROR, || unsafe {
             super::super::api::ncclCommSplit(comm, color, key, newcomm, config)
         })
     }
 
-    pub(super) unsafe extern "C" fn ncclCommInitRankScalable(newcomm: *mut ncclComm_t, nranks: c_int, myrank: c_int, nId: c_int, commIds: *mut ncclUniqueId, config: *mut ncclConfig_t) -> ncclResult_t {
+    pub(super) unsafe extern "C" fn ncclCommInitRankScalable(
+        newcomm: *mut ncclComm_t,
+        nranks: c_int,
+        myrank: c_int,
+        nId: c_int,
+        commIds: *mut ncclUniqueId,
+        config: *mut ncclConfig_t,
+    ) -> ncclResult_t {
         // SAFETY: the program's arguments, as NCCL's contract for ncclCommInitRankScalable has them.
         guard("ncclCommInitRankScalable", NCCL_INTERNAL_ERROR, || unsafe {
-            super::super::api::ncclCommInitRankScalable(newcomm, nranks, myrank, nId, commIds, config)
+            super::super::api::ncclCommInitRankScalable(
+                newcomm, nranks, myrank, nId, commIds, config,
+            )
         })
     }
 
     pub(super) unsafe extern "C" fn ncclGetErrorString(result: ncclResult_t) -> *const c_char {
         // SAFETY: the program's arguments, as NCCL's contract for ncclGetErrorString has them.
-        guard("ncclGetErrorString", c"rgpu: internal error".as_ptr(), || unsafe {
-            super::super::api::ncclGetErrorString(result)
-        })
+        guard(
+            "ncclGetErrorString",
+            c"rgpu: internal error".as_ptr(),
+            || unsafe { super::super::api::ncclGetErrorString(result) },
+        )
     }
 
     pub(super) unsafe extern "C" fn ncclGetLastError(comm: ncclComm_t) -> *const c_char {
         // SAFETY: the program's arguments, as NCCL's contract for ncclGetLastError has them.
-        guard("ncclGetLastError", c"rgpu: internal error".as_ptr(), || unsafe {
-            super::super::api::ncclGetLastError(comm)
-        })
+        guard(
+            "ncclGetLastError",
+            c"rgpu: internal error".as_ptr(),
+            || unsafe { super::super::api::ncclGetLastError(comm) },
+        )
     }
 
-    pub(super) unsafe extern "C" fn ncclCommGetAsyncError(comm: ncclComm_t, asyncError: *mut ncclResult_t) -> ncclResult_t {
+    pub(super) unsafe extern "C" fn ncclCommGetAsyncError(
+        comm: ncclComm_t,
+        asyncError: *mut ncclResult_t,
+    ) -> ncclResult_t {
         // SAFETY: the program's arguments, as NCCL's contract for ncclCommGetAsyncError has them.
         guard("ncclCommGetAsyncError", NCCL_INTERNAL_ERROR, || unsafe {
             super::super::api::ncclCommGetAsyncError(comm, asyncError)
         })
     }
 
-    pub(super) unsafe extern "C" fn ncclCommCount(comm: ncclComm_t, count: *mut c_int) -> ncclResult_t {
+    pub(super) unsafe extern "C" fn ncclCommCount(
+        comm: ncclComm_t,
+        count: *mut c_int,
+    ) -> ncclResult_t {
         // SAFETY: the program's arguments, as NCCL's contract for ncclCommCount has them.
         guard("ncclCommCount", NCCL_INTERNAL_ERROR, || unsafe {
             super::super::api::ncclCommCount(comm, count)
         })
     }
 
-    pub(super) unsafe extern "C" fn ncclCommCuDevice(comm: ncclComm_t, device: *mut c_int) -> ncclResult_t {
+    pub(super) unsafe extern "C" fn ncclCommCuDevice(
+        comm: ncclComm_t,
+        device: *mut c_int,
+    ) -> ncclResult_t {
         // SAFETY: the program's arguments, as NCCL's contract for ncclCommCuDevice has them.
         guard("ncclCommCuDevice", NCCL_INTERNAL_ERROR, || unsafe {
             super::super::api::ncclCommCuDevice(comm, device)
         })
     }
 
-    pub(super) unsafe extern "C" fn ncclCommUserRank(comm: ncclComm_t, rank: *mut c_int) -> ncclResult_t {
+    pub(super) unsafe extern "C" fn ncclCommUserRank(
+        comm: ncclComm_t,
+        rank: *mut c_int,
+    ) -> ncclResult_t {
         // SAFETY: the program's arguments, as NCCL's contract for ncclCommUserRank has them.
         guard("ncclCommUserRank", NCCL_INTERNAL_ERROR, || unsafe {
             super::super::api::ncclCommUserRank(comm, rank)
         })
     }
 
-    pub(super) unsafe extern "C" fn ncclCommRegister(comm: ncclComm_t, buff: *mut c_void, size: usize, handle: *mut *mut c_void) -> ncclResult_t {
+    pub(super) unsafe extern "C" fn ncclCommRegister(
+        comm: ncclComm_t,
+        buff: *mut c_void,
+        size: usize,
+        handle: *mut *mut c_void,
+    ) -> ncclResult_t {
         // SAFETY: the program's arguments, as NCCL's contract for ncclCommRegister has them.
         guard("ncclCommRegister", NCCL_INTERNAL_ERROR, || unsafe {
             super::super::api::ncclCommRegister(comm, buff, size, handle)
         })
     }
 
-    pub(super) unsafe extern "C" fn ncclCommDeregister(comm: ncclComm_t, handle: *mut c_void) -> ncclResult_t {
+    pub(super) unsafe extern "C" fn ncclCommDeregister(
+        comm: ncclComm_t,
+        handle: *mut c_void,
+    ) -> ncclResult_t {
         // SAFETY: the program's arguments, as NCCL's contract for ncclCommDeregister has them.
         guard("ncclCommDeregister", NCCL_INTERNAL_ERROR, || unsafe {
             super::super::api::ncclCommDeregister(comm, handle)
         })
     }
 
-    pub(super) unsafe extern "C" fn ncclRedOpCreatePreMulSum(op: *mut ncclRedOp_t, scalar: *mut c_void, datatype: ncclDataType_t, residence: ncclScalarResidence_t, comm: ncclComm_t) -> ncclResult_t {
+    pub(super) unsafe extern "C" fn ncclRedOpCreatePreMulSum(
+        op: *mut ncclRedOp_t,
+        scalar: *mut c_void,
+        datatype: ncclDataType_t,
+        residence: ncclScalarResidence_t,
+        comm: ncclComm_t,
+    ) -> ncclResult_t {
         // SAFETY: the program's arguments, as NCCL's contract for ncclRedOpCreatePreMulSum has them.
         guard("ncclRedOpCreatePreMulSum", NCCL_INTERNAL_ERROR, || unsafe {
             super::super::api::ncclRedOpCreatePreMulSum(op, scalar, datatype, residence, comm)
         })
     }
 
-    pub(super) unsafe extern "C" fn ncclRedOpDestroy(op: ncclRedOp_t, comm: ncclComm_t) -> ncclResult_t {
+    pub(super) unsafe extern "C" fn ncclRedOpDestroy(
+        op: ncclRedOp_t,
+        comm: ncclComm_t,
+    ) -> ncclResult_t {
         // SAFETY: the program's arguments, as NCCL's contract for ncclRedOpDestroy has them.
         guard("ncclRedOpDestroy", NCCL_INTERNAL_ERROR, || unsafe {
             super::super::api::ncclRedOpDestroy(op, comm)
         })
     }
 
-    pub(super) unsafe extern "C" fn ncclReduce(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: ncclDataType_t, op: ncclRedOp_t, root: c_int, comm: ncclComm_t, stream: CUstream) -> ncclResult_t {
+    pub(super) unsafe extern "C" fn ncclReduce(
+        sendbuff: *const c_void,
+        recvbuff: *mut c_void,
+        count: usize,
+        datatype: ncclDataType_t,
+        op: ncclRedOp_t,
+        root: c_int,
+        comm: ncclComm_t,
+        stream: CUstream,
+    ) -> ncclResult_t {
         // SAFETY: the program's arguments, as NCCL's contract for ncclReduce has them.
         guard("ncclReduce", NCCL_INTERNAL_ERROR, || unsafe {
-            super::super::api::ncclReduce(sendbuff, recvbuff, count, datatype, op, root, comm, stream)
+            super::super::api::ncclReduce(
+                sendbuff, recvbuff, count, datatype, op, root, comm, stream,
+            )
         })
     }
 
-    pub(super) unsafe extern "C" fn ncclBcast(buff: *mut c_void, count: usize, datatype: ncclDataType_t, root: c_int, comm: ncclComm_t, stream: CUstream) -> ncclResult_t {
+    pub(super) unsafe extern "C" fn ncclBcast(
+        buff: *mut c_void,
+        count: usize,
+        datatype: ncclDataType_t,
+        root: c_int,
+        comm: ncclComm_t,
+        stream: CUstream,
+    ) -> ncclResult_t {
         // SAFETY: the program's arguments, as NCCL's contract for ncclBcast has them.
         guard("ncclBcast", NCCL_INTERNAL_ERROR, || unsafe {
             super::super::api::ncclBcast(buff, count, datatype, root, comm, stream)
         })
     }
 
-    pub(super) unsafe extern "C" fn ncclBroadcast(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: ncclDataType_t, root: c_int, comm: ncclComm_t, stream: CUstream) -> ncclResult_t {
+    pub(super) unsafe extern "C" fn ncclBroadcast(
+        sendbuff: *const c_void,
+        recvbuff: *mut c_void,
+        count: usize,
+        datatype: ncclDataType_t,
+        root: c_int,
+        comm: ncclComm_t,
+        stream: CUstream,
+    ) -> ncclResult_t {
         // SAFETY: the program's arguments, as NCCL's contract for ncclBroadcast has them.
         guard("ncclBroadcast", NCCL_INTERNAL_ERROR, || unsafe {
-            super::super::api::ncclBroadcast(sendbuff, recvbuff, count, datatype, root, comm, stream)
+            super::super::api::ncclBroadcast(
+                sendbuff, recvbuff, count, datatype, root, comm, stream,
+            )
         })
     }
 
-    pub(super) unsafe extern "C" fn ncclAllReduce(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: ncclDataType_t, op: ncclRedOp_t, comm: ncclComm_t, stream: CUstream) -> ncclResult_t {
+    pub(super) unsafe extern "C" fn ncclAllReduce(
+        sendbuff: *const c_void,
+        recvbuff: *mut c_void,
+        count: usize,
+        datatype: ncclDataType_t,
+        op: ncclRedOp_t,
+        comm: ncclComm_t,
+        stream: CUstream,
+    ) -> ncclResult_t {
         // SAFETY: the program's arguments, as NCCL's contract for ncclAllReduce has them.
         guard("ncclAllReduce", NCCL_INTERNAL_ERROR, || unsafe {
             super::super::api::ncclAllReduce(sendbuff, recvbuff, count, datatype, op, comm, stream)
         })
     }
 
-    pub(super) unsafe extern "C" fn ncclReduceScatter(sendbuff: *const c_void, recvbuff: *mut c_void, recvcount: usize, datatype: ncclDataType_t, op: ncclRedOp_t, comm: ncclComm_t, stream: CUstream) -> ncclResult_t {
+    pub(super) unsafe extern "C" fn ncclReduceScatter(
+        sendbuff: *const c_void,
+        recvbuff: *mut c_void,
+        recvcount: usize,
+        datatype: ncclDataType_t,
+        op: ncclRedOp_t,
+        comm: ncclComm_t,
+        stream: CUstream,
+    ) -> ncclResult_t {
         // SAFETY: the program's arguments, as NCCL's contract for ncclReduceScatter has them.
         guard("ncclReduceScatter", NCCL_INTERNAL_ERROR, || unsafe {
-            super::super::api::ncclReduceScatter(sendbuff, recvbuff, recvcount, datatype, op, comm, stream)
+            super::super::api::ncclReduceScatter(
+                sendbuff, recvbuff, recvcount, datatype, op, comm, stream,
+            )
         })
     }
 
-    pub(super) unsafe extern "C" fn ncclAllGather(sendbuff: *const c_void, recvbuff: *mut c_void, sendcount: usize, datatype: ncclDataType_t, comm: ncclComm_t, stream: CUstream) -> ncclResult_t {
+    pub(super) unsafe extern "C" fn ncclAllGather(
+        sendbuff: *const c_void,
+        recvbuff: *mut c_void,
+        sendcount: usize,
+        datatype: ncclDataType_t,
+        comm: ncclComm_t,
+        stream: CUstream,
+    ) -> ncclResult_t {
         // SAFETY: the program's arguments, as NCCL's contract for ncclAllGather has them.
         guard("ncclAllGather", NCCL_INTERNAL_ERROR, || unsafe {
             super::super::api::ncclAllGather(sendbuff, recvbuff, sendcount, datatype, comm, stream)
         })
     }
 
-    pub(super) unsafe extern "C" fn ncclAlltoAll(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: ncclDataType_t, comm: ncclComm_t, stream: CUstream) -> ncclResult_t {
+    pub(super) unsafe extern "C" fn ncclAlltoAll(
+        sendbuff: *const c_void,
+        recvbuff: *mut c_void,
+        count: usize,
+        datatype: ncclDataType_t,
+        comm: ncclComm_t,
+        stream: CUstream,
+    ) -> ncclResult_t {
         // SAFETY: the program's arguments, as NCCL's contract for ncclAlltoAll has them.
         guard("ncclAlltoAll", NCCL_INTERNAL_ERROR, || unsafe {
             super::super::api::ncclAlltoAll(sendbuff, recvbuff, count, datatype, comm, stream)
         })
     }
 
-    pub(super) unsafe extern "C" fn ncclGather(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: ncclDataType_t, root: c_int, comm: ncclComm_t, stream: CUstream) -> ncclResult_t {
+    pub(super) unsafe extern "C" fn ncclGather(
+        sendbuff: *const c_void,
+        recvbuff: *mut c_void,
+        count: usize,
+        datatype: ncclDataType_t,
+        root: c_int,
+        comm: ncclComm_t,
+        stream: CUstream,
+    ) -> ncclResult_t {
         // SAFETY: the program's arguments, as NCCL's contract for ncclGather has them.
         guard("ncclGather", NCCL_INTERNAL_ERROR, || unsafe {
             super::super::api::ncclGather(sendbuff, recvbuff, count, datatype, root, comm, stream)
         })
     }
 
-    pub(super) unsafe extern "C" fn ncclScatter(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: ncclDataType_t, root: c_int, comm: ncclComm_t, stream: CUstream) -> ncclResult_t {
+    pub(super) unsafe extern "C" fn ncclScatter(
+        sendbuff: *const c_void,
+        recvbuff: *mut c_void,
+        count: usize,
+        datatype: ncclDataType_t,
+        root: c_int,
+        comm: ncclComm_t,
+        stream: CUstream,
+    ) -> ncclResult_t {
         // SAFETY: the program's arguments, as NCCL's contract for ncclScatter has them.
         guard("ncclScatter", NCCL_INTERNAL_ERROR, || unsafe {
             super::super::api::ncclScatter(sendbuff, recvbuff, count, datatype, root, comm, stream)
         })
     }
 
-    pub(super) unsafe extern "C" fn ncclSend(sendbuff: *const c_void, count: usize, datatype: ncclDataType_t, peer: c_int, comm: ncclComm_t, stream: CUstream) -> ncclResult_t {
+    pub(super) unsafe extern "C" fn ncclSend(
+        sendbuff: *const c_void,
+        count: usize,
+        datatype: ncclDataType_t,
+        peer: c_int,
+        comm: ncclComm_t,
+        stream: CUstream,
+    ) -> ncclResult_t {
         // SAFETY: the program's arguments, as NCCL's contract for ncclSend has them.
         guard("ncclSend", NCCL_INTERNAL_ERROR, || unsafe {
             super::super::api::ncclSend(sendbuff, count, datatype, peer, comm, stream)
         })
     }
 
-    pub(super) unsafe extern "C" fn ncclRecv(recvbuff: *mut c_void, count: usize, datatype: ncclDataType_t, peer: c_int, comm: ncclComm_t, stream: CUstream) -> ncclResult_t {
+    pub(super) unsafe extern "C" fn ncclRecv(
+        recvbuff: *mut c_void,
+        count: usize,
+        datatype: ncclDataType_t,
+        peer: c_int,
+        comm: ncclComm_t,
+        stream: CUstream,
+    ) -> ncclResult_t {
         // SAFETY: the program's arguments, as NCCL's contract for ncclRecv has them.
         guard("ncclRecv", NCCL_INTERNAL_ERROR, || unsafe {
             super::super::api::ncclRecv(recvbuff, count, datatype, peer, comm, stream)

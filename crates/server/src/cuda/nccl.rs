@@ -67,20 +67,34 @@ struct Library {
     scatter: Option<Rooted>,
     send: unsafe extern "C" fn(*const c_void, usize, c_int, c_int, Comm, Stream) -> ncclResult_t,
     recv: unsafe extern "C" fn(*mut c_void, usize, c_int, c_int, Comm, Stream) -> ncclResult_t,
-    pre_mul_sum: Option<
-        unsafe extern "C" fn(*mut c_int, *mut c_void, c_int, c_int, Comm) -> ncclResult_t,
-    >,
+    pre_mul_sum:
+        Option<unsafe extern "C" fn(*mut c_int, *mut c_void, c_int, c_int, Comm) -> ncclResult_t>,
     red_op_destroy: Option<unsafe extern "C" fn(c_int, Comm) -> ncclResult_t>,
     mem_alloc: Option<unsafe extern "C" fn(*mut *mut c_void, usize) -> ncclResult_t>,
     mem_free: Option<unsafe extern "C" fn(*mut c_void) -> ncclResult_t>,
-    register: Option<unsafe extern "C" fn(Comm, *mut c_void, usize, *mut *mut c_void) -> ncclResult_t>,
+    register:
+        Option<unsafe extern "C" fn(Comm, *mut c_void, usize, *mut *mut c_void) -> ncclResult_t>,
     deregister: Option<unsafe extern "C" fn(Comm, *mut c_void) -> ncclResult_t>,
 }
 
-type Reduction =
-    unsafe extern "C" fn(*const c_void, *mut c_void, usize, c_int, c_int, Comm, Stream) -> ncclResult_t;
-type Rooted =
-    unsafe extern "C" fn(*const c_void, *mut c_void, usize, c_int, c_int, Comm, Stream) -> ncclResult_t;
+type Reduction = unsafe extern "C" fn(
+    *const c_void,
+    *mut c_void,
+    usize,
+    c_int,
+    c_int,
+    Comm,
+    Stream,
+) -> ncclResult_t;
+type Rooted = unsafe extern "C" fn(
+    *const c_void,
+    *mut c_void,
+    usize,
+    c_int,
+    c_int,
+    Comm,
+    Stream,
+) -> ncclResult_t;
 type Gathering =
     unsafe extern "C" fn(*const c_void, *mut c_void, usize, c_int, Comm, Stream) -> ncclResult_t;
 
@@ -218,7 +232,8 @@ struct Made {
 
 impl CudaSession {
     fn nccl_enter(&mut self, ctx: Id) -> NcclAnswer<()> {
-        self.enter(ctx).map_err(|_| NcclError(NCCL_INVALID_ARGUMENT))
+        self.enter(ctx)
+            .map_err(|_| NcclError(NCCL_INVALID_ARGUMENT))
     }
 
     /// Runs a group's calls (in one NCCL group when more than one); returns the size and rank
@@ -293,8 +308,8 @@ impl CudaSession {
                 config: wire,
             } => {
                 self.nccl_enter(ctx)?;
-                let id = ncclUniqueId::from_bytes(&unique_id)
-                    .ok_or(NcclError(NCCL_INVALID_ARGUMENT))?;
+                let id =
+                    ncclUniqueId::from_bytes(&unique_id).ok_or(NcclError(NCCL_INVALID_ARGUMENT))?;
                 let config = config(wire);
                 let mut one = Made {
                     comm,
@@ -302,7 +317,8 @@ impl CudaSession {
                     raw: Box::new(null_mut()),
                 };
                 // SAFETY: a local out-value at a fixed address, the program's id and config.
-                let code = unsafe { (lib.init_rank_config)(&mut *one.raw, nranks, id, rank, config) };
+                let code =
+                    unsafe { (lib.init_rank_config)(&mut *one.raw, nranks, id, rank, config) };
                 made.push(one);
                 nccl(code)
             }
@@ -344,8 +360,12 @@ impl CudaSession {
             } => {
                 let raw = self.nccl.comm(comm)?.raw;
                 self.nccl_enter(ctx)?;
-                let stream = self.stream(stream).map_err(|_| NcclError(NCCL_INVALID_ARGUMENT))?;
-                let code = call(lib, kind, raw, stream, send, recv, count, datatype, op, root);
+                let stream = self
+                    .stream(stream)
+                    .map_err(|_| NcclError(NCCL_INVALID_ARGUMENT))?;
+                let code = call(
+                    lib, kind, raw, stream, send, recv, count, datatype, op, root,
+                );
                 if let Err(NcclError(code)) = code {
                     if let Some(failed) = self.nccl.comms.get_mut(&comm) {
                         failed.failure.get_or_insert(code);
@@ -373,35 +393,41 @@ fn call(
 ) -> NcclAnswer<()> {
     let (send, recv) = (send as *const c_void, recv as *mut c_void);
     let (count, datatype, op) = (count as usize, datatype as c_int, op as c_int);
-    let rooted = |f: Option<Rooted>, name| match f {
-        // SAFETY: the program's device addresses and stream (the GPU checks the addresses).
-        Some(f) => nccl(unsafe { f(send, recv, count, datatype, root, comm, stream) }),
-        None => missing(name),
+    let optional = |f: Option<Rooted>| f.ok_or(());
+    // SAFETY: the program's device addresses and stream and a live communicator, in NCCL's
+    // prototype of each function: the GPU checks the addresses, NCCL the rest.
+    let code = unsafe {
+        match kind {
+            NcclKind::AllReduce => Ok((lib.all_reduce)(
+                send, recv, count, datatype, op, comm, stream,
+            )),
+            NcclKind::ReduceScatter => Ok((lib.reduce_scatter)(
+                send, recv, count, datatype, op, comm, stream,
+            )),
+            NcclKind::Reduce => Ok((lib.reduce)(
+                send, recv, count, datatype, op, root, comm, stream,
+            )),
+            NcclKind::Broadcast => Ok((lib.broadcast)(
+                send, recv, count, datatype, root, comm, stream,
+            )),
+            NcclKind::Gather => {
+                optional(lib.gather).map(|f| f(send, recv, count, datatype, root, comm, stream))
+            }
+            NcclKind::Scatter => {
+                optional(lib.scatter).map(|f| f(send, recv, count, datatype, root, comm, stream))
+            }
+            NcclKind::AllGather => Ok((lib.all_gather)(send, recv, count, datatype, comm, stream)),
+            NcclKind::AllToAll => match lib.all_to_all {
+                Some(f) => Ok(f(send, recv, count, datatype, comm, stream)),
+                None => Err(()),
+            },
+            NcclKind::Send => Ok((lib.send)(send, count, datatype, root, comm, stream)),
+            NcclKind::Recv => Ok((lib.recv)(recv, count, datatype, root, comm, stream)),
+        }
     };
-    // SAFETY (each arm): the program's device addresses and stream, a live communicator; the
-    // GPU checks the addresses, NCCL the rest.
-    match kind {
-        NcclKind::AllReduce => nccl(unsafe {
-            (lib.all_reduce)(send, recv, count, datatype, op, comm, stream)
-        }),
-        NcclKind::ReduceScatter => nccl(unsafe {
-            (lib.reduce_scatter)(send, recv, count, datatype, op, comm, stream)
-        }),
-        NcclKind::Reduce => nccl(unsafe {
-            (lib.reduce)(send, recv, count, datatype, op, root, comm, stream)
-        }),
-        NcclKind::Broadcast => rooted(Some(lib.broadcast), "ncclBroadcast"),
-        NcclKind::Gather => rooted(lib.gather, "ncclGather"),
-        NcclKind::Scatter => rooted(lib.scatter, "ncclScatter"),
-        NcclKind::AllGather => nccl(unsafe {
-            (lib.all_gather)(send, recv, count, datatype, comm, stream)
-        }),
-        NcclKind::AllToAll => match lib.all_to_all {
-            Some(f) => nccl(unsafe { f(send, recv, count, datatype, comm, stream) }),
-            None => missing("ncclAlltoAll"),
-        },
-        NcclKind::Send => nccl(unsafe { (lib.send)(send, count, datatype, root, comm, stream) }),
-        NcclKind::Recv => nccl(unsafe { (lib.recv)(recv, count, datatype, root, comm, stream) }),
+    match code {
+        Ok(code) => nccl(code),
+        Err(()) => missing(&format!("{kind:?}")),
     }
 }
 
@@ -460,7 +486,9 @@ impl serve::Nccl for Served<'_> {
             return Ok(String::new());
         }
         // SAFETY: NCCL's NUL-terminated text.
-        Ok(unsafe { CStr::from_ptr(text) }.to_string_lossy().into_owned())
+        Ok(unsafe { CStr::from_ptr(text) }
+            .to_string_lossy()
+            .into_owned())
     }
 
     fn nccl_end_comm(&mut self, comm: Id, how: NcclEnd) -> NcclAnswer<()> {
@@ -518,7 +546,9 @@ impl serve::Nccl for Served<'_> {
 
     fn nccl_red_op_destroy(&mut self, comm: Id, op: u32) -> NcclAnswer<()> {
         let lib = library()?;
-        let destroy = lib.red_op_destroy.map_or_else(|| missing("ncclRedOpDestroy"), Ok)?;
+        let destroy = lib
+            .red_op_destroy
+            .map_or_else(|| missing("ncclRedOpDestroy"), Ok)?;
         let raw = self.cuda.nccl.comm(comm)?.raw;
         // SAFETY: a live communicator; NCCL checks the reduction's number.
         nccl(unsafe { destroy(op as c_int, raw) })
@@ -557,7 +587,9 @@ impl serve::Nccl for Served<'_> {
 
     fn nccl_register(&mut self, comm: Id, ptr: DevicePtr, size: u64) -> NcclAnswer<u64> {
         let lib = library()?;
-        let register = lib.register.map_or_else(|| missing("ncclCommRegister"), Ok)?;
+        let register = lib
+            .register
+            .map_or_else(|| missing("ncclCommRegister"), Ok)?;
         let raw = self.cuda.nccl.comm(comm)?.raw;
         let mut handle = null_mut();
         // SAFETY: a live communicator, the program's device range, a local out-value.
@@ -571,7 +603,9 @@ impl serve::Nccl for Served<'_> {
 
     fn nccl_deregister(&mut self, comm: Id, registration: u64) -> NcclAnswer<()> {
         let lib = library()?;
-        let deregister = lib.deregister.map_or_else(|| missing("ncclCommDeregister"), Ok)?;
+        let deregister = lib
+            .deregister
+            .map_or_else(|| missing("ncclCommDeregister"), Ok)?;
         let raw = self.cuda.nccl.comm(comm)?.raw;
         let state = &mut self.cuda.nccl;
         let handle = match state.registrations.get(&registration) {
