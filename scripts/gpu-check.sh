@@ -55,7 +55,7 @@ for src in tests/cuda/*.cu; do
 done
 py_names=()
 for name in cupy_check torch_check torch_compile_check torch_fft_check jax_check jax_autotune_check \
-    numba_check fork_check torch_ipc_check torch_ddp_check; do
+    numba_check fork_check torch_ipc_check; do
     all_names+=("$name")
     selected "$name" && py_names+=("$name")
 done
