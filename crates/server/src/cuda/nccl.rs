@@ -14,6 +14,7 @@ use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::ptr::null_mut;
 use std::sync::OnceLock;
 
+use rgpu_cuda_api::cu_call;
 use rgpu_cuda_api::nccl::*;
 use rgpu_cuda_api::sys::CUstream;
 use rgpu_protocol::cuda::{
@@ -231,6 +232,23 @@ struct Made {
 }
 
 impl CudaSession {
+    /// Runs NCCL work, then makes the session's current context the thread's again: NCCL
+    /// calls `cudaSetDevice`, which makes the device's primary context current behind the
+    /// session's back (later requests would make their objects there).
+    fn settled<T>(&mut self, work: impl FnOnce(&mut CudaSession) -> T) -> T {
+        let done = work(self);
+        let mut now = null_mut();
+        let driver = &self.backend.driver;
+        // SAFETY: a local out-value; then the session's own current context (or none).
+        unsafe {
+            cu_call!(driver, cuCtxGetCurrent(&mut now));
+            if now != self.current {
+                cu_call!(driver, cuCtxSetCurrent(self.current));
+            }
+        }
+        done
+    }
+
     fn nccl_enter(&mut self, ctx: Id) -> NcclAnswer<()> {
         self.enter(ctx)
             .map_err(|_| NcclError(NCCL_INVALID_ARGUMENT))
@@ -433,187 +451,211 @@ fn call(
 
 impl serve::Nccl for Served<'_> {
     fn nccl_version(&mut self) -> NcclAnswer<i32> {
-        let lib = library()?;
-        let mut version = 0;
-        // SAFETY: a local out-value.
-        nccl(unsafe { (lib.get_version)(&mut version) })?;
-        Ok(version)
+        self.cuda.settled(|_| {
+            let lib = library()?;
+            let mut version = 0;
+            // SAFETY: a local out-value.
+            nccl(unsafe { (lib.get_version)(&mut version) })?;
+            Ok(version)
+        })
     }
 
     fn nccl_unique_id(&mut self) -> NcclAnswer<Vec<u8>> {
-        let lib = library()?;
-        let mut id = ncclUniqueId {
-            internal: [0; NCCL_UNIQUE_ID_BYTES],
-        };
-        // SAFETY: a local out-value; NCCL starts the bootstrap root in this worker.
-        nccl(unsafe { (lib.get_unique_id)(&mut id) })?;
-        Ok(id.bytes())
+        self.cuda.settled(|_| {
+            let lib = library()?;
+            let mut id = ncclUniqueId {
+                internal: [0; NCCL_UNIQUE_ID_BYTES],
+            };
+            // SAFETY: a local out-value; NCCL starts the bootstrap root in this worker.
+            nccl(unsafe { (lib.get_unique_id)(&mut id) })?;
+            Ok(id.bytes())
+        })
     }
 
     fn nccl_create(&mut self, ops: Vec<NcclOp>) -> NcclAnswer<Vec<(i32, i32)>> {
-        self.cuda.nccl_run(ops)
+        self.cuda.settled(|cuda| cuda.nccl_run(ops))
     }
 
     fn nccl_launch(&mut self, ops: Vec<NcclOp>) -> Result<(), Status> {
-        // Failures are the communicators' (nccl_one); they never fail the session's CUDA.
-        if let Err(NcclError(code)) = self.cuda.nccl_run(ops) {
-            log::debug!("a posted NCCL call failed: {code}");
-        }
-        Ok(())
+        self.cuda.settled(|cuda| {
+            // Failures are the communicators' (nccl_one); they never fail the session's CUDA.
+            if let Err(NcclError(code)) = cuda.nccl_run(ops) {
+                log::debug!("a posted NCCL call failed: {code}");
+            }
+            Ok(())
+        })
     }
 
     fn nccl_async_error(&mut self, comm: Id) -> NcclAnswer<i32> {
-        let lib = library()?;
-        let found = self.cuda.nccl.comm(comm)?;
-        if let Some(failure) = found.failure {
-            return Ok(failure);
-        }
-        let mut code = NCCL_SUCCESS;
-        // SAFETY: a live communicator, a local out-value.
-        nccl(unsafe { (lib.async_error)(found.raw, &mut code) })?;
-        Ok(code)
+        self.cuda.settled(|cuda| {
+            let lib = library()?;
+            let found = cuda.nccl.comm(comm)?;
+            if let Some(failure) = found.failure {
+                return Ok(failure);
+            }
+            let mut code = NCCL_SUCCESS;
+            // SAFETY: a live communicator, a local out-value.
+            nccl(unsafe { (lib.async_error)(found.raw, &mut code) })?;
+            Ok(code)
+        })
     }
 
     fn nccl_last_error(&mut self, comm: Id) -> NcclAnswer<String> {
-        let lib = library()?;
-        let raw = self.cuda.nccl.comm(comm).map_or(null_mut(), |c| c.raw);
-        let Some(last_error) = lib.last_error else {
-            return Ok(String::new());
-        };
-        // SAFETY: a live communicator or null, as NCCL allows.
-        let text = unsafe { last_error(raw) };
-        if text.is_null() {
-            return Ok(String::new());
-        }
-        // SAFETY: NCCL's NUL-terminated text.
-        Ok(unsafe { CStr::from_ptr(text) }
-            .to_string_lossy()
-            .into_owned())
+        self.cuda.settled(|cuda| {
+            let lib = library()?;
+            let raw = cuda.nccl.comm(comm).map_or(null_mut(), |c| c.raw);
+            let Some(last_error) = lib.last_error else {
+                return Ok(String::new());
+            };
+            // SAFETY: a live communicator or null, as NCCL allows.
+            let text = unsafe { last_error(raw) };
+            if text.is_null() {
+                return Ok(String::new());
+            }
+            // SAFETY: NCCL's NUL-terminated text.
+            Ok(unsafe { CStr::from_ptr(text) }
+                .to_string_lossy()
+                .into_owned())
+        })
     }
 
     fn nccl_end_comm(&mut self, comm: Id, how: NcclEnd) -> NcclAnswer<()> {
-        let lib = library()?;
-        let (raw, ctx) = {
-            let found = self.cuda.nccl.comm(comm)?;
-            (found.raw, found.ctx)
-        };
-        // Its context may be gone already (a program destroys contexts first at exit).
-        let _ = self.cuda.nccl_enter(ctx);
-        let code = match how {
-            NcclEnd::Finalize => match lib.finalize {
-                // SAFETY: a live communicator.
-                Some(finalize) => unsafe { finalize(raw) },
-                None => NCCL_SUCCESS,
-            },
-            // SAFETY: a live communicator, forgotten here.
-            NcclEnd::Destroy => unsafe { (lib.destroy)(raw) },
-            // SAFETY: as above.
-            NcclEnd::Abort => unsafe { (lib.abort)(raw) },
-        };
-        if how != NcclEnd::Finalize {
-            self.cuda.nccl.comms.remove(&comm);
-            self.cuda.nccl.registrations.retain(|_, (c, _)| *c != comm);
-        }
-        nccl(code)
+        self.cuda.settled(|cuda| {
+            let lib = library()?;
+            let (raw, ctx) = {
+                let found = cuda.nccl.comm(comm)?;
+                (found.raw, found.ctx)
+            };
+            // Its context may be gone already (a program destroys contexts first at exit).
+            let _ = cuda.nccl_enter(ctx);
+            let code = match how {
+                NcclEnd::Finalize => match lib.finalize {
+                    // SAFETY: a live communicator.
+                    Some(finalize) => unsafe { finalize(raw) },
+                    None => NCCL_SUCCESS,
+                },
+                // SAFETY: a live communicator, forgotten here.
+                NcclEnd::Destroy => unsafe { (lib.destroy)(raw) },
+                // SAFETY: as above.
+                NcclEnd::Abort => unsafe { (lib.abort)(raw) },
+            };
+            if how != NcclEnd::Finalize {
+                cuda.nccl.comms.remove(&comm);
+                cuda.nccl.registrations.retain(|_, (c, _)| *c != comm);
+            }
+            nccl(code)
+        })
     }
 
     fn nccl_pre_mul_sum(&mut self, comm: Id, scalar: NcclScalar, datatype: u32) -> NcclAnswer<u32> {
-        let lib = library()?;
-        let create = lib
-            .pre_mul_sum
-            .map_or_else(|| missing("ncclRedOpCreatePreMulSum"), Ok)?;
-        let raw = self.cuda.nccl.comm(comm)?.raw;
-        let mut bytes = Vec::new();
-        let (ptr, residence) = match scalar {
-            NcclScalar::Host(value) => {
-                bytes = value;
-                (bytes.as_mut_ptr().cast(), NCCL_SCALAR_HOST_IMMEDIATE)
+        self.cuda.settled(|cuda| {
+            let lib = library()?;
+            let create = lib
+                .pre_mul_sum
+                .map_or_else(|| missing("ncclRedOpCreatePreMulSum"), Ok)?;
+            let raw = cuda.nccl.comm(comm)?.raw;
+            let mut bytes = Vec::new();
+            let (ptr, residence) = match scalar {
+                NcclScalar::Host(value) => {
+                    bytes = value;
+                    (bytes.as_mut_ptr().cast(), NCCL_SCALAR_HOST_IMMEDIATE)
+                }
+                NcclScalar::Device(ptr) => (ptr as *mut c_void, NCCL_SCALAR_DEVICE),
+            };
+            let width = usize::try_from(datatype)
+                .ok()
+                .and_then(|d| DATA_TYPE_BYTES.get(d))
+                .ok_or(NcclError(NCCL_INVALID_ARGUMENT))?;
+            if residence == NCCL_SCALAR_HOST_IMMEDIATE && bytes.len() != *width {
+                return Err(NcclError(NCCL_INVALID_ARGUMENT));
             }
-            NcclScalar::Device(ptr) => (ptr as *mut c_void, NCCL_SCALAR_DEVICE),
-        };
-        let width = usize::try_from(datatype)
-            .ok()
-            .and_then(|d| DATA_TYPE_BYTES.get(d))
-            .ok_or(NcclError(NCCL_INVALID_ARGUMENT))?;
-        if residence == NCCL_SCALAR_HOST_IMMEDIATE && bytes.len() != *width {
-            return Err(NcclError(NCCL_INVALID_ARGUMENT));
-        }
-        let mut op = 0;
-        // SAFETY: a live communicator, the scalar (read now when on the host), a local out.
-        nccl(unsafe { create(&mut op, ptr, datatype as c_int, residence, raw) })?;
-        Ok(op as u32)
+            let mut op = 0;
+            // SAFETY: a live communicator, the scalar (read now when on the host), a local out.
+            nccl(unsafe { create(&mut op, ptr, datatype as c_int, residence, raw) })?;
+            Ok(op as u32)
+        })
     }
 
     fn nccl_red_op_destroy(&mut self, comm: Id, op: u32) -> NcclAnswer<()> {
-        let lib = library()?;
-        let destroy = lib
-            .red_op_destroy
-            .map_or_else(|| missing("ncclRedOpDestroy"), Ok)?;
-        let raw = self.cuda.nccl.comm(comm)?.raw;
-        // SAFETY: a live communicator; NCCL checks the reduction's number.
-        nccl(unsafe { destroy(op as c_int, raw) })
+        self.cuda.settled(|cuda| {
+            let lib = library()?;
+            let destroy = lib
+                .red_op_destroy
+                .map_or_else(|| missing("ncclRedOpDestroy"), Ok)?;
+            let raw = cuda.nccl.comm(comm)?.raw;
+            // SAFETY: a live communicator; NCCL checks the reduction's number.
+            nccl(unsafe { destroy(op as c_int, raw) })
+        })
     }
 
     fn nccl_mem_alloc(&mut self, ctx: Id, size: u64) -> NcclAnswer<DevicePtr> {
-        let lib = library()?;
-        let alloc = lib.mem_alloc.map_or_else(|| missing("ncclMemAlloc"), Ok)?;
-        self.cuda.nccl_enter(ctx)?;
-        let mut failed = NCCL_SUCCESS;
-        let charged = self.cuda.charged_allocation(size, |_| {
-            let mut ptr = null_mut();
-            // SAFETY: a local out-value; NCCL allocates on the current context's device.
-            failed = unsafe { alloc(&mut ptr, size as usize) };
-            match failed {
-                NCCL_SUCCESS => Ok(super::session::Charged::Pointer(ptr as u64)),
-                _ => Err(super::session::OUT_OF_MEMORY),
+        self.cuda.settled(|cuda| {
+            let lib = library()?;
+            let alloc = lib.mem_alloc.map_or_else(|| missing("ncclMemAlloc"), Ok)?;
+            cuda.nccl_enter(ctx)?;
+            let mut failed = NCCL_SUCCESS;
+            let charged = cuda.charged_allocation(size, |_| {
+                let mut ptr = null_mut();
+                // SAFETY: a local out-value; NCCL allocates on the current context's device.
+                failed = unsafe { alloc(&mut ptr, size as usize) };
+                match failed {
+                    NCCL_SUCCESS => Ok(super::session::Charged::Pointer(ptr as u64)),
+                    _ => Err(super::session::OUT_OF_MEMORY),
+                }
+            });
+            match (charged, failed) {
+                (Ok(ptr), _) => Ok(ptr),
+                (Err(_), NCCL_SUCCESS) => Err(NcclError(NCCL_SYSTEM_ERROR)),
+                (Err(_), code) => Err(NcclError(code)),
             }
-        });
-        match (charged, failed) {
-            (Ok(ptr), _) => Ok(ptr),
-            (Err(_), NCCL_SUCCESS) => Err(NcclError(NCCL_SYSTEM_ERROR)),
-            (Err(_), code) => Err(NcclError(code)),
-        }
+        })
     }
 
     fn nccl_mem_free(&mut self, ctx: Id, ptr: DevicePtr) -> NcclAnswer<()> {
-        let lib = library()?;
-        let free = lib.mem_free.map_or_else(|| missing("ncclMemFree"), Ok)?;
-        self.cuda.nccl_enter(ctx)?;
-        // SAFETY: NCCL checks that the address is one of its allocations.
-        nccl(unsafe { free(ptr as *mut c_void) })?;
-        self.cuda.uncharge(super::session::Charged::Pointer(ptr));
-        Ok(())
+        self.cuda.settled(|cuda| {
+            let lib = library()?;
+            let free = lib.mem_free.map_or_else(|| missing("ncclMemFree"), Ok)?;
+            cuda.nccl_enter(ctx)?;
+            // SAFETY: NCCL checks that the address is one of its allocations.
+            nccl(unsafe { free(ptr as *mut c_void) })?;
+            cuda.uncharge(super::session::Charged::Pointer(ptr));
+            Ok(())
+        })
     }
 
     fn nccl_register(&mut self, comm: Id, ptr: DevicePtr, size: u64) -> NcclAnswer<u64> {
-        let lib = library()?;
-        let register = lib
-            .register
-            .map_or_else(|| missing("ncclCommRegister"), Ok)?;
-        let raw = self.cuda.nccl.comm(comm)?.raw;
-        let mut handle = null_mut();
-        // SAFETY: a live communicator, the program's device range, a local out-value.
-        nccl(unsafe { register(raw, ptr as *mut c_void, size as usize, &mut handle) })?;
-        let state = &mut self.cuda.nccl;
-        state.next_registration += 1;
-        let number = state.next_registration;
-        state.registrations.insert(number, (comm, handle as usize));
-        Ok(number)
+        self.cuda.settled(|cuda| {
+            let lib = library()?;
+            let register = lib
+                .register
+                .map_or_else(|| missing("ncclCommRegister"), Ok)?;
+            let raw = cuda.nccl.comm(comm)?.raw;
+            let mut handle = null_mut();
+            // SAFETY: a live communicator, the program's device range, a local out-value.
+            nccl(unsafe { register(raw, ptr as *mut c_void, size as usize, &mut handle) })?;
+            let state = &mut cuda.nccl;
+            state.next_registration += 1;
+            let number = state.next_registration;
+            state.registrations.insert(number, (comm, handle as usize));
+            Ok(number)
+        })
     }
 
     fn nccl_deregister(&mut self, comm: Id, registration: u64) -> NcclAnswer<()> {
-        let lib = library()?;
-        let deregister = lib
-            .deregister
-            .map_or_else(|| missing("ncclCommDeregister"), Ok)?;
-        let raw = self.cuda.nccl.comm(comm)?.raw;
-        let state = &mut self.cuda.nccl;
-        let handle = match state.registrations.get(&registration) {
-            Some(&(owner, handle)) if owner == comm => handle,
-            _ => return Err(NcclError(NCCL_INVALID_ARGUMENT)),
-        };
-        state.registrations.remove(&registration);
-        // SAFETY: a live communicator and one of its registrations.
-        nccl(unsafe { deregister(raw, handle as *mut c_void) })
+        self.cuda.settled(|cuda| {
+            let lib = library()?;
+            let deregister = lib
+                .deregister
+                .map_or_else(|| missing("ncclCommDeregister"), Ok)?;
+            let raw = cuda.nccl.comm(comm)?.raw;
+            let state = &mut cuda.nccl;
+            let handle = match state.registrations.get(&registration) {
+                Some(&(owner, handle)) if owner == comm => handle,
+                _ => return Err(NcclError(NCCL_INVALID_ARGUMENT)),
+            };
+            state.registrations.remove(&registration);
+            // SAFETY: a live communicator and one of its registrations.
+            nccl(unsafe { deregister(raw, handle as *mut c_void) })
+        })
     }
 }
