@@ -187,7 +187,8 @@ rgpu_procs() { # PIDs whose command is rgpu (this PID namespace only: /proc is i
     return 0
 }
 FILES=(/usr/bin/rgpu /usr/lib/rgpu/librgpu_opencl.so /usr/lib/rgpu/librgpu_cuda.so
-       /usr/lib/rgpu/librgpu_nvml.so /usr/lib/rgpu/librgpu_mpi.so /usr/share/rgpu/mpi/rgpu_mpi.c
+       /usr/lib/rgpu/librgpu_nvml.so /usr/lib/rgpu/librgpu_nccl.so /usr/lib/rgpu/librgpu_mpi.so
+       /usr/share/rgpu/mpi/rgpu_mpi.c
        /etc/rgpu/server.toml /etc/default/rgpu-server /lib/systemd/system/rgpu-server.service
        /usr/share/doc/rgpu/copyright /usr/lib/rgpu/slurm/rgpu-prolog
        /usr/lib/rgpu/slurm/rgpu-epilog /usr/share/rgpu/slurm/rgpu-slurm.conf)
@@ -328,6 +329,10 @@ server)
     info "rgpu run: libnvidia-ml.so.1 -> $nvml"
     check "rgpu run gives programs /usr/lib/rgpu/librgpu_nvml.so as libnvidia-ml.so.1" \
         test "$nvml" = /usr/lib/rgpu/librgpu_nvml.so
+    nccl=$(/usr/bin/rgpu run -- sh -c 'readlink "${LD_PRELOAD%%:*}"' 2>&1)
+    info "rgpu run: preloaded libnccl.so.2 -> $nccl"
+    check "rgpu run preloads /usr/lib/rgpu/librgpu_nccl.so as libnccl.so.2" \
+        test "$nccl" = /usr/lib/rgpu/librgpu_nccl.so
     kill -TERM "$server" 2>/dev/null
     if ! timeout 30 tail --pid="$server" -f /dev/null; then
         info "still running 30 s after SIGTERM: SIGKILL"

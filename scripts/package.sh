@@ -88,12 +88,12 @@ TARGET_DIR=$(cargo metadata --format-version 1 --no-deps |
 [ -n "$TARGET_DIR" ] || TARGET_DIR=$REPO/target
 RELEASE=$TARGET_DIR/release
 if [ "$BUILD" = 1 ]; then
-    log "cargo build --release (rgpu, librgpu_opencl.so, librgpu_cuda.so, librgpu_nvml.so)"
-    cargo build --release -p rgpu-cli -p rgpu-opencl -p rgpu-cuda -p rgpu-nvml
+    log "cargo build --release (rgpu, librgpu_opencl.so, librgpu_cuda.so, librgpu_nvml.so, librgpu_nccl.so)"
+    cargo build --release -p rgpu-cli -p rgpu-opencl -p rgpu-cuda -p rgpu-nvml -p rgpu-nccl
     log "MPI interposer (librgpu_mpi.so, against ${MPICC:-mpicc}'s mpi.h)"
     bash scripts/build-mpi.sh "$RELEASE" >/dev/null
 fi
-for f in rgpu librgpu_opencl.so librgpu_cuda.so librgpu_nvml.so librgpu_mpi.so; do
+for f in rgpu librgpu_opencl.so librgpu_cuda.so librgpu_nvml.so librgpu_nccl.so librgpu_mpi.so; do
     [ -f "$RELEASE/$f" ] || die "no $RELEASE/$f: build it (without --no-build)"
 done
 
@@ -107,7 +107,7 @@ if [ "$MAKE_DEB" = 1 ]; then
     cargo deb -p rgpu-cli --no-build --strip "${maintainer[@]}" --output "$TARGET_DIR/debian/"
     DEB=$(ls -t "$TARGET_DIR"/debian/rgpu_"$VERSION"_*.deb | head -n1)
     # The libraries must stay out of ldconfig's directories (librgpu_cuda.so is libcuda.so.1,
-    # librgpu_nvml.so libnvidia-ml.so.1).
+    # librgpu_nvml.so libnvidia-ml.so.1, librgpu_nccl.so libnccl.so.2).
     if dpkg-deb -c "$DEB" | awk '{print $6}' |
         grep -E '^\./(usr/)?lib/([^/]+-linux-gnu/)?lib[^/]*\.so' >/dev/null; then
         die "$DEB puts a library in a directory ldconfig scans"
@@ -125,7 +125,7 @@ if [ "$MAKE_TAR" = 1 ]; then
     mkdir -p "$STAGE/$NAME/bin" "$STAGE/$NAME/lib/rgpu" "$STAGE/$NAME/share/rgpu"
     install -m 0755 "$RELEASE/rgpu" "$STAGE/$NAME/bin/rgpu"
     install -m 0644 "$RELEASE/librgpu_opencl.so" "$RELEASE/librgpu_cuda.so" "$RELEASE/librgpu_nvml.so" \
-        "$RELEASE/librgpu_mpi.so" "$STAGE/$NAME/lib/rgpu/"
+        "$RELEASE/librgpu_nccl.so" "$RELEASE/librgpu_mpi.so" "$STAGE/$NAME/lib/rgpu/"
     install -d "$STAGE/$NAME/share/rgpu/mpi"
     install -m 0644 mpi/rgpu_mpi.c mpi/rgpu_mpi.h "$STAGE/$NAME/share/rgpu/mpi/"
     strip --strip-unneeded "$STAGE/$NAME/bin/rgpu" "$STAGE/$NAME/lib/rgpu/"*.so
@@ -153,8 +153,8 @@ Install (as root) under /opt, with the command on PATH:
 Keep bin/ and lib/rgpu/ together: rgpu finds librgpu_opencl.so and librgpu_cuda.so in
 ../lib/rgpu of its own (symlinks resolved) path, or in RGPU_LIBRARY_DIR. Never copy
 lib/rgpu/*.so into /usr/lib, /usr/local/lib or any directory ldconfig scans:
-librgpu_cuda.so carries the soname libcuda.so.1 and librgpu_nvml.so libnvidia-ml.so.1: they
-would take the place of NVIDIA's driver.
+librgpu_cuda.so carries the soname libcuda.so.1, librgpu_nvml.so libnvidia-ml.so.1 and
+librgpu_nccl.so libnccl.so.2: they would take the place of NVIDIA's driver and NCCL.
 
 Clients need the OpenCL ICD loader (libOpenCL.so.1: ocl-icd-libopencl1 on Debian/Ubuntu,
 ocl-icd on Fedora/Arch); servers need it too, plus an OpenCL driver and/or NVIDIA's driver.
