@@ -6,6 +6,7 @@ mod cuda;
 mod fabric;
 mod local_server;
 mod mpi;
+mod nccl;
 mod opencl;
 pub mod output;
 mod tcp;
@@ -39,6 +40,7 @@ enum BenchKind {
     Cuda(cuda::CudaBenchArgs),
     Fabric(fabric::FabricBenchArgs),
     Mpi(mpi::MpiBenchArgs),
+    Nccl(nccl::NcclBenchArgs),
 }
 
 pub fn run(args: BenchArgs, setup: &dyn ClientSetup) -> Result<ExitCode, String> {
@@ -47,6 +49,7 @@ pub fn run(args: BenchArgs, setup: &dyn ClientSetup) -> Result<ExitCode, String>
         BenchKind::Cuda(args) => cuda::run(args, setup),
         BenchKind::Fabric(args) => fabric::run(args, setup),
         BenchKind::Mpi(args) => mpi::run(args),
+        BenchKind::Nccl(args) => nccl::run(args, setup),
     }
 }
 
