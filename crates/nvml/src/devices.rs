@@ -46,6 +46,8 @@ enum Source {
     Server {
         link: Arc<ServerLink>,
         remote_ordinal: u32,
+        /// The server's machine (`NvmlInventory::host`).
+        host: Option<String>,
     },
     Recorded(Box<Option<DeviceStatus>>),
 }
@@ -57,6 +59,7 @@ impl Device {
             Source::Server {
                 link,
                 remote_ordinal,
+                ..
             } => match link.connection().cuda().get_device_status(*remote_ordinal) {
                 Ok(Ok(status)) => Ok(status),
                 Ok(Err(_)) => Err(NVML_ERROR_INVALID_ARGUMENT),
@@ -76,6 +79,7 @@ impl Device {
         let Source::Server {
             link,
             remote_ordinal,
+            ..
         } = &self.source
         else {
             return Err(NVML_ERROR_NOT_SUPPORTED);
@@ -86,7 +90,12 @@ impl Device {
                 Source::Server {
                     link: peer_link,
                     remote_ordinal,
+                    ..
                 } if Arc::ptr_eq(link, peer_link) => query.peer = *remote_ordinal,
+                // Another server of this machine: its GPU, by UUID, to this server's NVML.
+                _ if self.same_host(peer) => {
+                    query.peer_uuid = Some(rgpu_protocol::nvml::uuid_string(&peer.info.uuid))
+                }
                 _ => return Err(NVML_ERROR_NOT_SUPPORTED),
             }
         }
@@ -94,6 +103,15 @@ impl Device {
             .cuda()
             .forward_nvml(query)
             .map_err(client_error)
+    }
+
+    /// Whether `other` is served from the same machine as this device (by this server or
+    /// another).
+    pub fn same_host(&self, other: &Device) -> bool {
+        match (&self.source, &other.source) {
+            (Source::Server { host: Some(a), .. }, Source::Server { host: Some(b), .. }) => a == b,
+            _ => false,
+        }
     }
 
     /// Whether `other` is served by the same server as this device.
@@ -240,9 +258,11 @@ fn discover() -> Result<Devices, nvmlReturn_t> {
             .as_ref()
             .and_then(|(_, nvml)| nvml.devices.get(device.remote_ordinal as usize).cloned())
             .unwrap_or_default();
+        let host = asked.as_ref().and_then(|(_, nvml)| nvml.host.clone());
         let source = Source::Server {
             link: device.link,
             remote_ordinal: device.remote_ordinal,
+            host,
         };
         chosen.push((device.info, facts, source));
     }

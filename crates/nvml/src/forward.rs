@@ -4,8 +4,10 @@
 //! say which are values, which point to buffers (whose bytes travel both ways) and which are
 //! the devices. One round trip per call.
 //!
-//! A pair query over devices of two servers is answered here: no peer-to-peer path, and the
-//! furthest topology level (the GPUs share no machine).
+//! A pair query over devices of two servers of one machine (their inventories name the same
+//! host) goes to the first device's server, naming the peer by UUID: its NVML sees every GPU
+//! of the machine. Over devices of two machines it is answered here: no peer-to-peer path,
+//! and the furthest topology level.
 
 use rgpu_protocol::nvml::{
     forwarded, NvmlArg, NvmlQuery, Param, FORWARD_MAX_BYTES, FORWARD_MAX_TEXT,
@@ -110,12 +112,19 @@ unsafe fn try_forward(function: &'static str, raw: &[u64]) -> Result<(), nvmlRet
             }
         }
     }
-    if let (Some(device), Some(peer)) = (device, peer) {
-        if !device.same_server(peer) {
-            // SAFETY: the caller's contract (a pair query's last argument is its answer).
-            return unsafe { between_servers(function, &back) };
+    // GPUs of servers on two machines share nothing; of two servers on one machine, the
+    // first's server asks its NVML, which sees both (and answers as between machines when
+    // it cannot: a container that holds only its own GPU).
+    let other_server = match (device, peer) {
+        (Some(device), Some(peer)) if !device.same_server(peer) => {
+            if !device.same_host(peer) {
+                // SAFETY: the caller's contract (a pair query's last argument is its answer).
+                return unsafe { between_servers(function, &back) };
+            }
+            true
         }
-    }
+        _ => false,
+    };
     // A system query asks the first device's server, whose versions the library reports.
     let target = device
         .or(list.list.first())
@@ -125,8 +134,13 @@ unsafe fn try_forward(function: &'static str, raw: &[u64]) -> Result<(), nvmlRet
         device: 0,
         peer: 0,
         args,
+        peer_uuid: None,
     };
     let answer = target.forward(query, peer)?;
+    if other_server && answer.ret != NVML_SUCCESS {
+        // SAFETY: as above.
+        return unsafe { between_servers(function, &back) };
+    }
     for (back, bytes) in back.iter().zip(&answer.bytes) {
         if let Some(WriteBack { to, len }) = *back {
             if !to.is_null() && !bytes.is_empty() {

@@ -71,6 +71,7 @@ fn recording() -> Recorded {
                         },
                         DeviceFacts::default(),
                     ],
+                    host: None,
                 },
                 status: vec![Some(busy_status()), Some(DeviceStatus::default())],
             },

@@ -17,6 +17,9 @@ pub struct NvmlInventory {
     pub cuda_driver_version: Option<i32>,
     /// One per CUDA device of the server (`CuInventory::devices`), in that order.
     pub devices: Vec<DeviceFacts>,
+    /// The machine the server runs on (a hash of its kernel's boot id): servers that say the
+    /// same share a machine, and a pair query over their GPUs is asked of one of them.
+    pub host: Option<String>,
 }
 
 /// What NVML says of a device that does not change while the server runs.
@@ -112,6 +115,8 @@ pub struct NvmlQuery {
     pub device: u32,
     pub peer: u32,
     pub args: Vec<NvmlArg>,
+    /// A peer device of another server of the same machine, by UUID (`peer` is then unused).
+    pub peer_uuid: Option<String>,
 }
 
 /// One argument of a forwarded query.
@@ -244,7 +249,7 @@ impl crate::table::FromStatus<u32> for NvmlAnswer {
 }
 
 sample_struct! {
-    NvmlInventory { driver_version, nvml_version, cuda_driver_version, devices },
+    NvmlInventory { driver_version, nvml_version, cuda_driver_version, devices, host },
     DeviceFacts {
         serial, board_id, brand, architecture, minor_number, pci_ids, vbios_version, num_cores,
         memory_bus_width, max_pcie_link_generation, max_pcie_link_width, max_clocks,
@@ -258,7 +263,7 @@ sample_struct! {
     MemoryStatus { total, reserved, free, used },
     Utilization { gpu, memory },
     ProcessStatus { pid, used_memory },
-    NvmlQuery { function, device, peer, args },
+    NvmlQuery { function, device, peer, args, peer_uuid },
     NvmlAnswer { ret, bytes },
 }
 

@@ -15,7 +15,7 @@ use rgpu_protocol::nvml::{
     NvmlQuery, Param, ProcessStatus, Utilization,
 };
 
-use super::nvml_forward::{self, INVALID_ARGUMENT, NOT_SUPPORTED};
+use super::nvml_forward::{self, INVALID_ARGUMENT, NOT_FOUND, NOT_SUPPORTED};
 use super::session::{Served, INVALID_DEVICE};
 use super::Backend;
 
@@ -37,6 +37,7 @@ impl serve::Monitoring for Served<'_> {
         let Some(nvml) = backend.nvml() else {
             return NvmlInventory {
                 devices: vec![DeviceFacts::default(); count],
+                host: host_identity(),
                 ..NvmlInventory::default()
             };
         };
@@ -51,6 +52,7 @@ impl serve::Monitoring for Served<'_> {
                         .map_or_else(DeviceFacts::default, |device| facts(&device))
                 })
                 .collect(),
+            host: host_identity(),
         }
     }
 
@@ -88,8 +90,21 @@ impl serve::Monitoring for Served<'_> {
             let raw = device.map(|d| unsafe { d.handle() } as u64);
             raw.map(Some).ok_or(INVALID_ARGUMENT)
         };
-        let devices = handle(Param::Device, query.device)
-            .and_then(|device| Ok((device, handle(Param::Peer, query.peer)?)));
+        // A peer of another server of this machine, by UUID: this NVML sees every GPU of
+        // the machine, whatever the servers' CUDA_VISIBLE_DEVICES.
+        let peer = |wanted: Param| -> Result<Option<u64>, u32> {
+            let Some(uuid) = &query.peer_uuid else {
+                return handle(wanted, query.peer);
+            };
+            if !params.contains(&wanted) {
+                return Ok(None);
+            }
+            let device = nvml.device_by_uuid(uuid.as_str()).map_err(|_| NOT_FOUND)?;
+            // SAFETY: as above.
+            Ok(Some(unsafe { device.handle() } as u64))
+        };
+        let devices =
+            handle(Param::Device, query.device).and_then(|device| Ok((device, peer(Param::Peer)?)));
         match devices.and_then(|(device, peer)| nvml_forward::prepare(&query, device, peer)) {
             Ok(prepared) => nvml_forward::call(library, &query.function, prepared),
             Err(ret) => refuse(ret),
@@ -125,6 +140,15 @@ impl Backend {
             .inspect_err(|e| log::debug!("NVML has no device {uuid}: {e}"))
             .ok()
     }
+}
+
+/// This machine, as `NvmlInventory::host` names it: a hash of the kernel's boot id, which
+/// every server (and container) of one machine reads alike, and no other machine does.
+fn host_identity() -> Option<String> {
+    use sha2::Digest as _;
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+    let digest = sha2::Sha256::digest(format!("rgpu host {}", boot.trim()).as_bytes());
+    Some(digest[..16].iter().map(|b| format!("{b:02x}")).collect())
 }
 
 fn load_nvml() -> Option<Nvml> {

@@ -14,6 +14,8 @@ use rgpu_protocol::nvml::{
 /// `NVML_ERROR_INVALID_ARGUMENT`, `NVML_ERROR_NOT_SUPPORTED`.
 pub(super) const INVALID_ARGUMENT: u32 = 2;
 pub(super) const NOT_SUPPORTED: u32 = 3;
+/// `NVML_ERROR_NOT_FOUND`.
+pub(super) const NOT_FOUND: u32 = 6;
 /// Bytes past each buffer's stated size: room should an NVML write a little more than the
 /// header this table came from declared.
 const SLACK: usize = 256;
@@ -233,6 +235,7 @@ mod tests {
             device: 0,
             peer: 0,
             args,
+            peer_uuid: None,
         }
     }
 
