@@ -173,14 +173,9 @@ pub unsafe fn ncclGetUniqueId(uniqueId: *mut ncclUniqueId) -> ncclResult_t {
     })())
 }
 
-/// Queues (in a group) or makes now a communicator of `ctx`'s device.
-fn make(conn: Arc<Connection>, op: NcclOp, making: Making) -> Result<(), ncclResult_t> {
-    let queued = Queued {
-        conn,
-        op,
-        makes: Some(making),
-    };
-    let grouped = GROUP.with(|group| {
+/// Queues a call in the thread's group, or carries it out now outside one.
+fn queue_or_run(queued: Queued) -> Result<(), ncclResult_t> {
+    let alone = GROUP.with(|group| {
         let mut group = group.borrow_mut();
         if group.0 == 0 {
             return Some(queued);
@@ -188,10 +183,19 @@ fn make(conn: Arc<Connection>, op: NcclOp, making: Making) -> Result<(), ncclRes
         group.1.push(queued);
         None
     });
-    match grouped {
+    match alone {
         Some(alone) => run(vec![alone]),
         None => Ok(()),
     }
+}
+
+/// Queues (in a group) or makes now a communicator of `ctx`'s device.
+fn make(conn: Arc<Connection>, op: NcclOp, making: Making) -> Result<(), ncclResult_t> {
+    queue_or_run(Queued {
+        conn,
+        op,
+        makes: Some(making),
+    })
 }
 
 pub unsafe fn ncclCommInitRankConfig(
@@ -705,7 +709,7 @@ fn call(
             return Err(NCCL_INVALID_ARGUMENT);
         }
         crate::api::managed::before_device_work(None);
-        let queued = Queued {
+        queue_or_run(Queued {
             conn: found.conn.clone(),
             op: NcclOp::Call {
                 kind,
@@ -720,19 +724,7 @@ fn call(
                 root,
             },
             makes: None,
-        };
-        let alone = GROUP.with(|group| {
-            let mut group = group.borrow_mut();
-            if group.0 == 0 {
-                return Some(queued);
-            }
-            group.1.push(queued);
-            None
-        });
-        match alone {
-            Some(alone) => run(vec![alone]),
-            None => Ok(()),
-        }
+        })
     })())
 }
 
