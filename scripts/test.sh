@@ -84,6 +84,7 @@ step "cargo clippy -D warnings" cargo clippy --workspace --all-targets --release
     -D clippy::undocumented_unsafe_blocks -D unsafe_op_in_unsafe_fn
 step "gen_cuda_api --check" python3 tools/gen_cuda_api.py --check
 step "gen_nvml_api --check" python3 tools/gen_nvml_api.py --check
+step "gen_nccl_api --check" python3 tools/gen_nccl_api.py --check
 if [ -f tools/gen_opencl_api.py ]; then
     step "gen_opencl_api --check" python3 tools/gen_opencl_api.py --check
 else
