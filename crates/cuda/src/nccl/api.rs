@@ -33,12 +33,14 @@ struct Comm {
 /// Communicators that one group of this process made on several servers (ncclCommInitAll, a
 /// group of inits or splits). NCCL's single-process programs end them one at a time from one
 /// thread, which works in one process; here each rank lives in its server's worker, and the
-/// first rank's end would wait for ranks not yet ending. So each end (finalize, destroy or
-/// abort) returns at once until every member has asked for it, and then all end together.
+/// first rank's end would wait for ranks not yet ending. So each finalize or destroy returns
+/// at once until every member has asked for it, and then all go together. An abort is
+/// carried out at once (it is how a program unblocks), and counts as that member's end.
 struct Clique {
     size: usize,
     finalizing: Mutex<Vec<(Arc<Connection>, Id)>>,
-    ending: Mutex<Vec<(Arc<Connection>, Id, NcclEnd)>>,
+    /// Members ended: those still to destroy, and `None` for those aborted.
+    ending: Mutex<Vec<Option<(Arc<Connection>, Id)>>>,
 }
 
 /// The program's communicators, by handle (`ncclComm_t`).
@@ -472,29 +474,33 @@ fn end(comm: ncclComm_t, how: NcclEnd) -> ncclResult_t {
             return answer(found.conn.cuda().nccl_end_comm(found.remote, how));
         };
         let (conn, remote) = (found.conn.clone(), found.remote);
-        let all: Vec<(Arc<Connection>, Id, NcclEnd)> = match how {
+        let (all, how) = match how {
             NcclEnd::Finalize => {
                 let mut waiting = clique.finalizing.lock().unwrap();
                 waiting.push((conn, remote));
                 if waiting.len() < clique.size {
                     return Ok(());
                 }
-                waiting.drain(..).map(|(c, r)| (c, r, how)).collect()
+                (std::mem::take(&mut *waiting), how)
             }
-            _ => {
+            NcclEnd::Abort => {
+                clique.ending.lock().unwrap().push(None);
+                return answer(conn.cuda().nccl_end_comm(remote, how));
+            }
+            NcclEnd::Destroy => {
                 let mut waiting = clique.ending.lock().unwrap();
-                waiting.push((conn, remote, how));
+                waiting.push(Some((conn, remote)));
                 if waiting.len() < clique.size {
                     return Ok(());
                 }
-                std::mem::take(&mut *waiting)
+                (waiting.drain(..).flatten().collect(), how)
             }
         };
         std::thread::scope(|scope| {
             let ends: Vec<_> = all
                 .iter()
-                .map(|(conn, remote, how)| {
-                    scope.spawn(move || answer(conn.cuda().nccl_end_comm(*remote, *how)))
+                .map(|(conn, remote)| {
+                    scope.spawn(move || answer(conn.cuda().nccl_end_comm(*remote, how)))
                 })
                 .collect();
             ends.into_iter()
