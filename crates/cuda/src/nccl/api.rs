@@ -38,10 +38,13 @@ struct Comm {
 /// carried out at once (it is how a program unblocks), and counts as that member's end.
 struct Clique {
     size: usize,
-    finalizing: Mutex<Vec<(Arc<Connection>, Id)>>,
+    finalizing: Mutex<Vec<Member>>,
     /// Members ended: those still to destroy, and `None` for those aborted.
-    ending: Mutex<Vec<Option<(Arc<Connection>, Id)>>>,
+    ending: Mutex<Vec<Option<Member>>>,
 }
+
+/// A member of a clique: its server and its id there.
+type Member = (Arc<Connection>, Id);
 
 /// The program's communicators, by handle (`ncclComm_t`).
 static COMMS: Mutex<Option<HashMap<usize, Arc<Comm>>>> = Mutex::new(None);
