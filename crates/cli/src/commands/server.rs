@@ -311,6 +311,7 @@ pub fn run(args: ServerArgs, matches: &ArgMatches) -> Result<ExitCode, String> {
         .transpose()?;
     // The server logs its token mode; the case that surprises people gets a plain line too.
     let refuses_remote_clients = token.is_none() && !is_local_only(&listen);
+    let token_given = token.is_some();
 
     let config = ServerConfig {
         listen,
@@ -353,6 +354,7 @@ pub fn run(args: ServerArgs, matches: &ArgMatches) -> Result<ExitCode, String> {
                     args: vec![WORKER_SUBCOMMAND.to_string()],
                     prestarted: args.prestarted_workers,
                     user,
+                    env: nccl_environment(token_given),
                 })
             }
         },
@@ -560,9 +562,30 @@ fn host_name() -> String {
     rgpu_transport::host_name().unwrap_or_else(|| "rgpu-server".to_string())
 }
 
+/// The workers' NCCL environment: a server without a token serves only this machine's
+/// clients, whose communicators' ranks are all here, so NCCL's bootstrap and socket transport
+/// (NCCL's own protocol, unauthenticated) listen on loopback only, unless the server's
+/// environment names an interface. A server with a token leaves NCCL's choice to
+/// NCCL_SOCKET_IFNAME in its environment.
+fn nccl_environment(token_given: bool) -> Vec<(String, String)> {
+    match token_given || std::env::var_os("NCCL_SOCKET_IFNAME").is_some() {
+        true => Vec::new(),
+        false => vec![("NCCL_SOCKET_IFNAME".into(), "lo".into())],
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn workers_of_a_local_only_server_keep_nccl_on_loopback() {
+        assert!(nccl_environment(true).is_empty());
+        if std::env::var_os("NCCL_SOCKET_IFNAME").is_none() {
+            let lo = ("NCCL_SOCKET_IFNAME".to_string(), "lo".to_string());
+            assert_eq!(nccl_environment(false), vec![lo]);
+        }
+    }
 
     #[test]
     fn local_only_endpoints() {

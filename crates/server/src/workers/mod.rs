@@ -58,6 +58,8 @@ pub struct WorkerCommand {
     /// The user workers run as, when the listener runs as root and should not hand that to
     /// code that runs clients' requests.
     pub user: Option<WorkerUser>,
+    /// More environment for the workers.
+    pub env: Vec<(String, String)>,
 }
 
 /// A user to run workers as, resolved by name before any worker starts (the child of a fork
@@ -341,6 +343,7 @@ impl WorkerPool {
         // Its own process group: a Ctrl-C at the terminal reaches the listener, which then
         // stops the workers in order.
         command.process_group(0);
+        command.envs(self.command.env.iter().map(|(k, v)| (k, v)));
         if let Some(user) = &self.command.user {
             command
                 .env("HOME", &user.home)
