@@ -250,12 +250,6 @@ pub fn error_string(result: ncclResult_t) -> &'static std::ffi::CStr {
     }
 }
 
-/// A raw pointer made `Send` where the pointee is the program's and only handed back.
-pub struct ProgramPointer(pub *mut c_void);
-
-// SAFETY: the pointer is never followed by rgpu; it is only returned to the program.
-unsafe impl Send for ProgramPointer {}
-
 #[cfg(test)]
 mod tests {
     use super::*;
