@@ -548,13 +548,14 @@ pub unsafe fn ncclGetErrorString(result: ncclResult_t) -> *const c_char {
 }
 
 pub unsafe fn ncclGetLastError(comm: ncclComm_t) -> *const c_char {
-    let conn = match self::comm(comm) {
-        Ok(found) => Ok(found.conn.clone()),
-        Err(_) => default_connection(),
+    // Without a communicator (NCCL allows null), the default server's NCCL answers.
+    let target = match self::comm(comm) {
+        Ok(found) => Ok((found.conn.clone(), found.remote)),
+        Err(_) => default_connection().map(|conn| (conn, 0)),
     };
-    let text = conn
+    let text = target
         .ok()
-        .and_then(|conn| answer(conn.cuda().nccl_last_error(0)).ok())
+        .and_then(|(conn, remote)| answer(conn.cuda().nccl_last_error(remote)).ok())
         .unwrap_or_default();
     LAST_ERROR.with(|last| {
         *last.borrow_mut() = CString::new(text).unwrap_or_default();
