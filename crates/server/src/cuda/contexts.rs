@@ -98,6 +98,10 @@ impl CudaSession {
             .flatten();
         let raw = match existing {
             Some(raw) => raw,
+            None if primary => match self.retain_primary(device, flags) {
+                Ok(raw) => raw,
+                Err(status) => return status,
+            },
             None => {
                 let mut raw = null_mut();
                 // SAFETY: this session's live handles and local buffers; the driver checks addresses.
@@ -118,14 +122,30 @@ impl CudaSession {
                     // SAFETY: this session's live handles and local buffers; the driver checks addresses.
                     unsafe { cu_call!(driver, cuCtxSetCurrent(self.current)) };
                 }
-                if primary {
-                    self.primary.insert(device, raw);
-                }
                 raw
             }
         };
         self.contexts.insert(id, Context { raw, device });
         SUCCESS
+    }
+
+    /// The device's own primary context stands for the program's: libraries the worker runs
+    /// for the program (NCCL) use the CUDA runtime, whose `cudaSetDevice` makes the primary
+    /// context current, so their objects and the program's must live in that one context. The
+    /// worker is the session's alone, so the primary context is too; `close` resets it.
+    fn retain_primary(&mut self, device: u32, flags: u32) -> Result<CUcontext, Status> {
+        let driver = &self.backend.driver;
+        let dev = device as CUdevice;
+        // SAFETY: a device of this server and the program's flags; the driver checks them.
+        let set = unsafe { cu_call!(driver, cuDevicePrimaryCtxSetFlags_v2(dev, flags)) };
+        if set != SUCCESS {
+            log::debug!("cuDevicePrimaryCtxSetFlags({flags:#x}): CUDA error {set}");
+        }
+        let mut raw = null_mut();
+        // SAFETY: a local out-value and a device of this server.
+        check(unsafe { cu_call!(driver, cuDevicePrimaryCtxRetain(&mut raw, dev)) })?;
+        self.primary.insert(device, raw);
+        Ok(raw)
     }
 
     fn destroy_context(&mut self, id: Id) -> Status {

@@ -63,7 +63,8 @@ pub(super) enum Charged {
 pub(crate) struct CudaSession {
     pub(super) backend: Arc<Backend>,
     pub(super) contexts: HashMap<Id, Context>,
-    /// The session's stand-in for each device's primary context.
+    /// The primary context of each device whose primary context the program uses (the
+    /// device's own, retained: see `retain_primary`).
     pub(super) primary: HashMap<u32, CUcontext>,
     pub(super) current: CUcontext,
     pub(super) current_device: u32,
@@ -236,11 +237,20 @@ impl CudaSession {
         }
         // SAFETY: this session's live handles and local buffers; the driver checks addresses.
         unsafe { cu_call!(driver, cuCtxSetCurrent(null_mut())) };
-        for raw in raws {
+        for raw in raws.into_iter().skip(self.primary.len()) {
             // SAFETY: this session's live handles and local buffers; the driver checks addresses.
             let status = unsafe { cu_call!(driver, cuCtxDestroy_v2(raw)) };
             if status != SUCCESS {
                 log::debug!("cuCtxDestroy at session end: CUDA error {status}");
+            }
+        }
+        for &device in self.primary.keys() {
+            // A reset frees everything in the primary context, whoever retained it.
+            // SAFETY: a device of this server whose primary context the session retained.
+            let status =
+                unsafe { cu_call!(driver, cuDevicePrimaryCtxReset_v2(device as CUdevice)) };
+            if status != SUCCESS {
+                log::debug!("cuDevicePrimaryCtxReset at session end: CUDA error {status}");
             }
         }
         self.contexts.clear();
