@@ -52,6 +52,11 @@ LATE_HANDLE(MPI_Datatype, ompi_mpi_byte)
 LATE_HANDLE(MPI_Datatype, ompi_mpi_datatype_null)
 LATE_HANDLE(MPI_Request, ompi_request_null)
 LATE_HANDLE(MPI_Type_delete_attr_function *, OMPI_C_MPI_TYPE_NULL_DELETE_FN)
+LATE_HANDLE(MPI_Datatype, ompi_mpi_int)
+LATE_HANDLE(MPI_Op, ompi_mpi_op_min)
+LATE_HANDLE(MPI_Op, ompi_mpi_op_sum)
+LATE_HANDLE(MPI_Op, ompi_mpi_op_prod)
+LATE_HANDLE(MPI_Op, ompi_mpi_op_max)
 #undef MPI_COMM_WORLD
 #define MPI_COMM_WORLD late_ompi_mpi_comm_world()
 #undef MPI_COMM_NULL
@@ -66,6 +71,16 @@ LATE_HANDLE(MPI_Type_delete_attr_function *, OMPI_C_MPI_TYPE_NULL_DELETE_FN)
 #define MPI_REQUEST_NULL late_ompi_request_null()
 #undef MPI_TYPE_NULL_DELETE_FN
 #define MPI_TYPE_NULL_DELETE_FN late_OMPI_C_MPI_TYPE_NULL_DELETE_FN()
+#undef MPI_INT
+#define MPI_INT late_ompi_mpi_int()
+#undef MPI_MIN
+#define MPI_MIN late_ompi_mpi_op_min()
+#undef MPI_SUM
+#define MPI_SUM late_ompi_mpi_op_sum()
+#undef MPI_PROD
+#define MPI_PROD late_ompi_mpi_op_prod()
+#undef MPI_MAX
+#define MPI_MAX late_ompi_mpi_op_max()
 #endif
 
 int RGPU_MPI_BUFFER_KEYVAL = MPI_KEYVAL_INVALID;
@@ -808,6 +823,192 @@ static int finish(Pending *p, MPI_Status *status) {
 
 /* ---- initialization ------------------------------------------------------------------------- */
 
+/* ---- collectives on the servers' NCCL -----------------------------------------------------
+ * MPI_Allreduce, MPI_Reduce, MPI_Bcast and MPI_Allgather on CUDA device buffers run as NCCL
+ * collectives on the ranks' servers (rgpu's libnccl.so.2, which `rgpu run` preloads), so the
+ * data moves between the servers' GPUs (NVLink, PCIe, the network between servers) and never
+ * through the ranks. The ranks must all take the same path while each sees only its own
+ * buffers, so for every call NCCL could carry (its datatype and operation, the same on every
+ * rank as MPI requires) they first agree, with one host MPI_Allreduce of a flag: NCCL when every
+ * rank's buffers are device memory and its NCCL works, else staging through host memory as
+ * before. A communicator's NCCL communicator is made at its first such call (kept as an
+ * attribute, destroyed with the communicator); if it cannot be made on some rank, the
+ * communicator stays staged. The collective runs on the legacy default stream (after the
+ * program's earlier work on blocking streams) and the call returns when it is done, as MPI's
+ * blocking semantics require. RGPU_MPI_NCCL=0 (the same on every rank) turns this off. */
+
+static int comm_size(MPI_Comm comm) {
+    int n = 1;
+    PMPI_Comm_size(comm, &n);
+    return n;
+}
+
+static int comm_rank(MPI_Comm comm) {
+    int r = 0;
+    PMPI_Comm_rank(comm, &r);
+    return r;
+}
+
+#define NCCL_ID_BYTES 128
+typedef struct {
+    char internal[NCCL_ID_BYTES];
+} NcclUniqueId;
+typedef void *NcclComm;
+/* nccl.h's enums, as numbers. */
+enum { NCCL_INT8 = 0, NCCL_UINT8 = 1, NCCL_INT32 = 2, NCCL_UINT32 = 3, NCCL_INT64 = 4,
+       NCCL_UINT64 = 5, NCCL_FLOAT16 = 6, NCCL_FLOAT32 = 7, NCCL_FLOAT64 = 8 };
+enum { NCCL_SUM = 0, NCCL_PROD = 1, NCCL_MAX = 2, NCCL_MIN = 3 };
+
+static struct {
+    int (*get_unique_id)(NcclUniqueId *);
+    int (*init_rank)(NcclComm *, int, NcclUniqueId, int);
+    int (*destroy)(NcclComm);
+    int (*all_reduce)(const void *, void *, size_t, int, int, NcclComm, void *);
+    int (*reduce)(const void *, void *, size_t, int, int, int, NcclComm, void *);
+    int (*broadcast)(const void *, void *, size_t, int, int, NcclComm, void *);
+    int (*all_gather)(const void *, void *, size_t, int, NcclComm, void *);
+    int (*stream_synchronize)(void *);
+    int usable;
+} nccl;
+static pthread_once_t nccl_once = PTHREAD_ONCE_INIT;
+static int nccl_enabled = 1;
+static int nccl_keyval = MPI_KEYVAL_INVALID;
+
+/* rgpu's NCCL only: the machine's own could not use rgpu's device addresses. */
+static void find_nccl(void) {
+    void *lib = dlopen("libnccl.so.2", RTLD_NOW | RTLD_NOLOAD);
+    if (!lib || !dlsym(lib, "rgpu_nccl_client")) return;
+    *(void **)&nccl.get_unique_id = dlsym(lib, "ncclGetUniqueId");
+    *(void **)&nccl.init_rank = dlsym(lib, "ncclCommInitRank");
+    *(void **)&nccl.destroy = dlsym(lib, "ncclCommDestroy");
+    *(void **)&nccl.all_reduce = dlsym(lib, "ncclAllReduce");
+    *(void **)&nccl.reduce = dlsym(lib, "ncclReduce");
+    *(void **)&nccl.broadcast = dlsym(lib, "ncclBroadcast");
+    *(void **)&nccl.all_gather = dlsym(lib, "ncclAllGather");
+    *(void **)&nccl.stream_synchronize = symbol("libcuda.so.1", "cuStreamSynchronize");
+    nccl.usable = nccl.get_unique_id && nccl.init_rank && nccl.destroy && nccl.all_reduce &&
+                  nccl.reduce && nccl.broadcast && nccl.all_gather && nccl.stream_synchronize;
+}
+
+/* A communicator's NCCL state (its attribute). */
+typedef struct {
+    NcclComm comm; /* NULL until made */
+    int failed;    /* it could not be made: the communicator stays staged */
+} NcclState;
+
+static int nccl_state_copy(MPI_Comm old, int key, void *extra, void *in, void *out, int *flag) {
+    (void)old, (void)key, (void)extra, (void)in, (void)out;
+    *flag = 0; /* a duplicate makes its own */
+    return MPI_SUCCESS;
+}
+
+static int nccl_state_delete(MPI_Comm comm, int key, void *value, void *extra) {
+    (void)comm, (void)key, (void)extra;
+    NcclState *state = value;
+    if (state && state->comm) nccl.destroy(state->comm);
+    free(state);
+    return MPI_SUCCESS;
+}
+
+/* The NCCL datatype of an MPI datatype (by its predefined name, which needs no handle of the
+ * MPI library), or -1. */
+static int nccl_type(MPI_Datatype type) {
+    static const struct {
+        const char *name;
+        int nccl;
+    } types[] = {{"MPI_FLOAT", NCCL_FLOAT32},      {"MPI_DOUBLE", NCCL_FLOAT64},
+                 {"MPI_INT", NCCL_INT32},          {"MPI_INT32_T", NCCL_INT32},
+                 {"MPI_UNSIGNED", NCCL_UINT32},    {"MPI_UINT32_T", NCCL_UINT32},
+                 {"MPI_LONG", NCCL_INT64},         {"MPI_INT64_T", NCCL_INT64},
+                 {"MPI_LONG_LONG", NCCL_INT64},    {"MPI_LONG_LONG_INT", NCCL_INT64},
+                 {"MPI_UNSIGNED_LONG", NCCL_UINT64}, {"MPI_UINT64_T", NCCL_UINT64},
+                 {"MPI_UNSIGNED_LONG_LONG", NCCL_UINT64}, {"MPI_CHAR", NCCL_INT8},
+                 {"MPI_SIGNED_CHAR", NCCL_INT8},   {"MPI_INT8_T", NCCL_INT8},
+                 {"MPI_UNSIGNED_CHAR", NCCL_UINT8}, {"MPI_UINT8_T", NCCL_UINT8},
+                 {"MPI_BYTE", NCCL_UINT8}};
+    char name[MPI_MAX_OBJECT_NAME] = {0};
+    int length = 0;
+    if (type == MPI_DATATYPE_NULL || PMPI_Type_get_name(type, name, &length) != MPI_SUCCESS)
+        return -1;
+    if (sizeof(long) != 8 && !strncmp(name, "MPI_", 4) && strstr(name, "LONG") &&
+        !strstr(name, "LONG_LONG"))
+        return -1;
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; ++i)
+        if (!strcmp(name, types[i].name)) return types[i].nccl;
+    return -1;
+}
+
+static int nccl_op(MPI_Op op) {
+    if (op == MPI_SUM) return NCCL_SUM;
+    if (op == MPI_PROD) return NCCL_PROD;
+    if (op == MPI_MAX) return NCCL_MAX;
+    if (op == MPI_MIN) return NCCL_MIN;
+    return -1;
+}
+
+/* Whether every rank of `comm` says `mine`. */
+static int all_agree(int mine, MPI_Comm comm) {
+    int all = 0;
+    return PMPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, comm) == MPI_SUCCESS && all;
+}
+
+/* The communicator's NCCL state, made at the first call. */
+static NcclState *nccl_state(MPI_Comm comm) {
+    NcclState *state = NULL;
+    int found = 0;
+    if (PMPI_Comm_get_attr(comm, nccl_keyval, &state, &found) == MPI_SUCCESS && found)
+        return state;
+    state = calloc(1, sizeof *state);
+    if (state && PMPI_Comm_set_attr(comm, nccl_keyval, state) != MPI_SUCCESS) {
+        free(state);
+        state = NULL;
+    }
+    return state;
+}
+
+/* Makes the communicator's NCCL communicator (every rank calls it together). */
+static int nccl_make(NcclState *state, MPI_Comm comm) {
+    struct {
+        int ok;
+        NcclUniqueId id;
+    } root = {0, {{0}}};
+    int rank = comm_rank(comm), size = comm_size(comm);
+    if (rank == 0) root.ok = nccl.get_unique_id(&root.id) == 0;
+    if (PMPI_Bcast(&root, (int)sizeof root, MPI_BYTE, 0, comm) != MPI_SUCCESS || !root.ok) {
+        state->failed = 1;
+        return 0;
+    }
+    NcclComm made = NULL;
+    int ok = nccl.init_rank(&made, size, root.id, rank) == 0;
+    if (!all_agree(ok, comm)) {
+        if (made) nccl.destroy(made);
+        state->failed = 1;
+        return 0;
+    }
+    state->comm = made;
+    return 1;
+}
+
+/* Whether this call runs on NCCL (decided with every rank): `eligible` is what every rank
+ * knows alike (NCCL has the datatype and operation), `device` whether this rank's buffers are
+ * device memory. Returns the communicator, or NULL to stage. */
+static NcclComm nccl_decide(int eligible, int device, MPI_Comm comm) {
+    if (!nccl_enabled || !eligible || nccl_keyval == MPI_KEYVAL_INVALID) return NULL;
+    NcclState *state = nccl_state(comm);
+    if (!state || state->failed) return NULL; /* the same on every rank */
+    if (device) pthread_once(&nccl_once, find_nccl);
+    if (!all_agree(device && nccl.usable, comm)) return NULL;
+    if (!state->comm && !nccl_make(state, comm)) return NULL;
+    return state->comm;
+}
+
+/* Runs a posted NCCL call's result to completion: MPI returns when the data is there. */
+static int nccl_finish(int launched, MPI_Comm comm) {
+    if (launched != 0) return device_error(comm, "an NCCL collective", launched);
+    int rc = nccl.stream_synchronize(NULL);
+    return rc == 0 ? MPI_SUCCESS : device_error(comm, "waiting for an NCCL collective", rc);
+}
+
 static int copy_attribute(MPI_Datatype old, int key, void *extra, void *in, void *out, int *flag) {
     (void)old, (void)key, (void)extra;
     *(void **)out = in;
@@ -824,6 +1025,10 @@ static void make_keyval(void) {
 /* After MPI_Init: the datatype key, and the control communicator of direct transfers. */
 static void initialize(void) {
     make_keyval();
+    const char *on_nccl = getenv("RGPU_MPI_NCCL");
+    nccl_enabled = !(on_nccl && !strcmp(on_nccl, "0"));
+    if (nccl_keyval == MPI_KEYVAL_INVALID)
+        PMPI_Comm_create_keyval(nccl_state_copy, nccl_state_delete, &nccl_keyval, NULL);
     const char *direct = getenv("RGPU_MPI_DIRECT");
     direct_enabled = !(direct && !strcmp(direct, "0"));
     const char *client_pull = getenv("RGPU_MPI_CLIENT_PULL");
@@ -875,6 +1080,13 @@ int MPI_Init_thread(int *argc, char ***argv, int required, int *provided) {
 }
 
 int MPI_Finalize(void) {
+    /* The world's NCCL communicator goes before MPI (its attribute would outlive rgpu's). */
+    if (nccl_keyval != MPI_KEYVAL_INVALID) {
+        void *state = NULL;
+        int found = 0;
+        PMPI_Comm_get_attr(MPI_COMM_WORLD, nccl_keyval, &state, &found);
+        if (found) PMPI_Comm_delete_attr(MPI_COMM_WORLD, nccl_keyval);
+    }
     if (have_control) {
         have_control = 0;
         PMPI_Comm_free(&control);
@@ -884,6 +1096,8 @@ int MPI_Finalize(void) {
 }
 
 void rgpu_mpi_set_direct(int on) { direct_enabled = on != 0; }
+
+void rgpu_mpi_set_nccl(int on) { nccl_enabled = on != 0; }
 
 int rgpu_mpi_opencl_type(MPI_Datatype base, void *queue, MPI_Datatype *out) {
     static struct rgpu_mpi_buffer descriptors[256];
@@ -1279,6 +1493,9 @@ int MPI_Sendrecv(const void *sendbuf, int sendcount, MPI_Datatype sendtype, int 
 
 int MPI_Bcast(void *buf, int count, MPI_Datatype type, int root, MPI_Comm comm) {
     Buffer b = classify(buf, count, type);
+    NcclComm on_nccl = nccl_decide(1, b.kind == CUDA, comm);
+    if (on_nccl)
+        return nccl_finish(nccl.broadcast(buf, buf, b.bytes, NCCL_UINT8, root, on_nccl, NULL), comm);
     if (b.kind == HOST) return PMPI_Bcast(buf, count, type, root, comm);
     int rank = 0, rc = MPI_SUCCESS;
     PMPI_Comm_rank(comm, &rank);
@@ -1295,6 +1512,15 @@ int MPI_Allreduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype ty
                   MPI_Comm comm) {
     Buffer r = classify(recvbuf, count, type);
     Buffer s = sendbuf == MPI_IN_PLACE ? r : classify(sendbuf, count, type);
+    int datatype = nccl_type(r.base);
+    NcclComm on_nccl =
+        nccl_decide(nccl_op(op) >= 0, s.kind == CUDA && r.kind == CUDA && datatype >= 0, comm);
+    if (on_nccl) {
+        const void *from = sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf;
+        return nccl_finish(nccl.all_reduce(from, recvbuf, (size_t)count, datatype, nccl_op(op),
+                                           on_nccl, NULL),
+                           comm);
+    }
     if (s.kind == HOST && r.kind == HOST) return PMPI_Allreduce(sendbuf, recvbuf, count, type, op,
         comm);
     int size = 0, rc = MPI_SUCCESS;
@@ -1362,18 +1588,6 @@ static Arg arg_unused(const void *buf, MPI_Datatype type) {
     return a;
 }
 
-static int comm_size(MPI_Comm comm) {
-    int n = 1;
-    PMPI_Comm_size(comm, &n);
-    return n;
-}
-
-static int comm_rank(MPI_Comm comm) {
-    int r = 0;
-    PMPI_Comm_rank(comm, &r);
-    return r;
-}
-
 /* The send and receive arguments of a rooted or all-to-all collective; `send_in_place`: the
  * send buffer is MPI_IN_PLACE, so the receive buffer is read too. */
 static int stage_pair(Arg *s, const void *sendbuf, size_t scount, MPI_Datatype stype, Arg *r,
@@ -1402,6 +1616,17 @@ static int both_host(const void *sendbuf, size_t scount, MPI_Datatype stype, int
 int MPI_Reduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype type, MPI_Op op,
                int root, MPI_Comm comm) {
     int at_root = comm_rank(comm) == root;
+    /* In place (at the root), the receive buffer is the send buffer too. */
+    const void *from = sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf;
+    Buffer source = classify(from, count, type);
+    int datatype = nccl_type(source.base);
+    int device = source.kind == CUDA && datatype >= 0 &&
+                 (!at_root || classify(recvbuf, count, type).kind == CUDA);
+    NcclComm on_nccl = nccl_decide(nccl_op(op) >= 0, device, comm);
+    if (on_nccl)
+        return nccl_finish(nccl.reduce(from, at_root ? recvbuf : NULL, (size_t)count, datatype,
+                                       nccl_op(op), root, on_nccl, NULL),
+                           comm);
     if (both_host(sendbuf, count, type, 1, recvbuf, count, type, at_root))
         return PMPI_Reduce(sendbuf, recvbuf, count, type, op, root, comm);
     Arg s, r;
@@ -1473,6 +1698,17 @@ int MPI_Gather(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *
 int MPI_Allgather(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf,
                   int recvcount, MPI_Datatype recvtype, MPI_Comm comm) {
     size_t all = (size_t)comm_size(comm) * (size_t)recvcount;
+    /* Each rank's part, in bytes; in place, it is already at its place in the receive buffer. */
+    int rsize = 0;
+    PMPI_Type_size(recvtype, &rsize);
+    size_t part = (size_t)rsize * (size_t)recvcount;
+    int in_place = sendbuf == MPI_IN_PLACE;
+    const void *from = in_place ? (const char *)recvbuf + part * (size_t)comm_rank(comm) : sendbuf;
+    int device = classify(recvbuf, (int)(all > INT32_MAX ? INT32_MAX : all), recvtype).kind == CUDA &&
+                 (in_place || classify(sendbuf, sendcount, sendtype).kind == CUDA);
+    NcclComm on_nccl = nccl_decide(1, device, comm);
+    if (on_nccl)
+        return nccl_finish(nccl.all_gather(from, recvbuf, part, NCCL_UINT8, on_nccl, NULL), comm);
     if (both_host(sendbuf, sendcount, sendtype, 1, recvbuf, all, recvtype, 1))
         return PMPI_Allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
     Arg s, r;

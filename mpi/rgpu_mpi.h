@@ -45,6 +45,12 @@ int rgpu_mpi_opencl_type(MPI_Datatype base, void *queue, MPI_Datatype *out);
  * Each rank decides for its own sends; receives take either. */
 void rgpu_mpi_set_direct(int on);
 
+/* Whether MPI_Allreduce, MPI_Reduce, MPI_Bcast and MPI_Allgather on CUDA device buffers run as
+ * NCCL collectives on the ranks' servers (1, the default; RGPU_MPI_NCCL=0 turns it off at
+ * MPI_Init) or staged through the ranks' host memory (0). Every rank of a communicator must
+ * say the same. */
+void rgpu_mpi_set_nccl(int on);
+
 #ifdef __cplusplus
 }
 #endif

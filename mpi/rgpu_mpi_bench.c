@@ -11,8 +11,13 @@
  *   {"mode":"host","test":"latency","bytes":8,"us":12.3}
  *   {"mode":"device","test":"bandwidth","bytes":65536,"mbps":812.0}
  *
+ * Collectives (--allreduce-sizes, none by default): MPI_Allreduce of float sums, the time per
+ * call (the slower rank's mean over the iterations), in modes host (host buffers), staged
+ * (device buffers through host memory) and nccl (device buffers, NCCL on the servers):
+ *   {"mode":"nccl","test":"allreduce","bytes":1048576,"us":45.6}
+ *
  *   rgpu_mpi_bench --api opencl|cuda [--latency-sizes a,b,..] [--bandwidth-sizes a,b,..]
- *                  [--iterations N] [--modes host,staged,direct]
+ *                  [--allreduce-sizes a,b,..] [--iterations N] [--modes host,staged,direct]
  */
 #define CL_TARGET_OPENCL_VERSION 300
 #include <CL/cl.h>
@@ -45,7 +50,8 @@ static MPI_Datatype cl_byte;
 typedef int (*CuInit)(unsigned);
 typedef int (*CuDeviceGet)(int *, int);
 typedef int (*CuDeviceGetCount)(int *);
-typedef int (*CuCtxCreate)(void **, unsigned, int);
+typedef int (*CuPrimaryCtxRetain)(void **, int);
+typedef int (*CuCtxSetCurrent)(void *);
 typedef int (*CuMemAlloc)(uint64_t *, size_t);
 typedef int (*CuMemFree)(uint64_t);
 typedef int (*CuMemsetD8)(uint64_t, unsigned char, size_t);
@@ -59,14 +65,17 @@ static void open_cuda(void) {
     CuInit init = (CuInit)dlsym(cuda, "cuInit");
     CuDeviceGetCount count = (CuDeviceGetCount)dlsym(cuda, "cuDeviceGetCount");
     CuDeviceGet get = (CuDeviceGet)dlsym(cuda, "cuDeviceGet");
-    CuCtxCreate create = (CuCtxCreate)dlsym(cuda, "cuCtxCreate_v2");
+    CuPrimaryCtxRetain retain = (CuPrimaryCtxRetain)dlsym(cuda, "cuDevicePrimaryCtxRetain");
+    CuCtxSetCurrent set_current = (CuCtxSetCurrent)dlsym(cuda, "cuCtxSetCurrent");
     cu_mem_alloc = (CuMemAlloc)dlsym(cuda, "cuMemAlloc_v2");
     cu_mem_free = (CuMemFree)dlsym(cuda, "cuMemFree_v2");
     cu_memset = (CuMemsetD8)dlsym(cuda, "cuMemsetD8_v2");
     int n = 0, device = 0;
     void *ctx = NULL;
     if (!init || init(0) || count(&n) || n < 1) DIE("no CUDA device");
-    if (get(&device, rank % n) || create(&ctx, 0, device)) DIE("cannot make a CUDA context");
+    /* The primary context, as programs of the CUDA runtime (and NCCL) use. */
+    if (get(&device, rank % n) || retain(&ctx, device) || set_current(ctx))
+        DIE("cannot make a CUDA context");
 }
 
 static void open_opencl(void) {
@@ -181,6 +190,28 @@ static double bandwidth_mbps(int device, size_t bytes, int iterations) {
     return (double)bytes * window * iterations / seconds / 1e6;
 }
 
+/* Microseconds per MPI_Allreduce of `bytes` of floats (summed), the slower rank's. */
+static double allreduce_us(int device, size_t bytes, int iterations) {
+    Buffer send = make_buffer(device, bytes), recv = make_buffer(device, bytes);
+    MPI_Datatype type = MPI_FLOAT;
+    if (device && !use_cuda) rgpu_mpi_opencl_type(MPI_FLOAT, queue, &type);
+    int count = (int)(bytes / sizeof(float)), warmup = iterations / 10 + 1;
+    double t0 = 0;
+    for (int i = 0; i < warmup + iterations; ++i) {
+        if (i == warmup) {
+            MPI_Barrier(MPI_COMM_WORLD);
+            t0 = MPI_Wtime();
+        }
+        MPI_Allreduce(send.address, recv.address, count, type, MPI_SUM, MPI_COMM_WORLD);
+    }
+    double us = (MPI_Wtime() - t0) * 1e6 / iterations, slowest = 0;
+    MPI_Allreduce(&us, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    if (type != MPI_FLOAT) MPI_Type_free(&type);
+    free_buffer(send);
+    free_buffer(recv);
+    return slowest;
+}
+
 static int parse_sizes(const char *list, size_t *out, int max) {
     int n = 0;
     char *copy = strdup(list), *save = NULL;
@@ -196,7 +227,8 @@ int main(int argc, char **argv) {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &ranks);
     if (ranks != 2) DIE("runs with exactly 2 ranks");
-    size_t latency_sizes[32], bandwidth_sizes[32];
+    size_t latency_sizes[32], bandwidth_sizes[32], allreduce_sizes[32];
+    int na = 0;
     int nl = parse_sizes("8,64,512,4096", latency_sizes, 32);
     int nb = parse_sizes("65536,1048576,16777216,67108864,268435456", bandwidth_sizes, 32);
     int iterations = 100, modes = 7; /* bit 0 host, bit 1 staged, bit 2 direct */
@@ -205,6 +237,7 @@ int main(int argc, char **argv) {
         if (!strcmp(argv[i], "--api")) use_cuda = !strcmp(value, "cuda"), ++i;
         else if (!strcmp(argv[i], "--latency-sizes")) nl = parse_sizes(value, latency_sizes, 32), ++i;
         else if (!strcmp(argv[i], "--bandwidth-sizes")) nb = parse_sizes(value, bandwidth_sizes, 32), ++i;
+        else if (!strcmp(argv[i], "--allreduce-sizes")) na = parse_sizes(value, allreduce_sizes, 32), ++i;
         else if (!strcmp(argv[i], "--iterations")) iterations = atoi(value), ++i;
         else if (!strcmp(argv[i], "--modes"))
             modes = (strstr(value, "host") ? 1 : 0) | (strstr(value, "staged") ? 2 : 0) |
@@ -235,6 +268,22 @@ int main(int argc, char **argv) {
             if (rank == 0)
                 printf("{\"mode\":\"%s\",\"test\":\"bandwidth\",\"bytes\":%zu,\"mbps\":%.1f}\n",
                        names[mode], bandwidth_sizes[i], mbps);
+        }
+        fflush(stdout);
+    }
+    /* Collectives: host buffers, then device buffers staged, then on NCCL. */
+    const char *collective_modes[] = {"host", "staged", "nccl"};
+    for (int mode = 0; mode < 3 && na > 0; ++mode) {
+        if (mode > 0 && !(modes & 6)) break;
+        rgpu_mpi_set_nccl(mode == 2);
+        for (int i = 0; i < na; ++i) {
+            long rounds = (long)(((size_t)4 << 30) / (allreduce_sizes[i] + 1));
+            if (rounds < 3) rounds = 3;
+            if (rounds > iterations) rounds = iterations;
+            double us = allreduce_us(mode != 0, allreduce_sizes[i], (int)rounds);
+            if (rank == 0)
+                printf("{\"mode\":\"%s\",\"test\":\"allreduce\",\"bytes\":%zu,\"us\":%.3f}\n",
+                       collective_modes[mode], allreduce_sizes[i], us);
         }
         fflush(stdout);
     }

@@ -2,8 +2,10 @@
 `rgpu run --mpi`): mpi4py hands the arrays' device pointers to MPI, librgpu_mpi.so recognises
 them as rgpu device memory and moves them. Checks device -> device, device -> host and
 host -> device Send/Recv of odd sizes, Isend/Irecv with Waitall (small messages, then direct
-ones of 64 KiB to 1.7 MB), Sendrecv, Bcast and Allreduce
-(sum of float32 and float64), every result compared on the host.
+ones of 64 KiB to 1.7 MB), Sendrecv, Bcast, Allreduce (sum of float32 and float64), Reduce,
+Allgather (and in place), and an Allreduce whose ranks mix device and host buffers, every
+result compared on the host. On ranks with distinct GPUs the collectives run on the servers'
+NCCL; where NCCL cannot be made (two ranks on one GPU) they are staged.
 Prints `PASS mpi_cupy rank R`, or `FAIL mpi_cupy rank R: why` and exits 1."""
 
 import sys
@@ -88,6 +90,32 @@ comm.Allreduce(MPI.IN_PLACE, d, op=MPI.SUM)
 factor = size * (size + 1) / 2
 expect(bool((fr == cp.arange(100_003, dtype=cp.float32) * factor).all()), "Allreduce float32")
 expect(bool((d == cp.arange(100_003, dtype=cp.float64) * 0.5 * factor).all()), "Allreduce float64")
+
+# Reduce (int32 maximum to rank 0), Allgather (and in place), a Bcast of int64: on device
+# buffers of every rank these run on the servers' NCCL (where it works: ranks on distinct GPUs).
+x = cp.arange(50_001, dtype=cp.int32) * (rank + 1)
+xr = cp.zeros_like(x)
+comm.Reduce(x, xr if rank == 0 else None, op=MPI.MAX, root=0)
+if rank == 0:
+    expect(bool((xr == cp.arange(50_001, dtype=cp.int32) * size).all()), "Reduce int32 max")
+part = cp.full(30_000, rank + 1, dtype=cp.float64)
+gathered = cp.zeros(30_000 * size, dtype=cp.float64)
+comm.Allgather(part, gathered)
+expect(all(bool((gathered[r * 30_000:(r + 1) * 30_000] == r + 1).all()) for r in range(size)),
+       "Allgather")
+gathered = cp.zeros(30_000 * size, dtype=cp.float64)
+gathered[rank * 30_000:(rank + 1) * 30_000] = rank + 7
+comm.Allgather(MPI.IN_PLACE, gathered)
+expect(all(bool((gathered[r * 30_000:(r + 1) * 30_000] == r + 7).all()) for r in range(size)),
+       "Allgather in place")
+big = cp.arange(300_000, dtype=cp.int64) * 3 if rank == 1 else cp.zeros(300_000, dtype=cp.int64)
+comm.Bcast(big, root=1)
+expect(bool((big == cp.arange(300_000, dtype=cp.int64) * 3).all()), "Bcast int64 from rank 1")
+# Ranks that mix device and host buffers in one call: staged on every rank.
+mine = cp.full(1000, rank + 1, dtype=cp.float32) if rank == 0 else np.full(1000, rank + 1, np.float32)
+out = cp.zeros_like(mine) if rank == 0 else np.zeros_like(mine)
+comm.Allreduce(mine, out, op=MPI.SUM)
+expect(float(out[0]) == factor and float(out[-1]) == factor, "Allreduce of device and host buffers")
 
 comm.Barrier()
 print(f"PASS mpi_cupy rank {rank}", flush=True)

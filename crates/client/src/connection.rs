@@ -351,7 +351,14 @@ impl Connection {
             self.shared.pending.lock().unwrap().remove(&seq);
             return Err(e);
         }
-        self.wait(seq, &slot)
+        if !log::log_enabled!(log::Level::Trace) {
+            return self.wait(seq, &slot);
+        }
+        // RGPU_LOG=rgpu_client=trace: every round trip the program waits for, and how long.
+        let start = std::time::Instant::now();
+        let reply = self.wait(seq, &slot);
+        log::trace!("round trip {} {:?}", msg.name(), start.elapsed());
+        reply
     }
 
     /// Sends a read request (OpenCL or CUDA); its data will stream into `sink` and `sink.done`

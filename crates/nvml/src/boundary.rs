@@ -13,6 +13,8 @@ pub fn guard(name: &'static str, call: impl FnOnce() -> nvmlReturn_t) -> nvmlRet
         Ok(result) => {
             if result != NVML_SUCCESS {
                 log::debug!("rgpu: {name} -> {result}");
+            } else {
+                log::trace!("rgpu: {name}");
             }
             result
         }

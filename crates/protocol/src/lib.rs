@@ -270,6 +270,17 @@ impl ClientMsg {
             ClientMsg::Cu(req) => req.expects_reply(),
         }
     }
+
+    /// The message's name, for logs.
+    pub fn name(&self) -> &'static str {
+        match self {
+            ClientMsg::Authenticate { .. } => "Authenticate",
+            ClientMsg::Alive => "Alive",
+            ClientMsg::Session(req) => req.name(),
+            ClientMsg::Cl(req) => req.name(),
+            ClientMsg::Cu(req) => req.name(),
+        }
+    }
 }
 
 /// Server to client.
