@@ -34,7 +34,7 @@ s2=$server_pid e2=$server_endpoint
 trap 'kill -TERM $s1 $s2 2>/dev/null; wait $s1 $s2 2>/dev/null' EXIT
 root=()
 [ "$(id -u)" = 0 ] && root=(--allow-run-as-root)
-mpi() { timeout -k 10 600 mpirun "${root[@]}" --oversubscribe -np 2 --mca btl self,tcp "$@"; }
+mpi() { timeout -k 10 600 mpirun "${root[@]}" --oversubscribe -np 2 --mca btl self,tcp --mca btl_tcp_if_include lo "$@"; }
 
 check_cupy() {
     local name=$1 servers=$2

@@ -43,9 +43,11 @@ def mpirun(ranks, servers, program, timeout=300, **env):
     """`program` (a path, or a command as a list) on `ranks` ranks under `rgpu run --mpi`."""
     eps = ",".join(s.endpoint for s in servers)
     command = [str(a) for a in program] if isinstance(program, list) else [str(program)]
+    # Every rank is on this machine: TCP over loopback only (Open MPI 5, Debian 13's, finds no
+    # "reachable pairing" over some hosts' other interfaces).
     cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(ranks),
-           "--mca", "btl", "self,tcp", str(h.RGPU), "run", "--mpi", "--servers", eps, "--",
-           *command]
+           "--mca", "btl", "self,tcp", "--mca", "btl_tcp_if_include", "lo",
+           str(h.RGPU), "run", "--mpi", "--servers", eps, "--", *command]
     return subprocess.Popen(cmd, env=h.base_env(**env), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
 

@@ -154,7 +154,7 @@ def test_mpi_ranks_get_devices_of_their_own(cluster):
         pytest.skip("no mpirun (scripts/setup.sh installs openmpi-bin)")
     r = sh(["salloc", "-Q", "-p", "cpu", "-N1", "-n2", ":", "-p", "gpu", "-N2", "--gres=gpu:1",
             "srun", "--het-group=0", "-n1", "mpirun", "--allow-run-as-root", "--oversubscribe",
-            "-np", "2", "--mca", "plm", "isolated", "--mca", "btl", "self,tcp",
+            "-np", "2", "--mca", "plm", "isolated", "--mca", "btl", "self,tcp", "--mca", "btl_tcp_if_include", "lo",
             h.RGPU, "devices"], timeout=300, RGPU_DEVICES_PER_RANK="1")
     print(r.stdout)
     devices = re.findall(r"^0\s.*\s(10\.77\.9\.1[23]):\d+\s*$", r.stdout, re.M)

@@ -58,7 +58,13 @@ pub struct MpiBenchArgs {
     /// The mpirun to use, and arguments for it (whitespace-separated).
     #[arg(long, default_value = "mpirun")]
     mpirun: String,
-    #[arg(long, default_value = "--mca btl self,tcp", allow_hyphen_values = true)]
+    /// Arguments for mpirun (the default keeps the ranks, all on this machine, on TCP over
+    /// loopback).
+    #[arg(
+        long,
+        default_value = "--mca btl self,tcp --mca btl_tcp_if_include lo",
+        allow_hyphen_values = true
+    )]
     mpirun_args: String,
 
     /// Where to write the results as JSON.
