@@ -26,6 +26,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "rgpu_mpi.h"
 
@@ -461,11 +463,48 @@ static Direct *start_direct(const Buffer *b, int dest, MPI_Comm comm) {
     return d;
 }
 
+static double seconds_now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* Waits for the receiver's reply to a direct send. The receiver answers when the program
+ * completes its receive, which may be late; meanwhile, once a second, a one-byte read of the
+ * source buffer checks that its server is still there (it fails at once when the connection is
+ * gone). Returns 0 when it is gone (the read's failure reported), 1 once the reply is in. */
+static int await_reply(Direct *d) {
+    double start = seconds_now(), probe_at = start + 1.0;
+    useconds_t nap = 0;
+    for (;;) {
+        int done = 0;
+        PMPI_Test(&d->reply_request, &done, MPI_STATUS_IGNORE);
+        if (done) return 1;
+        /* Spin for the first millisecond (a prompt reply), then back off to 1 ms naps. */
+        double now = seconds_now();
+        if (now - start > 1e-3) {
+            nap = nap ? (nap * 2 > 1000 ? 1000 : nap * 2) : 10;
+            usleep(nap);
+        }
+        if (now >= probe_at) {
+            unsigned char byte;
+            if (to_host(&d->source, &byte, 1, d->comm) != MPI_SUCCESS) return 0;
+            probe_at = seconds_now() + 1.0;
+        }
+    }
+}
+
 /* Ends a direct send whose envelope went: waits for the receiver's reply (it pulls without
  * this rank's help, so waiting cannot deadlock where a rendezvous send would not). When the
  * receiver could not pull, the data goes to it staged, on the control communicator. */
 static int finish_direct(Direct *d) {
-    if (!d->replied) PMPI_Wait(&d->reply_request, MPI_STATUS_IGNORE);
+    if (!d->replied && !await_reply(d)) {
+        /* The buffer's server is gone: nobody can pull it, and the receiver may never answer. */
+        PMPI_Cancel(&d->reply_request);
+        PMPI_Request_free(&d->reply_request);
+        free(d);
+        return MPI_ERR_OTHER;
+    }
     int rc = MPI_SUCCESS;
     /* An export that was pulled has ended at its server already (its last byte pulled, or the
      * puller's word that it copied it by IPC); one that was not is withdrawn. */
