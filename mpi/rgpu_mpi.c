@@ -480,10 +480,11 @@ static int await_reply(Direct *d) {
         int done = 0;
         PMPI_Test(&d->reply_request, &done, MPI_STATUS_IGNORE);
         if (done) return 1;
-        /* Spin for the first millisecond (a prompt reply), then back off to 1 ms naps. */
+        /* Spin for the first millisecond (a prompt reply), then nap up to 100 µs at a time (a
+         * late reply is taken at most that late). */
         double now = seconds_now();
         if (now - start > 1e-3) {
-            nap = nap ? (nap * 2 > 1000 ? 1000 : nap * 2) : 10;
+            nap = nap ? (nap * 2 > 100 ? 100 : nap * 2) : 10;
             usleep(nap);
         }
         if (now >= probe_at) {
