@@ -2,6 +2,7 @@
 `mpirun` ranks, each using an OpenCL device of a real rgpu server on PoCL, passing OpenCL
 buffers (marked by their datatype) to MPI point-to-point calls and collectives."""
 
+import os
 import signal
 import shutil
 import subprocess
@@ -39,6 +40,17 @@ def mpi_programs(rgpu_bins):
     return programs
 
 
+def output_of(proc, timeout):
+    """The output of an mpirun started by `mpirun`; past `timeout` its whole session (mpirun,
+    `rgpu run` and the ranks) is killed, so a hung rank fails this test only."""
+    try:
+        return proc.communicate(timeout=timeout)[0]
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise
+
+
 def mpirun(ranks, servers, program, timeout=300, **env):
     """`program` (a path, or a command as a list) on `ranks` ranks under `rgpu run --mpi`."""
     eps = ",".join(s.endpoint for s in servers)
@@ -61,7 +73,7 @@ def test_opencl_buffers_through_mpi(start_server, mpi_programs, ranks, direct):
     reused."""
     servers = [start_server(env={"RGPU_LOG": "debug"}) for _ in range(2)]
     proc = mpirun(ranks, servers, mpi_programs["mpi_buffers"], RGPU_MPI_DIRECT=direct)
-    out, _ = proc.communicate(timeout=300)
+    out = output_of(proc, 300)
     print(out)
     assert proc.returncode == 0, out
     for rank in range(ranks):
@@ -82,7 +94,7 @@ def test_the_interposer_works_in_a_program_that_opens_mpi_later(start_server, mp
     the MPI library the program opened privately (`undefined symbol: PMPI_Init`)."""
     server = start_server()
     proc = mpirun(2, [server], [sys.executable, MPI_DIR / "late_mpi.py"])
-    out, _ = proc.communicate(timeout=300)
+    out = output_of(proc, 300)
     print(out)
     assert proc.returncode == 0, out
     for rank in range(2):
@@ -106,7 +118,7 @@ def test_a_lost_server_is_an_mpi_error_not_a_hang(start_server, mpi_programs, tm
             doomed.stop(signal.SIGKILL)
             go.touch()
             break
-    out = "".join(lines) + proc.communicate(timeout=120)[0]
+    out = "".join(lines) + output_of(proc, 120)
     print(out)
     assert "SEND_ERROR" in out, out
     seconds = float(out.split("SEND_ERROR")[1].split("after")[1].split()[0])
