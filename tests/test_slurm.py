@@ -147,6 +147,17 @@ def test_a_job_on_the_cpu_node_uses_two_gpu_nodes(cluster, example):
     wait_for("the job's state removed", lambda: not any((DIR / "jobs").iterdir()))
 
 
+def local_launch() -> list[str]:
+    """mpirun's arguments to start its ranks on this node itself, not through SLURM: Open MPI
+    4's `plm isolated`; Open MPI 5 (Debian 13) launches through PRRTE, which has no such
+    component (mpirun crashed): leave out its SLURM launcher and allocation instead."""
+    version = subprocess.run(["mpirun", "--version"], capture_output=True, text=True).stdout
+    major = re.search(r"Open MPI\)? (\d+)\.", version)
+    if major and int(major.group(1)) >= 5:
+        return ["--prtemca", "plm", "^slurm", "--prtemca", "ras", "^slurm"]
+    return ["--mca", "plm", "isolated"]
+
+
 def test_mpi_ranks_get_devices_of_their_own(cluster):
     """Two ranks of Debian's Open MPI in a job on the CPU node, each with one of the job's two
     GPUs (RGPU_DEVICES_PER_RANK=1, the rank from OMPI_COMM_WORLD_RANK): distinct servers."""
@@ -154,8 +165,9 @@ def test_mpi_ranks_get_devices_of_their_own(cluster):
         pytest.skip("no mpirun (scripts/setup.sh installs openmpi-bin)")
     r = sh(["salloc", "-Q", "-p", "cpu", "-N1", "-n2", ":", "-p", "gpu", "-N2", "--gres=gpu:1",
             "srun", "--het-group=0", "-n1", "mpirun", "--allow-run-as-root", "--oversubscribe",
-            "-np", "2", "--mca", "plm", "isolated", "--mca", "btl", "self,tcp", "--mca", "btl_tcp_if_include", "lo",
-            h.RGPU, "devices"], timeout=300, RGPU_DEVICES_PER_RANK="1")
+            "-np", "2", *local_launch(), "--mca", "btl", "self,tcp",
+            "--mca", "btl_tcp_if_include", "lo", h.RGPU, "devices"],
+           timeout=300, RGPU_DEVICES_PER_RANK="1")
     print(r.stdout)
     devices = re.findall(r"^0\s.*\s(10\.77\.9\.1[23]):\d+\s*$", r.stdout, re.M)
     assert sorted(devices) == [f"{NET}.12", f"{NET}.13"], r.stdout
