@@ -237,6 +237,7 @@ impl CudaSession {
         }
         // SAFETY: this session's live handles and local buffers; the driver checks addresses.
         unsafe { cu_call!(driver, cuCtxSetCurrent(null_mut())) };
+        // `raws` holds the primary contexts first: those are reset below, never destroyed.
         for raw in raws.into_iter().skip(self.primary.len()) {
             // SAFETY: this session's live handles and local buffers; the driver checks addresses.
             let status = unsafe { cu_call!(driver, cuCtxDestroy_v2(raw)) };
