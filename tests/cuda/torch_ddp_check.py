@@ -7,7 +7,8 @@ single-GPU ones and equal across ranks; rank 0 reports them.
 The ranks use one GPU each: every distinct GPU the process sees (by UUID: two rgpu servers on
 one machine show each GPU twice), or the devices in `RGPU_DDP_DEVICES` ("0,3": with two
 servers of two GPUs each, one GPU of each server, so the ranks' NCCL runs between servers).
-The time of a DDP step (after warm-up) is printed, not compared.
+The time of a DDP step (after warm-up, over `RGPU_DDP_TIMED_STEPS` steps, default 20) is
+printed, not compared; scripts/gpu-ddp-bench.sh compares it with native.
 
     python3 tests/cuda/torch_ddp_check.py
 
@@ -33,7 +34,7 @@ if torch.version.cuda is None:
     sys.exit(77)
 
 STEPS = 12
-TIMED = 20
+TIMED = int(os.environ.get("RGPU_DDP_TIMED_STEPS", "20"))
 
 
 def devices():

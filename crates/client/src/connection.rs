@@ -354,10 +354,12 @@ impl Connection {
         if !log::log_enabled!(log::Level::Trace) {
             return self.wait(seq, &slot);
         }
-        // RGPU_LOG=rgpu_client=trace: every round trip the program waits for, and how long.
+        // RGPU_LOG=rgpu_client=trace: every round trip the program waits for, how long, and
+        // on which of its threads (the training thread's waits cost, a watchdog's may not).
         let start = std::time::Instant::now();
         let reply = self.wait(seq, &slot);
-        log::trace!("round trip {} {:?}", msg.name(), start.elapsed());
+        let thread = std::thread::current().id();
+        log::trace!("round trip {} {:?} {thread:?}", msg.name(), start.elapsed());
         reply
     }
 

@@ -7,6 +7,7 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::ffi::{c_char, c_int, c_void, CString};
 use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 use rgpu_client::{ClientError, Connection, CudaClient};
 use rgpu_cuda_api::nccl::*;
@@ -28,7 +29,17 @@ struct Comm {
     rank: i32,
     /// The communicators made with it on other servers, when there are any.
     clique: Option<Arc<Clique>>,
+    /// Until when `ncclCommGetAsyncError` may answer ncclSuccess without asking the server:
+    /// set by a server's ncclSuccess, cleared by any other call naming the communicator (it
+    /// may leave it in progress, which the program then polls for).
+    healthy_until: Mutex<Option<Instant>>,
 }
+
+/// How long a server's "no asynchronous error" stands for a communicator nobody has used
+/// since. PyTorch's watchdog thread asks for every communicator on each pass; NCCL itself
+/// sets the error from its own threads at any moment, so an answer this old is one it could
+/// have given.
+const HEALTH_FRESH: Duration = Duration::from_millis(2);
 
 /// Communicators that one group of this process made on several servers (ncclCommInitAll, a
 /// group of inits or splits). NCCL's single-process programs end them one at a time from one
@@ -49,7 +60,14 @@ type Member = (Arc<Connection>, Id);
 /// The program's communicators, by handle (`ncclComm_t`).
 static COMMS: Mutex<Option<HashMap<usize, Arc<Comm>>>> = Mutex::new(None);
 
+/// The communicator `handle` names, for a call that may change its state.
 fn comm(handle: ncclComm_t) -> Result<Arc<Comm>, ncclResult_t> {
+    let found = lookup(handle)?;
+    *found.healthy_until.lock().unwrap() = None;
+    Ok(found)
+}
+
+fn lookup(handle: ncclComm_t) -> Result<Arc<Comm>, ncclResult_t> {
     COMMS
         .lock()
         .unwrap()
@@ -432,6 +450,7 @@ fn run(queued: Vec<Queued>) -> Result<(), ncclResult_t> {
                     nranks,
                     rank,
                     clique: clique.clone(),
+                    healthy_until: Mutex::new(None),
                 }),
             };
             // SAFETY: the program's out-pointer for this communicator (checked non-null).
@@ -536,8 +555,21 @@ pub unsafe fn ncclCommGetAsyncError(
     asyncError: *mut ncclResult_t,
 ) -> ncclResult_t {
     result((|| {
-        let found = self::comm(comm)?;
-        let code = answer(found.conn.cuda().nccl_async_error(found.remote))?;
+        let found = lookup(comm)?;
+        let now = Instant::now();
+        let fresh = found
+            .healthy_until
+            .lock()
+            .unwrap()
+            .is_some_and(|until| now < until);
+        let code = if fresh {
+            NCCL_SUCCESS
+        } else {
+            answer(found.conn.cuda().nccl_async_error(found.remote))?
+        };
+        if !fresh && code == NCCL_SUCCESS {
+            *found.healthy_until.lock().unwrap() = Some(now + HEALTH_FRESH);
+        }
         // SAFETY: the program's out-pointer.
         unsafe { write(asyncError, code) }
     })())
