@@ -7,6 +7,7 @@
 #
 #   nccl_check         one process, ncclCommInitAll over the two GPUs, every collective
 #   torch_ddp_check    PyTorch DDP and FSDP, one process per GPU (NCCL backend)
+#   torchrun_ddp       the same program started by torchrun (--standalone --nproc_per_node 2)
 #   *_sockets          the same through rgpu with NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 in the
 #                      servers' environment: NCCL's socket transport, standing in for servers on
 #                      two hosts (native runs the same way)
@@ -110,5 +111,7 @@ run_pair nccl_check "" "$out/bin/nccl_check"
 run_pair nccl_check_sockets "$sockets" "$out/bin/nccl_check"
 run_pair torch_ddp_check "" "$python" tests/cuda/torch_ddp_check.py
 run_pair torch_ddp_check_sockets "$sockets" "$python" tests/cuda/torch_ddp_check.py
+run_pair torchrun_ddp "" "$python" -m torch.distributed.run --standalone --nproc_per_node 2 \
+    tests/cuda/torch_ddp_check.py
 summary
 [ "$failed" -eq 0 ]

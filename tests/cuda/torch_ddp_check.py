@@ -11,11 +11,15 @@ The time of a DDP step (after warm-up, over `RGPU_DDP_TIMED_STEPS` steps, defaul
 printed, not compared; scripts/gpu-ddp-bench.sh compares it with native.
 
     python3 tests/cuda/torch_ddp_check.py
+    torchrun --nproc_per_node 2 tests/cuda/torch_ddp_check.py   # ranks started by torchrun
 
+Under torchrun (RANK, WORLD_SIZE, LOCAL_RANK and the rendezvous in the environment) each rank
+uses the LOCAL_RANK-th chosen GPU and rank 0 reports.
 Prints `CHECK` lines for compare.py, then `PASS torch_ddp` or `FAIL torch_ddp: why`; exits 77
 (`SKIP`) without a CUDA-enabled PyTorch.
 """
 import os
+import queue
 import socket
 import sys
 import time
@@ -70,13 +74,15 @@ def train(net, data, target, steps):
     return [float(x) for x in losses]
 
 
-def rank_main(rank, world, chosen, port, results):
+def rank_main(rank, world, device_index, port, results):
+    """One rank: DDP then FSDP. `port` is the rendezvous's (None: torchrun set it up)."""
     from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ["MASTER_PORT"] = str(port)
-    device = torch.device("cuda", chosen[rank])
+    if port is not None:
+        os.environ["MASTER_ADDR"] = "127.0.0.1"
+        os.environ["MASTER_PORT"] = str(port)
+    device = torch.device("cuda", device_index)
     torch.cuda.set_device(device)
     dist.init_process_group("nccl", rank=rank, world_size=world)
     generator = torch.Generator().manual_seed(1)
@@ -109,19 +115,20 @@ def free_port():
         return s.getsockname()[1]
 
 
-def main():
-    chosen = devices()
+def spawned_ranks(chosen):
+    """Starts one process per chosen GPU and returns rank 0's results."""
     world = len(chosen)
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
+    port = free_port()
     procs = [
-        ctx.Process(target=rank_main, args=(rank, world, chosen, free_port_once, results))
-        for rank, free_port_once in zip(range(world), [free_port()] * world)
+        ctx.Process(target=rank_main, args=(rank, world, chosen[rank], port, results))
+        for rank in range(world)
     ]
     for p in procs:
         p.start()
     try:
-        ddp_losses, fsdp_losses, mean_last, step_ms = results.get(timeout=240)
+        found = results.get(timeout=240)
     finally:
         for p in procs:
             p.join(timeout=60)
@@ -130,6 +137,30 @@ def main():
     for p in procs:
         if p.exitcode != 0:
             raise CheckFailed(f"a rank exited with {p.exitcode}")
+    return world, chosen, found
+
+
+def torchrun_rank(chosen):
+    """This process is one of torchrun's ranks; returns rank 0's results (None elsewhere)."""
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    local = int(os.environ["LOCAL_RANK"])
+    if local >= len(chosen):
+        raise CheckFailed(f"local rank {local} but {len(chosen)} distinct GPUs")
+    results = queue.SimpleQueue()
+    rank_main(rank, world, chosen[local], None, results)
+    if rank != 0:
+        return None
+    return world, chosen[: int(os.environ["LOCAL_WORLD_SIZE"])], results.get()
+
+
+def main():
+    if "LOCAL_RANK" in os.environ:
+        reported = torchrun_rank(devices())
+        if reported is None:
+            sys.exit(0)  # rank 0 reports
+    else:
+        reported = spawned_ranks(devices())
+    world, chosen, (ddp_losses, fsdp_losses, mean_last, step_ms) = reported
     check("world", world)
     check("ddp_losses", *ddp_losses)
     check("fsdp_losses", *fsdp_losses)
