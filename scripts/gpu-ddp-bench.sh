@@ -27,31 +27,24 @@ echo "logs: $out"
 . scripts/lib/checks.sh
 
 bin=$(cd "$bin" && pwd)
+# SERVER_ENV reaches the servers and the native runs (the client's NCCL is rgpu's, which reads
+# no NCCL_* setting).
+# shellcheck disable=SC2086 # SERVER_ENV is a list of NAME=VALUE words
+[ -n "$environment" ] && export $environment
 servers=() endpoints=()
 stop_servers() { kill -TERM "${servers[@]}" 2>/dev/null; wait "${servers[@]}" 2>/dev/null; }
 trap stop_servers EXIT
 for gpu in 0 1; do
-    # shellcheck disable=SC2086 # SERVER_ENV is a list of NAME=VALUE words
-    env $environment CUDA_VISIBLE_DEVICES=$gpu "$bin/rgpu" server --listen 127.0.0.1:0 \
-        >"$out/server$gpu.log" 2>&1 &
-    servers+=($!)
-    endpoint=""
-    for _ in $(seq 300); do
-        endpoint=$(sed -n 's/^.*rgpu server listening on \([^ ]*\).*$/\1/p' \
-            "$out/server$gpu.log" | head -n1)
-        [ -n "$endpoint" ] && break
-        sleep 0.1
-    done
-    [ -n "$endpoint" ] || { fail "setup: server $gpu did not start"; tail_of "$out/server$gpu.log"; exit 1; }
-    endpoints+=("$endpoint")
+    CUDA_VISIBLE_DEVICES=$gpu start_server "$out/server$gpu.log"
+    servers+=("$server_pid")
+    endpoints+=("$server_endpoint")
 done
 list=$(IFS=,; echo "${endpoints[*]}")
 
 step_ms() { sed -n 's/^DDP step \([0-9.]*\) ms.*$/\1/p' "$1"; }
 ratios=()
 for round in $(seq "$rounds"); do
-    # shellcheck disable=SC2086
-    env $environment CUDA_VISIBLE_DEVICES=0,1 RGPU_DDP_TIMED_STEPS=$steps timeout 300 \
+    CUDA_VISIBLE_DEVICES=0,1 RGPU_DDP_TIMED_STEPS=$steps timeout 300 \
         "$python" tests/cuda/torch_ddp_check.py >"$out/native$round.out" 2>"$out/native$round.err"
     RGPU_DDP_TIMED_STEPS=$steps timeout 300 "$bin/rgpu" run --servers "$list" -- \
         "$python" tests/cuda/torch_ddp_check.py >"$out/rgpu$round.out" 2>"$out/rgpu$round.err"
