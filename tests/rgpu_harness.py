@@ -42,7 +42,7 @@ _AMBIENT_VARS = ("RGPU_SERVERS", "RGPU_TOKEN", "RGPU_TOKEN_FILE", "RGPU_TEST_PLA
                  "RGPU_SERVER_TLS_CERT", "RGPU_SERVER_TLS_KEY", "RGPU_SERVER_PLAINTEXT")
 
 GROUPS = ["platform_device", "context_queue", "buffers", "images_samplers", "programs",
-          "kernels", "events"]
+          "kernels", "events", "compute"]
 
 
 def missing_binaries() -> str | None:
