@@ -212,6 +212,14 @@ static double allreduce_us(int device, size_t bytes, int iterations) {
     return slowest;
 }
 
+/* Rounds that move about `budget` bytes at `per_round` bytes each, within [least, most]. */
+static int rounds_for(size_t budget, size_t per_round, int least, int most) {
+    long rounds = (long)(budget / per_round);
+    if (rounds < least) rounds = least;
+    if (rounds > most) rounds = most;
+    return (int)rounds;
+}
+
 static int parse_sizes(const char *list, size_t *out, int max) {
     int n = 0;
     char *copy = strdup(list), *save = NULL;
@@ -261,10 +269,8 @@ int main(int argc, char **argv) {
         }
         for (int i = 0; i < nb; ++i) {
             /* Fewer rounds for large sizes: about 1 GiB moved per size, at least 2 rounds. */
-            long rounds = (long)((1u << 30) / (bandwidth_sizes[i] * WINDOW));
-            if (rounds < 2) rounds = 2;
-            if (rounds > iterations) rounds = iterations;
-            double mbps = bandwidth_mbps(mode != 0, bandwidth_sizes[i], (int)rounds);
+            int rounds = rounds_for((size_t)1 << 30, bandwidth_sizes[i] * WINDOW, 2, iterations);
+            double mbps = bandwidth_mbps(mode != 0, bandwidth_sizes[i], rounds);
             if (rank == 0)
                 printf("{\"mode\":\"%s\",\"test\":\"bandwidth\",\"bytes\":%zu,\"mbps\":%.1f}\n",
                        names[mode], bandwidth_sizes[i], mbps);
@@ -277,10 +283,9 @@ int main(int argc, char **argv) {
         if (mode > 0 && !(modes & 6)) break;
         rgpu_mpi_set_nccl(mode == 2);
         for (int i = 0; i < na; ++i) {
-            long rounds = (long)(((size_t)4 << 30) / (allreduce_sizes[i] + 1));
-            if (rounds < 3) rounds = 3;
-            if (rounds > iterations) rounds = iterations;
-            double us = allreduce_us(mode != 0, allreduce_sizes[i], (int)rounds);
+            /* About 4 GiB reduced per size, at least 3 rounds. */
+            int rounds = rounds_for((size_t)4 << 30, allreduce_sizes[i] + 1, 3, iterations);
+            double us = allreduce_us(mode != 0, allreduce_sizes[i], rounds);
             if (rank == 0)
                 printf("{\"mode\":\"%s\",\"test\":\"allreduce\",\"bytes\":%zu,\"us\":%.3f}\n",
                        collective_modes[mode], allreduce_sizes[i], us);
