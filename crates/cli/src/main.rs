@@ -38,6 +38,7 @@ enum Command {
     ClusterStatus(commands::cluster_status::ClusterStatusArgs),
     Bench(rgpu_bench::BenchArgs),
     Token(commands::token::TokenArgs),
+    Trace(commands::trace::TraceArgs),
     /// One session's worker process (started by `rgpu server`, not by hand).
     #[command(name = "server-worker", hide = true)]
     ServerWorker,
@@ -86,6 +87,7 @@ fn main() -> ExitCode {
         Command::ClusterStatus(args) => commands::cluster_status::run(args),
         Command::Bench(args) => rgpu_bench::run(args, &commands::BenchSetup::default()),
         Command::Token(args) => commands::token::run(args),
+        Command::Trace(args) => commands::trace::run(args),
         Command::ServerWorker => commands::server::run_worker(),
     };
     match result {

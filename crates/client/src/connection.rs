@@ -298,6 +298,7 @@ impl Connection {
     /// request; `RGPU_LANES`), the request and everything before it leaving first.
     pub fn post(&self, msg: &ClientMsg, bulk: &[u8]) -> Result<(), ClientError> {
         debug_assert!(!msg.expects_reply(), "post() of a request with a reply");
+        crate::trace::posted(bulk.len());
         self.shared.check()?;
         if bulk.len() as u64 >= STRIPE_MIN && self.lanes_for_bulk() > 0 {
             return self.post_striped(msg, bulk);
@@ -346,6 +347,7 @@ impl Connection {
     /// Sends a request (and everything queued before it) and waits for its reply.
     pub fn call(&self, msg: &ClientMsg, bulk: &[u8]) -> Result<ServerMsg, ClientError> {
         self.shared.check()?;
+        crate::trace::sent(bulk.len());
         let (seq, slot) = self.expect_reply();
         if let Err(e) = self.send_now(msg, seq, bulk) {
             self.shared.pending.lock().unwrap().remove(&seq);
@@ -370,6 +372,7 @@ impl Connection {
             (sink.done)(Err(e.clone()));
             return Err(e);
         }
+        crate::trace::reading(sink.len);
         if sink.len as u64 >= STRIPE_MIN {
             self.ask_for_striped_reads();
         }

@@ -10,6 +10,7 @@ mod logging;
 mod once;
 mod peers;
 mod selection;
+pub mod trace;
 mod wait;
 
 use std::sync::Arc;

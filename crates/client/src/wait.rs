@@ -35,9 +35,16 @@ impl<T> Handoff<T> {
         self.ready.notify_all();
     }
 
-    /// The value, once delivered; None if `timeout` passes first.
+    /// The value, once delivered; None if `timeout` passes first. (Every wait is for the
+    /// network: it counts in the call's trace.)
     pub fn wait(&self, timeout: Duration) -> Option<T> {
         let start = Instant::now();
+        let value = self.wait_from(start, timeout);
+        crate::trace::waited(start.elapsed());
+        value
+    }
+
+    fn wait_from(&self, start: Instant, timeout: Duration) -> Option<T> {
         let spin = spin_time();
         while start.elapsed() < spin {
             if let Ok(mut value) = self.value.try_lock() {

@@ -16,6 +16,7 @@ pub fn guard(name: &'static str, call: impl FnOnce() -> CUresult) -> CUresult {
     if rgpu_client::fork::forked() && !name.starts_with("cuGetError") {
         return CUresult::CUDA_ERROR_NOT_INITIALIZED;
     }
+    let _span = rgpu_client::trace::enter("cuda", name);
     match catch_unwind(AssertUnwindSafe(|| {
         inject_panic(name);
         call()

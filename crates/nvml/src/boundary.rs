@@ -9,6 +9,7 @@ use crate::types::{nvmlReturn_t, NVML_ERROR_NOT_SUPPORTED, NVML_ERROR_UNKNOWN, N
 /// Runs an entry point's implementation; a panic inside returns NVML_ERROR_UNKNOWN.
 #[inline]
 pub fn guard(name: &'static str, call: impl FnOnce() -> nvmlReturn_t) -> nvmlReturn_t {
+    let _span = rgpu_client::trace::enter("nvml", name);
     match catch_unwind(AssertUnwindSafe(call)) {
         Ok(result) => {
             if result != NVML_SUCCESS {

@@ -9,7 +9,8 @@ use std::sync::OnceLock;
 /// Runs entry point `name`'s implementation; a panic inside returns `on_panic()` (the error
 /// the entry point reports: a status, or NULL with the status through `errcode_ret`).
 #[inline]
-pub fn guard<R>(name: &str, on_panic: impl FnOnce() -> R, call: impl FnOnce() -> R) -> R {
+pub fn guard<R>(name: &'static str, on_panic: impl FnOnce() -> R, call: impl FnOnce() -> R) -> R {
+    let _span = rgpu_client::trace::enter("opencl", name);
     match catch_unwind(AssertUnwindSafe(|| {
         inject_panic(name);
         call()

@@ -165,7 +165,9 @@ pub unsafe fn c_string(ptr: *const std::ffi::c_char) -> Option<String> {
 /// Runs a body, turning a panic into `on_panic` instead of unwinding into C: the boundary's
 /// guard, for entry points outside the dispatch table and for callbacks.
 pub fn guard<R>(on_panic: R, body: impl FnOnce() -> R) -> R {
-    crate::boundary::guard("an OpenCL call", || on_panic, body)
+    // Named in traces only when it is the outermost call: an extension function (reached
+    // through clGetExtensionFunctionAddress) or a callback.
+    crate::boundary::guard("an extension function or callback", || on_panic, body)
 }
 
 pub fn version_number(major: u32, minor: u32, patch: u32) -> cl_version {

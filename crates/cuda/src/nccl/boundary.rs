@@ -19,6 +19,7 @@ pub(super) fn guard<R: PartialEq + Copy + 'static>(
         log::warn!("rgpu: {name} in a child forked after CUDA was set up: refused");
         return on_panic;
     }
+    let _span = rgpu_client::trace::enter("nccl", name);
     match catch_unwind(AssertUnwindSafe(call)) {
         Ok(result) => {
             if let Some(&code) = (&result as &dyn std::any::Any).downcast_ref::<ncclResult_t>() {

@@ -54,9 +54,11 @@ pub unsafe extern "C" fn clIcdGetPlatformIDsKHR(
     platforms: *mut cl_platform_id,
     num_platforms: *mut cl_uint,
 ) -> cl_int {
-    guard(CL_OUT_OF_HOST_MEMORY, || {
-        list_platforms(num_entries, platforms, num_platforms)
-    })
+    crate::boundary::guard(
+        "clIcdGetPlatformIDsKHR",
+        || CL_OUT_OF_HOST_MEMORY,
+        || list_platforms(num_entries, platforms, num_platforms),
+    )
 }
 
 pub unsafe extern "C" fn clGetPlatformIDs(

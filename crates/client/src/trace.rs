@@ -1,0 +1,580 @@
+//! Call tracing and statistics: what each intercepted call cost and how much of it was the
+//! network.
+//!
+//! - `RGPU_TRACE=FILE`: one JSON line per call the program made into an rgpu library (CUDA
+//!   driver, OpenCL, NVML, NCCL), after a header line ([`TraceHeader`], [`CallRecord`]);
+//!   `rgpu trace FILE` reads it back. `%p` in FILE becomes the process id (each process of a
+//!   multi-process program writes its own).
+//! - `RGPU_STATS=1`: at exit, a table on stderr of calls, network waits and time per entry
+//!   point ([`StatsTable`]), the same one `rgpu trace` prints.
+//!
+//! Every exported entry point's panic guard opens a [`Span`]; the connection code reports into
+//! the innermost open span of its thread (a network wait, a posted request, bulk bytes), and the
+//! span's end writes the record. Calls made while a span is open (an entry point implemented
+//! with another) count in the outer one. With neither variable set a span is one load of an
+//! initialized `OnceLock` and a branch.
+
+use std::cell::Cell;
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{Read, Write};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+
+/// The trace file's format version ([`TraceHeader::rgpu_trace`]).
+pub const TRACE_FORMAT: u32 = 1;
+
+/// The first line of a trace.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct TraceHeader {
+    /// The format version, [`TRACE_FORMAT`].
+    pub rgpu_trace: u32,
+    pub pid: u32,
+    /// When the trace began, µs since the Unix epoch (the records' `t` counts from here).
+    pub start_unix_us: u64,
+    /// The program, as /proc/self/cmdline gives it (arguments joined by spaces).
+    pub command: String,
+}
+
+/// One call the program made into an rgpu library.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct CallRecord {
+    /// Start, µs after the trace began.
+    pub t: u64,
+    /// The program's thread, numbered in the order threads first called (1, 2, …).
+    pub thread: u32,
+    /// "cuda", "opencl", "nvml" or "nccl".
+    pub api: String,
+    /// The entry point.
+    pub call: String,
+    /// The call's time in the client, µs (network waits included).
+    pub us: f64,
+    /// Network waits: replies (round trips) and blocking reads the call waited for.
+    pub waits: u32,
+    /// Of `us`, the time spent in those waits.
+    pub wait_us: f64,
+    /// Requests it sent without waiting for a reply (posted).
+    pub posted: u32,
+    /// Bulk bytes it sent (copies to the device, kernel arguments, …).
+    pub bytes_out: u64,
+    /// Bulk bytes it read back (copies from the device).
+    pub bytes_in: u64,
+}
+
+/// What the connection code adds to the span open on its thread.
+#[derive(Default, Clone, Copy)]
+struct Counters {
+    waits: u32,
+    wait: Duration,
+    posted: u32,
+    bytes_out: u64,
+    bytes_in: u64,
+}
+
+thread_local! {
+    static DEPTH: Cell<u32> = const { Cell::new(0) };
+    static COUNTERS: Cell<Counters> = const { Cell::new(Counters {
+        waits: 0, wait: Duration::ZERO, posted: 0, bytes_out: 0, bytes_in: 0,
+    }) };
+    static THREAD: Cell<u32> = const { Cell::new(0) };
+}
+
+struct Tracer {
+    start: Instant,
+    /// `start` as µs after the trace file's header time (a second library of this process,
+    /// NVML beside CUDA, writes into the file the first one began).
+    start_after_header_us: u64,
+    file: Option<Mutex<TraceFile>>,
+    stats: Option<Mutex<HashMap<(&'static str, &'static str), Stat>>>,
+}
+
+/// The trace file and the whole lines not yet written to it. Written a buffer at a time in
+/// append mode, each write whole lines, so the libraries of one process (each has its own
+/// tracer) never split each other's lines.
+struct TraceFile {
+    file: File,
+    pending: Vec<u8>,
+}
+
+impl TraceFile {
+    const FLUSH_AT: usize = 64 * 1024;
+
+    fn push(&mut self, line: &impl Serialize) {
+        if serde_json::to_writer(&mut self.pending, line).is_ok() {
+            self.pending.push(b'\n');
+        }
+        if self.pending.len() >= Self::FLUSH_AT {
+            self.flush();
+        }
+    }
+
+    fn flush(&mut self) {
+        let _ = self.file.write_all(&self.pending);
+        self.pending.clear();
+    }
+}
+
+fn tracer() -> Option<&'static Tracer> {
+    static TRACER: OnceLock<Option<Tracer>> = OnceLock::new();
+    TRACER.get_or_init(start_tracer).as_ref()
+}
+
+fn start_tracer() -> Option<Tracer> {
+    let path = std::env::var("RGPU_TRACE").ok().filter(|p| !p.is_empty());
+    let stats = std::env::var("RGPU_STATS").is_ok_and(|v| !v.is_empty() && v != "0");
+    if path.is_none() && !stats {
+        return None;
+    }
+    let start = Instant::now();
+    let now_us = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64);
+    let mut start_after_header_us = 0;
+    let file = path.and_then(|path| {
+        let path = path.replace("%p", &std::process::id().to_string());
+        match open_trace(&path, now_us) {
+            Ok((file, header_us)) => {
+                start_after_header_us = now_us.saturating_sub(header_us);
+                Some(Mutex::new(TraceFile {
+                    file,
+                    pending: Vec::with_capacity(TraceFile::FLUSH_AT + 1024),
+                }))
+            }
+            Err(e) => {
+                eprintln!("rgpu: RGPU_TRACE: cannot write {path}: {e}; not tracing");
+                None
+            }
+        }
+    });
+    at_exit();
+    Some(Tracer {
+        start,
+        start_after_header_us,
+        file,
+        stats: stats.then(|| Mutex::new(HashMap::new())),
+    })
+}
+
+/// Opens the trace file for appending. The first library of this process to trace starts it
+/// over with a header; a later one (its header names this process) appends. Returns the file
+/// and its header's start time.
+fn open_trace(path: &str, now_us: u64) -> std::io::Result<(File, u64)> {
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .append(true)
+        .create(true)
+        .open(path)?;
+    file.lock()?;
+    let mut first = String::new();
+    let _ = (&file).take(4096).read_to_string(&mut first);
+    let ours = first
+        .lines()
+        .next()
+        .and_then(|line| serde_json::from_str::<TraceHeader>(line).ok())
+        .filter(|h| h.pid == std::process::id() && h.rgpu_trace == TRACE_FORMAT);
+    let header_us = match ours {
+        Some(header) => header.start_unix_us,
+        None => {
+            file.set_len(0)?;
+            let header = TraceHeader {
+                rgpu_trace: TRACE_FORMAT,
+                pid: std::process::id(),
+                start_unix_us: now_us,
+                command: command_line(),
+            };
+            let mut line = serde_json::to_vec(&header).map_err(std::io::Error::other)?;
+            line.push(b'\n');
+            file.write_all(&line)?;
+            now_us
+        }
+    };
+    file.unlock()?;
+    Ok((file, header_us))
+}
+
+fn command_line() -> String {
+    std::fs::read("/proc/self/cmdline")
+        .map(|raw| {
+            raw.split(|&b| b == 0)
+                .filter(|part| !part.is_empty())
+                .map(|part| String::from_utf8_lossy(part).into_owned())
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .unwrap_or_default()
+}
+
+/// Runs [`finish`] when the program exits (flushes the trace, prints the statistics).
+fn at_exit() {
+    extern "C" {
+        fn atexit(callback: extern "C" fn()) -> std::ffi::c_int;
+    }
+    extern "C" fn on_exit() {
+        finish();
+    }
+    // SAFETY: atexit takes a plain function pointer; `on_exit` is `extern "C"` and lives as long
+    // as this library (glibc runs a library's handlers when it is unloaded, before its code goes).
+    unsafe { atexit(on_exit) };
+}
+
+/// Flushes the trace and prints the statistics table (once; later calls do nothing).
+pub fn finish() {
+    let Some(tracer) = tracer() else { return };
+    if let Some(file) = &tracer.file {
+        if let Ok(mut file) = file.lock() {
+            file.flush();
+        }
+    }
+    if let Some(stats) = &tracer.stats {
+        let Ok(mut stats) = stats.lock() else { return };
+        if stats.is_empty() {
+            return;
+        }
+        let table = StatsTable::from_stats(std::mem::take(&mut *stats));
+        let mut apis: Vec<&str> = table.rows.iter().map(|row| row.0.as_str()).collect();
+        apis.sort_unstable();
+        apis.dedup();
+        let title = format!(
+            "rgpu: {} calls of process {}",
+            apis.join(", "),
+            std::process::id()
+        );
+        eprint!("{}", table.render(&title));
+    }
+}
+
+/// An intercepted call, open from its entry point's guard to the guard's return.
+#[must_use]
+pub struct Span {
+    state: SpanState,
+}
+
+enum SpanState {
+    /// Tracing is off: nothing to do at the end.
+    Off,
+    /// Inside another traced call, which counts this one's costs.
+    Nested,
+    Outer {
+        api: &'static str,
+        call: &'static str,
+        start: Instant,
+    },
+}
+
+/// Opens the span of entry point `call` of `api` (every exported entry point's guard does).
+#[inline]
+pub fn enter(api: &'static str, call: &'static str) -> Span {
+    if tracer().is_none() {
+        return Span {
+            state: SpanState::Off,
+        };
+    }
+    let depth = DEPTH.with(|d| {
+        d.set(d.get() + 1);
+        d.get()
+    });
+    if depth > 1 {
+        return Span {
+            state: SpanState::Nested,
+        };
+    }
+    COUNTERS.with(|c| c.set(Counters::default()));
+    Span {
+        state: SpanState::Outer {
+            api,
+            call,
+            start: Instant::now(),
+        },
+    }
+}
+
+impl Drop for Span {
+    #[inline]
+    fn drop(&mut self) {
+        let (api, call, start) = match self.state {
+            SpanState::Off => return,
+            SpanState::Nested => {
+                DEPTH.with(|d| d.set(d.get().saturating_sub(1)));
+                return;
+            }
+            SpanState::Outer { api, call, start } => (api, call, start),
+        };
+        DEPTH.with(|d| d.set(d.get().saturating_sub(1)));
+        end_call(api, call, start);
+    }
+}
+
+/// Records an outermost call that began at `start`.
+fn end_call(api: &'static str, call: &'static str, start: Instant) {
+    let Some(tracer) = tracer() else { return };
+    let took = start.elapsed();
+    let counters = COUNTERS.with(|c| c.replace(Counters::default()));
+    if let Some(stats) = &tracer.stats {
+        if let Ok(mut stats) = stats.lock() {
+            stats.entry((api, call)).or_default().add(took, &counters);
+        }
+    }
+    if let Some(file) = &tracer.file {
+        let record = CallRecord {
+            t: tracer.start_after_header_us + start.duration_since(tracer.start).as_micros() as u64,
+            thread: thread_number(),
+            api: api.to_string(),
+            call: call.to_string(),
+            us: micros(took),
+            waits: counters.waits,
+            wait_us: micros(counters.wait),
+            posted: counters.posted,
+            bytes_out: counters.bytes_out,
+            bytes_in: counters.bytes_in,
+        };
+        if let Ok(mut file) = file.lock() {
+            file.push(&record);
+        }
+    }
+}
+
+fn micros(d: Duration) -> f64 {
+    d.as_nanos() as f64 / 1000.0
+}
+
+fn thread_number() -> u32 {
+    static NEXT: AtomicU32 = AtomicU32::new(1);
+    THREAD.with(|t| {
+        if t.get() == 0 {
+            t.set(NEXT.fetch_add(1, Ordering::Relaxed));
+        }
+        t.get()
+    })
+}
+
+/// Adds to this thread's open span, if one is open and tracing is on.
+#[inline]
+fn add(f: impl FnOnce(&mut Counters)) {
+    if tracer().is_none() || DEPTH.with(Cell::get) == 0 {
+        return;
+    }
+    COUNTERS.with(|c| {
+        let mut counters = c.get();
+        f(&mut counters);
+        c.set(counters);
+    });
+}
+
+/// The calling thread waited `took` for the network (a reply or a read's completion).
+pub(crate) fn waited(took: Duration) {
+    add(|c| {
+        c.waits += 1;
+        c.wait += took;
+    });
+}
+
+/// The calling thread sent a request without waiting for its reply, with `bulk` bytes.
+pub(crate) fn posted(bulk: usize) {
+    add(|c| {
+        c.posted += 1;
+        c.bytes_out += bulk as u64;
+    });
+}
+
+/// The calling thread sent `bulk` bytes with a request it waits for.
+pub(crate) fn sent(bulk: usize) {
+    add(|c| c.bytes_out += bulk as u64);
+}
+
+/// The calling thread asked for `len` bytes to be read back.
+pub(crate) fn reading(len: usize) {
+    add(|c| c.bytes_in += len as u64);
+}
+
+/// Totals of one entry point.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Stat {
+    pub calls: u64,
+    pub waits: u64,
+    pub time: Duration,
+    pub wait: Duration,
+    pub posted: u64,
+    pub bytes_out: u64,
+    pub bytes_in: u64,
+}
+
+impl Stat {
+    fn add(&mut self, took: Duration, c: &Counters) {
+        self.calls += 1;
+        self.waits += u64::from(c.waits);
+        self.time += took;
+        self.wait += c.wait;
+        self.posted += u64::from(c.posted);
+        self.bytes_out += c.bytes_out;
+        self.bytes_in += c.bytes_in;
+    }
+
+    /// Adds one traced call.
+    pub fn add_record(&mut self, r: &CallRecord) {
+        self.calls += 1;
+        self.waits += u64::from(r.waits);
+        self.time += Duration::from_secs_f64(r.us.max(0.0) / 1e6);
+        self.wait += Duration::from_secs_f64(r.wait_us.max(0.0) / 1e6);
+        self.posted += u64::from(r.posted);
+        self.bytes_out += r.bytes_out;
+        self.bytes_in += r.bytes_in;
+    }
+}
+
+/// Per-entry-point totals, as `RGPU_STATS=1` and `rgpu trace` print them: the entry points
+/// that waited on the network most first.
+#[derive(Debug, Default)]
+pub struct StatsTable {
+    pub rows: Vec<(String, String, Stat)>,
+}
+
+impl StatsTable {
+    fn from_stats(stats: HashMap<(&'static str, &'static str), Stat>) -> StatsTable {
+        let rows = stats
+            .into_iter()
+            .map(|((api, call), stat)| (api.to_string(), call.to_string(), stat))
+            .collect();
+        StatsTable::sorted(rows)
+    }
+
+    /// The table of a trace's records.
+    pub fn from_records<'a>(records: impl IntoIterator<Item = &'a CallRecord>) -> StatsTable {
+        let mut by_call: HashMap<(&str, &str), Stat> = HashMap::new();
+        for r in records {
+            by_call
+                .entry((r.api.as_str(), r.call.as_str()))
+                .or_default()
+                .add_record(r);
+        }
+        let rows = by_call
+            .into_iter()
+            .map(|((api, call), stat)| (api.to_string(), call.to_string(), stat))
+            .collect();
+        StatsTable::sorted(rows)
+    }
+
+    fn sorted(mut rows: Vec<(String, String, Stat)>) -> StatsTable {
+        rows.sort_by(|a, b| {
+            (b.2.wait, b.2.time)
+                .cmp(&(a.2.wait, a.2.time))
+                .then_with(|| a.1.cmp(&b.1))
+        });
+        StatsTable { rows }
+    }
+
+    /// The table as text, under `title`, with a totals line.
+    pub fn render(&self, title: &str) -> String {
+        let mut total = Stat::default();
+        let mut out = format!(
+            "{title}\n{:<44} {:>9} {:>9} {:>12} {:>12} {:>9} {:>12} {:>12}\n",
+            "entry point",
+            "calls",
+            "waits",
+            "wait ms",
+            "time ms",
+            "posted",
+            "bytes out",
+            "bytes in"
+        );
+        for (api, call, s) in &self.rows {
+            total.calls += s.calls;
+            total.waits += s.waits;
+            total.time += s.time;
+            total.wait += s.wait;
+            total.posted += s.posted;
+            total.bytes_out += s.bytes_out;
+            total.bytes_in += s.bytes_in;
+            out += &row(&format!("{api} {call}"), s);
+        }
+        out += &row("total", &total);
+        out
+    }
+}
+
+fn row(name: &str, s: &Stat) -> String {
+    format!(
+        "{name:<44} {:>9} {:>9} {:>12.3} {:>12.3} {:>9} {:>12} {:>12}\n",
+        s.calls,
+        s.waits,
+        s.wait.as_secs_f64() * 1e3,
+        s.time.as_secs_f64() * 1e3,
+        s.posted,
+        s.bytes_out,
+        s.bytes_in
+    )
+}
+
+/// A trace file read back: its header and records (a line that does not parse, e.g. the last
+/// one of a program killed mid-write, ends the reading).
+pub fn read_trace(text: &str) -> Result<(TraceHeader, Vec<CallRecord>), String> {
+    let mut lines = text.lines();
+    let first = lines.next().ok_or("an empty file, not an rgpu trace")?;
+    let header: TraceHeader =
+        serde_json::from_str(first).map_err(|e| format!("not an rgpu trace: {e}"))?;
+    if header.rgpu_trace != TRACE_FORMAT {
+        return Err(format!(
+            "trace format {} (this rgpu reads {TRACE_FORMAT})",
+            header.rgpu_trace
+        ));
+    }
+    let records = lines
+        .map_while(|line| serde_json::from_str::<CallRecord>(line).ok())
+        .collect();
+    Ok((header, records))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(call: &str, us: f64, waits: u32, wait_us: f64) -> CallRecord {
+        CallRecord {
+            t: 0,
+            thread: 1,
+            api: "cuda".into(),
+            call: call.into(),
+            us,
+            waits,
+            wait_us,
+            posted: 1,
+            bytes_out: 8,
+            bytes_in: 0,
+        }
+    }
+
+    #[test]
+    fn a_trace_reads_back_and_its_table_puts_waits_first() {
+        let header = TraceHeader {
+            rgpu_trace: TRACE_FORMAT,
+            pid: 7,
+            start_unix_us: 1,
+            command: "prog".into(),
+        };
+        let records = [
+            record("cuLaunchKernel", 2.0, 0, 0.0),
+            record("cuStreamSynchronize", 40.0, 1, 35.5),
+            record("cuLaunchKernel", 3.0, 0, 0.0),
+        ];
+        let mut text = serde_json::to_string(&header).unwrap() + "\n";
+        for r in &records {
+            text += &(serde_json::to_string(r).unwrap() + "\n");
+        }
+        text += "{\"t\": 12, \"thre"; // cut short by a killed program
+        let (read_header, read) = read_trace(&text).unwrap();
+        assert_eq!(read_header, header);
+        assert_eq!(read, records);
+        let table = StatsTable::from_records(&read);
+        assert_eq!(table.rows[0].1, "cuStreamSynchronize");
+        assert_eq!(table.rows[1].2.calls, 2);
+        assert_eq!(table.rows[1].2.posted, 2);
+        let text = table.render("t");
+        assert!(text.lines().last().unwrap().starts_with("total"), "{text}");
+        assert!(read_trace(
+            "{\"rgpu_trace\": 99, \"pid\": 1, \"start_unix_us\": 0, \"command\": \"\"}"
+        )
+        .is_err());
+    }
+}

@@ -1,0 +1,71 @@
+"""Call tracing and statistics through a real server: `RGPU_TRACE=FILE` writes one JSON line per
+call the program made (after a header), `RGPU_STATS=1` prints the per-entry-point table at
+exit, and `rgpu trace FILE` reads the trace back into the same table. The buffers program
+writes and reads buffers, so its trace must show posted writes with their bytes and blocking
+reads that waited on the network."""
+
+import json
+
+import rgpu_harness as h
+
+
+def load(path):
+    lines = path.read_text().splitlines()
+    return json.loads(lines[0]), [json.loads(line) for line in lines[1:]]
+
+
+def test_trace_and_stats_of_a_program(c_program, server, tmp_path):
+    prog = c_program("buffers")
+    pattern = tmp_path / "trace.%p.jsonl"
+    r = h.run_rgpu(prog, [server], RGPU_TRACE=str(pattern), RGPU_STATS="1")
+    h.assert_pass(r, "buffers", server)
+    traces = sorted(tmp_path.glob("trace.*.jsonl"))
+    assert len(traces) == 1, traces
+    header, records = load(traces[0])
+    assert header["rgpu_trace"] == 1 and str(header["pid"]) in traces[0].name, header
+    assert "buffers" in header["command"], header
+    assert records and all(r["api"] == "opencl" for r in records), records[:5]
+    calls = {r["call"] for r in records}
+    for call in ("clCreateContext", "clCreateBuffer", "clEnqueueWriteBuffer",
+                 "clEnqueueReadBuffer", "clReleaseMemObject"):
+        assert call in calls, sorted(calls)
+    times = [r["t"] for r in records if r["thread"] == 1]
+    assert times == sorted(times), "a thread's calls are in order"
+    for rec in records:
+        assert rec["us"] >= rec["wait_us"] >= 0, rec
+        assert (rec["waits"] == 0) == (rec["wait_us"] == 0), rec
+    # Releases never wait (the last reference's release is posted); a blocking read waits and
+    # brings bytes back; writes send theirs.
+    releases = [rec for rec in records if rec["call"] == "clReleaseMemObject"]
+    assert all(rec["waits"] == 0 for rec in releases), releases
+    assert any(rec["posted"] >= 1 for rec in releases), releases
+    reads = [rec for rec in records if rec["call"] == "clEnqueueReadBuffer" and rec["waits"] > 0]
+    assert reads and all(rec["bytes_in"] > 0 for rec in reads), reads[:3]
+    assert any(rec["bytes_out"] > 0 for rec in records if rec["call"] == "clEnqueueWriteBuffer")
+
+    # RGPU_STATS=1: the table on stderr, its rows the trace's calls, ending in a total.
+    stats = [line for line in r.stderr.splitlines() if line.startswith(("opencl ", "total"))]
+    assert stats and stats[-1].startswith("total"), r.stderr[-3000:]
+    assert {line[len("opencl "):44].strip() for line in stats[:-1]} == calls
+    total_calls = int(stats[-1].split()[1])
+    assert total_calls == len(records)
+
+    # rgpu trace FILE: the same table from the file.
+    read = h.run([str(h.RGPU), "trace", str(traces[0])], h.base_env())
+    assert read.returncode == 0, read.stderr
+    table = [line for line in read.stdout.splitlines() if line.startswith(("opencl ", "total"))]
+    assert table[-1].split()[1] == str(len(records)), read.stdout
+    assert [line[:55] for line in table] == [line[:55] for line in stats]  # names and calls
+
+
+def test_trace_refuses_what_is_not_a_trace(tmp_path):
+    bogus = tmp_path / "bogus.jsonl"
+    bogus.write_text("hello\n")
+    r = h.run([str(h.RGPU), "trace", str(bogus)], h.base_env())
+    assert r.returncode != 0 and "not an rgpu trace" in r.stderr, (r.stdout, r.stderr)
+
+
+def test_no_trace_without_the_variables(c_program, server):
+    r = h.run_rgpu(c_program("buffers"), [server])
+    h.assert_pass(r, "buffers", server)
+    assert "entry point" not in r.stderr
