@@ -4,6 +4,7 @@
 
 mod cuda;
 mod fabric;
+mod link;
 mod local_server;
 mod mpi;
 mod nccl;
@@ -41,6 +42,7 @@ enum BenchKind {
     Fabric(fabric::FabricBenchArgs),
     Mpi(mpi::MpiBenchArgs),
     Nccl(nccl::NcclBenchArgs),
+    Link(link::LinkBenchArgs),
 }
 
 pub fn run(args: BenchArgs, setup: &dyn ClientSetup) -> Result<ExitCode, String> {
@@ -50,6 +52,7 @@ pub fn run(args: BenchArgs, setup: &dyn ClientSetup) -> Result<ExitCode, String>
         BenchKind::Fabric(args) => fabric::run(args, setup),
         BenchKind::Mpi(args) => mpi::run(args),
         BenchKind::Nccl(args) => nccl::run(args, setup),
+        BenchKind::Link(args) => link::run(args),
     }
 }
 

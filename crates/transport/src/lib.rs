@@ -7,6 +7,7 @@ mod deadline;
 pub mod fork;
 mod framed;
 mod handshake;
+pub mod link;
 pub mod peer;
 mod read_ahead;
 mod stream;

@@ -90,6 +90,8 @@ pub enum Stream {
     Unix(UnixStream),
     /// TLS over one of the others (see [`crate::tls`]).
     Tls(Box<TlsStream>),
+    /// One of the others behind the link emulator (`RGPU_LINK`, see [`crate::link`]).
+    Emulated(Box<crate::link::EmulatedStream>),
 }
 
 impl Stream {
@@ -100,6 +102,14 @@ impl Stream {
             return Err(crate::fork::forked_error());
         }
         crate::fork::note_connection_opened();
+        let real = Self::connect_real(endpoint, timeout)?;
+        match crate::link::from_env() {
+            Some(spec) => crate::link::emulate(real, spec),
+            None => Ok(real),
+        }
+    }
+
+    fn connect_real(endpoint: &Endpoint, timeout: Duration) -> io::Result<Stream> {
         match endpoint {
             Endpoint::Unix(path) => Ok(Stream::Unix(UnixStream::connect(path)?)),
             Endpoint::Tcp(addr) => {
@@ -125,6 +135,7 @@ impl Stream {
             Stream::Tcp(s) => Stream::Tcp(s.try_clone()?),
             Stream::Unix(s) => Stream::Unix(s.try_clone()?),
             Stream::Tls(s) => Stream::Tls(Box::new(s.try_clone()?)),
+            Stream::Emulated(s) => Stream::Emulated(Box::new(s.try_clone()?)),
         })
     }
 
@@ -133,6 +144,7 @@ impl Stream {
             Stream::Tcp(s) => s.set_read_timeout(timeout),
             Stream::Unix(s) => s.set_read_timeout(timeout),
             Stream::Tls(s) => s.socket().set_read_timeout(timeout),
+            Stream::Emulated(s) => s.app().set_read_timeout(timeout),
         }
     }
 
@@ -141,6 +153,7 @@ impl Stream {
             Stream::Tcp(s) => s.set_write_timeout(timeout),
             Stream::Unix(s) => s.set_write_timeout(timeout),
             Stream::Tls(s) => s.socket().set_write_timeout(timeout),
+            Stream::Emulated(s) => s.app().set_write_timeout(timeout),
         }
     }
 
@@ -151,7 +164,7 @@ impl Stream {
         match self {
             Stream::Tcp(s) => Ok((StreamKind::Tcp, OwnedFd::from(s))),
             Stream::Unix(s) => Ok((StreamKind::Unix, OwnedFd::from(s))),
-            tls @ Stream::Tls(_) => Err(tls),
+            other @ (Stream::Tls(_) | Stream::Emulated(_)) => Err(other),
         }
     }
 
@@ -173,6 +186,7 @@ impl Stream {
         let tcp = match self {
             Stream::Tcp(tcp) => tcp,
             Stream::Tls(tls) => return tls.socket().set_liveness(timeout),
+            Stream::Emulated(link) => return link.real().set_liveness(timeout),
             Stream::Unix(_) => return Ok(()),
         };
         let socket = socket2::SockRef::from(tcp);
@@ -200,7 +214,20 @@ impl Stream {
                 s.socket().shutdown();
                 Ok(())
             }
+            Stream::Emulated(s) => {
+                s.shutdown();
+                Ok(())
+            }
         };
+    }
+
+    /// Whether this is a Unix socket (under an emulated link: whether the real one is).
+    pub fn is_unix(&self) -> bool {
+        match self {
+            Stream::Unix(_) => true,
+            Stream::Emulated(s) => s.real().is_unix(),
+            Stream::Tcp(_) | Stream::Tls(_) => false,
+        }
     }
 
     /// Whether the peer is on this machine (loopback TCP or a Unix socket).
@@ -209,6 +236,7 @@ impl Stream {
             Stream::Unix(_) => true,
             Stream::Tcp(s) => s.peer_addr().map(|a| a.ip().is_loopback()).unwrap_or(false),
             Stream::Tls(s) => s.socket().peer_is_local(),
+            Stream::Emulated(s) => s.peer_is_local(),
         }
     }
 
@@ -224,6 +252,7 @@ impl Stream {
                 tcp_socket_owner(theirs, ours)
             }
             Stream::Tls(s) => s.socket().peer_uid(),
+            Stream::Emulated(s) => s.real().peer_uid(),
         }
     }
 
@@ -233,6 +262,7 @@ impl Stream {
             Stream::Unix(_) => None,
             Stream::Tcp(s) => s.peer_addr().ok().map(|a| a.ip()),
             Stream::Tls(s) => s.socket().peer_ip(),
+            Stream::Emulated(s) => s.peer_ip(),
         }
     }
 
@@ -244,6 +274,7 @@ impl Stream {
                 .map(|a| a.to_string())
                 .unwrap_or_else(|_| "unknown peer".into()),
             Stream::Tls(s) => format!("{} (TLS)", s.socket().peer_description()),
+            Stream::Emulated(s) => format!("{} (emulated link)", s.real().peer_description()),
         }
     }
 }
@@ -257,6 +288,7 @@ impl Read for Stream {
             Stream::Tcp(s) => s.read(buf),
             Stream::Unix(s) => s.read(buf),
             Stream::Tls(s) => s.read(buf),
+            Stream::Emulated(s) => s.app_mut().read(buf),
         }
     }
 }
@@ -270,6 +302,7 @@ impl Write for Stream {
             Stream::Tcp(s) => s.write(buf),
             Stream::Unix(s) => s.write(buf),
             Stream::Tls(s) => s.write(buf),
+            Stream::Emulated(s) => s.app_mut().write(buf),
         }
     }
 
@@ -281,6 +314,7 @@ impl Write for Stream {
             Stream::Tcp(s) => s.write_vectored(bufs),
             Stream::Unix(s) => s.write_vectored(bufs),
             Stream::Tls(s) => s.write_vectored(bufs),
+            Stream::Emulated(s) => s.app_mut().write_vectored(bufs),
         }
     }
 

@@ -454,7 +454,7 @@ impl TlsConnector {
     pub fn wants_tls(&self, stream: &Stream) -> bool {
         match self.mode {
             TlsMode::Off => false,
-            TlsMode::On => !matches!(stream, Stream::Unix(_)),
+            TlsMode::On => !stream.is_unix(),
             TlsMode::Auto => !stream.peer_is_local(),
         }
     }

@@ -1,0 +1,405 @@
+//! The link emulator, for experiments: `RGPU_LINK=rtt=200us,bandwidth=10Gbit` makes every
+//! connection this process opens (a session's connection and its data lanes) behave as if it
+//! crossed a link with that round-trip time and that bandwidth, both directions.
+//!
+//! The program's side of an emulated connection is one end of a socket pair; two pump threads
+//! per direction carry the bytes to and from the real socket. A chunk read from one side
+//! leaves the link's serializer `len / bandwidth` after the previous one did (or after it
+//! arrived, if the link was idle) and is written to the other side half a round trip later:
+//! latency and bandwidth add as on a real store-and-forward link, and back-to-back chunks
+//! pipeline. At most [`MAX_QUEUED`] bytes wait in each direction (the link's buffer): a sender
+//! faster than the link blocks, as it would on a socket. Chunks go out on time to within the
+//! few microseconds of a spin (the last [`SPIN`] before each is spent spinning, not sleeping).
+//! The link cannot be faster than the real one under it (loopback: tens of Gbit/s).
+
+use std::collections::VecDeque;
+use std::io::{self, Read, Write};
+use std::net::IpAddr;
+use std::os::unix::net::UnixStream;
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use crate::Stream;
+
+/// What `RGPU_LINK` asks for.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LinkSpec {
+    /// Round-trip time added (each direction gets half).
+    pub rtt: Duration,
+    /// The link's rate, bits per second (`None`: as fast as the real link).
+    pub bits_per_second: Option<f64>,
+}
+
+impl std::str::FromStr for LinkSpec {
+    type Err = String;
+
+    /// `rtt=200us,bandwidth=10Gbit` (either may be left out; units ns, us, ms, s and bit,
+    /// Kbit, Mbit, Gbit — decimal, per second; `Gbps` etc. too).
+    fn from_str(text: &str) -> Result<LinkSpec, String> {
+        let mut spec = LinkSpec {
+            rtt: Duration::ZERO,
+            bits_per_second: None,
+        };
+        for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let (key, value) = part
+                .split_once('=')
+                .ok_or_else(|| format!("`{part}`: expected key=value"))?;
+            match key.trim() {
+                "rtt" | "latency" => spec.rtt = parse_duration(value.trim())?,
+                "bandwidth" | "bw" => spec.bits_per_second = Some(parse_rate(value.trim())?),
+                other => return Err(format!("unknown link setting `{other}` (rtt, bandwidth)")),
+            }
+        }
+        Ok(spec)
+    }
+}
+
+fn split_unit(text: &str) -> (f64, &str) {
+    let end = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(text.len());
+    (text[..end].parse().unwrap_or(f64::NAN), text[end..].trim())
+}
+
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let (number, unit) = split_unit(text);
+    let scale = match unit {
+        "ns" => 1e-9,
+        "us" | "µs" => 1e-6,
+        "ms" => 1e-3,
+        "s" => 1.0,
+        _ => return Err(format!("`{text}`: a time needs a unit: ns, us, ms, s")),
+    };
+    if !number.is_finite() || number < 0.0 {
+        return Err(format!("`{text}`: not a time"));
+    }
+    Ok(Duration::from_secs_f64(number * scale))
+}
+
+fn parse_rate(text: &str) -> Result<f64, String> {
+    let (number, unit) = split_unit(text);
+    let scale = match unit
+        .trim_end_matches("ps")
+        .trim_end_matches("it")
+        .trim_end_matches("/s")
+    {
+        "b" => 1.0,
+        "Kb" | "kb" => 1e3,
+        "Mb" => 1e6,
+        "Gb" => 1e9,
+        _ => {
+            return Err(format!(
+                "`{text}`: a rate needs a unit: bit, Kbit, Mbit, Gbit"
+            ))
+        }
+    };
+    if !number.is_finite() || number <= 0.0 {
+        return Err(format!("`{text}`: not a rate"));
+    }
+    Ok(number * scale)
+}
+
+/// The link `RGPU_LINK` asks for in this process (read once; a bad value is reported once and
+/// ignored).
+pub fn from_env() -> Option<LinkSpec> {
+    static SPEC: OnceLock<Option<LinkSpec>> = OnceLock::new();
+    *SPEC.get_or_init(|| {
+        let text = std::env::var("RGPU_LINK")
+            .ok()
+            .filter(|t| !t.trim().is_empty())?;
+        match text.parse() {
+            Ok(spec) => {
+                log::info!("RGPU_LINK: every connection emulates {spec:?}");
+                Some(spec)
+            }
+            Err(why) => {
+                eprintln!("rgpu: RGPU_LINK={text}: {why}; not emulating a link");
+                None
+            }
+        }
+    })
+}
+
+/// The most bytes waiting in one direction of a link.
+const MAX_QUEUED: usize = 8 << 20;
+/// The most bytes one pump read takes, and the slice each is paced as.
+const READ_SIZE: usize = 256 << 10;
+const SLICE: usize = 16 << 10;
+/// How long before a chunk is due its writer stops sleeping and spins.
+const SPIN: Duration = Duration::from_micros(80);
+
+/// A connection through an emulated link: the program's end of the socket pair, and the real
+/// socket (kept to describe the peer, to set its liveness and to shut it down).
+#[derive(Debug)]
+pub struct EmulatedStream {
+    app: UnixStream,
+    real: Arc<Stream>,
+}
+
+impl EmulatedStream {
+    pub(crate) fn app(&self) -> &UnixStream {
+        &self.app
+    }
+
+    pub(crate) fn app_mut(&mut self) -> &mut UnixStream {
+        &mut self.app
+    }
+
+    /// The real connection under the link.
+    pub fn real(&self) -> &Stream {
+        &self.real
+    }
+
+    pub(crate) fn try_clone(&self) -> io::Result<EmulatedStream> {
+        Ok(EmulatedStream {
+            app: self.app.try_clone()?,
+            real: Arc::clone(&self.real),
+        })
+    }
+
+    pub(crate) fn shutdown(&self) {
+        let _ = self.app.shutdown(std::net::Shutdown::Both);
+        self.real.shutdown();
+    }
+
+    pub(crate) fn peer_is_local(&self) -> bool {
+        self.real.peer_is_local()
+    }
+
+    pub(crate) fn peer_ip(&self) -> Option<IpAddr> {
+        self.real.peer_ip()
+    }
+}
+
+/// Puts `real` behind an emulated `spec` link.
+pub fn emulate(real: Stream, spec: LinkSpec) -> io::Result<Stream> {
+    let (app, link_end) = UnixStream::pair()?;
+    let real_reader = real.try_clone()?;
+    let real_writer = real.try_clone()?;
+    let real = Arc::new(real);
+    let one_way = spec.rtt / 2;
+    let to_server = Direction::new(spec.bits_per_second, one_way);
+    let to_program = Direction::new(spec.bits_per_second, one_way);
+    {
+        let src = link_end.try_clone()?;
+        let dir = Arc::clone(&to_server);
+        spawn("rgpu-link-up-read", move || dir.read_from(src))?;
+        let dir = Arc::clone(&to_server);
+        let real = Arc::clone(&real);
+        let end = link_end.try_clone()?;
+        spawn("rgpu-link-up-write", move || {
+            dir.write_to(real_writer, || {
+                // The program is gone (or the server): end both sides.
+                real.shutdown();
+                let _ = end.shutdown(std::net::Shutdown::Both);
+            })
+        })?;
+    }
+    {
+        let dir = Arc::clone(&to_program);
+        spawn("rgpu-link-down-read", move || dir.read_from(real_reader))?;
+        let dir = Arc::clone(&to_program);
+        let real = Arc::clone(&real);
+        let end = link_end;
+        let closer = end.try_clone()?;
+        spawn("rgpu-link-down-write", move || {
+            dir.write_to(end, || {
+                let _ = closer.shutdown(std::net::Shutdown::Both);
+                real.shutdown();
+            })
+        })?;
+    }
+    Ok(Stream::Emulated(Box::new(EmulatedStream { app, real })))
+}
+
+fn spawn(name: &str, body: impl FnOnce() + Send + 'static) -> io::Result<()> {
+    std::thread::Builder::new()
+        .name(name.to_string())
+        .spawn(body)
+        .map(drop)
+}
+
+/// One direction of a link: the chunks in flight, each with when it is due at the far end.
+struct Direction {
+    bits_per_second: Option<f64>,
+    one_way: Duration,
+    queue: Mutex<Queue>,
+    changed: Condvar,
+}
+
+#[derive(Default)]
+struct Queue {
+    chunks: VecDeque<(Instant, Option<Vec<u8>>)>,
+    bytes: usize,
+    /// The writer gave up (its side failed): the reader stops too.
+    closed: bool,
+}
+
+impl Direction {
+    fn new(bits_per_second: Option<f64>, one_way: Duration) -> Arc<Direction> {
+        Arc::new(Direction {
+            bits_per_second,
+            one_way,
+            queue: Mutex::new(Queue::default()),
+            changed: Condvar::new(),
+        })
+    }
+
+    fn serialization(&self, bytes: usize) -> Duration {
+        self.bits_per_second.map_or(Duration::ZERO, |rate| {
+            Duration::from_secs_f64(bytes as f64 * 8.0 / rate)
+        })
+    }
+
+    /// Reads the sending side until it ends (or fails), queuing each slice with its due
+    /// time; `None` marks the end, after which the writer closes both sides.
+    fn read_from(&self, mut src: impl Read) {
+        let mut buf = vec![0u8; READ_SIZE];
+        let mut serializer_free = Instant::now();
+        loop {
+            let n = match src.read(&mut buf) {
+                Ok(0) => 0,
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => 0,
+            };
+            let arrived = Instant::now();
+            let mut queue = self.queue.lock().unwrap();
+            while n > 0 && queue.bytes >= MAX_QUEUED && !queue.closed {
+                queue = self.changed.wait(queue).unwrap();
+            }
+            if queue.closed {
+                return;
+            }
+            if n == 0 {
+                let last = serializer_free.max(arrived) + self.one_way;
+                queue.chunks.push_back((last, None));
+                self.changed.notify_all();
+                return;
+            }
+            for slice in buf[..n].chunks(SLICE) {
+                let leaves = serializer_free.max(arrived) + self.serialization(slice.len());
+                serializer_free = leaves;
+                queue.bytes += slice.len();
+                queue
+                    .chunks
+                    .push_back((leaves + self.one_way, Some(slice.to_vec())));
+            }
+            self.changed.notify_all();
+        }
+    }
+
+    /// Writes each queued chunk to the receiving side when it is due; `on_end` runs at the
+    /// end of the stream or when writing fails.
+    fn write_to(&self, mut dst: impl Write, on_end: impl FnOnce()) {
+        loop {
+            let (due, chunk) = {
+                let mut queue = self.queue.lock().unwrap();
+                while queue.chunks.is_empty() {
+                    queue = self.changed.wait(queue).unwrap();
+                }
+                queue.chunks.pop_front().unwrap()
+            };
+            wait_until(due);
+            let Some(chunk) = chunk else { break };
+            let written = dst.write_all(&chunk);
+            {
+                let mut queue = self.queue.lock().unwrap();
+                queue.bytes -= chunk.len();
+                if written.is_err() {
+                    queue.closed = true;
+                }
+                self.changed.notify_all();
+            }
+            if written.is_err() {
+                break;
+            }
+        }
+        on_end();
+    }
+}
+
+/// Sleeps until shortly before `due`, then spins to it.
+fn wait_until(due: Instant) {
+    loop {
+        let now = Instant::now();
+        if now >= due {
+            return;
+        }
+        let left = due - now;
+        if left > SPIN {
+            std::thread::sleep(left - SPIN);
+        } else {
+            std::hint::spin_loop();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn link_settings_parse_with_their_units() {
+        let spec: LinkSpec = "rtt=200us,bandwidth=10Gbit".parse().unwrap();
+        assert_eq!(spec.rtt, Duration::from_micros(200));
+        assert_eq!(spec.bits_per_second, Some(10e9));
+        let spec: LinkSpec = "bandwidth=100Mbps".parse().unwrap();
+        assert_eq!(spec.rtt, Duration::ZERO);
+        assert_eq!(spec.bits_per_second, Some(100e6));
+        let spec: LinkSpec = "rtt=5ms".parse().unwrap();
+        assert_eq!(
+            (spec.rtt, spec.bits_per_second),
+            (Duration::from_millis(5), None)
+        );
+        assert_eq!(
+            "rtt=1.5s".parse::<LinkSpec>().unwrap().rtt,
+            Duration::from_millis(1500)
+        );
+        for bad in [
+            "rtt=5",
+            "rtt=fast",
+            "bandwidth=10",
+            "speed=1Gbit",
+            "rtt",
+            "bandwidth=0Gbit",
+        ] {
+            assert!(bad.parse::<LinkSpec>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn bytes_cross_an_emulated_link_whole_and_in_order() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let echo = std::thread::spawn(move || {
+            let (mut socket, _) = listener.accept().unwrap();
+            let mut buf = vec![0u8; 1 << 16];
+            loop {
+                match socket.read(&mut buf) {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => socket.write_all(&buf[..n]).unwrap(),
+                }
+            }
+        });
+        let real = Stream::Tcp(std::net::TcpStream::connect(addr).unwrap());
+        let spec = LinkSpec {
+            rtt: Duration::from_micros(100),
+            bits_per_second: Some(1e9),
+        };
+        let mut stream = emulate(real, spec).unwrap();
+        assert!(stream.peer_is_local());
+        let sent: Vec<u8> = (0..3_000_000u32).map(|i| (i * 7 % 251) as u8).collect();
+        let mut reader = stream.try_clone().unwrap();
+        let expected = sent.len();
+        let back = std::thread::spawn(move || {
+            let mut got = vec![0u8; expected];
+            reader.read_exact(&mut got).unwrap();
+            got
+        });
+        stream.write_all(&sent).unwrap();
+        assert_eq!(back.join().unwrap(), sent);
+        stream.shutdown();
+        echo.join().unwrap();
+    }
+}
