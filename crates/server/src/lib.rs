@@ -14,6 +14,7 @@
 
 mod cuda;
 mod fabric;
+mod flight;
 mod handshakes;
 mod lanes;
 mod limits;

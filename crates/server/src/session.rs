@@ -336,6 +336,8 @@ impl Session {
                 watch.working();
             }
             self.bulk = Incoming::of(&header);
+            let flight = crate::flight::begin(msg.name(), header.seq, header.bulk_len);
+            crate::flight::crash_test(msg.name());
             let result = match msg {
                 ClientMsg::Session(request) => {
                     session::serve::dispatch(self, header.seq, header.bulk_len, request)
@@ -350,6 +352,7 @@ impl Session {
                 ClientMsg::Alive if header.bulk_len == 0 => Ok(()),
                 ClientMsg::Alive => Err(End::Protocol("a sign of life with bulk data".into())),
             };
+            crate::flight::end(flight);
             if let Err(end) = result {
                 return end;
             }

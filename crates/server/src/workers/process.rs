@@ -91,6 +91,7 @@ pub fn run_worker(on_start: impl FnOnce(WorkerStop)) -> Result<(), String> {
         None,
     )?;
     *lock(&stop.shared) = Some(shared.clone());
+    crate::flight::install(id);
     // Data lanes arrive on the control socket for as long as the session lives, each
     // authenticated on a thread of its own; the socket's closing means the listener is gone or
     // stopping.

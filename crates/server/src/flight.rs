@@ -1,0 +1,256 @@
+//! The worker's flight recorder: the last [`RING`] requests of its session (name, seq, bulk
+//! bytes, when it began, how long it took), kept where a signal handler can read them.
+//!
+//! - A worker that dies of a fatal signal (SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT: a driver
+//!   crash, an abort) first writes to its log (the server's stderr) the request it was serving,
+//!   the requests before it and a native backtrace, then dies of the same signal, which the
+//!   listener reports as before.
+//! - `kill -USR2 <worker pid>` writes the same ring to the log at any time, the worker going on.
+//!
+//! The handler only reads atomics and formats into a stack buffer, and writes with write(2):
+//! nothing in it allocates or takes a lock. The backtrace comes from glibc's `backtrace` and
+//! `backtrace_symbols_fd` (loaded at install, so that the handler does not load it).
+
+use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use std::sync::OnceLock;
+use std::time::Instant;
+
+/// Requests kept.
+pub const RING: usize = 32;
+
+struct Slot {
+    /// The request's name (a `&'static str`'s pointer and length).
+    name: AtomicPtr<u8>,
+    name_len: AtomicUsize,
+    seq: AtomicU64,
+    bulk: AtomicU64,
+    /// µs after the recorder started.
+    began_us: AtomicU64,
+    /// µs it took, or `u64::MAX` while it is being served.
+    took_us: AtomicU64,
+}
+
+#[allow(clippy::declare_interior_mutable_const)] // only the array's initializer
+const EMPTY: Slot = Slot {
+    name: AtomicPtr::new(std::ptr::null_mut()),
+    name_len: AtomicUsize::new(0),
+    seq: AtomicU64::new(0),
+    bulk: AtomicU64::new(0),
+    began_us: AtomicU64::new(0),
+    took_us: AtomicU64::new(0),
+};
+
+static SLOTS: [Slot; RING] = [EMPTY; RING];
+/// Requests begun so far (the next one's slot is `count % RING`).
+static COUNT: AtomicUsize = AtomicUsize::new(0);
+static SESSION: AtomicU64 = AtomicU64::new(0);
+
+fn clock() -> &'static Instant {
+    static START: OnceLock<Instant> = OnceLock::new();
+    START.get_or_init(Instant::now)
+}
+
+/// A request begins: returns its token for [`end`].
+pub fn begin(name: &'static str, seq: u64, bulk: u64) -> usize {
+    let n = COUNT.load(Ordering::Relaxed);
+    let slot = &SLOTS[n % RING];
+    slot.took_us.store(u64::MAX, Ordering::Relaxed);
+    slot.name.store(name.as_ptr().cast_mut(), Ordering::Relaxed);
+    slot.name_len.store(name.len(), Ordering::Relaxed);
+    slot.seq.store(seq, Ordering::Relaxed);
+    slot.bulk.store(bulk, Ordering::Relaxed);
+    slot.began_us
+        .store(clock().elapsed().as_micros() as u64, Ordering::Relaxed);
+    COUNT.store(n + 1, Ordering::Release);
+    n
+}
+
+/// The request `token` ended.
+pub fn end(token: usize) {
+    let slot = &SLOTS[token % RING];
+    let began = slot.began_us.load(Ordering::Relaxed);
+    let now = clock().elapsed().as_micros() as u64;
+    slot.took_us
+        .store(now.saturating_sub(began), Ordering::Relaxed);
+}
+
+/// For the recorder's own test: a server started with `RGPU_TEST_WORKER_ABORT_IN=<request>`
+/// (e.g. `CreateBuffer`) has the worker abort when it begins serving that request.
+pub fn crash_test(name: &str) {
+    static TARGET: OnceLock<Option<String>> = OnceLock::new();
+    let target = TARGET.get_or_init(|| std::env::var("RGPU_TEST_WORKER_ABORT_IN").ok());
+    if target.as_deref() == Some(name) {
+        std::process::abort();
+    }
+}
+
+/// Installs the fatal-signal and SIGUSR2 handlers (a worker, once its session is known).
+pub fn install(session: u64) {
+    SESSION.store(session, Ordering::Relaxed);
+    clock();
+    // Loads libgcc's unwinder now: the first backtrace() would, and loading allocates.
+    let mut frames = [std::ptr::null_mut(); 4];
+    // SAFETY: `frames` has room for the 4 entries asked for.
+    unsafe { backtrace(frames.as_mut_ptr(), 4) };
+    for signal in [
+        libc::SIGSEGV,
+        libc::SIGBUS,
+        libc::SIGILL,
+        libc::SIGFPE,
+        libc::SIGABRT,
+    ] {
+        set_handler(
+            signal,
+            on_fatal_signal,
+            libc::SA_RESETHAND | libc::SA_ONSTACK,
+        );
+    }
+    set_handler(libc::SIGUSR2, on_dump_signal, libc::SA_RESTART);
+}
+
+fn set_handler(signal: libc::c_int, handler: extern "C" fn(libc::c_int), flags: libc::c_int) {
+    // SAFETY: a zeroed sigaction is valid; the handler is an `extern "C" fn(c_int)` that only
+    // does what a signal handler may (see the module's documentation).
+    unsafe {
+        let mut action: libc::sigaction = std::mem::zeroed();
+        action.sa_sigaction = handler as *const () as usize;
+        action.sa_flags = flags;
+        libc::sigemptyset(&mut action.sa_mask);
+        libc::sigaction(signal, &action, std::ptr::null_mut());
+    }
+}
+
+extern "C" {
+    fn backtrace(buffer: *mut *mut libc::c_void, size: libc::c_int) -> libc::c_int;
+    fn backtrace_symbols_fd(buffer: *const *mut libc::c_void, size: libc::c_int, fd: libc::c_int);
+}
+
+extern "C" fn on_fatal_signal(signal: libc::c_int) {
+    let mut out = Line::new();
+    out.push("rgpu: session ");
+    out.number(SESSION.load(Ordering::Relaxed));
+    out.push(": its worker (pid ");
+    // SAFETY: getpid is async-signal-safe.
+    out.number(unsafe { libc::getpid() } as u64);
+    out.push(") got fatal signal ");
+    out.number(signal as u64);
+    let count = COUNT.load(Ordering::Acquire);
+    match count.checked_sub(1).map(|last| &SLOTS[last % RING]) {
+        Some(slot) if slot.took_us.load(Ordering::Relaxed) == u64::MAX => {
+            out.push(" while serving ");
+            out.request(slot);
+        }
+        _ => out.push(" between requests"),
+    }
+    out.push("\n");
+    out.write();
+    dump_ring("the requests before it");
+    let mut frames = [std::ptr::null_mut(); 64];
+    // SAFETY: `frames` has room for 64 entries; the unwinder was loaded at install.
+    let depth = unsafe { backtrace(frames.as_mut_ptr(), 64) };
+    let mut title = Line::new();
+    title.push("rgpu: native backtrace of the worker (rgpu's frames as offsets: `addr2line -f -C -e $(which rgpu) OFFSET`):\n");
+    title.write();
+    // SAFETY: `depth` entries of `frames` were filled; fd 2 is the log.
+    unsafe { backtrace_symbols_fd(frames.as_ptr(), depth, 2) };
+    // SA_RESETHAND put the default action back: the signal kills the worker once returned to
+    // (a fault) or raised again (an abort).
+    // SAFETY: raise is async-signal-safe.
+    unsafe { libc::raise(signal) };
+}
+
+extern "C" fn on_dump_signal(_: libc::c_int) {
+    dump_ring("requests asked for (SIGUSR2)");
+}
+
+/// Writes the ring, oldest first.
+fn dump_ring(title: &str) {
+    let count = COUNT.load(Ordering::Acquire);
+    let mut head = Line::new();
+    head.push("rgpu: session ");
+    head.number(SESSION.load(Ordering::Relaxed));
+    head.push(", last ");
+    head.number(count.min(RING) as u64);
+    head.push(" of ");
+    head.number(count as u64);
+    head.push(" ");
+    head.push(title);
+    head.push(":\n");
+    head.write();
+    for n in count.saturating_sub(RING)..count {
+        let mut line = Line::new();
+        line.push("  ");
+        line.request(&SLOTS[n % RING]);
+        line.push("\n");
+        line.write();
+    }
+}
+
+/// A line built on the stack and written with one write(2).
+struct Line {
+    buf: [u8; 512],
+    len: usize,
+}
+
+impl Line {
+    fn new() -> Line {
+        Line {
+            buf: [0; 512],
+            len: 0,
+        }
+    }
+
+    fn push(&mut self, text: &str) {
+        self.bytes(text.as_bytes());
+    }
+
+    fn bytes(&mut self, bytes: &[u8]) {
+        let n = bytes.len().min(self.buf.len() - self.len);
+        self.buf[self.len..self.len + n].copy_from_slice(&bytes[..n]);
+        self.len += n;
+    }
+
+    fn number(&mut self, mut value: u64) {
+        let mut digits = [0u8; 20];
+        let mut i = digits.len();
+        loop {
+            i -= 1;
+            digits[i] = b'0' + (value % 10) as u8;
+            value /= 10;
+            if value == 0 {
+                break;
+            }
+        }
+        self.bytes(&digits[i..]);
+    }
+
+    fn request(&mut self, slot: &Slot) {
+        let name = slot.name.load(Ordering::Relaxed);
+        let len = slot.name_len.load(Ordering::Relaxed);
+        if name.is_null() {
+            self.push("(none)");
+        } else {
+            // SAFETY: `name`/`len` are a `&'static str`'s, stored together by `begin`.
+            self.bytes(unsafe { std::slice::from_raw_parts(name, len) });
+        }
+        self.push(" seq ");
+        self.number(slot.seq.load(Ordering::Relaxed));
+        self.push(", bulk ");
+        self.number(slot.bulk.load(Ordering::Relaxed));
+        self.push(" B, at ");
+        self.number(slot.began_us.load(Ordering::Relaxed) / 1000);
+        self.push(" ms, ");
+        match slot.took_us.load(Ordering::Relaxed) {
+            u64::MAX => self.push("not finished"),
+            took => {
+                self.number(took);
+                self.push(" us");
+            }
+        }
+    }
+
+    fn write(&self) {
+        // SAFETY: write(2) of our own buffer to the log (async-signal-safe).
+        unsafe { libc::write(2, self.buf.as_ptr().cast(), self.len) };
+    }
+}
