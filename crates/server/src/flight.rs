@@ -24,10 +24,10 @@ struct Slot {
     name_len: AtomicUsize,
     seq: AtomicU64,
     bulk: AtomicU64,
-    /// µs after the recorder started.
-    began_us: AtomicU64,
-    /// µs it took, or `u64::MAX` while it is being served.
-    took_us: AtomicU64,
+    /// ns after the recorder started.
+    began_ns: AtomicU64,
+    /// ns it took, or `u64::MAX` while it is being served.
+    took_ns: AtomicU64,
 }
 
 #[allow(clippy::declare_interior_mutable_const)] // only the array's initializer
@@ -36,14 +36,26 @@ const EMPTY: Slot = Slot {
     name_len: AtomicUsize::new(0),
     seq: AtomicU64::new(0),
     bulk: AtomicU64::new(0),
-    began_us: AtomicU64::new(0),
-    took_us: AtomicU64::new(0),
+    began_ns: AtomicU64::new(0),
+    took_ns: AtomicU64::new(0),
 };
 
 static SLOTS: [Slot; RING] = [EMPTY; RING];
 /// Requests begun so far (the next one's slot is `count % RING`).
 static COUNT: AtomicUsize = AtomicUsize::new(0);
 static SESSION: AtomicU64 = AtomicU64::new(0);
+/// Totals for the metrics (crate::metrics): bulk bytes received, ns spent serving.
+static BULK: AtomicU64 = AtomicU64::new(0);
+static BUSY_NS: AtomicU64 = AtomicU64::new(0);
+
+/// The session's totals so far.
+pub fn stats() -> crate::metrics::WorkerStats {
+    crate::metrics::WorkerStats {
+        requests: COUNT.load(Ordering::Relaxed) as u64,
+        bulk_received: BULK.load(Ordering::Relaxed),
+        busy_us: BUSY_NS.load(Ordering::Relaxed) / 1000,
+    }
+}
 
 fn clock() -> &'static Instant {
     static START: OnceLock<Instant> = OnceLock::new();
@@ -54,13 +66,14 @@ fn clock() -> &'static Instant {
 pub fn begin(name: &'static str, seq: u64, bulk: u64) -> usize {
     let n = COUNT.load(Ordering::Relaxed);
     let slot = &SLOTS[n % RING];
-    slot.took_us.store(u64::MAX, Ordering::Relaxed);
+    slot.took_ns.store(u64::MAX, Ordering::Relaxed);
     slot.name.store(name.as_ptr().cast_mut(), Ordering::Relaxed);
     slot.name_len.store(name.len(), Ordering::Relaxed);
     slot.seq.store(seq, Ordering::Relaxed);
     slot.bulk.store(bulk, Ordering::Relaxed);
-    slot.began_us
-        .store(clock().elapsed().as_micros() as u64, Ordering::Relaxed);
+    BULK.fetch_add(bulk, Ordering::Relaxed);
+    slot.began_ns
+        .store(clock().elapsed().as_nanos() as u64, Ordering::Relaxed);
     COUNT.store(n + 1, Ordering::Release);
     n
 }
@@ -68,10 +81,10 @@ pub fn begin(name: &'static str, seq: u64, bulk: u64) -> usize {
 /// The request `token` ended.
 pub fn end(token: usize) {
     let slot = &SLOTS[token % RING];
-    let began = slot.began_us.load(Ordering::Relaxed);
-    let now = clock().elapsed().as_micros() as u64;
-    slot.took_us
-        .store(now.saturating_sub(began), Ordering::Relaxed);
+    let began = slot.began_ns.load(Ordering::Relaxed);
+    let took = (clock().elapsed().as_nanos() as u64).saturating_sub(began);
+    slot.took_ns.store(took, Ordering::Relaxed);
+    BUSY_NS.fetch_add(took, Ordering::Relaxed);
 }
 
 /// For the recorder's own test: a server started with `RGPU_TEST_WORKER_ABORT_IN=<request>`
@@ -136,7 +149,7 @@ extern "C" fn on_fatal_signal(signal: libc::c_int) {
     out.number(signal as u64);
     let count = COUNT.load(Ordering::Acquire);
     match count.checked_sub(1).map(|last| &SLOTS[last % RING]) {
-        Some(slot) if slot.took_us.load(Ordering::Relaxed) == u64::MAX => {
+        Some(slot) if slot.took_ns.load(Ordering::Relaxed) == u64::MAX => {
             out.push(" while serving ");
             out.request(slot);
         }
@@ -238,12 +251,12 @@ impl Line {
         self.push(", bulk ");
         self.number(slot.bulk.load(Ordering::Relaxed));
         self.push(" B, at ");
-        self.number(slot.began_us.load(Ordering::Relaxed) / 1000);
+        self.number(slot.began_ns.load(Ordering::Relaxed) / 1_000_000);
         self.push(" ms, ");
-        match slot.took_us.load(Ordering::Relaxed) {
+        match slot.took_ns.load(Ordering::Relaxed) {
             u64::MAX => self.push("not finished"),
             took => {
-                self.number(took);
+                self.number(took / 1000);
                 self.push(" us");
             }
         }

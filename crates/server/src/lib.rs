@@ -19,6 +19,7 @@ mod handshakes;
 mod lanes;
 mod limits;
 mod listener;
+mod metrics;
 mod opencl;
 mod private_dir;
 mod session;
@@ -56,6 +57,9 @@ pub struct ServerConfig {
     /// Serve each session in a worker process started with this command (see [`workers`]);
     /// `None` serves them on threads of this process (tests of the library).
     pub workers: Option<WorkerCommand>,
+    /// Where to serve Prometheus metrics (`host:port`), if anywhere (see [`metrics`]; per
+    /// session figures come from workers: none with `workers: None`).
+    pub metrics: Option<String>,
 }
 
 /// What a process that serves sessions (the listener, each session worker) needs to know.
@@ -134,6 +138,10 @@ impl Server {
             .set_nonblocking(true)
             .map_err(|e| format!("cannot set up the listening socket: {e}"))?;
         log_start(&shared, &endpoint, &config);
+        if let Some(address) = &config.metrics {
+            let bound = metrics::serve(address)?;
+            log::info!("metrics: http://{bound}/metrics");
+        }
         if let Some(command) = config.workers {
             let found = (
                 shared.inventory.devices.len(),

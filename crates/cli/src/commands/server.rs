@@ -217,6 +217,11 @@ pub struct ServerSettings {
     )]
     exclusive_max_wait: f64,
 
+    /// Serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9464): sessions, and
+    /// each session's requests, bulk bytes and busy time. Off unless given.
+    #[arg(long, value_name = "ADDR", env = "RGPU_SERVER_METRICS")]
+    metrics: Option<String>,
+
     /// Where sessions run: `process` (each in a worker process of its own, so a crash or a
     /// sticky GPU error ends only that session) or `thread` (all in this process; debugging).
     #[arg(
@@ -345,6 +350,7 @@ pub fn run(args: ServerArgs, matches: &ArgMatches) -> Result<ExitCode, String> {
                 },
             },
         },
+        metrics: args.metrics,
         workers: match args.isolation {
             Isolation::Thread => None,
             Isolation::Process => {

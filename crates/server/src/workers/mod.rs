@@ -176,6 +176,8 @@ enum FromWorker {
     /// The session stopped serving (its client gone, or closed): the worker is releasing
     /// what it held, and then ends.
     Ending,
+    /// The session's totals so far (once a second, and before `Ending`), for the metrics.
+    Stats(crate::metrics::WorkerStats),
 }
 
 /// One end of a control socket (SOCK_SEQPACKET: one message per send, fds attached).
@@ -542,7 +544,11 @@ impl WorkerPool {
                         break false;
                     }
                 }
-                Ok(Some((FromWorker::Serving { client: name }, _))) => client = name,
+                Ok(Some((FromWorker::Serving { client: name }, _))) => {
+                    crate::metrics::session_started(id, &name);
+                    client = name;
+                }
+                Ok(Some((FromWorker::Stats(stats), _))) => crate::metrics::session_stats(id, stats),
                 Ok(Some((FromWorker::Ending, _))) => {
                     if let Some(slot) = &mut slot {
                         slot.ending();
@@ -564,7 +570,8 @@ impl WorkerPool {
             lock(&self.ready).push(worker);
             self.ready_changed.notify_all();
         } else {
-            self.reap(worker, id, &peer, &client);
+            let normally = self.reap(worker, id, &peer, &client);
+            crate::metrics::session_ended(id, normally);
         }
         self.trim();
     }
@@ -585,22 +592,30 @@ impl WorkerPool {
         }
     }
 
-    /// Waits for a worker that is ending, and logs how it ended.
-    fn reap(&self, worker: Worker, id: u64, peer: &str, client: &str) {
+    /// Waits for a worker that is ending, and logs how it ended; returns whether it exited
+    /// normally.
+    fn reap(&self, worker: Worker, id: u64, peer: &str, client: &str) -> bool {
         let Worker { control, mut child } = worker;
         // Closing the control socket tells a worker that still waits to stop.
         drop(control);
         let pid = child.id();
         match child.wait() {
             Ok(status) if status.success() => {
-                log::debug!("session {id}: worker {pid} exited")
+                log::debug!("session {id}: worker {pid} exited");
+                true
             }
-            Ok(status) => log::warn!(
-                "session {id} ({client} at {peer}) ended abnormally: its worker process {pid} {}; \
-                 other sessions are not affected",
-                describe_exit(status)
-            ),
-            Err(e) => log::warn!("session {id}: cannot wait for worker {pid}: {e}"),
+            Ok(status) => {
+                log::warn!(
+                    "session {id} ({client} at {peer}) ended abnormally: its worker process {pid} {}; \
+                     other sessions are not affected",
+                    describe_exit(status)
+                );
+                false
+            }
+            Err(e) => {
+                log::warn!("session {id}: cannot wait for worker {pid}: {e}");
+                false
+            }
         }
     }
 

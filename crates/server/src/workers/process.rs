@@ -119,7 +119,21 @@ pub fn run_worker(on_start: impl FnOnce(WorkerStop)) -> Result<(), String> {
             lanes_shared.stop_sessions();
         })
         .map_err(|e| format!("cannot start the control thread: {e}"))?;
+    // The session's totals for the listener's metrics, once a second while it is served.
+    let reporting = ending.clone();
+    let _ = std::thread::Builder::new()
+        .name("rgpu-stats".into())
+        .spawn(move || loop {
+            std::thread::sleep(Duration::from_secs(1));
+            if reporting
+                .send(&FromWorker::Stats(crate::flight::stats()), None)
+                .is_err()
+            {
+                return;
+            }
+        });
     crate::session::serve(admitted, &shared, id, || {
+        let _ = ending.send(&FromWorker::Stats(crate::flight::stats()), None);
         let _ = ending.send(&FromWorker::Ending, None);
     });
     shared.lanes.close(id);

@@ -60,6 +60,7 @@ impl Running {
             },
             // Sessions on threads: a library test has no rgpu executable to start workers.
             workers: None,
+            metrics: None,
         })
         .expect("server binds");
         let endpoint = server.local_endpoint();

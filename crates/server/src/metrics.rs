@@ -1,0 +1,278 @@
+//! Live metrics in Prometheus' text format (`rgpu server --metrics ADDR`, `GET /metrics`): the
+//! listener's sessions (active, started, ended normally or not) and, from each session's
+//! worker once a second, its requests, the bulk bytes it received and the time it spent
+//! serving, per session and in total (ended sessions included).
+//!
+//! The endpoint answers one connection at a time and reads at most [`MAX_REQUEST`] bytes for
+//! at most [`READ_TIME`]: whoever can reach it costs the server one thread and a few KiB.
+//! Metrics carry no secrets, but the address should be one the monitoring system alone
+//! reaches (a private interface, or loopback behind the node's exporter).
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
+
+/// The most of a request the endpoint reads.
+const MAX_REQUEST: usize = 4096;
+/// How long it waits for a request.
+const READ_TIME: Duration = Duration::from_secs(2);
+
+/// What a session's worker reports (the totals so far).
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct WorkerStats {
+    pub requests: u64,
+    pub bulk_received: u64,
+    pub busy_us: u64,
+}
+
+#[derive(Default)]
+struct Session {
+    client: String,
+    stats: WorkerStats,
+}
+
+#[derive(Default)]
+struct Metrics {
+    started: AtomicU64,
+    ended_normally: AtomicU64,
+    ended_abnormally: AtomicU64,
+    live: Mutex<HashMap<u64, Session>>,
+    /// The totals of sessions that ended.
+    ended: Mutex<WorkerStats>,
+}
+
+fn metrics() -> &'static Metrics {
+    static METRICS: OnceLock<Metrics> = OnceLock::new();
+    METRICS.get_or_init(Metrics::default)
+}
+
+/// A session began to be served.
+pub fn session_started(id: u64, client: &str) {
+    let m = metrics();
+    m.started.fetch_add(1, Ordering::Relaxed);
+    m.live.lock().unwrap().insert(
+        id,
+        Session {
+            client: client.to_string(),
+            stats: WorkerStats::default(),
+        },
+    );
+}
+
+/// Its worker's latest totals.
+pub fn session_stats(id: u64, stats: WorkerStats) {
+    if let Some(session) = metrics().live.lock().unwrap().get_mut(&id) {
+        session.stats = stats;
+    }
+}
+
+/// The session ended (its worker exited, `normally` or not); its totals join the ended ones.
+pub fn session_ended(id: u64, normally: bool) {
+    let m = metrics();
+    let Some(session) = m.live.lock().unwrap().remove(&id) else {
+        return;
+    };
+    let counter = if normally {
+        &m.ended_normally
+    } else {
+        &m.ended_abnormally
+    };
+    counter.fetch_add(1, Ordering::Relaxed);
+    let mut ended = m.ended.lock().unwrap();
+    ended.requests += session.stats.requests;
+    ended.bulk_received += session.stats.bulk_received;
+    ended.busy_us += session.stats.busy_us;
+}
+
+/// The metrics as Prometheus' text exposition format.
+pub fn render() -> String {
+    let m = metrics();
+    let live = m.live.lock().unwrap();
+    let ended = *m.ended.lock().unwrap();
+    let mut out = String::new();
+    family(
+        &mut out,
+        "rgpu_sessions_active",
+        "gauge",
+        "Sessions being served.",
+    );
+    out += &format!("rgpu_sessions_active {}\n", live.len());
+    family(
+        &mut out,
+        "rgpu_sessions_started_total",
+        "counter",
+        "Sessions begun.",
+    );
+    out += &format!(
+        "rgpu_sessions_started_total {}\n",
+        m.started.load(Ordering::Relaxed)
+    );
+    family(
+        &mut out,
+        "rgpu_sessions_ended_total",
+        "counter",
+        "Sessions ended, by how.",
+    );
+    out += &format!(
+        "rgpu_sessions_ended_total{{how=\"normal\"}} {}\nrgpu_sessions_ended_total{{how=\"abnormal\"}} {}\n",
+        m.ended_normally.load(Ordering::Relaxed),
+        m.ended_abnormally.load(Ordering::Relaxed)
+    );
+    let mut ids: Vec<&u64> = live.keys().collect();
+    ids.sort();
+    let totals = live.values().fold(ended, |mut t, s| {
+        t.requests += s.stats.requests;
+        t.bulk_received += s.stats.bulk_received;
+        t.busy_us += s.stats.busy_us;
+        t
+    });
+    let per_session: [(&str, &str, Figure); 3] = [
+        ("requests", "Requests served.", |s| s.requests.to_string()),
+        (
+            "received_bulk_bytes",
+            "Bulk bytes received with requests (writes, arguments).",
+            |s| s.bulk_received.to_string(),
+        ),
+        ("busy_seconds", "Time spent serving requests.", |s| {
+            format!("{:.6}", s.busy_us as f64 / 1e6)
+        }),
+    ];
+    for (what, help, value) in per_session {
+        let name = format!("rgpu_session_{what}_total");
+        family(
+            &mut out,
+            &name,
+            "counter",
+            &format!("{help} Per live session."),
+        );
+        for id in &ids {
+            let session = &live[id];
+            out += &format!(
+                "{name}{{session=\"{id}\",client=\"{}\"}} {}\n",
+                escape(&session.client),
+                value(&session.stats)
+            );
+        }
+        let name = format!("rgpu_{what}_total");
+        family(
+            &mut out,
+            &name,
+            "counter",
+            &format!("{help} All sessions, ended ones included."),
+        );
+        out += &format!("{name} {}\n", value(&totals));
+    }
+    out
+}
+
+/// One of a session's figures, as the text format writes it.
+type Figure = fn(&WorkerStats) -> String;
+
+/// A metric family's HELP and TYPE lines.
+fn family(out: &mut String, name: &str, kind: &str, help: &str) {
+    *out += &format!("# HELP {name} {help}\n# TYPE {name} {kind}\n");
+}
+
+/// A label value as the text format wants it.
+fn escape(text: &str) -> String {
+    text.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// Serves `GET /metrics` on `address` from a thread of its own.
+pub fn serve(address: &str) -> Result<std::net::SocketAddr, String> {
+    let listener = TcpListener::bind(address)
+        .map_err(|e| format!("metrics: cannot listen on {address}: {e}"))?;
+    let bound = listener.local_addr().map_err(|e| e.to_string())?;
+    std::thread::Builder::new()
+        .name("rgpu-metrics".into())
+        .spawn(move || {
+            for stream in listener.incoming().flatten() {
+                let _ = answer(stream);
+            }
+        })
+        .map_err(|e| format!("metrics: cannot start its thread: {e}"))?;
+    Ok(bound)
+}
+
+fn answer(mut stream: TcpStream) -> std::io::Result<()> {
+    stream.set_read_timeout(Some(READ_TIME))?;
+    stream.set_write_timeout(Some(READ_TIME))?;
+    let mut request = Vec::with_capacity(512);
+    let mut buf = [0u8; 512];
+    while !request.windows(4).any(|w| w == b"\r\n\r\n") && request.len() < MAX_REQUEST {
+        match stream.read(&mut buf)? {
+            0 => break,
+            n => request.extend_from_slice(&buf[..n]),
+        }
+    }
+    let line = request
+        .split(|&b| b == b'\r' || b == b'\n')
+        .next()
+        .unwrap_or(&[]);
+    let (status, kind, body) = match line {
+        l if l.starts_with(b"GET /metrics ") || l == b"GET /metrics" => (
+            "200 OK",
+            "text/plain; version=0.0.4; charset=utf-8",
+            render(),
+        ),
+        l if l.starts_with(b"GET ") => ("404 Not Found", "text/plain", "see /metrics\n".into()),
+        _ => (
+            "405 Method Not Allowed",
+            "text/plain",
+            "GET /metrics\n".into(),
+        ),
+    };
+    let head = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes())?;
+    stream.write_all(body.as_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sessions_and_their_counters_render_as_prometheus_text() {
+        session_started(7, "prog[1] \"quoted\"");
+        session_stats(
+            7,
+            WorkerStats {
+                requests: 12,
+                bulk_received: 4096,
+                busy_us: 1500,
+            },
+        );
+        let text = render();
+        assert!(text.contains("rgpu_sessions_active 1\n"), "{text}");
+        assert!(
+            text.contains(
+                "rgpu_session_requests_total{session=\"7\",client=\"prog[1] \\\"quoted\\\"\"} 12\n"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("rgpu_session_busy_seconds_total{session=\"7\""),
+            "{text}"
+        );
+        session_ended(7, false);
+        let text = render();
+        assert!(text.contains("rgpu_sessions_active 0\n"), "{text}");
+        assert!(
+            text.contains("rgpu_sessions_ended_total{how=\"abnormal\"} 1\n"),
+            "{text}"
+        );
+        assert!(text.contains("rgpu_requests_total 12\n"), "{text}");
+        assert!(
+            text.contains("rgpu_received_bulk_bytes_total 4096\n"),
+            "{text}"
+        );
+    }
+}

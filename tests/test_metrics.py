@@ -1,0 +1,95 @@
+"""`rgpu server --metrics ADDR`: Prometheus text at /metrics, through a real server and real
+sessions: a held session is counted active with its requests, and after it ends its requests
+stay in the totals; anything but GET /metrics is refused; a slow or oversized request costs
+only its own connection."""
+
+import re
+import socket
+import time
+import urllib.error
+import urllib.request
+
+import rgpu_harness as h
+
+
+def scrape(port: int) -> dict[str, float]:
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    values = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, value = line.rsplit(" ", 1)
+            values[name] = float(value)
+    return values
+
+
+def wait_for(port, name, predicate, timeout=15):
+    deadline = time.monotonic() + timeout
+    while True:
+        values = scrape(port)
+        if predicate(values.get(name)) or time.monotonic() > deadline:
+            return values
+        time.sleep(0.2)
+
+
+def test_metrics_count_sessions_and_their_requests(c_program, start_server):
+    port = h.free_port()
+    server = start_server(args=["--metrics", f"127.0.0.1:{port}"])
+    assert server.wait_log(r"metrics: http://127\.0\.0\.1:\d+/metrics"), server.log_tail()
+    first = scrape(port)
+    assert first["rgpu_sessions_active"] == 0 and first["rgpu_requests_total"] == 0, first
+
+    holder = h.hold_session(c_program("isolation"), server)
+    try:
+        values = wait_for(port, "rgpu_sessions_active", lambda v: v == 1)
+        assert values["rgpu_sessions_active"] == 1, values
+        sessions = [k for k in values if k.startswith("rgpu_session_requests_total{")]
+        assert len(sessions) == 1 and 'client="isolation' in sessions[0], sessions
+        values = wait_for(port, sessions[0], lambda v: v and v > 0)
+        assert values[sessions[0]] > 0, values
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=30)
+
+    r = h.run_rgpu(c_program("buffers"), [server])
+    h.assert_pass(r, "buffers", server)
+    values = wait_for(port, 'rgpu_sessions_ended_total{how="normal"}', lambda v: v and v >= 2)
+    assert values['rgpu_sessions_ended_total{how="normal"}'] >= 2, values
+    assert values["rgpu_sessions_active"] == 0, values
+    assert values["rgpu_sessions_started_total"] >= 2, values
+    assert values["rgpu_requests_total"] > 0 and values["rgpu_received_bulk_bytes_total"] > 0, values
+    assert values["rgpu_busy_seconds_total"] > 0, values
+    assert not [k for k in values if k.startswith("rgpu_session_requests_total{")], values
+
+
+def test_metrics_endpoint_refuses_everything_else(start_server):
+    port = h.free_port()
+    server = start_server(args=["--metrics", f"127.0.0.1:{port}"])
+    assert server.wait_log(r"metrics: http://"), server.log_tail()
+    try:
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=10)
+        raise AssertionError("/ answered")
+    except urllib.error.HTTPError as e:
+        assert e.code == 404
+    # A client that sends an endless request line, and one that sends nothing: each is cut off
+    # (4 KiB, 2 s) and the endpoint answers the next scrape.
+    flood = socket.create_connection(("127.0.0.1", port))
+    try:
+        flood.sendall(b"GET /" + b"x" * 100_000)
+    except OSError:
+        pass
+    silent = socket.create_connection(("127.0.0.1", port))
+    assert "rgpu_sessions_active" in scrape(port)
+    flood.close()
+    silent.close()
+    assert server.alive()
+
+
+def test_metrics_address_in_use_is_an_error(rgpu_bins):
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    port = taken.getsockname()[1]
+    r = h.run([str(h.RGPU), "server", "--listen", "127.0.0.1:0", "--metrics", f"127.0.0.1:{port}"],
+              h.base_env(), timeout=60)
+    taken.close()
+    assert r.returncode != 0 and re.search(r"metrics: cannot listen", r.stderr), r.describe()
