@@ -46,6 +46,12 @@ def test_metrics_count_sessions_and_their_requests(c_program, start_server):
         assert len(sessions) == 1 and 'client="isolation' in sessions[0], sessions
         values = wait_for(port, sessions[0], lambda v: v and v > 0)
         assert values[sessions[0]] > 0, values
+        # rgpu top shows it.
+        top = h.run([str(h.RGPU), "top", "--metrics", f"127.0.0.1:{port}", "--once"],
+                    h.base_env())
+        assert top.returncode == 0, top.describe()
+        assert top.stdout.startswith("sessions: 1 active"), top.stdout
+        assert re.search(r"\n\d+ +isolation", top.stdout), top.stdout
     finally:
         holder.stdin.close()
         holder.wait(timeout=30)

@@ -39,6 +39,7 @@ enum Command {
     Bench(rgpu_bench::BenchArgs),
     Token(commands::token::TokenArgs),
     Trace(commands::trace::TraceArgs),
+    Top(commands::top::TopArgs),
     /// One session's worker process (started by `rgpu server`, not by hand).
     #[command(name = "server-worker", hide = true)]
     ServerWorker,
@@ -88,6 +89,7 @@ fn main() -> ExitCode {
         Command::Bench(args) => rgpu_bench::run(args, &commands::BenchSetup::default()),
         Command::Token(args) => commands::token::run(args),
         Command::Trace(args) => commands::trace::run(args),
+        Command::Top(args) => commands::top::run(args),
         Command::ServerWorker => commands::server::run_worker(),
     };
     match result {

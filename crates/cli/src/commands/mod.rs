@@ -5,6 +5,7 @@ pub mod devices;
 pub mod run;
 pub mod server;
 pub mod token;
+pub mod top;
 pub mod trace;
 
 use std::path::Path;
