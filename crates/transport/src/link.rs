@@ -294,7 +294,7 @@ impl Direction {
     fn write_to(&self, mut dst: impl Write, on_end: impl FnOnce()) {
         loop {
             let (due, chunk) = {
-                let mut queue = self.queue.lock().unwrap();
+                let mut queue = self.next_queued();
                 while queue.chunks.is_empty() {
                     queue = self.changed.wait(queue).unwrap();
                 }
@@ -317,6 +317,34 @@ impl Direction {
         }
         on_end();
     }
+}
+
+impl Direction {
+    /// The queue, once it has a chunk or after a short spin (on machines with cores to spare:
+    /// a sleeping writer's wake-up would add tens of µs to every small message).
+    fn next_queued(&self) -> std::sync::MutexGuard<'_, Queue> {
+        if spin_allowed() {
+            let start = Instant::now();
+            while start.elapsed() < IDLE_SPIN {
+                if let Ok(queue) = self.queue.try_lock() {
+                    if !queue.chunks.is_empty() {
+                        return queue;
+                    }
+                }
+                std::hint::spin_loop();
+            }
+        }
+        self.queue.lock().unwrap()
+    }
+}
+
+/// How long an idle writer spins for the next chunk before it sleeps.
+const IDLE_SPIN: Duration = Duration::from_micros(200);
+
+/// Whether the machine has cores enough for the writers to spin (8 or more).
+fn spin_allowed() -> bool {
+    static ALLOWED: OnceLock<bool> = OnceLock::new();
+    *ALLOWED.get_or_init(|| std::thread::available_parallelism().is_ok_and(|n| n.get() >= 8))
 }
 
 /// Sleeps until shortly before `due`, then spins to it.
