@@ -152,6 +152,11 @@ EOF
 if [ $built = 1 ]; then
     step "pytest tests (C/Python API)" run_api_tests
     step "example through rgpu" run_example
+    # A benchmark step, not a test: the link emulator against its targets, reported (the
+    # figures depend on the machine; the step fails only if the benchmark cannot run).
+    step "link emulator (report)" "$RGPU_BUILD_DIR/rgpu" bench link \
+        --links "rtt=500us;rtt=5ms;bandwidth=100Mbit;bandwidth=1Gbit;rtt=1ms,bandwidth=1Gbit" \
+        --pings 50 --bulk-seconds 0.3 --json target/bench-link.json
     if [ "${PYOPENCL_SUITE:-1}" = 0 ]; then
         skip "pyopencl suite" "PYOPENCL_SUITE=0"
     else
