@@ -65,6 +65,11 @@ def test_metrics_count_sessions_and_their_requests(c_program, start_server):
     assert values["rgpu_requests_total"] > 0 and values["rgpu_received_bulk_bytes_total"] > 0, values
     assert values["rgpu_busy_seconds_total"] > 0, values
     assert not [k for k in values if k.startswith("rgpu_session_requests_total{")], values
+    # By request name, over all sessions: the buffers program's writes and reads are there.
+    calls = {k[len('rgpu_calls_total{call="'):-2]: v for k, v in values.items()
+             if k.startswith("rgpu_calls_total{")}
+    assert calls.get("CreateBuffer", 0) >= 1 and calls.get("CreateContext", 0) >= 2, calls
+    assert sum(calls.values()) == values["rgpu_requests_total"], (calls, values)
 
 
 def test_metrics_endpoint_refuses_everything_else(start_server):

@@ -50,11 +50,31 @@ static BUSY_NS: AtomicU64 = AtomicU64::new(0);
 
 /// The session's totals so far.
 pub fn stats() -> crate::metrics::WorkerStats {
+    let mut calls: Vec<crate::metrics::CallStats> = by_call()
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(name, &(count, busy_ns))| crate::metrics::CallStats {
+            call: name.to_string(),
+            count,
+            busy_us: busy_ns / 1000,
+        })
+        .collect();
+    calls.sort_by(|a, b| a.call.cmp(&b.call));
     crate::metrics::WorkerStats {
         requests: COUNT.load(Ordering::Relaxed) as u64,
         bulk_received: BULK.load(Ordering::Relaxed),
         busy_us: BUSY_NS.load(Ordering::Relaxed) / 1000,
+        calls,
     }
+}
+
+/// Requests and ns served per request name (for the metrics; not read by signal handlers).
+fn by_call() -> &'static std::sync::Mutex<std::collections::HashMap<&'static str, (u64, u64)>> {
+    static BY_CALL: OnceLock<
+        std::sync::Mutex<std::collections::HashMap<&'static str, (u64, u64)>>,
+    > = OnceLock::new();
+    BY_CALL.get_or_init(Default::default)
 }
 
 fn clock() -> &'static Instant {
@@ -85,6 +105,16 @@ pub fn end(token: usize) {
     let took = (clock().elapsed().as_nanos() as u64).saturating_sub(began);
     slot.took_ns.store(took, Ordering::Relaxed);
     BUSY_NS.fetch_add(took, Ordering::Relaxed);
+    let name = slot.name.load(Ordering::Relaxed);
+    let len = slot.name_len.load(Ordering::Relaxed);
+    if !name.is_null() {
+        // SAFETY: `name`/`len` are a `&'static str`'s, stored together by `begin`.
+        let name = unsafe { std::str::from_utf8_unchecked(std::slice::from_raw_parts(name, len)) };
+        let mut by_call = by_call().lock().unwrap();
+        let entry = by_call.entry(name).or_default();
+        entry.0 += 1;
+        entry.1 += took;
+    }
 }
 
 /// For the recorder's own test: a server started with `RGPU_TEST_WORKER_ABORT_IN=<request>`

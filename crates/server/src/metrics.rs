@@ -21,10 +21,21 @@ const MAX_REQUEST: usize = 4096;
 const READ_TIME: Duration = Duration::from_secs(2);
 
 /// What a session's worker reports (the totals so far).
-#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct WorkerStats {
     pub requests: u64,
     pub bulk_received: u64,
+    /// µs spent serving requests.
+    pub busy_us: u64,
+    /// Per request name (`LaunchKernel`, `MemcpyHtoD`, …).
+    pub calls: Vec<CallStats>,
+}
+
+/// One request name's totals.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct CallStats {
+    pub call: String,
+    pub count: u64,
     pub busy_us: u64,
 }
 
@@ -40,8 +51,9 @@ struct Metrics {
     ended_normally: AtomicU64,
     ended_abnormally: AtomicU64,
     live: Mutex<HashMap<u64, Session>>,
-    /// The totals of sessions that ended.
+    /// The totals of sessions that ended (their per-call figures in `ended_calls`).
     ended: Mutex<WorkerStats>,
+    ended_calls: Mutex<HashMap<String, (u64, u64)>>,
 }
 
 fn metrics() -> &'static Metrics {
@@ -85,13 +97,19 @@ pub fn session_ended(id: u64, normally: bool) {
     ended.requests += session.stats.requests;
     ended.bulk_received += session.stats.bulk_received;
     ended.busy_us += session.stats.busy_us;
+    let mut calls = m.ended_calls.lock().unwrap();
+    for call in session.stats.calls {
+        let entry = calls.entry(call.call).or_default();
+        entry.0 += call.count;
+        entry.1 += call.busy_us;
+    }
 }
 
 /// The metrics as Prometheus' text exposition format.
 pub fn render() -> String {
     let m = metrics();
     let live = m.live.lock().unwrap();
-    let ended = *m.ended.lock().unwrap();
+    let ended = m.ended.lock().unwrap().clone();
     let mut out = String::new();
     family(
         &mut out,
@@ -123,6 +141,14 @@ pub fn render() -> String {
     );
     let mut ids: Vec<&u64> = live.keys().collect();
     ids.sort();
+    let mut calls = m.ended_calls.lock().unwrap().clone();
+    for session in live.values() {
+        for call in &session.stats.calls {
+            let entry = calls.entry(call.call.clone()).or_default();
+            entry.0 += call.count;
+            entry.1 += call.busy_us;
+        }
+    }
     let totals = live.values().fold(ended, |mut t, s| {
         t.requests += s.stats.requests;
         t.bulk_received += s.stats.bulk_received;
@@ -164,6 +190,34 @@ pub fn render() -> String {
             &format!("{help} All sessions, ended ones included."),
         );
         out += &format!("{name} {}\n", value(&totals));
+    }
+    let mut names: Vec<&String> = calls.keys().collect();
+    names.sort();
+    family(
+        &mut out,
+        "rgpu_calls_total",
+        "counter",
+        "Requests served, by request, all sessions.",
+    );
+    for name in &names {
+        out += &format!(
+            "rgpu_calls_total{{call=\"{}\"}} {}\n",
+            escape(name),
+            calls[*name].0
+        );
+    }
+    family(
+        &mut out,
+        "rgpu_call_seconds_total",
+        "counter",
+        "Time spent serving, by request, all sessions.",
+    );
+    for name in &names {
+        out += &format!(
+            "rgpu_call_seconds_total{{call=\"{}\"}} {:.6}\n",
+            escape(name),
+            calls[*name].1 as f64 / 1e6
+        );
     }
     out
 }
@@ -248,6 +302,11 @@ mod tests {
                 requests: 12,
                 bulk_received: 4096,
                 busy_us: 1500,
+                calls: vec![CallStats {
+                    call: "LaunchKernel".into(),
+                    count: 10,
+                    busy_us: 1000,
+                }],
             },
         );
         let text = render();
@@ -272,6 +331,14 @@ mod tests {
         assert!(text.contains("rgpu_requests_total 12\n"), "{text}");
         assert!(
             text.contains("rgpu_received_bulk_bytes_total 4096\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("rgpu_calls_total{call=\"LaunchKernel\"} 10\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("rgpu_call_seconds_total{call=\"LaunchKernel\"} 0.001000\n"),
             "{text}"
         );
     }
