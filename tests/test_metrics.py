@@ -46,6 +46,12 @@ def test_metrics_count_sessions_and_their_requests(c_program, start_server):
         assert len(sessions) == 1 and 'client="isolation' in sessions[0], sessions
         values = wait_for(port, sessions[0], lambda v: v and v > 0)
         assert values[sessions[0]] > 0, values
+        # The held session's buffer and objects, as its quotas count them.
+        held = sessions[0].replace("rgpu_session_requests_total", "rgpu_session_memory_bytes")
+        values = wait_for(port, held, lambda v: v and v > 0)
+        assert values[held] > 0, values
+        objects = sessions[0].replace("rgpu_session_requests_total", "rgpu_session_objects")
+        assert values[objects] > 0, values
         # rgpu top shows it.
         top = h.run([str(h.RGPU), "top", "--metrics", f"127.0.0.1:{port}", "--once"],
                     h.base_env())

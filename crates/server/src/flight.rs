@@ -61,12 +61,38 @@ pub fn stats() -> crate::metrics::WorkerStats {
         })
         .collect();
     calls.sort_by(|a, b| a.call.cmp(&b.call));
+    let (memory, objects) = held();
     crate::metrics::WorkerStats {
+        memory,
+        objects,
         requests: COUNT.load(Ordering::Relaxed) as u64,
         bulk_received: BULK.load(Ordering::Relaxed),
         busy_us: BUSY_NS.load(Ordering::Relaxed) / 1000,
         calls,
     }
+}
+
+/// The session's memory and objects (its worker's one session; with sessions on threads the
+/// last one made, which only the worker's figures use).
+static USAGE: OnceLock<std::sync::Mutex<Option<std::sync::Weak<crate::limits::Usage>>>> =
+    OnceLock::new();
+
+/// Reports `usage` in this process's statistics.
+pub fn watch_usage(usage: &std::sync::Arc<crate::limits::Usage>) {
+    *USAGE.get_or_init(Default::default).lock().unwrap() = Some(std::sync::Arc::downgrade(usage));
+}
+
+/// Device memory and objects the session holds now.
+fn held() -> (u64, u64) {
+    USAGE
+        .get()
+        .and_then(|u| {
+            u.lock()
+                .unwrap()
+                .as_ref()
+                .and_then(std::sync::Weak::upgrade)
+        })
+        .map_or((0, 0), |u| (u.memory(), u.objects() as u64))
 }
 
 /// Requests and ns served per request name (for the metrics; not read by signal handlers).

@@ -424,6 +424,16 @@ impl Usage {
         true
     }
 
+    /// Device memory held now.
+    pub fn memory(&self) -> u64 {
+        self.memory.load(Ordering::Relaxed)
+    }
+
+    /// Objects held now.
+    pub fn objects(&self) -> usize {
+        self.objects.load(Ordering::Relaxed)
+    }
+
     pub fn refund_memory(&self, bytes: u64) {
         let _ = self
             .memory

@@ -29,6 +29,9 @@ pub struct WorkerStats {
     pub busy_us: u64,
     /// Per request name (`LaunchKernel`, `MemcpyHtoD`, …).
     pub calls: Vec<CallStats>,
+    /// Device memory (bytes) and objects the session holds now, as its quotas count them.
+    pub memory: u64,
+    pub objects: u64,
 }
 
 /// One request name's totals.
@@ -166,6 +169,29 @@ pub fn render() -> String {
             format!("{:.6}", s.busy_us as f64 / 1e6)
         }),
     ];
+    for (what, help, get) in [
+        (
+            "memory_bytes",
+            "Device memory the session holds (as its quota counts it).",
+            (|s: &WorkerStats| s.memory) as fn(&WorkerStats) -> u64,
+        ),
+        (
+            "objects",
+            "Objects the session holds.",
+            |s: &WorkerStats| s.objects,
+        ),
+    ] {
+        let name = format!("rgpu_session_{what}");
+        family(&mut out, &name, "gauge", help);
+        for id in &ids {
+            let session = &live[id];
+            out += &format!(
+                "{name}{{session=\"{id}\",client=\"{}\"}} {}\n",
+                escape(&session.client),
+                get(&session.stats)
+            );
+        }
+    }
     for (what, help, value) in per_session {
         let name = format!("rgpu_session_{what}_total");
         family(
@@ -302,6 +328,8 @@ mod tests {
                 requests: 12,
                 bulk_received: 4096,
                 busy_us: 1500,
+                memory: 1 << 20,
+                objects: 3,
                 calls: vec![CallStats {
                     call: "LaunchKernel".into(),
                     count: 10,
@@ -311,6 +339,11 @@ mod tests {
         );
         let text = render();
         assert!(text.contains("rgpu_sessions_active 1\n"), "{text}");
+        assert!(
+            text.contains("rgpu_session_memory_bytes{session=\"7\""),
+            "{text}"
+        );
+        assert!(text.contains("\"} 1048576\n"), "{text}");
         assert!(
             text.contains(
                 "rgpu_session_requests_total{session=\"7\",client=\"prog[1] \\\"quoted\\\"\"} 12\n"

@@ -292,6 +292,7 @@ impl Session {
     ) -> Session {
         let writer = Arc::new(Writer::new(write_half));
         let usage = Usage::new(id, &shared.limits);
+        crate::flight::watch_usage(&usage);
         let cl = ClSession::new(id, shared.inventory.clone(), &writer, usage.clone());
         Session {
             id,
