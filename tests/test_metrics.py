@@ -70,6 +70,7 @@ def test_metrics_count_sessions_and_their_requests(c_program, start_server):
     assert values["rgpu_sessions_started_total"] >= 2, values
     assert values["rgpu_requests_total"] > 0 and values["rgpu_received_bulk_bytes_total"] > 0, values
     assert values["rgpu_busy_seconds_total"] > 0, values
+    assert values["rgpu_sent_bulk_bytes_total"] > 0, values  # buffers reads its buffers back
     assert not [k for k in values if k.startswith("rgpu_session_requests_total{")], values
     # By request name, over all sessions: the buffers program's writes and reads are there.
     calls = {k[len('rgpu_calls_total{call="'):-2]: v for k, v in values.items()

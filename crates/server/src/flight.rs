@@ -46,6 +46,13 @@ static COUNT: AtomicUsize = AtomicUsize::new(0);
 static SESSION: AtomicU64 = AtomicU64::new(0);
 /// Totals for the metrics (crate::metrics): bulk bytes received, ns spent serving.
 static BULK: AtomicU64 = AtomicU64::new(0);
+/// Bulk bytes sent back (reads), through the session's writer.
+static SENT: AtomicU64 = AtomicU64::new(0);
+
+/// The session sent `bytes` of bulk data (a read's contents).
+pub fn sent(bytes: u64) {
+    SENT.fetch_add(bytes, Ordering::Relaxed);
+}
 static BUSY_NS: AtomicU64 = AtomicU64::new(0);
 
 /// The session's totals so far.
@@ -67,6 +74,7 @@ pub fn stats() -> crate::metrics::WorkerStats {
         objects,
         requests: COUNT.load(Ordering::Relaxed) as u64,
         bulk_received: BULK.load(Ordering::Relaxed),
+        bulk_sent: SENT.load(Ordering::Relaxed),
         busy_us: BUSY_NS.load(Ordering::Relaxed) / 1000,
         calls,
     }

@@ -25,6 +25,8 @@ const READ_TIME: Duration = Duration::from_secs(2);
 pub struct WorkerStats {
     pub requests: u64,
     pub bulk_received: u64,
+    /// Bulk bytes sent back (reads' contents).
+    pub bulk_sent: u64,
     /// µs spent serving requests.
     pub busy_us: u64,
     /// Per request name (`LaunchKernel`, `MemcpyHtoD`, …).
@@ -99,6 +101,7 @@ pub fn session_ended(id: u64, normally: bool) {
     let mut ended = m.ended.lock().unwrap();
     ended.requests += session.stats.requests;
     ended.bulk_received += session.stats.bulk_received;
+    ended.bulk_sent += session.stats.bulk_sent;
     ended.busy_us += session.stats.busy_us;
     let mut calls = m.ended_calls.lock().unwrap();
     for call in session.stats.calls {
@@ -155,15 +158,21 @@ pub fn render() -> String {
     let totals = live.values().fold(ended, |mut t, s| {
         t.requests += s.stats.requests;
         t.bulk_received += s.stats.bulk_received;
+        t.bulk_sent += s.stats.bulk_sent;
         t.busy_us += s.stats.busy_us;
         t
     });
-    let per_session: [(&str, &str, Figure); 3] = [
+    let per_session: [(&str, &str, Figure); 4] = [
         ("requests", "Requests served.", |s| s.requests.to_string()),
         (
             "received_bulk_bytes",
             "Bulk bytes received with requests (writes, arguments).",
             |s| s.bulk_received.to_string(),
+        ),
+        (
+            "sent_bulk_bytes",
+            "Bulk bytes sent back (reads' contents).",
+            |s| s.bulk_sent.to_string(),
         ),
         ("busy_seconds", "Time spent serving requests.", |s| {
             format!("{:.6}", s.busy_us as f64 / 1e6)
@@ -327,6 +336,7 @@ mod tests {
             WorkerStats {
                 requests: 12,
                 bulk_received: 4096,
+                bulk_sent: 512,
                 busy_us: 1500,
                 memory: 1 << 20,
                 objects: 3,

@@ -21,6 +21,7 @@ impl Writer {
     /// Sends one frame (and its bulk) and flushes it.
     pub fn send(&self, msg: &ServerMsg, seq: u64, bulk: &[u8]) -> Result<(), TransportError> {
         let mut writer = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        crate::flight::sent(bulk.len() as u64);
         writer.send(msg, seq, bulk)
     }
 
@@ -44,6 +45,7 @@ impl Writer {
         lanes: u32,
     ) -> Result<(), TransportError> {
         let mut writer = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        crate::flight::sent(bulk_len);
         writer.queue_striped(msg, seq, bulk_len, lanes)?;
         writer.flush()
     }
@@ -59,6 +61,7 @@ impl Writer {
     ) -> Result<(), TransportError> {
         let mut writer = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((offset, data)) = data {
+            crate::flight::sent(data.len() as u64);
             writer.queue(&ServerMsg::Data { offset }, seq, data)?;
         }
         writer.send(last, seq, &[])
