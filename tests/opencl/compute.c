@@ -4,11 +4,15 @@
  * has them — plus a bandwidth program and an empty kernel; every kernel's work-group info is
  * asked, and each runs at the kernel's own work-group size and at 64, its result checked
  * against the host's (the arithmetic is exact: counts that stay within the type's range).
- * Issue 22's NVIDIA case: a benchmark's compute kernels crashed the session's worker. */
+ * As clpeak does, the context is made from a device type, the queue profiles, each kernel also
+ * runs at the device's largest work-group size clamped to the kernel's, its timed launches'
+ * profiling read back, and a transfer section maps an ALLOC_HOST_PTR buffer for reading and
+ * writing. Issue 22's NVIDIA case: a benchmark's compute kernels crashed the session's worker. */
 #include "common.h"
 
 static cl_context ctx;
 static cl_command_queue q;
+static size_t g_max_wg;
 
 #define ITEMS 4096
 #define ROUNDS 32
@@ -55,6 +59,8 @@ static void run_compute(cl_program p, const char *tag, int w, size_t elem, size_
                                    sizeof pref, &pref, NULL));
     REQUIRE(wgs >= 1 && pref >= 1, "%s: work-group size %zu, multiple %zu", name, wgs, pref);
     if (local == 0) local = wgs > 256 ? 256 : wgs;
+    /* SIZE_MAX: the device's largest work-group, clamped to the kernel's (clpeak's launch). */
+    if (local == SIZE_MAX) local = wgs < g_max_wg ? wgs : g_max_wg;
     while (ITEMS % local) local /= 2;
     size_t bytes = ITEMS * elem * w, global = ITEMS;
     cl_mem out = CHKE(clCreateBuffer(ctx, CL_MEM_WRITE_ONLY, bytes, NULL, E));
@@ -68,7 +74,15 @@ static void run_compute(cl_program p, const char *tag, int w, size_t elem, size_
     else if (!strcmp(tag, "short")) *(int16_t *)step = 1;
     else *(int32_t *)step = 1;
     CHECK(clSetKernelArg(k, 1, elem, step));
-    CHECK(clEnqueueNDRangeKernel(q, k, 1, NULL, &global, &local, 0, NULL, NULL));
+    cl_event timed;
+    CHECK(clEnqueueNDRangeKernel(q, k, 1, NULL, &global, &local, 0, NULL, &timed));
+    CHECK(clWaitForEvents(1, &timed));
+    cl_ulong start = 0, end = 0;
+    CHECK(clGetEventProfilingInfo(timed, CL_PROFILING_COMMAND_START, sizeof start, &start, NULL));
+    CHECK(clGetEventProfilingInfo(timed, CL_PROFILING_COMMAND_END, sizeof end, &end, NULL));
+    REQUIRE(end >= start && start > 0, "%s: profiled start %llu end %llu", name,
+            (unsigned long long)start, (unsigned long long)end);
+    CHECK(clReleaseEvent(timed));
     unsigned char *host = malloc(bytes);
     CHECK(clEnqueueReadBuffer(q, out, CL_TRUE, 0, bytes, host, 0, NULL, NULL));
     for (size_t i = 0; i < ITEMS; i++)
@@ -137,10 +151,61 @@ static void run_bandwidth(cl_program p) {
     free(host);
 }
 
+/* Transfers the way clpeak's transfer test makes them, on an ALLOC_HOST_PTR buffer: blocking and
+ * non-blocking writes and reads, a map for reading, a map for writing and its unmap; the data
+ * written through the mapping is read back. */
+static void run_transfers(void) {
+    size_t n = 1 << 20, bytes = n * sizeof(float);
+    float *host = malloc(bytes), *back = malloc(bytes);
+    for (size_t i = 0; i < n; i++) host[i] = (float)(i % 4093);
+    cl_mem buf = CHKE(clCreateBuffer(ctx, CL_MEM_READ_WRITE | CL_MEM_ALLOC_HOST_PTR, bytes, NULL, E));
+    for (int round = 0; round < 3; round++) {
+        CHECK(clEnqueueWriteBuffer(q, buf, CL_TRUE, 0, bytes, host, 0, NULL, NULL));
+        CHECK(clEnqueueReadBuffer(q, buf, CL_TRUE, 0, bytes, back, 0, NULL, NULL));
+        CHECK(clEnqueueWriteBuffer(q, buf, CL_FALSE, 0, bytes, host, 0, NULL, NULL));
+        CHECK(clEnqueueReadBuffer(q, buf, CL_FALSE, 0, bytes, back, 0, NULL, NULL));
+        CHECK(clFinish(q));
+        REQUIRE(!memcmp(back, host, bytes), "round %d: read back differs", round);
+        float *m = CHKE(clEnqueueMapBuffer(q, buf, CL_TRUE, CL_MAP_READ, 0, bytes, 0, NULL, NULL, E));
+        REQUIRE(!memcmp(m, host, bytes), "round %d: mapped for reading differs", round);
+        CHECK(clEnqueueUnmapMemObject(q, buf, m, 0, NULL, NULL));
+        CHECK(clFinish(q));
+        m = CHKE(clEnqueueMapBuffer(q, buf, CL_TRUE, CL_MAP_WRITE, 0, bytes, 0, NULL, NULL, E));
+        for (size_t i = 0; i < n; i++) m[i] = (float)(round + i % 17);
+        cl_event unmapped;
+        CHECK(clEnqueueUnmapMemObject(q, buf, m, 0, NULL, &unmapped));
+        CHECK(clWaitForEvents(1, &unmapped));
+        CHECK(clReleaseEvent(unmapped));
+        CHECK(clEnqueueReadBuffer(q, buf, CL_TRUE, 0, bytes, back, 0, NULL, NULL));
+        for (size_t i = 0; i < n; i++)
+            REQUIRE(back[i] == (float)(round + i % 17), "round %d: element %zu after unmap", round, i);
+    }
+    CHECK(clReleaseMemObject(buf));
+    free(host);
+    free(back);
+}
+
+/* A context of every device of the selected platform, from the type (clCreateContextFromType);
+ * the selected device must be among them. */
+static cl_context make_context_from_type(void) {
+    cl_context_properties props[] = {CL_CONTEXT_PLATFORM, (cl_context_properties)g_platform, 0};
+    cl_context c = CHKE(clCreateContextFromType(props, CL_DEVICE_TYPE_ALL, ctx_notify, NULL, E));
+    size_t n = 0;
+    CHECK(clGetContextInfo(c, CL_CONTEXT_DEVICES, 0, NULL, &n));
+    cl_device_id *devs = malloc(n);
+    CHECK(clGetContextInfo(c, CL_CONTEXT_DEVICES, n, devs, NULL));
+    int found = 0;
+    for (size_t i = 0; i < n / sizeof *devs; i++) found |= devs[i] == g_device;
+    free(devs);
+    REQUIRE(found, "the selected device is not in the context made from CL_DEVICE_TYPE_ALL");
+    return c;
+}
+
 int main(void) {
     select_device();
-    ctx = make_context();
+    ctx = make_context_from_type();
     q = make_queue(ctx, CL_QUEUE_PROFILING_ENABLE);
+    g_max_wg = device_size(g_device, CL_DEVICE_MAX_WORK_GROUP_SIZE);
 
     struct {
         const char *type, *tag, *pragma, *needs;
@@ -174,9 +239,11 @@ int main(void) {
         for (int wi = 0; wi < 5; wi++) {
             run_compute(programs[i], kinds[i].tag, widths[wi], kinds[i].elem, 0, kinds[i].ok);
             run_compute(programs[i], kinds[i].tag, widths[wi], kinds[i].elem, 64, kinds[i].ok);
+            run_compute(programs[i], kinds[i].tag, widths[wi], kinds[i].elem, SIZE_MAX, kinds[i].ok);
         }
     }
     run_bandwidth(bandwidth);
+    run_transfers();
     for (size_t i = 0; i < nkinds; i++)
         if (programs[i]) CHECK(clReleaseProgram(programs[i]));
     CHECK(clReleaseProgram(bandwidth));
