@@ -9,12 +9,16 @@
 //! latency and bandwidth add as on a real store-and-forward link, and back-to-back chunks
 //! pipeline. At most [`MAX_QUEUED`] bytes wait in each direction (the link's buffer): a sender
 //! faster than the link blocks, as it would on a socket. Chunks go out on time to within the
-//! few microseconds of a spin (the last [`SPIN`] before each is spent spinning, not sleeping).
-//! The link cannot be faster than the real one under it (loopback: tens of Gbit/s).
+//! few microseconds of a spin: the pump threads ask the kernel for exact timers (no timer
+//! slack) and each writer stops sleeping early by the most it has recently overslept
+//! ([`Oversleep`]), spinning the rest. On machines with cores to spare the pumps also spin a
+//! moment before blocking, so a small message does not pay a thread's wake-up per hop. The link
+//! cannot be faster than the real one under it (loopback: tens of Gbit/s).
 
 use std::collections::VecDeque;
 use std::io::{self, Read, Write};
 use std::net::IpAddr;
+use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -126,7 +130,7 @@ const MAX_QUEUED: usize = 8 << 20;
 const READ_SIZE: usize = 256 << 10;
 const SLICE: usize = 16 << 10;
 /// How long before a chunk is due its writer stops sleeping and spins.
-const SPIN: Duration = Duration::from_micros(80);
+const SPIN: Duration = Duration::from_micros(30);
 
 /// A connection through an emulated link: the program's end of the socket pair, and the real
 /// socket (kept to describe the peer, to set its liveness and to shut it down).
@@ -183,7 +187,8 @@ pub fn emulate(real: Stream, spec: LinkSpec) -> io::Result<Stream> {
     {
         let src = link_end.try_clone()?;
         let dir = Arc::clone(&to_server);
-        spawn("rgpu-link-up-read", move || dir.read_from(src))?;
+        let fd = Some(src.as_raw_fd());
+        spawn("rgpu-link-up-read", move || dir.read_from(src, fd))?;
         let dir = Arc::clone(&to_server);
         let real = Arc::clone(&real);
         let end = link_end.try_clone()?;
@@ -197,7 +202,10 @@ pub fn emulate(real: Stream, spec: LinkSpec) -> io::Result<Stream> {
     }
     {
         let dir = Arc::clone(&to_program);
-        spawn("rgpu-link-down-read", move || dir.read_from(real_reader))?;
+        let fd = real_reader.raw_fd();
+        spawn("rgpu-link-down-read", move || {
+            dir.read_from(real_reader, fd)
+        })?;
         let dir = Arc::clone(&to_program);
         let real = Arc::clone(&real);
         let end = link_end;
@@ -215,7 +223,12 @@ pub fn emulate(real: Stream, spec: LinkSpec) -> io::Result<Stream> {
 fn spawn(name: &str, body: impl FnOnce() + Send + 'static) -> io::Result<()> {
     std::thread::Builder::new()
         .name(name.to_string())
-        .spawn(body)
+        .spawn(move || {
+            // Exact timers: the default 50 µs of slack would make every sleep late by that much.
+            // SAFETY: PR_SET_TIMERSLACK takes an integer argument and affects only this thread.
+            unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0, 0, 0) };
+            body()
+        })
         .map(drop)
 }
 
@@ -253,10 +266,14 @@ impl Direction {
 
     /// Reads the sending side until it ends (or fails), queuing each slice with its due
     /// time; `None` marks the end, after which the writer closes both sides.
-    fn read_from(&self, mut src: impl Read) {
+    /// `fd` is the socket under `src`, polled before each read (see [`spin_until_readable`]).
+    fn read_from(&self, mut src: impl Read, fd: Option<RawFd>) {
         let mut buf = vec![0u8; READ_SIZE];
         let mut serializer_free = Instant::now();
         loop {
+            if let Some(fd) = fd {
+                spin_until_readable(fd);
+            }
             let n = match src.read(&mut buf) {
                 Ok(0) => 0,
                 Ok(n) => n,
@@ -292,6 +309,7 @@ impl Direction {
     /// Writes each queued chunk to the receiving side when it is due; `on_end` runs at the
     /// end of the stream or when writing fails.
     fn write_to(&self, mut dst: impl Write, on_end: impl FnOnce()) {
+        let mut oversleep = Oversleep::default();
         loop {
             let (due, chunk) = {
                 let mut queue = self.next_queued();
@@ -300,7 +318,7 @@ impl Direction {
                 }
                 queue.chunks.pop_front().unwrap()
             };
-            wait_until(due);
+            oversleep.wait_until(due);
             let Some(chunk) = chunk else { break };
             let written = dst.write_all(&chunk);
             {
@@ -347,21 +365,61 @@ fn spin_allowed() -> bool {
     *ALLOWED.get_or_init(|| std::thread::available_parallelism().is_ok_and(|n| n.get() >= 8))
 }
 
-/// Sleeps until shortly before `due`, then spins to it.
-fn wait_until(due: Instant) {
-    loop {
-        let now = Instant::now();
-        if now >= due {
+/// Waits for `fd` to have data by polling it for up to [`IDLE_SPIN`] (where spinning is
+/// allowed), so that the blocking read after it does not sleep when data comes soon.
+fn spin_until_readable(fd: RawFd) {
+    if !spin_allowed() {
+        return;
+    }
+    let start = Instant::now();
+    let mut pollfd = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    while start.elapsed() < IDLE_SPIN {
+        // SAFETY: one valid pollfd, timeout 0 (never blocks).
+        if unsafe { libc::poll(&mut pollfd, 1, 0) } != 0 {
             return;
         }
-        let left = due - now;
-        if left > SPIN {
-            std::thread::sleep(left - SPIN);
-        } else {
+        std::hint::spin_loop();
+    }
+}
+
+/// A writer's sleeps: how late they have recently woken, so the next sleep ends that much
+/// (plus [`SPIN`]) before its chunk is due and a spin covers the rest.
+struct Oversleep {
+    /// The recent worst lateness, decaying by 1/16 per sleep.
+    late: Duration,
+}
+
+impl Default for Oversleep {
+    fn default() -> Self {
+        Oversleep {
+            late: Duration::from_micros(20),
+        }
+    }
+}
+
+impl Oversleep {
+    /// Sleeps until shortly before `due`, then spins to it.
+    fn wait_until(&mut self, due: Instant) {
+        let margin = SPIN + self.late;
+        let now = Instant::now();
+        if due > now + margin {
+            let wake = due - margin;
+            std::thread::sleep(wake - now);
+            let late = Instant::now().saturating_duration_since(wake);
+            self.late = (self.late - self.late / 16).max(late).min(MAX_MARGIN);
+        }
+        while Instant::now() < due {
             std::hint::spin_loop();
         }
     }
 }
+
+/// The most a writer stops sleeping before a chunk is due.
+const MAX_MARGIN: Duration = Duration::from_millis(2);
 
 #[cfg(test)]
 mod tests {

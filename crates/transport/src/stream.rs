@@ -130,6 +130,17 @@ impl Stream {
         }
     }
 
+    /// The socket's descriptor, for polling; `None` for TLS (its bytes are not the socket's) and
+    /// emulated links.
+    pub fn raw_fd(&self) -> Option<std::os::fd::RawFd> {
+        use std::os::fd::AsRawFd;
+        match self {
+            Stream::Tcp(s) => Some(s.as_raw_fd()),
+            Stream::Unix(s) => Some(s.as_raw_fd()),
+            Stream::Tls(_) | Stream::Emulated(_) => None,
+        }
+    }
+
     pub fn try_clone(&self) -> io::Result<Stream> {
         Ok(match self {
             Stream::Tcp(s) => Stream::Tcp(s.try_clone()?),
