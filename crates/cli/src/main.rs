@@ -4,6 +4,7 @@
 //! `rgpu` OpenCL platform appear (used by run, devices and bench).
 
 mod commands;
+mod model;
 mod rgpu_env;
 mod slurm;
 
@@ -39,6 +40,7 @@ enum Command {
     Bench(rgpu_bench::BenchArgs),
     Token(commands::token::TokenArgs),
     Trace(commands::trace::TraceArgs),
+    Model(commands::model::ModelArgs),
     Top(commands::top::TopArgs),
     /// One session's worker process (started by `rgpu server`, not by hand).
     #[command(name = "server-worker", hide = true)]
@@ -89,6 +91,7 @@ fn main() -> ExitCode {
         Command::Bench(args) => rgpu_bench::run(args, &commands::BenchSetup::default()),
         Command::Token(args) => commands::token::run(args),
         Command::Trace(args) => commands::trace::run(args),
+        Command::Model(args) => commands::model::run(args),
         Command::Top(args) => commands::top::run(args),
         Command::ServerWorker => commands::server::run_worker(),
     };

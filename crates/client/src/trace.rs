@@ -37,6 +37,9 @@ pub struct TraceHeader {
     pub start_unix_us: u64,
     /// The program, as /proc/self/cmdline gives it (arguments joined by spaces).
     pub command: String,
+    /// The emulated link the program ran behind (`RGPU_LINK`), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link: Option<String>,
 }
 
 /// One call the program made into an rgpu library.
@@ -184,6 +187,7 @@ fn open_trace(path: &str, now_us: u64) -> std::io::Result<(File, u64)> {
                 pid: std::process::id(),
                 start_unix_us: now_us,
                 command: command_line(),
+                link: std::env::var("RGPU_LINK").ok().filter(|l| !l.is_empty()),
             };
             let mut line = serde_json::to_vec(&header).map_err(std::io::Error::other)?;
             line.push(b'\n');
@@ -552,6 +556,7 @@ mod tests {
             pid: 7,
             start_unix_us: 1,
             command: "prog".into(),
+            link: None,
         };
         let records = [
             record("cuLaunchKernel", 2.0, 0, 0.0),

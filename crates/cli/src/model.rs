@@ -1,0 +1,322 @@
+//! The network performance model (docs/model.md): from a call trace taken on one link, the
+//! program's time on another.
+//!
+//! The trace gives, per call, the client's own time, the time it waited on the network and how
+//! often, whether it posted requests, and the bulk bytes each way. The model replays the calls
+//! of every thread in their traced order through a simulated link — one serializer per
+//! direction at the link's rate, half the round trip each way, a send buffer that blocks a
+//! sender running ahead of the link — and a server that answers a waited request once it has
+//! arrived and the work posted before it is done. What the server spent on a waited request
+//! (its own work and the GPU work still queued ahead of it) is what the trace's wait leaves
+//! after the traced link's share; that work is taken to shift with the arrival of the requests
+//! that fed it. The client's time between calls and inside them is kept as traced.
+
+use std::collections::HashMap;
+
+use rgpu_client::trace::CallRecord;
+use rgpu_transport::link::LinkSpec;
+
+/// Bytes a request or reply costs on the link beyond its bulk data (frame header and
+/// arguments, typical of the protocol's small messages).
+pub const MESSAGE_BYTES: f64 = 96.0;
+
+/// A link as the model sees it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Link {
+    /// Round-trip time, µs.
+    pub rtt_us: f64,
+    /// Bytes per µs each way (`f64::INFINITY`: no limit).
+    pub bytes_per_us: f64,
+    /// Bytes a sender may have in flight before a write blocks (socket buffers, or the link
+    /// emulator's queue).
+    pub buffer_bytes: f64,
+}
+
+/// The link emulator's queue per direction (crates/transport/src/link.rs MAX_QUEUED) plus
+/// the sockets' buffers: what a sender can get ahead by.
+pub const DEFAULT_BUFFER_BYTES: f64 = (8 << 20) as f64 + (256 << 10) as f64;
+
+impl Link {
+    /// The link added to the traced path: `spec`'s round trip and rate.
+    pub fn from_spec(spec: &LinkSpec) -> Link {
+        Link {
+            rtt_us: spec.rtt.as_secs_f64() * 1e6,
+            bytes_per_us: spec
+                .bits_per_second
+                .map_or(f64::INFINITY, |bits| bits / 8.0 / 1e6),
+            buffer_bytes: DEFAULT_BUFFER_BYTES,
+        }
+    }
+
+    /// The traced path itself when nothing was added (loopback): no extra time.
+    pub fn unlimited() -> Link {
+        Link {
+            rtt_us: 0.0,
+            bytes_per_us: f64::INFINITY,
+            buffer_bytes: DEFAULT_BUFFER_BYTES,
+        }
+    }
+
+    fn transfer_us(&self, bytes: f64) -> f64 {
+        if self.bytes_per_us.is_infinite() {
+            0.0
+        } else {
+            bytes / self.bytes_per_us
+        }
+    }
+}
+
+/// Named networks (`--link 10GbE`): the rCUDA paper's, with round trips of a small TCP message
+/// between hosts and the rate TCP reaches on them.
+pub const PRESETS: &[(&str, &str, &str)] = &[
+    ("1GbE", "rtt=60us,bandwidth=0.94Gbit", "Gigabit Ethernet"),
+    ("10GbE", "rtt=25us,bandwidth=9.4Gbit", "10 Gigabit Ethernet"),
+    (
+        "40G-QDR",
+        "rtt=12us,bandwidth=26Gbit",
+        "InfiniBand QDR 4x (IPoIB)",
+    ),
+    ("100G-EDR", "rtt=8us,bandwidth=80Gbit", "InfiniBand EDR 4x"),
+    ("200G-HDR", "rtt=6us,bandwidth=160Gbit", "InfiniBand HDR 4x"),
+];
+
+/// Parses a `--link` value: a preset's name or `rtt=..,bandwidth=..`.
+pub fn parse_link(text: &str) -> Result<(String, LinkSpec), String> {
+    let spec_text = PRESETS
+        .iter()
+        .find(|(name, _, _)| name.eq_ignore_ascii_case(text))
+        .map_or(text, |(_, spec, _)| spec);
+    let spec = spec_text.parse::<LinkSpec>()?;
+    Ok((text.to_string(), spec))
+}
+
+/// One direction of the simulated link.
+#[derive(Default, Clone, Copy)]
+struct Wire {
+    /// When the serializer is free again.
+    free: f64,
+}
+
+impl Wire {
+    /// Sends `bytes` handed over at `at`; returns (when the last byte leaves, when it arrives).
+    fn send(&mut self, link: &Link, at: f64, bytes: f64) -> (f64, f64) {
+        let leaves = self.free.max(at) + link.transfer_us(bytes);
+        self.free = leaves;
+        (leaves, leaves + link.rtt_us / 2.0)
+    }
+}
+
+/// The simulated path: the link both ways and the server's queue.
+#[derive(Clone, Copy)]
+struct Path {
+    link: Link,
+    up: Wire,
+    down: Wire,
+    /// Arrival time of the latest request (the server handles a session's requests in order).
+    last_arrival: f64,
+}
+
+impl Path {
+    fn new(link: Link) -> Path {
+        Path {
+            link,
+            up: Wire::default(),
+            down: Wire::default(),
+            last_arrival: f64::NEG_INFINITY,
+        }
+    }
+
+    /// A request of `bytes` handed to the link at `at`: when it arrives, and when the sender
+    /// may go on (at once, unless the link's buffer is full).
+    fn request(&mut self, at: f64, bytes: f64) -> (f64, f64) {
+        let (leaves, arrives) = self.up.send(&self.link, at, bytes);
+        let arrives = arrives.max(self.last_arrival);
+        self.last_arrival = arrives;
+        let backlog = self.link.transfer_us(self.link.buffer_bytes);
+        (arrives, at.max(leaves - backlog))
+    }
+}
+
+/// Replays `records` (one process's trace, in the order written) on `target`, the trace having
+/// been taken on `traced`: the span from the first call's start to the last call's end, and the
+/// time the program waited on the network, µs. With `target == traced` the span is the
+/// traced one.
+pub fn predict(records: &[CallRecord], traced: &Link, target: &Link) -> (f64, f64) {
+    let mut records: Vec<&CallRecord> = records.iter().collect();
+    records.sort_by(|a, b| a.t.cmp(&b.t));
+    let Some(first) = records.first() else {
+        return (0.0, 0.0);
+    };
+    let origin = first.t as f64;
+    let mut old = Path::new(*traced);
+    let mut new = Path::new(*target);
+    // Per thread: (when its previous call ended as traced, as predicted).
+    let mut threads: HashMap<u32, (f64, f64)> = HashMap::new();
+    // How much later than traced the latest posted request reached the server (the work it
+    // queued shifts so), if one came since the last waited request.
+    let mut posted_shift: Option<f64> = None;
+    // How much later than traced the program is, as of the latest call (a new thread's start).
+    let mut lag = 0.0f64;
+    let mut end = 0.0f64;
+    let mut waited = 0.0f64;
+    for r in records {
+        let t = r.t as f64 - origin;
+        let (old_prev, new_prev) = *threads.get(&r.thread).unwrap_or(&(t, t + lag));
+        let gap = (t - old_prev).max(0.0);
+        let local = (r.us - r.wait_us).max(0.0);
+        let old_ready = t + local;
+        let new_ready = new_prev + gap + local;
+        let new_end;
+        if r.waits == 0 {
+            let bytes = r.bytes_out as f64 + MESSAGE_BYTES * r.posted as f64;
+            if r.posted > 0 || r.bytes_out > 0 {
+                let (old_arrival, _) = old.request(old_ready, bytes);
+                let (new_arrival, go_on) = new.request(new_ready, bytes);
+                posted_shift = Some(new_arrival - old_arrival);
+                new_end = go_on.max(new_ready);
+            } else {
+                new_end = new_ready;
+            }
+        } else {
+            // The traced wait: (waits - 1) plain round trips, then one request that carried
+            // the bytes out, the server's work, and the reply with the bytes in.
+            let extra_trips = r.waits.saturating_sub(1) as f64;
+            let bytes_out = r.bytes_out as f64 + MESSAGE_BYTES;
+            let bytes_in = r.bytes_in as f64 + MESSAGE_BYTES;
+            let (old_arrival, _) = old.request(old_ready, bytes_out);
+            let old_reply_leaves = old_ready + r.wait_us
+                - extra_trips * traced.rtt_us
+                - traced.rtt_us / 2.0
+                - traced.transfer_us(bytes_in);
+            let work = (old_reply_leaves - old_arrival).max(0.0);
+            old.down.send(traced, old_reply_leaves, bytes_in);
+            let (new_arrival, _) = new.request(new_ready, bytes_out);
+            // With posted work ahead of it, the reply was ready `work` after the traced arrival,
+            // shifted as the posted requests were (the GPU went on meanwhile); else the work is
+            // the request's own and starts when it arrives.
+            let reply_leaves = match posted_shift.take() {
+                Some(shift) => new_arrival.max(old_arrival + work + shift),
+                None => new_arrival + work,
+            };
+            let (_, reply_arrives) = new.down.send(target, reply_leaves, bytes_in);
+            new_end = reply_arrives + extra_trips * target.rtt_us;
+            waited += new_end - new_ready;
+        }
+        let old_end = t + r.us;
+        threads.insert(r.thread, (old_end, new_end));
+        lag = new_end - old_end;
+        end = end.max(new_end);
+    }
+    (end, waited)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn call(
+        t: u64,
+        us: f64,
+        waits: u32,
+        wait_us: f64,
+        posted: u32,
+        out: u64,
+        inb: u64,
+    ) -> CallRecord {
+        CallRecord {
+            t,
+            thread: 1,
+            api: "cuda".into(),
+            call: if waits > 0 {
+                "cuStreamSynchronize"
+            } else {
+                "cuLaunchKernel"
+            }
+            .into(),
+            us,
+            waits,
+            wait_us,
+            posted,
+            bytes_out: out,
+            bytes_in: inb,
+        }
+    }
+
+    fn link(rtt_us: f64, gbit: f64) -> Link {
+        Link {
+            rtt_us,
+            bytes_per_us: if gbit.is_infinite() {
+                gbit
+            } else {
+                gbit * 1e3 / 8.0
+            },
+            buffer_bytes: DEFAULT_BUFFER_BYTES,
+        }
+    }
+
+    /// A loop of `n` round trips of 20 µs each, 5 µs of client time apart.
+    fn ping_loop(n: u64) -> Vec<CallRecord> {
+        (0..n)
+            .map(|i| call(i * 25, 20.0, 1, 20.0, 0, 0, 0))
+            .collect()
+    }
+
+    #[test]
+    fn the_traced_link_gives_back_the_traced_span() {
+        let records = ping_loop(100);
+        let loopback = link(20.0, f64::INFINITY);
+        let (span, _) = predict(&records, &loopback, &loopback);
+        assert!((span - 2495.0).abs() < 1e-6, "{span}");
+    }
+
+    #[test]
+    fn each_wait_pays_the_added_round_trip() {
+        let records = ping_loop(100);
+        let (span, waited) = predict(&records, &Link::unlimited(), &link(500.0, f64::INFINITY));
+        assert!((span - (2495.0 + 100.0 * 500.0)).abs() < 1e-6, "{span}");
+        assert!((waited - 100.0 * 520.0).abs() < 1e-6, "{waited}");
+    }
+
+    #[test]
+    fn posted_calls_overlap_and_a_sync_waits_for_their_work() {
+        // 100 launches posted 2 µs apart, then a sync that waited 1000 µs on loopback (the GPU
+        // finishing their work): on a slower link the work shifts by the one-way delay and the
+        // sync adds one round trip.
+        let mut records: Vec<CallRecord> = (0..100)
+            .map(|i| call(i * 2, 1.0, 0, 0.0, 1, 0, 0))
+            .collect();
+        records.push(call(200, 1000.0, 1, 1000.0, 0, 0, 0));
+        let (span, _) = predict(&records, &Link::unlimited(), &link(200.0, f64::INFINITY));
+        assert!((span - (1200.0 + 200.0)).abs() < 1e-6, "{span}");
+    }
+
+    #[test]
+    fn bulk_writes_pace_at_the_link_rate_and_block_beyond_its_buffer() {
+        // 64 posted copies of 1 MiB then a sync; at 1 Gbit/s the data takes ~537 ms and the sync
+        // returns once all of it arrived.
+        let mib = 1u64 << 20;
+        let mut records: Vec<CallRecord> = (0..64)
+            .map(|i| call(i * 100, 90.0, 0, 0.0, 1, mib, 0))
+            .collect();
+        records.push(call(6400, 50.0, 1, 50.0, 0, 0, 0));
+        let (span, _) = predict(&records, &Link::unlimited(), &link(0.0, 1.0));
+        let data_us = 64.0 * (mib as f64 + MESSAGE_BYTES) * 8.0 / 1e3;
+        assert!(
+            span > data_us && span < data_us + 200.0,
+            "{span} vs {data_us}"
+        );
+    }
+
+    #[test]
+    fn presets_parse() {
+        for (name, _, _) in PRESETS {
+            let (_, spec) = parse_link(name).unwrap();
+            assert!(
+                spec.bits_per_second.is_some() && spec.rtt.as_nanos() > 0,
+                "{name}"
+            );
+        }
+        assert!(parse_link("rtt=1ms").is_ok());
+        assert!(parse_link("nonsense").is_err());
+    }
+}
