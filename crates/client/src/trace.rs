@@ -19,7 +19,7 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::io::{Read, Write};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
@@ -83,6 +83,8 @@ thread_local! {
         waits: 0, wait: Duration::ZERO, posted: 0, bytes_out: 0, bytes_in: 0,
     }) };
     static THREAD: Cell<u32> = const { Cell::new(0) };
+    /// This thread's record being serialized (outside the trace's lock).
+    static LINE: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 struct Tracer {
@@ -90,33 +92,79 @@ struct Tracer {
     /// `start` as µs after the trace file's header time (a second library of this process,
     /// NVML beside CUDA, writes into the file the first one began).
     start_after_header_us: u64,
-    file: Option<Mutex<TraceFile>>,
+    file: Option<&'static TraceFile>,
     stats: Option<Mutex<HashMap<(&'static str, &'static str), Stat>>>,
 }
 
-/// The trace file and the whole lines not yet written to it. Written a buffer at a time in
-/// append mode, each write whole lines, so the libraries of one process (each has its own
-/// tracer) never split each other's lines.
+/// The trace file and the whole lines not yet written to it. A writer thread writes them a
+/// buffer at a time (the program's threads never wait for the disk), in append mode and whole
+/// lines only, so the libraries of one process (each has its own tracer) never split each
+/// other's lines.
 struct TraceFile {
-    file: File,
-    pending: Vec<u8>,
+    file: Mutex<File>,
+    pending: Mutex<Vec<u8>>,
+    /// Signalled when `pending` grows past [`TraceFile::FLUSH_AT`].
+    full: Condvar,
 }
 
 impl TraceFile {
-    const FLUSH_AT: usize = 64 * 1024;
+    const FLUSH_AT: usize = 256 * 1024;
 
-    fn push(&mut self, line: &impl Serialize) {
-        if serde_json::to_writer(&mut self.pending, line).is_ok() {
-            self.pending.push(b'\n');
+    fn new(file: File) -> &'static TraceFile {
+        let trace: &'static TraceFile = Box::leak(Box::new(TraceFile {
+            file: Mutex::new(file),
+            pending: Mutex::new(Vec::with_capacity(Self::FLUSH_AT * 2)),
+            full: Condvar::new(),
+        }));
+        let _ = std::thread::Builder::new()
+            .name("rgpu-trace".into())
+            .spawn(move || trace.write_behind());
+        trace
+    }
+
+    /// Appends one serialized line (made by the caller, outside the lock).
+    fn push(&self, line: &[u8]) {
+        let Ok(mut pending) = self.pending.lock() else {
+            return;
+        };
+        pending.extend_from_slice(line);
+        if pending.len() >= Self::FLUSH_AT {
+            self.full.notify_one();
         }
-        if self.pending.len() >= Self::FLUSH_AT {
+    }
+
+    /// The writer thread: writes what is pending once there is enough, or every 100 ms.
+    fn write_behind(&self) {
+        loop {
+            {
+                let Ok(pending) = self.pending.lock() else {
+                    return;
+                };
+                if self
+                    .full
+                    .wait_timeout(pending, Duration::from_millis(100))
+                    .is_err()
+                {
+                    return;
+                }
+            }
             self.flush();
         }
     }
 
-    fn flush(&mut self) {
-        let _ = self.file.write_all(&self.pending);
-        self.pending.clear();
+    /// Writes what is pending now. The file's lock is taken first, so batches reach the file
+    /// in the order they were taken.
+    fn flush(&self) {
+        let Ok(mut file) = self.file.lock() else {
+            return;
+        };
+        let batch = match self.pending.lock() {
+            Ok(mut pending) => std::mem::replace(&mut *pending, Vec::with_capacity(Self::FLUSH_AT)),
+            Err(_) => return,
+        };
+        if !batch.is_empty() {
+            let _ = file.write_all(&batch);
+        }
     }
 }
 
@@ -141,10 +189,7 @@ fn start_tracer() -> Option<Tracer> {
         match open_trace(&path, now_us) {
             Ok((file, header_us)) => {
                 start_after_header_us = now_us.saturating_sub(header_us);
-                Some(Mutex::new(TraceFile {
-                    file,
-                    pending: Vec::with_capacity(TraceFile::FLUSH_AT + 1024),
-                }))
+                Some(TraceFile::new(file))
             }
             Err(e) => {
                 eprintln!("rgpu: RGPU_TRACE: cannot write {path}: {e}; not tracing");
@@ -227,10 +272,8 @@ fn at_exit() {
 /// Flushes the trace and prints the statistics table (once; later calls do nothing).
 pub fn finish() {
     let Some(tracer) = tracer() else { return };
-    if let Some(file) = &tracer.file {
-        if let Ok(mut file) = file.lock() {
-            file.flush();
-        }
+    if let Some(file) = tracer.file {
+        file.flush();
     }
     if let Some(stats) = &tracer.stats {
         let Ok(mut stats) = stats.lock() else { return };
@@ -321,12 +364,12 @@ fn end_call(api: &'static str, call: &'static str, start: Instant) {
             stats.entry((api, call)).or_default().add(took, &counters);
         }
     }
-    if let Some(file) = &tracer.file {
-        let record = CallRecord {
+    if let Some(file) = tracer.file {
+        let record = CallRecordRef {
             t: tracer.start_after_header_us + start.duration_since(tracer.start).as_micros() as u64,
             thread: thread_number(),
-            api: api.to_string(),
-            call: call.to_string(),
+            api,
+            call,
             us: micros(took),
             waits: counters.waits,
             wait_us: micros(counters.wait),
@@ -334,10 +377,29 @@ fn end_call(api: &'static str, call: &'static str, start: Instant) {
             bytes_out: counters.bytes_out,
             bytes_in: counters.bytes_in,
         };
-        if let Ok(mut file) = file.lock() {
-            file.push(&record);
-        }
+        LINE.with_borrow_mut(|line| {
+            line.clear();
+            if serde_json::to_writer(&mut *line, &record).is_ok() {
+                line.push(b'\n');
+                file.push(line);
+            }
+        });
     }
+}
+
+/// [`CallRecord`] as written (borrowing the names; the same JSON).
+#[derive(Serialize)]
+struct CallRecordRef {
+    t: u64,
+    thread: u32,
+    api: &'static str,
+    call: &'static str,
+    us: f64,
+    waits: u32,
+    wait_us: f64,
+    posted: u32,
+    bytes_out: u64,
+    bytes_in: u64,
 }
 
 fn micros(d: Duration) -> f64 {
