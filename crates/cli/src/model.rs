@@ -143,7 +143,7 @@ impl Path {
 /// traced one.
 pub fn predict(records: &[CallRecord], traced: &Link, target: &Link) -> (f64, f64) {
     let mut records: Vec<&CallRecord> = records.iter().collect();
-    records.sort_by(|a, b| a.t.cmp(&b.t));
+    records.sort_by_key(|r| r.t);
     let Some(first) = records.first() else {
         return (0.0, 0.0);
     };
