@@ -162,7 +162,9 @@ pub fn predict(records: &[CallRecord], traced: &Link, target: &Link) -> (f64, f6
     for r in records {
         let t = r.t as f64 - origin;
         let (old_prev, new_prev) = *threads.get(&r.thread).unwrap_or(&(t, t + lag));
-        let gap = (t - old_prev).max(0.0);
+        // Not clamped: `t` is whole µs, so a call may seem to start a fraction before the
+        // previous one ended.
+        let gap = t - old_prev;
         let local = (r.us - r.wait_us).max(0.0);
         let old_ready = t + local;
         let new_ready = new_prev + gap + local;
@@ -305,6 +307,28 @@ mod tests {
             span > data_us && span < data_us + 200.0,
             "{span} vs {data_us}"
         );
+    }
+
+    /// A recorded trace (tools/bench/model_loops.c: 200 launches through rgpu on PoCL, a
+    /// clFinish per 10): on its own link the span comes back; 5 ms more of round trip adds
+    /// 5 ms per wait, launches and their work overlapping as traced.
+    #[test]
+    fn a_recorded_launch_loop_pays_a_round_trip_per_wait() {
+        let text = include_str!("../tests/data/launch-loop.trace.jsonl");
+        let (_, records) = rgpu_client::trace::read_trace(text).unwrap();
+        let first = records.iter().map(|r| r.t).min().unwrap() as f64;
+        let traced_span = records
+            .iter()
+            .map(|r| r.t as f64 + r.us)
+            .fold(0.0, f64::max)
+            - first;
+        let (span, _) = predict(&records, &Link::unlimited(), &Link::unlimited());
+        assert!((span - traced_span).abs() < 1.0, "{span} vs {traced_span}");
+        let waits: u32 = records.iter().map(|r| r.waits).sum();
+        assert!(waits >= 20, "{waits} waits");
+        let (slower, _) = predict(&records, &Link::unlimited(), &link(5000.0, f64::INFINITY));
+        let expected = traced_span + waits as f64 * 5000.0;
+        assert!((slower - expected).abs() < 1.0, "{slower} vs {expected}");
     }
 
     #[test]
