@@ -137,6 +137,17 @@ impl Path {
     }
 }
 
+/// The traced path's own round trip as the trace shows it: the least time a request without
+/// bulk data waited beyond what the server said it spent (`None` without server times).
+pub fn traced_round_trip_us(records: &[CallRecord]) -> Option<f64> {
+    records
+        .iter()
+        .filter(|r| r.waits == 1 && r.server_us > 0.0 && r.bytes_out == 0 && r.bytes_in == 0)
+        .map(|r| r.wait_us - r.server_us)
+        .filter(|rt| *rt >= 0.0)
+        .min_by(f64::total_cmp)
+}
+
 /// Replays `records` (one process's trace, in the order written) on `target`, the trace having
 /// been taken on `traced`: the span from the first call's start to the last call's end, and the
 /// time the program waited on the network, µs. With `target == traced` the span is the
@@ -238,6 +249,7 @@ mod tests {
             us,
             waits,
             wait_us,
+            server_us: 0.0,
             posted,
             bytes_out: out,
             bytes_in: inb,
@@ -329,6 +341,15 @@ mod tests {
         let (slower, _) = predict(&records, &Link::unlimited(), &link(5000.0, f64::INFINITY));
         let expected = traced_span + waits as f64 * 5000.0;
         assert!((slower - expected).abs() < 1.0, "{slower} vs {expected}");
+    }
+
+    #[test]
+    fn the_traced_round_trip_is_the_least_wait_beyond_the_servers_time() {
+        let mut records = ping_loop(3);
+        assert_eq!(traced_round_trip_us(&records), None);
+        records[0].server_us = 5.0;
+        records[1].server_us = 2.0;
+        assert_eq!(traced_round_trip_us(&records), Some(15.0));
     }
 
     #[test]

@@ -81,6 +81,9 @@ struct Shared {
     /// the reader thread wakes the watchdog with `heartbeat_asked`.
     heartbeat_owed: Mutex<bool>,
     heartbeat_asked: Condvar,
+    /// The server's time on requests whose replies are still to be taken (`Timing` frames,
+    /// asked for when tracing), by seq.
+    server_times: Mutex<HashMap<u64, u32>>,
 }
 
 impl Shared {
@@ -214,6 +217,7 @@ impl Connection {
             pinged_at: AtomicU64::new(0),
             heartbeat_owed: Mutex::new(false),
             heartbeat_asked: Condvar::new(),
+            server_times: Mutex::new(HashMap::new()),
         });
         // Read directly by the reader thread, also in TLS (no read-ahead thread: small replies
         // must not wait for a thread hand-over).
@@ -263,6 +267,10 @@ impl Connection {
             });
         if let Err(e) = spawned {
             log::warn!("{endpoint}: no liveness watchdog: {e}");
+        }
+        if crate::trace::tracing_to_file() {
+            // The call trace records the server's time on each waited request.
+            let _ = connection.session().time_replies(true);
         }
         Ok(connection)
     }
@@ -484,7 +492,13 @@ impl Connection {
     }
 
     fn wait(&self, seq: u64, slot: &Slot) -> Result<ServerMsg, ClientError> {
-        slot.wait(self.reply_timeout).unwrap_or_else(|| {
+        let reply = slot.wait(self.reply_timeout);
+        if crate::trace::tracing_to_file() {
+            if let Some(us) = self.shared.server_times.lock().unwrap().remove(&seq) {
+                crate::trace::served(us);
+            }
+        }
+        reply.unwrap_or_else(|| {
             self.shared.pending.lock().unwrap().remove(&seq);
             Err(ClientError::Timeout(format!(
                 "no reply from {} within {:?}",
@@ -731,6 +745,16 @@ fn read_one(reader: &mut FrameReader<ReadHalf>, shared: &Shared) -> Result<(), T
                 reader.read_bulk(chunk)?;
             } else {
                 reader.skip_bulk(header.bulk_len)?;
+            }
+        }
+        // Comes before the reply of the same seq: kept for the thread that waits for it.
+        ServerMsg::Timing { server_us } => {
+            reader.skip_bulk(header.bulk_len)?;
+            if matches!(
+                shared.pending.lock().unwrap().get(&seq),
+                Some(Pending::Waiter(_))
+            ) {
+                shared.server_times.lock().unwrap().insert(seq, server_us);
             }
         }
         ServerMsg::EventStatus { event, status } => {

@@ -59,6 +59,10 @@ pub struct CallRecord {
     pub waits: u32,
     /// Of `us`, the time spent in those waits.
     pub wait_us: f64,
+    /// Of `wait_us`, what the server said it spent on the requests (from taking each off the
+    /// connection to its reply; 0 where it did not say, as for reads).
+    #[serde(default)]
+    pub server_us: f64,
     /// Requests it sent without waiting for a reply (posted).
     pub posted: u32,
     /// Bulk bytes it sent (copies to the device, kernel arguments, …).
@@ -72,6 +76,8 @@ pub struct CallRecord {
 struct Counters {
     waits: u32,
     wait: Duration,
+    /// Of the waits, the server's own time on the requests (`Timing` frames).
+    served_us: u64,
     posted: u32,
     bytes_out: u64,
     bytes_in: u64,
@@ -80,7 +86,7 @@ struct Counters {
 thread_local! {
     static DEPTH: Cell<u32> = const { Cell::new(0) };
     static COUNTERS: Cell<Counters> = const { Cell::new(Counters {
-        waits: 0, wait: Duration::ZERO, posted: 0, bytes_out: 0, bytes_in: 0,
+        waits: 0, wait: Duration::ZERO, served_us: 0, posted: 0, bytes_out: 0, bytes_in: 0,
     }) };
     static THREAD: Cell<u32> = const { Cell::new(0) };
     /// This thread's record being serialized (outside the trace's lock).
@@ -373,6 +379,7 @@ fn end_call(api: &'static str, call: &'static str, start: Instant) {
             us: micros(took),
             waits: counters.waits,
             wait_us: micros(counters.wait),
+            server_us: counters.served_us as f64,
             posted: counters.posted,
             bytes_out: counters.bytes_out,
             bytes_in: counters.bytes_in,
@@ -397,6 +404,7 @@ struct CallRecordRef {
     us: f64,
     waits: u32,
     wait_us: f64,
+    server_us: f64,
     posted: u32,
     bytes_out: u64,
     bytes_in: u64,
@@ -435,6 +443,16 @@ pub(crate) fn waited(took: Duration) {
         c.waits += 1;
         c.wait += took;
     });
+}
+
+/// The server spent `us` on the request the calling thread just waited for.
+pub(crate) fn served(us: u32) {
+    add(|c| c.served_us += u64::from(us));
+}
+
+/// Whether calls are traced to a file (the server is then asked for its time on each request).
+pub(crate) fn tracing_to_file() -> bool {
+    tracer().is_some_and(|t| t.file.is_some())
 }
 
 /// The calling thread sent a request without waiting for its reply, with `bulk` bytes.
@@ -605,6 +623,7 @@ mod tests {
             us,
             waits,
             wait_us,
+            server_us: 0.0,
             posted: 1,
             bytes_out: 8,
             bytes_in: 0,

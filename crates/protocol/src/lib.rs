@@ -25,7 +25,7 @@ use serde::{Deserialize, Serialize};
 pub use frame::{decode_body, encode_frame, encode_frame_striped, FrameHeader, HEADER_LEN};
 
 /// Bumped on every incompatible change of any message.
-pub const PROTOCOL_VERSION: u32 = 32;
+pub const PROTOCOL_VERSION: u32 = 33;
 /// First bytes on the wire, each way.
 pub const MAGIC: [u8; 4] = *b"RGPU";
 
@@ -326,6 +326,10 @@ pub enum ServerMsg {
     /// closes the session after `client_timeout` (a hung client, or a path that keeps TCP
     /// alive but delivers nothing).
     Heartbeat,
+    /// Sent just before the reply to the request with the frame's seq when the client asked
+    /// (`TimeReplies`, for its call trace): how long the server spent on the request, from
+    /// taking it off the connection to its reply, µs.
+    Timing { server_us: u32 },
 }
 
 sample_struct!(PeerExport {
@@ -358,6 +362,7 @@ sample_enum!(ServerMsg {
     Queued { ahead },
     Working,
     Heartbeat,
+    Timing { server_us },
 });
 
 #[cfg(test)]

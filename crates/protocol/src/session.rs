@@ -25,4 +25,10 @@ wire_api! {
         /// frame whose header names the lanes. The client opened them before.
         post ReadLanes read_lanes(lanes: u32);
     }
+    /// The client's call trace.
+    group Tracing {
+        /// From now on (`on`) each reply comes after a `Timing` frame saying how long the
+        /// server spent on its request.
+        post TimeReplies time_replies(on: bool);
+    }
 }

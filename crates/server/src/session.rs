@@ -273,6 +273,10 @@ pub struct Session {
     pub(crate) lanes: Option<LaneHandles>,
     /// Over how many lanes the client takes large reads (`ReadLanes`; 0: none).
     read_lanes: u32,
+    /// Whether each reply comes after a `Timing` frame (`TimeReplies`: the client traces).
+    time_replies: bool,
+    /// When the current request was taken off the connection.
+    request_started: std::time::Instant,
     /// The current request's bulk bytes still to be read.
     bulk: Incoming,
     /// The session's CUDA objects, from its first CUDA request on.
@@ -304,6 +308,8 @@ impl Session {
             cl,
             lanes: None,
             read_lanes: 0,
+            time_replies: false,
+            request_started: std::time::Instant::now(),
             bulk: Incoming::Inline { remaining: 0 },
             cuda: None,
             watch: None,
@@ -337,6 +343,7 @@ impl Session {
                 watch.working();
             }
             self.bulk = Incoming::of(&header);
+            self.request_started = std::time::Instant::now();
             let flight = crate::flight::begin(msg.name(), header.seq, header.bulk_len);
             crate::flight::crash_test(msg.name());
             let result = match msg {
@@ -369,7 +376,27 @@ impl Session {
         }
     }
 
+    /// When the current request began, if its reply is to come after a `Timing` frame (for
+    /// replies another thread sends).
+    pub(crate) fn reply_timed_from(&self) -> Option<std::time::Instant> {
+        self.time_replies.then_some(self.request_started)
+    }
+
     pub(crate) fn send(&self, msg: &ServerMsg, seq: u64, bulk: &[u8]) -> Result<(), End> {
+        if self.time_replies
+            && matches!(
+                msg,
+                ServerMsg::Cl(_) | ServerMsg::Cu(_) | ServerMsg::Session(_)
+            )
+        {
+            let server_us = self.request_started.elapsed().as_micros();
+            let timing = ServerMsg::Timing {
+                server_us: u32::try_from(server_us).unwrap_or(u32::MAX),
+            };
+            self.writer
+                .send(&timing, seq, &[])
+                .map_err(|e| End::from_transport(e, self.shared.stopping()))?;
+        }
         self.writer
             .send(msg, seq, bulk)
             .map_err(|e| End::from_transport(e, self.shared.stopping()))
@@ -574,6 +601,13 @@ impl session::serve::Server for Session {
 
 impl session::serve::Control for Session {
     fn ping(&mut self) {}
+}
+
+impl session::serve::Tracing for Session {
+    fn time_replies(&mut self, on: bool) -> Result<(), session::Status> {
+        self.time_replies = on;
+        Ok(())
+    }
 }
 
 impl session::serve::Lanes for Session {

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use rgpu_client::trace::read_trace;
 
-use crate::model::{parse_link, predict, Link, PRESETS};
+use crate::model::{parse_link, predict, traced_round_trip_us, Link, PRESETS};
 
 #[derive(clap::Args, Debug)]
 #[command(about = "Predict a traced program's time on other links (docs/model.md)")]
@@ -80,6 +80,12 @@ pub fn run(args: ModelArgs) -> Result<ExitCode, String> {
             args.measured
                 .map_or(String::new(), |s| format!(", measured {s:.6} s"))
         );
+        if let Some(rt) = traced_round_trip_us(&records) {
+            println!(
+                "traced path's round trip: {rt:.1} us (the least wait beyond the server's time); \
+                 links below are added to it"
+            );
+        }
         println!(
             "{:<34} {:>10} {:>10} {:>14} {:>10} {:>14}",
             "link", "RTT us", "Gbit/s", "predicted s", "x traced", "net wait s"

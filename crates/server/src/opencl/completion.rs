@@ -22,6 +22,7 @@ use crate::opencl::answer;
 use crate::opencl::native::{Event, InFlight, Waker};
 use crate::opencl::staging::StagingBuf;
 use crate::writer::Writer;
+use std::time::Instant;
 
 pub enum Job {
     /// A chunk of the read with this seq, `len` bytes at `offset` of the read's data.
@@ -40,6 +41,8 @@ pub enum Job {
         seq: u64,
         events: Vec<Event>,
         status: i32,
+        /// When the request began, if its reply is to come after a `Timing` frame.
+        timed_from: Option<Instant>,
     },
     /// Reply `status` to the `Finish` with this seq once `marker` (enqueued after
     /// everything the queue holds) is complete; failed commands do not make `Finish` fail.
@@ -47,6 +50,8 @@ pub enum Job {
         seq: u64,
         marker: Event,
         status: i32,
+        /// As for `Wait`.
+        timed_from: Option<Instant>,
     },
     /// Send `EventStatus` (from a `NotifyEvent` callback).
     Notify { event: Id, status: i32 },
@@ -124,6 +129,7 @@ struct WaitTask {
     ignore_failures: bool,
     /// Kept until the reply (also for their final status).
     events: Vec<Event>,
+    timed_from: Option<Instant>,
 }
 
 struct State {
@@ -199,6 +205,7 @@ impl State {
                 seq,
                 events,
                 status,
+                timed_from,
             } => {
                 let slots = events.iter().map(|e| self.watch(e)).collect();
                 self.waits.push(WaitTask {
@@ -208,12 +215,14 @@ impl State {
                     status,
                     ignore_failures: false,
                     events,
+                    timed_from,
                 });
             }
             Job::Finish {
                 seq,
                 marker,
                 status,
+                timed_from,
             } => {
                 let slots = vec![self.watch(&marker)];
                 self.waits.push(WaitTask {
@@ -223,6 +232,7 @@ impl State {
                     status,
                     ignore_failures: true,
                     events: vec![marker],
+                    timed_from,
                 });
             }
             Job::Notify { event, status } => {
@@ -331,8 +341,12 @@ impl State {
                 } else {
                     sys::CL_SUCCESS
                 };
-                let (seq, reply) = (task.seq, task.reply);
+                let (seq, reply, timed_from) = (task.seq, task.reply, task.timed_from);
                 self.waits.remove(i);
+                if let Some(start) = timed_from {
+                    let server_us = u32::try_from(start.elapsed().as_micros()).unwrap_or(u32::MAX);
+                    self.send(&ServerMsg::Timing { server_us }, seq, &[]);
+                }
                 self.send(&ServerMsg::Cl(reply(answer(status))), seq, &[]);
             } else {
                 i += 1;

@@ -105,10 +105,12 @@ impl serve::Contexts for Session {
             Err(e) => Session::reply(self, seq, ClReply::Finish(Err(e))),
             Ok(marker) => {
                 let status = self.cl.take_deferred().unwrap_or(sys::CL_SUCCESS);
+                let timed_from = self.reply_timed_from();
                 self.cl.completion().send(Job::Finish {
                     seq,
                     marker,
                     status,
+                    timed_from,
                 });
                 Ok(())
             }

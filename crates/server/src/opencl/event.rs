@@ -55,10 +55,12 @@ impl serve::Events for Session {
             event.flush_queue();
         }
         let status = self.cl.take_deferred().unwrap_or(sys::CL_SUCCESS);
+        let timed_from = self.reply_timed_from();
         self.cl.completion().send(Job::Wait {
             seq,
             events,
             status,
+            timed_from,
         });
         Ok(())
     }
