@@ -75,3 +75,47 @@ def test_no_trace_without_the_variables(c_program, server):
     r = h.run_rgpu(c_program("buffers"), [server])
     h.assert_pass(r, "buffers", server)
     assert "entry point" not in r.stderr
+
+
+ATEXIT_PROGRAM = r"""
+#define CL_TARGET_OPENCL_VERSION 300
+#include <CL/cl.h>
+#include <stdio.h>
+#include <stdlib.h>
+static cl_context ctx;
+/* Runs after main returns, when the main thread's thread-locals are already gone (as
+   PyTorch's exit handlers release their CUDA context). */
+static void at_exit(void) {
+    cl_uint n = 0;
+    clGetPlatformIDs(0, NULL, &n);
+    clReleaseContext(ctx);
+    printf("released at exit\n");
+}
+int main(void) {
+    cl_platform_id p[8];
+    cl_uint n = 0;
+    if (clGetPlatformIDs(8, p, &n) != CL_SUCCESS || n == 0) return 1;
+    cl_device_id d;
+    if (clGetDeviceIDs(p[0], CL_DEVICE_TYPE_ALL, 1, &d, NULL) != CL_SUCCESS) return 1;
+    ctx = clCreateContext(NULL, 1, &d, NULL, NULL, NULL);
+    if (!ctx) return 1;
+    atexit(at_exit);
+    printf("main done\n");
+    return 0;
+}
+"""
+
+
+def test_calls_at_exit_are_traced_without_harm(server, tmp_path, gcc):
+    """Calls from exit handlers (after the thread's locals are destroyed) must neither crash
+    the program nor be lost from the statistics."""
+    src = tmp_path / "atexit.c"
+    src.write_text(ATEXIT_PROGRAM)
+    prog = tmp_path / "atexit"
+    built = h.run([gcc, "-O2", "-o", str(prog), str(src), "-lOpenCL"], h.base_env())
+    assert built.returncode == 0, built.stderr
+    trace = tmp_path / "trace.jsonl"
+    r = h.run_rgpu(prog, [server], RGPU_TRACE=str(trace), RGPU_STATS="1")
+    assert r.returncode == 0, (r.stdout, r.stderr[-3000:])
+    assert "released at exit" in r.stdout, r.stdout
+    assert "panicked" not in r.stderr, r.stderr[-3000:]

@@ -384,13 +384,26 @@ fn end_call(api: &'static str, call: &'static str, start: Instant) {
             bytes_out: counters.bytes_out,
             bytes_in: counters.bytes_in,
         };
-        LINE.with_borrow_mut(|line| {
+        let write = |line: &mut Vec<u8>| {
             line.clear();
             if serde_json::to_writer(&mut *line, &record).is_ok() {
                 line.push(b'\n');
                 file.push(line);
             }
-        });
+        };
+        // Calls made while the process exits (atexit handlers, after this thread's locals
+        // are gone) get a buffer of their own.
+        if LINE
+            .try_with(|line| {
+                line.try_borrow_mut()
+                    .map(|mut line| write(&mut line))
+                    .is_ok()
+            })
+            .ok()
+            != Some(true)
+        {
+            write(&mut Vec::new());
+        }
     }
 }
 
