@@ -10,9 +10,11 @@ emulator (RGPU_LINK, --repeats runs).
         --link rtt=50us --link rtt=500us --link rtt=5ms --link bandwidth=1Gbit \
         --link bandwidth=10Gbit --repeats 3 --out /tmp/model-validation
 
-A case is NAME=COMMAND (leading VAR=value words set the environment). Times are the whole
-program's wall clock, median of the runs (min beside it); the prediction is the loopback median
-plus the change the model predicts. One untimed run first warms the caches (compiled kernels).
+A case is NAME=COMMAND (leading VAR=value words set the environment). Every run is traced, and
+what is compared is the span of its traced calls (first call's start to last call's end; the
+process's start-up and exit, which vary by more than a small link costs, drop out of both
+sides), median of the runs (min beside it); --measure wall compares whole-program wall clocks
+instead. The prediction is the loopback median plus the change the model predicts. One untimed run first warms the caches (compiled kernels).
 Writes OUT/validation.json and prints a Markdown table.
 """
 import argparse
@@ -55,6 +57,24 @@ def split_case(text):
     return name, env, words
 
 
+def trace_span(pattern):
+    """The span of the calls in the largest trace a run wrote (pattern has %p), seconds."""
+    folder, name = os.path.split(pattern)
+    prefix = name.split("%p")[0]
+    best = []
+    for entry in os.listdir(folder):
+        if entry.startswith(prefix):
+            lines = open(os.path.join(folder, entry)).read().splitlines()[1:]
+            if len(lines) > len(best):
+                best = lines
+            os.remove(os.path.join(folder, entry))
+    records = [json.loads(line) for line in best]
+    if not records:
+        sys.exit(f"no trace written at {pattern}")
+    start = min(r["t"] for r in records)
+    return (max(r["t"] + r["us"] for r in records) - start) / 1e6
+
+
 def run_once(rgpu, endpoint, env_extra, command, link=None, trace=None, timeout=900):
     env = dict(os.environ)
     env.update(env_extra)
@@ -75,6 +95,14 @@ def run_once(rgpu, endpoint, env_extra, command, link=None, trace=None, timeout=
     return took
 
 
+def measure(args, rgpu, endpoint, env, command, link=None):
+    """One run's time: its traced calls' span, or its wall clock (--measure wall)."""
+    pattern = os.path.join(args.out, "run.%p.jsonl")
+    wall = run_once(rgpu, endpoint, env, command, link=link,
+                    trace=pattern if args.measure == "span" else None)
+    return trace_span(pattern) if args.measure == "span" else wall
+
+
 def predict(rgpu, trace, link, measured):
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
         subprocess.run([rgpu, "model", trace, "--link", link, "--measured", f"{measured:.6f}",
@@ -90,6 +118,7 @@ def main():
     parser.add_argument("--link", action="append", required=True)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--out", default="model-validation")
+    parser.add_argument("--measure", choices=["span", "wall"], default="span")
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
     rgpu = os.path.abspath(args.rgpu)
@@ -99,18 +128,19 @@ def main():
         for case in args.case:
             name, env, command = split_case(case)
             run_once(rgpu, endpoint, env, command)  # warm-up: kernel caches, page cache
-            base = [run_once(rgpu, endpoint, env, command) for _ in range(args.repeats)]
+            base = [measure(args, rgpu, endpoint, env, command) for _ in range(args.repeats)]
             measured = statistics.median(base)
             trace = os.path.join(args.out, f"{name}.trace.jsonl")
             if os.path.exists(trace):
                 os.remove(trace)
             run_once(rgpu, endpoint, env, command, trace=trace)
             for link in args.link:
-                times = [run_once(rgpu, endpoint, env, command, link=link)
+                times = [measure(args, rgpu, endpoint, env, command, link=link)
                          for _ in range(args.repeats)]
                 median = statistics.median(times)
                 predicted = predict(rgpu, trace, link, measured)
-                row = {"case": name, "link": link, "loopback_s": measured,
+                row = {"case": name, "link": link, "measure": args.measure,
+                       "loopback_s": measured,
                        "measured_s": median, "measured_min_s": min(times),
                        "runs_s": times, "predicted_s": predicted,
                        "error": (predicted - median) / median}
