@@ -41,6 +41,16 @@ pub struct Series<'a> {
 
 /// An SVG plot of values against sizes (log scale), one line per series.
 pub fn line_plot(title: &str, unit: &str, series: &[Series]) -> String {
+    line_plot_with(title, unit, series, format_bytes)
+}
+
+/// [`line_plot`] with the x values (log scale) labelled by `x_label`.
+pub fn line_plot_with(
+    title: &str,
+    unit: &str,
+    series: &[Series],
+    x_label: impl Fn(u64) -> String,
+) -> String {
     use std::fmt::Write as _;
     let (w, h, left, bottom, top, right) = (640.0, 400.0, 70.0, 50.0, 40.0, 170.0);
     let mut sizes: Vec<u64> = series
@@ -80,7 +90,7 @@ pub fn line_plot(title: &str, unit: &str, series: &[Series]) -> String {
             "<text x=\"{:.0}\" y=\"{}\" text-anchor=\"middle\">{}</text>",
             x(bytes),
             h - bottom + 18.0,
-            format_bytes(bytes)
+            x_label(bytes)
         );
     }
     for (i, line) in series.iter().filter(|s| !s.points.is_empty()).enumerate() {

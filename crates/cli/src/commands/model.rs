@@ -30,6 +30,10 @@ pub struct ModelArgs {
     /// Where to write the predictions as JSON.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Where to write an SVG plot of the predicted time against the round trip (1 µs to 50 ms)
+    /// at 1, 10 and 100 Gbit/s and unlimited (the first trace's).
+    #[arg(long)]
+    plot: Option<PathBuf>,
 }
 
 #[derive(serde::Serialize)]
@@ -115,9 +119,101 @@ pub fn run(args: ModelArgs) -> Result<ExitCode, String> {
             });
         }
     }
+    if let (Some(plot), Some(path)) = (&args.plot, args.files.first()) {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        let (header, records) =
+            read_trace(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+        let traced = match args.traced_on.as_deref().or(header.link.as_deref()) {
+            Some(text) => Link::from_spec(&parse_link(text)?.1),
+            None => Link::unlimited(),
+        };
+        let svg = plot_against_round_trip(&records, &traced, args.measured, &header.command);
+        std::fs::write(plot, svg).map_err(|e| format!("cannot write {}: {e}", plot.display()))?;
+        eprintln!("wrote {}", plot.display());
+    }
     if let Some(json) = &args.json {
         let text = serde_json::to_string_pretty(&rows).map_err(|e| e.to_string())?;
         std::fs::write(json, text).map_err(|e| format!("cannot write {}: {e}", json.display()))?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The predicted time (seconds) against the added round trip, one line per rate.
+fn plot_against_round_trip(
+    records: &[rgpu_client::trace::CallRecord],
+    traced: &Link,
+    measured: Option<f64>,
+    command: &str,
+) -> String {
+    use rgpu_bench::output::{line_plot_with, Series};
+    let (traced_span, _) = predict(records, traced, traced);
+    let base = measured.map_or(traced_span, |s| s * 1e6);
+    // Round trips in ns: 1 µs to 50 ms, three per decade.
+    let round_trips: Vec<u64> = (0..=14)
+        .map(|i| (1e3 * 10f64.powf(i as f64 / 3.0)) as u64)
+        .filter(|&ns| ns <= 50_000_000)
+        .collect();
+    let rates = [
+        ("1 Gbit/s", Some(1e9), "#d62728"),
+        ("10 Gbit/s", Some(1e10), "#ff7f0e"),
+        ("100 Gbit/s", Some(1e11), "#2ca02c"),
+        ("unlimited", None, "#1f77b4"),
+    ];
+    let series: Vec<Series> = rates
+        .iter()
+        .map(|&(label, bits, color)| Series {
+            label,
+            color,
+            points: round_trips
+                .iter()
+                .map(|&ns| {
+                    let target = Link {
+                        rtt_us: ns as f64 / 1e3,
+                        bytes_per_us: bits.map_or(f64::INFINITY, |b| b / 8.0 / 1e6),
+                        buffer_bytes: traced.buffer_bytes,
+                    };
+                    let (span, _) = predict(records, traced, &target);
+                    (ns, (base + span - traced_span) / 1e6)
+                })
+                .collect(),
+        })
+        .collect();
+    let title = format!(
+        "rgpu model: {} — predicted time vs added round trip",
+        escape(command)
+    );
+    line_plot_with(&title, "s", &series, |ns| {
+        if ns >= 1_000_000 {
+            format!("{} ms", ns / 1_000_000)
+        } else {
+            format!("{} us", ns / 1_000)
+        }
+    })
+}
+
+/// The command line made safe for SVG text (and kept short).
+fn escape(text: &str) -> String {
+    let short: String = text.chars().take(60).collect();
+    short
+        .replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_plot_has_a_line_per_rate_rising_with_the_round_trip() {
+        let text = include_str!("../../tests/data/launch-loop.trace.jsonl");
+        let (_, records) = read_trace(text).unwrap();
+        let svg = plot_against_round_trip(&records, &Link::unlimited(), None, "a <loop>");
+        assert_eq!(svg.matches("<polyline").count(), 4, "{svg}");
+        assert!(
+            svg.contains("a &lt;loop&gt;") && svg.contains("46 ms"),
+            "{svg}"
+        );
+    }
 }
