@@ -4,37 +4,12 @@
  *
  *   call_rate PLATFORM_SUBSTRING CALLS
  * prints `set_arg_ns N` and `launch_ns N` (nanoseconds per call, the best of three passes). */
-#define CL_TARGET_OPENCL_VERSION 300
-#include <CL/cl.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
-
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec + t.tv_nsec * 1e-9;
-}
-
-#define CHECK(x) do { cl_int e_ = (x); if (e_ != CL_SUCCESS) { \
-    fprintf(stderr, "%s -> %d\n", #x, e_); exit(1); } } while (0)
+#include "bench_common.h"
 
 int main(int argc, char **argv) {
     const char *want = argc > 1 ? argv[1] : "rgpu";
     long calls = argc > 2 ? atol(argv[2]) : 100000;
-    cl_platform_id platforms[16];
-    cl_uint n = 0;
-    CHECK(clGetPlatformIDs(16, platforms, &n));
-    cl_platform_id platform = NULL;
-    for (cl_uint i = 0; i < n; i++) {
-        char name[256] = "";
-        clGetPlatformInfo(platforms[i], CL_PLATFORM_NAME, sizeof name, name, NULL);
-        if (strstr(name, want)) { platform = platforms[i]; break; }
-    }
-    if (!platform) { fprintf(stderr, "no platform named *%s*\n", want); return 1; }
-    cl_device_id device;
-    CHECK(clGetDeviceIDs(platform, CL_DEVICE_TYPE_ALL, 1, &device, NULL));
+    cl_device_id device = device_of_platform(want);
     cl_int err;
     cl_context ctx = clCreateContext(NULL, 1, &device, NULL, NULL, &err); CHECK(err);
     cl_command_queue q = clCreateCommandQueueWithProperties(ctx, device, NULL, &err); CHECK(err);

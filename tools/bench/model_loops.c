@@ -6,21 +6,7 @@
  *                                                       clFinish after every EVERY (launch-bound)
  *
  * prints `RESULT <mode> seconds S` (the loop alone). */
-#define CL_TARGET_OPENCL_VERSION 300
-#include <CL/cl.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
-
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec + t.tv_nsec * 1e-9;
-}
-
-#define CHECK(x) do { cl_int e_ = (x); if (e_ != CL_SUCCESS) { \
-    fprintf(stderr, "%s -> %d\n", #x, e_); exit(1); } } while (0)
+#include "bench_common.h"
 
 static const char *SOURCE =
     "__kernel void bump(__global int *v) { v[get_global_id(0)] += 1; }\n";
@@ -32,21 +18,7 @@ int main(int argc, char **argv) {
     }
     const char *want = argv[1], *mode = argv[2];
     long rounds = atol(argv[3]), arg = atol(argv[4]);
-    cl_platform_id platforms[16];
-    cl_uint n = 0;
-    CHECK(clGetPlatformIDs(16, platforms, &n));
-    cl_platform_id platform = NULL;
-    for (cl_uint i = 0; i < n && !platform; i++) {
-        char name[256] = "";
-        clGetPlatformInfo(platforms[i], CL_PLATFORM_NAME, sizeof name, name, NULL);
-        if (strstr(name, want)) platform = platforms[i];
-    }
-    if (!platform) {
-        fprintf(stderr, "no platform matching %s\n", want);
-        return 1;
-    }
-    cl_device_id dev;
-    CHECK(clGetDeviceIDs(platform, CL_DEVICE_TYPE_ALL, 1, &dev, NULL));
+    cl_device_id dev = device_of_platform(want);
     cl_int err;
     cl_context ctx = clCreateContext(NULL, 1, &dev, NULL, NULL, &err);
     CHECK(err);

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use rgpu_client::trace::read_trace;
+use rgpu_client::trace::{read_trace, CallRecord, TraceHeader};
 
 use crate::model::{parse_link, predict, traced_round_trip_us, Link, PRESETS};
 
@@ -64,14 +64,7 @@ pub fn run(args: ModelArgs) -> Result<ExitCode, String> {
         .collect::<Result<Vec<_>, _>>()?;
     let mut rows = Vec::new();
     for path in &args.files {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-        let (header, records) =
-            read_trace(&text).map_err(|e| format!("{}: {e}", path.display()))?;
-        let traced = match args.traced_on.as_deref().or(header.link.as_deref()) {
-            Some(text) => Link::from_spec(&parse_link(text)?.1),
-            None => Link::unlimited(),
-        };
+        let (header, records, traced) = load(path, args.traced_on.as_deref())?;
         let (traced_span, _) = predict(&records, &traced, &traced);
         let base = args.measured.map_or(traced_span, |s| s * 1e6);
         println!(
@@ -120,14 +113,7 @@ pub fn run(args: ModelArgs) -> Result<ExitCode, String> {
         }
     }
     if let (Some(plot), Some(path)) = (&args.plot, args.files.first()) {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-        let (header, records) =
-            read_trace(&text).map_err(|e| format!("{}: {e}", path.display()))?;
-        let traced = match args.traced_on.as_deref().or(header.link.as_deref()) {
-            Some(text) => Link::from_spec(&parse_link(text)?.1),
-            None => Link::unlimited(),
-        };
+        let (header, records, traced) = load(path, args.traced_on.as_deref())?;
         let svg = plot_against_round_trip(&records, &traced, args.measured, &header.command);
         std::fs::write(plot, svg).map_err(|e| format!("cannot write {}: {e}", plot.display()))?;
         eprintln!("wrote {}", plot.display());
@@ -139,9 +125,25 @@ pub fn run(args: ModelArgs) -> Result<ExitCode, String> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// A trace, and the link it was taken on (`traced_on`, else its own `RGPU_LINK`, else
+/// loopback).
+fn load(
+    path: &std::path::Path,
+    traced_on: Option<&str>,
+) -> Result<(TraceHeader, Vec<CallRecord>, Link), String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let (header, records) = read_trace(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    let traced = match traced_on.or(header.link.as_deref()) {
+        Some(text) => Link::from_spec(&parse_link(text)?.1),
+        None => Link::unlimited(),
+    };
+    Ok((header, records, traced))
+}
+
 /// The predicted time (seconds) against the added round trip, one line per rate.
 fn plot_against_round_trip(
-    records: &[rgpu_client::trace::CallRecord],
+    records: &[CallRecord],
     traced: &Link,
     measured: Option<f64>,
     command: &str,
