@@ -389,10 +389,7 @@ impl Session {
                 ServerMsg::Cl(_) | ServerMsg::Cu(_) | ServerMsg::Session(_)
             )
         {
-            let server_us = self.request_started.elapsed().as_micros();
-            let timing = ServerMsg::Timing {
-                server_us: u32::try_from(server_us).unwrap_or(u32::MAX),
-            };
+            let timing = crate::writer::timing_since(self.request_started);
             self.writer
                 .send(&timing, seq, &[])
                 .map_err(|e| End::from_transport(e, self.shared.stopping()))?;

@@ -67,3 +67,11 @@ impl Writer {
         writer.send(last, seq, &[])
     }
 }
+
+/// The `Timing` frame that precedes a reply when the client asked for them (`TimeReplies`):
+/// the server's time on the request since `started`.
+pub(crate) fn timing_since(started: std::time::Instant) -> rgpu_protocol::ServerMsg {
+    rgpu_protocol::ServerMsg::Timing {
+        server_us: u32::try_from(started.elapsed().as_micros()).unwrap_or(u32::MAX),
+    }
+}

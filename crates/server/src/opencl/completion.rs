@@ -344,8 +344,7 @@ impl State {
                 let (seq, reply, timed_from) = (task.seq, task.reply, task.timed_from);
                 self.waits.remove(i);
                 if let Some(start) = timed_from {
-                    let server_us = u32::try_from(start.elapsed().as_micros()).unwrap_or(u32::MAX);
-                    self.send(&ServerMsg::Timing { server_us }, seq, &[]);
+                    self.send(&crate::writer::timing_since(start), seq, &[]);
                 }
                 self.send(&ServerMsg::Cl(reply(answer(status))), seq, &[]);
             } else {
