@@ -153,10 +153,112 @@ pub fn traced_round_trip_us(records: &[CallRecord]) -> Option<f64> {
 /// time the program waited on the network, µs. With `target == traced` the span is the
 /// traced one.
 pub fn predict(records: &[CallRecord], traced: &Link, target: &Link) -> (f64, f64) {
+    let replay = replay(records, traced, target, &Sharing::default());
+    (replay.span, replay.waited)
+}
+
+/// Programs run at the same time on one server and GPU, each traced on its own (on `traced`):
+/// each one's (span, network wait) on `target`, µs. The server's time on a waited request
+/// (`server_us` in the trace, else the work inferred from the wait) is shared equally among
+/// the programs that have such work at that moment (processor sharing: a GPU time-slices the
+/// contexts of separate processes); the rest of each call is the program's own. Each program's
+/// busy periods depend on the others', so the replays are repeated until they agree.
+pub fn predict_together(
+    programs: &[Vec<CallRecord>],
+    traced: &Link,
+    target: &Link,
+) -> Vec<(f64, f64)> {
+    let mut busy: Vec<Vec<(f64, f64)>> = vec![Vec::new(); programs.len()];
+    let mut results = vec![(0.0, 0.0); programs.len()];
+    for _ in 0..50 {
+        let mut moved = 0.0f64;
+        for (i, records) in programs.iter().enumerate() {
+            let others = Sharing::of(
+                busy.iter()
+                    .enumerate()
+                    .filter(|(j, _)| *j != i)
+                    .map(|(_, b)| b.as_slice()),
+            );
+            let replay = replay(records, traced, target, &others);
+            moved = moved.max((replay.span - results[i].0).abs() / replay.span.max(1.0));
+            results[i] = (replay.span, replay.waited);
+            busy[i] = replay.busy;
+        }
+        if moved < 1e-5 {
+            break;
+        }
+    }
+    results
+}
+
+/// How many other programs have work on the server at each moment: breakpoints (time, count
+/// from then on), sorted; none before the first.
+#[derive(Default)]
+pub struct Sharing {
+    steps: Vec<(f64, u32)>,
+}
+
+impl Sharing {
+    /// From the busy periods of each other program.
+    fn of<'a>(programs: impl Iterator<Item = &'a [(f64, f64)]>) -> Sharing {
+        let mut edges: Vec<(f64, i32)> = programs
+            .flat_map(|busy| busy.iter().flat_map(|&(s, e)| [(s, 1), (e, -1)]))
+            .collect();
+        edges.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        let mut count = 0i32;
+        let mut steps: Vec<(f64, u32)> = Vec::with_capacity(edges.len());
+        for (t, delta) in edges {
+            count += delta;
+            match steps.last_mut() {
+                Some(last) if last.0 == t => last.1 = count.max(0) as u32,
+                _ => steps.push((t, count.max(0) as u32)),
+            }
+        }
+        Sharing { steps }
+    }
+
+    /// When `work` µs of the server's time, begun at `start`, is done, sharing the server
+    /// equally with the others busy meanwhile.
+    fn finish(&self, start: f64, work: f64) -> f64 {
+        if work <= 0.0 {
+            return start;
+        }
+        let mut i = self.steps.partition_point(|s| s.0 <= start);
+        let mut t = start;
+        let mut left = work;
+        loop {
+            let others = if i == 0 { 0 } else { self.steps[i - 1].1 };
+            let rate = 1.0 / (1.0 + others as f64);
+            let until = self.steps.get(i).map_or(f64::INFINITY, |s| s.0);
+            let can = (until - t) * rate;
+            if can >= left {
+                return t + left / rate;
+            }
+            left -= can;
+            t = until;
+            i += 1;
+        }
+    }
+}
+
+/// One program's replay on the target path.
+struct Replay {
+    span: f64,
+    waited: f64,
+    /// When the server was working on this program's waited requests (target path).
+    busy: Vec<(f64, f64)>,
+}
+
+fn replay(records: &[CallRecord], traced: &Link, target: &Link, others: &Sharing) -> Replay {
     let mut records: Vec<&CallRecord> = records.iter().collect();
     records.sort_by_key(|r| r.t);
+    let mut result = Replay {
+        span: 0.0,
+        waited: 0.0,
+        busy: Vec::new(),
+    };
     let Some(first) = records.first() else {
-        return (0.0, 0.0);
+        return result;
     };
     let origin = first.t as f64;
     let mut old = Path::new(*traced);
@@ -168,8 +270,6 @@ pub fn predict(records: &[CallRecord], traced: &Link, target: &Link) -> (f64, f6
     let mut posted_shift: Option<f64> = None;
     // How much later than traced the program is, as of the latest call (a new thread's start).
     let mut lag = 0.0f64;
-    let mut end = 0.0f64;
-    let mut waited = 0.0f64;
     for r in records {
         let t = r.t as f64 - origin;
         let (old_prev, new_prev) = *threads.get(&r.thread).unwrap_or(&(t, t + lag));
@@ -204,23 +304,34 @@ pub fn predict(records: &[CallRecord], traced: &Link, target: &Link) -> (f64, f6
             let work = (old_reply_leaves - old_arrival).max(0.0);
             old.down.send(traced, old_reply_leaves, bytes_in);
             let (new_arrival, _) = new.request(new_ready, bytes_out);
-            // With posted work ahead of it, the reply was ready `work` after the traced arrival,
+            // With posted work ahead of it, the work was under way from the traced arrival,
             // shifted as the posted requests were (the GPU went on meanwhile); else the work is
-            // the request's own and starts when it arrives.
-            let reply_leaves = match posted_shift.take() {
-                Some(shift) => new_arrival.max(old_arrival + work + shift),
-                None => new_arrival + work,
+            // the request's own and starts when it arrives. The part the server says it spent
+            // is shared with other programs (`others`); the rest is this path's own.
+            let start = match posted_shift.take() {
+                Some(shift) => old_arrival + shift,
+                None => new_arrival,
             };
+            let shared = if r.server_us > 0.0 {
+                r.server_us.min(work)
+            } else {
+                work
+            };
+            let done = others.finish(start, shared);
+            if shared > 0.0 {
+                result.busy.push((start, done));
+            }
+            let reply_leaves = new_arrival.max(done + (work - shared));
             let (_, reply_arrives) = new.down.send(target, reply_leaves, bytes_in);
             new_end = reply_arrives + extra_trips * target.rtt_us;
-            waited += new_end - new_ready;
+            result.waited += new_end - new_ready;
         }
         let old_end = t + r.us;
         threads.insert(r.thread, (old_end, new_end));
         lag = new_end - old_end;
-        end = end.max(new_end);
+        result.span = result.span.max(new_end);
     }
-    (end, waited)
+    result
 }
 
 #[cfg(test)]
@@ -350,6 +461,66 @@ mod tests {
         records[0].server_us = 5.0;
         records[1].server_us = 2.0;
         assert_eq!(traced_round_trip_us(&records), Some(15.0));
+    }
+
+    /// `n` syncs the server spent `server` µs on, 10 µs of client time apart.
+    fn gpu_loop(n: u64, server: f64) -> Vec<CallRecord> {
+        (0..n)
+            .map(|i| {
+                let mut r = call(
+                    i * (server as u64 + 30),
+                    server + 20.0,
+                    1,
+                    server + 20.0,
+                    0,
+                    0,
+                    0,
+                );
+                r.server_us = server;
+                r
+            })
+            .collect()
+    }
+
+    #[test]
+    fn programs_sharing_the_server_share_its_time() {
+        let loopback = Link::unlimited();
+        let alone = predict(&gpu_loop(100, 1000.0), &loopback, &loopback).0;
+        // Two programs whose time is all the server's: each takes about twice as long.
+        let both = predict_together(
+            &[gpu_loop(100, 1000.0), gpu_loop(100, 1000.0)],
+            &loopback,
+            &loopback,
+        );
+        for (span, _) in &both {
+            assert!((span / alone - 2.0).abs() < 0.05, "{span} vs {alone}");
+        }
+        // A program that only posts is not slowed by one that waits on the server.
+        let launches: Vec<CallRecord> = (0..100)
+            .map(|i| call(i * 10, 5.0, 0, 0.0, 1, 0, 0))
+            .collect();
+        let alone = predict(&launches, &loopback, &loopback).0;
+        let together = predict_together(&[launches, gpu_loop(100, 1000.0)], &loopback, &loopback);
+        assert!(
+            (together[0].0 - alone).abs() < 1e-6,
+            "{} vs {alone}",
+            together[0].0
+        );
+        // One program alone is its own prediction.
+        let one = predict_together(&[gpu_loop(10, 500.0)], &loopback, &link(100.0, 10.0));
+        let solo = predict(&gpu_loop(10, 500.0), &loopback, &link(100.0, 10.0));
+        assert_eq!(one[0], solo);
+    }
+
+    #[test]
+    fn shared_work_ends_later_by_the_others_share() {
+        let sharing =
+            Sharing::of([[(0.0, 100.0)].as_slice(), [(50.0, 100.0)].as_slice()].into_iter());
+        // 0-50: one other (half rate), 50-100: two others (a third), then alone.
+        assert!((sharing.finish(0.0, 10.0) - 20.0).abs() < 1e-9);
+        assert!((sharing.finish(0.0, 40.0) - (50.0 + (40.0 - 25.0) * 3.0)).abs() < 1e-9);
+        assert!((sharing.finish(200.0, 5.0) - 205.0).abs() < 1e-9);
+        assert_eq!(sharing.finish(10.0, 0.0), 10.0);
     }
 
     #[test]

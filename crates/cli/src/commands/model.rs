@@ -5,8 +5,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use rgpu_client::trace::{read_trace, CallRecord, TraceHeader};
+use rgpu_transport::link::LinkSpec;
 
-use crate::model::{parse_link, predict, traced_round_trip_us, Link, PRESETS};
+use crate::model::{parse_link, predict, predict_together, traced_round_trip_us, Link, PRESETS};
 
 #[derive(clap::Args, Debug)]
 #[command(about = "Predict a traced program's time on other links (docs/model.md)")]
@@ -30,6 +31,10 @@ pub struct ModelArgs {
     /// Where to write the predictions as JSON.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// The traced programs run at the same time on one server and GPU (each traced on its own,
+    /// on the same path): predicts each one's span when they share the server's time.
+    #[arg(long)]
+    together: bool,
     /// Where to write an SVG plot of the predicted time against the round trip (1 µs to 50 ms)
     /// at 1, 10 and 100 Gbit/s and unlimited (the first trace's).
     #[arg(long)]
@@ -47,6 +52,8 @@ struct Row {
     /// The same on the traced link (by construction, the traced span).
     traced_s: f64,
     network_wait_s: f64,
+    /// Predicted with the other traces' programs sharing the server (--together).
+    together: bool,
 }
 
 pub fn run(args: ModelArgs) -> Result<ExitCode, String> {
@@ -109,8 +116,12 @@ pub fn run(args: ModelArgs) -> Result<ExitCode, String> {
                 predicted_s: predicted / 1e6,
                 traced_s: base / 1e6,
                 network_wait_s: waited / 1e6,
+                together: false,
             });
         }
+    }
+    if args.together && args.files.len() > 1 {
+        rows.extend(print_together(&args, &links)?);
     }
     if let (Some(plot), Some(path)) = (&args.plot, args.files.first()) {
         let (header, records, traced) = load(path, args.traced_on.as_deref())?;
@@ -123,6 +134,65 @@ pub fn run(args: ModelArgs) -> Result<ExitCode, String> {
         std::fs::write(json, text).map_err(|e| format!("cannot write {}: {e}", json.display()))?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The --together table: each program's span alone and sharing the server with the others.
+fn print_together(args: &ModelArgs, links: &[(String, LinkSpec)]) -> Result<Vec<Row>, String> {
+    let mut programs = Vec::new();
+    let mut traced = Link::unlimited();
+    for path in &args.files {
+        let (_, records, link) = load(path, args.traced_on.as_deref())?;
+        traced = link;
+        programs.push(records);
+    }
+    println!(
+        "\n{} programs sharing one server and GPU (spans, s):",
+        programs.len()
+    );
+    println!(
+        "{:<34} {:<40} {:>10} {:>10} {:>8}",
+        "link", "trace", "alone", "together", "x alone"
+    );
+    let mut rows = Vec::new();
+    let mut named: Vec<(String, LinkSpec)> = vec![("traced".into(), traced_spec(&traced))];
+    named.extend(links.iter().cloned());
+    for (name, spec) in &named {
+        let target = Link::from_spec(spec);
+        let together = predict_together(&programs, &traced, &target);
+        for ((path, records), (span, waited)) in args.files.iter().zip(&programs).zip(together) {
+            let (alone, _) = predict(records, &traced, &target);
+            println!(
+                "{:<34} {:<40} {:>10.6} {:>10.6} {:>8.3}",
+                name,
+                path.display(),
+                alone / 1e6,
+                span / 1e6,
+                span / alone.max(1e-9)
+            );
+            rows.push(Row {
+                trace: path.display().to_string(),
+                link: name.clone(),
+                rtt_us: target.rtt_us,
+                gbit_per_s: spec.bits_per_second.map(|b| b / 1e9),
+                predicted_s: span / 1e6,
+                traced_s: alone / 1e6,
+                network_wait_s: waited / 1e6,
+                together: true,
+            });
+        }
+    }
+    Ok(rows)
+}
+
+/// The spec of a model link (for the "traced" row: the path itself, nothing added).
+fn traced_spec(link: &Link) -> LinkSpec {
+    LinkSpec {
+        rtt: std::time::Duration::from_secs_f64(link.rtt_us / 1e6),
+        bits_per_second: link
+            .bytes_per_us
+            .is_finite()
+            .then_some(link.bytes_per_us * 8e6),
+    }
 }
 
 /// A trace, and the link it was taken on (`traced_on`, else its own `RGPU_LINK`, else
