@@ -211,10 +211,13 @@ def main():
             trace = os.path.join(args.out, f"{name}.trace.jsonl")
             os.replace(solo_traces[0], trace)
             solo_traces[0] = trace
-            for link in args.link:
+            for index, link in enumerate(args.link):
                 walls = []
-                times = [measure(args, rgpu, endpoint, env, command, link=link, walls=walls)
-                         for _ in range(args.repeats)]
+                # The first run's trace is kept (to see where a miss comes from).
+                kept = os.path.join(args.out, f"{name}.link{index}.trace.jsonl")
+                times = [measure(args, rgpu, endpoint, env, command, link=link, walls=walls,
+                                 keep=kept if k == 0 else None)
+                         for k in range(args.repeats)]
                 median = statistics.median(times)
                 predicted = predict(rgpu, trace, link, measured)
                 row = {"case": name, "link": link, "measure": args.measure,

@@ -109,7 +109,9 @@ impl Wire {
 /// The simulated path: the link both ways and the server's queue.
 #[derive(Clone, Copy)]
 struct Path {
+    /// The link as requests see it (`down_link`: as replies do).
     link: Link,
+    down_link: Link,
     up: Wire,
     down: Wire,
     /// Arrival time of the latest request (the server handles a session's requests in order).
@@ -117,9 +119,10 @@ struct Path {
 }
 
 impl Path {
-    fn new(link: Link) -> Path {
+    fn new(link: Link, down_link: Link) -> Path {
         Path {
             link,
+            down_link,
             up: Wire::default(),
             down: Wire::default(),
             last_arrival: f64::NEG_INFINITY,
@@ -134,6 +137,52 @@ impl Path {
         self.last_arrival = arrives;
         let backlog = self.link.transfer_us(self.link.buffer_bytes);
         (arrives, at.max(leaves - backlog))
+    }
+}
+
+/// Transfers this large show the traced path's rate (smaller ones are dominated by latency).
+const LARGE_TRANSFER: u64 = 1 << 20;
+
+/// The rate (bytes/µs) at which the traced path carried bulk data (up, down), as the trace
+/// shows it: the fastest of its large transfers, a write's bytes over the call's time (the
+/// client hands data over no faster than the path takes it, beyond its buffers), a read's
+/// over its wait. `None`: no large transfer that way.
+pub fn observed_rates(records: &[CallRecord]) -> (Option<f64>, Option<f64>) {
+    let fastest = |rates: &mut dyn Iterator<Item = f64>| {
+        rates.filter(|r| r.is_finite()).max_by(f64::total_cmp)
+    };
+    let up = fastest(
+        &mut records
+            .iter()
+            .filter(|r| r.bytes_out >= LARGE_TRANSFER && r.us > 0.0)
+            .map(|r| r.bytes_out as f64 / r.us),
+    );
+    let down = fastest(
+        &mut records
+            .iter()
+            .filter(|r| r.bytes_in >= LARGE_TRANSFER && r.wait_us > 0.0)
+            .map(|r| r.bytes_in as f64 / r.wait_us),
+    );
+    (up, down)
+}
+
+/// What adding `target` to a traced path whose bulk data moved at `observed` (bytes/µs)
+/// costs per byte. Bulk data is pipelined through every stage of the path (the client, the
+/// sockets, the server's copies to and from the GPU), so a path's rate is its slowest stage's:
+/// a link slower than the traced path costs each byte the difference of their times per byte,
+/// a faster one nothing.
+fn added_to(target: &Link, observed: Option<f64>) -> Link {
+    let Some(observed) = observed else {
+        return *target;
+    };
+    let per_byte = 1.0 / target.bytes_per_us - 1.0 / observed;
+    Link {
+        bytes_per_us: if per_byte > 0.0 {
+            1.0 / per_byte
+        } else {
+            f64::INFINITY
+        },
+        ..*target
     }
 }
 
@@ -250,6 +299,13 @@ struct Replay {
 }
 
 fn replay(records: &[CallRecord], traced: &Link, target: &Link, others: &Sharing) -> Replay {
+    // A trace taken on loopback moved its bulk data at the rate of the path's other stages;
+    // a trace taken on a limited link, at that link's rate (which its share of the waits is).
+    let (up_rate, down_rate) = if traced.bytes_per_us.is_finite() {
+        (None, None)
+    } else {
+        observed_rates(records)
+    };
     let mut records: Vec<&CallRecord> = records.iter().collect();
     records.sort_by_key(|r| r.t);
     let mut result = Replay {
@@ -261,8 +317,9 @@ fn replay(records: &[CallRecord], traced: &Link, target: &Link, others: &Sharing
         return result;
     };
     let origin = first.t as f64;
-    let mut old = Path::new(*traced);
-    let mut new = Path::new(*target);
+    let mut old = Path::new(*traced, *traced);
+    let mut new = Path::new(added_to(target, up_rate), added_to(target, down_rate));
+    let down_link = new.down_link;
     // Per thread: (when its previous call ended as traced, as predicted).
     let mut threads: HashMap<u32, (f64, f64)> = HashMap::new();
     // How much later than traced the latest posted request reached the server (the work it
@@ -322,7 +379,7 @@ fn replay(records: &[CallRecord], traced: &Link, target: &Link, others: &Sharing
                 result.busy.push((start, done));
             }
             let reply_leaves = new_arrival.max(done + (work - shared));
-            let (_, reply_arrives) = new.down.send(target, reply_leaves, bytes_in);
+            let (_, reply_arrives) = new.down.send(&down_link, reply_leaves, bytes_in);
             new_end = reply_arrives + extra_trips * target.rtt_us;
             result.waited += new_end - new_ready;
         }
@@ -418,14 +475,16 @@ mod tests {
     #[test]
     fn bulk_writes_pace_at_the_link_rate_and_block_beyond_its_buffer() {
         // 64 posted copies of 1 MiB then a sync; at 1 Gbit/s the data takes ~537 ms and the sync
-        // returns once all of it arrived.
+        // returns once all of it arrived. The traced path took each MiB in 90 µs: the link
+        // costs each byte its time less that.
         let mib = 1u64 << 20;
         let mut records: Vec<CallRecord> = (0..64)
             .map(|i| call(i * 100, 90.0, 0, 0.0, 1, mib, 0))
             .collect();
         records.push(call(6400, 50.0, 1, 50.0, 0, 0, 0));
         let (span, _) = predict(&records, &Link::unlimited(), &link(0.0, 1.0));
-        let data_us = 64.0 * (mib as f64 + MESSAGE_BYTES) * 8.0 / 1e3;
+        let per_byte = 8.0 / 1e3 - 90.0 / mib as f64;
+        let data_us = 64.0 * (mib as f64 + MESSAGE_BYTES) * per_byte;
         assert!(
             span > data_us && span < data_us + 200.0,
             "{span} vs {data_us}"
@@ -521,6 +580,24 @@ mod tests {
         assert!((sharing.finish(0.0, 40.0) - (50.0 + (40.0 - 25.0) * 3.0)).abs() < 1e-9);
         assert!((sharing.finish(200.0, 5.0) - 205.0).abs() < 1e-9);
         assert_eq!(sharing.finish(10.0, 0.0), 10.0);
+    }
+
+    #[test]
+    fn a_link_as_fast_as_the_traced_path_adds_no_transfer_time() {
+        // Reads of 8 MiB that waited 1 ms each: the traced path carried 8 GiB/s down.
+        let records: Vec<CallRecord> = (0..10)
+            .map(|i| call(i * 1100, 1000.0, 1, 1000.0, 0, 0, 8 << 20))
+            .collect();
+        let (_, down) = observed_rates(&records);
+        assert!((down.unwrap() - 8388.608).abs() < 1e-6);
+        let traced = predict(&records, &Link::unlimited(), &Link::unlimited()).0;
+        let faster = predict(&records, &Link::unlimited(), &link(0.0, 100.0)).0;
+        assert!((faster - traced).abs() < 1.0, "{faster} vs {traced}");
+        // At 10 Gbit/s, each read costs 8 MiB at 1.25 GB/s less the 1 ms it took.
+        let slower = predict(&records, &Link::unlimited(), &link(0.0, 10.0)).0;
+        let expected =
+            traced + 10.0 * ((8 << 20) as f64 + MESSAGE_BYTES) * (8.0 / 1e4 - 1.0 / 8388.608);
+        assert!((slower - expected).abs() < 1.0, "{slower} vs {expected}");
     }
 
     #[test]

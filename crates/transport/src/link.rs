@@ -175,15 +175,60 @@ impl EmulatedStream {
     }
 }
 
-/// Puts `real` behind an emulated `spec` link.
+/// The two serializers of one emulated link. Every connection of this process to one peer (a
+/// session's connection and its data lanes) crosses the same link, so they take turns on its
+/// serializers as they would on a real network: four lanes do not get four times the rate.
+#[derive(Default)]
+pub struct Wire {
+    up: Serializer,
+    down: Serializer,
+}
+
+impl Wire {
+    /// The link to `peer` (any name for it: connections naming the same peer share it).
+    pub fn to(peer: &str) -> Arc<Wire> {
+        static WIRES: OnceLock<Mutex<std::collections::HashMap<String, Arc<Wire>>>> =
+            OnceLock::new();
+        let mut wires = WIRES.get_or_init(Default::default).lock().unwrap();
+        Arc::clone(wires.entry(peer.to_string()).or_default())
+    }
+}
+
+/// When a direction's serializer is free again (`None`: never used).
+#[derive(Default)]
+struct Serializer(Mutex<Option<Instant>>);
+
+impl Serializer {
+    /// Each of `lengths`, handed over at `arrived`, leaves when the serializer is free plus its
+    /// own time on it; returns when each has left.
+    fn pass(&self, arrived: Instant, lengths: impl Iterator<Item = Duration>) -> Vec<Instant> {
+        let mut free = self.0.lock().unwrap();
+        let mut at = free.map_or(arrived, |f| f.max(arrived));
+        let leaves = lengths
+            .map(|took| {
+                at += took;
+                at
+            })
+            .collect();
+        *free = Some(at);
+        leaves
+    }
+}
+
+/// Puts `real` behind an emulated `spec` link of its own.
 pub fn emulate(real: Stream, spec: LinkSpec) -> io::Result<Stream> {
+    emulate_on(real, spec, Arc::new(Wire::default()))
+}
+
+/// Puts `real` behind the emulated `spec` link `wire`, shared with the other connections on it.
+pub fn emulate_on(real: Stream, spec: LinkSpec, wire: Arc<Wire>) -> io::Result<Stream> {
     let (app, link_end) = UnixStream::pair()?;
     let real_reader = real.try_clone()?;
     let real_writer = real.try_clone()?;
     let real = Arc::new(real);
     let one_way = spec.rtt / 2;
-    let to_server = Direction::new(spec.bits_per_second, one_way);
-    let to_program = Direction::new(spec.bits_per_second, one_way);
+    let to_server = Direction::new(spec.bits_per_second, one_way, &wire, |w| &w.up);
+    let to_program = Direction::new(spec.bits_per_second, one_way, &wire, |w| &w.down);
     {
         let src = link_end.try_clone()?;
         let dir = Arc::clone(&to_server);
@@ -236,6 +281,9 @@ fn spawn(name: &str, body: impl FnOnce() + Send + 'static) -> io::Result<()> {
 struct Direction {
     bits_per_second: Option<f64>,
     one_way: Duration,
+    /// The link this direction is part of, and which of its serializers it uses.
+    wire: Arc<Wire>,
+    serializer: fn(&Wire) -> &Serializer,
     queue: Mutex<Queue>,
     changed: Condvar,
 }
@@ -249,10 +297,17 @@ struct Queue {
 }
 
 impl Direction {
-    fn new(bits_per_second: Option<f64>, one_way: Duration) -> Arc<Direction> {
+    fn new(
+        bits_per_second: Option<f64>,
+        one_way: Duration,
+        wire: &Arc<Wire>,
+        serializer: fn(&Wire) -> &Serializer,
+    ) -> Arc<Direction> {
         Arc::new(Direction {
             bits_per_second,
             one_way,
+            wire: Arc::clone(wire),
+            serializer,
             queue: Mutex::new(Queue::default()),
             changed: Condvar::new(),
         })
@@ -269,7 +324,7 @@ impl Direction {
     /// `fd` is the socket under `src`, polled before each read (see [`spin_until_readable`]).
     fn read_from(&self, mut src: impl Read, fd: Option<RawFd>) {
         let mut buf = vec![0u8; READ_SIZE];
-        let mut serializer_free = Instant::now();
+        let serializer = (self.serializer)(&self.wire);
         loop {
             if let Some(fd) = fd {
                 spin_until_readable(fd);
@@ -289,14 +344,15 @@ impl Direction {
                 return;
             }
             if n == 0 {
-                let last = serializer_free.max(arrived) + self.one_way;
-                queue.chunks.push_back((last, None));
+                let last = serializer.pass(arrived, std::iter::once(Duration::ZERO))[0];
+                queue.chunks.push_back((last + self.one_way, None));
                 self.changed.notify_all();
                 return;
             }
-            for slice in buf[..n].chunks(SLICE) {
-                let leaves = serializer_free.max(arrived) + self.serialization(slice.len());
-                serializer_free = leaves;
+            let slices = buf[..n].chunks(SLICE);
+            let leaves =
+                serializer.pass(arrived, slices.clone().map(|s| self.serialization(s.len())));
+            for (slice, leaves) in slices.zip(leaves) {
                 queue.bytes += slice.len();
                 queue
                     .chunks

@@ -104,7 +104,11 @@ impl Stream {
         crate::fork::note_connection_opened();
         let real = Self::connect_real(endpoint, timeout)?;
         match crate::link::from_env() {
-            Some(spec) => crate::link::emulate(real, spec),
+            // One link per server: its connection and data lanes share its rate.
+            Some(spec) => {
+                let wire = crate::link::Wire::to(&endpoint.to_string());
+                crate::link::emulate_on(real, spec, wire)
+            }
             None => Ok(real),
         }
     }
