@@ -218,20 +218,29 @@ pub fn predict_together(
     target: &Link,
 ) -> Vec<(f64, f64)> {
     let mut busy: Vec<Vec<(f64, f64)>> = vec![Vec::new(); programs.len()];
+    let mut creations: Vec<Vec<(f64, f64)>> = vec![Vec::new(); programs.len()];
     let mut results = vec![(0.0, 0.0); programs.len()];
     for _ in 0..50 {
         let mut moved = 0.0f64;
         for (i, records) in programs.iter().enumerate() {
-            let others = Sharing::of(
+            let mut others = Sharing::of(
                 busy.iter()
                     .enumerate()
                     .filter(|(j, _)| *j != i)
                     .map(|(_, b)| b.as_slice()),
             );
+            // Asked at the same moment, the program listed first goes first.
+            others.creations = creations
+                .iter()
+                .enumerate()
+                .filter(|(j, _)| *j != i)
+                .flat_map(|(j, c)| c.iter().map(move |&(asked, done)| (asked, j < i, done)))
+                .collect();
             let replay = replay(records, traced, target, &others);
             moved = moved.max((replay.span - results[i].0).abs() / replay.span.max(1.0));
             results[i] = (replay.span, replay.waited);
             busy[i] = replay.busy;
+            creations[i] = replay.creations;
         }
         if moved < 1e-5 {
             break;
@@ -240,11 +249,14 @@ pub fn predict_together(
     results
 }
 
-/// How many other programs have work on the server at each moment: breakpoints (time, count
-/// from then on), sorted; none before the first.
+/// What the other programs sharing the device do: how many of them have work on it at each
+/// moment (breakpoints (time, count from then on), sorted; none before the first), and their
+/// context creations ((asked, done)), which the driver serves one at a time in turn.
 #[derive(Default)]
 pub struct Sharing {
     steps: Vec<(f64, u32)>,
+    /// (asked, goes first if asked at the same moment, done).
+    creations: Vec<(f64, bool, f64)>,
 }
 
 impl Sharing {
@@ -263,7 +275,24 @@ impl Sharing {
                 _ => steps.push((t, count.max(0) as u32)),
             }
         }
-        Sharing { steps }
+        Sharing {
+            steps,
+            creations: Vec::new(),
+        }
+    }
+
+    /// When a context creation of `work` µs asked for at `asked` is done: after every one the
+    /// others asked for earlier.
+    fn create_context(&self, asked: f64, work: f64) -> f64 {
+        if work <= 0.0 {
+            return asked;
+        }
+        let begins = self
+            .creations
+            .iter()
+            .filter(|(a, first, _)| *a < asked || (*a == asked && *first))
+            .fold(asked, |at, (_, _, done)| at.max(*done));
+        begins + work
     }
 
     /// When `work` µs of the server's time, begun at `start`, is done, sharing the server
@@ -290,12 +319,42 @@ impl Sharing {
     }
 }
 
+/// Whether the server's time on `call` is spent waiting for the device (its queue of kernels
+/// and copies), which programs sharing the device share; the rest of a worker's time (module
+/// loading, allocation, its own processing) runs in its own process, beside the others'
+/// (measured: two or four PyTorch programs loading their modules at once take no longer).
+pub fn waits_for_device(call: &str) -> bool {
+    const DEVICE_WAITS: &[&str] = &[
+        "Synchronize",
+        "clFinish",
+        "clWaitForEvents",
+        "ReadBuffer",
+        "ReadImage",
+        "MapBuffer",
+        "MapImage",
+        "cuMemcpyDtoH",
+        "cuMemcpy2D",
+        "cuMemcpy3D",
+    ];
+    DEVICE_WAITS.iter().any(|name| call.contains(name))
+}
+
+/// Whether `call` creates a context on the device: the driver creates one device's contexts one
+/// at a time, whichever process asks.
+pub fn creates_context(call: &str) -> bool {
+    ["clCreateContext", "CtxCreate", "PrimaryCtxRetain"]
+        .iter()
+        .any(|name| call.contains(name))
+}
+
 /// One program's replay on the target path.
 struct Replay {
     span: f64,
     waited: f64,
-    /// When the server was working on this program's waited requests (target path).
+    /// When the device was working for this program's waited requests (target path).
     busy: Vec<(f64, f64)>,
+    /// Its context creations: (asked, done).
+    creations: Vec<(f64, f64)>,
 }
 
 fn replay(records: &[CallRecord], traced: &Link, target: &Link, others: &Sharing) -> Replay {
@@ -312,6 +371,7 @@ fn replay(records: &[CallRecord], traced: &Link, target: &Link, others: &Sharing
         span: 0.0,
         waited: 0.0,
         busy: Vec::new(),
+        creations: Vec::new(),
     };
     let Some(first) = records.first() else {
         return result;
@@ -327,6 +387,8 @@ fn replay(records: &[CallRecord], traced: &Link, target: &Link, others: &Sharing
     let mut posted_shift: Option<f64> = None;
     // How much later than traced the program is, as of the latest call (a new thread's start).
     let mut lag = 0.0f64;
+    // A context creation was posted since the last waited request.
+    let mut context_ahead = false;
     for r in records {
         let t = r.t as f64 - origin;
         let (old_prev, new_prev) = *threads.get(&r.thread).unwrap_or(&(t, t + lag));
@@ -338,6 +400,7 @@ fn replay(records: &[CallRecord], traced: &Link, target: &Link, others: &Sharing
         let new_ready = new_prev + gap + local;
         let new_end;
         if r.waits == 0 {
+            context_ahead |= r.posted > 0 && creates_context(&r.call);
             let bytes = r.bytes_out as f64 + MESSAGE_BYTES * r.posted as f64;
             if r.posted > 0 || r.bytes_out > 0 {
                 let (old_arrival, _) = old.request(old_ready, bytes);
@@ -369,15 +432,27 @@ fn replay(records: &[CallRecord], traced: &Link, target: &Link, others: &Sharing
                 Some(shift) => old_arrival + shift,
                 None => new_arrival,
             };
-            let shared = if r.server_us > 0.0 {
+            let own = if r.server_us > 0.0 {
                 r.server_us.min(work)
             } else {
                 work
             };
-            let done = others.finish(start, shared);
-            if shared > 0.0 {
-                result.busy.push((start, done));
+            let device = if waits_for_device(&r.call) { own } else { 0.0 };
+            let mut creation = if creates_context(&r.call) { own } else { 0.0 };
+            if context_ahead {
+                // A posted context creation was the work queued ahead of this call.
+                creation += work - own;
+                context_ahead = false;
             }
+            let created = others.create_context(start, creation);
+            if creation > 0.0 {
+                result.creations.push((start, created));
+            }
+            let done = others.finish(created, device);
+            if device > 0.0 {
+                result.busy.push((created, done));
+            }
+            let shared = creation + device;
             let reply_leaves = new_arrival.max(done + (work - shared));
             let (_, reply_arrives) = new.down.send(&down_link, reply_leaves, bytes_in);
             new_end = reply_arrives + extra_trips * target.rtt_us;
@@ -569,6 +644,32 @@ mod tests {
         let one = predict_together(&[gpu_loop(10, 500.0)], &loopback, &link(100.0, 10.0));
         let solo = predict(&gpu_loop(10, 500.0), &loopback, &link(100.0, 10.0));
         assert_eq!(one[0], solo);
+    }
+
+    #[test]
+    fn contexts_are_created_one_at_a_time() {
+        let mut create = call(0, 1000.0, 1, 1000.0, 0, 0, 0);
+        create.call = "clCreateContext".into();
+        create.server_us = 990.0;
+        let mut info = call(1000, 20.0, 1, 20.0, 0, 0, 0);
+        info.call = "clGetDeviceInfo".into();
+        let program = vec![create, info];
+        let loopback = Link::unlimited();
+        let both = predict_together(&[program.clone(), program], &loopback, &loopback);
+        // Asked at once: the first listed goes first; the other's creation waits for it.
+        assert!((both[0].0 - 1020.0).abs() < 1e-6, "{both:?}");
+        assert!((both[1].0 - (990.0 + 1020.0)).abs() < 1e-6, "{both:?}");
+        // A posted creation (CUDA's primary context) is the work ahead of the next wait.
+        let mut retain = call(0, 15.0, 0, 0.0, 1, 0, 0);
+        retain.call = "cuDevicePrimaryCtxRetain".into();
+        let mut alloc = call(20, 1000.0, 1, 1000.0, 0, 0, 0);
+        alloc.call = "cuMemAlloc_v2".into();
+        alloc.server_us = 10.0;
+        let cuda = vec![retain, alloc];
+        let both = predict_together(&[cuda.clone(), cuda.clone()], &loopback, &loopback);
+        let alone = predict(&cuda, &loopback, &loopback).0;
+        assert!((both[0].0 - alone).abs() < 1e-6, "{both:?}");
+        assert!(both[1].0 > alone + 800.0, "{both:?} vs {alone}");
     }
 
     #[test]
