@@ -76,6 +76,11 @@ pub struct CudaBenchArgs {
     /// The GPU to use (its ordinal, natively and through rgpu).
     #[arg(long, default_value_t = 0)]
     device: i32,
+
+    /// Where to draw the results as SVG (cuda-bandwidth.svg, cuda-latency.svg,
+    /// cuda-launch-rate.svg).
+    #[arg(long, value_name = "DIR")]
+    plot: Option<PathBuf>,
 }
 
 #[derive(Serialize)]
@@ -254,6 +259,9 @@ pub fn run(args: CudaBenchArgs, setup: &dyn ClientSetup) -> Result<ExitCode, Str
     std::fs::write(&args.json, json + "\n")
         .map_err(|e| format!("cannot write {}: {e}", args.json.display()))?;
     eprintln!("wrote {}", args.json.display());
+    if let Some(dir) = &args.plot {
+        crate::output::write_plots(dir, &plots(&report))?;
+    }
     // Never unloaded: both libraries have threads of their own that outlive the measurements.
     std::mem::forget(rgpu);
     std::mem::forget(native);
@@ -583,6 +591,97 @@ fn sgemm(session: &Session, n: usize, runs: usize) -> Result<Vec<f64>, String> {
         unsafe { cu_call!(d, cuMemFree_v2(m)) };
     }
     result
+}
+
+/// Copy bandwidth against the size (native and rgpu per direction and memory, loopback TCP
+/// carrying the same sizes), the latencies, and the launch rate.
+fn plots(report: &Report) -> Vec<(&'static str, String)> {
+    use crate::output::{bar_chart, line_plot, Bar, Series};
+    const COLORS: [[&str; 2]; 4] = [
+        ["#1f77b4", "#aec7e8"],
+        ["#d62728", "#ff9896"],
+        ["#2ca02c", "#98df8a"],
+        ["#ff7f0e", "#ffbb78"],
+    ];
+    let mut labels = Vec::new();
+    for direction in DIRECTIONS {
+        for memory in MEMORY {
+            labels.push((direction, memory, format!("{direction} {memory}")));
+        }
+    }
+    let mut series = Vec::new();
+    for (i, (direction, memory, label)) in labels.iter().enumerate() {
+        let copies = report
+            .copies
+            .iter()
+            .filter(|c| c.direction == *direction && c.memory == *memory);
+        series.push(Series {
+            label,
+            color: COLORS[i % 4][1],
+            points: copies
+                .clone()
+                .map(|c| (c.size_bytes as u64, c.native_gbps))
+                .collect(),
+        });
+        series.push(Series {
+            label,
+            color: COLORS[i % 4][0],
+            points: copies.map(|c| (c.size_bytes as u64, c.rgpu_gbps)).collect(),
+        });
+    }
+    let mut tcp: Vec<(u64, f64)> = report
+        .copies
+        .iter()
+        .map(|c| (c.size_bytes as u64, c.tcp_same_size_gbps))
+        .collect();
+    tcp.sort_by_key(|p| p.0);
+    tcp.dedup_by_key(|p| p.0);
+    series.push(Series {
+        label: "loopback TCP",
+        color: "gray",
+        points: tcp,
+    });
+    let bandwidth = line_plot(
+        &format!("CUDA copies: {} (dark: rgpu, light: native)", report.device),
+        "GB/s",
+        &series,
+    );
+    let pair = |c: &Compared| {
+        vec![
+            Bar {
+                label: "native",
+                color: "#1f77b4",
+                value: c.native,
+            },
+            Bar {
+                label: "rgpu",
+                color: "#d62728",
+                value: c.rgpu,
+            },
+        ]
+    };
+    let latency = bar_chart(
+        "CUDA latency (medians)",
+        "µs",
+        &report
+            .latency
+            .iter()
+            .map(|c| (c.name, pair(c)))
+            .collect::<Vec<_>>(),
+    );
+    let rate = bar_chart(
+        "CUDA launch rate",
+        "launches/s",
+        &[(
+            report.launch_rate_per_s.name,
+            pair(&report.launch_rate_per_s),
+        )],
+    );
+    vec![
+        ("cuda-bandwidth.svg", bandwidth),
+        ("cuda-latency.svg", latency),
+        ("cuda-launch-rate.svg", rate),
+    ]
 }
 
 fn render(report: &Report) -> Result<String, fmt::Error> {

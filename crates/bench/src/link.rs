@@ -36,6 +36,9 @@ pub struct LinkBenchArgs {
     /// Where to write the results as JSON.
     #[arg(long, default_value = "bench-link.json")]
     json: std::path::PathBuf,
+    /// Where to draw measured against requested figures as SVG (link-accuracy.svg).
+    #[arg(long, value_name = "DIR")]
+    plot: Option<std::path::PathBuf>,
 }
 
 #[derive(Serialize)]
@@ -99,7 +102,37 @@ pub fn run(args: LinkBenchArgs) -> Result<std::process::ExitCode, String> {
     crate::output::write_stdout(&table)?;
     let json = serde_json::to_string_pretty(&results).map_err(|e| e.to_string())?;
     std::fs::write(&args.json, json).map_err(|e| format!("{}: {e}", args.json.display()))?;
+    if let Some(dir) = &args.plot {
+        crate::output::write_plots(dir, &[("link-accuracy.svg", plot(&results))])?;
+    }
     Ok(std::process::ExitCode::SUCCESS)
+}
+
+/// Measured over requested round trip and rate per link (1 is exact).
+fn plot(results: &[LinkResult]) -> String {
+    use crate::output::{bar_chart, Bar};
+    let groups: Vec<(&str, Vec<Bar>)> = results
+        .iter()
+        .map(|r| {
+            let mut bars = Vec::new();
+            if let Some(e) = r.rtt_error_pct {
+                bars.push(Bar {
+                    label: "round trip",
+                    color: "#1f77b4",
+                    value: 1.0 + e / 100.0,
+                });
+            }
+            if let Some(e) = r.rate_error_pct {
+                bars.push(Bar {
+                    label: "rate",
+                    color: "#d62728",
+                    value: 1.0 + e / 100.0,
+                });
+            }
+            (r.link.as_str(), bars)
+        })
+        .collect();
+    bar_chart("Link emulator: measured / requested", "1 = exact", &groups)
 }
 
 /// A connected pair over loopback: the client side behind `spec` (if any), the server side

@@ -77,6 +77,10 @@ pub struct OpenclBenchArgs {
     /// MiB sent per raw TCP bandwidth run (three runs).
     #[arg(long, default_value_t = 512)]
     tcp_mib: u64,
+
+    /// Where to draw the results as SVG (opencl-bandwidth.svg, opencl-latency.svg).
+    #[arg(long, value_name = "DIR")]
+    plot: Option<PathBuf>,
 }
 
 /// "512K" -> 524288; plain numbers are bytes.
@@ -238,6 +242,9 @@ pub fn run(args: OpenclBenchArgs, setup: &dyn ClientSetup) -> Result<ExitCode, S
         raw_tcp,
     };
     crate::output::write_stdout(&render_report(&report).map_err(|e| e.to_string())?)?;
+    if let Some(dir) = &args.plot {
+        crate::output::write_plots(dir, &plots(&report))?;
+    }
     let json = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
     std::fs::write(&args.json, json + "\n")
         .map_err(|e| format!("cannot write {}: {e}", args.json.display()))?;
@@ -397,6 +404,66 @@ fn latency(name: &'static str, native: &[f64], rgpu: &[f64]) -> LatencyResult {
         rgpu_min_us: min(rgpu),
         overhead_us: rgpu_us - native_us,
     }
+}
+
+/// The bandwidths against the size (native, rgpu, and loopback TCP carrying the same
+/// transfers) and the latencies (native, rgpu, and a TCP round trip).
+fn plots(report: &Report) -> Vec<(&'static str, String)> {
+    use crate::output::{bar_chart, line_plot, Bar, Series};
+    let series = |label, color, pick: &dyn Fn(&SizeResult) -> f64| Series {
+        label,
+        color,
+        points: report
+            .bandwidth
+            .iter()
+            .map(|s| (s.size_bytes as u64, pick(s)))
+            .collect(),
+    };
+    let bandwidth = line_plot(
+        &format!(
+            "OpenCL transfers: {} (native and through rgpu)",
+            report.native_device.name
+        ),
+        "GB/s",
+        &[
+            series("native write", "#1f77b4", &|s| s.write.native_gbps),
+            series("rgpu write", "#d62728", &|s| s.write.rgpu_gbps),
+            series("native read", "#2ca02c", &|s| s.read.native_gbps),
+            series("rgpu read", "#ff7f0e", &|s| s.read.rgpu_gbps),
+            series("loopback TCP", "gray", &|s| s.raw_tcp_same_size_gbps),
+        ],
+    );
+    let groups: Vec<(&str, Vec<Bar>)> = report
+        .latency
+        .iter()
+        .map(|l| {
+            (
+                l.name,
+                vec![
+                    Bar {
+                        label: "native",
+                        color: "#1f77b4",
+                        value: l.native_us,
+                    },
+                    Bar {
+                        label: "rgpu",
+                        color: "#d62728",
+                        value: l.rgpu_us,
+                    },
+                    Bar {
+                        label: "TCP round trip",
+                        color: "gray",
+                        value: report.raw_tcp.round_trip_us,
+                    },
+                ],
+            )
+        })
+        .collect();
+    let latency = bar_chart("OpenCL latency (medians)", "µs", &groups);
+    vec![
+        ("opencl-bandwidth.svg", bandwidth),
+        ("opencl-latency.svg", latency),
+    ]
 }
 
 fn render_report(report: &Report) -> Result<String, fmt::Error> {

@@ -114,3 +114,94 @@ pub fn line_plot_with(
     svg.push_str("</svg>\n");
     svg
 }
+
+/// One bar of a [`bar_chart`] group: its label, its colour and its value.
+pub struct Bar<'a> {
+    pub label: &'a str,
+    pub color: &'a str,
+    pub value: f64,
+}
+
+/// An SVG chart of groups of bars (one group per measurement, one bar per way of running it),
+/// each bar labelled with its value.
+pub fn bar_chart(title: &str, unit: &str, groups: &[(&str, Vec<Bar>)]) -> String {
+    use std::fmt::Write as _;
+    let bars_per_group = groups.iter().map(|g| g.1.len()).max().unwrap_or(1).max(1);
+    let (bar_w, gap, left, bottom, top) = (36.0, 30.0, 70.0, 110.0, 40.0);
+    let group_w = bar_w * bars_per_group as f64 + gap;
+    let (w, h) = (left + group_w * groups.len().max(1) as f64 + 150.0, 460.0);
+    let peak = groups
+        .iter()
+        .flat_map(|g| g.1.iter().map(|b| b.value))
+        .fold(1e-9, f64::max);
+    let y = |value: f64| h - bottom - value / peak * (h - bottom - top);
+    let mut svg = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" font-family=\"sans-serif\" font-size=\"12\">\n\
+         <rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n\
+         <text x=\"{left}\" y=\"20\" font-size=\"14\">{title} ({unit})</text>\n\
+         <line x1=\"{left}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"black\"/>\n",
+        h - bottom,
+        w - 150.0,
+        h - bottom
+    );
+    let mut legend: Vec<(&str, &str)> = Vec::new();
+    for (g, (name, bars)) in groups.iter().enumerate() {
+        let x0 = left + group_w * g as f64;
+        for (i, bar) in bars.iter().enumerate() {
+            let x = x0 + bar_w * i as f64;
+            let _ = writeln!(
+                svg,
+                "<rect x=\"{x:.1}\" y=\"{:.1}\" width=\"{:.1}\" height=\"{:.1}\" fill=\"{}\"/>\n\
+                 <text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\" font-size=\"10\">{}</text>",
+                y(bar.value),
+                bar_w - 4.0,
+                h - bottom - y(bar.value),
+                bar.color,
+                x + bar_w / 2.0 - 2.0,
+                y(bar.value) - 4.0,
+                short_number(bar.value)
+            );
+            if !legend.iter().any(|(label, _)| *label == bar.label) {
+                legend.push((bar.label, bar.color));
+            }
+        }
+        // Slanted: long names (a link's settings) would run into their neighbours.
+        let (lx, ly) = (x0 + (group_w - gap) / 2.0, h - bottom + 16.0);
+        let _ = writeln!(
+            svg,
+            "<text x=\"{lx:.1}\" y=\"{ly}\" text-anchor=\"end\" \
+             transform=\"rotate(-30 {lx:.1} {ly})\">{name}</text>"
+        );
+    }
+    for (i, (label, color)) in legend.iter().enumerate() {
+        let _ = writeln!(
+            svg,
+            "<text x=\"{}\" y=\"{}\" fill=\"{color}\">{label}</text>",
+            w - 140.0,
+            top + 10.0 + 20.0 * i as f64
+        );
+    }
+    svg.push_str("</svg>\n");
+    svg
+}
+
+fn short_number(value: f64) -> String {
+    if value >= 100.0 {
+        format!("{value:.0}")
+    } else if value >= 10.0 {
+        format!("{value:.1}")
+    } else {
+        format!("{value:.2}")
+    }
+}
+
+/// Writes each (file name, SVG) of `plots` into `dir` (created if missing).
+pub fn write_plots(dir: &std::path::Path, plots: &[(&str, String)]) -> Result<(), String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    for (name, svg) in plots {
+        let path = dir.join(name);
+        std::fs::write(&path, svg).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        eprintln!("wrote {}", path.display());
+    }
+    Ok(())
+}
