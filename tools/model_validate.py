@@ -13,8 +13,10 @@ emulator (RGPU_LINK, --repeats runs).
 A case is NAME=COMMAND (leading VAR=value words set the environment). Every run is traced, and
 what is compared is the span of its traced calls (first call's start to last call's end; the
 process's start-up and exit, which vary by more than a small link costs, drop out of both
-sides), median of the runs (min beside it); --measure wall compares whole-program wall clocks
-instead; every row also gives the wall clock spent outside the traced calls (start-up, exit).
+sides), median of the runs (min beside it); --measure calls compares only the time inside
+the calls (the span less the program's own time between them, which the model keeps as traced
+and which varies run to run by more than a fast link costs in a Python program); --measure wall
+compares whole-program wall clocks instead; every row also gives the wall clock spent outside the traced calls (start-up, exit).
 The prediction is the loopback median plus the change the model predicts. One untimed run
 first warms the caches (compiled kernels).
 
@@ -66,8 +68,8 @@ def split_case(text):
 
 
 def trace_span(pattern, keep=None):
-    """The span of the calls in the largest trace a run wrote (pattern has %p), seconds; that
-    trace is moved to `keep` if given, the others removed."""
+    """The span of the calls in the largest trace a run wrote (pattern has %p), and the part of
+    it inside calls, seconds; that trace is moved to `keep` if given, the others removed."""
     folder, name = os.path.split(pattern)
     prefix = name.split("%p")[0]
     best, best_path = [], None
@@ -88,8 +90,15 @@ def trace_span(pattern, keep=None):
         os.replace(best_path, keep)
     else:
         os.remove(best_path)
-    start = min(r["t"] for r in records)
-    return (max(r["t"] + r["us"] for r in records) - start) / 1e6
+    records.sort(key=lambda r: r["t"])
+    start = records[0]["t"]
+    span = (max(r["t"] + r["us"] for r in records) - start) / 1e6
+    # The program's own time between its calls (across threads: time no call was under way).
+    between, covered = 0.0, start
+    for r in records:
+        between += max(0.0, r["t"] - covered)
+        covered = max(covered, r["t"] + r["us"])
+    return {"span": span, "calls": span - between / 1e6}
 
 
 def case_env(env_extra, link, trace):
@@ -122,10 +131,10 @@ def measure(args, rgpu, endpoint, env, command, link=None, keep=None, walls=None
     is traced (the wall clocks go to `walls`), its trace kept at `keep` if given."""
     pattern = os.path.join(args.out, "run.%p.jsonl")
     wall = run_once(rgpu, endpoint, env, command, link=link, trace=pattern)
-    span = trace_span(pattern, keep)
+    times = trace_span(pattern, keep)
     if walls is not None:
         walls.append(wall)
-    return span if args.measure == "span" else wall
+    return wall if args.measure == "wall" else times[args.measure]
 
 
 def measure_together(args, rgpu, endpoint, env, command, copies, link=None):
@@ -144,8 +153,7 @@ def measure_together(args, rgpu, endpoint, env, command, copies, link=None):
         wall = time.perf_counter() - start
         if proc.returncode != 0:
             sys.exit(f"{' '.join(command)} (together) failed ({proc.returncode}):\n{out[-3000:]}")
-        span = trace_span(pattern)
-        times.append(span if args.measure == "span" else wall)
+        times.append(wall if args.measure == "wall" else trace_span(pattern)[args.measure])
     return times
 
 
@@ -178,7 +186,7 @@ def main():
                         help="also run N copies of each case at once on loopback, each one's "
                              "time predicted from separate solo traces (repeatable: 2, 4)")
     parser.add_argument("--out", default="model-validation")
-    parser.add_argument("--measure", choices=["span", "wall"], default="span")
+    parser.add_argument("--measure", choices=["span", "calls", "wall"], default="span")
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
     rgpu = os.path.abspath(args.rgpu)
@@ -187,6 +195,8 @@ def main():
 
     def report(row):
         results.append(row)
+        # Written as it goes: a run cut short keeps the rows it finished.
+        json.dump(results, open(os.path.join(args.out, "validation.json"), "w"), indent=1)
         print(f"{row['case']:<14} {row['link']:<28} loopback {row['loopback_s']:8.3f} s  "
               f"measured {row['measured_s']:8.3f} s (min {row['measured_min_s']:8.3f})  "
               f"predicted {row['predicted_s']:8.3f} s  error {100 * row['error']:+6.1f}%"
@@ -207,7 +217,7 @@ def main():
             measured = statistics.median(base)
             # The wall clock beyond the traced calls (start-up and exit), on loopback.
             base_outside = statistics.median(walls) - statistics.median(base) \
-                if args.measure == "span" else None
+                if args.measure != "wall" else None
             trace = os.path.join(args.out, f"{name}.trace.jsonl")
             os.replace(solo_traces[0], trace)
             solo_traces[0] = trace
@@ -225,7 +235,7 @@ def main():
                        "measured_s": median, "measured_min_s": min(times),
                        "runs_s": times, "walls_s": walls, "predicted_s": predicted,
                        "error": (predicted - median) / median}
-                if args.measure == "span":
+                if args.measure != "wall":
                     # How much more than on loopback the process spends outside its calls.
                     row["outside_calls_s"] = statistics.median(walls) - median
                     row["loopback_outside_calls_s"] = base_outside

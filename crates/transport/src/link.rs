@@ -18,8 +18,8 @@
 use std::collections::VecDeque;
 use std::io::{self, Read, Write};
 use std::net::IpAddr;
+use std::net::{TcpListener, TcpStream};
 use std::os::fd::{AsRawFd, RawFd};
-use std::os::unix::net::UnixStream;
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -136,16 +136,16 @@ const SPIN: Duration = Duration::from_micros(30);
 /// socket (kept to describe the peer, to set its liveness and to shut it down).
 #[derive(Debug)]
 pub struct EmulatedStream {
-    app: UnixStream,
+    app: TcpStream,
     real: Arc<Stream>,
 }
 
 impl EmulatedStream {
-    pub(crate) fn app(&self) -> &UnixStream {
+    pub(crate) fn app(&self) -> &TcpStream {
         &self.app
     }
 
-    pub(crate) fn app_mut(&mut self) -> &mut UnixStream {
+    pub(crate) fn app_mut(&mut self) -> &mut TcpStream {
         &mut self.app
     }
 
@@ -222,7 +222,11 @@ pub fn emulate(real: Stream, spec: LinkSpec) -> io::Result<Stream> {
 
 /// Puts `real` behind the emulated `spec` link `wire`, shared with the other connections on it.
 pub fn emulate_on(real: Stream, spec: LinkSpec, wire: Arc<Wire>) -> io::Result<Stream> {
-    let (app, link_end) = UnixStream::pair()?;
+    let (app, link_end) = loopback_pair()?;
+    stamp_arrivals(link_end.as_raw_fd());
+    if let Some(fd) = real.raw_fd() {
+        stamp_arrivals(fd);
+    }
     let real_reader = real.try_clone()?;
     let real_writer = real.try_clone()?;
     let real = Arc::new(real);
@@ -321,7 +325,8 @@ impl Direction {
 
     /// Reads the sending side until it ends (or fails), queuing each slice with its due
     /// time; `None` marks the end, after which the writer closes both sides.
-    /// `fd` is the socket under `src`, polled before each read (see [`spin_until_readable`]).
+    /// `fd` is the socket under `src` (plain TCP or Unix, then read directly with its kernel
+    /// receive time, see [`read_stamped`]), polled before each read ([`spin_until_readable`]).
     fn read_from(&self, mut src: impl Read, fd: Option<RawFd>) {
         let mut buf = vec![0u8; READ_SIZE];
         let serializer = (self.serializer)(&self.wire);
@@ -329,13 +334,18 @@ impl Direction {
             if let Some(fd) = fd {
                 spin_until_readable(fd);
             }
-            let n = match src.read(&mut buf) {
-                Ok(0) => 0,
-                Ok(n) => n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(_) => 0,
+            let read = match fd {
+                Some(fd) => read_stamped(fd, &mut buf),
+                None => src.read(&mut buf).map(|n| (n, None)),
             };
-            let arrived = Instant::now();
+            let (n, stamped) = match read {
+                Ok((n, stamped)) => (n, stamped),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => (0, None),
+            };
+            // When the bytes reached this end's socket: this thread may have woken well after
+            // (from an idle CPU: tens of µs), which is not the link's time.
+            let arrived = stamped.unwrap_or_else(Instant::now);
             let mut queue = self.queue.lock().unwrap();
             while n > 0 && queue.bytes >= MAX_QUEUED && !queue.closed {
                 queue = self.changed.wait(queue).unwrap();
@@ -399,7 +409,7 @@ impl Direction {
     fn next_queued(&self) -> std::sync::MutexGuard<'_, Queue> {
         if spin_allowed() {
             let start = Instant::now();
-            while start.elapsed() < IDLE_SPIN {
+            while start.elapsed() < idle_spin() {
                 if let Ok(queue) = self.queue.try_lock() {
                     if !queue.chunks.is_empty() {
                         return queue;
@@ -412,8 +422,18 @@ impl Direction {
     }
 }
 
-/// How long an idle writer spins for the next chunk before it sleeps.
-const IDLE_SPIN: Duration = Duration::from_micros(200);
+/// How long an idle pump spins for the next chunk before it sleeps (`RGPU_LINK_SPIN_US`, for
+/// experiments; default 200 µs).
+fn idle_spin() -> Duration {
+    static SPIN: OnceLock<Duration> = OnceLock::new();
+    *SPIN.get_or_init(|| {
+        let us = std::env::var("RGPU_LINK_SPIN_US")
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(200);
+        Duration::from_micros(us)
+    })
+}
 
 /// Whether the machine has cores enough for the writers to spin (8 or more).
 fn spin_allowed() -> bool {
@@ -421,7 +441,7 @@ fn spin_allowed() -> bool {
     *ALLOWED.get_or_init(|| std::thread::available_parallelism().is_ok_and(|n| n.get() >= 8))
 }
 
-/// Waits for `fd` to have data by polling it for up to [`IDLE_SPIN`] (where spinning is
+/// Waits for `fd` to have data by polling it for up to [`idle_spin`] (where spinning is
 /// allowed), so that the blocking read after it does not sleep when data comes soon.
 fn spin_until_readable(fd: RawFd) {
     if !spin_allowed() {
@@ -433,12 +453,102 @@ fn spin_until_readable(fd: RawFd) {
         events: libc::POLLIN,
         revents: 0,
     };
-    while start.elapsed() < IDLE_SPIN {
+    while start.elapsed() < idle_spin() {
         // SAFETY: one valid pollfd, timeout 0 (never blocks).
         if unsafe { libc::poll(&mut pollfd, 1, 0) } != 0 {
             return;
         }
         std::hint::spin_loop();
+    }
+}
+
+/// Asks the kernel to stamp each segment `fd` receives with the time it arrived (TCP does;
+/// Unix sockets ignore it and their reads go unstamped).
+fn stamp_arrivals(fd: RawFd) {
+    let flags: libc::c_int =
+        (libc::SOF_TIMESTAMPING_RX_SOFTWARE | libc::SOF_TIMESTAMPING_SOFTWARE) as libc::c_int;
+    // SAFETY: a socket option taking an int, given a valid pointer and its size.
+    unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_TIMESTAMPING,
+            (&flags as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+}
+
+/// Reads from the socket `fd` into `buf`: the count, and when the data arrived in the socket
+/// if the kernel stamped it ([`stamp_arrivals`]).
+fn read_stamped(fd: RawFd, buf: &mut [u8]) -> io::Result<(usize, Option<Instant>)> {
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    // Room for one SCM_TIMESTAMPING (three timespecs) with its header, aligned.
+    let mut control = [0u64; 16];
+    // SAFETY: a zeroed msghdr is valid; its pointers are set below to live buffers.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = std::mem::size_of_val(&control) as _;
+    // SAFETY: msg points at `buf` and `control`, both alive and of the sizes given.
+    let n = unsafe { libc::recvmsg(fd, &mut msg, 0) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let mut stamp = None;
+    // SAFETY: walks the control messages the kernel wrote within `control`.
+    unsafe {
+        let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
+        while !cmsg.is_null() {
+            if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_TIMESTAMPING
+            {
+                let software =
+                    std::ptr::read_unaligned(libc::CMSG_DATA(cmsg) as *const libc::timespec);
+                stamp = instant_of_realtime(software);
+            }
+            cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
+        }
+    }
+    Ok((n as usize, stamp))
+}
+
+/// The `Instant` of a CLOCK_REALTIME time in the recent past (`None` if zero, in the future
+/// or over a second ago: not a time to trust).
+fn instant_of_realtime(at: libc::timespec) -> Option<Instant> {
+    if at.tv_sec == 0 && at.tv_nsec == 0 {
+        return None;
+    }
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut now) };
+    let monotonic_now = Instant::now();
+    let age_ns =
+        (now.tv_sec - at.tv_sec) as i128 * 1_000_000_000 + (now.tv_nsec - at.tv_nsec) as i128;
+    (0..1_000_000_000)
+        .contains(&age_ns)
+        .then(|| monotonic_now - Duration::from_nanos(age_ns as u64))
+}
+
+/// A connected pair of loopback TCP sockets (the program's end and the link's): unlike a Unix
+/// socket pair, the kernel stamps what each receives with its arrival time. The accepted end
+/// must be the one this call connected (another local process could have raced to connect).
+fn loopback_pair() -> io::Result<(TcpStream, TcpStream)> {
+    let listener = TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0))?;
+    let app = TcpStream::connect(listener.local_addr()?)?;
+    loop {
+        let (link_end, from) = listener.accept()?;
+        if from == app.local_addr()? {
+            app.set_nodelay(true)?;
+            link_end.set_nodelay(true)?;
+            return Ok((app, link_end));
+        }
     }
 }
 
