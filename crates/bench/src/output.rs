@@ -205,3 +205,32 @@ pub fn write_plots(dir: &std::path::Path, plots: &[(&str, String)]) -> Result<()
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bar_chart_draws_each_bar_with_its_value_and_each_label_once() {
+        let bar = |label, value| Bar {
+            label,
+            color: "red",
+            value,
+        };
+        let svg = bar_chart(
+            "Latency",
+            "µs",
+            &[
+                ("read", vec![bar("native", 6.8), bar("rgpu", 24.4)]),
+                ("launch", vec![bar("native", 8.0), bar("rgpu", 27.9)]),
+            ],
+        );
+        assert!(svg.starts_with("<svg") && svg.ends_with("</svg>\n"));
+        assert_eq!(svg.matches("<rect x=").count(), 4);
+        for value in ["6.80", "24.4", "8.00", "27.9"] {
+            assert!(svg.contains(&format!(">{value}</text>")), "{value}");
+        }
+        // The legend names each way of running once.
+        assert_eq!(svg.matches(">native</text>").count(), 1);
+    }
+}
