@@ -4,6 +4,7 @@ stay in the totals; anything but GET /metrics is refused; a slow or oversized re
 only its own connection."""
 
 import re
+import subprocess
 import socket
 import time
 import urllib.error
@@ -31,7 +32,7 @@ def wait_for(port, name, predicate, timeout=15):
         time.sleep(0.2)
 
 
-def test_metrics_count_sessions_and_their_requests(c_program, start_server):
+def test_metrics_count_sessions_and_their_requests(c_program, start_server, gcc, tmp_path):
     port = h.free_port()
     server = start_server(args=["--metrics", f"127.0.0.1:{port}"])
     assert server.wait_log(r"metrics: http://127\.0\.0\.1:\d+/metrics"), server.log_tail()
@@ -64,8 +65,19 @@ def test_metrics_count_sessions_and_their_requests(c_program, start_server):
 
     r = h.run_rgpu(c_program("buffers"), [server])
     h.assert_pass(r, "buffers", server)
-    values = wait_for(port, 'rgpu_sessions_ended_total{how="normal"}', lambda v: v and v >= 2)
-    assert values['rgpu_sessions_ended_total{how="normal"}'] >= 2, values
+    # 16 MiB buffers: their writes go over the session's data lanes.
+    example = tmp_path / "vector_add"
+    subprocess.run([gcc, "-O2", "-o", str(example), str(h.REPO / "examples" / "vector_add.c"),
+                    "-lOpenCL", "-lm"], check=True)
+    r = h.run_rgpu(example, [server], EXAMPLE_PLATFORM="rgpu", EXAMPLE_N="4194304")
+    assert r.returncode == 0 and "result: OK" in r.stdout, r.describe()
+    values = wait_for(port, 'rgpu_sessions_ended_total{how="normal"}', lambda v: v and v >= 3)
+    assert values['rgpu_sessions_ended_total{how="normal"}'] >= 3, values
+    # Replies are the requests clients waited for: some, not all (releases, launches and
+    # writes are posted).
+    assert 0 < values["rgpu_replies_total"] < values["rgpu_requests_total"], values
+    assert (2 * 16 << 20) <= values["rgpu_lane_received_bytes_total"] \
+        <= values["rgpu_received_bulk_bytes_total"], values
     assert values["rgpu_sessions_active"] == 0, values
     assert values["rgpu_sessions_started_total"] >= 2, values
     assert values["rgpu_requests_total"] > 0 and values["rgpu_received_bulk_bytes_total"] > 0, values

@@ -53,6 +53,27 @@ static SENT: AtomicU64 = AtomicU64::new(0);
 pub fn sent(bytes: u64) {
     SENT.fetch_add(bytes, Ordering::Relaxed);
 }
+
+/// Replies sent: the requests the client waited for (its round trips).
+static REPLIES: AtomicU64 = AtomicU64::new(0);
+/// Bulk bytes received and sent over the session's data lanes.
+static LANE_RECEIVED: AtomicU64 = AtomicU64::new(0);
+static LANE_SENT: AtomicU64 = AtomicU64::new(0);
+
+/// The session answered a request.
+pub fn replied() {
+    REPLIES.fetch_add(1, Ordering::Relaxed);
+}
+
+/// `bytes` of a request's bulk came over the data lanes.
+pub fn lane_received(bytes: u64) {
+    LANE_RECEIVED.fetch_add(bytes, Ordering::Relaxed);
+}
+
+/// `bytes` of a read's data go out over the data lanes.
+pub fn lane_sent(bytes: u64) {
+    LANE_SENT.fetch_add(bytes, Ordering::Relaxed);
+}
 static BUSY_NS: AtomicU64 = AtomicU64::new(0);
 
 /// The session's totals so far.
@@ -76,6 +97,9 @@ pub fn stats() -> crate::metrics::WorkerStats {
         bulk_received: BULK.load(Ordering::Relaxed),
         bulk_sent: SENT.load(Ordering::Relaxed),
         busy_us: BUSY_NS.load(Ordering::Relaxed) / 1000,
+        replies: REPLIES.load(Ordering::Relaxed),
+        lane_received: LANE_RECEIVED.load(Ordering::Relaxed),
+        lane_sent: LANE_SENT.load(Ordering::Relaxed),
         calls,
     }
 }

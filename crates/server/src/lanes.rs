@@ -182,6 +182,7 @@ impl Striped {
             at += n;
             self.taken += n as u64;
         }
+        crate::flight::lane_received(dst.len() as u64);
         Ok(())
     }
 

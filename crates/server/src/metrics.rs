@@ -1,7 +1,8 @@
 //! Live metrics in Prometheus' text format (`rgpu server --metrics ADDR`, `GET /metrics`): the
 //! listener's sessions (active, started, ended normally or not) and, from each session's
-//! worker once a second, its requests, the bulk bytes it received and the time it spent
-//! serving, per session and in total (ended sessions included).
+//! worker once a second, its requests and replies (the client's round trips), the bulk bytes
+//! each way (and how much of them crossed data lanes) and the time it spent serving, per
+//! session and in total (ended sessions included).
 //!
 //! The endpoint answers one connection at a time and reads at most [`MAX_REQUEST`] bytes for
 //! at most [`READ_TIME`]: whoever can reach it costs the server one thread and a few KiB.
@@ -29,6 +30,11 @@ pub struct WorkerStats {
     pub bulk_sent: u64,
     /// µs spent serving requests.
     pub busy_us: u64,
+    /// Replies sent: the requests the client waited for (its round trips).
+    pub replies: u64,
+    /// Bulk bytes received and sent over the data lanes (part of the bulk figures above).
+    pub lane_received: u64,
+    pub lane_sent: u64,
     /// Per request name (`LaunchKernel`, `MemcpyHtoD`, …).
     pub calls: Vec<CallStats>,
     /// Device memory (bytes) and objects the session holds now, as its quotas count them.
@@ -103,6 +109,9 @@ pub fn session_ended(id: u64, normally: bool) {
     ended.bulk_received += session.stats.bulk_received;
     ended.bulk_sent += session.stats.bulk_sent;
     ended.busy_us += session.stats.busy_us;
+    ended.replies += session.stats.replies;
+    ended.lane_received += session.stats.lane_received;
+    ended.lane_sent += session.stats.lane_sent;
     let mut calls = m.ended_calls.lock().unwrap();
     for call in session.stats.calls {
         let entry = calls.entry(call.call).or_default();
@@ -160,10 +169,28 @@ pub fn render() -> String {
         t.bulk_received += s.stats.bulk_received;
         t.bulk_sent += s.stats.bulk_sent;
         t.busy_us += s.stats.busy_us;
+        t.replies += s.stats.replies;
+        t.lane_received += s.stats.lane_received;
+        t.lane_sent += s.stats.lane_sent;
         t
     });
-    let per_session: [(&str, &str, Figure); 4] = [
+    let per_session: [(&str, &str, Figure); 7] = [
         ("requests", "Requests served.", |s| s.requests.to_string()),
+        (
+            "replies",
+            "Replies sent: the requests a client waited for (its round trips); the rest were posted.",
+            |s| s.replies.to_string(),
+        ),
+        (
+            "lane_received_bytes",
+            "Bulk bytes received over data lanes (part of received_bulk_bytes).",
+            |s| s.lane_received.to_string(),
+        ),
+        (
+            "lane_sent_bytes",
+            "Bulk bytes sent over data lanes (part of sent_bulk_bytes).",
+            |s| s.lane_sent.to_string(),
+        ),
         (
             "received_bulk_bytes",
             "Bulk bytes received with requests (writes, arguments).",
@@ -338,6 +365,9 @@ mod tests {
                 bulk_received: 4096,
                 bulk_sent: 512,
                 busy_us: 1500,
+                replies: 5,
+                lane_received: 2048,
+                lane_sent: 0,
                 memory: 1 << 20,
                 objects: 3,
                 calls: vec![CallStats {
@@ -372,6 +402,11 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("rgpu_requests_total 12\n"), "{text}");
+        assert!(text.contains("rgpu_replies_total 5\n"), "{text}");
+        assert!(
+            text.contains("rgpu_lane_received_bytes_total 2048\n"),
+            "{text}"
+        );
         assert!(
             text.contains("rgpu_received_bulk_bytes_total 4096\n"),
             "{text}"

@@ -22,6 +22,7 @@ impl Writer {
     pub fn send(&self, msg: &ServerMsg, seq: u64, bulk: &[u8]) -> Result<(), TransportError> {
         let mut writer = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         crate::flight::sent(bulk.len() as u64);
+        count_reply(msg);
         writer.send(msg, seq, bulk)
     }
 
@@ -46,6 +47,7 @@ impl Writer {
     ) -> Result<(), TransportError> {
         let mut writer = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         crate::flight::sent(bulk_len);
+        crate::flight::lane_sent(bulk_len);
         writer.queue_striped(msg, seq, bulk_len, lanes)?;
         writer.flush()
     }
@@ -64,7 +66,19 @@ impl Writer {
             crate::flight::sent(data.len() as u64);
             writer.queue(&ServerMsg::Data { offset }, seq, data)?;
         }
+        count_reply(last);
         writer.send(last, seq, &[])
+    }
+}
+
+/// Counts `msg` among the session's replies if it answers a request (the end of a read
+/// included; not its data, nor signs of life).
+fn count_reply(msg: &ServerMsg) {
+    if matches!(
+        msg,
+        ServerMsg::Cl(_) | ServerMsg::Cu(_) | ServerMsg::Session(_) | ServerMsg::ReadDone { .. }
+    ) {
+        crate::flight::replied();
     }
 }
 
