@@ -65,19 +65,26 @@ def test_metrics_count_sessions_and_their_requests(c_program, start_server, gcc,
 
     r = h.run_rgpu(c_program("buffers"), [server])
     h.assert_pass(r, "buffers", server)
+    # The programs program checks that a bad kernel source fails to build and that a kernel
+    # name the program lacks is refused: failures the server reports.
+    r = h.run_rgpu(c_program("programs"), [server])
+    h.assert_pass(r, "programs", server)
     # 16 MiB buffers: their writes go over the session's data lanes.
     example = tmp_path / "vector_add"
     subprocess.run([gcc, "-O2", "-o", str(example), str(h.REPO / "examples" / "vector_add.c"),
                     "-lOpenCL", "-lm"], check=True)
     r = h.run_rgpu(example, [server], EXAMPLE_PLATFORM="rgpu", EXAMPLE_N="4194304")
     assert r.returncode == 0 and "result: OK" in r.stdout, r.describe()
-    values = wait_for(port, 'rgpu_sessions_ended_total{how="normal"}', lambda v: v and v >= 3)
-    assert values['rgpu_sessions_ended_total{how="normal"}'] >= 3, values
+    values = wait_for(port, 'rgpu_sessions_ended_total{how="normal"}', lambda v: v and v >= 4)
+    assert values['rgpu_sessions_ended_total{how="normal"}'] >= 4, values
     # Replies are the requests clients waited for: some, not all (releases, launches and
     # writes are posted).
     assert 0 < values["rgpu_replies_total"] < values["rgpu_requests_total"], values
     assert (2 * 16 << 20) <= values["rgpu_lane_received_bytes_total"] \
         <= values["rgpu_received_bulk_bytes_total"], values
+    # Failures the server reported, by code (OpenCL's are negative).
+    errors = {k: v for k, v in values.items() if k.startswith('rgpu_errors_total{api="opencl"')}
+    assert errors and all(re.search(r'code="-\d+"', k) for k in errors), values
     assert values["rgpu_sessions_active"] == 0, values
     assert values["rgpu_sessions_started_total"] >= 2, values
     assert values["rgpu_requests_total"] > 0 and values["rgpu_received_bulk_bytes_total"] > 0, values

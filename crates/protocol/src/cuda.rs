@@ -450,6 +450,10 @@ impl<T> crate::table::FromStatus<Status> for NcclAnswer<T> {
     fn from_status(_: Status) -> Self {
         Err(NCCL_SYSTEM_ERROR)
     }
+
+    fn failure(&self) -> Option<i64> {
+        self.as_ref().err().map(|e| e.0.into())
+    }
 }
 
 /// A communicator's configuration (`ncclConfig_t`) as the program set it: its version, then
@@ -1196,6 +1200,10 @@ impl crate::table::FromStatus<Status> for Loaded {
             logs: JitLogs::default(),
         }
     }
+
+    fn failure(&self) -> Option<i64> {
+        crate::table::failure_of(self.status)
+    }
 }
 
 impl Loaded {
@@ -1218,6 +1226,10 @@ impl crate::table::FromStatus<Status> for Linked {
             status,
             ..Linked::default()
         }
+    }
+
+    fn failure(&self) -> Option<i64> {
+        crate::table::failure_of(self.status)
     }
 }
 

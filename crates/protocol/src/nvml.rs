@@ -246,6 +246,10 @@ impl crate::table::FromStatus<u32> for NvmlAnswer {
             bytes: Vec::new(),
         }
     }
+
+    fn failure(&self) -> Option<i64> {
+        crate::table::failure_of(self.ret)
+    }
 }
 
 sample_struct! {

@@ -463,6 +463,10 @@ impl crate::table::FromStatus<Status> for BinaryStatus {
             binary_status: Vec::new(),
         }
     }
+
+    fn failure(&self) -> Option<i64> {
+        crate::table::failure_of(self.status)
+    }
 }
 
 impl crate::table::FromStatus<Status> for Inventory {

@@ -46,17 +46,52 @@ pub enum Never {}
 /// refuses every request with one).
 pub trait FromStatus<S> {
     fn from_status(status: S) -> Self;
+
+    /// The error code this reply reports, if it reports a failure (for the server's metrics).
+    fn failure(&self) -> Option<i64> {
+        None
+    }
 }
 
-impl<T, S> FromStatus<S> for Result<T, S> {
+/// A status type: its value as a number (0 is success in every API of the tables).
+pub trait ErrorCode: Copy {
+    fn code(self) -> i64;
+}
+
+impl ErrorCode for i32 {
+    fn code(self) -> i64 {
+        self.into()
+    }
+}
+
+impl ErrorCode for u32 {
+    fn code(self) -> i64 {
+        self.into()
+    }
+}
+
+/// A non-zero status, as a failure's code.
+pub fn failure_of(status: impl ErrorCode) -> Option<i64> {
+    Some(status.code()).filter(|&code| code != 0)
+}
+
+impl<T, S: ErrorCode> FromStatus<S> for Result<T, S> {
     fn from_status(status: S) -> Self {
         Err(status)
+    }
+
+    fn failure(&self) -> Option<i64> {
+        self.as_ref().err().and_then(|&s| failure_of(s))
     }
 }
 
 impl FromStatus<u32> for u32 {
     fn from_status(status: u32) -> Self {
         status
+    }
+
+    fn failure(&self) -> Option<i64> {
+        failure_of(*self)
     }
 }
 
@@ -68,6 +103,10 @@ impl<S> FromStatus<S> for () {
 impl FromStatus<i32> for i32 {
     fn from_status(status: i32) -> Self {
         status
+    }
+
+    fn failure(&self) -> Option<i64> {
+        failure_of(*self)
     }
 }
 
@@ -207,6 +246,13 @@ macro_rules! wire_api {
                 }
             }
 
+            /// The error code it reports, if it reports a failure.
+            pub fn failure(&self) -> Option<i64> {
+                match self {
+                    $($( Self::$Variant(reply) => wire_api!(@failure $mode reply, $Status), )*)*
+                }
+            }
+
             /// A reply of every message that has one, for the golden-byte tests.
             pub fn samples() -> Vec<$Reply> {
                 let mut all = Vec::new();
@@ -311,6 +357,12 @@ macro_rules! wire_api {
                 }
             }
         }
+    };
+
+    (@failure post $reply:ident, $Status:ty) => { match *$reply {} };
+    (@failure read $reply:ident, $Status:ty) => { match *$reply {} };
+    (@failure $mode:ident $reply:ident, $Status:ty) => {
+        $crate::table::FromStatus::<$Status>::failure($reply)
     };
 
     (@reply_type call -> $reply:ty) => { $reply };

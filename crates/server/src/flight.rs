@@ -65,6 +65,20 @@ pub fn replied() {
     REPLIES.fetch_add(1, Ordering::Relaxed);
 }
 
+/// Failures reported to the client, by API and error code (replies, ends of reads, and
+/// posted requests' failures kept for the next synchronizing call).
+fn failures() -> &'static std::sync::Mutex<std::collections::HashMap<(&'static str, i64), u64>> {
+    static FAILURES: OnceLock<
+        std::sync::Mutex<std::collections::HashMap<(&'static str, i64), u64>>,
+    > = OnceLock::new();
+    FAILURES.get_or_init(Default::default)
+}
+
+/// A request of `api` failed with `code`.
+pub fn failed(api: &'static str, code: i64) {
+    *failures().lock().unwrap().entry((api, code)).or_default() += 1;
+}
+
 /// `bytes` of a request's bulk came over the data lanes.
 pub fn lane_received(bytes: u64) {
     LANE_RECEIVED.fetch_add(bytes, Ordering::Relaxed);
@@ -89,6 +103,17 @@ pub fn stats() -> crate::metrics::WorkerStats {
         })
         .collect();
     calls.sort_by(|a, b| a.call.cmp(&b.call));
+    let mut errors: Vec<crate::metrics::ErrorStats> = failures()
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(&(api, code), &count)| crate::metrics::ErrorStats {
+            api: api.to_string(),
+            code,
+            count,
+        })
+        .collect();
+    errors.sort_by(|a, b| (&a.api, a.code).cmp(&(&b.api, b.code)));
     let (memory, objects) = held();
     crate::metrics::WorkerStats {
         memory,
@@ -101,6 +126,7 @@ pub fn stats() -> crate::metrics::WorkerStats {
         lane_received: LANE_RECEIVED.load(Ordering::Relaxed),
         lane_sent: LANE_SENT.load(Ordering::Relaxed),
         calls,
+        errors,
     }
 }
 

@@ -37,6 +37,8 @@ pub struct WorkerStats {
     pub lane_sent: u64,
     /// Per request name (`LaunchKernel`, `MemcpyHtoD`, …).
     pub calls: Vec<CallStats>,
+    /// Failures reported to the client, per API and error code.
+    pub errors: Vec<ErrorStats>,
     /// Device memory (bytes) and objects the session holds now, as its quotas count them.
     pub memory: u64,
     pub objects: u64,
@@ -48,6 +50,15 @@ pub struct CallStats {
     pub call: String,
     pub count: u64,
     pub busy_us: u64,
+}
+
+/// How often one API's requests failed with one code.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ErrorStats {
+    /// `opencl`, `cuda` (NVML and NCCL included), `session`, or `read` (a read's end).
+    pub api: String,
+    pub code: i64,
+    pub count: u64,
 }
 
 #[derive(Default)]
@@ -65,6 +76,7 @@ struct Metrics {
     /// The totals of sessions that ended (their per-call figures in `ended_calls`).
     ended: Mutex<WorkerStats>,
     ended_calls: Mutex<HashMap<String, (u64, u64)>>,
+    ended_errors: Mutex<HashMap<(String, i64), u64>>,
 }
 
 fn metrics() -> &'static Metrics {
@@ -117,6 +129,10 @@ pub fn session_ended(id: u64, normally: bool) {
         let entry = calls.entry(call.call).or_default();
         entry.0 += call.count;
         entry.1 += call.busy_us;
+    }
+    let mut errors = m.ended_errors.lock().unwrap();
+    for error in session.stats.errors {
+        *errors.entry((error.api, error.code)).or_default() += error.count;
     }
 }
 
@@ -281,6 +297,29 @@ pub fn render() -> String {
             calls[*name].1 as f64 / 1e6
         );
     }
+    let mut errors = m.ended_errors.lock().unwrap().clone();
+    for session in live.values() {
+        for error in &session.stats.errors {
+            *errors.entry((error.api.clone(), error.code)).or_default() += error.count;
+        }
+    }
+    let mut kinds: Vec<&(String, i64)> = errors.keys().collect();
+    kinds.sort();
+    family(
+        &mut out,
+        "rgpu_errors_total",
+        "counter",
+        "Failures reported to clients, by API and error code (the API's own: a CL_INVALID_* \
+         value, a CUresult; CUDA's 600 is a query's \"not ready\"), all sessions.",
+    );
+    for kind in kinds {
+        out += &format!(
+            "rgpu_errors_total{{api=\"{}\",code=\"{}\"}} {}\n",
+            escape(&kind.0),
+            kind.1,
+            errors[kind]
+        );
+    }
     out
 }
 
@@ -375,6 +414,11 @@ mod tests {
                     count: 10,
                     busy_us: 1000,
                 }],
+                errors: vec![ErrorStats {
+                    api: "opencl".into(),
+                    code: -38,
+                    count: 2,
+                }],
             },
         );
         let text = render();
@@ -417,6 +461,10 @@ mod tests {
         );
         assert!(
             text.contains("rgpu_call_seconds_total{call=\"LaunchKernel\"} 0.001000\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("rgpu_errors_total{api=\"opencl\",code=\"-38\"} 2\n"),
             "{text}"
         );
     }

@@ -536,6 +536,7 @@ impl Session {
             self.id,
             error_name(error)
         );
+        crate::flight::failed("opencl", error.into());
         self.cl.deferred.get_or_insert(error);
     }
 

@@ -72,13 +72,18 @@ impl Writer {
 }
 
 /// Counts `msg` among the session's replies if it answers a request (the end of a read
-/// included; not its data, nor signs of life).
+/// included; not its data, nor signs of life), and among its errors if it reports a failure.
 fn count_reply(msg: &ServerMsg) {
-    if matches!(
-        msg,
-        ServerMsg::Cl(_) | ServerMsg::Cu(_) | ServerMsg::Session(_) | ServerMsg::ReadDone { .. }
-    ) {
-        crate::flight::replied();
+    let failure = match msg {
+        ServerMsg::Cl(reply) => ("opencl", reply.failure()),
+        ServerMsg::Cu(reply) => ("cuda", reply.failure()),
+        ServerMsg::Session(reply) => ("session", reply.failure()),
+        ServerMsg::ReadDone { status } => ("read", Some(i64::from(*status)).filter(|&s| s != 0)),
+        _ => return,
+    };
+    crate::flight::replied();
+    if let (api, Some(code)) = failure {
+        crate::flight::failed(api, code);
     }
 }
 

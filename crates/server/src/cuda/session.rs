@@ -263,6 +263,7 @@ impl CudaSession {
     pub(super) fn defer(&mut self, what: &str, status: Status) {
         if status != SUCCESS {
             log::debug!("{what} failed: CUDA error {status}; deferred");
+            crate::flight::failed("cuda", status.into());
             self.deferred.get_or_insert(status);
         }
     }
