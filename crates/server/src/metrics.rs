@@ -44,6 +44,19 @@ pub struct WorkerStats {
     pub objects: u64,
 }
 
+impl WorkerStats {
+    /// Adds `other`'s counters (not its per-call and per-error lists, nor its gauges).
+    fn add_counters(&mut self, other: &WorkerStats) {
+        self.requests += other.requests;
+        self.bulk_received += other.bulk_received;
+        self.bulk_sent += other.bulk_sent;
+        self.busy_us += other.busy_us;
+        self.replies += other.replies;
+        self.lane_received += other.lane_received;
+        self.lane_sent += other.lane_sent;
+    }
+}
+
 /// One request name's totals.
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct CallStats {
@@ -116,14 +129,7 @@ pub fn session_ended(id: u64, normally: bool) {
         &m.ended_abnormally
     };
     counter.fetch_add(1, Ordering::Relaxed);
-    let mut ended = m.ended.lock().unwrap();
-    ended.requests += session.stats.requests;
-    ended.bulk_received += session.stats.bulk_received;
-    ended.bulk_sent += session.stats.bulk_sent;
-    ended.busy_us += session.stats.busy_us;
-    ended.replies += session.stats.replies;
-    ended.lane_received += session.stats.lane_received;
-    ended.lane_sent += session.stats.lane_sent;
+    m.ended.lock().unwrap().add_counters(&session.stats);
     let mut calls = m.ended_calls.lock().unwrap();
     for call in session.stats.calls {
         let entry = calls.entry(call.call).or_default();
@@ -181,13 +187,7 @@ pub fn render() -> String {
         }
     }
     let totals = live.values().fold(ended, |mut t, s| {
-        t.requests += s.stats.requests;
-        t.bulk_received += s.stats.bulk_received;
-        t.bulk_sent += s.stats.bulk_sent;
-        t.busy_us += s.stats.busy_us;
-        t.replies += s.stats.replies;
-        t.lane_received += s.stats.lane_received;
-        t.lane_sent += s.stats.lane_sent;
+        t.add_counters(&s.stats);
         t
     });
     let per_session: [(&str, &str, Figure); 7] = [
