@@ -78,7 +78,7 @@ fn count_reply(msg: &ServerMsg) {
         ServerMsg::Cl(reply) => ("opencl", reply.failure()),
         ServerMsg::Cu(reply) => ("cuda", reply.failure()),
         ServerMsg::Session(reply) => ("session", reply.failure()),
-        ServerMsg::ReadDone { status } => ("read", Some(i64::from(*status)).filter(|&s| s != 0)),
+        ServerMsg::ReadDone { status } => ("read", rgpu_protocol::table::failure_of(*status)),
         _ => return,
     };
     crate::flight::replied();
