@@ -1,7 +1,7 @@
 """The link emulator under a real program: `RGPU_LINK` puts every connection of the program's
 session (its connection and the data lanes its large buffers open) behind one emulated link,
 and the program still computes the right answer. What is checked is what the emulator must do,
-not how fast anything is: every waited call waits at least the link's round trip."""
+not how fast anything is: every waited call lasts at least the link's round trip."""
 
 import json
 import subprocess
@@ -26,8 +26,11 @@ def test_a_program_runs_whole_behind_an_emulated_link(server, gcc, tmp_path):
     records = [json.loads(line) for line in lines[1:]]
     waited = [rec for rec in records if rec["waits"] > 0]
     assert waited, records[:5]
+    # A call that waited on the server cannot end sooner than its round trips after it began.
+    # (Its whole time, not only the part the trace counts as waiting: on a small machine the
+    # emulator's threads can hold the caller up between sending and waiting.)
     for rec in waited:
-        assert rec["wait_us"] >= 2000 * rec["waits"], rec
+        assert rec["us"] >= 2000 * rec["waits"], rec
     # The 16 MiB read came back over the link: at 2 Gbit/s that alone is 67 ms.
     reads = [rec for rec in waited if rec["call"] == "clEnqueueReadBuffer"]
     assert reads and max(rec["bytes_in"] for rec in reads) >= 16 << 20, reads
