@@ -10,6 +10,7 @@ Environment knobs:
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -270,6 +271,15 @@ def _rss_kb(pid: int) -> int | None:
     except OSError:
         pass
     return None
+
+
+def read_trace(path: Path) -> tuple[dict, list[dict], list[dict]]:
+    """An `RGPU_TRACE` file: its header, its call records, and the servers' counters of the
+    program's sessions (the lines with `counters`)."""
+    lines = [json.loads(line) for line in Path(path).read_text().splitlines()]
+    rest = lines[1:]
+    return (lines[0], [r for r in rest if "counters" not in r],
+            [r for r in rest if "counters" in r])
 
 
 def free_port() -> int:

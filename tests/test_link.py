@@ -3,7 +3,6 @@ session (its connection and the data lanes its large buffers open) behind one em
 and the program still computes the right answer. What is checked is what the emulator must do,
 not how fast anything is: every waited call lasts at least the link's round trip."""
 
-import json
 import subprocess
 
 import rgpu_harness as h
@@ -20,10 +19,8 @@ def test_a_program_runs_whole_behind_an_emulated_link(server, gcc, tmp_path):
     assert r.returncode == 0 and "result: OK" in r.stdout, r.describe() + server.log_tail()
     traces = list(tmp_path.glob("trace.*.jsonl"))
     assert len(traces) == 1, traces
-    lines = traces[0].read_text().splitlines()
-    header = json.loads(lines[0])
+    header, records, _ = h.read_trace(traces[0])
     assert header.get("link") == "rtt=2ms,bandwidth=2Gbit", header
-    records = [json.loads(line) for line in lines[1:]]
     waited = [rec for rec in records if rec["waits"] > 0]
     assert waited, records[:5]
     # A call that waited on the server cannot end sooner than its round trips after it began.

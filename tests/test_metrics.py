@@ -53,6 +53,9 @@ def test_metrics_count_sessions_and_their_requests(c_program, start_server, gcc,
         assert values[held] > 0, values
         objects = sessions[0].replace("rgpu_session_requests_total", "rgpu_session_objects")
         assert values[objects] > 0, values
+        # Its queues: a session waiting for its client has none.
+        for queue in ("rgpu_session_queued_bytes", "rgpu_session_unsent_bytes"):
+            assert values[sessions[0].replace("rgpu_session_requests_total", queue)] == 0, values
         # rgpu top shows it.
         top = h.run([str(h.RGPU), "top", "--metrics", f"127.0.0.1:{port}", "--once"],
                     h.base_env())

@@ -4,14 +4,7 @@ exit, and `rgpu trace FILE` reads the trace back into the same table. The buffer
 writes and reads buffers, so its trace must show posted writes with their bytes and blocking
 reads that waited on the network."""
 
-import json
-
 import rgpu_harness as h
-
-
-def load(path):
-    lines = path.read_text().splitlines()
-    return json.loads(lines[0]), [json.loads(line) for line in lines[1:]]
 
 
 def test_trace_and_stats_of_a_program(c_program, server, tmp_path):
@@ -21,8 +14,8 @@ def test_trace_and_stats_of_a_program(c_program, server, tmp_path):
     h.assert_pass(r, "buffers", server)
     traces = sorted(tmp_path.glob("trace.*.jsonl"))
     assert len(traces) == 1, traces
-    header, records = load(traces[0])
-    assert header["rgpu_trace"] == 1 and str(header["pid"]) in traces[0].name, header
+    header, records, sessions = h.read_trace(traces[0])
+    assert header["rgpu_trace"] == 2 and str(header["pid"]) in traces[0].name, header
     assert "buffers" in header["command"], header
     assert records and all(r["api"] == "opencl" for r in records), records[:5]
     calls = {r["call"] for r in records}
@@ -62,6 +55,18 @@ def test_trace_and_stats_of_a_program(c_program, server, tmp_path):
     table = [line for line in read.stdout.splitlines() if line.startswith(("opencl ", "total"))]
     assert table[-1].split()[1] == str(len(records)), read.stdout
     assert [line[:55] for line in table] == [line[:55] for line in stats]  # names and calls
+
+    # The trace ends with what the server counted of the session: every request the trace
+    # shows posted or waited for (and the one asking for the counters), the bytes written.
+    assert len(sessions) == 1, sessions
+    counters = sessions[0]["counters"]
+    sent = sum(rec["posted"] + rec["waits"] for rec in records)
+    assert counters["requests"] >= sent, (counters, sent)
+    assert counters["replies"] > sum(rec["waits"] for rec in records), counters
+    assert counters["bulk_received"] == sum(rec["bytes_out"] for rec in records), counters
+    assert counters["bulk_sent"] == sum(rec["bytes_in"] for rec in records), counters
+    assert counters["busy_us"] > 0 and counters["errors"] == 0, counters
+    assert f"session {sessions[0]['session']}: {counters['requests']} requests" in read.stdout
 
 
 def test_trace_refuses_what_is_not_a_trace(tmp_path):

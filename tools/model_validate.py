@@ -83,7 +83,8 @@ def trace_span(pattern, keep=None):
                 best, best_path = lines[1:], path
             else:
                 os.remove(path)
-    records = [json.loads(line) for line in best]
+    # (Lines with `counters` are the servers' counts of the sessions, not calls.)
+    records = [r for r in map(json.loads, best) if "counters" not in r]
     if not records:
         sys.exit(f"no trace written at {pattern}")
     if keep:

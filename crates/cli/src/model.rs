@@ -572,7 +572,7 @@ mod tests {
     #[test]
     fn a_recorded_launch_loop_pays_a_round_trip_per_wait() {
         let text = include_str!("../tests/data/launch-loop.trace.jsonl");
-        let (_, records) = rgpu_client::trace::read_trace(text).unwrap();
+        let records = rgpu_client::trace::read_trace(text).unwrap().calls;
         let first = records.iter().map(|r| r.t).min().unwrap() as f64;
         let traced_span = records
             .iter()

@@ -271,6 +271,7 @@ impl Connection {
         if crate::trace::tracing_to_file() {
             // The call trace records the server's time on each waited request.
             let _ = connection.session().time_replies(true);
+            crate::trace::session_opened(&connection);
         }
         Ok(connection)
     }

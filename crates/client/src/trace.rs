@@ -24,8 +24,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
-/// The trace file's format version ([`TraceHeader::rgpu_trace`]).
-pub const TRACE_FORMAT: u32 = 1;
+/// The trace file's format version ([`TraceHeader::rgpu_trace`]). 2 added [`SessionRecord`]
+/// lines; a trace of format 1 reads as one without them.
+pub const TRACE_FORMAT: u32 = 2;
 
 /// The first line of a trace.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -69,6 +70,28 @@ pub struct CallRecord {
     pub bytes_out: u64,
     /// Bulk bytes it read back (copies from the device).
     pub bytes_in: u64,
+}
+
+/// A server's counters of one of the program's sessions, asked for when the program exits
+/// (after its calls' records, but the records of another rgpu library of the process may
+/// follow).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct SessionRecord {
+    /// When they were asked for, µs after the trace began.
+    pub t: u64,
+    /// The server's name and address, and its session's id.
+    pub server: String,
+    pub endpoint: String,
+    pub session: u64,
+    pub counters: rgpu_protocol::session::SessionCounters,
+}
+
+/// A trace read back ([`read_trace`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Trace {
+    pub header: TraceHeader,
+    pub calls: Vec<CallRecord>,
+    pub sessions: Vec<SessionRecord>,
 }
 
 /// What the connection code adds to the span open on its thread.
@@ -275,10 +298,52 @@ fn at_exit() {
     unsafe { atexit(on_exit) };
 }
 
-/// Flushes the trace and prints the statistics table (once; later calls do nothing).
+/// The sessions whose servers' counters end the trace.
+fn traced_sessions() -> &'static Mutex<Vec<std::sync::Weak<crate::Connection>>> {
+    static SESSIONS: OnceLock<Mutex<Vec<std::sync::Weak<crate::Connection>>>> = OnceLock::new();
+    SESSIONS.get_or_init(Default::default)
+}
+
+/// A session opened while tracing to a file: its server's counters end the trace.
+pub(crate) fn session_opened(connection: &std::sync::Arc<crate::Connection>) {
+    if let Ok(mut sessions) = traced_sessions().lock() {
+        sessions.retain(|s| s.strong_count() > 0);
+        sessions.push(std::sync::Arc::downgrade(connection));
+    }
+}
+
+/// Asks the server of each session still open for its counters and writes them to the trace
+/// (a server that keeps none per session, or is gone, is left out).
+fn write_session_counters(tracer: &Tracer, file: &TraceFile) {
+    use rgpu_protocol::session::SessionClient;
+    let sessions: Vec<_> = match traced_sessions().lock() {
+        Ok(mut sessions) => std::mem::take(&mut *sessions),
+        Err(_) => return,
+    };
+    for connection in sessions.iter().filter_map(std::sync::Weak::upgrade) {
+        let Ok(Ok(counters)) = connection.session().get_counters() else {
+            continue;
+        };
+        let record = SessionRecord {
+            t: tracer.start_after_header_us + tracer.start.elapsed().as_micros() as u64,
+            server: connection.server_name().to_string(),
+            endpoint: connection.endpoint().to_string(),
+            session: connection.session_id(),
+            counters,
+        };
+        if let Ok(mut line) = serde_json::to_vec(&record) {
+            line.push(b'\n');
+            file.push(&line);
+        }
+    }
+}
+
+/// Ends the trace with the sessions' counters, flushes it, and prints the statistics table
+/// (once; later calls do nothing).
 pub fn finish() {
     let Some(tracer) = tracer() else { return };
     if let Some(file) = tracer.file {
+        write_session_counters(tracer, file);
         file.flush();
     }
     if let Some(stats) = &tracer.stats {
@@ -604,23 +669,34 @@ fn row(name: &str, s: &Stat) -> String {
     )
 }
 
-/// A trace file read back: its header and records (a line that does not parse, e.g. the last
-/// one of a program killed mid-write, ends the reading).
-pub fn read_trace(text: &str) -> Result<(TraceHeader, Vec<CallRecord>), String> {
+/// A trace file read back: its header, call records and sessions' counters (a line that does
+/// not parse, e.g. the last one of a program killed mid-write, ends the reading).
+pub fn read_trace(text: &str) -> Result<Trace, String> {
     let mut lines = text.lines();
     let first = lines.next().ok_or("an empty file, not an rgpu trace")?;
     let header: TraceHeader =
         serde_json::from_str(first).map_err(|e| format!("not an rgpu trace: {e}"))?;
-    if header.rgpu_trace != TRACE_FORMAT {
+    if !(1..=TRACE_FORMAT).contains(&header.rgpu_trace) {
         return Err(format!(
-            "trace format {} (this rgpu reads {TRACE_FORMAT})",
+            "trace format {} (this rgpu reads 1 to {TRACE_FORMAT})",
             header.rgpu_trace
         ));
     }
-    let records = lines
-        .map_while(|line| serde_json::from_str::<CallRecord>(line).ok())
-        .collect();
-    Ok((header, records))
+    let mut trace = Trace {
+        header,
+        calls: Vec::new(),
+        sessions: Vec::new(),
+    };
+    for line in lines {
+        if let Ok(call) = serde_json::from_str::<CallRecord>(line) {
+            trace.calls.push(call);
+        } else if let Ok(session) = serde_json::from_str::<SessionRecord>(line) {
+            trace.sessions.push(session);
+        } else {
+            break;
+        }
+    }
+    Ok(trace)
 }
 
 #[cfg(test)]
@@ -657,15 +733,30 @@ mod tests {
             record("cuStreamSynchronize", 40.0, 1, 35.5),
             record("cuLaunchKernel", 3.0, 0, 0.0),
         ];
+        let session = SessionRecord {
+            t: 50,
+            server: "gpu1".into(),
+            endpoint: "tcp:gpu1:7000".into(),
+            session: 3,
+            counters: rgpu_protocol::session::SessionCounters {
+                requests: 4,
+                replies: 2,
+                ..Default::default()
+            },
+        };
         let mut text = serde_json::to_string(&header).unwrap() + "\n";
-        for r in &records {
+        for r in &records[..2] {
             text += &(serde_json::to_string(r).unwrap() + "\n");
         }
+        // Another library's session may end before this one's last records are written.
+        text += &(serde_json::to_string(&session).unwrap() + "\n");
+        text += &(serde_json::to_string(&records[2]).unwrap() + "\n");
         text += "{\"t\": 12, \"thre"; // cut short by a killed program
-        let (read_header, read) = read_trace(&text).unwrap();
-        assert_eq!(read_header, header);
-        assert_eq!(read, records);
-        let table = StatsTable::from_records(&read);
+        let read = read_trace(&text).unwrap();
+        assert_eq!(read.header, header);
+        assert_eq!(read.calls, records);
+        assert_eq!(read.sessions, [session]);
+        let table = StatsTable::from_records(&read.calls);
         assert_eq!(table.rows[0].1, "cuStreamSynchronize");
         assert_eq!(table.rows[1].2.calls, 2);
         assert_eq!(table.rows[1].2.posted, 2);

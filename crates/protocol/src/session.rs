@@ -30,5 +30,41 @@ wire_api! {
         /// From now on (`on`) each reply comes after a `Timing` frame saying how long the
         /// server spent on its request.
         post TimeReplies time_replies(on: bool);
+        /// The server's counters of this session so far (the client's trace ends with them).
+        call GetCounters get_counters() -> Result<SessionCounters, Status>;
     }
 }
+
+/// A session's counters as its server keeps them (`GetCounters`): what it received, served and
+/// sent, and what it holds now.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct SessionCounters {
+    /// Requests taken off the connection, and replies sent (the client's round trips).
+    pub requests: u64,
+    pub replies: u64,
+    /// Bulk bytes received and sent, and of those the part that crossed data lanes.
+    pub bulk_received: u64,
+    pub bulk_sent: u64,
+    pub lane_received: u64,
+    pub lane_sent: u64,
+    /// µs spent serving requests.
+    pub busy_us: u64,
+    /// Failures reported to the client.
+    pub errors: u64,
+    /// Device memory (bytes) and objects held now, as the session's quotas count them.
+    pub memory: u64,
+    pub objects: u64,
+}
+
+sample_struct!(SessionCounters {
+    requests,
+    replies,
+    bulk_received,
+    bulk_sent,
+    lane_received,
+    lane_sent,
+    busy_us,
+    errors,
+    memory,
+    objects
+});

@@ -115,9 +115,12 @@ pub fn stats() -> crate::metrics::WorkerStats {
         .collect();
     errors.sort_by(|a, b| (&a.api, a.code).cmp(&(&b.api, b.code)));
     let (memory, objects) = held();
+    let (queued, unsent) = socket_queues();
     crate::metrics::WorkerStats {
         memory,
         objects,
+        queued,
+        unsent,
         requests: COUNT.load(Ordering::Relaxed) as u64,
         bulk_received: BULK.load(Ordering::Relaxed),
         bulk_sent: SENT.load(Ordering::Relaxed),
@@ -128,6 +131,35 @@ pub fn stats() -> crate::metrics::WorkerStats {
         calls,
         errors,
     }
+}
+
+/// The session's socket (-1: none watched).
+static SOCKET: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(-1);
+
+/// Reports the queues of socket `fd` (the session's connection) in this process's statistics.
+pub fn watch_socket(fd: std::os::fd::RawFd) {
+    SOCKET.store(fd, Ordering::Relaxed);
+}
+
+/// The bytes waiting in the watched socket's receive queue, and those sent but not yet
+/// acknowledged by the peer.
+fn socket_queues() -> (u64, u64) {
+    let fd = SOCKET.load(Ordering::Relaxed);
+    if fd < 0 {
+        return (0, 0);
+    }
+    let queue = |request| {
+        let mut bytes: libc::c_int = 0;
+        // SAFETY: SIOCINQ and SIOCOUTQ write one int through the pointer given; `fd` is the
+        // session's socket, open while its worker serves (a closed one fails with EBADF).
+        let done = unsafe { libc::ioctl(fd, request, &mut bytes as *mut libc::c_int) };
+        if done == 0 {
+            bytes.max(0) as u64
+        } else {
+            0
+        }
+    };
+    (queue(libc::FIONREAD), queue(libc::TIOCOUTQ))
 }
 
 /// The session's memory and objects (its worker's one session; with sessions on threads the
@@ -211,9 +243,19 @@ pub fn crash_test(name: &str) {
     }
 }
 
+/// Whether this process is one session's worker (its counters are that session's alone).
+static INSTALLED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// This process's counters if they are one session's (not with sessions on threads, whose
+/// counters add up in one process).
+pub fn session_stats() -> Option<crate::metrics::WorkerStats> {
+    INSTALLED.load(Ordering::Relaxed).then(stats)
+}
+
 /// Installs the fatal-signal and SIGUSR2 handlers (a worker, once its session is known).
 pub fn install(session: u64) {
     SESSION.store(session, Ordering::Relaxed);
+    INSTALLED.store(true, Ordering::Relaxed);
     clock();
     // Loads libgcc's unwinder now: the first backtrace() would, and loading allocates.
     let mut frames = [std::ptr::null_mut(); 4];

@@ -42,6 +42,11 @@ pub struct WorkerStats {
     /// Device memory (bytes) and objects the session holds now, as its quotas count them.
     pub memory: u64,
     pub objects: u64,
+    /// Bytes that reached the session's socket and wait for the worker (the requests the
+    /// client posted ahead of the one being served), and bytes the worker wrote that the
+    /// client has not yet acknowledged (replies and reads on their way): its queues.
+    pub queued: u64,
+    pub unsent: u64,
 }
 
 impl WorkerStats {
@@ -54,6 +59,22 @@ impl WorkerStats {
         self.replies += other.replies;
         self.lane_received += other.lane_received;
         self.lane_sent += other.lane_sent;
+    }
+
+    /// The counters a client's trace gets (`GetCounters`).
+    pub fn counters(&self) -> rgpu_protocol::session::SessionCounters {
+        rgpu_protocol::session::SessionCounters {
+            requests: self.requests,
+            replies: self.replies,
+            bulk_received: self.bulk_received,
+            bulk_sent: self.bulk_sent,
+            lane_received: self.lane_received,
+            lane_sent: self.lane_sent,
+            busy_us: self.busy_us,
+            errors: self.errors.iter().map(|e| e.count).sum(),
+            memory: self.memory,
+            objects: self.objects,
+        }
     }
 }
 
@@ -232,6 +253,16 @@ pub fn render() -> String {
             "Objects the session holds.",
             |s: &WorkerStats| s.objects,
         ),
+        (
+            "queued_bytes",
+            "Bytes of requests in the session's socket that its worker has not yet taken: how far the client is ahead (TCP and Unix sockets, TLS included; sampled each second).",
+            |s: &WorkerStats| s.queued,
+        ),
+        (
+            "unsent_bytes",
+            "Bytes the session's worker wrote that its client has not yet acknowledged (sampled each second).",
+            |s: &WorkerStats| s.unsent,
+        ),
     ] {
         let name = format!("rgpu_session_{what}");
         family(&mut out, &name, "gauge", help);
@@ -409,6 +440,8 @@ mod tests {
                 lane_sent: 0,
                 memory: 1 << 20,
                 objects: 3,
+                queued: 640,
+                unsent: 0,
                 calls: vec![CallStats {
                     call: "LaunchKernel".into(),
                     count: 10,
@@ -425,6 +458,12 @@ mod tests {
         assert!(text.contains("rgpu_sessions_active 1\n"), "{text}");
         assert!(
             text.contains("rgpu_session_memory_bytes{session=\"7\""),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "rgpu_session_queued_bytes{session=\"7\",client=\"prog[1] \\\"quoted\\\"\"} 640\n"
+            ),
             "{text}"
         );
         assert!(text.contains("\"} 1048576\n"), "{text}");

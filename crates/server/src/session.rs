@@ -297,6 +297,9 @@ impl Session {
         let writer = Arc::new(Writer::new(write_half));
         let usage = Usage::new(id, &shared.limits);
         crate::flight::watch_usage(&usage);
+        if let Some(fd) = stream.socket_fd() {
+            crate::flight::watch_socket(fd);
+        }
         let cl = ClSession::new(id, shared.inventory.clone(), &writer, usage.clone());
         Session {
             id,
@@ -605,6 +608,13 @@ impl session::serve::Tracing for Session {
     fn time_replies(&mut self, on: bool) -> Result<(), session::Status> {
         self.time_replies = on;
         Ok(())
+    }
+
+    fn get_counters(&mut self) -> Result<session::SessionCounters, session::Status> {
+        // 1: not kept per session (sessions on threads of one process).
+        crate::flight::session_stats()
+            .map(|stats| stats.counters())
+            .ok_or(1)
     }
 }
 

@@ -145,6 +145,15 @@ impl Stream {
         }
     }
 
+    /// The socket underneath, TLS or not (for its queues' sizes); `None` behind the link
+    /// emulator, whose socket is a local pair.
+    pub fn socket_fd(&self) -> Option<std::os::fd::RawFd> {
+        match self {
+            Stream::Tls(s) => s.socket().socket_fd(),
+            other => other.raw_fd(),
+        }
+    }
+
     pub fn try_clone(&self) -> io::Result<Stream> {
         Ok(match self {
             Stream::Tcp(s) => Stream::Tcp(s.try_clone()?),

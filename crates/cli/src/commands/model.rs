@@ -203,7 +203,8 @@ fn load(
 ) -> Result<(TraceHeader, Vec<CallRecord>, Link), String> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    let (header, records) = read_trace(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    let trace = read_trace(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    let (header, records) = (trace.header, trace.calls);
     let traced = match traced_on.or(header.link.as_deref()) {
         Some(text) => Link::from_spec(&parse_link(text)?.1),
         None => Link::unlimited(),
@@ -280,7 +281,7 @@ mod tests {
     #[test]
     fn the_plot_has_a_line_per_rate_rising_with_the_round_trip() {
         let text = include_str!("../../tests/data/launch-loop.trace.jsonl");
-        let (_, records) = read_trace(text).unwrap();
+        let records = read_trace(text).unwrap().calls;
         let svg = plot_against_round_trip(&records, &Link::unlimited(), None, "a <loop>");
         assert_eq!(svg.matches("<polyline").count(), 4, "{svg}");
         assert!(

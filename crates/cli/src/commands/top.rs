@@ -109,8 +109,8 @@ fn render(now: &Samples, before: Option<(Duration, &Samples)>) -> String {
         value(now, "rgpu_requests_total"),
     );
     out += &format!(
-        "{:<20} {:<36} {:>10} {:>9} {:>12} {:>6}\n",
-        "session", "client", "requests", "req/s", "bulk MiB", "busy%"
+        "{:<20} {:<36} {:>10} {:>9} {:>12} {:>6} {:>10} {:>10}\n",
+        "session", "client", "requests", "req/s", "bulk MiB", "busy%", "mem MiB", "queued KiB"
     );
     let mut rows: Vec<(&str, &str, f64, &String)> = now
         .iter()
@@ -121,6 +121,8 @@ fn render(now: &Samples, before: Option<(Duration, &Samples)>) -> String {
     for (session, client, requests, key) in rows {
         let other = |what: &str| key.replacen("rgpu_session_requests_total", what, 1);
         let bulk = value(now, &other("rgpu_session_received_bulk_bytes_total"));
+        let memory = value(now, &other("rgpu_session_memory_bytes"));
+        let queued = value(now, &other("rgpu_session_queued_bytes"));
         let (rate, busy) = match before {
             Some((elapsed, then)) if then.contains_key(key.as_str()) => {
                 let secs = elapsed.as_secs_f64().max(1e-3);
@@ -136,9 +138,11 @@ fn render(now: &Samples, before: Option<(Duration, &Samples)>) -> String {
             _ => ("-".to_string(), "-".to_string()),
         };
         out += &format!(
-            "{session:<20} {:<36} {requests:>10} {rate:>9} {:>12.1} {busy:>6}\n",
+            "{session:<20} {:<36} {requests:>10} {rate:>9} {:>12.1} {busy:>6} {:>10.1} {:>10.1}\n",
             client.chars().take(36).collect::<String>(),
-            bulk / (1 << 20) as f64
+            bulk / (1 << 20) as f64,
+            memory / (1 << 20) as f64,
+            queued / 1024.0
         );
     }
     out
@@ -154,7 +158,9 @@ mod tests {
             rgpu_sessions_ended_total{how=\"normal\"} 2\nrgpu_requests_total 50\n\
             rgpu_session_requests_total{session=\"9\",client=\"prog[4] \\\"x\\\"\"} 40\n\
             rgpu_session_received_bulk_bytes_total{session=\"9\",client=\"prog[4] \\\"x\\\"\"} 2097152\n\
-            rgpu_session_busy_seconds_total{session=\"9\",client=\"prog[4] \\\"x\\\"\"} 0.5\n";
+            rgpu_session_busy_seconds_total{session=\"9\",client=\"prog[4] \\\"x\\\"\"} 0.5\n\
+            rgpu_session_memory_bytes{session=\"9\",client=\"prog[4] \\\"x\\\"\"} 3145728\n\
+            rgpu_session_queued_bytes{session=\"9\",client=\"prog[4] \\\"x\\\"\"} 2048\n";
         let now = parse(body);
         assert_eq!(now["rgpu_sessions_active"], 1.0);
         let mut then = now.clone();
@@ -174,8 +180,8 @@ mod tests {
         assert!(row.contains("prog[4] \\\"x\\\""), "{text}");
         let fields: Vec<&str> = row.split_whitespace().collect();
         assert_eq!(
-            &fields[fields.len() - 4..],
-            ["40", "20.0", "2.0", "25"],
+            &fields[fields.len() - 6..],
+            ["40", "20.0", "2.0", "25", "3.0", "2.0"],
             "{text}"
         );
     }
