@@ -229,13 +229,13 @@ pub fn predict_together(
                     .filter(|(j, _)| *j != i)
                     .map(|(_, b)| b.as_slice()),
             );
-            // Asked at the same moment, the program listed first goes first.
-            others.creations = creations
-                .iter()
-                .enumerate()
-                .filter(|(j, _)| *j != i)
-                .flat_map(|(j, c)| c.iter().map(move |&(asked, done)| (asked, j < i, done)))
-                .collect();
+            others.creating = steps_of(
+                creations
+                    .iter()
+                    .enumerate()
+                    .filter(|(j, _)| *j != i)
+                    .map(|(_, c)| c.as_slice()),
+            );
             let replay = replay(records, traced, target, &others);
             moved = moved.max((replay.span - results[i].0).abs() / replay.span.max(1.0));
             results[i] = (replay.span, replay.waited);
@@ -249,73 +249,85 @@ pub fn predict_together(
     results
 }
 
+/// The part of a context's creation that the driver does for one process at a time, sharing
+/// its time among the processes creating contexts at once. Measured on the H200 (driver 580,
+/// `cuInit`, primary context, first allocation, in N processes started together): ~115 ms
+/// alone; two at once ~185-200 ms each (1 + p ≈ 1.68), four ~365-435 ms each and ending
+/// together (1 + 3p ≈ 3.5): p ≈ 0.68-0.82.
+const SERIALIZED_CREATION: f64 = 0.75;
+
 /// What the other programs sharing the device do: how many of them have work on it at each
-/// moment (breakpoints (time, count from then on), sorted; none before the first), and their
-/// context creations ((asked, done)), which the driver serves one at a time in turn.
+/// moment, and how many are creating a context (breakpoints (time, count from then on),
+/// sorted; none before the first).
 #[derive(Default)]
 pub struct Sharing {
     steps: Vec<(f64, u32)>,
-    /// (asked, goes first if asked at the same moment, done).
-    creations: Vec<(f64, bool, f64)>,
+    creating: Vec<(f64, u32)>,
+}
+
+/// How many of `programs`' intervals ((start, end), each program's own disjoint) are open at
+/// each moment: breakpoints (time, count from then on), sorted.
+fn steps_of<'a>(programs: impl Iterator<Item = &'a [(f64, f64)]>) -> Vec<(f64, u32)> {
+    let mut edges: Vec<(f64, i32)> = programs
+        .flat_map(|intervals| intervals.iter().flat_map(|&(s, e)| [(s, 1), (e, -1)]))
+        .collect();
+    edges.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+    let mut count = 0i32;
+    let mut steps: Vec<(f64, u32)> = Vec::with_capacity(edges.len());
+    for (t, delta) in edges {
+        count += delta;
+        match steps.last_mut() {
+            Some(last) if last.0 == t => last.1 = count.max(0) as u32,
+            _ => steps.push((t, count.max(0) as u32)),
+        }
+    }
+    steps
+}
+
+/// When `work` µs begun at `start` is done, shared equally with the others that `steps` says
+/// are at it meanwhile.
+fn shared_finish(steps: &[(f64, u32)], start: f64, work: f64) -> f64 {
+    if work <= 0.0 {
+        return start;
+    }
+    let mut i = steps.partition_point(|s| s.0 <= start);
+    let mut t = start;
+    let mut left = work;
+    loop {
+        let others = if i == 0 { 0 } else { steps[i - 1].1 };
+        let rate = 1.0 / (1.0 + others as f64);
+        let until = steps.get(i).map_or(f64::INFINITY, |s| s.0);
+        let can = (until - t) * rate;
+        if can >= left {
+            return t + left / rate;
+        }
+        left -= can;
+        t = until;
+        i += 1;
+    }
 }
 
 impl Sharing {
     /// From the busy periods of each other program.
     fn of<'a>(programs: impl Iterator<Item = &'a [(f64, f64)]>) -> Sharing {
-        let mut edges: Vec<(f64, i32)> = programs
-            .flat_map(|busy| busy.iter().flat_map(|&(s, e)| [(s, 1), (e, -1)]))
-            .collect();
-        edges.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-        let mut count = 0i32;
-        let mut steps: Vec<(f64, u32)> = Vec::with_capacity(edges.len());
-        for (t, delta) in edges {
-            count += delta;
-            match steps.last_mut() {
-                Some(last) if last.0 == t => last.1 = count.max(0) as u32,
-                _ => steps.push((t, count.max(0) as u32)),
-            }
-        }
         Sharing {
-            steps,
-            creations: Vec::new(),
+            steps: steps_of(programs),
+            creating: Vec::new(),
         }
     }
 
-    /// When a context creation of `work` µs asked for at `asked` is done: after every one the
-    /// others asked for earlier.
-    fn create_context(&self, asked: f64, work: f64) -> f64 {
-        if work <= 0.0 {
-            return asked;
-        }
-        let begins = self
-            .creations
-            .iter()
-            .filter(|(a, first, _)| *a < asked || (*a == asked && *first))
-            .fold(asked, |at, (_, _, done)| at.max(*done));
-        begins + work
+    /// When a context creation of `work` µs asked for at `asked` is done: (when its part that
+    /// the driver serializes is, when the whole is). The serialized part is shared among the
+    /// creations under way ([`SERIALIZED_CREATION`]); the rest runs beside them.
+    fn create_context(&self, asked: f64, work: f64) -> (f64, f64) {
+        let serialized = shared_finish(&self.creating, asked, SERIALIZED_CREATION * work);
+        (serialized, serialized + (1.0 - SERIALIZED_CREATION) * work)
     }
 
     /// When `work` µs of the server's time, begun at `start`, is done, sharing the server
     /// equally with the others busy meanwhile.
     fn finish(&self, start: f64, work: f64) -> f64 {
-        if work <= 0.0 {
-            return start;
-        }
-        let mut i = self.steps.partition_point(|s| s.0 <= start);
-        let mut t = start;
-        let mut left = work;
-        loop {
-            let others = if i == 0 { 0 } else { self.steps[i - 1].1 };
-            let rate = 1.0 / (1.0 + others as f64);
-            let until = self.steps.get(i).map_or(f64::INFINITY, |s| s.0);
-            let can = (until - t) * rate;
-            if can >= left {
-                return t + left / rate;
-            }
-            left -= can;
-            t = until;
-            i += 1;
-        }
+        shared_finish(&self.steps, start, work)
     }
 }
 
@@ -339,8 +351,8 @@ pub fn waits_for_device(call: &str) -> bool {
     DEVICE_WAITS.iter().any(|name| call.contains(name))
 }
 
-/// Whether `call` creates a context on the device: the driver creates one device's contexts one
-/// at a time, whichever process asks.
+/// Whether `call` creates a context on the device, most of which the driver does for one
+/// process at a time ([`SERIALIZED_CREATION`]).
 pub fn creates_context(call: &str) -> bool {
     ["clCreateContext", "CtxCreate", "PrimaryCtxRetain"]
         .iter()
@@ -444,9 +456,9 @@ fn replay(records: &[CallRecord], traced: &Link, target: &Link, others: &Sharing
                 creation += work - own;
                 context_ahead = false;
             }
-            let created = others.create_context(start, creation);
+            let (serialized, created) = others.create_context(start, creation);
             if creation > 0.0 {
-                result.creations.push((start, created));
+                result.creations.push((start, serialized));
             }
             let done = others.finish(created, device);
             if device > 0.0 {
@@ -647,7 +659,7 @@ mod tests {
     }
 
     #[test]
-    fn contexts_are_created_one_at_a_time() {
+    fn contexts_created_at_once_share_the_driver() {
         let mut create = call(0, 1000.0, 1, 1000.0, 0, 0, 0);
         create.call = "clCreateContext".into();
         create.server_us = 990.0;
@@ -656,9 +668,11 @@ mod tests {
         let program = vec![create, info];
         let loopback = Link::unlimited();
         let both = predict_together(&[program.clone(), program], &loopback, &loopback);
-        // Asked at once: the first listed goes first; the other's creation waits for it.
-        assert!((both[0].0 - 1020.0).abs() < 1e-6, "{both:?}");
-        assert!((both[1].0 - (990.0 + 1020.0)).abs() < 1e-6, "{both:?}");
+        // Asked at once: the serialized parts at half speed each, both done together.
+        let expected = (1.0 + SERIALIZED_CREATION) * 990.0 + 30.0;
+        for one in &both {
+            assert!((one.0 - expected).abs() < 0.1, "{both:?}");
+        }
         // A posted creation (CUDA's primary context) is the work ahead of the next wait.
         let mut retain = call(0, 15.0, 0, 0.0, 1, 0, 0);
         retain.call = "cuDevicePrimaryCtxRetain".into();
@@ -668,8 +682,11 @@ mod tests {
         let cuda = vec![retain, alloc];
         let both = predict_together(&[cuda.clone(), cuda.clone()], &loopback, &loopback);
         let alone = predict(&cuda, &loopback, &loopback).0;
-        assert!((both[0].0 - alone).abs() < 1e-6, "{both:?}");
-        assert!(both[1].0 > alone + 800.0, "{both:?} vs {alone}");
+        // (The retain's work: the allocation's wait beyond its own 10 µs.)
+        for one in &both {
+            let expected = alone + SERIALIZED_CREATION * 990.0;
+            assert!((one.0 - expected).abs() < 0.1, "{both:?} vs {alone}");
+        }
     }
 
     #[test]
