@@ -341,8 +341,9 @@ pub struct Function {
     pub params: Vec<(u32, u32)>,
     /// Bytes of the packed parameter buffer.
     pub params_size: usize,
-    /// `CUfunction_attribute` values, indexed by attribute (-1: not answered).
-    pub attributes: Mutex<Vec<i32>>,
+    /// `CUfunction_attribute` values, indexed by attribute (`None`: not answered yet; -1 is a
+    /// value, e.g. the default shared memory carveout).
+    pub attributes: Mutex<Vec<Option<i32>>>,
     /// Library kernels: the function made for each context (by context id).
     pub per_context: Mutex<HashMap<Id, usize>>,
     /// Occupancy answers already fetched, by query.
@@ -365,9 +366,9 @@ impl Function {
             .max()
             .unwrap_or(0);
         let slots = info.attributes.iter().map(|&(a, _)| a as usize + 1).max();
-        let mut attributes = vec![-1; slots.unwrap_or(0)];
+        let mut attributes = vec![None; slots.unwrap_or(0)];
         for (attribute, value) in info.attributes {
-            attributes[attribute as usize] = value;
+            attributes[attribute as usize] = Some(value);
         }
         Box::new(Function {
             handle: new_handle(),
@@ -389,18 +390,15 @@ impl Function {
 
     pub fn attribute(&self, attribute: u32) -> Option<i32> {
         let attributes = self.attributes.lock().unwrap();
-        attributes
-            .get(attribute as usize)
-            .copied()
-            .filter(|&v| v >= 0)
+        attributes.get(attribute as usize).copied().flatten()
     }
 
     pub fn set_attribute(&self, attribute: u32, value: i32) {
         let mut attributes = self.attributes.lock().unwrap();
         if attributes.len() <= attribute as usize {
-            attributes.resize(attribute as usize + 1, -1);
+            attributes.resize(attribute as usize + 1, None);
         }
-        attributes[attribute as usize] = value;
+        attributes[attribute as usize] = Some(value);
     }
 }
 
