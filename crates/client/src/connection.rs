@@ -764,6 +764,14 @@ fn read_one(reader: &mut FrameReader<ReadHalf>, shared: &Shared) -> Result<(), T
                 listener(event, status);
             }
         }
+        ServerMsg::EventsFinal { events, statuses } => {
+            reader.skip_bulk(header.bulk_len)?;
+            if let Some(listener) = shared.event_listener.get() {
+                for (event, status) in events.into_iter().zip(statuses) {
+                    listener(event, status);
+                }
+            }
+        }
         ServerMsg::Fatal { message } => {
             return Err(TransportError::Auth(format!(
                 "server ended the session: {message}"

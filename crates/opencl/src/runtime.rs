@@ -15,11 +15,19 @@ use crate::objects::{Device, Event, Platform};
 
 use rgpu_cl_api::{CL_DEVICE_RGPU_SERVER, RGPU_DEVICE_EXTENSION};
 
+/// An event held without keeping it.
+type WeakEvent = std::sync::Weak<crate::handle::Handle<Event>>;
+
 pub struct Runtime {
     pub platform: Ref<Platform>,
     /// Events whose completion the application wants to hear about, by connection and id.
     /// Held strongly: a callback must run even if the application released the event.
     notified_events: Mutex<HashMap<(usize, Id), Ref<Event>>>,
+    /// Events of commands the server completes, while their final status is not known: the
+    /// server tells it before answering a `clFinish` or `clWaitForEvents` that implies it, so
+    /// that later queries of the event need no round trip. Held weakly (an event the
+    /// application released needs no status).
+    command_events: Mutex<HashMap<(usize, Id), WeakEvent>>,
     callbacks: Mutex<Sender<Box<dyn FnOnce() + Send>>>,
 }
 
@@ -102,6 +110,7 @@ fn init() -> Option<Runtime> {
     Some(Runtime {
         platform: handle::create(Platform { devices }),
         notified_events: Mutex::new(HashMap::new()),
+        command_events: Mutex::new(HashMap::new()),
         callbacks: Mutex::new(sender),
     })
 }
@@ -248,6 +257,10 @@ fn install_event_listener(conn: &Arc<Connection>) {
     conn.set_event_listener(move |id, status| {
         let Some(rt) = runtime_if_ready() else { return };
         let event = rt.notified_events.lock().unwrap().get(&(key, id)).cloned();
+        let event = event.or_else(|| {
+            let weak = rt.command_events.lock().unwrap().remove(&(key, id));
+            weak.and_then(|w| w.upgrade())
+        });
         if let Some(event) = event {
             crate::api::event::set_status(&event, status);
         }
@@ -279,6 +292,19 @@ impl Runtime {
     pub fn unwatch_event(&self, event: &Event) {
         let key = (Arc::as_ptr(&event.conn) as usize, event.id);
         self.notified_events.lock().unwrap().remove(&key);
+        self.command_events.lock().unwrap().remove(&key);
+    }
+
+    /// Remembers the event of a command the server completes, for the final status the server
+    /// sends with the next wait that implies it.
+    pub fn track_command_event(&self, event: &Ref<Event>) {
+        let key = (Arc::as_ptr(&event.conn) as usize, event.id);
+        let mut events = self.command_events.lock().unwrap();
+        // Events released before any wait told their status: drop them now and then.
+        if events.len() >= 4096 && events.len().is_power_of_two() {
+            events.retain(|_, weak| weak.strong_count() > 0);
+        }
+        events.insert(key, Arc::downgrade(event));
     }
 
     pub fn devices(&self) -> &[Ref<Device>] {

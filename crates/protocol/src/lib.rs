@@ -25,7 +25,7 @@ use serde::{Deserialize, Serialize};
 pub use frame::{decode_body, encode_frame, encode_frame_striped, FrameHeader, HEADER_LEN};
 
 /// Bumped on every incompatible change of any message.
-pub const PROTOCOL_VERSION: u32 = 34;
+pub const PROTOCOL_VERSION: u32 = 35;
 /// First bytes on the wire, each way.
 pub const MAGIC: [u8; 4] = *b"RGPU";
 
@@ -330,6 +330,13 @@ pub enum ServerMsg {
     /// (`TimeReplies`, for its call trace): how long the server spent on the request, from
     /// taking it off the connection to its reply, µs.
     Timing { server_us: u32 },
+    /// Final statuses (`CL_COMPLETE` or an error) of events the client holds, sent before the
+    /// reply to a `Finish` or `WaitForEvents` (whose completion they follow from) so that the
+    /// client answers later queries of those events itself. `statuses[i]` is `events[i]`'s.
+    EventsFinal {
+        events: Vec<opencl::Id>,
+        statuses: Vec<i32>,
+    },
 }
 
 sample_struct!(PeerExport {
@@ -363,6 +370,7 @@ sample_enum!(ServerMsg {
     Working,
     Heartbeat,
     Timing { server_us },
+    EventsFinal { events, statuses },
 });
 
 #[cfg(test)]

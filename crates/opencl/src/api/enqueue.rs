@@ -180,6 +180,9 @@ fn post(
         }
         return Err(e);
     }
+    if let (Some(event), Some(rt)) = (&event, crate::runtime::runtime_if_ready()) {
+        rt.track_command_event(event);
+    }
     store_event(event_out, event);
     Ok(())
 }

@@ -20,6 +20,7 @@ use rgpu_protocol::ServerMsg;
 
 use crate::opencl::answer;
 use crate::opencl::native::{Event, InFlight, Waker};
+use crate::opencl::session::Unreported;
 use crate::opencl::staging::StagingBuf;
 use crate::writer::Writer;
 use std::time::Instant;
@@ -72,12 +73,13 @@ impl Completion {
         session_id: u64,
         writer: Arc<Writer>,
         pending_user_events: Arc<AtomicUsize>,
+        unreported: Unreported,
     ) -> Completion {
         let (tx, rx) = mpsc::channel();
         let waker_tx = tx.clone();
         let thread = std::thread::Builder::new()
             .name(format!("rgpu-s{session_id}-completion"))
-            .spawn(move || run(rx, waker_tx, writer, pending_user_events))
+            .spawn(move || run(rx, waker_tx, writer, pending_user_events, unreported))
             .map_err(|e| log::error!("cannot start a completion thread: {e}"))
             .ok();
         Completion { tx, thread }
@@ -140,6 +142,8 @@ struct State {
     /// Stop sending once the connection failed; keep draining so buffers come back.
     broken: bool,
     pending_user_events: Arc<AtomicUsize>,
+    /// Told before each wait's reply (see [`Unreported`]).
+    unreported: Unreported,
 }
 
 fn run(
@@ -147,6 +151,7 @@ fn run(
     tx: Sender<Job>,
     writer: Arc<Writer>,
     pending_user_events: Arc<AtomicUsize>,
+    unreported: Unreported,
 ) {
     let mut state = State {
         writer,
@@ -155,6 +160,7 @@ fn run(
         waits: Vec::new(),
         broken: false,
         pending_user_events,
+        unreported,
     };
     let mut shutting_down = false;
     loop {
@@ -343,6 +349,9 @@ impl State {
                 };
                 let (seq, reply, timed_from) = (task.seq, task.reply, task.timed_from);
                 self.waits.remove(i);
+                if let Some(events) = self.unreported.take_final() {
+                    self.send(&events, 0, &[]);
+                }
                 if let Some(start) = timed_from {
                     self.send(&crate::writer::timing_since(start), seq, &[]);
                 }

@@ -94,6 +94,9 @@ impl serve::Contexts for Session {
                 Ok(()) => self.cl.take_deferred().unwrap_or(sys::CL_SUCCESS),
                 Err(e) => e,
             };
+            if let Some(events) = self.cl.unreported.take_final() {
+                self.send(&events, 0, &[])?;
+            }
             return Session::reply(self, seq, ClReply::Finish(answer(status)));
         }
         let marker = self.cl.handles.queues.get(queue).and_then(|q| {

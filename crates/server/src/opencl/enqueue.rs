@@ -386,7 +386,7 @@ impl Session {
             Ok(native) => {
                 let _ = transfer.queue.flush();
                 if event != 0 {
-                    if let Err(e) = self.cl.handles.events.insert(event, native) {
+                    if let Err(e) = self.cl.keep_command_event(event, native) {
                         self.defer("write", e);
                     }
                 }
@@ -431,7 +431,7 @@ impl Session {
             Ok(native) => {
                 let _ = transfer.queue.flush();
                 if event != 0 {
-                    let _ = self.cl.handles.events.insert(event, native);
+                    let _ = self.cl.keep_command_event(event, native);
                 }
                 self.cl.take_deferred().unwrap_or(sys::CL_SUCCESS)
             }
@@ -504,7 +504,7 @@ impl Session {
         let bound = status.and_then(|()| transfer.completion_event(events));
         match bound {
             Ok(Some(native)) if event != 0 => {
-                if let Err(e) = self.cl.handles.events.insert(event, native) {
+                if let Err(e) = self.cl.keep_command_event(event, native) {
                     self.defer("write", e);
                 }
             }
@@ -580,7 +580,7 @@ impl Session {
         });
         match bound {
             Ok(Some(native)) if event != 0 => {
-                let _ = self.cl.handles.events.insert(event, native);
+                let _ = self.cl.keep_command_event(event, native);
             }
             Ok(_) => {}
             Err(e) => self.cl.fail_event(event, Some(queue), e),
@@ -611,7 +611,7 @@ impl Session {
                     .take_if_complete()
                     .unwrap_or((sys::CL_OUT_OF_RESOURCES, None));
                 if let (Some(native), true) = (bound, event != 0) {
-                    let _ = self.cl.handles.events.insert(event, native);
+                    let _ = self.cl.keep_command_event(event, native);
                 }
                 if status < 0 {
                     (status, None)
@@ -744,7 +744,7 @@ impl Session {
             }
         };
         if event != 0 {
-            self.cl.handles.events.insert(event, native)?;
+            self.cl.keep_command_event(event, native)?;
         }
         Ok(())
     }

@@ -34,6 +34,48 @@ pub(crate) struct ClSession {
     /// User events not yet given a status: while there are any, device work may wait on the
     /// client, so the completion thread must not block on it.
     pub(crate) pending_user_events: Arc<AtomicUsize>,
+    /// Commands' events the client holds whose final status it has not been told.
+    pub(crate) unreported: Unreported,
+}
+
+/// Events of commands whose final status the client has not been told. A `Finish` or
+/// `WaitForEvents` reply is preceded by the final statuses of those that ended (an
+/// `EventsFinal` frame), so that the client answers later queries of them itself.
+#[derive(Clone, Default)]
+pub(crate) struct Unreported(Arc<std::sync::Mutex<std::collections::VecDeque<(Id, Event)>>>);
+
+impl Unreported {
+    /// The most events kept; beyond it the oldest are dropped (their queries then ask).
+    const MOST: usize = 1 << 16;
+
+    pub(crate) fn add(&self, id: Id, event: &Event) {
+        let mut events = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if events.len() >= Self::MOST {
+            events.pop_front();
+        }
+        events.push_back((id, event.clone()));
+    }
+
+    /// The frame that tells the client the final statuses reached since the last one (`None`:
+    /// none reached); those events are forgotten.
+    pub(crate) fn take_final(&self) -> Option<rgpu_protocol::ServerMsg> {
+        let mut events = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let (mut ids, mut statuses) = (Vec::new(), Vec::new());
+        events.retain(|(id, event)| match event.status() {
+            Ok(status) if status > sys::CL_COMPLETE => true,
+            // Final (complete or failed), or unreadable: tell what is known, keep nothing.
+            Ok(status) => {
+                ids.push(*id);
+                statuses.push(status);
+                false
+            }
+            Err(_) => false,
+        });
+        (!ids.is_empty()).then_some(rgpu_protocol::ServerMsg::EventsFinal {
+            events: ids,
+            statuses,
+        })
+    }
 }
 
 impl ClSession {
@@ -50,7 +92,13 @@ impl ClSession {
             pending_user_events.clone(),
             usage.clone(),
         );
-        let completion = Completion::start(id, writer.clone(), pending_user_events.clone());
+        let unreported = Unreported::default();
+        let completion = Completion::start(
+            id,
+            writer.clone(),
+            pending_user_events.clone(),
+            unreported.clone(),
+        );
         ClSession {
             inventory,
             handles: Handles::new(usage),
@@ -60,7 +108,15 @@ impl ClSession {
             deferred: None,
             user_events: Vec::new(),
             pending_user_events,
+            unreported,
         }
+    }
+
+    /// Keeps `native` as the client's event `id` of a command it queued; its final status
+    /// reaches the client with the next `Finish` or `WaitForEvents` that follows it.
+    pub(crate) fn keep_command_event(&mut self, id: Id, native: Event) -> ClResult<()> {
+        self.unreported.add(id, &native);
+        self.handles.events.insert(id, native)
     }
 
     /// The machine's OpenCL, if it has one.

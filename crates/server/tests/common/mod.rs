@@ -152,12 +152,16 @@ impl Client {
             let (header, msg) = self.reader.read_message::<ServerMsg>().unwrap();
             let mut bulk = vec![0u8; header.bulk_len as usize];
             self.reader.read_bulk(&mut bulk).unwrap();
-            // Notices that answer no request: event statuses, and the sign of life a session
+            // Notices that answer no request: event statuses (one, or the final ones before a
+            // wait's reply), and the sign of life a session
             // busy for over a second sends every second (a slow build on a loaded machine), and
             // its request for one from a client silent for a while.
             if !matches!(
                 msg,
-                ServerMsg::EventStatus { .. } | ServerMsg::Working | ServerMsg::Heartbeat
+                ServerMsg::EventStatus { .. }
+                    | ServerMsg::EventsFinal { .. }
+                    | ServerMsg::Working
+                    | ServerMsg::Heartbeat
             ) {
                 return (header.seq, msg, bulk);
             }
