@@ -555,6 +555,8 @@ pub(crate) fn reading(len: usize) {
 #[derive(Debug, Default, Clone, PartialEq)]
 pub struct Stat {
     pub calls: u64,
+    /// Calls that waited on the network at least once.
+    pub waiting_calls: u64,
     pub waits: u64,
     pub time: Duration,
     pub wait: Duration,
@@ -566,6 +568,7 @@ pub struct Stat {
 impl Stat {
     fn add(&mut self, took: Duration, c: &Counters) {
         self.calls += 1;
+        self.waiting_calls += u64::from(c.waits > 0);
         self.waits += u64::from(c.waits);
         self.time += took;
         self.wait += c.wait;
@@ -575,8 +578,25 @@ impl Stat {
     }
 
     /// Adds one traced call.
+    /// How the entry point's calls used the network: `waits` (every call waited), `waits N%`
+    /// (that share of its calls did), `posted` (sent requests, never waited) or `local`.
+    pub fn class(&self) -> String {
+        if self.waiting_calls > 0 && self.waiting_calls == self.calls {
+            "waits".into()
+        } else if self.waiting_calls > 0 {
+            // At least 1 %: a call that ever waits is not to be mistaken for one that never does.
+            let share = (self.waiting_calls * 100 / self.calls.max(1)).max(1);
+            format!("waits {share}%")
+        } else if self.posted > 0 {
+            "posted".into()
+        } else {
+            "local".into()
+        }
+    }
+
     pub fn add_record(&mut self, r: &CallRecord) {
         self.calls += 1;
+        self.waiting_calls += u64::from(r.waits > 0);
         self.waits += u64::from(r.waits);
         self.time += Duration::from_secs_f64(r.us.max(0.0) / 1e6);
         self.wait += Duration::from_secs_f64(r.wait_us.max(0.0) / 1e6);
@@ -631,7 +651,7 @@ impl StatsTable {
     pub fn render(&self, title: &str) -> String {
         let mut total = Stat::default();
         let mut out = format!(
-            "{title}\n{:<44} {:>9} {:>9} {:>12} {:>12} {:>9} {:>12} {:>12}\n",
+            "{title}\n{:<44} {:>9} {:>9} {:>12} {:>12} {:>9} {:>12} {:>12}  {}\n",
             "entry point",
             "calls",
             "waits",
@@ -639,10 +659,12 @@ impl StatsTable {
             "time ms",
             "posted",
             "bytes out",
-            "bytes in"
+            "bytes in",
+            "class"
         );
         for (api, call, s) in &self.rows {
             total.calls += s.calls;
+            total.waiting_calls += s.waiting_calls;
             total.waits += s.waits;
             total.time += s.time;
             total.wait += s.wait;
@@ -658,14 +680,15 @@ impl StatsTable {
 
 fn row(name: &str, s: &Stat) -> String {
     format!(
-        "{name:<44} {:>9} {:>9} {:>12.3} {:>12.3} {:>9} {:>12} {:>12}\n",
+        "{name:<44} {:>9} {:>9} {:>12.3} {:>12.3} {:>9} {:>12} {:>12}  {}\n",
         s.calls,
         s.waits,
         s.wait.as_secs_f64() * 1e3,
         s.time.as_secs_f64() * 1e3,
         s.posted,
         s.bytes_out,
-        s.bytes_in
+        s.bytes_in,
+        s.class()
     )
 }
 
@@ -762,6 +785,13 @@ mod tests {
         assert_eq!(table.rows[1].2.posted, 2);
         let text = table.render("t");
         assert!(text.lines().last().unwrap().starts_with("total"), "{text}");
+        // Every synchronization waited; launches were posted; of all calls a third waited.
+        assert_eq!(table.rows[0].2.class(), "waits");
+        assert_eq!(table.rows[1].2.class(), "posted");
+        assert!(
+            text.lines().last().unwrap().ends_with("waits 33%"),
+            "{text}"
+        );
         assert!(read_trace(
             "{\"rgpu_trace\": 99, \"pid\": 1, \"start_unix_us\": 0, \"command\": \"\"}"
         )
