@@ -84,6 +84,20 @@ struct Shared {
     /// The server's time on requests whose replies are still to be taken (`Timing` frames,
     /// asked for when tracing), by seq.
     server_times: Mutex<HashMap<u64, u32>>,
+    /// CUDA events the server said completed, with the synchronization they came before
+    /// (`CuEventsDone`), by that request's seq, until its waiter takes its reply.
+    done_records: Mutex<HashMap<u64, Vec<(Id, u64)>>>,
+}
+
+thread_local! {
+    /// The `CuEventsDone` that came with this thread's latest reply ([`take_done_records`]).
+    static DONE_RECORDS: std::cell::RefCell<Vec<(Id, u64)>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// The CUDA events (id, record generation) the server said completed before the reply this
+/// thread took last (empty unless that reply was a successful synchronization that had some).
+pub fn take_done_records() -> Vec<(Id, u64)> {
+    DONE_RECORDS.with(|d| std::mem::take(&mut *d.borrow_mut()))
 }
 
 impl Shared {
@@ -218,6 +232,7 @@ impl Connection {
             heartbeat_owed: Mutex::new(false),
             heartbeat_asked: Condvar::new(),
             server_times: Mutex::new(HashMap::new()),
+            done_records: Mutex::new(HashMap::new()),
         });
         // Read directly by the reader thread, also in TLS (no read-ahead thread: small replies
         // must not wait for a thread hand-over).
@@ -494,6 +509,8 @@ impl Connection {
 
     fn wait(&self, seq: u64, slot: &Slot) -> Result<ServerMsg, ClientError> {
         let reply = slot.wait(self.reply_timeout);
+        let done = self.shared.done_records.lock().unwrap().remove(&seq);
+        DONE_RECORDS.with(|d| *d.borrow_mut() = done.unwrap_or_default());
         if crate::trace::tracing_to_file() {
             if let Some(us) = self.shared.server_times.lock().unwrap().remove(&seq) {
                 crate::trace::served(us);
@@ -762,6 +779,20 @@ fn read_one(reader: &mut FrameReader<ReadHalf>, shared: &Shared) -> Result<(), T
             reader.skip_bulk(header.bulk_len)?;
             if let Some(listener) = shared.event_listener.get() {
                 listener(event, status);
+            }
+        }
+        // Comes before the reply of the same seq: kept for the thread that waits for it.
+        ServerMsg::CuEventsDone {
+            events,
+            generations,
+        } => {
+            reader.skip_bulk(header.bulk_len)?;
+            if matches!(
+                shared.pending.lock().unwrap().get(&seq),
+                Some(Pending::Waiter(_))
+            ) {
+                let done = events.into_iter().zip(generations).collect();
+                shared.done_records.lock().unwrap().insert(seq, done);
             }
         }
         ServerMsg::EventsFinal { events, statuses } => {

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use apis::{Cuda, OpenCl};
-pub use connection::{Connection, ReadSink, SendPtr};
+pub use connection::{take_done_records, Connection, ReadSink, SendPtr};
 pub use cuda_devices::{choose_devices, find_cuda_devices, RemoteDevice, RemoteDevices};
 pub use link::ServerLink;
 pub use logging::{init_logging, log_builder};

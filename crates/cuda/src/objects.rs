@@ -256,6 +256,11 @@ pub struct Event {
     /// Its context's handle.
     pub ctx: usize,
     pub remote: Id,
+    /// Records the program asked for (`cuEventRecord`, `cuCtxRecordEvent`).
+    pub records: std::sync::atomic::AtomicU64,
+    /// Whether its completion may be answered in the client (api/event.rs, `known_complete`):
+    /// not for events other processes may record (IPC).
+    pub local_answers: bool,
 }
 registered!(Event, CUevent);
 
@@ -266,6 +271,8 @@ impl Event {
             handle: new_handle(),
             ctx: ctx.handle,
             remote: ctx.conn.new_id(),
+            records: std::sync::atomic::AtomicU64::new(0),
+            local_answers: false,
         }
     }
 

@@ -25,7 +25,7 @@ use serde::{Deserialize, Serialize};
 pub use frame::{decode_body, encode_frame, encode_frame_striped, FrameHeader, HEADER_LEN};
 
 /// Bumped on every incompatible change of any message.
-pub const PROTOCOL_VERSION: u32 = 35;
+pub const PROTOCOL_VERSION: u32 = 36;
 /// First bytes on the wire, each way.
 pub const MAGIC: [u8; 4] = *b"RGPU";
 
@@ -337,6 +337,15 @@ pub enum ServerMsg {
         events: Vec<opencl::Id>,
         statuses: Vec<i32>,
     },
+    /// Sent just before the successful reply to the CUDA synchronization with the frame's seq:
+    /// CUDA events whose latest record, the `generations[i]`-th record of `events[i]` the
+    /// session asked for, has completed (and which were not reported since). The client
+    /// answers later queries and synchronizations of those events itself until it records
+    /// them again.
+    CuEventsDone {
+        events: Vec<cuda::Id>,
+        generations: Vec<u64>,
+    },
 }
 
 sample_struct!(PeerExport {
@@ -371,6 +380,7 @@ sample_enum!(ServerMsg {
     Heartbeat,
     Timing { server_us },
     EventsFinal { events, statuses },
+    CuEventsDone { events, generations },
 });
 
 #[cfg(test)]

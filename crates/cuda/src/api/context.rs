@@ -150,7 +150,11 @@ pub unsafe fn cuCtxResetPersistingL2Cache() -> CUresult {
 }
 
 pub(crate) fn synchronize(ctx: &Context) -> Result<(), CUresult> {
-    super::host_mirror::synchronized(ctx, || ctx.conn.cuda().synchronize(ctx.remote).outcome())
+    super::host_mirror::synchronized(ctx, || {
+        super::event::learning_completions(&ctx.conn, || {
+            ctx.conn.cuda().synchronize(ctx.remote).outcome()
+        })
+    })
 }
 
 pub unsafe fn cuCtxGetLimit(value: *mut usize, limit: c_uint) -> CUresult {

@@ -464,6 +464,7 @@ fn launch(exec: CUgraphExec, stream_handle: CUstream, upload: bool) -> Result<()
             .graph_launch(ctx.remote, exec.remote, stream, true)
             .outcome();
     }
+    super::event::graph_launched();
     super::managed::before_device_work(Some(stream_handle));
     let host_work = exec.host_work.lock().unwrap().clone();
     super::graph_host_work::before_launch(&ctx, stream, &host_work)?;

@@ -108,6 +108,14 @@ fn push(mirror: &mut Mirror) -> Result<(), CUresult> {
     Ok(())
 }
 
+/// Whether `ctx`'s server has mirrors of the program's mapped host memory (whose device
+/// view every synchronization brings back, so none may be skipped).
+pub(crate) fn active(ctx: &Context) -> bool {
+    mirrors()
+        .iter()
+        .any(|m| Arc::ptr_eq(&m.ctx.conn, &ctx.conn))
+}
+
 /// Around a synchronization with `ctx`'s server: the host's changes go first (a kernel may be
 /// waiting for them), then, once it succeeded, the device's view of each mirror comes back.
 pub(crate) fn synchronized<T>(

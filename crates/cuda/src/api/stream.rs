@@ -48,10 +48,12 @@ pub unsafe fn cuStreamDestroy_v2(stream: CUstream) -> CUresult {
 
 pub(crate) fn synchronize_stream(ctx: &Context, stream: Id) -> Result<(), CUresult> {
     super::host_mirror::synchronized(ctx, || {
-        ctx.conn
-            .cuda()
-            .stream_synchronize(ctx.remote, stream)
-            .outcome()
+        super::event::learning_completions(&ctx.conn, || {
+            ctx.conn
+                .cuda()
+                .stream_synchronize(ctx.remote, stream)
+                .outcome()
+        })
     })?;
     take_async_read_error()
 }

@@ -22,6 +22,8 @@ impl serve::Events for Served<'_> {
 
     fn destroy_event(&mut self, id: Id) -> Answer<()> {
         self.unshare(super::ipc::SharedObject::Event(id));
+        self.cuda.record_generations.remove(&id);
+        self.cuda.unreported_records.remove(&id);
         let taken = self.cuda.events.remove(&id);
         self.cuda.destroy(taken)
     }
@@ -37,7 +39,9 @@ impl serve::Events for Served<'_> {
                     cuEventRecordWithFlags(event, stream, flags)
                 )
             })
-        })
+        })?;
+        cuda.recorded(event);
+        Ok(())
     }
 
     fn ctx_record_event(&mut self, ctx: Id, event: Id) -> Answer<()> {
@@ -46,7 +50,9 @@ impl serve::Events for Served<'_> {
             let event = cuda.event(event)?;
             // SAFETY: the session's current context and one of its events.
             check(unsafe { cu_call!(cuda.backend.driver, cuCtxRecordEvent(cuda.current, event)) })
-        })
+        })?;
+        cuda.recorded(event);
+        Ok(())
     }
 
     fn ctx_wait_event(&mut self, ctx: Id, event: Id) -> Answer<()> {

@@ -70,6 +70,10 @@ pub(crate) struct CudaSession {
     pub(super) current_device: u32,
     pub(super) streams: HashMap<Id, owned::Stream>,
     pub(super) events: HashMap<Id, owned::Event>,
+    /// Records the client asked for, per event, and the events recorded since the client was
+    /// last told they completed (`CuEventsDone`, sent with successful synchronizations).
+    pub(super) record_generations: HashMap<Id, u64>,
+    pub(super) unreported_records: std::collections::HashSet<Id>,
     pub(super) images: HashMap<Id, Image>,
     pub(super) functions: HashMap<Id, Function>,
     /// Each function's parameter offsets in its parameter buffer (graph kernel nodes pass
@@ -145,6 +149,8 @@ impl CudaSession {
             current_device: 0,
             streams: HashMap::new(),
             events: HashMap::new(),
+            record_generations: HashMap::new(),
+            unreported_records: std::collections::HashSet::new(),
             images: HashMap::new(),
             functions: HashMap::new(),
             param_offsets: HashMap::new(),
@@ -281,6 +287,43 @@ impl CudaSession {
         } else {
             deferred.unwrap_or(SUCCESS)
         }
+    }
+
+    /// Notes a record of event `id` the client asked for.
+    pub(super) fn recorded(&mut self, id: Id) {
+        *self.record_generations.entry(id).or_default() += 1;
+        self.unreported_records.insert(id);
+    }
+
+    /// The events among those recorded since last told whose latest record has completed,
+    /// as the frame that tells the client (`None`: none); they are then forgotten until
+    /// recorded again.
+    pub(super) fn take_done_records(&mut self) -> Option<ServerMsg> {
+        if self.unreported_records.is_empty() {
+            return None;
+        }
+        let (mut events, mut generations) = (Vec::new(), Vec::new());
+        let driver = &self.backend.driver;
+        let (known, generations_of) = (&self.events, &self.record_generations);
+        self.unreported_records.retain(|id| {
+            let Some(event) = known.get(id) else {
+                return false;
+            };
+            // SAFETY: a live event of this session; a query only reads its state.
+            match check(unsafe { cu_call!(driver, cuEventQuery(event.raw())) }) {
+                Ok(()) => {
+                    events.push(*id);
+                    generations.push(generations_of.get(id).copied().unwrap_or(0));
+                    false
+                }
+                // Not yet (CUDA_ERROR_NOT_READY), or failed: the client asks when it wants to.
+                Err(status) => status == cudaError_enum::CUDA_ERROR_NOT_READY as u32,
+            }
+        });
+        (!events.is_empty()).then_some(ServerMsg::CuEventsDone {
+            events,
+            generations,
+        })
     }
 
     /// Makes the client's context `ctx` current on this thread.
@@ -446,6 +489,18 @@ impl serve::Server for Served<'_> {
     type End = End;
 
     fn reply(&mut self, seq: u64, reply: CuReply) -> Result<(), End> {
+        // A successful synchronization: tell the client which recorded events have completed
+        // first, so that it answers their queries itself.
+        if matches!(
+            reply,
+            CuReply::Synchronize(SUCCESS)
+                | CuReply::StreamSynchronize(SUCCESS)
+                | CuReply::EventSynchronize(SUCCESS)
+        ) {
+            if let Some(done) = self.cuda.take_done_records() {
+                self.session.send(&done, seq, &[])?;
+            }
+        }
         self.session.send(&ServerMsg::Cu(reply), seq, &[])
     }
 
