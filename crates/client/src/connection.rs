@@ -97,7 +97,10 @@ thread_local! {
 /// The CUDA events (id, record generation) the server said completed before the reply this
 /// thread took last (empty unless that reply was a successful synchronization that had some).
 pub fn take_done_records() -> Vec<(Id, u64)> {
-    DONE_RECORDS.with(|d| std::mem::take(&mut *d.borrow_mut()))
+    // (Calls made while the process exits, after this thread's locals are gone, learn nothing.)
+    DONE_RECORDS
+        .try_with(|d| std::mem::take(&mut *d.borrow_mut()))
+        .unwrap_or_default()
 }
 
 impl Shared {
@@ -510,7 +513,7 @@ impl Connection {
     fn wait(&self, seq: u64, slot: &Slot) -> Result<ServerMsg, ClientError> {
         let reply = slot.wait(self.reply_timeout);
         let done = self.shared.done_records.lock().unwrap().remove(&seq);
-        DONE_RECORDS.with(|d| *d.borrow_mut() = done.unwrap_or_default());
+        let _ = DONE_RECORDS.try_with(|d| *d.borrow_mut() = done.unwrap_or_default());
         if crate::trace::tracing_to_file() {
             if let Some(us) = self.shared.server_times.lock().unwrap().remove(&seq) {
                 crate::trace::served(us);
