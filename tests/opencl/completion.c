@@ -6,12 +6,19 @@
  * 1. 32 kernels, each with an event; clFinish; each event queried 4 times; all waited for.
  * 2. 32 more kernels with events (in-order queue); clWaitForEvents on the last only; each
  *    event queried (the earlier ones complete too: the queue is in order).
+ * 3. A long kernel's event polled until CL_COMPLETE (through rgpu: the first poll asks and has
+ *    the server notify completion; later polls answer from what the client knows, asking
+ *    again only now and then). Prints "polls N" on stderr.
  * Prints "PASS completion". */
 #include "common.h"
 
 #define N 32
 
-static const char *SRC = "__kernel void bump(__global uint *a) { a[get_global_id(0)] += 1; }\n";
+static const char *SRC =
+    "__kernel void bump(__global uint *a) { a[get_global_id(0)] += 1; }\n"
+    "__kernel void churn(__global uint *a, uint n) {\n"
+    "  uint x = a[0]; for (uint i = 0; i < n; i++) x = x * 1664525u + 1013904223u;\n"
+    "  a[1] = x; }\n";
 
 static void expect_complete(cl_event e, int line) {
     cl_int status = -1;
@@ -55,6 +62,36 @@ int main(void) {
                 2 * N);
         return 1;
     }
+
+    cl_kernel churn = CHKE(clCreateKernel(prog, "churn", E));
+    cl_uint rounds = 100000000u;
+    CHECK(clSetKernelArg(churn, 0, sizeof buf, &buf));
+    CHECK(clSetKernelArg(churn, 1, sizeof rounds, &rounds));
+    cl_event long_event;
+    CHECK(clEnqueueTask(q, churn, 0, NULL, &long_event));
+    CHECK(clFlush(q));
+    long polls = 0;
+    cl_int status;
+    do {
+        CHECK(clGetEventInfo(long_event, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof status,
+                             &status, NULL));
+        polls++;
+    } while (status > CL_COMPLETE);
+    if (status != CL_COMPLETE) {
+        fprintf(stderr, "FAIL completion.c:%d: the long kernel ended with %d\n", __LINE__, status);
+        return 1;
+    }
+    cl_uint x = 2 * N;
+    for (cl_uint i = 0; i < rounds; i++) x = x * 1664525u + 1013904223u;
+    CHECK(clEnqueueReadBuffer(q, buf, CL_TRUE, sizeof(cl_uint), sizeof x, &out[1], 0, NULL, NULL));
+    if (out[1] != x) {
+        fprintf(stderr, "FAIL completion.c:%d: the long kernel computed %u, expected %u\n",
+                __LINE__, out[1], x);
+        return 1;
+    }
+    fprintf(stderr, "polls %ld\n", polls);
+    CHECK(clReleaseEvent(long_event));
+    CHECK(clReleaseKernel(churn));
     for (int i = 0; i < N; i++) {
         CHECK(clReleaseEvent(first[i]));
         CHECK(clReleaseEvent(second[i]));
