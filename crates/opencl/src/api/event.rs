@@ -185,19 +185,24 @@ fn current_status(event: &Ref<Event>) -> Result<cl_int, cl_int> {
         watch
     };
     if watch {
-        if let Some(rt) = runtime() {
-            rt.watch_event(event);
-            let sent = event
-                .conn
-                .opencl()
-                .notify_event(event.id, CL_COMPLETE)
-                .and_then(|()| event.conn.flush());
-            if let Err(e) = sent {
-                return Err(client_error(e));
-            }
-        }
+        watch_completion(event)?;
     }
     Ok(status.min(event.known_status()))
+}
+
+/// Has the server notify `event`'s completion (whose `notify_requested` the caller set).
+/// Completion is what native implementations report reliably; it implies the other statuses.
+fn watch_completion(event: &Ref<Event>) -> Result<(), cl_int> {
+    let Some(rt) = runtime() else {
+        return Err(CL_INVALID_EVENT);
+    };
+    rt.watch_event(event);
+    event
+        .conn
+        .opencl()
+        .notify_event(event.id, CL_COMPLETE)
+        .and_then(|()| event.conn.flush())
+        .map_err(client_error)
 }
 
 pub unsafe extern "C" fn clGetEventInfo(
@@ -327,18 +332,8 @@ pub unsafe extern "C" fn clSetEventCallback(
             fire_reached(&event);
         }
         if ask_server {
-            let Some(rt) = runtime() else {
-                return CL_INVALID_EVENT;
-            };
-            rt.watch_event(&event);
-            // Completion is what native implementations report reliably; it implies the rest.
-            let sent = event
-                .conn
-                .opencl()
-                .notify_event(event.id, CL_COMPLETE)
-                .and_then(|()| event.conn.flush());
-            if let Err(e) = sent {
-                return client_error(e);
+            if let Err(code) = watch_completion(&event) {
+                return code;
             }
         }
         CL_SUCCESS
