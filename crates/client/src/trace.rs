@@ -577,7 +577,6 @@ impl Stat {
         self.bytes_in += c.bytes_in;
     }
 
-    /// Adds one traced call.
     /// How the entry point's calls used the network: `waits` (every call waited), `waits N%`
     /// (that share of its calls did), `posted` (sent requests, never waited) or `local`.
     pub fn class(&self) -> String {
@@ -594,6 +593,7 @@ impl Stat {
         }
     }
 
+    /// Adds one traced call.
     pub fn add_record(&mut self, r: &CallRecord) {
         self.calls += 1;
         self.waiting_calls += u64::from(r.waits > 0);

@@ -431,7 +431,7 @@ impl Session {
             Ok(native) => {
                 let _ = transfer.queue.flush();
                 if event != 0 {
-                    let _ = self.cl.keep_command_event(event, native);
+                    let _ = self.cl.handles.events.insert(event, native);
                 }
                 self.cl.take_deferred().unwrap_or(sys::CL_SUCCESS)
             }
@@ -580,7 +580,7 @@ impl Session {
         });
         match bound {
             Ok(Some(native)) if event != 0 => {
-                let _ = self.cl.keep_command_event(event, native);
+                let _ = self.cl.handles.events.insert(event, native);
             }
             Ok(_) => {}
             Err(e) => self.cl.fail_event(event, Some(queue), e),
@@ -611,7 +611,7 @@ impl Session {
                     .take_if_complete()
                     .unwrap_or((sys::CL_OUT_OF_RESOURCES, None));
                 if let (Some(native), true) = (bound, event != 0) {
-                    let _ = self.cl.keep_command_event(event, native);
+                    let _ = self.cl.handles.events.insert(event, native);
                 }
                 if status < 0 {
                     (status, None)

@@ -113,7 +113,8 @@ impl ClSession {
     }
 
     /// Keeps `native` as the client's event `id` of a command it queued; its final status
-    /// reaches the client with the next `Finish` or `WaitForEvents` that follows it.
+    /// reaches the client with the next `Finish` or `WaitForEvents` that follows it. (Reads'
+    /// events are kept plainly: the client completes those itself.)
     pub(crate) fn keep_command_event(&mut self, id: Id, native: Event) -> ClResult<()> {
         self.unreported.add(id, &native);
         self.handles.events.insert(id, native)
