@@ -1,9 +1,8 @@
 """Completion of commands answered where the program is: after a `clFinish` or a
 `clWaitForEvents` returns, the server has already told the client the final status of every
 command event that wait implies (an `EventsFinal` frame before the wait's reply), so querying or
-waiting for those events sends nothing; and a program polling a running command's status asks
-the server only now and then (the server notifies the completion). Counted from the call
-trace: a call that sent a request shows it as posted or waited."""
+waiting for those events sends nothing. Counted from the call trace: a call that sent a request
+shows it as posted or waited."""
 
 import re
 
@@ -26,12 +25,10 @@ def test_queries_of_completed_commands_send_nothing(c_program, server, tmp_path)
     assert len(queries) == 4 * 32 + 32 + polls, (len(queries), polls)
     sent = [rec for rec in queries[:4 * 32 + 32] if rec["waits"] or rec["posted"]]
     assert not sent, sent[:3]
-    # Polling the long kernel: the first poll asked (and had the server watch it); of the rest,
-    # a small share asked again (one every few ms at most, against polls answered in µs).
+    # Polling the long kernel: each poll of a running command asks (a status answered from
+    # earlier knowledge could show a command running before the one it waits for completes).
     polled = queries[4 * 32 + 32:]
-    assert polled[0]["waits"] == 1, polled[0]
-    asked = sum(1 for rec in polled if rec["waits"])
-    assert polls >= 100 and asked * 4 < polls, (asked, polls)
+    assert polls >= 1 and all(rec["waits"] == 1 for rec in polled[:-1]), polled[:3]
     # The first clWaitForEvents (after clFinish) is answered here; the second waits once for
     # the last of the second batch of kernels.
     waits = [rec for rec in after if rec["call"] == "clWaitForEvents"]

@@ -6,9 +6,8 @@
  * 1. 32 kernels, each with an event; clFinish; each event queried 4 times; all waited for.
  * 2. 32 more kernels with events (in-order queue); clWaitForEvents on the last only; each
  *    event queried (the earlier ones complete too: the queue is in order).
- * 3. A long kernel's event polled until CL_COMPLETE (through rgpu: the first poll asks and has
- *    the server notify completion; later polls answer from what the client knows, asking
- *    again only now and then). Prints "polls N" on stderr.
+ * 3. A long kernel's event polled until CL_COMPLETE, then its result checked. Prints
+ *    "polls N" on stderr.
  * Prints "PASS completion". */
 #include "common.h"
 

@@ -373,8 +373,6 @@ pub struct EventState {
     pub callbacks: Vec<(cl_int, UserCallback<EventCallback>)>,
     /// Whether the server was asked to notify completion.
     pub notify_requested: bool,
-    /// When the server last answered a status query of it (see `current_status`).
-    pub status_asked: Option<std::time::Instant>,
     /// Profiling values, cached once the event completed (they no longer change).
     pub profiling: HashMap<u32, Vec<u8>>,
 }
