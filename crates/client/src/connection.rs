@@ -23,8 +23,10 @@ use std::time::{Duration, Instant};
 use rgpu_protocol::opencl::Id;
 use rgpu_protocol::session::SessionClient;
 use rgpu_protocol::{
-    decode_body, ClientMsg, FrameHeader, LaneKey, ServerMsg, MAX_LANES, STRIPE_MIN,
+    decode_body, ClientMsg, FrameHeader, LaneKey, ServerMsg, IN_RING, MAX_LANES, RING_MIN,
+    STRIPE_MIN,
 };
+use rgpu_transport::shared_ring::{RingConsumer, RingProducer, SharedRegion};
 use rgpu_transport::{
     client_handshake, Endpoint, FrameReader, FrameWriter, Introduction, ReadHalf, Stream,
     TransportError,
@@ -87,6 +89,9 @@ struct Shared {
     /// CUDA events the server said completed, with the synchronization they came before
     /// (`CuEventsDone`), by that request's seq, until its waiter takes its reply.
     done_records: Mutex<HashMap<u64, Vec<(Id, u64)>>>,
+    /// The receiving end of the shared-memory ring (a server on this host), read by the
+    /// reader thread for data frames that say their bytes are in it.
+    ring_in: OnceLock<Mutex<RingConsumer>>,
 }
 
 thread_local! {
@@ -184,6 +189,9 @@ pub struct Connection {
     /// decided: at the first large read.
     striped_reads: OnceLock<bool>,
     tls: bool,
+    /// The sending end of the shared-memory ring, once attached (locked after `writer`, so
+    /// that frames and ring bytes keep one order).
+    ring_out: Mutex<Option<RingProducer>>,
 }
 
 /// Wakes the flusher thread when posted requests wait in the write buffer.
@@ -236,6 +244,7 @@ impl Connection {
             heartbeat_asked: Condvar::new(),
             server_times: Mutex::new(HashMap::new()),
             done_records: Mutex::new(HashMap::new()),
+            ring_in: OnceLock::new(),
         });
         // Read directly by the reader thread, also in TLS (no read-ahead thread: small replies
         // must not wait for a thread hand-over).
@@ -272,7 +281,11 @@ impl Connection {
             lane_key: welcome.lane_key,
             striped_reads: OnceLock::new(),
             tls,
+            ring_out: Mutex::new(None),
         });
+        if let (true, Some(ring_len)) = (endpoint.is_unix(), crate::shared_ring_from_env()) {
+            connection.attach_shared(ring_len);
+        }
         let watched = Arc::downgrade(&connection);
         let spawned = std::thread::Builder::new()
             .name(format!("rgpu-alive {endpoint}"))
@@ -327,6 +340,10 @@ impl Connection {
         debug_assert!(!msg.expects_reply(), "post() of a request with a reply");
         crate::trace::posted(bulk.len());
         self.shared.check()?;
+        if bulk.len() as u64 >= RING_MIN && self.has_ring() {
+            let seq = self.next_seq();
+            return self.send_in_ring(msg, seq, bulk);
+        }
         if bulk.len() as u64 >= STRIPE_MIN && self.lanes_for_bulk() > 0 {
             return self.post_striped(msg, bulk);
         }
@@ -501,7 +518,94 @@ impl Connection {
         Ok(start.elapsed())
     }
 
+    /// Whether large bulk goes through a shared-memory ring.
+    fn has_ring(&self) -> bool {
+        self.ring_out.lock().unwrap().is_some()
+    }
+
+    /// Attaches a shared-memory region to the session (the server is on this host): its
+    /// descriptor goes with the `AttachShared` frame. Without it (refused, or it cannot be
+    /// made) all bytes keep crossing the socket.
+    fn attach_shared(&self, ring_len: u64) {
+        let attached = SharedRegion::create(ring_len)
+            .map_err(|e| e.to_string())
+            .and_then(|region| {
+                let (out, back) = region.ends(true);
+                let _ = self.shared.ring_in.set(Mutex::new(back));
+                let request =
+                    ClientMsg::Session(rgpu_protocol::session::SessionRequest::AttachShared {
+                        ring_len,
+                    });
+                let (seq, slot) = self.expect_reply();
+                let sent = self.send_with_fd(&request, seq, region.raw_fd());
+                if let Err(e) = sent {
+                    self.shared.pending.lock().unwrap().remove(&seq);
+                    return Err(e.to_string());
+                }
+                match self.wait(seq, &slot) {
+                    Ok(ServerMsg::Session(rgpu_protocol::session::SessionReply::AttachShared(
+                        Ok(()),
+                    ))) => {
+                        *self.ring_out.lock().unwrap() = Some(out);
+                        Ok(())
+                    }
+                    Ok(other) => Err(format!("refused ({other:?})")),
+                    Err(e) => Err(e.to_string()),
+                }
+            });
+        match attached {
+            Ok(()) => log::debug!("{}: bulk data through shared memory", self.endpoint),
+            Err(why) => log::debug!("{}: no shared memory: {why}", self.endpoint),
+        }
+    }
+
+    /// Sends `msg` (no bulk) with descriptor `fd` attached, after everything queued.
+    fn send_with_fd(
+        &self,
+        msg: &ClientMsg,
+        seq: u64,
+        fd: std::os::fd::RawFd,
+    ) -> Result<(), ClientError> {
+        self.shared.owe();
+        let mut writer = self.writer.lock().unwrap();
+        writer.flush().map_err(|e| self.fail(e))?;
+        let mut frame = Vec::new();
+        rgpu_protocol::encode_frame(msg, seq, 0, &mut frame)
+            .map_err(|e| ClientError::Protocol(e.to_string()))?;
+        let socket = writer
+            .get_ref()
+            .raw_fd()
+            .ok_or_else(|| ClientError::Protocol("no socket to pass a descriptor on".into()))?;
+        rgpu_transport::shared_ring::send_with_fd(socket, &frame, fd)
+            .map_err(|e| self.fail(e.into()))
+    }
+
+    /// Sends a request whose bulk goes through the shared-memory ring: the frame first (the
+    /// server takes the bytes as they come), then the bytes, copied in as the server frees room.
+    fn send_in_ring(&self, msg: &ClientMsg, seq: u64, bulk: &[u8]) -> Result<(), ClientError> {
+        self.shared.owe();
+        let mut writer = self.writer.lock().unwrap();
+        let mut ring = self.ring_out.lock().unwrap();
+        let Some(ring) = ring.as_mut() else {
+            return Err(ClientError::Protocol("no shared-memory ring".into()));
+        };
+        writer
+            .queue_striped(msg, seq, bulk.len() as u64, IN_RING)
+            .and_then(|()| writer.flush())
+            .map_err(|e| self.fail(e))?;
+        let still_there = || {
+            self.shared
+                .check()
+                .map_err(|e| std::io::Error::other(e.to_string()))
+        };
+        ring.write(bulk, self.reply_timeout, &still_there)
+            .map_err(|e| self.break_off(format!("shared-memory ring: {e}")))
+    }
+
     fn send_now(&self, msg: &ClientMsg, seq: u64, bulk: &[u8]) -> Result<(), ClientError> {
+        if bulk.len() as u64 >= RING_MIN && self.has_ring() {
+            return self.send_in_ring(msg, seq, bulk);
+        }
         self.shared.owe();
         let mut writer = self.writer.lock().unwrap();
         writer
@@ -760,7 +864,9 @@ fn read_one(reader: &mut FrameReader<ReadHalf>, shared: &Shared) -> Result<(), T
                 }
                 None => None,
             };
-            if header.lanes > 0 {
+            if header.lanes == IN_RING {
+                receive_from_ring(shared, &header, chunk)?;
+            } else if header.lanes > 0 {
                 receive_striped(shared, &header, chunk)?;
             } else if let Some(chunk) = chunk {
                 reader.read_bulk(chunk)?;
@@ -830,6 +936,27 @@ fn read_one(reader: &mut FrameReader<ReadHalf>, shared: &Shared) -> Result<(), T
         }
     }
     Ok(())
+}
+
+/// Takes a read's data that the server put in the shared-memory ring into `chunk` (`None`:
+/// drops it). The bytes are there before their frame is sent.
+fn receive_from_ring(
+    shared: &Shared,
+    header: &FrameHeader,
+    chunk: Option<&mut [u8]>,
+) -> Result<(), TransportError> {
+    let malformed =
+        |why: String| TransportError::Protocol(rgpu_protocol::ProtocolError::Malformed(why));
+    let ring = shared
+        .ring_in
+        .get()
+        .ok_or_else(|| malformed("read data in a shared ring this client never made".into()))?;
+    let len = usize::try_from(header.bulk_len).map_err(|e| malformed(e.to_string()))?;
+    let nothing_else = || Ok(());
+    ring.lock()
+        .unwrap()
+        .read(chunk, len, shared.reply_timeout, &nothing_else)
+        .map_err(TransportError::Io)
 }
 
 /// Takes a read's data that the server announced striped over the data lanes (`header`) into

@@ -162,6 +162,28 @@ pub fn striped_reads_from_env(tls: bool) -> bool {
     }
 }
 
+/// The size of each of the two shared-memory rings a connection to a server on this host
+/// (a `unix:` endpoint) attaches (`RGPU_SHARED_RING_MB`, MiB); `RGPU_SHARED_MEMORY=off`: none,
+/// all bytes cross the socket.
+pub fn shared_ring_from_env() -> Option<u64> {
+    if matches!(
+        std::env::var("RGPU_SHARED_MEMORY")
+            .as_deref()
+            .map(str::trim),
+        Ok("off" | "0")
+    ) {
+        return None;
+    }
+    let mb = std::env::var("RGPU_SHARED_RING_MB")
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .unwrap_or(DEFAULT_SHARED_RING_MB);
+    (mb > 0).then(|| (mb << 20).min(rgpu_transport::shared_ring::MAX_RING_LEN))
+}
+
+/// Large enough that a ring's two halves keep both ends copying at memory speed.
+const DEFAULT_SHARED_RING_MB: u64 = 16;
+
 /// Four lanes reach about 1.7x one stream's rate from a 64 MiB buffer on a 16-core host
 /// (docs/benchmarks.md); more add little.
 const DEFAULT_LANES: usize = 4;

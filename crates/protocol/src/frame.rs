@@ -10,7 +10,9 @@
 //! The body is a small postcard-encoded message; bulk data (buffer contents) follows it raw so
 //! that both ends can stream it straight between the socket and user or staging memory. A frame
 //! with `lanes` > 0 has its bulk striped over that many of the session's data lanes instead
-//! (see [`crate::LANE_CHUNK`]); nothing follows it.
+//! (see [`crate::LANE_CHUNK`]); nothing follows it. A frame with `lanes` = [`crate::IN_RING`]
+//! has its bulk in the session's shared-memory ring (a client on the server's host:
+//! `rgpu_transport::shared_ring`); nothing follows it either.
 
 use crate::ProtocolError;
 
@@ -24,7 +26,8 @@ pub const MAX_BULK_LEN: u64 = 1 << 40;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct FrameHeader {
     pub body_len: u32,
-    /// 0, or the number of data lanes the bulk comes over (it then does not follow the frame).
+    /// 0, the number of data lanes the bulk comes over, or [`crate::IN_RING`] (the bulk then
+    /// does not follow the frame).
     pub lanes: u32,
     /// Request sequence number; a reply or data chunk carries the seq of its request.
     pub seq: u64,
@@ -51,7 +54,7 @@ impl FrameHeader {
             seq: u64_at(8),
             bulk_len: u64_at(16),
         };
-        if header.lanes > crate::MAX_LANES {
+        if header.lanes > crate::MAX_LANES && header.lanes != crate::IN_RING {
             return Err(ProtocolError::Malformed(format!(
                 "bulk striped over {} lanes (at most {})",
                 header.lanes,

@@ -25,7 +25,7 @@ use serde::{Deserialize, Serialize};
 pub use frame::{decode_body, encode_frame, encode_frame_striped, FrameHeader, HEADER_LEN};
 
 /// Bumped on every incompatible change of any message.
-pub const PROTOCOL_VERSION: u32 = 36;
+pub const PROTOCOL_VERSION: u32 = 37;
 /// First bytes on the wire, each way.
 pub const MAGIC: [u8; 4] = *b"RGPU";
 
@@ -185,6 +185,11 @@ pub type LaneKey = [u8; 32];
 pub const LANE_CHUNK: u64 = 1 << 20;
 /// The most data lanes a session may have.
 pub const MAX_LANES: u32 = 8;
+/// A frame header's `lanes` when the frame's bulk is in the session's shared-memory ring
+/// (`AttachShared`), in the frame's direction, right after the bulk of the frames before it.
+pub const IN_RING: u32 = u32::MAX;
+/// Bulk of at least this many bytes goes through the shared-memory ring where there is one.
+pub const RING_MIN: u64 = 64 << 10;
 /// Where another server finds an export: the exporting server as its client reaches it, the
 /// session that made the export, and the export's ticket (one use; chosen at random by the
 /// exporting session's client, so that an export can be posted without waiting for a reply).

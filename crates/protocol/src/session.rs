@@ -18,12 +18,17 @@ wire_api! {
         call Ping ping() -> ();
     }
 
-    /// Data lanes in the server-to-client direction.
+    /// Data lanes in the server-to-client direction, and the shared-memory rings.
     group Lanes {
         /// From now on the data of a read of [`crate::STRIPE_MIN`] bytes or more may come
         /// striped over the first `lanes` data lanes (0: never), announced by one `Data`
         /// frame whose header names the lanes. The client opened them before.
         post ReadLanes read_lanes(lanes: u32);
+        /// A client on the server's host attaches a shared-memory region for bulk data: two
+        /// rings of `ring_len` bytes (`rgpu_transport::shared_ring`). The region's descriptor
+        /// comes with this frame (SCM_RIGHTS, so only over a Unix socket). From the reply on,
+        /// frames whose header says [`crate::IN_RING`] have their bulk in the ring.
+        call AttachShared attach_shared(ring_len: u64) -> Result<(), Status>;
     }
     /// The client's call trace.
     group Tracing {
@@ -47,6 +52,9 @@ pub struct SessionCounters {
     pub bulk_sent: u64,
     pub lane_received: u64,
     pub lane_sent: u64,
+    /// Of the bulk bytes, those that went through the shared-memory rings.
+    pub shared_received: u64,
+    pub shared_sent: u64,
     /// µs spent serving requests.
     pub busy_us: u64,
     /// Failures reported to the client.
@@ -63,6 +71,8 @@ sample_struct!(SessionCounters {
     bulk_sent,
     lane_received,
     lane_sent,
+    shared_received,
+    shared_sent,
     busy_us,
     errors,
     memory,

@@ -59,6 +59,8 @@ static REPLIES: AtomicU64 = AtomicU64::new(0);
 /// Bulk bytes received and sent over the session's data lanes.
 static LANE_RECEIVED: AtomicU64 = AtomicU64::new(0);
 static LANE_SENT: AtomicU64 = AtomicU64::new(0);
+static SHARED_RECEIVED: AtomicU64 = AtomicU64::new(0);
+static SHARED_SENT: AtomicU64 = AtomicU64::new(0);
 
 /// The session answered a request.
 pub fn replied() {
@@ -82,6 +84,16 @@ pub fn failed(api: &'static str, code: i64) {
 /// `bytes` of a request's bulk came over the data lanes.
 pub fn lane_received(bytes: u64) {
     LANE_RECEIVED.fetch_add(bytes, Ordering::Relaxed);
+}
+
+/// `bytes` of a request's bulk came through the shared-memory ring.
+pub fn shared_received(bytes: u64) {
+    SHARED_RECEIVED.fetch_add(bytes, Ordering::Relaxed);
+}
+
+/// `bytes` of a read's data go out through the shared-memory ring.
+pub fn shared_sent(bytes: u64) {
+    SHARED_SENT.fetch_add(bytes, Ordering::Relaxed);
 }
 
 /// `bytes` of a read's data go out over the data lanes.
@@ -128,6 +140,8 @@ pub fn stats() -> crate::metrics::WorkerStats {
         replies: REPLIES.load(Ordering::Relaxed),
         lane_received: LANE_RECEIVED.load(Ordering::Relaxed),
         lane_sent: LANE_SENT.load(Ordering::Relaxed),
+        shared_received: SHARED_RECEIVED.load(Ordering::Relaxed),
+        shared_sent: SHARED_SENT.load(Ordering::Relaxed),
         calls,
         errors,
     }

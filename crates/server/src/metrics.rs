@@ -35,6 +35,11 @@ pub struct WorkerStats {
     /// Bulk bytes received and sent over the data lanes (part of the bulk figures above).
     pub lane_received: u64,
     pub lane_sent: u64,
+    /// Bulk bytes received and sent through the shared-memory rings (a client on this host).
+    #[serde(default)]
+    pub shared_received: u64,
+    #[serde(default)]
+    pub shared_sent: u64,
     /// Per request name (`LaunchKernel`, `MemcpyHtoD`, …).
     pub calls: Vec<CallStats>,
     /// Failures reported to the client, per API and error code.
@@ -59,6 +64,8 @@ impl WorkerStats {
         self.replies += other.replies;
         self.lane_received += other.lane_received;
         self.lane_sent += other.lane_sent;
+        self.shared_received += other.shared_received;
+        self.shared_sent += other.shared_sent;
     }
 
     /// The counters a client's trace gets (`GetCounters`).
@@ -70,6 +77,8 @@ impl WorkerStats {
             bulk_sent: self.bulk_sent,
             lane_received: self.lane_received,
             lane_sent: self.lane_sent,
+            shared_received: self.shared_received,
+            shared_sent: self.shared_sent,
             busy_us: self.busy_us,
             errors: self.errors.iter().map(|e| e.count).sum(),
             memory: self.memory,
@@ -211,7 +220,7 @@ pub fn render() -> String {
         t.add_counters(&s.stats);
         t
     });
-    let per_session: [(&str, &str, Figure); 7] = [
+    let per_session: [(&str, &str, Figure); 9] = [
         ("requests", "Requests served.", |s| s.requests.to_string()),
         (
             "replies",
@@ -227,6 +236,16 @@ pub fn render() -> String {
             "lane_sent_bytes",
             "Bulk bytes sent over data lanes (part of sent_bulk_bytes).",
             |s| s.lane_sent.to_string(),
+        ),
+        (
+            "shared_received_bytes",
+            "Bulk bytes received through shared memory (part of received_bulk_bytes).",
+            |s| s.shared_received.to_string(),
+        ),
+        (
+            "shared_sent_bytes",
+            "Bulk bytes sent through shared memory (part of sent_bulk_bytes).",
+            |s| s.shared_sent.to_string(),
         ),
         (
             "received_bulk_bytes",
@@ -438,6 +457,8 @@ mod tests {
                 replies: 5,
                 lane_received: 2048,
                 lane_sent: 0,
+                shared_received: 0,
+                shared_sent: 0,
                 memory: 1 << 20,
                 objects: 3,
                 queued: 640,

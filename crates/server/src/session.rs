@@ -29,6 +29,8 @@ enum Incoming {
     Inline { remaining: u64 },
     /// Dealt over the session's data lanes.
     Striped(Striped),
+    /// In the session's shared-memory ring (a client on this host).
+    InRing { remaining: u64 },
 }
 
 impl Incoming {
@@ -37,19 +39,26 @@ impl Incoming {
             0 => Incoming::Inline {
                 remaining: header.bulk_len,
             },
+            rgpu_protocol::IN_RING => Incoming::InRing {
+                remaining: header.bulk_len,
+            },
             lanes => Incoming::Striped(Striped::new(header.bulk_len, lanes)),
         }
     }
 
     fn remaining(&self) -> u64 {
         match self {
-            Incoming::Inline { remaining } => *remaining,
+            Incoming::Inline { remaining } | Incoming::InRing { remaining } => *remaining,
             Incoming::Striped(striped) => striped.remaining(),
         }
     }
 }
 
 const NO_LANES: &str = "a striped request on a session without data lanes";
+const NO_RING: &str = "bulk in a shared-memory ring the session does not have";
+/// How long the session waits for a ring's bytes (or room in it) from a client that is still
+/// connected: as long as for a stalled socket write.
+const RING_PATIENCE: std::time::Duration = std::time::Duration::from_secs(120);
 
 /// Why a session's request loop stopped.
 pub enum End {
@@ -211,10 +220,11 @@ pub(crate) fn serve(admitted: Admitted, shared: &Arc<Shared>, id: u64, client_go
     log::info!("session {id}: {client} connected from {peer}");
     // Read directly, also in TLS: a read-ahead thread would let records be opened while the
     // session thread copies, but its hand-over costs every small request a thread wake-up
-    // (measured on the H100: 4-byte reads 32 -> 54 us). Data lanes are read ahead.
+    // (measured on the H100: 4-byte reads 32 -> 54 us). Data lanes are read ahead. A Unix
+    // socket's reads keep the descriptor of a shared-memory region the client attaches.
     let halves = stream
         .try_clone()
-        .and_then(|r| Ok((ReadHalf::Direct(r), stream.try_clone()?)));
+        .and_then(|r| Ok((ReadHalf::for_session(r), stream.try_clone()?)));
     let (read_half, write_half) = match halves {
         Ok(halves) => halves,
         Err(e) => {
@@ -279,6 +289,9 @@ pub struct Session {
     request_started: std::time::Instant,
     /// The current request's bulk bytes still to be read.
     bulk: Incoming,
+    /// The receiving end of the shared-memory ring (`AttachShared`; its sending end is the
+    /// writer's).
+    ring: Option<rgpu_transport::shared_ring::RingConsumer>,
     /// The session's CUDA objects, from its first CUDA request on.
     pub(crate) cuda: Option<crate::cuda::CudaSession>,
     /// Closes the session when it stays idle too long (with `idle_timeout` set), and tells
@@ -314,6 +327,7 @@ impl Session {
             time_replies: false,
             request_started: std::time::Instant::now(),
             bulk: Incoming::Inline { remaining: 0 },
+            ring: None,
             cuda: None,
             watch: None,
         }
@@ -482,6 +496,14 @@ impl Session {
                 let lanes = lanes.as_mut().ok_or(End::Protocol(NO_LANES.into()))?;
                 striped.read(lanes, dst).map_err(End::Broken)
             }
+            Incoming::InRing { remaining } => {
+                if dst.len() as u64 > *remaining {
+                    return Err(End::Protocol("a request read past its bulk".into()));
+                }
+                *remaining -= dst.len() as u64;
+                let len = dst.len();
+                take_from_ring(&mut self.ring, &self.stream, Some(dst), len)
+            }
         }
     }
 
@@ -516,6 +538,11 @@ impl Session {
             Incoming::Striped(striped) => {
                 let lanes = lanes.as_mut().ok_or(End::Protocol(NO_LANES.into()))?;
                 striped.skip(lanes, len).map_err(End::Broken)
+            }
+            Incoming::InRing { remaining } => {
+                let len = len.min(*remaining);
+                *remaining -= len;
+                take_from_ring(&mut self.ring, &self.stream, None, len as usize)
             }
         }
     }
@@ -560,6 +587,22 @@ impl Session {
         self.remove_includes();
         count
     }
+}
+
+/// Takes `len` bytes of a request's bulk out of the shared-memory ring into `dst` (`None`:
+/// drops them), waiting for the client to put them there.
+fn take_from_ring(
+    ring: &mut Option<rgpu_transport::shared_ring::RingConsumer>,
+    stream: &Stream,
+    dst: Option<&mut [u8]>,
+    len: usize,
+) -> Result<(), End> {
+    let ring = ring.as_mut().ok_or(End::Protocol(NO_RING.into()))?;
+    let still_there = || stream.peer_still_there();
+    ring.read(dst, len, RING_PATIENCE, &still_there)
+        .map_err(|e| End::Broken(format!("shared-memory ring: {e}")))?;
+    crate::flight::shared_received(len as u64);
+    Ok(())
 }
 
 /// What every OpenCL group's methods share (the groups are implemented in crate::opencl).
@@ -624,6 +667,29 @@ impl session::serve::Lanes for Session {
             return Err(1);
         }
         self.read_lanes = lanes;
+        Ok(())
+    }
+
+    fn attach_shared(&mut self, ring_len: u64) -> Result<(), session::Status> {
+        // 1: no descriptor came with the request (not a Unix socket); 2: already attached;
+        // 3: the region is not one rgpu makes.
+        let fd = self.reader.get_mut().take_fd().ok_or(1u32)?;
+        if self.ring.is_some() {
+            return Err(2);
+        }
+        let region =
+            rgpu_transport::shared_ring::SharedRegion::adopt(fd, ring_len).map_err(|e| {
+                log::warn!("session {}: shared memory refused: {e}", self.id);
+                3u32
+            })?;
+        let (to_client, from_client) = region.ends(false);
+        self.ring = Some(from_client);
+        self.writer.attach_ring(to_client);
+        log::info!(
+            "session {}: shared memory attached (two rings of {} MiB)",
+            self.id,
+            ring_len >> 20
+        );
         Ok(())
     }
 }

@@ -1,40 +1,96 @@
 //! The socket's write half of a session, shared by its threads (the request thread, the
 //! completion thread, OpenCL's callback threads).
 
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
 
-use rgpu_protocol::ServerMsg;
+use rgpu_protocol::{ServerMsg, IN_RING, RING_MIN};
+use rgpu_transport::shared_ring::RingProducer;
 use rgpu_transport::{FrameWriter, Stream, TransportError};
+
+/// How long a read's data waits for room in the shared ring (the client's reader thread takes
+/// it as the frames arrive): as long as a stalled socket write.
+const RING_PATIENCE: Duration = Duration::from_secs(120);
+
+/// What the session's threads write through, under one lock so that frames and the ring's
+/// bytes keep one order.
+struct Out {
+    frames: FrameWriter<Stream>,
+    /// The sending end of the session's shared-memory ring, once the client attached one.
+    ring: Option<RingProducer>,
+}
+
+impl Out {
+    /// Queues a read's data frame: its bytes into the ring where there is one and they are
+    /// many (then the frame is flushed: the client takes ring bytes as frames arrive), else
+    /// after the frame.
+    fn queue_data(&mut self, seq: u64, offset: u64, data: &[u8]) -> Result<(), TransportError> {
+        crate::flight::sent(data.len() as u64);
+        let Some(ring) = self.ring.as_mut().filter(|_| data.len() as u64 >= RING_MIN) else {
+            return self.frames.queue(&ServerMsg::Data { offset }, seq, data);
+        };
+        // Pieces of half the ring: the client frees one while the next goes in.
+        let piece = (ring.capacity() / 2).max(1);
+        for (i, part) in data.chunks(piece).enumerate() {
+            let still_there = || self.frames.get_ref().peer_still_there();
+            ring.write(part, RING_PATIENCE, &still_there)?;
+            crate::flight::shared_sent(part.len() as u64);
+            let msg = ServerMsg::Data {
+                offset: offset + (i * piece) as u64,
+            };
+            self.frames
+                .queue_striped(&msg, seq, part.len() as u64, IN_RING)?;
+            self.frames.flush()?;
+        }
+        Ok(())
+    }
+}
 
 /// The socket's write half, shared by the threads of a session.
 pub struct Writer {
-    inner: Mutex<FrameWriter<Stream>>,
+    inner: Mutex<Out>,
 }
 
 impl Writer {
     pub fn new(write_half: Stream) -> Writer {
         Writer {
-            inner: Mutex::new(FrameWriter::new(write_half)),
+            inner: Mutex::new(Out {
+                frames: FrameWriter::new(write_half),
+                ring: None,
+            }),
         }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Out> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// From now on large read data goes through the shared-memory ring.
+    pub fn attach_ring(&self, ring: RingProducer) {
+        self.lock().ring = Some(ring);
     }
 
     /// Sends one frame (and its bulk) and flushes it.
     pub fn send(&self, msg: &ServerMsg, seq: u64, bulk: &[u8]) -> Result<(), TransportError> {
-        let mut writer = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let mut out = self.lock();
+        if let ServerMsg::Data { offset } = msg {
+            out.queue_data(seq, *offset, bulk)?;
+            return out.frames.flush();
+        }
         crate::flight::sent(bulk.len() as u64);
         count_reply(msg);
-        writer.send(msg, seq, bulk)
+        out.frames.send(msg, seq, bulk)
     }
 
     /// Sends one frame without bulk unless another thread is writing (false then, or when the
     /// write failed: the request thread sees that failure itself).
     pub fn try_send(&self, msg: &ServerMsg, seq: u64) -> bool {
-        let mut writer = match self.inner.try_lock() {
-            Ok(writer) => writer,
+        let mut out = match self.inner.try_lock() {
+            Ok(out) => out,
             Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
             Err(std::sync::TryLockError::WouldBlock) => return false,
         };
-        writer.send(msg, seq, &[]).is_ok()
+        out.frames.send(msg, seq, &[]).is_ok()
     }
 
     /// Sends a frame whose `bulk_len` bytes go striped over `lanes` data lanes (not with it).
@@ -45,11 +101,11 @@ impl Writer {
         bulk_len: u64,
         lanes: u32,
     ) -> Result<(), TransportError> {
-        let mut writer = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let mut out = self.lock();
         crate::flight::sent(bulk_len);
         crate::flight::lane_sent(bulk_len);
-        writer.queue_striped(msg, seq, bulk_len, lanes)?;
-        writer.flush()
+        out.frames.queue_striped(msg, seq, bulk_len, lanes)?;
+        out.frames.flush()
     }
 
     /// Sends a read's last data (`(offset, bytes)`) and its final reply in one write (small
@@ -61,13 +117,12 @@ impl Writer {
         data: Option<(u64, &[u8])>,
         last: &ServerMsg,
     ) -> Result<(), TransportError> {
-        let mut writer = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let mut out = self.lock();
         if let Some((offset, data)) = data {
-            crate::flight::sent(data.len() as u64);
-            writer.queue(&ServerMsg::Data { offset }, seq, data)?;
+            out.queue_data(seq, offset, data)?;
         }
         count_reply(last);
-        writer.send(last, seq, &[])
+        out.frames.send(last, seq, &[])
     }
 }
 

@@ -103,6 +103,10 @@ impl<R: Read> FrameReader<R> {
     pub fn get_ref(&self) -> &R {
         self.inner.get_ref()
     }
+
+    pub fn get_mut(&mut self) -> &mut R {
+        self.inner.get_mut()
+    }
 }
 
 fn truncated(e: io::Error) -> TransportError {

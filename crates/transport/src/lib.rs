@@ -10,6 +10,7 @@ mod handshake;
 pub mod link;
 pub mod peer;
 mod read_ahead;
+pub mod shared_ring;
 mod stream;
 pub mod tls;
 

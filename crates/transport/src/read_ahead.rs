@@ -21,6 +21,9 @@ const DEPTH: usize = 4;
 pub enum ReadHalf {
     Direct(Stream),
     Ahead(ReadAhead),
+    /// A Unix socket read with `recvmsg`, keeping the descriptors that come with the bytes
+    /// (the shared-memory region a client attaches: crate::shared_ring).
+    KeepingFds(Stream, std::collections::VecDeque<std::os::fd::OwnedFd>),
 }
 
 impl ReadHalf {
@@ -37,6 +40,24 @@ impl ReadHalf {
         match self {
             ReadHalf::Direct(stream) => stream.shutdown(),
             ReadHalf::Ahead(ahead) => ahead.stream.shutdown(),
+            ReadHalf::KeepingFds(stream, _) => stream.shutdown(),
+        }
+    }
+
+    /// A session's reading side: on a plain Unix socket it keeps the descriptors the client
+    /// sends ([`ReadHalf::take_fd`]); otherwise read directly.
+    pub fn for_session(stream: Stream) -> ReadHalf {
+        match stream {
+            Stream::Unix(_) => ReadHalf::KeepingFds(stream, Default::default()),
+            other => ReadHalf::Direct(other),
+        }
+    }
+
+    /// The oldest descriptor received with the bytes read so far.
+    pub fn take_fd(&mut self) -> Option<std::os::fd::OwnedFd> {
+        match self {
+            ReadHalf::KeepingFds(_, fds) => fds.pop_front(),
+            _ => None,
         }
     }
 }
@@ -46,6 +67,15 @@ impl Read for ReadHalf {
         match self {
             ReadHalf::Direct(stream) => stream.read(out),
             ReadHalf::Ahead(ahead) => ahead.read(out),
+            ReadHalf::KeepingFds(stream, fds) => {
+                if crate::fork::forked() {
+                    return Err(crate::fork::forked_error());
+                }
+                let socket = stream
+                    .raw_fd()
+                    .ok_or_else(|| io::Error::other("no socket"))?;
+                crate::shared_ring::recv_keeping_fds(socket, out, fds)
+            }
         }
     }
 }

@@ -17,6 +17,11 @@ pub enum Endpoint {
 }
 
 impl Endpoint {
+    /// Whether this is a Unix socket (a server on this host).
+    pub fn is_unix(&self) -> bool {
+        matches!(self, Endpoint::Unix(_))
+    }
+
     pub fn parse(text: &str) -> Result<Endpoint, String> {
         let text = text.trim();
         if let Some(path) = text.strip_prefix("unix:") {
@@ -152,6 +157,28 @@ impl Stream {
             Stream::Tls(s) => s.socket().socket_fd(),
             other => other.raw_fd(),
         }
+    }
+
+    /// `Err` once the peer has closed or the connection has failed (looked at without
+    /// waiting; for waits on something else the peer should do, such as a shared ring).
+    pub fn peer_still_there(&self) -> io::Result<()> {
+        let Some(fd) = self.socket_fd() else {
+            return Ok(());
+        };
+        let mut poll = libc::pollfd {
+            fd,
+            events: libc::POLLRDHUP,
+            revents: 0,
+        };
+        // SAFETY: one pollfd for the call's duration; a zero timeout.
+        let n = unsafe { libc::poll(&mut poll, 1, 0) };
+        if n > 0 && poll.revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) != 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::ConnectionAborted,
+                "the peer closed the connection",
+            ));
+        }
+        Ok(())
     }
 
     pub fn try_clone(&self) -> io::Result<Stream> {

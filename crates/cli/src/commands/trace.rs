@@ -56,8 +56,9 @@ fn sessions(sessions: &[SessionRecord]) -> String {
     for s in sessions {
         let c = &s.counters;
         out += &format!(
-            "server {} ({}) session {}: {} requests, {} replies, {:.1} MB received ({:.1} on lanes), \
-             {:.1} MB sent ({:.1} on lanes), busy {:.1} ms, {} errors; holds {:.1} MB in {} objects\n",
+            "server {} ({}) session {}: {} requests, {} replies, {:.1} MB received ({:.1} on lanes, \
+             {:.1} through shared memory), {:.1} MB sent ({:.1} on lanes, {:.1} through shared \
+             memory), busy {:.1} ms, {} errors; holds {:.1} MB in {} objects\n",
             s.server,
             s.endpoint,
             s.session,
@@ -65,8 +66,10 @@ fn sessions(sessions: &[SessionRecord]) -> String {
             c.replies,
             c.bulk_received as f64 / 1e6,
             c.lane_received as f64 / 1e6,
+            c.shared_received as f64 / 1e6,
             c.bulk_sent as f64 / 1e6,
             c.lane_sent as f64 / 1e6,
+            c.shared_sent as f64 / 1e6,
             c.busy_us as f64 / 1e3,
             c.errors,
             c.memory as f64 / 1e6,
