@@ -59,7 +59,8 @@ for name in cupy_check torch_check torch_compile_check torch_fft_check jax_check
     all_names+=("$name")
     selected "$name" && py_names+=("$name")
 done
-all_names+=(server_wire session_cleanup sticky_error recovery handle_race nvml nvidia_smi)
+all_names+=(server_wire session_cleanup sticky_error recovery handle_race nvml nvidia_smi
+    shared_memory)
 only=${ONLY:-}
 for name in ${only//,/ }; do
     [[ " ${all_names[*]} " == *" $name "* ]] ||
@@ -115,7 +116,7 @@ echo "servers: $endpoint (pid $server), $endpoint2 (pid $server2)"
 grep -E "CUDA|serving" "$out/server.log" | sed 's/^/    /'
 
 # Sessions the server has seen connect so far.
-sessions() { cat "$out/server.log" "$out/server2.log" | grep -c " connected from "; }
+sessions() { cat "$out"/server*.log | grep -c " connected from "; }
 
 # ---- (d, e) one program: natively, then through rgpu, then the comparison.
 # check_one NAME COMMAND... (through the servers in $servers, default the first one)
@@ -183,6 +184,29 @@ done
 for name in "${py_names[@]}"; do
     check_one "$name" "$python" "tests/cuda/$name.py"
 done
+
+# ---- shared memory: programs whose copies use page-locked memory, through a server on a Unix
+# socket of this host (the client attaches shared rings; page-locked allocations are shared
+# with the server, which copies in place). Each must match its native run, and the server
+# must say the client attached shared memory.
+if selected shared_memory; then
+    socket_dir=$(mktemp -d /tmp/rgpu-shm-check.XXXXXX)
+    start_server "$out/server-unix.log" "unix:$socket_dir/rgpu.sock"
+    server_unix=$server_pid
+    for name in async_pinned copies streams_events vector_add torch_check; do
+        if [ -x "$out/bin/$name" ]; then
+            servers="unix:$socket_dir/rgpu.sock" check_one "${name}_shm" "$out/bin/$name"
+        elif [ -f "tests/cuda/$name.py" ]; then
+            servers="unix:$socket_dir/rgpu.sock" check_one "${name}_shm" "$python" "tests/cuda/$name.py"
+        fi
+    done
+    if ! grep -q "shared memory attached" "$out/server-unix.log"; then
+        fail "shared_memory: no client attached shared memory to the Unix-socket server"
+    fi
+    kill -TERM "$server_unix" 2>/dev/null
+    wait "$server_unix" 2>/dev/null
+    rm -rf "$socket_dir"
+fi
 
 # ---- the server's CUDA requests straight over the wire (crates/server/tests/cuda.rs: linear
 # and pitched 3D copies through the staging buffers), when the build directory carries that

@@ -21,6 +21,12 @@ impl From<UnexpectedReply> for ClientError {
 #[derive(Clone, Copy)]
 pub struct Cuda<'a>(&'a Connection);
 
+/// The CUDA API on a connection, for asynchronous copies from and into page-locked memory:
+/// where that memory is shared with the server (on its host) the server copies in place
+/// ([`Connection::post_in_place`], [`Connection::start_read_in_place`]).
+#[derive(Clone, Copy)]
+pub struct CudaInPlace<'a>(&'a Connection);
+
 /// The OpenCL API on a connection.
 #[derive(Clone, Copy)]
 pub struct OpenCl<'a>(&'a Connection);
@@ -32,6 +38,10 @@ pub struct Session<'a>(&'a Connection);
 impl Connection {
     pub fn cuda(&self) -> Cuda<'_> {
         Cuda(self)
+    }
+
+    pub fn cuda_in_place(&self) -> CudaInPlace<'_> {
+        CudaInPlace(self)
     }
 
     pub fn opencl(&self) -> OpenCl<'_> {
@@ -51,6 +61,9 @@ fn not_an_answer(reply: ServerMsg) -> ClientError {
 /// read, with the table's requests and replies in their envelope variant.
 macro_rules! transport {
     ($Api:ident, $Trait:ident, $Request:ident, $Reply:ident, $Variant:ident) => {
+        transport!($Api, $Trait, $Request, $Reply, $Variant, post, start_read);
+    };
+    ($Api:ident, $Trait:ident, $Request:ident, $Reply:ident, $Variant:ident, $post:ident, $read:ident) => {
         impl $Trait for $Api<'_> {
             type Error = ClientError;
             type Sink = ReadSink;
@@ -63,17 +76,26 @@ macro_rules! transport {
             }
 
             fn send_post(&self, request: $Request, bulk: &[u8]) -> Result<(), ClientError> {
-                self.0.post(&ClientMsg::$Variant(request), bulk)
+                self.0.$post(&ClientMsg::$Variant(request), bulk)
             }
 
             fn send_read(&self, request: $Request, sink: ReadSink) -> Result<(), ClientError> {
-                self.0.start_read(&ClientMsg::$Variant(request), sink)
+                self.0.$read(&ClientMsg::$Variant(request), sink)
             }
         }
     };
 }
 
 transport!(Cuda, CudaClient, CuRequest, CuReply, Cu);
+transport!(
+    CudaInPlace,
+    CudaClient,
+    CuRequest,
+    CuReply,
+    Cu,
+    post_in_place,
+    start_read_in_place
+);
 transport!(OpenCl, OpenClClient, ClRequest, ClReply, Cl);
 transport!(
     Session,

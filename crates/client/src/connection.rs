@@ -192,6 +192,10 @@ pub struct Connection {
     /// The sending end of the shared-memory ring, once attached (locked after `writer`, so
     /// that frames and ring bytes keep one order).
     ring_out: Mutex<Option<RingProducer>>,
+    /// Page-locked host memory shared with the server (`share_host_memory`), by start address:
+    /// (its name on the wire, the mapping).
+    segments: Mutex<std::collections::BTreeMap<usize, (u64, Arc<SharedRegion>)>>,
+    next_segment: AtomicU64,
 }
 
 /// Wakes the flusher thread when posted requests wait in the write buffer.
@@ -282,6 +286,8 @@ impl Connection {
             striped_reads: OnceLock::new(),
             tls,
             ring_out: Mutex::new(None),
+            segments: Mutex::new(Default::default()),
+            next_segment: AtomicU64::new(1),
         });
         if let (true, Some(ring_len)) = (endpoint.is_unix(), crate::shared_ring_from_env()) {
             connection.attach_shared(ring_len);
@@ -353,6 +359,12 @@ impl Connection {
         writer.queue(msg, seq, bulk).map_err(|e| self.fail(e))?;
         drop(writer);
         self.shared.owe();
+        self.wake_flusher();
+        Ok(())
+    }
+
+    /// Tells the flusher thread (when there is one) that posted requests wait.
+    fn wake_flusher(&self) {
         if let Some(signal) = self.flush_signal.get() {
             let mut dirty = signal.dirty.lock().unwrap();
             if !*dirty {
@@ -360,7 +372,6 @@ impl Connection {
                 signal.wake.notify_one();
             }
         }
-        Ok(())
     }
 
     /// From now on posted requests leave without waiting for the next call: a flusher thread
@@ -557,6 +568,138 @@ impl Connection {
             Ok(()) => log::debug!("{}: bulk data through shared memory", self.endpoint),
             Err(why) => log::debug!("{}: no shared memory: {why}", self.endpoint),
         }
+    }
+
+    /// `len` bytes of host memory shared with the server (which is on this host: the
+    /// connection has shared-memory rings), for the program's page-locked allocations: copies
+    /// from and into it run in place on the server ([`Connection::post_in_place`],
+    /// [`Connection::start_read_in_place`]). `None`: no shared memory here, or it failed.
+    pub fn share_host_memory(&self, len: usize) -> Option<*mut u8> {
+        if !self.has_ring() {
+            return None;
+        }
+        let len = len.max(1).next_multiple_of(4096);
+        let region = SharedRegion::create_plain(len)
+            .map_err(|e| log::debug!("no shared host memory: {e}"))
+            .ok()?;
+        let segment = self.next_segment.fetch_add(1, Ordering::Relaxed);
+        let request =
+            ClientMsg::Session(rgpu_protocol::session::SessionRequest::AttachHostMemory {
+                segment,
+                len: len as u64,
+            });
+        let (seq, slot) = self.expect_reply();
+        if self.send_with_fd(&request, seq, region.raw_fd()).is_err() {
+            self.shared.pending.lock().unwrap().remove(&seq);
+            return None;
+        }
+        match self.wait(seq, &slot) {
+            Ok(ServerMsg::Session(rgpu_protocol::session::SessionReply::AttachHostMemory(Ok(
+                (),
+            )))) => {}
+            other => {
+                log::debug!("shared host memory refused: {other:?}");
+                return None;
+            }
+        }
+        let base = region.base();
+        self.segments
+            .lock()
+            .unwrap()
+            .insert(base as usize, (segment, region));
+        Some(base)
+    }
+
+    /// Lets go of memory from [`Connection::share_host_memory`] (false: not from there).
+    pub fn unshare_host_memory(&self, base: *mut u8) -> bool {
+        let Some((segment, _region)) = self.segments.lock().unwrap().remove(&(base as usize))
+        else {
+            return false;
+        };
+        let request =
+            ClientMsg::Session(rgpu_protocol::session::SessionRequest::DetachHostMemory {
+                segment,
+            });
+        let _ = self.post(&request, &[]);
+        true
+    }
+
+    /// Where `[at, at + len)` lies in shared host memory, if it does.
+    fn span_of(&self, at: *const u8, len: usize) -> Option<rgpu_protocol::SegmentSpan> {
+        let at = at as usize;
+        let segments = self.segments.lock().unwrap();
+        let (&base, (segment, region)) = segments.range(..=at).next_back()?;
+        let offset = at - base;
+        (offset + len <= region.len()).then_some(rgpu_protocol::SegmentSpan {
+            segment: *segment,
+            offset: offset as u64,
+            len: len as u64,
+        })
+    }
+
+    /// Posts a request whose bulk the server may take in place when it lies in shared host
+    /// memory (an asynchronous copy from page-locked memory: the program leaves it alone until
+    /// it synchronizes); otherwise as [`Connection::post`] does.
+    pub fn post_in_place(&self, msg: &ClientMsg, bulk: &[u8]) -> Result<(), ClientError> {
+        let Some(span) = self.span_of(bulk.as_ptr(), bulk.len()) else {
+            return self.post(msg, bulk);
+        };
+        crate::trace::posted(0);
+        self.shared.check()?;
+        let seq = self.next_seq();
+        self.send_span(msg, seq, rgpu_protocol::IN_SEGMENT, span, false)
+    }
+
+    /// Starts a read whose data the server may put in place when `sink` lies in shared host
+    /// memory (an asynchronous copy into page-locked memory); otherwise as
+    /// [`Connection::start_read`] does.
+    pub fn start_read_in_place(&self, req: &ClientMsg, sink: ReadSink) -> Result<(), ClientError> {
+        let Some(span) = self.span_of(sink.dst.0, sink.len) else {
+            return self.start_read(req, sink);
+        };
+        if let Err(e) = self.shared.check() {
+            (sink.done)(Err(e.clone()));
+            return Err(e);
+        }
+        crate::trace::reading(0);
+        let seq = self.next_seq();
+        self.shared
+            .pending
+            .lock()
+            .unwrap()
+            .insert(seq, Pending::Read(sink));
+        if let Err(e) = self.send_span(req, seq, rgpu_protocol::INTO_SEGMENT, span, true) {
+            if let Some(Pending::Read(sink)) = self.shared.pending.lock().unwrap().remove(&seq) {
+                (sink.done)(Err(e.clone()));
+            }
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// Queues `msg` with the span of shared host memory it names (`how`: IN_SEGMENT or
+    /// INTO_SEGMENT), flushed when `now`.
+    fn send_span(
+        &self,
+        msg: &ClientMsg,
+        seq: u64,
+        how: u32,
+        span: rgpu_protocol::SegmentSpan,
+        now: bool,
+    ) -> Result<(), ClientError> {
+        self.shared.owe();
+        let mut writer = self.writer.lock().unwrap();
+        let record = span.encode();
+        writer
+            .queue_striped(msg, seq, record.len() as u64, how)
+            .and_then(|()| writer.write_bulk(&record))
+            .and_then(|()| if now { writer.flush() } else { Ok(()) })
+            .map_err(|e| self.fail(e))?;
+        drop(writer);
+        if !now {
+            self.wake_flusher();
+        }
+        Ok(())
     }
 
     /// Sends `msg` (no bulk) with descriptor `fd` attached, after everything queued.

@@ -12,7 +12,9 @@
 //! with `lanes` > 0 has its bulk striped over that many of the session's data lanes instead
 //! (see [`crate::LANE_CHUNK`]); nothing follows it. A frame with `lanes` = [`crate::IN_RING`]
 //! has its bulk in the session's shared-memory ring (a client on the server's host:
-//! `rgpu_transport::shared_ring`); nothing follows it either.
+//! `rgpu_transport::shared_ring`); nothing follows it either. With [`crate::IN_SEGMENT`] or
+//! [`crate::INTO_SEGMENT`] the 24 bulk bytes that follow name bytes in a shared host-memory
+//! segment ([`crate::SegmentSpan`]).
 
 use crate::ProtocolError;
 
@@ -54,7 +56,8 @@ impl FrameHeader {
             seq: u64_at(8),
             bulk_len: u64_at(16),
         };
-        if header.lanes > crate::MAX_LANES && header.lanes != crate::IN_RING {
+        let shared = [crate::IN_RING, crate::IN_SEGMENT, crate::INTO_SEGMENT];
+        if header.lanes > crate::MAX_LANES && !shared.contains(&header.lanes) {
             return Err(ProtocolError::Malformed(format!(
                 "bulk striped over {} lanes (at most {})",
                 header.lanes,

@@ -25,7 +25,7 @@ use serde::{Deserialize, Serialize};
 pub use frame::{decode_body, encode_frame, encode_frame_striped, FrameHeader, HEADER_LEN};
 
 /// Bumped on every incompatible change of any message.
-pub const PROTOCOL_VERSION: u32 = 37;
+pub const PROTOCOL_VERSION: u32 = 38;
 /// First bytes on the wire, each way.
 pub const MAGIC: [u8; 4] = *b"RGPU";
 
@@ -188,6 +188,44 @@ pub const MAX_LANES: u32 = 8;
 /// A frame header's `lanes` when the frame's bulk is in the session's shared-memory ring
 /// (`AttachShared`), in the frame's direction, right after the bulk of the frames before it.
 pub const IN_RING: u32 = u32::MAX;
+/// A frame header's `lanes` when the request's bulk bytes are in a shared host-memory segment
+/// (`AttachHostMemory`): the frame's 24 bulk bytes are then a [`SegmentSpan`] naming them.
+pub const IN_SEGMENT: u32 = u32::MAX - 1;
+/// A frame header's `lanes` when a read's data is to go into a shared host-memory segment
+/// (the frame's 24 bulk bytes are the [`SegmentSpan`]); the server may put it there itself
+/// (its `ReadDone` then says the copy was issued, as an asynchronous copy's call does) or
+/// send it as usual.
+pub const INTO_SEGMENT: u32 = u32::MAX - 2;
+
+/// Bytes in a shared host-memory segment: which segment, where in it, how many.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SegmentSpan {
+    pub segment: u64,
+    pub offset: u64,
+    pub len: u64,
+}
+
+impl SegmentSpan {
+    pub const ENCODED_LEN: usize = 24;
+
+    pub fn encode(&self) -> [u8; Self::ENCODED_LEN] {
+        let mut out = [0u8; Self::ENCODED_LEN];
+        out[0..8].copy_from_slice(&self.segment.to_le_bytes());
+        out[8..16].copy_from_slice(&self.offset.to_le_bytes());
+        out[16..24].copy_from_slice(&self.len.to_le_bytes());
+        out
+    }
+
+    pub fn decode(raw: &[u8; Self::ENCODED_LEN]) -> SegmentSpan {
+        let at = |i: usize| u64::from_le_bytes(raw[i..i + 8].try_into().unwrap());
+        SegmentSpan {
+            segment: at(0),
+            offset: at(8),
+            len: at(16),
+        }
+    }
+}
+
 /// Bulk of at least this many bytes goes through the shared-memory ring where there is one.
 pub const RING_MIN: u64 = 64 << 10;
 /// Where another server finds an export: the exporting server as its client reaches it, the

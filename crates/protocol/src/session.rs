@@ -29,6 +29,13 @@ wire_api! {
         /// comes with this frame (SCM_RIGHTS, so only over a Unix socket). From the reply on,
         /// frames whose header says [`crate::IN_RING`] have their bulk in the ring.
         call AttachShared attach_shared(ring_len: u64) -> Result<(), Status>;
+        /// Page-locked host memory of a client on the server's host (`cuMemHostAlloc`): a
+        /// sealed memfd of `len` bytes, its descriptor with this frame, named `segment` from
+        /// now on. Copies name bytes in it ([`crate::IN_SEGMENT`], [`crate::INTO_SEGMENT`])
+        /// and the GPU's DMA reads and writes them in place.
+        call AttachHostMemory attach_host_memory(segment: u64, len: u64) -> Result<(), Status>;
+        /// The program freed the segment: the server lets it go once its copies are done.
+        post DetachHostMemory detach_host_memory(segment: u64);
     }
     /// The client's call trace.
     group Tracing {

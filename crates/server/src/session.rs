@@ -22,6 +22,7 @@ use crate::opencl::session::ClSession;
 use crate::shared::Shared;
 use crate::watch::{Patience, SessionWatch};
 use crate::writer::Writer;
+use rgpu_transport::shared_ring::SharedRegion;
 
 /// Where the bulk bytes of a request come from, and how many are still to be read.
 enum Incoming {
@@ -31,6 +32,12 @@ enum Incoming {
     Striped(Striped),
     /// In the session's shared-memory ring (a client on this host).
     InRing { remaining: u64 },
+    /// In the client's shared host-memory segment `segment`, from `at` on.
+    InSegment {
+        segment: u64,
+        at: *const u8,
+        remaining: u64,
+    },
 }
 
 impl Incoming {
@@ -48,13 +55,17 @@ impl Incoming {
 
     fn remaining(&self) -> u64 {
         match self {
-            Incoming::Inline { remaining } | Incoming::InRing { remaining } => *remaining,
+            Incoming::Inline { remaining }
+            | Incoming::InRing { remaining }
+            | Incoming::InSegment { remaining, .. } => *remaining,
             Incoming::Striped(striped) => striped.remaining(),
         }
     }
 }
 
 const NO_LANES: &str = "a striped request on a session without data lanes";
+/// The most shared host-memory segments a session maps at once.
+const MAX_SEGMENTS: usize = 4096;
 const NO_RING: &str = "bulk in a shared-memory ring the session does not have";
 /// How long the session waits for a ring's bytes (or room in it) from a client that is still
 /// connected: as long as for a stalled socket write.
@@ -292,6 +303,11 @@ pub struct Session {
     /// The receiving end of the shared-memory ring (`AttachShared`; its sending end is the
     /// writer's).
     ring: Option<rgpu_transport::shared_ring::RingConsumer>,
+    /// The client's shared host-memory segments (`AttachHostMemory`), by the client's names.
+    segments: std::collections::HashMap<u64, Arc<SharedRegion>>,
+    /// Where the current request (a read) asked its data to go, in a segment
+    /// (`INTO_SEGMENT`): the segment's name and the bytes.
+    read_into: Option<(u64, *mut u8, usize)>,
     /// The session's CUDA objects, from its first CUDA request on.
     pub(crate) cuda: Option<crate::cuda::CudaSession>,
     /// Closes the session when it stays idle too long (with `idle_timeout` set), and tells
@@ -328,6 +344,8 @@ impl Session {
             request_started: std::time::Instant::now(),
             bulk: Incoming::Inline { remaining: 0 },
             ring: None,
+            segments: Default::default(),
+            read_into: None,
             cuda: None,
             watch: None,
         }
@@ -359,7 +377,12 @@ impl Session {
             if let Some(watch) = self.watch.as_ref().filter(|_| request) {
                 watch.working();
             }
-            self.bulk = Incoming::of(&header);
+            let mut header = header;
+            self.read_into = None;
+            self.bulk = match self.locate_bulk(&mut header) {
+                Ok(bulk) => bulk,
+                Err(end) => return end,
+            };
             self.request_started = std::time::Instant::now();
             let flight = crate::flight::begin(msg.name(), header.seq, header.bulk_len);
             crate::flight::crash_test(msg.name());
@@ -391,6 +414,80 @@ impl Session {
                 }
             }
         }
+    }
+
+    /// Where the bulk of the request whose header is `header` comes from. A request naming
+    /// bytes in a shared segment has its span read here; `header.bulk_len` becomes the length
+    /// of the bytes it names (a read's target: 0).
+    fn locate_bulk(&mut self, header: &mut FrameHeader) -> Result<Incoming, End> {
+        use rgpu_protocol::{SegmentSpan, INTO_SEGMENT, IN_SEGMENT};
+        if header.lanes != IN_SEGMENT && header.lanes != INTO_SEGMENT {
+            return Ok(Incoming::of(header));
+        }
+        if header.bulk_len != SegmentSpan::ENCODED_LEN as u64 {
+            return Err(End::Protocol("a segment span of the wrong size".into()));
+        }
+        let mut raw = [0u8; SegmentSpan::ENCODED_LEN];
+        self.reader
+            .read_bulk(&mut raw)
+            .map_err(|e| End::from_transport(e, self.shared.stopping()))?;
+        let span = SegmentSpan::decode(&raw);
+        let region = self
+            .segments
+            .get(&span.segment)
+            .ok_or_else(|| End::Protocol(format!("no shared segment {}", span.segment)))?;
+        let inside = span
+            .offset
+            .checked_add(span.len)
+            .is_some_and(|end| end <= region.len() as u64);
+        if !inside {
+            return Err(End::Protocol("a span outside its shared segment".into()));
+        }
+        // SAFETY: the span was just checked to lie inside the mapping.
+        let at = unsafe { region.base().add(span.offset as usize) };
+        if header.lanes == IN_SEGMENT {
+            header.bulk_len = span.len;
+            crate::flight::shared_received(span.len);
+            return Ok(Incoming::InSegment {
+                segment: span.segment,
+                at,
+                remaining: span.len,
+            });
+        }
+        header.bulk_len = 0;
+        self.read_into = Some((span.segment, at, span.len as usize));
+        Ok(Incoming::Inline { remaining: 0 })
+    }
+
+    /// The current request's whole bulk, `len` bytes, where it lies in a shared segment (the
+    /// segment's name and its address here), taken: a device copies it in place.
+    pub(crate) fn bulk_in_place(&mut self, len: u64) -> Option<(u64, *const u8)> {
+        let Incoming::InSegment {
+            segment,
+            at,
+            remaining,
+        } = &mut self.bulk
+        else {
+            return None;
+        };
+        if *remaining != len {
+            return None;
+        }
+        *remaining = 0;
+        Some((*segment, *at))
+    }
+
+    /// Where the current read asked its `len` bytes to go in a shared segment (its name and
+    /// address here), if it did.
+    pub(crate) fn read_in_place(&self, len: usize) -> Option<(u64, *mut u8)> {
+        self.read_into
+            .filter(|&(_, _, want)| want == len)
+            .map(|(segment, at, _)| (segment, at))
+    }
+
+    /// A shared segment's mapping here (base, length), for a device to register.
+    pub(crate) fn segment(&self, name: u64) -> Option<(*mut u8, usize)> {
+        self.segments.get(&name).map(|r| (r.base(), r.len()))
     }
 
     /// When the current request began, if its reply is to come after a `Timing` frame (for
@@ -504,6 +601,17 @@ impl Session {
                 let len = dst.len();
                 take_from_ring(&mut self.ring, &self.stream, Some(dst), len)
             }
+            Incoming::InSegment { at, remaining, .. } => {
+                if dst.len() as u64 > *remaining {
+                    return Err(End::Protocol("a request read past its bulk".into()));
+                }
+                // SAFETY: [at, at + remaining) lies inside a segment this session maps.
+                unsafe { std::ptr::copy_nonoverlapping(*at, dst.as_mut_ptr(), dst.len()) };
+                // SAFETY: as above; at most `remaining` bytes on.
+                *at = unsafe { at.add(dst.len()) };
+                *remaining -= dst.len() as u64;
+                Ok(())
+            }
         }
     }
 
@@ -543,6 +651,13 @@ impl Session {
                 let len = len.min(*remaining);
                 *remaining -= len;
                 take_from_ring(&mut self.ring, &self.stream, None, len as usize)
+            }
+            Incoming::InSegment { at, remaining, .. } => {
+                let len = len.min(*remaining);
+                // SAFETY: [at, at + remaining) lies inside a segment this session maps.
+                *at = unsafe { at.add(len as usize) };
+                *remaining -= len;
+                Ok(())
             }
         }
     }
@@ -690,6 +805,33 @@ impl session::serve::Lanes for Session {
             self.id,
             ring_len >> 20
         );
+        Ok(())
+    }
+
+    fn attach_host_memory(&mut self, segment: u64, len: u64) -> Result<(), session::Status> {
+        // 1: no descriptor came with the request; 2: the name is taken, or too many;
+        // 3: the memory is not what rgpu makes.
+        let fd = self.reader.get_mut().take_fd().ok_or(1u32)?;
+        if self.ring.is_none()
+            || self.segments.contains_key(&segment)
+            || self.segments.len() >= MAX_SEGMENTS
+        {
+            return Err(2);
+        }
+        let region = SharedRegion::adopt_plain(fd, len).map_err(|e| {
+            log::warn!("session {}: shared host memory refused: {e}", self.id);
+            3u32
+        })?;
+        self.segments.insert(segment, region);
+        Ok(())
+    }
+
+    fn detach_host_memory(&mut self, segment: u64) -> Result<(), session::Status> {
+        let region = self.segments.remove(&segment).ok_or(1u32)?;
+        // A device still copying from or into it finishes first.
+        if let Some(cuda) = self.cuda.as_mut() {
+            cuda.forget_host_memory(region.base(), region.len());
+        }
         Ok(())
     }
 }

@@ -75,14 +75,46 @@ unsafe impl Send for SharedRegion {}
 unsafe impl Sync for SharedRegion {}
 
 impl SharedRegion {
-    /// The region for two rings of `ring_len` bytes: a new memfd, sealed against shrinking
-    /// (a server that maps it never faults on a truncated file), mapped and initialized.
+    /// The region for two rings of `ring_len` bytes, initialized.
     pub fn create(ring_len: u64) -> io::Result<Arc<SharedRegion>> {
-        let len = region_len(ring_len)?;
+        let region = Self::create_plain(region_len(ring_len)?)?;
+        let header = region.header();
+        // SAFETY: the header lies at the start of the fresh mapping, which nobody else sees yet.
+        unsafe {
+            std::ptr::addr_of_mut!((*header).ring_len).write(ring_len);
+            std::ptr::addr_of_mut!((*header).magic).write(MAGIC);
+        }
+        Ok(region)
+    }
+
+    /// Maps a region a client sent for rings of `ring_len` bytes each way, after the checks of
+    /// [`SharedRegion::adopt_plain`] and of its header.
+    pub fn adopt(fd: OwnedFd, ring_len: u64) -> io::Result<Arc<SharedRegion>> {
+        let region = Self::adopt_plain(fd, region_len(ring_len)? as u64)?;
+        let header = region.header();
+        // SAFETY: inside the mapping; the peer may change it, so it is read once as plain data.
+        let (magic, theirs) = unsafe {
+            (
+                std::ptr::addr_of!((*header).magic).read_volatile(),
+                std::ptr::addr_of!((*header).ring_len).read_volatile(),
+            )
+        };
+        if magic != MAGIC || theirs != ring_len {
+            return Err(io::Error::other("the region's header does not match"));
+        }
+        Ok(region)
+    }
+
+    /// `len` bytes of shared memory (whole pages): a new memfd, sealed against shrinking and
+    /// growing (a server that maps it never faults on a truncated file), mapped.
+    pub fn create_plain(len: usize) -> io::Result<Arc<SharedRegion>> {
+        if len == 0 || !len.is_multiple_of(4096) {
+            return Err(io::Error::other(format!("bad shared region size {len}")));
+        }
         // SAFETY: a constant NUL-terminated name and flags.
         let raw = unsafe {
             libc::memfd_create(
-                c"rgpu-shared-ring".as_ptr(),
+                c"rgpu-shared".as_ptr(),
                 libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING,
             )
         };
@@ -100,25 +132,17 @@ impl SharedRegion {
         if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, seals) } != 0 {
             return Err(io::Error::last_os_error());
         }
-        let region = Self::map_fd(fd, len)?;
-        let header = region.header();
-        // SAFETY: the header lies at the start of the fresh mapping, which nobody else sees yet.
-        unsafe {
-            std::ptr::addr_of_mut!((*header).ring_len).write(ring_len);
-            std::ptr::addr_of_mut!((*header).magic).write(MAGIC);
-        }
-        Ok(Arc::new(region))
+        Ok(Arc::new(Self::map_fd(fd, len)?))
     }
 
-    /// Maps a region a client sent for rings of `ring_len` bytes each way, after checking that
-    /// it is a memfd sealed against shrinking, of the expected size, made as rgpu makes it.
-    pub fn adopt(fd: OwnedFd, ring_len: u64) -> io::Result<Arc<SharedRegion>> {
-        let len = region_len(ring_len)?;
+    /// Maps shared memory a client sent, after checking that it is a memfd sealed against
+    /// shrinking, of exactly `len` bytes.
+    pub fn adopt_plain(fd: OwnedFd, len: u64) -> io::Result<Arc<SharedRegion>> {
         // SAFETY: a descriptor we own.
         let seals = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) };
         if seals < 0 || seals & libc::F_SEAL_SHRINK == 0 {
             return Err(io::Error::other(
-                "the region is not sealed against shrinking",
+                "the shared memory is not sealed against shrinking",
             ));
         }
         // SAFETY: a zeroed stat filled by the kernel.
@@ -127,25 +151,27 @@ impl SharedRegion {
         if unsafe { libc::fstat(fd.as_raw_fd(), &mut stat) } != 0 {
             return Err(io::Error::last_os_error());
         }
-        if stat.st_size as u64 != len as u64 {
+        if len == 0 || stat.st_size as u64 != len {
             return Err(io::Error::other(format!(
-                "the region has {} bytes, {len} expected",
+                "the shared memory has {} bytes, {len} expected",
                 stat.st_size
             )));
         }
-        let region = Self::map_fd(fd, len)?;
-        let header = region.header();
-        // SAFETY: inside the mapping; the peer may change it, so it is read once as plain data.
-        let (magic, theirs) = unsafe {
-            (
-                std::ptr::addr_of!((*header).magic).read_volatile(),
-                std::ptr::addr_of!((*header).ring_len).read_volatile(),
-            )
-        };
-        if magic != MAGIC || theirs != ring_len {
-            return Err(io::Error::other("the region's header does not match"));
-        }
-        Ok(Arc::new(region))
+        let len = usize::try_from(len).map_err(io::Error::other)?;
+        Ok(Arc::new(Self::map_fd(fd, len)?))
+    }
+
+    /// Where the mapping starts in this process, and its length.
+    pub fn base(&self) -> *mut u8 {
+        self.base
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
     }
 
     fn map_fd(fd: OwnedFd, len: usize) -> io::Result<SharedRegion> {

@@ -160,9 +160,16 @@ fn queue_transfer(copy: Transfer, stream: Option<CUstream>) -> Result<(), CUresu
     let queue = stream.map(resolve_stream).transpose()?;
     match (&src.memory, &dst.memory) {
         (Memory::Host, Memory::Device(owner)) => {
-            let (ctx, stream) = queue_on(owner, queue)?;
+            let (ctx, stream_id) = queue_on(owner, queue)?;
             let data = packed_rows(&src, extent);
-            write_device(&ctx, stream, dst.start, extent, dst.pitch, &data)
+            // An asynchronous copy from page-locked memory may be read in place.
+            let in_place = stream.is_some()
+                && matches!(data, std::borrow::Cow::Borrowed(_))
+                && is_page_locked(src.start as *mut c_void, data.len());
+            if in_place {
+                return write_device_in_place(&ctx, stream_id, dst.start, extent, dst.pitch, &data);
+            }
+            write_device(&ctx, stream_id, dst.start, extent, dst.pitch, &data)
         }
         (Memory::Device(owner), Memory::Host) => {
             let (ctx, stream_id) = queue_on(owner, queue)?;
@@ -343,6 +350,23 @@ fn write_device(
         .outcome()
 }
 
+/// [`write_device`] from page-locked memory the program leaves alone until it synchronizes
+/// (an asynchronous copy): where that memory is shared with the server, it reads it in place.
+fn write_device_in_place(
+    ctx: &Context,
+    stream: Id,
+    dst: DevicePtr,
+    extent: Extent,
+    pitch: Pitch,
+    data: &[u8],
+) -> Result<(), CUresult> {
+    let (extent, pitch) = device_shape(extent, pitch);
+    let server = ctx.conn.cuda_in_place();
+    server
+        .memcpy_htod(ctx.remote, stream, dst, extent, pitch, data)
+        .outcome()
+}
+
 /// Reads rows into the host rows of `dst` with `fetch` (which reads them packed into the
 /// pointer it is given, waiting when told); waits unless `wait` is false (then `dst`'s rows
 /// must be one contiguous run).
@@ -383,11 +407,18 @@ fn read_device(
 ) -> Result<(), CUresult> {
     let len = extent.bytes().unwrap_or(0) as usize;
     let (extent, pitch) = device_shape(extent, pitch);
-    let server = ctx.conn.cuda();
     read_into(into, len, wait, |sink| {
-        server
-            .memcpy_dtoh(ctx.remote, stream, src, extent, pitch, sink)
-            .outcome()
+        // A read nobody waits for goes into page-locked memory (see `queue_transfer`): where
+        // that memory is shared with the server, the device writes it in place.
+        if wait {
+            ctx.conn
+                .cuda()
+                .memcpy_dtoh(ctx.remote, stream, src, extent, pitch, sink)
+        } else {
+            let server = ctx.conn.cuda_in_place();
+            server.memcpy_dtoh(ctx.remote, stream, src, extent, pitch, sink)
+        }
+        .outcome()
     })
 }
 

@@ -1,5 +1,7 @@
 //! Memory: device allocations (on the server), host allocations (here: "pinned" memory of a
-//! remote GPU is ordinary client memory, since the network, not PCIe, moves it), memsets,
+//! remote GPU is ordinary client memory, since the network, not PCIe, moves it; on the
+//! server's own host it is memory shared with the server, which registers it with the driver,
+//! so copies from and into it run in place at PCIe speed), memsets,
 //! pointer queries, and the maps of device and page-locked memory that copies ([`super::copy`])
 //! consult.
 //!
@@ -89,6 +91,11 @@ pub(crate) fn is_plain_allocation(ptr: u64, size: u64) -> bool {
 
 /// Page-locked host memory, with its flags and whether rgpu allocated it.
 static HOST_RANGES: Mutex<RangeMap<(u32, bool)>> = Mutex::new(RangeMap::new());
+
+/// Page-locked allocations shared with a server on this host, by address: the connection
+/// that shares them.
+static SHARED_HOST: Mutex<std::collections::BTreeMap<usize, Arc<rgpu_client::Connection>>> =
+    Mutex::new(std::collections::BTreeMap::new());
 
 /// The first failure of a read nobody waited for, reported at the next synchronization.
 static ASYNC_READ_ERROR: AtomicU32 = AtomicU32::new(0);
@@ -312,14 +319,25 @@ pub unsafe fn cuMemGetAddressRange_v2(
 // ---- host memory -------------------------------------------------------------------------
 
 pub unsafe fn cuMemHostAlloc(pp: *mut *mut c_void, size: usize, flags: c_uint) -> CUresult {
-    status(current_context().and_then(|_| {
+    status(current_context().and_then(|ctx| {
         if pp.is_null() {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
         }
-        let layout = Layout::from_size_align(size.max(1), PAGE)
-            .map_err(|_| CUresult::CUDA_ERROR_OUT_OF_MEMORY)?;
-        // SAFETY: a non-zero-sized layout.
-        let memory = unsafe { std::alloc::alloc(layout) };
+        let memory = match ctx.conn.share_host_memory(size) {
+            Some(shared) => {
+                SHARED_HOST
+                    .lock()
+                    .unwrap()
+                    .insert(shared as usize, ctx.conn.clone());
+                shared
+            }
+            None => {
+                let layout = Layout::from_size_align(size.max(1), PAGE)
+                    .map_err(|_| CUresult::CUDA_ERROR_OUT_OF_MEMORY)?;
+                // SAFETY: a non-zero-sized layout.
+                unsafe { std::alloc::alloc(layout) }
+            }
+        };
         if memory.is_null() {
             return Err(CUresult::CUDA_ERROR_OUT_OF_MEMORY);
         }
@@ -344,6 +362,11 @@ pub unsafe fn cuMemFreeHost(p: *mut c_void) -> CUresult {
             ranges.remove(p as u64);
             drop(ranges);
             super::host_mirror::forget(p as u64);
+            let shared = SHARED_HOST.lock().unwrap().remove(&(p as usize));
+            if let Some(conn) = shared {
+                conn.unshare_host_memory(p.cast());
+                return CUresult::CUDA_SUCCESS;
+            }
             // SAFETY: allocated by cuMemHostAlloc with this layout.
             let layout = unsafe { Layout::from_size_align_unchecked(size as usize, PAGE) };
             // SAFETY: as above; the range is forgotten, so it is freed once.

@@ -218,6 +218,9 @@ pub(super) fn write_to_device(
             return Ok(status);
         }
     };
+    if let Some(status) = write_in_place(session, cuda, stream, dst, extent, pitch, len) {
+        return Ok(status);
+    }
     let driver = &cuda.backend.driver;
     for piece in pieces(extent, pitch, CHUNK) {
         let slot = cuda
@@ -243,6 +246,68 @@ pub(super) fn write_to_device(
     Ok(SUCCESS)
 }
 
+/// A copy whose bytes lie in one of the client's shared host-memory segments: the device
+/// reads them in place (one DMA on the stream, as a native copy from page-locked memory).
+/// `None`: not such a copy (nothing was taken).
+fn write_in_place(
+    session: &mut Session,
+    cuda: &mut CudaSession,
+    stream: CUstream,
+    dst: Location,
+    extent: Extent,
+    pitch: Pitch,
+    len: u64,
+) -> Option<Status> {
+    let Location::Device(device) = dst else {
+        return None;
+    };
+    if !extent.is_contiguous(pitch) {
+        return None;
+    }
+    let (segment, at) = session.bulk_in_place(len)?;
+    let (base, size) = session.segment(segment)?;
+    let issued = cuda.register_host(base, size).and_then(|()| {
+        let driver = &cuda.backend.driver;
+        // SAFETY: `at` and `len` lie inside the registered segment (checked when the request
+        // was read); the driver checks the device range.
+        check(unsafe {
+            cu_call!(
+                driver,
+                cuMemcpyHtoDAsync_v2(device, at.cast(), len as usize, stream)
+            )
+        })
+    });
+    Some(issued.err().unwrap_or(SUCCESS))
+}
+
+/// A read whose client asked for its data in one of its shared host-memory segments: the
+/// device writes it there in place, and the reply says the copy was issued (the program's
+/// synchronization orders it, as for a native asynchronous copy). `None`: not such a read.
+fn read_in_place(
+    session: &mut Session,
+    cuda: &mut CudaSession,
+    stream: CUstream,
+    src: Location,
+    extent: Extent,
+    pitch: Pitch,
+) -> Option<Status> {
+    let Location::Device(device) = src else {
+        return None;
+    };
+    let len = extent.bytes()? as usize;
+    if !extent.is_contiguous(pitch) {
+        return None;
+    }
+    let (segment, at) = session.read_in_place(len)?;
+    let (base, size) = session.segment(segment)?;
+    let issued = cuda.register_host(base, size).and_then(|()| {
+        let driver = &cuda.backend.driver;
+        // SAFETY: as in `write_in_place`.
+        check(unsafe { cu_call!(driver, cuMemcpyDtoHAsync_v2(at.cast(), device, len, stream)) })
+    });
+    Some(issued.err().unwrap_or(SUCCESS))
+}
+
 /// Sends `extent`'s rows at `src` (lying `pitch` apart) to the client, packed, in chunks:
 /// several chunks are in flight on the GPU while earlier ones are sent. Ends with the
 /// status (deferred errors included), in the same write as the last chunk.
@@ -259,6 +324,20 @@ pub(super) fn read_from_device(
 ) -> Result<(), End> {
     let (status, last) = match cuda.enter(ctx).and_then(|()| cuda.stream(stream)) {
         Ok(_) if !extent.fits(pitch) => (INVALID_VALUE, None),
+        Ok(stream)
+            if session
+                .read_in_place(extent.bytes().unwrap_or(0) as usize)
+                .is_some() =>
+        {
+            let issued = read_in_place(session, cuda, stream, src, extent, pitch);
+            match issued {
+                Some(status) => (status, None),
+                None => {
+                    let mut striped = None;
+                    stream_out(session, cuda, seq, stream, src, extent, pitch, &mut striped)?
+                }
+            }
+        }
         Ok(stream) => {
             // A large read whose client takes reads over the data lanes goes out there whole.
             let mut striped = session.start_striped_read(seq, extent.bytes().unwrap_or(0))?;

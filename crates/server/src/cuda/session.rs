@@ -118,6 +118,10 @@ pub(crate) struct CudaSession {
     /// device address: (host address here, size, the context that owns it). Freed with the
     /// contexts (and forgotten with each: `forget_objects_of`).
     pub(super) host_mirrors: HashMap<u64, (usize, u64, CUcontext)>,
+    /// The client's shared host-memory segments registered with the driver as page-locked
+    /// (at their first copy): base address here -> length. The GPU's DMA reads and writes them
+    /// in place.
+    pub(super) registered_host: HashMap<usize, usize>,
     /// What the session shared by CUDA IPC, with each share's ticket (ipc.rs).
     pub(super) ipc_shares: HashMap<super::ipc::SharedObject, rgpu_protocol::LaneKey>,
     /// Allocations and pools the session shared by descriptor, with each share
@@ -156,6 +160,7 @@ impl CudaSession {
             param_offsets: HashMap::new(),
             param_pointers: Vec::new(),
             host_mirrors: HashMap::new(),
+            registered_host: HashMap::new(),
             ipc_shares: HashMap::new(),
             ipc_mappings: HashMap::new(),
             fd_shares: HashMap::new(),
@@ -183,10 +188,60 @@ impl CudaSession {
         }
     }
 
+    /// Registers a shared segment (base address here, length) with the driver as page-locked
+    /// memory of every context, once: copies then run in place, at the link's full rate.
+    pub(super) fn register_host(&mut self, base: *mut u8, len: usize) -> Result<(), Status> {
+        if self.registered_host.contains_key(&(base as usize)) {
+            return Ok(());
+        }
+        let driver = &self.backend.driver;
+        let flags = CU_MEMHOSTREGISTER_PORTABLE;
+        // SAFETY: a mapping this session keeps until the segment is let go (which unregisters
+        // it first: `forget_host_memory`); the driver checks the range.
+        check(unsafe { cu_call!(driver, cuMemHostRegister_v2(base.cast(), len, flags)) })?;
+        self.registered_host.insert(base as usize, len);
+        Ok(())
+    }
+
+    /// Before a shared segment's mapping goes (the client freed it): its copies finish and the
+    /// driver lets it go.
+    pub(crate) fn forget_host_memory(&mut self, base: *mut u8, _len: usize) {
+        self.unregister_host_memory(Some(base as usize));
+    }
+
+    /// Waits for the session's device work and unregisters segment `which` (`None`: all).
+    fn unregister_host_memory(&mut self, which: Option<usize>) {
+        let bases: Vec<usize> = match which {
+            Some(base) if self.registered_host.contains_key(&base) => vec![base],
+            Some(_) => return,
+            None => self.registered_host.keys().copied().collect(),
+        };
+        if bases.is_empty() {
+            return;
+        }
+        let driver = &self.backend.driver;
+        let mut raws: Vec<CUcontext> = self.primary.values().copied().collect();
+        raws.extend(self.contexts.values().map(|c| c.raw));
+        for &raw in &raws {
+            // SAFETY: this session's live contexts.
+            unsafe { cu_call!(driver, cuCtxSetCurrent(raw)) };
+            // SAFETY: as above.
+            unsafe { cu_call!(driver, cuCtxSynchronize()) };
+        }
+        for base in bases {
+            self.registered_host.remove(&base);
+            // SAFETY: registered by `register_host`, its mapping still in place.
+            unsafe { cu_call!(driver, cuMemHostUnregister(base as *mut std::ffi::c_void)) };
+        }
+        // SAFETY: the session's current context (or none), as it was.
+        unsafe { cu_call!(driver, cuCtxSetCurrent(self.current)) };
+    }
+
     /// Destroys every context the session made (which frees everything in them). Returns how
     /// many objects the client had left.
     pub fn close(&mut self) -> usize {
         self.nccl.abort_all();
+        self.unregister_host_memory(None);
         let driver = &self.backend.driver;
         let count = self.streams.len()
             + self.events.len()
