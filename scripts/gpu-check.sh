@@ -193,13 +193,18 @@ if selected shared_memory; then
     socket_dir=$(mktemp -d /tmp/rgpu-shm-check.XXXXXX)
     start_server "$out/server-unix.log" "unix:$socket_dir/rgpu.sock"
     server_unix=$server_pid
-    for name in async_pinned copies streams_events vector_add torch_check; do
+    for name in large_copies async_pinned copies streams_events vector_add torch_check; do
         if [ -x "$out/bin/$name" ]; then
             servers="unix:$socket_dir/rgpu.sock" check_one "${name}_shm" "$out/bin/$name"
         elif [ -f "tests/cuda/$name.py" ]; then
             servers="unix:$socket_dir/rgpu.sock" check_one "${name}_shm" "$python" "tests/cuda/$name.py"
         fi
     done
+    # A 1 MiB ring: every large copy wraps it and waits for room, both ways.
+    if [ -x "$out/bin/large_copies" ]; then
+        RGPU_SHARED_RING_MB=1 servers="unix:$socket_dir/rgpu.sock" \
+            check_one large_copies_shm_small_ring "$out/bin/large_copies"
+    fi
     if ! grep -q "shared memory attached" "$out/server-unix.log"; then
         fail "shared_memory: no client attached shared memory to the Unix-socket server"
     fi

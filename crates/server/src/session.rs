@@ -87,7 +87,7 @@ pub enum End {
 }
 
 impl End {
-    fn from_transport(error: TransportError, stopping: bool) -> End {
+    pub(crate) fn from_transport(error: TransportError, stopping: bool) -> End {
         match error {
             _ if stopping => End::Stopped,
             TransportError::Closed => End::Closed,
@@ -475,6 +475,43 @@ impl Session {
         }
         *remaining = 0;
         Some((*segment, *at))
+    }
+
+    /// The shared ring's mapping (base, length), when the current request's bulk is in it.
+    pub(crate) fn bulk_ring_region(&self) -> Option<(*mut u8, usize)> {
+        match self.bulk {
+            Incoming::InRing { .. } => self.ring.as_ref().map(|ring| ring.region()),
+            _ => None,
+        }
+    }
+
+    /// The current request's next bulk bytes in the shared ring, up to `max`, left in place
+    /// (one contiguous run, waited for): held until [`Session::release_ring_bulk`].
+    pub(crate) fn take_ring_bulk(&mut self, max: u64) -> Result<(*const u8, usize), End> {
+        let Incoming::InRing { remaining } = &mut self.bulk else {
+            return Err(End::Protocol(NO_RING.into()));
+        };
+        let ring = self.ring.as_mut().ok_or(End::Protocol(NO_RING.into()))?;
+        let still_there = || self.stream.peer_still_there();
+        let max = max.min(*remaining) as usize;
+        let (at, n) = ring
+            .take(max, RING_PATIENCE, &still_there)
+            .map_err(|e| End::Broken(format!("shared-memory ring: {e}")))?;
+        *remaining -= n as u64;
+        crate::flight::shared_received(n as u64);
+        Ok((at, n))
+    }
+
+    /// Gives back every ring byte held in place (the copies that read them are done), and
+    /// says how many.
+    pub(crate) fn release_ring_bulk(&mut self) -> Result<u64, End> {
+        let Some(ring) = self.ring.as_mut() else {
+            return Ok(0);
+        };
+        let held = ring.held();
+        ring.release(held)
+            .map_err(|e| End::Broken(format!("shared-memory ring: {e}")))?;
+        Ok(held)
     }
 
     /// Where the current read asked its `len` bytes to go in a shared segment (its name and

@@ -70,6 +70,18 @@ impl Writer {
         self.lock().ring = Some(ring);
     }
 
+    /// The shared-memory ring for a read's data, where the client attached one: held (with
+    /// the socket) until dropped, so that frames and ring bytes keep one order.
+    pub fn ring_sender(&self) -> Option<RingSender<'_>> {
+        let out = self.lock();
+        out.ring.is_some().then_some(RingSender { out })
+    }
+
+    /// Whether the client attached a shared-memory ring.
+    pub fn has_ring(&self) -> bool {
+        self.lock().ring.is_some()
+    }
+
     /// Sends one frame (and its bulk) and flushes it.
     pub fn send(&self, msg: &ServerMsg, seq: u64, bulk: &[u8]) -> Result<(), TransportError> {
         let mut out = self.lock();
@@ -123,6 +135,48 @@ impl Writer {
         }
         count_reply(last);
         out.frames.send(last, seq, &[])
+    }
+}
+
+/// A read's data written straight into the shared-memory ring (by a device's DMA): room is
+/// reserved, filled, then published with its `Data` frame.
+pub struct RingSender<'a> {
+    out: MutexGuard<'a, Out>,
+}
+
+impl RingSender<'_> {
+    fn ring(&mut self) -> &mut RingProducer {
+        self.out.ring.as_mut().expect("a ring sender has a ring")
+    }
+
+    /// The mapping the ring lies in (base address, length), for a device to register.
+    pub fn region(&mut self) -> (*mut u8, usize) {
+        self.ring().region()
+    }
+
+    /// Room for up to `max` bytes, one contiguous run: waiting for the client to take earlier
+    /// bytes when `wait`, else possibly 0 bytes.
+    pub fn reserve(&mut self, max: usize, wait: bool) -> Result<(*mut u8, usize), TransportError> {
+        let deadline = wait.then(|| std::time::Instant::now() + RING_PATIENCE);
+        let Out { frames, ring } = &mut *self.out;
+        let ring = ring.as_mut().expect("a ring sender has a ring");
+        let still_there = || frames.get_ref().peer_still_there();
+        Ok(ring.reserve(max, deadline, &still_there)?)
+    }
+
+    /// Gives back the room reserved and not published (a copy into it failed).
+    pub fn cancel_reserved(&mut self) {
+        self.ring().cancel_reserved();
+    }
+
+    /// The next `n` reserved bytes are read `seq`'s data at `offset`: tells the client.
+    pub fn publish(&mut self, seq: u64, offset: u64, n: usize) -> Result<(), TransportError> {
+        self.ring().publish(n)?;
+        crate::flight::sent(n as u64);
+        crate::flight::shared_sent(n as u64);
+        let frames = &mut self.out.frames;
+        frames.queue_striped(&ServerMsg::Data { offset }, seq, n as u64, IN_RING)?;
+        frames.flush()
     }
 }
 

@@ -2,6 +2,7 @@
 //! authenticated handshake.
 //! Used by both the server and the client core; knows nothing of OpenCL or CUDA.
 
+pub mod copier;
 mod countdown;
 mod deadline;
 pub mod fork;

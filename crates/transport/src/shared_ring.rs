@@ -22,8 +22,9 @@ const DATA_START: usize = 4096;
 /// Largest ring accepted (each way).
 pub const MAX_RING_LEN: u64 = 256 << 20;
 /// Bytes written to or taken from a ring before the other end hears of them: while the
-/// consumer copies one piece out, the producer copies the next in.
-const PIECE: usize = 1 << 20;
+/// consumer copies one piece out, the producer copies the next in (each piece by several
+/// threads: crate::copier).
+const PIECE: usize = 2 << 20;
 /// How often a waiting end looks again at whether its peer is gone.
 const WAIT_SLICE: Duration = Duration::from_millis(50);
 const MAGIC: u64 = u64::from_le_bytes(*b"rgpuring");
@@ -235,6 +236,7 @@ impl SharedRegion {
                 data: out_data,
                 ring,
                 produced: 0,
+                reserved: 0,
             },
             RingConsumer {
                 _region: self.clone(),
@@ -242,6 +244,7 @@ impl SharedRegion {
                 data: back_data,
                 ring,
                 consumed: 0,
+                taken: 0,
             },
         )
     }
@@ -338,6 +341,8 @@ pub struct RingProducer {
     ring: usize,
     /// What this end produced (its own count; the region's copy is for the peer).
     produced: u64,
+    /// How far room was handed out ([`RingProducer::reserve`]); at least `produced`.
+    reserved: u64,
 }
 
 // SAFETY: the pointers are into the region this end keeps alive; one thread uses an end at a
@@ -355,6 +360,11 @@ impl RingProducer {
         self.ring
     }
 
+    /// The mapping the ring lies in (base address, length), for a device to register.
+    pub fn region(&self) -> (*mut u8, usize) {
+        (self._region.base, self._region.len)
+    }
+
     /// Copies `bytes` into the ring, waiting for room as the consumer takes them.
     pub fn write(
         &mut self,
@@ -364,36 +374,65 @@ impl RingProducer {
     ) -> io::Result<()> {
         let deadline = Instant::now() + timeout;
         while !bytes.is_empty() {
-            let ring = self.ring as u64;
-            let produced = self.produced;
-            let free = wait_for(
+            let (at, n) = self.reserve(bytes.len().min(PIECE), Some(deadline), still_there)?;
+            // SAFETY: `reserve` handed out [at, at+n), inside the ring's data area, which the
+            // consumer does not read until it is published.
+            unsafe { crate::copier::copy(bytes.as_ptr(), at, n) };
+            self.publish(n)?;
+            bytes = &bytes[n..];
+        }
+        Ok(())
+    }
+
+    /// Room for up to `max` bytes after what was reserved before, one contiguous run (it may
+    /// be shorter: the ring's end, or the room there is): its address and length. With a
+    /// deadline, waits for room; without, gives 0 bytes when there is none.
+    pub fn reserve(
+        &mut self,
+        max: usize,
+        deadline: Option<Instant>,
+        still_there: StillThere<'_>,
+    ) -> io::Result<(*mut u8, usize)> {
+        let ring = self.ring as u64;
+        let reserved = self.reserved;
+        let free_now = || {
+            let consumed = self.counters().consumed.load(Ordering::Acquire);
+            match reserved.checked_sub(consumed) {
+                Some(used) if used <= ring => Ok((used < ring).then_some(ring - used)),
+                _ => Err(broken("the consumer's count is impossible")),
+            }
+        };
+        let free = match deadline {
+            Some(deadline) => wait_for(
                 &self.counters().consumed_wake,
                 deadline,
                 still_there,
-                || {
-                    let consumed = self.counters().consumed.load(Ordering::Acquire);
-                    match produced.checked_sub(consumed) {
-                        Some(used) if used <= ring => Ok((used < ring).then_some(ring - used)),
-                        _ => Err(broken("the consumer's count is impossible")),
-                    }
-                },
-            )?;
-            let at = (produced % ring) as usize;
-            let n = bytes
-                .len()
-                .min(free as usize)
-                .min(self.ring - at)
-                .min(PIECE);
-            // SAFETY: [at, at+n) lies inside the ring's data area, which the consumer does not
-            // read until `produced` says so.
-            unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.data.add(at), n) };
-            self.produced += n as u64;
-            self.counters()
-                .produced
-                .store(self.produced, Ordering::Release);
-            futex_wake(&self.counters().produced_wake);
-            bytes = &bytes[n..];
+                free_now,
+            )?,
+            None => free_now()?.unwrap_or(0),
+        };
+        let at = (reserved % ring) as usize;
+        let n = max.min(free as usize).min(self.ring - at);
+        self.reserved += n as u64;
+        // SAFETY: `at` lies inside the ring's data area.
+        Ok((unsafe { self.data.add(at) }, n))
+    }
+
+    /// Gives back the room reserved and not published (a fill that failed).
+    pub fn cancel_reserved(&mut self) {
+        self.reserved = self.produced;
+    }
+
+    /// Hands the consumer the next `n` reserved bytes (filled by now).
+    pub fn publish(&mut self, n: usize) -> io::Result<()> {
+        if self.produced + n as u64 > self.reserved {
+            return Err(broken("published more than was reserved"));
         }
+        self.produced += n as u64;
+        self.counters()
+            .produced
+            .store(self.produced, Ordering::Release);
+        futex_wake(&self.counters().produced_wake);
         Ok(())
     }
 }
@@ -405,6 +444,8 @@ pub struct RingConsumer {
     data: *const u8,
     ring: usize,
     consumed: u64,
+    /// How far bytes were handed out in place ([`RingConsumer::take`]); at least `consumed`.
+    taken: u64,
 }
 
 // SAFETY: as for `RingProducer`.
@@ -414,6 +455,61 @@ impl RingConsumer {
     fn counters(&self) -> &Counters {
         // SAFETY: inside the mapping, which `_region` keeps alive; only atomics are touched.
         unsafe { &*self.counters }
+    }
+
+    /// The mapping the ring lies in (base address, length), for a device to register.
+    pub fn region(&self) -> (*mut u8, usize) {
+        (self._region.base, self._region.len)
+    }
+
+    /// How many bytes were taken in place and not released yet.
+    pub fn held(&self) -> u64 {
+        self.taken - self.consumed
+    }
+
+    /// The next bytes, up to `max`, left where they are (one contiguous run, waiting for at
+    /// least one byte): their address and length. They stay the caller's until released.
+    pub fn take(
+        &mut self,
+        max: usize,
+        timeout: Duration,
+        still_there: StillThere<'_>,
+    ) -> io::Result<(*const u8, usize)> {
+        let deadline = Instant::now() + timeout;
+        let ring = self.ring as u64;
+        let taken = self.taken;
+        let ready = wait_for(
+            &self.counters().produced_wake,
+            deadline,
+            still_there,
+            || {
+                let produced = self.counters().produced.load(Ordering::Acquire);
+                match produced.checked_sub(taken) {
+                    Some(ready) if produced - self.consumed <= ring => {
+                        Ok((ready > 0).then_some(ready))
+                    }
+                    _ => Err(broken("the producer's count is impossible")),
+                }
+            },
+        )?;
+        let at = (taken % ring) as usize;
+        let n = max.min(ready as usize).min(self.ring - at);
+        self.taken += n as u64;
+        // SAFETY: `at` lies inside the ring's data area.
+        Ok((unsafe { self.data.add(at) }, n))
+    }
+
+    /// Gives the producer back the oldest `n` bytes taken in place.
+    pub fn release(&mut self, n: u64) -> io::Result<()> {
+        if self.consumed + n > self.taken {
+            return Err(broken("released more than was taken"));
+        }
+        self.consumed += n;
+        self.counters()
+            .consumed
+            .store(self.consumed, Ordering::Release);
+        futex_wake(&self.counters().consumed_wake);
+        Ok(())
     }
 
     /// Takes the next `dst.len()` bytes (`None`: drops them), waiting for them to arrive.
@@ -426,6 +522,9 @@ impl RingConsumer {
     ) -> io::Result<()> {
         let deadline = Instant::now() + timeout;
         let mut done = 0usize;
+        if self.taken != self.consumed {
+            return Err(broken("a copy out while bytes are held in place"));
+        }
         while len > 0 {
             let ring = self.ring as u64;
             let consumed = self.consumed;
@@ -451,6 +550,7 @@ impl RingConsumer {
                 };
             }
             self.consumed += n as u64;
+            self.taken = self.consumed;
             self.counters()
                 .consumed
                 .store(self.consumed, Ordering::Release);

@@ -221,6 +221,9 @@ pub(super) fn write_to_device(
     if let Some(status) = write_in_place(session, cuda, stream, dst, extent, pitch, len) {
         return Ok(status);
     }
+    if let Some(status) = write_from_ring(session, cuda, stream, dst, extent, pitch)? {
+        return Ok(status);
+    }
     let driver = &cuda.backend.driver;
     for piece in pieces(extent, pitch, CHUNK) {
         let slot = cuda
@@ -280,6 +283,67 @@ fn write_in_place(
     Some(issued.err().unwrap_or(SUCCESS))
 }
 
+/// A copy whose bytes come through the client's shared ring, when the stream is idle: the
+/// device reads them in the ring (registered with the driver) as they arrive, and they are
+/// given back, half a ring at a time, once read. (On a busy stream the bytes go through the
+/// staging buffers instead: the session thread never waits for the stream's earlier work.)
+/// `None`: not such a copy (nothing was taken).
+fn write_from_ring(
+    session: &mut Session,
+    cuda: &mut CudaSession,
+    stream: CUstream,
+    dst: Location,
+    extent: Extent,
+    pitch: Pitch,
+) -> Result<Option<Status>, End> {
+    let Location::Device(device) = dst else {
+        return Ok(None);
+    };
+    let Some((base, size)) = session.bulk_ring_region() else {
+        return Ok(None);
+    };
+    let driver = &cuda.backend.driver;
+    // SAFETY: this session's stream; only asks.
+    let idle = unsafe { cu_call!(driver, cuStreamQuery(stream)) } == SUCCESS;
+    if !idle || !extent.is_contiguous(pitch) || cuda.register_host(base, size).is_err() {
+        return Ok(None);
+    }
+    let driver = &cuda.backend.driver;
+    let window = (size / 4) as u64; // half of one of the two rings
+    let total = extent.bytes().unwrap_or(0);
+    let mut offset = 0u64;
+    let mut held = 0u64;
+    let mut status = SUCCESS;
+    while offset < total {
+        let (at, n) = session.take_ring_bulk((total - offset).min(RING_PIECE as u64))?;
+        held += n as u64;
+        if status == SUCCESS {
+            // SAFETY: `at` and `n` are bytes in the ring, registered above and held until
+            // released below, after the copy is done.
+            status = check(unsafe {
+                cu_call!(
+                    driver,
+                    cuMemcpyHtoDAsync_v2(device + offset, at.cast(), n, stream)
+                )
+            })
+            .err()
+            .unwrap_or(SUCCESS);
+        }
+        offset += n as u64;
+        // Held bytes stay under half a ring, so the client always has room to go on.
+        if offset == total || held >= window {
+            held = 0;
+            // SAFETY: this session's stream: the copies issued so far are done after it.
+            let synced = check(unsafe { cu_call!(driver, cuStreamSynchronize(stream)) });
+            if status == SUCCESS {
+                status = synced.err().unwrap_or(SUCCESS);
+            }
+            session.release_ring_bulk()?;
+        }
+    }
+    Ok(Some(status))
+}
+
 /// A read whose client asked for its data in one of its shared host-memory segments: the
 /// device writes it there in place, and the reply says the copy was issued (the program's
 /// synchronization orders it, as for a native asynchronous copy). `None`: not such a read.
@@ -322,6 +386,7 @@ pub(super) fn read_from_device(
     extent: Extent,
     pitch: Pitch,
 ) -> Result<(), End> {
+    let ring_read = through_ring(session, src, extent, pitch);
     let (status, last) = match cuda.enter(ctx).and_then(|()| cuda.stream(stream)) {
         Ok(_) if !extent.fits(pitch) => (INVALID_VALUE, None),
         Ok(stream)
@@ -337,6 +402,13 @@ pub(super) fn read_from_device(
                     stream_out(session, cuda, seq, stream, src, extent, pitch, &mut striped)?
                 }
             }
+        }
+        Ok(stream) if extent.fits(pitch) && ring_read.is_some() => {
+            let (device, len) = ring_read.unwrap_or_default();
+            (
+                read_through_ring(session, cuda, seq, stream, device, len)?,
+                None,
+            )
         }
         Ok(stream) => {
             // A large read whose client takes reads over the data lanes goes out there whole.
@@ -368,6 +440,114 @@ pub(super) fn read_from_device(
         status: status as i32,
     };
     session.send_read(seq, data, &end)
+}
+
+/// Pieces a read through the shared ring is copied in: several in flight while the client
+/// takes earlier ones out.
+const RING_PIECE: usize = 2 << 20;
+const RING_DEPTH: usize = 4;
+
+/// The device range (address, length) of a read that goes through the client's shared ring:
+/// one contiguous run of device memory, large enough, on a session with a ring.
+fn through_ring(
+    session: &Session,
+    src: Location,
+    extent: Extent,
+    pitch: Pitch,
+) -> Option<(u64, usize)> {
+    let Location::Device(device) = src else {
+        return None;
+    };
+    let len = extent.bytes()?;
+    let wanted = extent.is_contiguous(pitch) && len >= rgpu_protocol::RING_MIN;
+    (wanted && session.writer.has_ring()).then_some((device, len as usize))
+}
+
+/// A read of `len` bytes of device memory at `src` through the client's shared ring (a client
+/// on this host): the device copies each piece straight into the ring (registered with the
+/// driver), and each is published to the client once its copy is done, while later pieces
+/// are still on their way. Returns the copy's status.
+fn read_through_ring(
+    session: &mut Session,
+    cuda: &mut CudaSession,
+    seq: u64,
+    stream: CUstream,
+    src: u64,
+    len: usize,
+) -> Result<Status, End> {
+    let writer = session.writer.clone();
+    let stopping = session.shared.stopping();
+    let broken = |e: rgpu_transport::TransportError| End::from_transport(e, stopping);
+    let Some(mut ring) = writer.ring_sender() else {
+        return Ok(INVALID_VALUE);
+    };
+    let (base, size) = ring.region();
+    if let Err(status) = cuda.register_host(base, size) {
+        return Ok(status);
+    }
+    let driver = &cuda.backend.driver;
+    let mut in_flight = std::collections::VecDeque::with_capacity(RING_DEPTH);
+    let mut offset = 0usize;
+    let mut status = SUCCESS;
+    while status == SUCCESS && (offset < len || !in_flight.is_empty()) {
+        while status == SUCCESS && offset < len && in_flight.len() < RING_DEPTH {
+            // Waits for room only with nothing in flight: the client cannot take bytes that
+            // are not published yet.
+            let (at, n) = ring
+                .reserve((len - offset).min(RING_PIECE), in_flight.is_empty())
+                .map_err(broken)?;
+            if n == 0 {
+                break;
+            }
+            let mut event = null_mut();
+            let flags = CUevent_flags::CU_EVENT_DISABLE_TIMING as u32;
+            // SAFETY: `at` and `n` are room in the ring, registered with the driver above;
+            // the driver checks the device range.
+            let issued = check(unsafe {
+                cu_call!(
+                    driver,
+                    cuMemcpyDtoHAsync_v2(at.cast(), src + offset as u64, n, stream)
+                )
+            })
+            // SAFETY: a new event of the current context, recorded on the copy's stream.
+            .and_then(|()| check(unsafe { cu_call!(driver, cuEventCreate(&mut event, flags)) }))
+            // SAFETY: as above.
+            .and_then(|()| check(unsafe { cu_call!(driver, cuEventRecord(event, stream)) }));
+            if let Err(failed) = issued {
+                status = failed;
+                if !event.is_null() {
+                    in_flight.push_back((event, offset, 0));
+                }
+                break;
+            }
+            in_flight.push_back((event, offset, n));
+            offset += n;
+        }
+        let Some((event, at_offset, n)) = in_flight.pop_front() else {
+            break;
+        };
+        // SAFETY: an event made above.
+        let done = check(unsafe { cu_call!(driver, cuEventSynchronize(event)) });
+        // SAFETY: as above; not used again.
+        unsafe { cu_call!(driver, cuEventDestroy_v2(event)) };
+        match done {
+            Ok(()) if status == SUCCESS && n > 0 => {
+                ring.publish(seq, at_offset as u64, n).map_err(broken)?
+            }
+            Ok(()) => {}
+            Err(failed) => status = failed,
+        }
+    }
+    if status != SUCCESS {
+        for (event, _, _) in in_flight {
+            // SAFETY: events made above, waited for before they go.
+            unsafe { cu_call!(driver, cuEventSynchronize(event)) };
+            // SAFETY: as above.
+            unsafe { cu_call!(driver, cuEventDestroy_v2(event)) };
+        }
+        ring.cancel_reserved();
+    }
+    Ok(status)
 }
 
 /// Issues the copies to staging and sends every piece but the last, which it returns as
