@@ -442,10 +442,9 @@ pub(super) fn read_from_device(
     session.send_read(seq, data, &end)
 }
 
-/// Pieces a read through the shared ring is copied in: several in flight while the client
-/// takes earlier ones out.
+/// Pieces a read through the shared ring is copied in: half a ring's worth in flight while
+/// the client takes earlier ones out.
 const RING_PIECE: usize = 2 << 20;
-const RING_DEPTH: usize = 4;
 
 /// The device range (address, length) of a read that goes through the client's shared ring:
 /// one contiguous run of device memory, large enough, on a session with a ring.
@@ -486,11 +485,12 @@ fn read_through_ring(
         return Ok(status);
     }
     let driver = &cuda.backend.driver;
-    let mut in_flight = std::collections::VecDeque::with_capacity(RING_DEPTH);
+    let depth = (size / 4 / RING_PIECE).max(1); // half of one of the two rings
+    let mut in_flight = std::collections::VecDeque::with_capacity(depth);
     let mut offset = 0usize;
     let mut status = SUCCESS;
     while status == SUCCESS && (offset < len || !in_flight.is_empty()) {
-        while status == SUCCESS && offset < len && in_flight.len() < RING_DEPTH {
+        while status == SUCCESS && offset < len && in_flight.len() < depth {
             // Waits for room only with nothing in flight: the client cannot take bytes that
             // are not published yet.
             let (at, n) = ring
