@@ -188,7 +188,6 @@ pub struct Connection {
     /// Whether the server was asked to stripe large reads over the lanes (`ReadLanes`), once
     /// decided: at the first large read.
     striped_reads: OnceLock<bool>,
-    tls: bool,
     /// The sending end of the shared-memory ring, once attached (locked after `writer`, so
     /// that frames and ring bytes keep one order).
     ring_out: Mutex<Option<RingProducer>>,
@@ -234,7 +233,6 @@ impl Connection {
             TransportError::Auth(why) => ClientError::Connect(format!("{endpoint}: {why}")),
             other => ClientError::Connect(format!("{endpoint}: {other}")),
         })?;
-        let tls = matches!(stream, Stream::Tls(_));
         let shared = Arc::new(Shared {
             pending: Mutex::new(HashMap::new()),
             broken: Mutex::new(None),
@@ -284,7 +282,6 @@ impl Connection {
             client_name,
             lane_key: welcome.lane_key,
             striped_reads: OnceLock::new(),
-            tls,
             ring_out: Mutex::new(None),
             segments: Mutex::new(Default::default()),
             next_segment: AtomicU64::new(1),
@@ -450,7 +447,8 @@ impl Connection {
     /// them, where `RGPU_STRIPED_READS` says so (a posted request, so it leaves with the read).
     fn ask_for_striped_reads(&self) {
         self.striped_reads.get_or_init(|| {
-            if !crate::striped_reads_from_env(self.tls) {
+            // Reads through the shared ring need no lanes.
+            if !crate::striped_reads_from_env() || self.has_ring() {
                 return false;
             }
             let lanes = self.lanes_for_bulk();

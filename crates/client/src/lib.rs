@@ -69,7 +69,7 @@ impl std::error::Error for ClientError {}
 /// - `RGPU_TOKEN` / `RGPU_TOKEN_FILE`: the shared token
 /// - `RGPU_CONNECT_TIMEOUT` (seconds, default 5), `RGPU_TIMEOUT` (seconds a reply may take, default 600)
 /// - `RGPU_LIVENESS_TIMEOUT` (seconds an unreachable server is waited for, default 10)
-/// - `RGPU_LANES` (data lanes per server, default 4), `RGPU_STRIPED_READS` (`off`, `on`, `auto`: the default, striped in TLS only)
+/// - `RGPU_LANES` (data lanes per server, default 4), `RGPU_STRIPED_READS` (`off`; `on` or `auto`, the default: large CUDA reads striped over the lanes), `RGPU_SHARED_MEMORY`, `RGPU_SHARED_RING_MB` (a `unix:` server's shared memory)
 /// - `RGPU_APP_ID` (the application, for servers used exclusively), `RGPU_EXCLUSIVE_WAIT`
 ///   (seconds to wait for such a server, default 600)
 /// - `RGPU_TLS` (`auto`: TLS except to loopback and Unix sockets; `on`; `off`),
@@ -145,21 +145,19 @@ pub fn exclusive_wait_from_env() -> Duration {
         .map_or(Duration::from_secs(600), Duration::from_secs_f64)
 }
 
-/// Whether large reads come back striped over the data lanes (`RGPU_STRIPED_READS`: `on`,
-/// `off`, or `auto`, the default: on TLS connections only). With TLS each lane's records are
-/// sealed and opened by threads of their own, where one connection's two threads seal and open
-/// everything: on the GPU machine a 64 MiB device-to-host read in TLS went from 3.26 to
-/// 4.81 GB/s (plaintext 7.09); in plaintext one connection is about as fast
-/// (docs/benchmarks.md).
-pub fn striped_reads_from_env(tls: bool) -> bool {
-    match std::env::var("RGPU_STRIPED_READS")
-        .as_deref()
-        .map(str::trim)
-    {
-        Ok("on" | "1") => true,
-        Ok("off" | "0") => false,
-        _ => tls,
-    }
+/// Whether large reads come back striped over the data lanes (`RGPU_STRIPED_READS`: `on`
+/// (also `auto`, the default) or `off`). Each lane's bytes are written, received (and with TLS
+/// sealed and opened) by threads of their own, where one connection's reader thread takes
+/// everything: on the H200 a 64 MiB device-to-host read in plaintext went from 4.0-4.1 to
+/// 7.9-9.1 GB/s, in TLS from 3.26 to 4.8-5.0 (docs/benchmarks.md). A connection with shared
+/// memory reads through its ring instead.
+pub fn striped_reads_from_env() -> bool {
+    !matches!(
+        std::env::var("RGPU_STRIPED_READS")
+            .as_deref()
+            .map(str::trim),
+        Ok("off" | "0")
+    )
 }
 
 /// The size of each of the two shared-memory rings a connection to a server on this host
