@@ -166,10 +166,9 @@ fn queue_transfer(copy: Transfer, stream: Option<CUstream>) -> Result<(), CUresu
             let in_place = stream.is_some()
                 && matches!(data, std::borrow::Cow::Borrowed(_))
                 && is_page_locked(src.start as *mut c_void, data.len());
-            if in_place {
-                return write_device_in_place(&ctx, stream_id, dst.start, extent, dst.pitch, &data);
-            }
-            write_device(&ctx, stream_id, dst.start, extent, dst.pitch, &data)
+            write_device_from(
+                &ctx, stream_id, dst.start, extent, dst.pitch, &data, in_place,
+            )
         }
         (Memory::Device(owner), Memory::Host) => {
             let (ctx, stream_id) = queue_on(owner, queue)?;
@@ -342,26 +341,30 @@ fn write_device(
     pitch: Pitch,
     data: &[u8],
 ) -> Result<(), CUresult> {
-    let (extent, pitch) = device_shape(extent, pitch);
-    // Large data leaves striped over the connection's data lanes.
-    let server = ctx.conn.cuda();
-    server
-        .memcpy_htod(ctx.remote, stream, dst, extent, pitch, data)
-        .outcome()
+    write_device_from(ctx, stream, dst, extent, pitch, data, false)
 }
 
-/// [`write_device`] from page-locked memory the program leaves alone until it synchronizes
-/// (an asynchronous copy): where that memory is shared with the server, it reads it in place.
-fn write_device_in_place(
+/// [`write_device`]; `in_place`: `data` is page-locked memory the program leaves alone until
+/// it synchronizes (an asynchronous copy), which the server reads in place where it is shared
+/// with it.
+fn write_device_from(
     ctx: &Context,
     stream: Id,
     dst: DevicePtr,
     extent: Extent,
     pitch: Pitch,
     data: &[u8],
+    in_place: bool,
 ) -> Result<(), CUresult> {
     let (extent, pitch) = device_shape(extent, pitch);
-    let server = ctx.conn.cuda_in_place();
+    // Large data leaves through the shared ring or striped over the connection's data lanes.
+    if in_place {
+        let server = ctx.conn.cuda_in_place();
+        return server
+            .memcpy_htod(ctx.remote, stream, dst, extent, pitch, data)
+            .outcome();
+    }
+    let server = ctx.conn.cuda();
     server
         .memcpy_htod(ctx.remote, stream, dst, extent, pitch, data)
         .outcome()

@@ -268,16 +268,48 @@ fn write_in_place(
         return None;
     }
     let (segment, at) = session.bulk_in_place(len)?;
+    let host = at.cast_mut();
+    dma_with_segment(
+        session,
+        cuda,
+        segment,
+        Direction::ToDevice,
+        device,
+        host,
+        len as usize,
+        stream,
+    )
+}
+
+/// One DMA on `stream` between device memory and `len` bytes at `host` in the client's shared
+/// segment `segment` (registered with the driver at its first copy).
+#[allow(clippy::too_many_arguments)]
+fn dma_with_segment(
+    session: &Session,
+    cuda: &mut CudaSession,
+    segment: u64,
+    direction: Direction,
+    device: u64,
+    host: *mut u8,
+    len: usize,
+    stream: CUstream,
+) -> Option<Status> {
     let (base, size) = session.segment(segment)?;
     let issued = cuda.register_host(base, size).and_then(|()| {
         let driver = &cuda.backend.driver;
-        // SAFETY: `at` and `len` lie inside the registered segment (checked when the request
-        // was read); the driver checks the device range.
+        // SAFETY: `host` and `len` lie inside the registered segment (checked when the
+        // request was read); the driver checks the device range.
         check(unsafe {
-            cu_call!(
-                driver,
-                cuMemcpyHtoDAsync_v2(device, at.cast(), len as usize, stream)
-            )
+            match direction {
+                Direction::ToDevice => cu_call!(
+                    driver,
+                    cuMemcpyHtoDAsync_v2(device, host.cast(), len, stream)
+                ),
+                Direction::FromDevice => cu_call!(
+                    driver,
+                    cuMemcpyDtoHAsync_v2(host.cast(), device, len, stream)
+                ),
+            }
         })
     });
     Some(issued.err().unwrap_or(SUCCESS))
@@ -363,13 +395,16 @@ fn read_in_place(
         return None;
     }
     let (segment, at) = session.read_in_place(len)?;
-    let (base, size) = session.segment(segment)?;
-    let issued = cuda.register_host(base, size).and_then(|()| {
-        let driver = &cuda.backend.driver;
-        // SAFETY: as in `write_in_place`.
-        check(unsafe { cu_call!(driver, cuMemcpyDtoHAsync_v2(at.cast(), device, len, stream)) })
-    });
-    Some(issued.err().unwrap_or(SUCCESS))
+    dma_with_segment(
+        session,
+        cuda,
+        segment,
+        Direction::FromDevice,
+        device,
+        at,
+        len,
+        stream,
+    )
 }
 
 /// Sends `extent`'s rows at `src` (lying `pitch` apart) to the client, packed, in chunks:
