@@ -66,6 +66,20 @@ impl Incoming {
 const NO_LANES: &str = "a striped request on a session without data lanes";
 /// The most shared host-memory segments a session maps at once.
 const MAX_SEGMENTS: usize = 4096;
+
+/// The most page-locked host memory one session may share (the server pins it at its first
+/// copy, and its pages count against the worker): a quarter of this host's memory. Past it,
+/// the client's page-locked allocations are its own memory again (copied through the ring).
+fn max_shared_host_bytes() -> u64 {
+    // SAFETY: sysconf only reads.
+    let (pages, page) = unsafe {
+        (
+            libc::sysconf(libc::_SC_PHYS_PAGES),
+            libc::sysconf(libc::_SC_PAGESIZE),
+        )
+    };
+    (pages.max(0) as u64).saturating_mul(page.max(0) as u64) / 4
+}
 const NO_RING: &str = "bulk in a shared-memory ring the session does not have";
 /// How long the session waits for a ring's bytes (or room in it) from a client that is still
 /// connected: as long as for a stalled socket write.
@@ -849,9 +863,11 @@ impl session::serve::Lanes for Session {
         // 1: no descriptor came with the request; 2: the name is taken, or too many;
         // 3: the memory is not what rgpu makes.
         let fd = self.reader.get_mut().take_fd().ok_or(1u32)?;
+        let shared: u64 = self.segments.values().map(|r| r.len() as u64).sum();
         if self.ring.is_none()
             || self.segments.contains_key(&segment)
             || self.segments.len() >= MAX_SEGMENTS
+            || shared.saturating_add(len) > max_shared_host_bytes()
         {
             return Err(2);
         }
