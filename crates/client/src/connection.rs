@@ -190,7 +190,7 @@ pub struct Connection {
     striped_reads: OnceLock<bool>,
     /// The sending end of the shared-memory ring, once attached (locked after `writer`, so
     /// that frames and ring bytes keep one order).
-    ring_out: Mutex<Option<RingProducer>>,
+    ring_out: OnceLock<Mutex<RingProducer>>,
     /// Page-locked host memory shared with the server (`share_host_memory`), by start address:
     /// (its name on the wire, the mapping).
     segments: Mutex<std::collections::BTreeMap<usize, (u64, Arc<SharedRegion>)>>,
@@ -282,7 +282,7 @@ impl Connection {
             client_name,
             lane_key: welcome.lane_key,
             striped_reads: OnceLock::new(),
-            ring_out: Mutex::new(None),
+            ring_out: OnceLock::new(),
             segments: Mutex::new(Default::default()),
             next_segment: AtomicU64::new(1),
         });
@@ -529,7 +529,7 @@ impl Connection {
 
     /// Whether large bulk goes through a shared-memory ring.
     fn has_ring(&self) -> bool {
-        self.ring_out.lock().unwrap().is_some()
+        self.ring_out.get().is_some()
     }
 
     /// Attaches a shared-memory region to the session (the server is on this host): its
@@ -555,7 +555,7 @@ impl Connection {
                     Ok(ServerMsg::Session(rgpu_protocol::session::SessionReply::AttachShared(
                         Ok(()),
                     ))) => {
-                        *self.ring_out.lock().unwrap() = Some(out);
+                        let _ = self.ring_out.set(Mutex::new(out));
                         Ok(())
                     }
                     Ok(other) => Err(format!("refused ({other:?})")),
@@ -726,10 +726,10 @@ impl Connection {
     fn send_in_ring(&self, msg: &ClientMsg, seq: u64, bulk: &[u8]) -> Result<(), ClientError> {
         self.shared.owe();
         let mut writer = self.writer.lock().unwrap();
-        let mut ring = self.ring_out.lock().unwrap();
-        let Some(ring) = ring.as_mut() else {
+        let Some(ring) = self.ring_out.get() else {
             return Err(ClientError::Protocol("no shared-memory ring".into()));
         };
+        let mut ring = ring.lock().unwrap();
         writer
             .queue_striped(msg, seq, bulk.len() as u64, IN_RING)
             .and_then(|()| writer.flush())
@@ -988,11 +988,10 @@ fn read_one(reader: &mut FrameReader<ReadHalf>, shared: &Shared) -> Result<(), T
                 Some((dst, len)) => {
                     let end = offset.checked_add(header.bulk_len);
                     if end.is_none_or(|end| end > len as u64) {
-                        return Err(rgpu_protocol::ProtocolError::Malformed(format!(
+                        return Err(malformed(format!(
                             "read data at {offset}+{} exceeds the {len}-byte destination",
                             header.bulk_len
-                        ))
-                        .into());
+                        )));
                     }
                     // SAFETY: [dst, dst+len) is writable while the read is pending (ReadSink
                     // contract) and the range was just checked to lie inside it.
@@ -1079,6 +1078,15 @@ fn read_one(reader: &mut FrameReader<ReadHalf>, shared: &Shared) -> Result<(), T
     Ok(())
 }
 
+fn malformed(why: impl Into<String>) -> TransportError {
+    TransportError::Protocol(rgpu_protocol::ProtocolError::Malformed(why.into()))
+}
+
+/// A frame's bulk length as a length of memory here.
+fn bulk_len(header: &FrameHeader) -> Result<usize, TransportError> {
+    usize::try_from(header.bulk_len).map_err(|e| malformed(e.to_string()))
+}
+
 /// Takes a read's data that the server put in the shared-memory ring into `chunk` (`None`:
 /// drops it). The bytes are there before their frame is sent.
 fn receive_from_ring(
@@ -1086,13 +1094,11 @@ fn receive_from_ring(
     header: &FrameHeader,
     chunk: Option<&mut [u8]>,
 ) -> Result<(), TransportError> {
-    let malformed =
-        |why: String| TransportError::Protocol(rgpu_protocol::ProtocolError::Malformed(why));
     let ring = shared
         .ring_in
         .get()
-        .ok_or_else(|| malformed("read data in a shared ring this client never made".into()))?;
-    let len = usize::try_from(header.bulk_len).map_err(|e| malformed(e.to_string()))?;
+        .ok_or_else(|| malformed("read data in a shared ring this client never made"))?;
+    let len = bulk_len(header)?;
     let nothing_else = || Ok(());
     ring.lock()
         .unwrap()
@@ -1107,12 +1113,10 @@ fn receive_striped(
     header: &FrameHeader,
     chunk: Option<&mut [u8]>,
 ) -> Result<(), TransportError> {
-    let malformed =
-        |why: String| TransportError::Protocol(rgpu_protocol::ProtocolError::Malformed(why));
-    let lanes = shared.lanes().ok_or_else(|| {
-        malformed("read data striped over data lanes this client never opened".into())
-    })?;
-    let len = usize::try_from(header.bulk_len).map_err(|e| malformed(e.to_string()))?;
+    let lanes = shared
+        .lanes()
+        .ok_or_else(|| malformed("read data striped over data lanes this client never opened"))?;
+    let len = bulk_len(header)?;
     let dst = chunk.map_or(std::ptr::null_mut(), |chunk| chunk.as_mut_ptr());
     lanes
         .receive(dst, len, header.lanes, shared.reply_timeout)

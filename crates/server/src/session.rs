@@ -516,16 +516,18 @@ impl Session {
         Ok((at, n))
     }
 
-    /// Gives back every ring byte held in place (the copies that read them are done), and
-    /// says how many.
-    pub(crate) fn release_ring_bulk(&mut self) -> Result<u64, End> {
+    /// Ring bytes taken in place and not given back yet.
+    pub(crate) fn ring_bulk_held(&self) -> u64 {
+        self.ring.as_ref().map_or(0, |ring| ring.held())
+    }
+
+    /// Gives back every ring byte held in place (the copies that read them are done).
+    pub(crate) fn release_ring_bulk(&mut self) -> Result<(), End> {
         let Some(ring) = self.ring.as_mut() else {
-            return Ok(0);
+            return Ok(());
         };
-        let held = ring.held();
-        ring.release(held)
-            .map_err(|e| End::Broken(format!("shared-memory ring: {e}")))?;
-        Ok(held)
+        ring.release(ring.held())
+            .map_err(|e| End::Broken(format!("shared-memory ring: {e}")))
     }
 
     /// Where the current read asked its `len` bytes to go in a shared segment (its name and

@@ -49,6 +49,8 @@ impl Out {
 /// The socket's write half, shared by the threads of a session.
 pub struct Writer {
     inner: Mutex<Out>,
+    /// Set once the client attached a shared-memory ring (a fact asked per large transfer).
+    ring_attached: std::sync::atomic::AtomicBool,
 }
 
 impl Writer {
@@ -58,6 +60,7 @@ impl Writer {
                 frames: FrameWriter::new(write_half),
                 ring: None,
             }),
+            ring_attached: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -68,6 +71,8 @@ impl Writer {
     /// From now on large read data goes through the shared-memory ring.
     pub fn attach_ring(&self, ring: RingProducer) {
         self.lock().ring = Some(ring);
+        self.ring_attached
+            .store(true, std::sync::atomic::Ordering::Release);
     }
 
     /// The shared-memory ring for a read's data, where the client attached one: held (with
@@ -79,7 +84,8 @@ impl Writer {
 
     /// Whether the client attached a shared-memory ring.
     pub fn has_ring(&self) -> bool {
-        self.lock().ring.is_some()
+        self.ring_attached
+            .load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// Sends one frame (and its bulk) and flushes it.

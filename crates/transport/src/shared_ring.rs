@@ -544,10 +544,9 @@ impl RingConsumer {
             let n = len.min(ready as usize).min(self.ring - at).min(PIECE);
             if let Some(dst) = dst.as_deref_mut() {
                 // SAFETY: [at, at+n) lies inside the ring's data area, published by the
-                // producer; `dst` has `len` bytes from `done` on.
-                unsafe {
-                    std::ptr::copy_nonoverlapping(self.data.add(at), dst.as_mut_ptr().add(done), n)
-                };
+                // producer; `dst` has `len` bytes from `done` on. Copied by several threads:
+                // one core's copy is slower than the device writes the ring.
+                unsafe { crate::copier::copy(self.data.add(at), dst.as_mut_ptr().add(done), n) };
             }
             self.consumed += n as u64;
             self.taken = self.consumed;

@@ -344,11 +344,9 @@ fn write_from_ring(
     let window = (size / 4) as u64; // half of one of the two rings
     let total = extent.bytes().unwrap_or(0);
     let mut offset = 0u64;
-    let mut held = 0u64;
     let mut status = SUCCESS;
     while offset < total {
         let (at, n) = session.take_ring_bulk((total - offset).min(RING_PIECE as u64))?;
-        held += n as u64;
         if status == SUCCESS {
             // SAFETY: `at` and `n` are bytes in the ring, registered above and held until
             // released below, after the copy is done.
@@ -363,8 +361,7 @@ fn write_from_ring(
         }
         offset += n as u64;
         // Held bytes stay under half a ring, so the client always has room to go on.
-        if offset == total || held >= window {
-            held = 0;
+        if offset == total || session.ring_bulk_held() >= window {
             // SAFETY: this session's stream: the copies issued so far are done after it.
             let synced = check(unsafe { cu_call!(driver, cuStreamSynchronize(stream)) });
             if status == SUCCESS {
@@ -376,40 +373,52 @@ fn write_from_ring(
     Ok(Some(status))
 }
 
-/// A read whose client asked for its data in one of its shared host-memory segments: the
-/// device writes it there in place, and the reply says the copy was issued (the program's
-/// synchronization orders it, as for a native asynchronous copy). `None`: not such a read.
-fn read_in_place(
-    session: &mut Session,
-    cuda: &mut CudaSession,
-    stream: CUstream,
-    src: Location,
-    extent: Extent,
-    pitch: Pitch,
-) -> Option<Status> {
-    let Location::Device(device) = src else {
-        return None;
-    };
-    let len = extent.bytes()? as usize;
-    if !extent.is_contiguous(pitch) {
-        return None;
-    }
-    let (segment, at) = session.read_in_place(len)?;
-    dma_with_segment(
-        session,
-        cuda,
-        segment,
-        Direction::FromDevice,
-        device,
-        at,
-        len,
-        stream,
-    )
+/// How a read's data reaches the client, decided once per read.
+enum ReadRoute {
+    /// The client asked for it in one of its shared host-memory segments: the device writes
+    /// it there in place, and the reply says the copy was issued (the program's
+    /// synchronization orders it, as for a native asynchronous copy).
+    InPlace {
+        segment: u64,
+        host: *mut u8,
+        device: u64,
+        len: usize,
+    },
+    /// Through the client's shared ring (a client on this host), piece by piece.
+    Ring { device: u64, len: usize },
+    /// Through staging, on the socket; `may_stripe`: or over the data lanes, where the client
+    /// takes large reads there (not for a read the client expected in place).
+    Staged { may_stripe: bool },
 }
 
-/// Sends `extent`'s rows at `src` (lying `pitch` apart) to the client, packed, in chunks:
-/// several chunks are in flight on the GPU while earlier ones are sent. Ends with the
-/// status (deferred errors included), in the same write as the last chunk.
+fn read_route(session: &Session, src: Location, extent: Extent, pitch: Pitch) -> ReadRoute {
+    let contiguous = match (src, extent.bytes()) {
+        (Location::Device(device), Some(len)) if extent.is_contiguous(pitch) => {
+            Some((device, len as usize))
+        }
+        _ => None,
+    };
+    let asked_in_place = session.read_in_place(extent.bytes().unwrap_or(0) as usize);
+    match (contiguous, asked_in_place) {
+        (Some((device, len)), Some((segment, host))) => ReadRoute::InPlace {
+            segment,
+            host,
+            device,
+            len,
+        },
+        (None, Some(_)) => ReadRoute::Staged { may_stripe: false },
+        (Some((device, len)), None)
+            if len as u64 >= rgpu_protocol::RING_MIN && session.writer.has_ring() =>
+        {
+            ReadRoute::Ring { device, len }
+        }
+        _ => ReadRoute::Staged { may_stripe: true },
+    }
+}
+
+/// Sends `extent`'s rows at `src` (lying `pitch` apart) to the client by the read's route:
+/// staged reads in chunks, several in flight on the GPU while earlier ones are sent. Ends
+/// with the status (deferred errors included), in the same write as the last chunk.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn read_from_device(
     session: &mut Session,
@@ -421,42 +430,40 @@ pub(super) fn read_from_device(
     extent: Extent,
     pitch: Pitch,
 ) -> Result<(), End> {
-    let ring_read = through_ring(session, src, extent, pitch);
     let (status, last) = match cuda.enter(ctx).and_then(|()| cuda.stream(stream)) {
         Ok(_) if !extent.fits(pitch) => (INVALID_VALUE, None),
-        Ok(stream)
-            if session
-                .read_in_place(extent.bytes().unwrap_or(0) as usize)
-                .is_some() =>
-        {
-            let issued = read_in_place(session, cuda, stream, src, extent, pitch);
-            match issued {
-                Some(status) => (status, None),
-                None => {
-                    let mut striped = None;
-                    stream_out(session, cuda, seq, stream, src, extent, pitch, &mut striped)?
-                }
+        Ok(stream) => match read_route(session, src, extent, pitch) {
+            ReadRoute::InPlace {
+                segment,
+                host,
+                device,
+                len,
+            } => {
+                let direction = Direction::FromDevice;
+                let issued =
+                    dma_with_segment(session, cuda, segment, direction, device, host, len, stream);
+                (issued.unwrap_or(INVALID_VALUE), None)
             }
-        }
-        Ok(stream) if extent.fits(pitch) && ring_read.is_some() => {
-            let (device, len) = ring_read.unwrap_or_default();
-            (
+            ReadRoute::Ring { device, len } => (
                 read_through_ring(session, cuda, seq, stream, device, len)?,
                 None,
-            )
-        }
-        Ok(stream) => {
-            // A large read whose client takes reads over the data lanes goes out there whole.
-            let mut striped = session.start_striped_read(seq, extent.bytes().unwrap_or(0))?;
-            let sent = stream_out(session, cuda, seq, stream, src, extent, pitch, &mut striped)?;
-            match striped {
-                Some(out) => {
-                    session.finish_striped_read(out)?;
-                    (sent.0, None)
+            ),
+            ReadRoute::Staged { may_stripe } => {
+                let mut striped = match may_stripe {
+                    true => session.start_striped_read(seq, extent.bytes().unwrap_or(0))?,
+                    false => None,
+                };
+                let sent =
+                    stream_out(session, cuda, seq, stream, src, extent, pitch, &mut striped)?;
+                match striped {
+                    Some(out) => {
+                        session.finish_striped_read(out)?;
+                        (sent.0, None)
+                    }
+                    None => sent,
                 }
-                None => sent,
             }
-        }
+        },
         Err(status) => (status, None),
     };
     let mut status = cuda.sync_status(status);
@@ -480,22 +487,6 @@ pub(super) fn read_from_device(
 /// Pieces a read through the shared ring is copied in: half a ring's worth in flight while
 /// the client takes earlier ones out.
 const RING_PIECE: usize = 2 << 20;
-
-/// The device range (address, length) of a read that goes through the client's shared ring:
-/// one contiguous run of device memory, large enough, on a session with a ring.
-fn through_ring(
-    session: &Session,
-    src: Location,
-    extent: Extent,
-    pitch: Pitch,
-) -> Option<(u64, usize)> {
-    let Location::Device(device) = src else {
-        return None;
-    };
-    let len = extent.bytes()?;
-    let wanted = extent.is_contiguous(pitch) && len >= rgpu_protocol::RING_MIN;
-    (wanted && session.writer.has_ring()).then_some((device, len as usize))
-}
 
 /// A read of `len` bytes of device memory at `src` through the client's shared ring (a client
 /// on this host): the device copies each piece straight into the ring (registered with the
