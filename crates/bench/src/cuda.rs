@@ -91,6 +91,9 @@ struct Report {
     copies: Vec<CopyResult>,
     latency: Vec<Compared>,
     launch_rate_per_s: Compared,
+    /// The launch loop alone, before its synchronization: how fast the program hands launches
+    /// over (rgpu: to its connection), against how fast they run (`launch_rate_per_s`).
+    launch_post_rate_per_s: Compared,
     sgemm: SgemmResult,
     /// Pooled from samples taken before and after the measurements.
     raw_tcp: TcpBaseline,
@@ -137,6 +140,7 @@ struct Samples {
     small_read_us: Vec<f64>,
     launch_sync_us: Vec<f64>,
     launch_rate: Vec<f64>,
+    launch_post_rate: Vec<f64>,
     sgemm_ms: Vec<f64>,
 }
 
@@ -241,6 +245,11 @@ pub fn run(args: CudaBenchArgs, setup: &dyn ClientSetup) -> Result<ExitCode, Str
             "async empty-kernel launches per second",
             &native_samples.launch_rate,
             &rgpu_samples.launch_rate,
+        ),
+        launch_post_rate_per_s: compared(
+            "  of which the launch loop alone (launches/s)",
+            &native_samples.launch_post_rate,
+            &rgpu_samples.launch_post_rate,
         ),
         raw_tcp_before_gbps: median(&raw_before),
         raw_tcp_after_gbps: median(&raw_after),
@@ -488,12 +497,14 @@ fn measure(driver: &Driver, args: &CudaBenchArgs) -> Result<Samples, String> {
         session.launch_empty()?;
         session.sync()
     })?;
+    let mut launch_post_rate = Vec::new();
     let launch_rate = (0..args.repetitions)
         .map(|_| {
             let start = Instant::now();
             for _ in 0..args.launches {
                 session.launch_empty()?;
             }
+            launch_post_rate.push(args.launches as f64 / start.elapsed().as_secs_f64());
             session.sync()?;
             Ok(args.launches as f64 / start.elapsed().as_secs_f64())
         })
@@ -504,6 +515,7 @@ fn measure(driver: &Driver, args: &CudaBenchArgs) -> Result<Samples, String> {
         small_read_us,
         launch_sync_us,
         launch_rate,
+        launch_post_rate,
         sgemm_ms,
     })
 }
@@ -694,12 +706,13 @@ fn render(report: &Report) -> Result<String, fmt::Error> {
     writeln!(
         out,
         "raw loopback TCP: {:.2} GB/s (best {:.2}; before the measurements {:.2}, after {:.2}), \
-         round trip {:.1} us",
+         round trip {:.1} us (raw Unix socket: {:.1} us)",
         report.raw_tcp.bandwidth_gbps,
         report.raw_tcp.bandwidth_best_gbps,
         report.raw_tcp_before_gbps,
         report.raw_tcp_after_gbps,
-        report.raw_tcp.round_trip_us
+        report.raw_tcp.round_trip_us,
+        report.raw_tcp.unix_round_trip_us
     )?;
     writeln!(
         out,
@@ -731,11 +744,20 @@ fn render(report: &Report) -> Result<String, fmt::Error> {
         "{:<44} {:>12} {:>12} {:>9}",
         "measure", "native", "rgpu", "ratio"
     )?;
-    for row in report.latency.iter().chain([&report.launch_rate_per_s]) {
+    let rates = [&report.launch_rate_per_s, &report.launch_post_rate_per_s];
+    for row in report.latency.iter().chain(rates) {
         writeln!(
             out,
             "{:<44} {:>12.1} {:>12.1} {:>9.2}",
             row.name, row.native, row.rgpu, row.ratio
+        )?;
+    }
+    for row in &report.latency {
+        writeln!(
+            out,
+            "  {}: rgpu adds {:.1} us to native",
+            row.name,
+            row.rgpu - row.native
         )?;
     }
     let s = &report.sgemm;
@@ -795,6 +817,7 @@ mod tests {
             }],
             latency: vec![compared("a"), compared("b")],
             launch_rate_per_s: compared("launches"),
+            launch_post_rate_per_s: compared("posts"),
             sgemm: SgemmResult {
                 n: 64,
                 native_ms: 1.0,
@@ -810,6 +833,8 @@ mod tests {
                 write_size: 1,
                 round_trip_us: 40.0,
                 round_trip_min_us: 30.0,
+                unix_round_trip_us: 12.0,
+                unix_round_trip_min_us: 10.0,
                 ping_bytes: 64,
                 pings: 1,
             },

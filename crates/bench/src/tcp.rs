@@ -24,6 +24,9 @@ pub struct TcpBaseline {
     pub write_size: usize,
     pub round_trip_us: f64,
     pub round_trip_min_us: f64,
+    /// The same ping-pong over a Unix socket pair (the raw link of a `unix:` server).
+    pub unix_round_trip_us: f64,
+    pub unix_round_trip_min_us: f64,
     pub ping_bytes: usize,
     pub pings: usize,
 }
@@ -43,6 +46,10 @@ pub fn bandwidth_samples(bytes_per_run: u64, runs: usize) -> io::Result<Vec<f64>
 /// The baseline from bandwidth samples already taken, with `pings` round trips measured now.
 pub fn baseline(bandwidths: &[f64], bytes_per_run: u64, pings: usize) -> io::Result<TcpBaseline> {
     let round_trips = round_trips(pings)?;
+    let unix_round_trips = {
+        let (client, echo) = std::os::unix::net::UnixStream::pair()?;
+        ping_pong(client, echo, pings)?
+    };
     Ok(TcpBaseline {
         bandwidth_gbps: median(bandwidths),
         bandwidth_best_gbps: max(bandwidths),
@@ -50,6 +57,8 @@ pub fn baseline(bandwidths: &[f64], bytes_per_run: u64, pings: usize) -> io::Res
         write_size: WRITE_SIZE,
         round_trip_us: median(&round_trips),
         round_trip_min_us: min(&round_trips),
+        unix_round_trip_us: median(&unix_round_trips),
+        unix_round_trip_min_us: min(&unix_round_trips),
         ping_bytes: PING_SIZE,
         pings,
     })
@@ -132,31 +141,41 @@ pub fn sized_bandwidth(size: usize, window: usize, runs: usize) -> io::Result<f6
 fn round_trips(count: usize) -> io::Result<Vec<f64>> {
     let listener = TcpListener::bind("127.0.0.1:0")?;
     let address = listener.local_addr()?;
+    let client = TcpStream::connect(address)?;
+    client.set_nodelay(true)?;
+    let (echo, _) = listener.accept()?;
+    echo.set_nodelay(true)?;
+    ping_pong(client, echo, count)
+}
+
+/// 64-byte ping-pongs from `client` to a thread echoing on `echo`, both ends blocking in
+/// their reads; each round trip's time in microseconds.
+fn ping_pong<S: Read + Write + Send + 'static>(
+    mut client: S,
+    mut echo: S,
+    count: usize,
+) -> io::Result<Vec<f64>> {
     let echo = thread::spawn(move || -> io::Result<()> {
-        let (mut stream, _) = listener.accept()?;
-        stream.set_nodelay(true)?;
         let mut message = [0u8; PING_SIZE];
         loop {
-            match stream.read_exact(&mut message) {
-                Ok(()) => stream.write_all(&message)?,
+            match echo.read_exact(&mut message) {
+                Ok(()) => echo.write_all(&message)?,
                 Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(()),
                 Err(e) => return Err(e),
             }
         }
     });
-    let mut stream = TcpStream::connect(address)?;
-    stream.set_nodelay(true)?;
     let mut message = [7u8; PING_SIZE];
     let mut times = Vec::with_capacity(count);
     for i in 0..PING_WARMUP + count {
         let start = Instant::now();
-        stream.write_all(&message)?;
-        stream.read_exact(&mut message)?;
+        client.write_all(&message)?;
+        client.read_exact(&mut message)?;
         if i >= PING_WARMUP {
             times.push(start.elapsed().as_secs_f64() * 1e6);
         }
     }
-    drop(stream);
+    drop(client);
     echo.join()
         .map_err(|_| io::Error::other("echo thread panicked"))??;
     Ok(times)

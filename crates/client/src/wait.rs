@@ -3,17 +3,6 @@
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-/// How long a waiter polls before it sleeps: where cores are plentiful, polling saves the
-/// wake-up of a sleeping thread (several microseconds, more on virtual machines) on every
-/// synchronous call; on small machines it would take a core from the threads doing the work.
-fn spin_time() -> Duration {
-    static SPIN: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
-    *SPIN.get_or_init(|| {
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        Duration::from_micros(if cores >= 8 { 50 } else { 0 })
-    })
-}
-
 /// A one-shot value handed from one thread to another.
 pub struct Handoff<T> {
     value: Mutex<Option<T>>,
@@ -45,7 +34,7 @@ impl<T> Handoff<T> {
     }
 
     fn wait_from(&self, start: Instant, timeout: Duration) -> Option<T> {
-        let spin = spin_time();
+        let spin = rgpu_transport::spin::spin_time();
         while start.elapsed() < spin {
             if let Ok(mut value) = self.value.try_lock() {
                 if let Some(v) = value.take() {

@@ -323,7 +323,8 @@ pub struct Session {
     /// (`INTO_SEGMENT`): the segment's name and the bytes.
     read_into: Option<(u64, *mut u8, usize)>,
     /// The session's CUDA objects, from its first CUDA request on.
-    pub(crate) cuda: Option<crate::cuda::CudaSession>,
+    /// (Boxed: it is taken out and put back around every CUDA request.)
+    pub(crate) cuda: Option<Box<crate::cuda::CudaSession>>,
     /// Closes the session when it stays idle too long (with `idle_timeout` set), and tells
     /// the client when a request takes long (crate::watch).
     watch: Option<Arc<SessionWatch>>,
@@ -397,6 +398,15 @@ impl Session {
                 Ok(bulk) => bulk,
                 Err(end) => return end,
             };
+            // Posted launches may still be on their way on the launch thread: everything
+            // else is served after them, in the program's order.
+            let launch = matches!(
+                &msg,
+                ClientMsg::Cu(rgpu_protocol::cuda::CuRequest::Launch { .. })
+            );
+            if let Some(cuda) = self.cuda.as_mut().filter(|_| !launch) {
+                cuda.drain_launches();
+            }
             self.request_started = std::time::Instant::now();
             let flight = crate::flight::begin(msg.name(), header.seq, header.bulk_len);
             crate::flight::crash_test(msg.name());

@@ -12,6 +12,7 @@ pub mod link;
 pub mod peer;
 mod read_ahead;
 pub mod shared_ring;
+pub mod spin;
 mod stream;
 pub mod tls;
 

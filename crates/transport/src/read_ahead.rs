@@ -65,7 +65,12 @@ impl ReadHalf {
 impl Read for ReadHalf {
     fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
         match self {
-            ReadHalf::Direct(stream) => stream.read(out),
+            ReadHalf::Direct(stream) => {
+                if let Some(socket) = stream.raw_fd() {
+                    crate::spin::until_readable(socket);
+                }
+                stream.read(out)
+            }
             ReadHalf::Ahead(ahead) => ahead.read(out),
             ReadHalf::KeepingFds(stream, fds) => {
                 if crate::fork::forked() {
@@ -74,6 +79,7 @@ impl Read for ReadHalf {
                 let socket = stream
                     .raw_fd()
                     .ok_or_else(|| io::Error::other("no socket"))?;
+                crate::spin::until_readable(socket);
                 crate::shared_ring::recv_keeping_fds(socket, out, fds)
             }
         }

@@ -56,7 +56,7 @@ impl serve::Graphs for Served<'_> {
         after: Vec<Id>,
     ) -> Status {
         let cuda = &mut *self.cuda;
-        code(cuda.enter(ctx).and_then(|()| {
+        let begun = cuda.enter(ctx).and_then(|()| {
             let stream = cuda.stream(stream)?;
             let mode = capture_mode(mode).ok_or(INVALID_VALUE)?;
             let driver = &cuda.backend.driver;
@@ -80,11 +80,16 @@ impl serve::Graphs for Served<'_> {
                     )
                 )
             })
-        }))
+        });
+        if begun.is_ok() {
+            cuda.captures += 1;
+        }
+        code(begun)
     }
 
     fn end_capture(&mut self, ctx: Id, stream: Id, graph: Id) -> Status {
         let cuda = &mut *self.cuda;
+        cuda.captures = cuda.captures.saturating_sub(1);
         // Captured into an existing graph, or one `CaptureInfo` named: the driver hands that
         // graph back.
         if let Ok(existing) = cuda.graph(graph) {

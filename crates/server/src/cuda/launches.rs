@@ -10,7 +10,7 @@ use rgpu_cuda_api::native::{check, Status, INVALID_VALUE};
 use rgpu_cuda_api::sys::*;
 use rgpu_protocol::cuda::{serve, Answer, Id, LaunchAttribute, OccupancyQuery};
 
-use super::session::{CudaSession, Served};
+use super::session::{CudaSession, Served, INVALID_CONTEXT};
 
 /// The largest kernel parameter buffer a launch may carry (the driver's limit is 32 KiB).
 pub(super) const MAX_PARAMS: u64 = 1 << 20;
@@ -32,6 +32,24 @@ impl serve::Launches for Served<'_> {
         let cuda = &mut *self.cuda;
         self.session
             .take_bulk_into(&mut cuda.params, bulk_len, MAX_PARAMS)?;
+        // A launch with more requests behind it goes to the launch thread, so that the driver
+        // issues it while they are read; a lone one (a launch the program then waits for) is
+        // issued here at once, where the launch thread has nothing left to issue before it.
+        let more_behind = self.session.reader.has_buffered();
+        let hand_over = cuda
+            .launcher()
+            .is_some_and(|launcher| more_behind || !launcher.is_idle());
+        if hand_over {
+            return Ok(cuda.hand_over_launch(
+                ctx,
+                function,
+                stream,
+                grid,
+                block,
+                shared_mem,
+                &attributes,
+            ));
+        }
         Ok(cuda.enter(ctx).and_then(|()| {
             check(cuda.launch(function, stream, grid, block, shared_mem, &attributes))
         }))
@@ -43,6 +61,33 @@ impl serve::Launches for Served<'_> {
 }
 
 impl CudaSession {
+    /// Hands a launch (its parameters in `self.params`) to the launch thread, its handles
+    /// resolved here: a bad one fails the launch as it would inline.
+    #[allow(clippy::too_many_arguments)]
+    fn hand_over_launch(
+        &mut self,
+        ctx: Id,
+        function: Id,
+        stream: Id,
+        grid: [u32; 3],
+        block: [u32; 3],
+        shared_mem: u32,
+        attributes: &[LaunchAttribute],
+    ) -> Result<(), Status> {
+        let context = self.contexts.get(&ctx).ok_or(INVALID_CONTEXT)?.raw;
+        let function = self.function(function)?.raw;
+        let stream = self.stream(stream)?;
+        let attributes = launch_attributes(attributes).ok_or(INVALID_VALUE)?;
+        let params = std::mem::take(&mut self.params);
+        if let Some(launcher) = self.launcher() {
+            launcher.post(
+                context, function, stream, grid, block, shared_mem, attributes, &params,
+            );
+        }
+        self.params = params;
+        Ok(())
+    }
+
     /// Launches with the parameter buffer in `self.params`.
     fn launch(
         &mut self,
@@ -198,7 +243,7 @@ impl CudaSession {
     }
 }
 
-fn launch_config(
+pub(super) fn launch_config(
     grid: [u32; 3],
     block: [u32; 3],
     shared_mem: u32,

@@ -12,6 +12,7 @@ mod fabric_memory;
 mod fabric_ring;
 mod graphs;
 mod ipc;
+mod launcher;
 mod launches;
 mod memory;
 mod modules;

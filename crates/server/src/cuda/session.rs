@@ -134,6 +134,13 @@ pub(crate) struct CudaSession {
     pub(super) params: Vec<u8>,
     /// The first error of a fire-and-forget request since the last synchronizing reply.
     pub(super) deferred: Option<Status>,
+    /// The thread posted launches are issued on (launcher.rs), from the first launch, where
+    /// polling is on; `launcher_tried`: whether it was started (or found off).
+    pub(super) launcher: Option<super::launcher::Launcher>,
+    launcher_tried: bool,
+    /// Stream captures begun and not ended: while one is, launches stay on the session thread
+    /// (the capture's thread).
+    pub(super) captures: u32,
     /// The first failure of the fabric's background pulls (peers.rs), reported like a
     /// deferred error.
     pub(super) fabric_failure: Arc<std::sync::Mutex<Option<Status>>>,
@@ -183,6 +190,9 @@ impl CudaSession {
             staging: Staging::default(),
             params: Vec::new(),
             deferred: None,
+            launcher: None,
+            launcher_tried: false,
+            captures: 0,
             fabric_failure: Arc::default(),
             nccl: Default::default(),
         }
@@ -240,6 +250,10 @@ impl CudaSession {
     /// Destroys every context the session made (which frees everything in them). Returns how
     /// many objects the client had left.
     pub fn close(&mut self) -> usize {
+        // Every launch handed over is issued, and the launch thread gone, before anything
+        // goes.
+        self.drain_launches();
+        self.launcher = None;
         self.nccl.abort_all();
         self.unregister_host_memory(None);
         let driver = &self.backend.driver;
@@ -319,6 +333,23 @@ impl CudaSession {
         self.primary.clear();
         self.current = null_mut();
         count
+    }
+
+    /// The launch thread, where posted launches go now (started at the first launch).
+    pub(super) fn launcher(&mut self) -> Option<&mut super::launcher::Launcher> {
+        if !self.launcher_tried {
+            self.launcher_tried = true;
+            self.launcher = super::launcher::Launcher::start(self.backend.clone());
+        }
+        self.launcher.as_mut().filter(|_| self.captures == 0)
+    }
+
+    /// Waits until every launch handed to the launch thread is issued (before anything else
+    /// is served: the program's order); their first failure becomes a deferred error.
+    pub(crate) fn drain_launches(&mut self) {
+        if let Some(status) = self.launcher.as_mut().and_then(|l| l.drain()) {
+            self.defer("cuLaunchKernel", status);
+        }
     }
 
     pub(super) fn defer(&mut self, what: &str, status: Status) {
@@ -584,7 +615,7 @@ impl Session {
         let mut cuda = self
             .cuda
             .take()
-            .unwrap_or_else(|| CudaSession::new(backend, self.usage.clone()));
+            .unwrap_or_else(|| Box::new(CudaSession::new(backend, self.usage.clone())));
         let mut served = Served {
             session: self,
             cuda: &mut cuda,
