@@ -372,6 +372,11 @@ impl Session {
             if let Some(watch) = &self.watch {
                 watch.waiting();
             }
+            if !self.reader.has_buffered() {
+                if let Some(cuda) = self.cuda.as_mut() {
+                    cuda.wake_launcher();
+                }
+            }
             let frame = self.reader.read_frame();
             if let Some(watch) = &self.watch {
                 if watch.fired() {

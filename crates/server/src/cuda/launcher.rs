@@ -6,7 +6,10 @@
 //! it over; the launch thread does nothing but call the driver, so the two overlap. Order is
 //! kept by draining: before the session serves any request other than a launch, every launch
 //! handed over has been issued (`Launcher::drain`). The two threads hand over by polling
-//! (crate rgpu-transport's `spin`), so the launcher is only used where polling is on.
+//! (crate rgpu-transport's `spin`), so the launcher is only used where polling is on (and not
+//! with `RGPU_LAUNCH_THREAD=off` in the server's environment). A launch with nothing behind it
+//! (one the program is about to wait for) is issued on the session thread when the launch
+//! thread has nothing left: handing it over would only add a hand-over to the wait.
 
 use std::collections::VecDeque;
 use std::ffi::c_void;
@@ -17,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use rgpu_cuda_api::cu_call;
 use rgpu_cuda_api::launch_param;
-use rgpu_cuda_api::native::{Status, SUCCESS};
+use rgpu_cuda_api::native::{Driver, Status, SUCCESS};
 use rgpu_cuda_api::sys::*;
 
 use super::Backend;
@@ -74,8 +77,14 @@ impl Shared {
     }
 }
 
+/// Launches waiting for a sleeping launch thread that wake it at once; fewer wait for the
+/// session thread to run out of requests to read (`wake_if_owed`) or to drain them itself.
+const WAKE_AT: usize = 4;
+
 pub(super) struct Launcher {
     shared: Arc<Shared>,
+    /// Launches wait for a sleeping launch thread that was not woken yet.
+    wake_owed: bool,
     /// Returns how many launches it issued, in how many batches.
     thread: Option<std::thread::JoinHandle<(u64, u64)>>,
     handed: u64,
@@ -85,7 +94,8 @@ impl Launcher {
     /// A launch thread for a session, where polling is on (else launches stay on the session
     /// thread).
     pub(super) fn start(backend: Arc<Backend>) -> Option<Launcher> {
-        if rgpu_transport::spin::spin_time().is_zero() {
+        let off = std::env::var("RGPU_LAUNCH_THREAD").is_ok_and(|v| v == "0" || v == "off");
+        if off || rgpu_transport::spin::spin_time().is_zero() {
             return None;
         }
         let shared = Arc::new(Shared {
@@ -105,6 +115,7 @@ impl Launcher {
                 shared,
                 thread: Some(thread),
                 handed: 0,
+                wake_owed: false,
             }),
             Err(e) => {
                 log::warn!("no launch thread ({e}); launching in turn");
@@ -141,8 +152,26 @@ impl Launcher {
         });
         self.handed += 1;
         self.shared.handed.store(self.handed, Ordering::Release);
+        // A wake-up costs this thread a system call and the launch thread a scheduling delay:
+        // a few launches that a request right behind them drains are issued here instead.
         if state.launcher_sleeping {
-            self.shared.work.notify_one();
+            if state.batch.launches.len() >= WAKE_AT {
+                self.shared.work.notify_one();
+                self.wake_owed = false;
+            } else {
+                self.wake_owed = true;
+            }
+        }
+    }
+
+    /// Wakes the launch thread for launches left waiting (the session thread is about to wait
+    /// for the client).
+    pub(super) fn wake_if_owed(&mut self) {
+        if std::mem::take(&mut self.wake_owed) {
+            let state = self.shared.lock();
+            if state.launcher_sleeping && !state.batch.launches.is_empty() {
+                self.shared.work.notify_one();
+            }
         }
     }
 
@@ -152,12 +181,31 @@ impl Launcher {
             && !self.shared.failed.load(Ordering::Acquire)
     }
 
-    /// Waits until every launch handed over has been issued; the first failure among them
-    /// since the last drain, if any.
-    pub(super) fn drain(&mut self) -> Option<Status> {
+    /// Waits until every launch handed over has been issued, issuing here (on the session
+    /// thread, whose context is `current`) those a sleeping launch thread has not taken; the
+    /// first failure among them since the last drain, if any.
+    pub(super) fn drain(&mut self, driver: &Driver, current: CUcontext) -> Option<Status> {
         let issued = || self.shared.issued.load(Ordering::Acquire);
         if issued() == self.handed && !self.shared.failed.load(Ordering::Acquire) {
             return None;
+        }
+        self.wake_owed = false;
+        let mut stolen_failure = None;
+        {
+            let mut state = self.shared.lock();
+            // Asleep, it holds nothing: every batch it took is issued.
+            if state.launcher_sleeping && !state.batch.launches.is_empty() {
+                let mut batch = std::mem::take(&mut state.batch);
+                self.handed -= batch.launches.len() as u64;
+                self.shared.handed.store(self.handed, Ordering::Release);
+                drop(state);
+                let mut here = current;
+                stolen_failure = issue_all(driver, &mut batch, &mut here);
+                if here != current {
+                    // SAFETY: the session thread's own context, as it was.
+                    unsafe { cu_call!(driver, cuCtxSetCurrent(current)) };
+                }
+            }
         }
         let spin = rgpu_transport::spin::spin_time();
         let start = Instant::now();
@@ -178,7 +226,8 @@ impl Launcher {
         }
         state.drainer_sleeping = false;
         self.shared.failed.store(false, Ordering::Release);
-        state.failure.take()
+        // The launch thread's launches came before the stolen ones.
+        state.failure.take().or(stolen_failure)
     }
 }
 
@@ -220,26 +269,8 @@ fn launch_loop(shared: &Shared, backend: &Backend) -> (u64, u64) {
             std::mem::swap(&mut state.batch, &mut taken);
         }
         batches += 1;
-        let mut failure = None;
-        for launch in taken.launches.drain(..) {
-            if launch.context != current {
-                // SAFETY: a live context of the session (see `Batch`).
-                let status = unsafe { cu_call!(driver, cuCtxSetCurrent(launch.context)) };
-                if status != SUCCESS {
-                    failure.get_or_insert(status);
-                    issued += 1;
-                    continue;
-                }
-                current = launch.context;
-            }
-            let status = issue(driver, launch, &mut taken.params);
-            if status != SUCCESS {
-                log::debug!("cuLaunchKernel failed: CUDA error {status}; deferred");
-                failure.get_or_insert(status);
-            }
-            issued += 1;
-        }
-        taken.params.clear();
+        issued += taken.launches.len() as u64;
+        let failure = issue_all(driver, &mut taken, &mut current);
         // The failure is in place before the count says these launches are issued.
         let mut state = shared.lock();
         if let Some(status) = failure {
@@ -253,7 +284,31 @@ fn launch_loop(shared: &Shared, backend: &Backend) -> (u64, u64) {
     }
 }
 
-fn issue(driver: &rgpu_cuda_api::native::Driver, launch: Launch, params: &mut [u8]) -> Status {
+/// Issues a batch's launches in order, entering each one's context (`current`: the calling
+/// thread's); the first failure. Leaves the batch empty.
+fn issue_all(driver: &Driver, batch: &mut Batch, current: &mut CUcontext) -> Option<Status> {
+    let mut failure = None;
+    for launch in batch.launches.drain(..) {
+        if launch.context != *current {
+            // SAFETY: a live context of the session (see `Batch`).
+            let status = unsafe { cu_call!(driver, cuCtxSetCurrent(launch.context)) };
+            if status != SUCCESS {
+                failure.get_or_insert(status);
+                continue;
+            }
+            *current = launch.context;
+        }
+        let status = issue(driver, launch, &mut batch.params);
+        if status != SUCCESS {
+            log::debug!("cuLaunchKernel failed: CUDA error {status}; deferred");
+            failure.get_or_insert(status);
+        }
+    }
+    batch.params.clear();
+    failure
+}
+
+fn issue(driver: &Driver, launch: Launch, params: &mut [u8]) -> Status {
     let Launch {
         function,
         stream,

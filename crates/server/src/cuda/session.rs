@@ -347,8 +347,22 @@ impl CudaSession {
     /// Waits until every launch handed to the launch thread is issued (before anything else
     /// is served: the program's order); their first failure becomes a deferred error.
     pub(crate) fn drain_launches(&mut self) {
-        if let Some(status) = self.launcher.as_mut().and_then(|l| l.drain()) {
+        let driver = &self.backend.driver;
+        let current = self.current;
+        if let Some(status) = self
+            .launcher
+            .as_mut()
+            .and_then(|l| l.drain(driver, current))
+        {
             self.defer("cuLaunchKernel", status);
+        }
+    }
+
+    /// Before the session thread waits for the client: launches left for a sleeping launch
+    /// thread get it woken.
+    pub(crate) fn wake_launcher(&mut self) {
+        if let Some(launcher) = self.launcher.as_mut() {
+            launcher.wake_if_owed();
         }
     }
 
