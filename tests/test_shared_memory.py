@@ -62,3 +62,37 @@ def test_tcp_clients_use_the_socket(c_program, server, tmp_path):
     r, counters = run_traced(c_program("buffers"), server, tmp_path)
     h.assert_pass(r, "buffers", server)
     assert counters["shared_received"] == 0 and counters["shared_sent"] == 0, counters
+
+
+def map_traffic(prog, server, tmp_path):
+    """Runs the alloc_host program traced; the bytes its clCreateBuffer, map and unmap calls
+    moved, and the server's counters."""
+    pattern = tmp_path / "trace.%p.jsonl"
+    r = h.run_rgpu(prog, [server], RGPU_TRACE=str(pattern))
+    h.assert_pass(r, "alloc_host", server)
+    traces = list(tmp_path.glob("trace.*.jsonl"))
+    assert len(traces) == 1, traces
+    _, records, sessions = h.read_trace(traces[0])
+    traces[0].unlink()
+    moved = {}
+    for rec in records:
+        if rec["call"] in ("clCreateBuffer", "clEnqueueMapBuffer", "clEnqueueUnmapMemObject"):
+            moved[rec["call"]] = moved.get(rec["call"], 0) + rec["bytes_out"] + rec["bytes_in"]
+    return moved, sessions[0]["counters"]
+
+
+def test_alloc_host_ptr_buffers_are_shared_memory(c_program, start_server, server, tmp_path):
+    """CL_MEM_ALLOC_HOST_PTR buffers of a client on the server's host lie in memory shared
+    with the server: created, mapped, written, computed on and read back with no data moving
+    for the creation (with its initial contents), the maps or the unmaps. Over TCP the same
+    program moves their bytes."""
+    prog = c_program("alloc_host")
+    h.assert_pass(h.run_native(prog), "alloc_host")
+    moved, counters = map_traffic(prog, start_server(unix=True), tmp_path)
+    assert moved == {"clCreateBuffer": 0, "clEnqueueMapBuffer": 0,
+                     "clEnqueueUnmapMemObject": 0}, moved
+    # Only the explicit 16 MiB read came back.
+    assert counters["bulk_sent"] < 20 * MIB, counters
+    moved, _ = map_traffic(prog, server, tmp_path)
+    assert moved["clEnqueueMapBuffer"] >= 32 * MIB, moved
+    assert moved["clEnqueueUnmapMemObject"] >= 16 * MIB, moved

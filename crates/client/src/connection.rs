@@ -648,6 +648,23 @@ impl Connection {
         self.send_span(msg, seq, rgpu_protocol::IN_SEGMENT, span, false)
     }
 
+    /// Sends a request whose bulk lies in shared host memory as the span it names (the server
+    /// takes the bytes, or the memory itself, in place) and waits for its reply; bulk elsewhere
+    /// goes as [`Connection::call`] sends it.
+    pub fn call_in_place(&self, msg: &ClientMsg, bulk: &[u8]) -> Result<ServerMsg, ClientError> {
+        let Some(span) = self.span_of(bulk.as_ptr(), bulk.len()) else {
+            return self.call(msg, bulk);
+        };
+        self.shared.check()?;
+        crate::trace::sent(0);
+        let (seq, slot) = self.expect_reply();
+        if let Err(e) = self.send_span(msg, seq, rgpu_protocol::IN_SEGMENT, span, true) {
+            self.shared.pending.lock().unwrap().remove(&seq);
+            return Err(e);
+        }
+        self.wait(seq, &slot)
+    }
+
     /// Starts a read whose data the server may put in place when `sink` lies in shared host
     /// memory (an asynchronous copy into page-locked memory); otherwise as
     /// [`Connection::start_read`] does.

@@ -191,6 +191,10 @@ pub struct Mem {
     pub flags: cl_mem_flags,
     pub size: usize,
     pub host_ptr: usize,
+    /// Where the buffer's memory lies in host memory shared with its server (an
+    /// `ALLOC_HOST_PTR` buffer of a client on the server's host; a sub-buffer's, inside its
+    /// parent's), else 0: maps return it and only synchronize it with the device.
+    pub shared_host: usize,
     pub properties: Vec<cl_mem_properties>,
     pub kind: MemKind,
     /// Live mappings by host address (one address may be mapped more than once).
@@ -218,6 +222,11 @@ impl ClObject for Mem {
     const INVALID: cl_int = CL_INVALID_MEM_OBJECT;
     fn on_last_release(&self, handle: *mut c_void) {
         release_remote(&self.conn, ObjKind::Mem, self.id);
+        if self.shared_host != 0 && matches!(self.kind, MemKind::Buffer { parent: None }) {
+            // After the release: the server keeps its own mapping until its implementation
+            // is done with the buffer.
+            self.conn.unshare_host_memory(self.shared_host as *mut u8);
+        }
         self.residence.release();
         run_destructors(&self.destructors, handle);
     }

@@ -315,6 +315,16 @@ pub enum Command {
         objects: Vec<Id>,
         flags: u64,
     },
+    /// For a buffer made in the client's shared host memory (a `CL_MEM_ALLOC_HOST_PTR` buffer
+    /// of a client on the server's host): makes that memory and the device agree on the range,
+    /// the device's contents copied to it (a map for reading) or its contents to the device
+    /// (`to_device`: an unmap after writing). No data crosses the connection.
+    SyncHostMemory {
+        buffer: Id,
+        offset: u64,
+        size: u64,
+        to_device: bool,
+    },
 }
 
 /// The geometry of a rectangular buffer transfer (device side).
@@ -520,6 +530,7 @@ sample_enum!(Command {
     MarkerWithWaitList,
     BarrierWithWaitList,
     MigrateMemObjects { objects, flags },
+    SyncHostMemory { buffer, offset, size, to_device },
 });
 sample_enum!(KernelArg { Bytes(bytes), Mem(mem), Sampler(sampler), Local(size) });
 sample_enum!(ArgKind { Unknown, MemObject, Sampler, Local, Value { size } });

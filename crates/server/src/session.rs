@@ -553,6 +553,11 @@ impl Session {
             .map(|(segment, at, _)| (segment, at))
     }
 
+    /// A shared segment, to keep it mapped beyond the client's use of its name.
+    pub(crate) fn segment_region(&self, name: u64) -> Option<Arc<SharedRegion>> {
+        self.segments.get(&name).cloned()
+    }
+
     /// A shared segment's mapping here (base, length), for a device to register.
     pub(crate) fn segment(&self, name: u64) -> Option<(*mut u8, usize)> {
         self.segments.get(&name).map(|r| (r.base(), r.len()))

@@ -887,6 +887,9 @@ pub unsafe extern "C" fn clEnqueueMapBuffer(
             let mem = buffer_of_queue(&sub.queue, buffer)?;
             check_map_flags(map_flags)?;
             check_range(&mem, offset, size)?;
+            if mem.shared_host != 0 {
+                return map_shared(sub, event, &mem, blocking_map != 0, map_flags, offset, size);
+            }
             let (ptr, owned) = if mem.host_ptr != 0 {
                 ((mem.host_ptr + offset) as *mut u8, None)
             } else {
@@ -931,6 +934,59 @@ pub unsafe extern "C" fn clEnqueueMapBuffer(
         // SAFETY: the application's errcode pointer.
         unsafe { crate::util::creation(result, errcode_ret) }
     })
+}
+
+/// Maps a buffer whose memory is shared with its server (`Mem::shared_host`): the mapping is
+/// that memory, brought up to date by the server (unless the map invalidates the range).
+fn map_shared(
+    sub: Submission,
+    event: *mut cl_event,
+    mem: &Ref<Mem>,
+    blocking: bool,
+    map_flags: cl_map_flags,
+    offset: usize,
+    size: usize,
+) -> Result<*mut c_void, cl_int> {
+    let ptr = mem.shared_host + offset;
+    let command = match map_reads(map_flags) {
+        true => Command::SyncHostMemory {
+            buffer: mem_on(mem, &sub.queue, Access::ReadWrite)?,
+            offset: offset as u64,
+            size: size as u64,
+            to_device: false,
+        },
+        false => Command::MarkerWithWaitList,
+    };
+    // A blocking map waits for the command's event, one of its own if the program asked none.
+    let mut own_event: cl_event = std::ptr::null_mut();
+    let event_out = match (blocking, event.is_null()) {
+        (true, true) => &mut own_event as *mut cl_event,
+        _ => event,
+    };
+    post(sub, event_out, CL_COMMAND_MAP_BUFFER, command, &[])?;
+    if blocking {
+        // SAFETY: `event_out` was just filled in by `post`.
+        let made = unsafe { *event_out };
+        let waited = event_from(made).and_then(|e| crate::api::event::wait_for(&[e]));
+        if !own_event.is_null() {
+            handle::release::<crate::objects::Event>(own_event);
+        }
+        match waited {
+            Ok(true) => {}
+            Ok(false) => return Err(CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST),
+            Err(status) => return Err(status),
+        }
+    }
+    let mapping = Mapping {
+        flags: map_flags,
+        origin: [offset, 0, 0],
+        region: [size, 1, 1],
+        owned: None,
+        row_pitch: 0,
+        slice_pitch: 0,
+    };
+    mem.maps.lock().unwrap().push((ptr, mapping));
+    Ok(ptr as *mut c_void)
 }
 
 pub unsafe extern "C" fn clEnqueueMapImage(
@@ -1065,6 +1121,16 @@ pub unsafe extern "C" fn clEnqueueUnmapMemObject(
                 Command::MarkerWithWaitList,
                 &[],
             );
+        }
+        if mem.shared_host != 0 {
+            // The server's buffer is this memory: it only brings the device up to date.
+            let command = Command::SyncHostMemory {
+                buffer: mem_on(&mem, &sub.queue, Access::Read)?,
+                offset: mapping.origin[0] as u64,
+                size: mapping.region[0] as u64,
+                to_device: true,
+            };
+            return post(sub, event, CL_COMMAND_UNMAP_MEM_OBJECT, command, &[]);
         }
         // The data leaves the mapped memory before this returns, so it can be freed after.
         match mem.image() {

@@ -377,6 +377,7 @@ fn create_image(
         flags: own_flags,
         size,
         host_ptr: own_host_ptr,
+        shared_host: 0,
         properties,
         kind: MemKind::Image(ImageInfo {
             format,

@@ -4,7 +4,9 @@ use std::ffi::c_void;
 use std::sync::{Arc, Mutex};
 
 use opencl_sys::*;
-use rgpu_client::OpenClClient;
+use rgpu_client::{Connection, OpenClClient};
+use rgpu_protocol::opencl::{ClReply, ClRequest, Id};
+use rgpu_protocol::{ClientMsg, ServerMsg};
 
 use crate::api::context::context_from;
 use crate::handle::{self, Ref};
@@ -86,22 +88,35 @@ fn create_buffer(
     };
     let conn = Arc::clone(&context.conn);
     let id = conn.new_id();
-    conn.opencl()
-        .create_buffer(
-            id,
-            context.id,
-            wire_flags,
-            size as u64,
-            properties.clone(),
-            initial,
-        )
-        .outcome()?;
+    // Small buffers are not worth a mapping of their own and a round trip more.
+    let in_place = flags & CL_MEM_ALLOC_HOST_PTR != 0
+        && size as u64 >= rgpu_protocol::RING_MIN
+        && context.spanning.is_none();
+    let shared_host = match in_place {
+        true => {
+            create_in_shared_memory(&conn, id, &context, wire_flags, size, &properties, initial)
+        }
+        false => None,
+    };
+    if shared_host.is_none() {
+        conn.opencl()
+            .create_buffer(
+                id,
+                context.id,
+                wire_flags,
+                size as u64,
+                properties.clone(),
+                initial,
+            )
+            .outcome()?;
+    }
     let mem = handle::create(Mem {
         conn,
         id,
         context,
         flags: if flags == 0 { CL_MEM_READ_WRITE } else { flags },
         size,
+        shared_host: shared_host.map_or(0, |base| base as usize),
         host_ptr: if flags & CL_MEM_USE_HOST_PTR != 0 {
             host_ptr as usize
         } else {
@@ -114,6 +129,46 @@ fn create_buffer(
         residence: Default::default(),
     });
     Ok(handle::raw(&mem))
+}
+
+/// An `ALLOC_HOST_PTR` buffer whose memory is host memory shared with the server, where the
+/// connection has shared memory (the server is on this host): the server makes its buffer in
+/// that memory, so maps and unmaps move no data (on a CPU device, the buffer is that memory).
+/// The buffer's address here, or `None` (no shared memory, or it failed): then the buffer is
+/// made as any other.
+fn create_in_shared_memory(
+    conn: &Connection,
+    id: Id,
+    context: &Context,
+    wire_flags: cl_mem_flags,
+    size: usize,
+    properties: &[cl_mem_properties],
+    initial: &[u8],
+) -> Option<*mut u8> {
+    if !properties.is_empty() {
+        return None;
+    }
+    let base = conn.share_host_memory(size)?;
+    // SAFETY: a new mapping of at least `size` bytes, this buffer's alone.
+    let memory = unsafe { std::slice::from_raw_parts_mut(base, size) };
+    if !initial.is_empty() {
+        memory.copy_from_slice(&initial[..size]);
+    }
+    let request = ClientMsg::Cl(ClRequest::CreateBuffer {
+        id,
+        context: context.id,
+        flags: (wire_flags & !CL_MEM_COPY_HOST_PTR) | CL_MEM_ALLOC_HOST_PTR,
+        size: size as u64,
+        properties: Vec::new(),
+    });
+    match conn.call_in_place(&request, memory) {
+        Ok(ServerMsg::Cl(ClReply::CreateBuffer(Ok(())))) => Some(base),
+        outcome => {
+            log::debug!("ALLOC_HOST_PTR buffer in shared memory refused ({outcome:?}); copied");
+            conn.unshare_host_memory(base);
+            None
+        }
+    }
 }
 
 pub unsafe extern "C" fn clCreateBuffer(
@@ -223,6 +278,10 @@ pub unsafe extern "C" fn clCreateSubBuffer(
             } else {
                 0
             };
+            let shared_host = match parent.shared_host {
+                0 => 0,
+                base => base + region.origin,
+            };
             let mem = handle::create(Mem {
                 conn,
                 id,
@@ -230,6 +289,7 @@ pub unsafe extern "C" fn clCreateSubBuffer(
                 flags: own_flags,
                 size: region.size,
                 host_ptr,
+                shared_host,
                 properties: Vec::new(),
                 kind: MemKind::Buffer {
                     parent: Some((parent.clone(), region.origin)),

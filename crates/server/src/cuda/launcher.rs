@@ -12,14 +12,12 @@
 //! thread has nothing left: handing it over would only add a hand-over to the wait.
 
 use std::collections::VecDeque;
-use std::ffi::c_void;
 use std::ptr::null_mut;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use rgpu_cuda_api::cu_call;
-use rgpu_cuda_api::launch_param;
 use rgpu_cuda_api::native::{Driver, Status, SUCCESS};
 use rgpu_cuda_api::sys::*;
 
@@ -319,42 +317,12 @@ fn issue(driver: &Driver, launch: Launch, params: &mut [u8]) -> Status {
         params: range,
         ..
     } = launch;
-    let mut size = range.len();
-    let mut extra = [
-        launch_param::BUFFER_POINTER as *mut c_void,
-        params[range].as_mut_ptr().cast(),
-        launch_param::BUFFER_SIZE as *mut c_void,
-        (&mut size as *mut usize).cast(),
-        launch_param::END as *mut c_void,
-    ];
-    if attributes.is_empty() {
-        // SAFETY: the session's live handles (see `Batch`) and local buffers; the driver
-        // checks addresses.
-        return unsafe {
-            cu_call!(
-                driver,
-                cuLaunchKernel(
-                    function,
-                    grid[0],
-                    grid[1],
-                    grid[2],
-                    block[0],
-                    block[1],
-                    block[2],
-                    shared_mem,
-                    stream,
-                    null_mut(),
-                    extra.as_mut_ptr()
-                )
-            )
-        };
-    }
-    let config = super::launches::launch_config(grid, block, shared_mem, stream, &mut attributes);
-    // SAFETY: as above.
-    unsafe {
-        cu_call!(
-            driver,
-            cuLaunchKernelEx(&config, function, null_mut(), extra.as_mut_ptr())
-        )
-    }
+    let config = (grid, block, shared_mem, stream);
+    super::launches::issue_launch(
+        driver,
+        function,
+        config,
+        &mut attributes,
+        &mut params[range],
+    )
 }

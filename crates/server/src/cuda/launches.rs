@@ -6,7 +6,7 @@ use std::ptr::null_mut;
 
 use rgpu_cuda_api::cu_call;
 use rgpu_cuda_api::launch_param;
-use rgpu_cuda_api::native::{check, Status, INVALID_VALUE};
+use rgpu_cuda_api::native::{check, Driver, Status, INVALID_VALUE};
 use rgpu_cuda_api::sys::*;
 use rgpu_protocol::cuda::{serve, Answer, Id, LaunchAttribute, OccupancyQuery};
 
@@ -102,47 +102,12 @@ impl CudaSession {
             (Ok(f), Ok(s)) => (f, s),
             (Err(e), _) | (_, Err(e)) => return e,
         };
-        let mut size = self.params.len();
-        let mut extra = [
-            launch_param::BUFFER_POINTER as *mut c_void,
-            self.params.as_mut_ptr().cast(),
-            launch_param::BUFFER_SIZE as *mut c_void,
-            (&mut size as *mut usize).cast(),
-            launch_param::END as *mut c_void,
-        ];
-        let driver = &self.backend.driver;
-        if attributes.is_empty() {
-            // SAFETY: this session's live handles and local buffers; the driver checks addresses.
-            return unsafe {
-                cu_call!(
-                    driver,
-                    cuLaunchKernel(
-                        function.raw,
-                        grid[0],
-                        grid[1],
-                        grid[2],
-                        block[0],
-                        block[1],
-                        block[2],
-                        shared_mem,
-                        stream,
-                        null_mut(),
-                        extra.as_mut_ptr()
-                    )
-                )
-            };
-        }
         let Some(mut attrs) = launch_attributes(attributes) else {
             return INVALID_VALUE;
         };
-        let config = launch_config(grid, block, shared_mem, stream, &mut attrs);
-        // SAFETY: this session's live handles and local buffers; the driver checks addresses.
-        unsafe {
-            cu_call!(
-                driver,
-                cuLaunchKernelEx(&config, function.raw, null_mut(), extra.as_mut_ptr())
-            )
-        }
+        let (driver, params) = (&self.backend.driver, &mut self.params);
+        let config = (grid, block, shared_mem, stream);
+        issue_launch(driver, function.raw, config, &mut attrs, params)
     }
 
     fn occupancy(&mut self, ctx: Id, query: &OccupancyQuery) -> Result<i64, Status> {
@@ -240,6 +205,54 @@ impl CudaSession {
                 Ok(clusters as i64)
             }
         }
+    }
+}
+
+/// Issues a launch of `function` with `(grid, block, shared memory, stream)`, its parameter
+/// buffer `params` (as the wire carries it) and its attributes (with none, `cuLaunchKernel`).
+pub(super) fn issue_launch(
+    driver: &Driver,
+    function: CUfunction,
+    (grid, block, shared_mem, stream): ([u32; 3], [u32; 3], u32, CUstream),
+    attrs: &mut [CUlaunchAttribute],
+    params: &mut [u8],
+) -> Status {
+    let mut size = params.len();
+    let mut extra = [
+        launch_param::BUFFER_POINTER as *mut c_void,
+        params.as_mut_ptr().cast(),
+        launch_param::BUFFER_SIZE as *mut c_void,
+        (&mut size as *mut usize).cast(),
+        launch_param::END as *mut c_void,
+    ];
+    if attrs.is_empty() {
+        // SAFETY: the session's live handles and local buffers; the driver checks addresses.
+        return unsafe {
+            cu_call!(
+                driver,
+                cuLaunchKernel(
+                    function,
+                    grid[0],
+                    grid[1],
+                    grid[2],
+                    block[0],
+                    block[1],
+                    block[2],
+                    shared_mem,
+                    stream,
+                    null_mut(),
+                    extra.as_mut_ptr()
+                )
+            )
+        };
+    }
+    let config = launch_config(grid, block, shared_mem, stream, attrs);
+    // SAFETY: as above.
+    unsafe {
+        cu_call!(
+            driver,
+            cuLaunchKernelEx(&config, function, null_mut(), extra.as_mut_ptr())
+        )
     }
 }
 

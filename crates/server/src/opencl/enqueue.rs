@@ -742,6 +742,15 @@ impl Session {
                     objects.iter().map(|&id| mem(id)).collect::<ClResult<_>>()?;
                 q.migrate(&objects, flags, &wait)?
             }
+            Command::SyncHostMemory {
+                buffer,
+                offset,
+                size,
+                to_device,
+            } => {
+                let (offset, size) = (host_size(offset)?, host_size(size)?);
+                q.sync_host_memory(mem(buffer)?, offset, size, to_device, &wait)?
+            }
         };
         if event != 0 {
             self.cl.keep_command_event(event, native)?;

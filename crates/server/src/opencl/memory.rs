@@ -17,6 +17,11 @@ impl serve::Memory for Session {
         properties: Vec<u64>,
         bulk_len: u64,
     ) -> Result<Answer<()>, End> {
+        if flags & sys::CL_MEM_ALLOC_HOST_PTR != 0 && bulk_len == size {
+            if let Some(in_place) = self.bulk_in_place(size) {
+                return Ok(self.create_buffer_in_segment(id, context, flags, size, in_place));
+            }
+        }
         let host = match self.receive_initial_contents(bulk_len, usize::try_from(size).ok())? {
             Ok(host) => host,
             Err(status) => return Ok(Err(status)),
@@ -207,6 +212,40 @@ impl serve::Memory for Session {
 impl Session {
     /// Receives a creation's initial contents (`bulk_len` bytes, which must be `expected`)
     /// into memory. `Ok(Err(status))` when they cannot be taken (the bytes are skipped).
+    /// A `CL_MEM_ALLOC_HOST_PTR` buffer of a client on this host, whose memory is the client's
+    /// shared segment (`in_place`: its name and the buffer's address in it): the client's maps
+    /// and unmaps only synchronize it (`Command::SyncHostMemory`), no data crosses the
+    /// connection, and on a CPU device the buffer is that memory itself.
+    fn create_buffer_in_segment(
+        &mut self,
+        id: Id,
+        context: Id,
+        flags: u64,
+        size: u64,
+        (segment, at): (u64, *const u8),
+    ) -> Answer<()> {
+        self.cl.handles.mems.check_free(id)?;
+        let region = self
+            .segment_region(segment)
+            .ok_or(sys::CL_INVALID_HOST_PTR)?;
+        let context = self.cl.handles.contexts.get(context)?;
+        self.cl.handles.charge_memory(size)?;
+        let made = context
+            .create_buffer_in(flags, host_size(size)?, at.cast_mut())
+            // The segment stays mapped here until the implementation is done with the buffer,
+            // whenever the client lets go of it.
+            .and_then(|mem| mem.keep_until_destroyed(Box::new(region)).map(|()| mem));
+        let mem = made.inspect_err(|_| self.cl.handles.usage.refund_memory(size))?;
+        self.cl.handles.mems.insert(
+            id,
+            MemEntry {
+                mem,
+                derived: false,
+                charged: size,
+            },
+        )
+    }
+
     fn receive_initial_contents(
         &mut self,
         bulk_len: u64,

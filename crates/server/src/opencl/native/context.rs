@@ -96,6 +96,25 @@ impl Context {
         Mem::adopt(&self.lib, raw, status)
     }
 
+    /// A buffer whose memory is `size` bytes at `host`, which the caller keeps mapped until
+    /// the buffer is destroyed (CL_MEM_USE_HOST_PTR: on a CPU device the buffer is that
+    /// memory; a GPU's implementation copies at maps and unmaps). `flags` may say
+    /// CL_MEM_ALLOC_HOST_PTR, which this replaces.
+    pub fn create_buffer_in(&self, flags: u64, size: usize, host: *mut u8) -> ClResult<Mem> {
+        let flags = (flags & !(sys::CL_MEM_ALLOC_HOST_PTR | sys::CL_MEM_COPY_HOST_PTR))
+            | sys::CL_MEM_USE_HOST_PTR;
+        let mut status = sys::CL_SUCCESS;
+        // SAFETY: live context; `host` is `size` bytes the caller keeps mapped for the
+        // buffer's life (see above).
+        let raw = unsafe {
+            cl_call!(
+                self.lib,
+                clCreateBuffer(self.raw, flags, size, host.cast(), &mut status)
+            )
+        };
+        Mem::adopt(&self.lib, raw, status)
+    }
+
     /// An image; `host`, tightly packed, is copied in with CL_MEM_COPY_HOST_PTR.
     pub fn create_image(
         &self,

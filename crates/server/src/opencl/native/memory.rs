@@ -52,6 +52,35 @@ impl Mem {
     }
 }
 
+/// Something kept alive until a memory object is destroyed.
+type Keep = Box<dyn std::any::Any + Send>;
+
+extern "C" fn drop_kept(_mem: cl_mem, user_data: *mut c_void) {
+    // SAFETY: `user_data` is the `Box<Keep>` leaked by `Mem::keep_until_destroyed`, passed
+    // back once, when the object is destroyed.
+    drop(unsafe { Box::from_raw(user_data.cast::<Keep>()) });
+}
+
+impl Mem {
+    /// Keeps `kept` until the implementation destroys the object (after its last release and
+    /// every command that uses it), e.g. the host memory a USE_HOST_PTR buffer lies in.
+    pub fn keep_until_destroyed(&self, kept: Keep) -> ClResult<()> {
+        let user_data = Box::into_raw(Box::new(kept));
+        // SAFETY: live object; the callback takes back the box, once.
+        let status = unsafe {
+            cl_call!(
+                self.lib,
+                clSetMemObjectDestructorCallback(self.raw, Some(drop_kept), user_data.cast())
+            )
+        };
+        if status != sys::CL_SUCCESS {
+            // SAFETY: not handed over: the callback was not set.
+            drop(unsafe { Box::from_raw(user_data) });
+        }
+        check(status)
+    }
+}
+
 impl Sampler {
     info_query! {
         info => clGetSamplerInfo

@@ -679,19 +679,42 @@ impl Queue {
         })
     }
 
-    /// Maps `len` bytes of `buffer` at `offset` (for writing the whole range when `write`,
-    /// which spares the implementation reading it first; else for reading) once the commands
-    /// before it and `wait` are done, and waits until the mapping is there. On a CPU device the
-    /// mapping is the buffer's own memory, so data received into it or sent from it is never
-    /// copied.
-    pub fn map_buffer(
+    /// For a USE_HOST_PTR buffer: makes its host memory and the device agree on `len` bytes at
+    /// `offset` once the commands before it and `wait` are done: the device's contents copied
+    /// to the host memory, or (`to_device`) the host memory's to the device. A map and its
+    /// unmap, neither waited for here; the unmap's event is the command's.
+    pub fn sync_host_memory(
+        &self,
+        buffer: &Mem,
+        offset: usize,
+        len: usize,
+        to_device: bool,
+        wait: &[&Event],
+    ) -> ClResult<Event> {
+        let (ptr, mapped) = self.enqueue_map(buffer, to_device, offset, len, wait)?;
+        let mut event = null_mut();
+        // SAFETY: `ptr` was just returned by clEnqueueMapBuffer of `buffer`; the unmap waits
+        // for the map (an out-of-order queue would not order them).
+        let status = unsafe {
+            cl_call!(
+                self.lib,
+                clEnqueueUnmapMemObject(self.raw, buffer.raw, ptr, 1, &mapped.raw, &mut event)
+            )
+        };
+        self.new_event(event, status)
+    }
+
+    /// Enqueues a map of `len` bytes of `buffer` at `offset`, after the commands before it and
+    /// `wait`: for writing the whole range when `write` (which spares the implementation
+    /// reading it first), else for reading. Its address and event; not waited for.
+    fn enqueue_map(
         &self,
         buffer: &Mem,
         write: bool,
         offset: usize,
         len: usize,
         wait: &[&Event],
-    ) -> ClResult<Mapping> {
+    ) -> ClResult<(*mut c_void, Event)> {
         let flags = if write {
             sys::CL_MAP_WRITE_INVALIDATE_REGION
         } else {
@@ -722,6 +745,23 @@ impl Queue {
         if ptr.is_null() {
             return Err(sys::CL_MAP_FAILURE);
         }
+        Ok((ptr, event))
+    }
+
+    /// Maps `len` bytes of `buffer` at `offset` (for writing the whole range when `write`,
+    /// which spares the implementation reading it first; else for reading) once the commands
+    /// before it and `wait` are done, and waits until the mapping is there. On a CPU device the
+    /// mapping is the buffer's own memory, so data received into it or sent from it is never
+    /// copied.
+    pub fn map_buffer(
+        &self,
+        buffer: &Mem,
+        write: bool,
+        offset: usize,
+        len: usize,
+        wait: &[&Event],
+    ) -> ClResult<Mapping> {
+        let (ptr, event) = self.enqueue_map(buffer, write, offset, len, wait)?;
         let mapping = Mapping {
             queue: self.clone(),
             mem: buffer.clone(),
