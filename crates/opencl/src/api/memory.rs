@@ -91,11 +91,10 @@ fn create_buffer(
     // Small buffers are not worth a mapping of their own and a round trip more.
     let in_place = flags & CL_MEM_ALLOC_HOST_PTR != 0
         && size as u64 >= rgpu_protocol::RING_MIN
+        && properties.is_empty()
         && context.spanning.is_none();
     let shared_host = match in_place {
-        true => {
-            create_in_shared_memory(&conn, id, &context, wire_flags, size, &properties, initial)
-        }
+        true => create_in_shared_memory(&conn, id, &context, wire_flags, size, initial),
         false => None,
     };
     if shared_host.is_none() {
@@ -142,12 +141,8 @@ fn create_in_shared_memory(
     context: &Context,
     wire_flags: cl_mem_flags,
     size: usize,
-    properties: &[cl_mem_properties],
     initial: &[u8],
 ) -> Option<*mut u8> {
-    if !properties.is_empty() {
-        return None;
-    }
     let base = conn.share_host_memory(size)?;
     // SAFETY: a new mapping of at least `size` bytes, this buffer's alone.
     let memory = unsafe { std::slice::from_raw_parts_mut(base, size) };
@@ -273,15 +268,9 @@ pub unsafe extern "C" fn clCreateSubBuffer(
                     region.size as u64,
                 )
                 .outcome()?;
-            let host_ptr = if parent.host_ptr != 0 {
-                parent.host_ptr + region.origin
-            } else {
-                0
-            };
-            let shared_host = match parent.shared_host {
-                0 => 0,
-                base => base + region.origin,
-            };
+            // The parent's host memory (0: none), at the sub-buffer's origin.
+            let inside = |base: usize| if base == 0 { 0 } else { base + region.origin };
+            let (host_ptr, shared_host) = (inside(parent.host_ptr), inside(parent.shared_host));
             let mem = handle::create(Mem {
                 conn,
                 id,

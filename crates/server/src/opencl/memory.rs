@@ -210,8 +210,6 @@ impl serve::Memory for Session {
 }
 
 impl Session {
-    /// Receives a creation's initial contents (`bulk_len` bytes, which must be `expected`)
-    /// into memory. `Ok(Err(status))` when they cannot be taken (the bytes are skipped).
     /// A `CL_MEM_ALLOC_HOST_PTR` buffer of a client on this host, whose memory is the client's
     /// shared segment (`in_place`: its name and the buffer's address in it): the client's maps
     /// and unmaps only synchronize it (`Command::SyncHostMemory`), no data crosses the
@@ -246,6 +244,8 @@ impl Session {
         )
     }
 
+    /// Receives a creation's initial contents (`bulk_len` bytes, which must be `expected`)
+    /// into memory. `Ok(Err(status))` when they cannot be taken (the bytes are skipped).
     fn receive_initial_contents(
         &mut self,
         bulk_len: u64,
