@@ -465,7 +465,8 @@ impl Connection {
 
     /// The data lanes for large bulk: `RGPU_LANES` of them, opened at the first use.
     fn lanes_for_bulk(&self) -> usize {
-        self.lanes_opened_with(crate::lanes_from_env)
+        let tls = matches!(self.control, Stream::Tls(_));
+        self.lanes_opened_with(|| crate::lanes_from_env(tls))
     }
 
     fn lanes_opened_with(&self, want: impl FnOnce() -> usize) -> usize {

@@ -40,6 +40,11 @@ impl Countdown {
         }
     }
 
+    /// Whether every party is done (without waiting).
+    pub fn is_done(&self) -> bool {
+        self.lock().0 == 0
+    }
+
     /// Waits for every party (up to `timeout`; `None`: until they are); `Err(None)` on
     /// timeout, `Err(Some(why))` with the first failure.
     pub fn wait(&self, timeout: Option<Duration>) -> Result<(), Option<String>> {

@@ -37,6 +37,9 @@ const SEAL_STEP: usize = 256 << 10;
 /// Bytes read from the socket at a time, before decryption (many records: one read of the
 /// socket, and one of the stream, can take them all).
 const READ_STEP: usize = 256 << 10;
+/// The send buffer: a write's records (each `MAX_PLAINTEXT` of plaintext at most, plus its
+/// header, content type and tag) and a key update's record before them.
+const OUTBOX: usize = SEAL_STEP + (SEAL_STEP / MAX_PLAINTEXT + 2) * (MAX_RECORD - MAX_PLAINTEXT);
 
 /// Makes aws-lc seed its random generator now: the first use in a process takes tens of
 /// milliseconds (its entropy gathering), which a session's first handshake should not wait
@@ -694,10 +697,22 @@ struct Receiving {
     closed: bool,
 }
 
-/// The sending half: records are sealed into `outbox` and written from there.
+/// What [`TlsStream::open_record`] did.
+enum Opened {
+    /// No whole record has arrived.
+    Nothing,
+    /// A record was opened into the caller's buffer: this many bytes of application data.
+    Into(usize),
+    /// A record was opened in place (its application data, if any, is in `plain`).
+    Buffered,
+}
+
+/// The sending half: records are sealed into `outbox[..queued]` and written from there.
 struct Sending {
     protection: Protection,
-    outbox: Vec<u8>,
+    /// Room for one write's records (`SEAL_STEP` of plaintext) and a key update.
+    outbox: Box<[u8]>,
+    queued: usize,
     /// Records left before the key must be updated.
     left: u64,
 }
@@ -872,7 +887,8 @@ impl TlsStream {
                 }),
                 sending: Mutex::new(Sending {
                     protection: Protection::new(secrets.tx)?,
-                    outbox: Vec::with_capacity(SEAL_STEP + SEAL_STEP / MAX_PLAINTEXT * 32 + 64),
+                    outbox: vec![0u8; OUTBOX].into_boxed_slice(),
+                    queued: 0,
                     left,
                 }),
                 keys: Mutex::new(keys),
@@ -893,12 +909,14 @@ impl TlsStream {
         &self.socket
     }
 
-    /// Opens the record at the front of the receive buffer, if it is whole. Returns whether
-    /// one was opened (its application data, if any, is then in `rx.plain`).
-    fn open_record(&mut self, rx: &mut Receiving) -> io::Result<bool> {
+    /// Opens the record at the front of the receive buffer, if it is whole: straight into
+    /// `out` when its whole inner plaintext fits there (decrypting and copying in one pass;
+    /// the content-type byte lands just after the data, in room the caller's count excludes),
+    /// else in place, its application data then waiting in `rx.plain`.
+    fn open_record(&mut self, rx: &mut Receiving, out: &mut [u8]) -> io::Result<Opened> {
         let pending = &rx.buf[rx.start..rx.end];
         if pending.len() < HEADER_LEN {
-            return Ok(false);
+            return Ok(Opened::Nothing);
         }
         let header: [u8; HEADER_LEN] = pending[..HEADER_LEN].try_into().unwrap();
         let len = u16::from_be_bytes([header[3], header[4]]) as usize;
@@ -908,38 +926,69 @@ impl TlsStream {
             return Err(bad_record("a malformed record"));
         }
         if pending.len() < HEADER_LEN + len {
-            return Ok(false);
+            return Ok(Opened::Nothing);
         }
         let body = rx.start + HEADER_LEN..rx.start + HEADER_LEN + len;
         rx.start = body.end;
         let nonce = rx.protection.next_nonce();
-        let opened = rx
-            .protection
-            .key
-            .open_in_place(nonce, Aad::from(header), &mut rx.buf[body.clone()])
-            .map_err(|_| bad_record("a record failed authentication"))?;
+        let failed = |_| bad_record("a record failed authentication");
+        let inner_len = len - TAG_LEN;
+        let (opened, into_out) = match out.get_mut(..inner_len) {
+            Some(direct) => {
+                let (ciphertext, tag) = rx.buf[body.clone()].split_at(inner_len);
+                let key = &rx.protection.key;
+                key.open_separate_gather(nonce, Aad::from(header), ciphertext, tag, direct)
+                    .map_err(failed)?;
+                (&*direct, true)
+            }
+            None => {
+                let Receiving {
+                    protection, buf, ..
+                } = &mut *rx;
+                let in_place = protection
+                    .key
+                    .open_in_place(nonce, Aad::from(header), &mut buf[body.clone()])
+                    .map_err(failed)?;
+                (&*in_place, false)
+            }
+        };
         // The content's type is its last non-zero byte; zeros after it are padding.
         let Some(type_at) = opened.iter().rposition(|&b| b != 0) else {
             return Err(bad_record("a record without a content type"));
         };
-        let content_type = opened[type_at];
-        let content = body.start..body.start + type_at;
+        match (opened[type_at], into_out) {
+            (CONTENT_APPLICATION_DATA, true) => Ok(Opened::Into(type_at)),
+            (CONTENT_APPLICATION_DATA, false) => {
+                rx.plain = (body.start, body.start + type_at);
+                Ok(Opened::Buffered)
+            }
+            (content_type, _) => {
+                let content = opened[..type_at].to_vec();
+                self.control_record(rx, content_type, &content)?;
+                Ok(Opened::Buffered)
+            }
+        }
+    }
+
+    /// A record that is not application data: an alert, or handshake messages.
+    fn control_record(
+        &mut self,
+        rx: &mut Receiving,
+        content_type: u8,
+        content: &[u8],
+    ) -> io::Result<()> {
         match content_type {
-            CONTENT_APPLICATION_DATA => rx.plain = (content.start, content.end),
-            CONTENT_ALERT => match rx.buf[content] {
+            CONTENT_ALERT => match content {
                 [_, 0] => rx.closed = true, // close_notify
                 [_, description] => {
                     return Err(bad_record(&format!("the peer sent alert {description}")))
                 }
                 _ => return Err(bad_record("a malformed alert")),
             },
-            CONTENT_HANDSHAKE => {
-                let message = rx.buf[content].to_vec();
-                self.post_handshake(rx, &message)?;
-            }
+            CONTENT_HANDSHAKE => self.post_handshake(rx, content)?,
             _ => return Err(bad_record("a record of an unknown type")),
         }
-        Ok(true)
+        Ok(())
     }
 
     /// Handshake messages after the handshake: key updates (and session tickets, which are
@@ -958,10 +1007,10 @@ impl TlsStream {
                         // The peer asks for ours too.
                         let shared = self.shared.clone();
                         let mut tx = lock(&shared.sending);
-                        tx.outbox.clear();
+                        tx.queued = 0;
                         self.update_sending_key(&mut tx)?;
-                        let result = self.socket.write_all(&tx.outbox);
-                        tx.outbox.clear();
+                        let result = self.socket.write_all(&tx.outbox[..tx.queued]);
+                        tx.queued = 0;
                         result?;
                     }
                 }
@@ -973,25 +1022,31 @@ impl TlsStream {
         Ok(())
     }
 
-    /// Seals one record of `content_type` holding `data` at the end of the outbox.
+    /// Seals one record of `content_type` holding `data` at the end of the outbox, encrypting
+    /// from `data` straight into it (one pass over the bytes, not a copy and then a pass).
     fn seal(tx: &mut Sending, content_type: u8, data: &[u8]) -> io::Result<()> {
-        let start = tx.outbox.len();
+        let start = tx.queued;
         let len = data.len() + 1 + TAG_LEN;
         let header = [CONTENT_APPLICATION_DATA, 3, 3, (len >> 8) as u8, len as u8];
-        tx.outbox.extend_from_slice(&header);
-        tx.outbox.extend_from_slice(data);
-        tx.outbox.push(content_type);
+        let record = tx
+            .outbox
+            .get_mut(start..start + HEADER_LEN + len)
+            .ok_or_else(|| io::Error::other("TLS: a record past the outbox"))?;
+        record[..HEADER_LEN].copy_from_slice(&header);
+        let (body, type_and_tag) = record[HEADER_LEN..].split_at_mut(data.len());
         let nonce = tx.protection.next_nonce();
-        let tag = tx
-            .protection
+        tx.protection
             .key
-            .seal_in_place_separate_tag(
+            .seal_out_of_place_scatter(
                 nonce,
                 Aad::from(header),
-                &mut tx.outbox[start + HEADER_LEN..],
+                data,
+                body,
+                &[content_type],
+                type_and_tag,
             )
             .map_err(|_| io::Error::other("TLS: sealing failed"))?;
-        tx.outbox.extend_from_slice(tag.as_ref());
+        tx.queued += HEADER_LEN + len;
         tx.left = tx.left.saturating_sub(1);
         Ok(())
     }
@@ -1038,8 +1093,16 @@ impl Read for TlsStream {
             if rx.closed {
                 return Ok(copied);
             }
-            if self.open_record(&mut rx)? {
-                continue;
+            match self.open_record(&mut rx, &mut out[copied..])? {
+                Opened::Into(n) => {
+                    copied += n;
+                    if copied == out.len() {
+                        return Ok(copied);
+                    }
+                    continue;
+                }
+                Opened::Buffered => continue,
+                Opened::Nothing => {}
             }
             if copied > 0 {
                 return Ok(copied);
@@ -1077,7 +1140,7 @@ impl Write for TlsStream {
         let piece = &buf[..buf.len().min(SEAL_STEP)];
         let shared = self.shared.clone();
         let mut tx = lock(&shared.sending);
-        tx.outbox.clear();
+        tx.queued = 0;
         for record in piece.chunks(MAX_PLAINTEXT) {
             if tx.left == 0 {
                 self.update_sending_key(&mut tx)?;
@@ -1085,8 +1148,8 @@ impl Write for TlsStream {
             Self::seal(&mut tx, CONTENT_APPLICATION_DATA, record)?;
         }
         // Written with the lock held: records reach the socket in the order they were sealed.
-        let result = self.socket.write_all(&tx.outbox);
-        tx.outbox.clear();
+        let result = self.socket.write_all(&tx.outbox[..tx.queued]);
+        tx.queued = 0;
         result.map(|()| piece.len())
     }
 

@@ -597,8 +597,13 @@ fn stream_out(
     let mut in_flight = std::collections::VecDeque::with_capacity(super::staging::SLOTS);
     let mut packed_offset = 0u64;
     loop {
-        // Keep the pipeline full: staging slots minus the one being sent.
-        while in_flight.len() < super::staging::SLOTS - 1 {
+        // Keep the pipeline full: staging slots minus the one being sent. A slot still being
+        // written out by a data lane is waited for only when nothing else can go on: pieces
+        // already copied are dealt first, so every lane stays busy (waiting here with copied
+        // pieces in hand kept two lanes of eight writing).
+        while in_flight.len() < super::staging::SLOTS - 1
+            && (in_flight.is_empty() || cuda.staging.next_is_free())
+        {
             let Some(piece) = to_issue.next() else { break };
             let issue = cuda
                 .staging

@@ -65,6 +65,15 @@ impl Staging {
         Ok(index)
     }
 
+    /// Whether the slot `next_slot` gives next can take a copy without waiting for data lanes
+    /// still writing it out (its last copy, if any, was waited for when it was lent).
+    pub fn next_is_free(&self) -> bool {
+        self.slots
+            .get(self.next)
+            .and_then(|slot| slot.lent.as_ref())
+            .is_none_or(|lent| lent.is_done())
+    }
+
     /// Waits until the slot's last copy is done and lends its buffer.
     pub fn buffer(&mut self, driver: &Driver, index: usize) -> Result<&mut [u8], Status> {
         self.wait(driver, index)?;
