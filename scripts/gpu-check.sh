@@ -23,6 +23,9 @@
 # python3), RGPU_CHECK_RTOL (default 1e-4). Logs are packed into $OUT when that is set.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+# The loopback servers stand in for remote ones: clients stay on TCP rather than move to a
+# server's same-host socket (tried on its own below, in the shared-memory part).
+export RGPU_SAME_HOST=off
 bin=${RGPU_BUILD_DIR:-target/release}
 out=${RGPU_CHECK_DIR:-$(mktemp -d /tmp/rgpu-cuda-check.XXXXXX)}
 run_timeout=${RGPU_CHECK_TIMEOUT:-300}
@@ -207,6 +210,13 @@ if selected shared_memory; then
     fi
     if ! grep -q "shared memory attached" "$out/server-unix.log"; then
         fail "shared_memory: no client attached shared memory to the Unix-socket server"
+    fi
+    # A client naming the TCP server on this host moves to its same-host socket.
+    if [ -x "$out/bin/async_pinned" ]; then
+        RGPU_SAME_HOST=on check_one async_pinned_same_host "$out/bin/async_pinned"
+        if ! grep -q "shared memory attached" "$out/server.log"; then
+            fail "shared_memory: the TCP server's same-host client attached no shared memory"
+        fi
     fi
     kill -TERM "$server_unix" 2>/dev/null
     wait "$server_unix" 2>/dev/null

@@ -78,6 +78,9 @@ def tls_fingerprint() -> str:
 
 def base_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in _AMBIENT_VARS}
+    # A TCP server on this host would move a client to its same-host socket (shared memory):
+    # the suite's TCP servers are there to exercise TCP. Tests of the move turn it back on.
+    env["RGPU_SAME_HOST"] = "off"
     if RGPU.is_file():
         env.update(RGPU_SERVER_TLS_CERT=str(TLS_CERT), RGPU_SERVER_TLS_KEY=str(TLS_KEY),
                    RGPU_TLS_FINGERPRINT=tls_fingerprint())

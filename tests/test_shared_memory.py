@@ -59,9 +59,36 @@ def test_shared_memory_can_be_turned_off(c_program, start_server, tmp_path):
 
 
 def test_tcp_clients_use_the_socket(c_program, server, tmp_path):
+    """With the move to the same-host socket off (the suite's default, RGPU_SAME_HOST=off)."""
     r, counters = run_traced(c_program("buffers"), server, tmp_path)
     h.assert_pass(r, "buffers", server)
     assert counters["shared_received"] == 0 and counters["shared_sent"] == 0, counters
+
+
+def test_tcp_clients_on_the_servers_host_move_to_shared_memory(c_program, server, tmp_path):
+    """A client that names a TCP server on its own host asks it for its same-host socket
+    (an abstract Unix socket), takes its session there and moves bulk through shared memory;
+    the program still sees the server it named."""
+    pattern = tmp_path / "trace.%p.jsonl"
+    r = h.run_rgpu(c_program("buffers"), [server], RGPU_TRACE=str(pattern), RGPU_SAME_HOST="on")
+    h.assert_pass(r, "buffers", server)
+    traces = list(tmp_path.glob("trace.*.jsonl"))
+    assert len(traces) == 1, (traces, r.describe())
+    _, _, sessions = h.read_trace(traces[0])
+    traces[0].unlink()
+    assert len(sessions) == 1, sessions
+    assert sessions[0]["endpoint"] == server.endpoint, sessions[0]
+    counters = sessions[0]["counters"]
+    assert counters["shared_received"] >= 64 * MIB, counters
+    assert counters["shared_sent"] >= 64 * MIB, counters
+    log = server.log()
+    assert "clients on this host are offered unix:@rgpu-" in log, log
+    assert "shared memory attached" in log, log
+    # Turned off, or without shared memory, the client stays on TCP.
+    for off in (dict(RGPU_SAME_HOST="off"), dict(RGPU_SAME_HOST="on", RGPU_SHARED_MEMORY="off")):
+        r, counters = run_traced(c_program("buffers"), server, tmp_path, **off)
+        h.assert_pass(r, "buffers", server)
+        assert counters["shared_received"] == 0 and counters["shared_sent"] == 0, (off, counters)
 
 
 def map_traffic(prog, server, tmp_path):

@@ -46,6 +46,12 @@ enum BenchKind {
 }
 
 pub fn run(args: BenchArgs, setup: &dyn ClientSetup) -> Result<ExitCode, String> {
+    // A server on this host stands in for a remote one: its clients stay on the path named
+    // (TCP), not its same-host socket, unless RGPU_SAME_HOST says otherwise. Set before any
+    // thread starts.
+    if std::env::var_os("RGPU_SAME_HOST").is_none() {
+        std::env::set_var("RGPU_SAME_HOST", "off");
+    }
     match args.kind {
         BenchKind::Opencl(args) => opencl::run(args, setup),
         BenchKind::Cuda(args) => cuda::run(args, setup),

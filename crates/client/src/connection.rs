@@ -168,7 +168,10 @@ impl Shared {
 }
 
 pub struct Connection {
+    /// The server as the program named it (what keys it everywhere).
     endpoint: Endpoint,
+    /// Where the connection and its lanes go: `endpoint`, or its same-host socket.
+    route: Endpoint,
     server_name: String,
     session_id: u64,
     writer: Mutex<FrameWriter<Stream>>,
@@ -206,13 +209,61 @@ struct FlushSignal {
 
 impl Connection {
     /// Connects, checks the protocol version and authenticates.
-    /// (`config.servers` is not used: `endpoint` is the server.)
+    /// (`config.servers` is not used: `endpoint` is the server.) A TCP server on this host
+    /// is asked for its same-host socket, and the session taken there instead, where shared
+    /// memory works (`RGPU_SAME_HOST=off` or `RGPU_SHARED_MEMORY=off`: not).
     pub fn connect(
         endpoint: &Endpoint,
         config: &ClientConfig,
     ) -> Result<Arc<Connection>, ClientError> {
+        let connection = Connection::open(endpoint, endpoint, config)?;
+        let Some(route) = connection.same_host_route() else {
+            return Ok(connection);
+        };
+        match Connection::open(endpoint, &route, config) {
+            Ok(local) => {
+                log::debug!("{endpoint} is on this host: the session goes through {route}");
+                Ok(local)
+            }
+            Err(e) => {
+                log::debug!("{endpoint}: its same-host socket {route} failed ({e}); TCP it is");
+                Ok(connection)
+            }
+        }
+    }
+
+    /// The server's same-host socket, where this is a TCP connection to a server on this
+    /// host (its address is ours: the kernel's choice for a local destination) that has one,
+    /// and the connection would use shared memory there (not under an emulated link either,
+    /// whose point is the network).
+    fn same_host_route(&self) -> Option<Endpoint> {
+        let on_this_host = match (self.control.local_ip(), self.control.peer_ip()) {
+            (Some(ours), Some(theirs)) => ours == theirs || theirs.is_loopback(),
+            _ => false,
+        };
+        if self.route.is_unix()
+            || !on_this_host
+            || !crate::same_host_from_env()
+            || crate::shared_ring_from_env().is_none()
+            || rgpu_transport::link::from_env().is_some()
+        {
+            return None;
+        }
+        let Ok(Ok(name)) = self.session().local_route() else {
+            return None;
+        };
+        let route = Endpoint::parse(&format!("unix:{name}")).ok()?;
+        route.is_unix().then_some(route)
+    }
+
+    /// Connects to `route` (the server `endpoint`, or its same-host socket).
+    fn open(
+        endpoint: &Endpoint,
+        route: &Endpoint,
+        config: &ClientConfig,
+    ) -> Result<Arc<Connection>, ClientError> {
         let reply_timeout = config.reply_timeout;
-        let stream = Stream::connect(endpoint, config.connect_timeout)
+        let stream = Stream::connect(route, config.connect_timeout)
             .map_err(|e| ClientError::Connect(format!("{endpoint}: {e}")))?;
         crate::bound_waits(&stream, reply_timeout)
             .map_err(|e| ClientError::Connect(format!("{endpoint}: {e}")))?;
@@ -220,7 +271,7 @@ impl Connection {
         let (stream, welcome) = client_handshake(
             stream,
             &config.tls,
-            endpoint,
+            route,
             config.token.as_ref(),
             Introduction {
                 name: &client_name,
@@ -268,6 +319,7 @@ impl Connection {
         );
         let connection = Arc::new(Connection {
             endpoint: endpoint.clone(),
+            route: route.clone(),
             server_name: welcome.server_name,
             session_id: welcome.session_id,
             writer: Mutex::new(FrameWriter::new(writer_stream)),
@@ -286,7 +338,7 @@ impl Connection {
             segments: Mutex::new(Default::default()),
             next_segment: AtomicU64::new(1),
         });
-        if let (true, Some(ring_len)) = (endpoint.is_unix(), crate::shared_ring_from_env()) {
+        if let (true, Some(ring_len)) = (route.is_unix(), crate::shared_ring_from_env()) {
             connection.attach_shared(ring_len);
         }
         let watched = Arc::downgrade(&connection);
@@ -465,8 +517,7 @@ impl Connection {
 
     /// The data lanes for large bulk: `RGPU_LANES` of them, opened at the first use.
     fn lanes_for_bulk(&self) -> usize {
-        let tls = matches!(self.control, Stream::Tls(_));
-        self.lanes_opened_with(|| crate::lanes_from_env(tls))
+        self.lanes_opened_with(crate::lanes_from_env)
     }
 
     fn lanes_opened_with(&self, want: impl FnOnce() -> usize) -> usize {
@@ -476,7 +527,7 @@ impl Connection {
                 return None;
             }
             let opened = Lanes::open(
-                &self.endpoint,
+                &self.route,
                 &self.config,
                 &self.client_name,
                 self.session_id,

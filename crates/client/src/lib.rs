@@ -69,7 +69,7 @@ impl std::error::Error for ClientError {}
 /// - `RGPU_TOKEN` / `RGPU_TOKEN_FILE`: the shared token
 /// - `RGPU_CONNECT_TIMEOUT` (seconds, default 5), `RGPU_TIMEOUT` (seconds a reply may take, default 600)
 /// - `RGPU_LIVENESS_TIMEOUT` (seconds an unreachable server is waited for, default 10)
-/// - `RGPU_LANES` (data lanes per server, default 4, 8 in TLS), `RGPU_STRIPED_READS` (`off`; `on` or `auto`, the default: large CUDA reads striped over the lanes), `RGPU_SHARED_MEMORY`, `RGPU_SHARED_RING_MB` (a `unix:` server's shared memory)
+/// - `RGPU_LANES` (data lanes per server, default 8), `RGPU_STRIPED_READS` (`off`; `on` or `auto`, the default: large CUDA reads striped over the lanes), `RGPU_SHARED_MEMORY`, `RGPU_SHARED_RING_MB` (a `unix:` server's shared memory), `RGPU_SAME_HOST` (`off`: a TCP server on this host stays on TCP)
 /// - `RGPU_APP_ID` (the application, for servers used exclusively), `RGPU_EXCLUSIVE_WAIT`
 ///   (seconds to wait for such a server, default 600)
 /// - `RGPU_TLS` (`auto`: TLS except to loopback and Unix sockets; `on`; `off`),
@@ -114,19 +114,15 @@ pub(crate) fn bound_waits(stream: &Stream, write_timeout: Duration) -> std::io::
     stream.set_write_timeout(Some(write_timeout))
 }
 
-/// Data lanes per server for large transfers (`RGPU_LANES`; 0: none). By default 4, and 8 on a
-/// TLS connection: a TLS lane's thread encrypts or decrypts besides copying, so twice the
-/// lanes keep TLS at the plaintext rate (H200, 64 MiB device→host: TLS 9.8–10.7 GB/s over 4
-/// lanes, 14.8–15.5 over 8, plaintext 13.4–13.8 over 4; docs/benchmarks.md).
-pub fn lanes_from_env(tls: bool) -> usize {
+/// Data lanes per server for large transfers (`RGPU_LANES`, default 8; 0: none). Eight, not
+/// four: on the H200 host 64 MiB device→host reads went from 14 to 23–29 GB/s (plaintext) and
+/// from 10–13 to 15–19 GB/s (TLS), host→device writes from 7.6–8.7 to 8.4–9.2 GB/s
+/// (docs/benchmarks.md, "Every lane busy").
+pub fn lanes_from_env() -> usize {
     std::env::var("RGPU_LANES")
         .ok()
         .and_then(|v| v.trim().parse::<usize>().ok())
-        .unwrap_or(if tls {
-            DEFAULT_TLS_LANES
-        } else {
-            DEFAULT_LANES
-        })
+        .unwrap_or(DEFAULT_LANES)
 }
 
 /// The application this process belongs to (`RGPU_APP_ID`, which `rgpu run` sets for the
@@ -167,6 +163,15 @@ pub fn striped_reads_from_env() -> bool {
     )
 }
 
+/// Whether a connection to a TCP server on this host moves to the server's same-host socket
+/// (`RGPU_SAME_HOST`: on by default; `off` keeps TCP, as the test suite does to exercise it).
+pub fn same_host_from_env() -> bool {
+    !matches!(
+        std::env::var("RGPU_SAME_HOST").as_deref().map(str::trim),
+        Ok("off" | "0")
+    )
+}
+
 /// The size of each of the two shared-memory rings a connection to a server on this host
 /// (a `unix:` endpoint) attaches (`RGPU_SHARED_RING_MB`, MiB); `RGPU_SHARED_MEMORY=off`: none,
 /// all bytes cross the socket.
@@ -191,8 +196,7 @@ const DEFAULT_SHARED_RING_MB: u64 = 16;
 
 /// Four lanes reach about 1.7x one stream's rate from a 64 MiB buffer on a 16-core host
 /// (docs/benchmarks.md); more add little.
-const DEFAULT_LANES: usize = 4;
-const DEFAULT_TLS_LANES: usize = 8;
+const DEFAULT_LANES: usize = 8;
 
 fn seconds_from_env(name: &str, default: f64) -> Duration {
     let secs = std::env::var(name)

@@ -45,6 +45,13 @@ wire_api! {
         /// The server's counters of this session so far (the client's trace ends with them).
         call GetCounters get_counters() -> Result<SessionCounters, Status>;
     }
+    /// A client that reached the server over TCP from the server's own host.
+    group SameHost {
+        /// The abstract Unix socket (`@name`, in the server's network namespace) on which the
+        /// server takes the same sessions: a client that can connect to it is on this host
+        /// and may use shared memory there. Fails (1) where the server has none.
+        call LocalRoute local_route() -> Result<String, Status>;
+    }
 }
 
 /// A session's counters as its server keeps them (`GetCounters`): what it received, served and

@@ -233,9 +233,9 @@ impl LaneHandles {
             self.readers.resize_with(index + 1, || None);
         }
         if self.readers[index].is_none() {
-            // A TLS lane is read ahead: the lanes of a session open their records in
-            // parallel while the session thread copies.
-            let reader = ReadHalf::of(self.lanes.take(index)?, &format!("rgpu-lane{index}"))
+            // Lanes are read ahead: the lanes of a session take their bytes from the socket
+            // (and in TLS open their records) in parallel while the session thread copies.
+            let reader = ReadHalf::ahead(self.lanes.take(index)?, &format!("rgpu-lane{index}"))
                 .map_err(|e| format!("data lane {index}: {e}"))?;
             self.readers[index] = Some(reader);
         }

@@ -90,11 +90,16 @@ pub struct SessionSettings {
     /// server's heartbeats unanswered (a hung client, a black-holing path) before its session
     /// is ended and everything it held released; `None`: 30 s.
     pub client_timeout: Option<std::time::Duration>,
+    /// The abstract Unix socket (`@name`) a server listening on TCP also takes sessions on,
+    /// for clients on its host (shared memory needs a Unix socket); set by [`Server::bind`].
+    #[serde(default)]
+    pub local_socket: Option<String>,
 }
 
 /// A bound server, ready to [`run`](Server::run).
 pub struct Server {
-    listener: Listener,
+    /// The listening socket, then the same-host one where there is one.
+    listeners: Vec<Listener>,
     endpoint: Endpoint,
     shared: Arc<Shared>,
 }
@@ -127,7 +132,9 @@ impl Server {
     /// Loads OpenCL, takes the inventory and binds the listening socket. A machine without
     /// OpenCL still gets a server (with no devices) and a warning.
     pub fn bind(config: ServerConfig) -> Result<Server, String> {
-        let settings = config.sessions.clone();
+        let mut settings = config.sessions.clone();
+        let local = same_host_listener(&config.listen);
+        settings.local_socket = local.as_ref().map(|(_, name)| name.clone());
         let mut shared = load_shared(settings.clone(), true);
         let listener = Listener::bind(&config.listen)
             .map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
@@ -156,9 +163,14 @@ impl Server {
         } else {
             log::info!("sessions run on threads of this process (no session isolation)");
         }
+        let mut listeners = vec![listener];
+        if let Some((local, name)) = local {
+            log::info!("clients on this host are offered unix:{name} (shared memory)");
+            listeners.push(local);
+        }
         Ok(Server {
             shared: Arc::new(shared),
-            listener,
+            listeners,
             endpoint,
         })
     }
@@ -177,8 +189,30 @@ impl Server {
     /// Accepts clients until [`ShutdownHandle::shutdown`]; then closes every session, releases
     /// what they created and returns.
     pub fn run(self) -> Result<(), String> {
-        listener::accept_loop(&self.listener, &self.shared);
+        listener::accept_loop(&self.listeners, &self.shared);
         Ok(())
+    }
+}
+
+/// For a server listening on TCP: an abstract Unix socket with a random name, on which clients
+/// on this host (who learn the name over their TCP session: `LocalRoute`) take their sessions
+/// instead, with shared memory. Nothing on disk; only this network namespace reaches it; the
+/// same handshake, token and quotas as on TCP. `None` (logged) where it cannot be bound.
+fn same_host_listener(listen: &Endpoint) -> Option<(Listener, String)> {
+    if listen.is_unix() {
+        return None;
+    }
+    let random = rgpu_transport::random_lane_key();
+    let name: String = random[..12].iter().map(|b| format!("{b:02x}")).collect();
+    let name = format!("@rgpu-{name}");
+    let bound = Listener::bind(&Endpoint::Unix(PathBuf::from(&name)))
+        .and_then(|listener| listener.set_nonblocking(true).map(|()| listener));
+    match bound {
+        Ok(listener) => Some((listener, name)),
+        Err(e) => {
+            log::warn!("no same-host socket for clients on this host ({e}): they use TCP");
+            None
+        }
     }
 }
 
@@ -240,6 +274,7 @@ pub(crate) fn load_shared(settings: SessionSettings, announce: bool) -> Shared {
     };
     let mut shared = Shared::new(inventory, cuda, settings.token, settings.name);
     shared.security = security;
+    shared.local_socket = settings.local_socket;
     shared.limits = settings.limits;
     if let Some(timeout) = settings.client_timeout {
         shared.client_timeout = timeout;

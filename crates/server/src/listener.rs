@@ -18,57 +18,32 @@ const MIN_WRITE_TIMEOUT: Duration = Duration::from_secs(120);
 /// How long shutdown waits for sessions to release their objects.
 const SESSION_DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Accepts connections until the stop flag is set, one session thread each; then ends the
-/// sessions and waits (bounded) for them to clean up.
-pub(crate) fn accept_loop(listener: &Listener, shared: &Arc<Shared>) {
+/// Accepts connections on `listeners` until the stop flag is set, one session thread each;
+/// then ends the sessions and waits (bounded) for them to clean up.
+pub(crate) fn accept_loop(listeners: &[Listener], shared: &Arc<Shared>) {
     let mut sessions: Vec<JoinHandle<()>> = Vec::new();
     while !shared.stopping() {
-        match listener.accept() {
-            Ok(stream) => {
-                if let Err(e) = bound_waits(&stream, shared.client_timeout) {
-                    log::warn!(
-                        "{}: cannot set up the connection: {e}",
-                        stream.peer_description()
-                    );
-                    continue;
-                }
-                // A worker per connection comes only within the caps on handshakes under way.
-                let handshake = match &shared.workers {
-                    Some(_) => {
-                        let peer = stream.peer_description();
-                        match shared.handshakes.enter(stream.peer_ip(), &peer) {
-                            Some(slot) => Some(slot),
-                            None => {
-                                stream.shutdown();
-                                continue;
-                            }
-                        }
+        let mut accepted = false;
+        for listener in listeners {
+            match listener.accept() {
+                Ok(stream) => {
+                    accepted = true;
+                    if let Some(session) = start_session(stream, shared) {
+                        sessions.push(session);
                     }
-                    None => None,
-                };
-                let id = crate::shared::new_session_id();
-                let session_shared = shared.clone();
-                let spawned = std::thread::Builder::new()
-                    .name(format!("rgpu-s{id}"))
-                    .spawn(move || match session_shared.workers.clone() {
-                        Some(workers) => {
-                            serve_in_worker(stream, &session_shared, &workers, id, handshake)
-                        }
-                        None => crate::session::run(stream, session_shared, id),
-                    });
-                match spawned {
-                    Ok(handle) => sessions.push(handle),
-                    Err(e) => log::error!("cannot start a session thread: {e}"),
+                    sessions.retain(|s| !s.is_finished());
                 }
-                sessions.retain(|s| !s.is_finished());
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+                Err(e) if e.kind() == ErrorKind::Interrupted => accepted = true,
+                Err(e) => {
+                    log::warn!("accept failed: {e}");
+                    std::thread::sleep(POLL_INTERVAL);
+                }
             }
-            // Woken at once by a connection; every POLL_INTERVAL to look at the stop flag.
-            Err(e) if e.kind() == ErrorKind::WouldBlock => listener.wait_readable(POLL_INTERVAL),
-            Err(e) if e.kind() == ErrorKind::Interrupted => {}
-            Err(e) => {
-                log::warn!("accept failed: {e}");
-                std::thread::sleep(POLL_INTERVAL);
-            }
+        }
+        // Woken at once by a connection; every POLL_INTERVAL to look at the stop flag.
+        if !accepted {
+            Listener::wait_any(listeners, POLL_INTERVAL);
         }
     }
     log::info!(
@@ -93,6 +68,43 @@ pub(crate) fn accept_loop(listener: &Listener, shared: &Arc<Shared>) {
         let _ = session.join();
     }
     log::info!("server stopped");
+}
+
+/// Starts the thread that serves a new connection (through a worker where sessions have
+/// their own processes); `None` if it was turned away.
+fn start_session(stream: Stream, shared: &Arc<Shared>) -> Option<JoinHandle<()>> {
+    if let Err(e) = bound_waits(&stream, shared.client_timeout) {
+        log::warn!(
+            "{}: cannot set up the connection: {e}",
+            stream.peer_description()
+        );
+        return None;
+    }
+    // A worker per connection comes only within the caps on handshakes under way.
+    let handshake = match &shared.workers {
+        Some(_) => {
+            let peer = stream.peer_description();
+            match shared.handshakes.enter(stream.peer_ip(), &peer) {
+                Some(slot) => Some(slot),
+                None => {
+                    stream.shutdown();
+                    return None;
+                }
+            }
+        }
+        None => None,
+    };
+    let id = crate::shared::new_session_id();
+    let session_shared = shared.clone();
+    let spawned = std::thread::Builder::new()
+        .name(format!("rgpu-s{id}"))
+        .spawn(move || match session_shared.workers.clone() {
+            Some(workers) => serve_in_worker(stream, &session_shared, &workers, id, handshake),
+            None => crate::session::run(stream, session_shared, id),
+        });
+    spawned
+        .map_err(|e| log::error!("cannot start a session thread: {e}"))
+        .ok()
 }
 
 /// Reads a connection's preamble here, then hands it to a worker process: a new session to a

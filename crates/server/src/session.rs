@@ -849,6 +849,12 @@ impl session::serve::Tracing for Session {
     }
 }
 
+impl session::serve::SameHost for Session {
+    fn local_route(&mut self) -> Result<String, session::Status> {
+        self.shared.local_socket.clone().ok_or(1)
+    }
+}
+
 impl session::serve::Lanes for Session {
     fn read_lanes(&mut self, lanes: u32) -> Result<(), session::Status> {
         if lanes > rgpu_protocol::MAX_LANES {

@@ -42,6 +42,8 @@ pub(crate) struct Shared {
     pub admission: Arc<Admission>,
     /// The connections that have not authenticated yet (capped).
     pub handshakes: Arc<crate::handshakes::Handshakes>,
+    /// The abstract Unix socket clients on this host may use instead of TCP (`@name`).
+    pub local_socket: Option<String>,
 }
 
 /// A new session's id: random (63 bits, never 0), since a data lane names its session by id
@@ -75,6 +77,7 @@ impl Shared {
             limits: Limits::default(),
             admission: Arc::default(),
             handshakes: Arc::default(),
+            local_socket: None,
         }
     }
 

@@ -35,6 +35,11 @@ impl ReadHalf {
         })
     }
 
+    /// Reads `stream` ahead on a thread named `name`, TLS or not.
+    pub fn ahead(stream: Stream, name: &str) -> io::Result<ReadHalf> {
+        Ok(ReadHalf::Ahead(ReadAhead::start(stream, name)?))
+    }
+
     /// Ends the connection (both directions): a thread blocked reading it wakes up.
     pub fn shutdown(&self) {
         match self {

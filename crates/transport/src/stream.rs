@@ -120,7 +120,10 @@ impl Stream {
 
     fn connect_real(endpoint: &Endpoint, timeout: Duration) -> io::Result<Stream> {
         match endpoint {
-            Endpoint::Unix(path) => Ok(Stream::Unix(UnixStream::connect(path)?)),
+            Endpoint::Unix(path) => Ok(Stream::Unix(match abstract_name(path) {
+                Some(name) => UnixStream::connect_addr(&abstract_address(name)?)?,
+                None => UnixStream::connect(path)?,
+            })),
             Endpoint::Tcp(addr) => {
                 let mut last_err = None;
                 for sock_addr in addr.to_socket_addrs()? {
@@ -307,6 +310,15 @@ impl Stream {
         }
     }
 
+    /// This end's IP address (`None` for a Unix socket or an emulated link).
+    pub fn local_ip(&self) -> Option<std::net::IpAddr> {
+        match self {
+            Stream::Tcp(s) => s.local_addr().ok().map(|a| a.ip()),
+            Stream::Tls(s) => s.socket().local_ip(),
+            Stream::Unix(_) | Stream::Emulated(_) => None,
+        }
+    }
+
     /// The peer's IP address (`None` for a Unix socket).
     pub fn peer_ip(&self) -> Option<std::net::IpAddr> {
         match self {
@@ -385,6 +397,10 @@ impl Listener {
         match endpoint {
             Endpoint::Tcp(addr) => Ok(Listener::Tcp(TcpListener::bind(addr.as_str())?)),
             Endpoint::Unix(path) => {
+                if let Some(name) = abstract_name(path) {
+                    let listener = UnixListener::bind_addr(&abstract_address(name)?)?;
+                    return Ok(Listener::Unix(listener, path.clone()));
+                }
                 // A stale socket file from a previous run would make bind fail.
                 if path.exists() && UnixStream::connect(path).is_err() {
                     let _ = std::fs::remove_file(path);
@@ -431,30 +447,46 @@ impl Listener {
         }
     }
 
-    /// Waits (at most `timeout`) until a connection can be accepted.
-    pub fn wait_readable(&self, timeout: Duration) {
-        use std::os::fd::AsFd;
-        let fd = match self {
-            Listener::Tcp(l) => l.as_fd(),
-            Listener::Unix(l, _) => l.as_fd(),
-        };
-        let mut fds = [libc::pollfd {
-            fd: std::os::fd::AsRawFd::as_raw_fd(&fd),
-            events: libc::POLLIN,
-            revents: 0,
-        }];
+    /// Waits (at most `timeout`) until one of `listeners` has a connection to accept.
+    pub fn wait_any(listeners: &[Listener], timeout: Duration) {
+        use std::os::fd::AsRawFd;
+        let mut fds: Vec<libc::pollfd> = listeners
+            .iter()
+            .map(|listener| libc::pollfd {
+                fd: match listener {
+                    Listener::Tcp(l) => l.as_raw_fd(),
+                    Listener::Unix(l, _) => l.as_raw_fd(),
+                },
+                events: libc::POLLIN,
+                revents: 0,
+            })
+            .collect();
         let millis = timeout.as_millis().min(i32::MAX as u128) as i32;
-        // SAFETY: one valid pollfd for the duration of the call.
-        unsafe { libc::poll(fds.as_mut_ptr(), 1, millis) };
+        // SAFETY: `fds.len()` valid pollfds for the duration of the call.
+        unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, millis) };
     }
 }
 
 impl Drop for Listener {
     fn drop(&mut self) {
         if let Listener::Unix(_, path) = self {
-            let _ = std::fs::remove_file(path);
+            if abstract_name(path).is_none() {
+                let _ = std::fs::remove_file(path);
+            }
         }
     }
+}
+
+/// The name of an abstract Unix socket (`unix:@name`: no file, gone with the socket, reachable
+/// only from the same network namespace), or `None` for a socket file's path.
+pub fn abstract_name(path: &std::path::Path) -> Option<&[u8]> {
+    use std::os::unix::ffi::OsStrExt;
+    path.as_os_str().as_bytes().strip_prefix(b"@")
+}
+
+fn abstract_address(name: &[u8]) -> io::Result<std::os::unix::net::SocketAddr> {
+    use std::os::linux::net::SocketAddrExt;
+    std::os::unix::net::SocketAddr::from_abstract_name(name)
 }
 
 /// This machine's host name (`None` where it cannot be read or is empty): names a server, and

@@ -729,8 +729,9 @@ struct Shared {
 /// rustls runs the handshake; then the record layer is this type's own, on aws-lc-rs's AEAD,
 /// with each direction's state apart (rustls's kernel-TLS interface: it hands over the
 /// traffic secrets and derives the next ones at key updates). A thread reading never waits
-/// for one writing, records are opened in place in the receive buffer and sealed in place in
-/// the send buffer (one copy each way), and records of any size are read at once.
+/// for one writing; records are sealed from the caller's bytes into the send buffer and
+/// opened from the receive buffer into the caller's (the cipher's pass is the copy: one pass
+/// over the bytes each way besides the socket's), and records of any size are read at once.
 pub struct TlsStream {
     shared: Arc<Shared>,
     socket: Box<Stream>,
