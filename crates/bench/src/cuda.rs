@@ -94,6 +94,9 @@ struct Report {
     /// The launch loop alone, before its synchronization: how fast the program hands launches
     /// over (rgpu: to its connection), against how fast they run (`launch_rate_per_s`).
     launch_post_rate_per_s: Compared,
+    /// The launch rate measured in turns, native then rgpu, in one session each: the machine's
+    /// drift (the native rate alone varies by a fifth between runs) falls on both alike.
+    launch_rate_in_turns: Turns,
     sgemm: SgemmResult,
     /// Pooled from samples taken before and after the measurements.
     raw_tcp: TcpBaseline,
@@ -121,6 +124,15 @@ struct Compared {
     native: f64,
     rgpu: f64,
     ratio: f64,
+}
+
+#[derive(Serialize)]
+struct Turns {
+    native: Vec<f64>,
+    rgpu: Vec<f64>,
+    /// rgpu / native of each turn, and their median.
+    ratios: Vec<f64>,
+    median_ratio: f64,
 }
 
 #[derive(Serialize)]
@@ -180,6 +192,8 @@ pub fn run(args: CudaBenchArgs, setup: &dyn ClientSetup) -> Result<ExitCode, Str
     let rgpu = Driver::load_any(Some(&rgpu_library), true)?;
     eprintln!("measuring rgpu: {device} via {servers}");
     let rgpu_samples = measure(&rgpu, &args)?;
+    eprintln!("measuring launch rates in turns...");
+    let turns = launch_rate_in_turns(&native, &rgpu, &args)?;
     // The loopback's speed drifts within a run (4.2 and 5.7 GB/s a minute apart have been
     // seen on the H100 host), so the raw baseline is sampled before and after the
     // measurements, and the ratios use all six samples.
@@ -251,6 +265,7 @@ pub fn run(args: CudaBenchArgs, setup: &dyn ClientSetup) -> Result<ExitCode, Str
             &native_samples.launch_post_rate,
             &rgpu_samples.launch_post_rate,
         ),
+        launch_rate_in_turns: turns,
         raw_tcp_before_gbps: median(&raw_before),
         raw_tcp_after_gbps: median(&raw_after),
         sgemm: SgemmResult {
@@ -500,13 +515,9 @@ fn measure(driver: &Driver, args: &CudaBenchArgs) -> Result<Samples, String> {
     let mut launch_post_rate = Vec::new();
     let launch_rate = (0..args.repetitions)
         .map(|_| {
-            let start = Instant::now();
-            for _ in 0..args.launches {
-                session.launch_empty()?;
-            }
-            launch_post_rate.push(args.launches as f64 / start.elapsed().as_secs_f64());
-            session.sync()?;
-            Ok(args.launches as f64 / start.elapsed().as_secs_f64())
+            let (posted, rate) = launch_rate(&session, args.launches)?;
+            launch_post_rate.push(posted);
+            Ok(rate)
         })
         .collect::<Result<Vec<f64>, String>>()?;
     let sgemm_ms = sgemm(&session, args.sgemm_n, args.repetitions.min(3))?;
@@ -517,6 +528,49 @@ fn measure(driver: &Driver, args: &CudaBenchArgs) -> Result<Samples, String> {
         launch_rate,
         launch_post_rate,
         sgemm_ms,
+    })
+}
+
+/// `launches` asynchronous empty-kernel launches, then a synchronization: (launches per
+/// second of the loop alone, of the whole).
+fn launch_rate(session: &Session, launches: usize) -> Result<(f64, f64), String> {
+    let start = Instant::now();
+    for _ in 0..launches {
+        session.launch_empty()?;
+    }
+    let posted = launches as f64 / start.elapsed().as_secs_f64();
+    session.sync()?;
+    Ok((posted, launches as f64 / start.elapsed().as_secs_f64()))
+}
+
+/// The launch rate natively and through rgpu in turns (a warm-up turn, then at least five),
+/// each driver in a session of its own held throughout.
+fn launch_rate_in_turns(
+    native: &Driver,
+    rgpu: &Driver,
+    args: &CudaBenchArgs,
+) -> Result<Turns, String> {
+    let sessions = [
+        Session::open(native, args.device, 4096)?,
+        Session::open(rgpu, args.device, 4096)?,
+    ];
+    let mut rates = [Vec::new(), Vec::new()];
+    for turn in 0..=args.repetitions.max(5) {
+        for (session, rates) in sessions.iter().zip(&mut rates) {
+            // Each driver keeps its own current context per thread: set once, it stays.
+            let rate = launch_rate(session, args.launches)?.1;
+            if turn > 0 {
+                rates.push(rate);
+            }
+        }
+    }
+    let [native, rgpu] = rates;
+    let ratios: Vec<f64> = rgpu.iter().zip(&native).map(|(r, n)| r / n).collect();
+    Ok(Turns {
+        median_ratio: median(&ratios),
+        native,
+        rgpu,
+        ratios,
     })
 }
 
@@ -752,6 +806,18 @@ fn render(report: &Report) -> Result<String, fmt::Error> {
             row.name, row.native, row.rgpu, row.ratio
         )?;
     }
+    let turns = &report.launch_rate_in_turns;
+    writeln!(
+        out,
+        "launch rate in turns, rgpu / native: {} (median {:.2})",
+        turns
+            .ratios
+            .iter()
+            .map(|r| format!("{r:.2}"))
+            .collect::<Vec<_>>()
+            .join(" "),
+        turns.median_ratio
+    )?;
     for row in &report.latency {
         writeln!(
             out,
@@ -818,6 +884,12 @@ mod tests {
             latency: vec![compared("a"), compared("b")],
             launch_rate_per_s: compared("launches"),
             launch_post_rate_per_s: compared("posts"),
+            launch_rate_in_turns: Turns {
+                native: vec![1.0; 5],
+                rgpu: vec![1.0; 5],
+                ratios: vec![1.0; 5],
+                median_ratio: 1.0,
+            },
             sgemm: SgemmResult {
                 n: 64,
                 native_ms: 1.0,

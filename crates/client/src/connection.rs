@@ -450,10 +450,21 @@ impl Connection {
 
     /// Sends a request (and everything queued before it) and waits for its reply.
     pub fn call(&self, msg: &ClientMsg, bulk: &[u8]) -> Result<ServerMsg, ClientError> {
+        self.round_trip(msg, bulk.len(), |seq| self.send_now(msg, seq, bulk))
+    }
+
+    /// One request the caller waits for: sent by `send` (given its seq; `sent` bytes of bulk
+    /// for the trace), then its reply.
+    fn round_trip(
+        &self,
+        msg: &ClientMsg,
+        sent: usize,
+        send: impl FnOnce(u64) -> Result<(), ClientError>,
+    ) -> Result<ServerMsg, ClientError> {
         self.shared.check()?;
-        crate::trace::sent(bulk.len());
+        crate::trace::sent(sent);
         let (seq, slot) = self.expect_reply();
-        if let Err(e) = self.send_now(msg, seq, bulk) {
+        if let Err(e) = send(seq) {
             self.shared.pending.lock().unwrap().remove(&seq);
             return Err(e);
         }
@@ -472,21 +483,33 @@ impl Connection {
     /// Sends a read request (OpenCL or CUDA); its data will stream into `sink` and `sink.done`
     /// runs at its end with the request's final status.
     pub fn start_read(&self, req: &ClientMsg, sink: ReadSink) -> Result<(), ClientError> {
+        let len = sink.len;
+        if len as u64 >= STRIPE_MIN && self.shared.check().is_ok() {
+            self.ask_for_striped_reads();
+        }
+        self.start_read_with(sink, len, |seq| self.send_now(req, seq, &[]))
+    }
+
+    /// Registers `sink` for a read that `send` requests (given its seq; `len` bytes expected
+    /// over the connection, for the trace); a failure to send ends the sink at once.
+    fn start_read_with(
+        &self,
+        sink: ReadSink,
+        len: usize,
+        send: impl FnOnce(u64) -> Result<(), ClientError>,
+    ) -> Result<(), ClientError> {
         if let Err(e) = self.shared.check() {
             (sink.done)(Err(e.clone()));
             return Err(e);
         }
-        crate::trace::reading(sink.len);
-        if sink.len as u64 >= STRIPE_MIN {
-            self.ask_for_striped_reads();
-        }
+        crate::trace::reading(len);
         let seq = self.next_seq();
         self.shared
             .pending
             .lock()
             .unwrap()
             .insert(seq, Pending::Read(sink));
-        if let Err(e) = self.send_now(req, seq, &[]) {
+        if let Err(e) = send(seq) {
             if let Some(Pending::Read(sink)) = self.shared.pending.lock().unwrap().remove(&seq) {
                 (sink.done)(Err(e.clone()));
             }
@@ -707,14 +730,8 @@ impl Connection {
         let Some(span) = self.span_of(bulk.as_ptr(), bulk.len()) else {
             return self.call(msg, bulk);
         };
-        self.shared.check()?;
-        crate::trace::sent(0);
-        let (seq, slot) = self.expect_reply();
-        if let Err(e) = self.send_span(msg, seq, rgpu_protocol::IN_SEGMENT, span, true) {
-            self.shared.pending.lock().unwrap().remove(&seq);
-            return Err(e);
-        }
-        self.wait(seq, &slot)
+        let how = rgpu_protocol::IN_SEGMENT;
+        self.round_trip(msg, 0, |seq| self.send_span(msg, seq, how, span, true))
     }
 
     /// Starts a read whose data the server may put in place when `sink` lies in shared host
@@ -724,24 +741,8 @@ impl Connection {
         let Some(span) = self.span_of(sink.dst.0, sink.len) else {
             return self.start_read(req, sink);
         };
-        if let Err(e) = self.shared.check() {
-            (sink.done)(Err(e.clone()));
-            return Err(e);
-        }
-        crate::trace::reading(0);
-        let seq = self.next_seq();
-        self.shared
-            .pending
-            .lock()
-            .unwrap()
-            .insert(seq, Pending::Read(sink));
-        if let Err(e) = self.send_span(req, seq, rgpu_protocol::INTO_SEGMENT, span, true) {
-            if let Some(Pending::Read(sink)) = self.shared.pending.lock().unwrap().remove(&seq) {
-                (sink.done)(Err(e.clone()));
-            }
-            return Err(e);
-        }
-        Ok(())
+        let how = rgpu_protocol::INTO_SEGMENT;
+        self.start_read_with(sink, 0, |seq| self.send_span(req, seq, how, span, true))
     }
 
     /// Queues `msg` with the span of shared host memory it names (`how`: IN_SEGMENT or

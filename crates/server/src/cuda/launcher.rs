@@ -21,17 +21,13 @@ use rgpu_cuda_api::cu_call;
 use rgpu_cuda_api::native::{Driver, Status, SUCCESS};
 use rgpu_cuda_api::sys::*;
 
+use super::launches::LaunchShape;
 use super::Backend;
 
 /// One launch, its handles resolved; its parameters are `params` bytes of the batch's buffer.
 struct Launch {
     context: CUcontext,
-    function: CUfunction,
-    stream: CUstream,
-    grid: [u32; 3],
-    block: [u32; 3],
-    shared_mem: u32,
-    attributes: Vec<CUlaunchAttribute>,
+    shape: LaunchShape,
     params: std::ops::Range<usize>,
 }
 
@@ -122,30 +118,14 @@ impl Launcher {
         }
     }
 
-    /// Hands a launch over (`params`: its parameter buffer).
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn post(
-        &mut self,
-        context: CUcontext,
-        function: CUfunction,
-        stream: CUstream,
-        grid: [u32; 3],
-        block: [u32; 3],
-        shared_mem: u32,
-        attributes: Vec<CUlaunchAttribute>,
-        params: &[u8],
-    ) {
+    /// Hands a launch over, to be issued in `context` (`params`: its parameter buffer).
+    pub(super) fn post(&mut self, context: CUcontext, shape: LaunchShape, params: &[u8]) {
         let mut state = self.shared.lock();
         let at = state.batch.params.len();
         state.batch.params.extend_from_slice(params);
         state.batch.launches.push_back(Launch {
             context,
-            function,
-            stream,
-            grid,
-            block,
-            shared_mem,
-            attributes,
+            shape,
             params: at..at + params.len(),
         });
         self.handed += 1;
@@ -183,10 +163,10 @@ impl Launcher {
     /// thread, whose context is `current`) those a sleeping launch thread has not taken; the
     /// first failure among them since the last drain, if any.
     pub(super) fn drain(&mut self, driver: &Driver, current: CUcontext) -> Option<Status> {
-        let issued = || self.shared.issued.load(Ordering::Acquire);
-        if issued() == self.handed && !self.shared.failed.load(Ordering::Acquire) {
+        if self.is_idle() {
             return None;
         }
+        let issued = || self.shared.issued.load(Ordering::Acquire);
         self.wake_owed = false;
         let mut stolen_failure = None;
         {
@@ -306,23 +286,7 @@ fn issue_all(driver: &Driver, batch: &mut Batch, current: &mut CUcontext) -> Opt
     failure
 }
 
-fn issue(driver: &Driver, launch: Launch, params: &mut [u8]) -> Status {
-    let Launch {
-        function,
-        stream,
-        grid,
-        block,
-        shared_mem,
-        mut attributes,
-        params: range,
-        ..
-    } = launch;
-    let config = (grid, block, shared_mem, stream);
-    super::launches::issue_launch(
-        driver,
-        function,
-        config,
-        &mut attributes,
-        &mut params[range],
-    )
+fn issue(driver: &Driver, mut launch: Launch, params: &mut [u8]) -> Status {
+    let params = &mut params[launch.params.clone()];
+    super::launches::issue_launch(driver, &mut launch.shape, params)
 }

@@ -39,19 +39,25 @@ impl serve::Launches for Served<'_> {
         let hand_over = cuda
             .launcher()
             .is_some_and(|launcher| more_behind || !launcher.is_idle());
+        let shape = |cuda: &mut CudaSession| {
+            cuda.resolve_launch(function, stream, grid, block, shared_mem, &attributes)
+        };
         if hand_over {
-            return Ok(cuda.hand_over_launch(
-                ctx,
-                function,
-                stream,
-                grid,
-                block,
-                shared_mem,
-                &attributes,
-            ));
+            return Ok(cuda
+                .contexts
+                .get(&ctx)
+                .map(|c| c.raw)
+                .ok_or(INVALID_CONTEXT)
+                .and_then(|context| Ok((context, shape(cuda)?)))
+                .map(|(context, shape)| cuda.hand_over_launch(context, shape)));
         }
         Ok(cuda.enter(ctx).and_then(|()| {
-            check(cuda.launch(function, stream, grid, block, shared_mem, &attributes))
+            let mut shape = shape(cuda)?;
+            check(issue_launch(
+                &cuda.backend.driver,
+                &mut shape,
+                &mut cuda.params,
+            ))
         }))
     }
 
@@ -60,54 +66,47 @@ impl serve::Launches for Served<'_> {
     }
 }
 
+/// A launch with its handles resolved, ready for the driver (on the session thread or the
+/// launch thread).
+pub(super) struct LaunchShape {
+    pub function: CUfunction,
+    pub stream: CUstream,
+    pub grid: [u32; 3],
+    pub block: [u32; 3],
+    pub shared_mem: u32,
+    pub attributes: Vec<CUlaunchAttribute>,
+}
+
 impl CudaSession {
-    /// Hands a launch (its parameters in `self.params`) to the launch thread, its handles
-    /// resolved here: a bad one fails the launch as it would inline.
-    #[allow(clippy::too_many_arguments)]
-    fn hand_over_launch(
-        &mut self,
-        ctx: Id,
+    /// Resolves a launch's handles and attributes: a bad one fails the launch, inline or
+    /// handed over alike.
+    fn resolve_launch(
+        &self,
         function: Id,
         stream: Id,
         grid: [u32; 3],
         block: [u32; 3],
         shared_mem: u32,
         attributes: &[LaunchAttribute],
-    ) -> Result<(), Status> {
-        let context = self.contexts.get(&ctx).ok_or(INVALID_CONTEXT)?.raw;
-        let function = self.function(function)?.raw;
-        let stream = self.stream(stream)?;
-        let attributes = launch_attributes(attributes).ok_or(INVALID_VALUE)?;
-        let params = std::mem::take(&mut self.params);
-        if let Some(launcher) = self.launcher() {
-            launcher.post(
-                context, function, stream, grid, block, shared_mem, attributes, &params,
-            );
-        }
-        self.params = params;
-        Ok(())
+    ) -> Result<LaunchShape, Status> {
+        Ok(LaunchShape {
+            function: self.function(function)?.raw,
+            stream: self.stream(stream)?,
+            grid,
+            block,
+            shared_mem,
+            attributes: launch_attributes(attributes).ok_or(INVALID_VALUE)?,
+        })
     }
 
-    /// Launches with the parameter buffer in `self.params`.
-    fn launch(
-        &mut self,
-        function: Id,
-        stream: Id,
-        grid: [u32; 3],
-        block: [u32; 3],
-        shared_mem: u32,
-        attributes: &[LaunchAttribute],
-    ) -> Status {
-        let (function, stream) = match (self.function(function), self.stream(stream)) {
-            (Ok(f), Ok(s)) => (f, s),
-            (Err(e), _) | (_, Err(e)) => return e,
-        };
-        let Some(mut attrs) = launch_attributes(attributes) else {
-            return INVALID_VALUE;
-        };
-        let (driver, params) = (&self.backend.driver, &mut self.params);
-        let config = (grid, block, shared_mem, stream);
-        issue_launch(driver, function.raw, config, &mut attrs, params)
+    /// Hands a resolved launch (its parameters in `self.params`) to the launch thread, which
+    /// issues it in `context`.
+    fn hand_over_launch(&mut self, context: CUcontext, shape: LaunchShape) {
+        let params = std::mem::take(&mut self.params);
+        if let Some(launcher) = self.launcher() {
+            launcher.post(context, shape, &params);
+        }
+        self.params = params;
     }
 
     fn occupancy(&mut self, ctx: Id, query: &OccupancyQuery) -> Result<i64, Status> {
@@ -208,15 +207,9 @@ impl CudaSession {
     }
 }
 
-/// Issues a launch of `function` with `(grid, block, shared memory, stream)`, its parameter
-/// buffer `params` (as the wire carries it) and its attributes (with none, `cuLaunchKernel`).
-pub(super) fn issue_launch(
-    driver: &Driver,
-    function: CUfunction,
-    (grid, block, shared_mem, stream): ([u32; 3], [u32; 3], u32, CUstream),
-    attrs: &mut [CUlaunchAttribute],
-    params: &mut [u8],
-) -> Status {
+/// Issues a resolved launch with its parameter buffer `params` (as the wire carries it):
+/// without attributes `cuLaunchKernel`, with them `cuLaunchKernelEx`.
+pub(super) fn issue_launch(driver: &Driver, shape: &mut LaunchShape, params: &mut [u8]) -> Status {
     let mut size = params.len();
     let mut extra = [
         launch_param::BUFFER_POINTER as *mut c_void,
@@ -225,7 +218,15 @@ pub(super) fn issue_launch(
         (&mut size as *mut usize).cast(),
         launch_param::END as *mut c_void,
     ];
-    if attrs.is_empty() {
+    let LaunchShape {
+        function,
+        stream,
+        grid,
+        block,
+        shared_mem,
+        ref mut attributes,
+    } = *shape;
+    if attributes.is_empty() {
         // SAFETY: the session's live handles and local buffers; the driver checks addresses.
         return unsafe {
             cu_call!(
@@ -246,7 +247,7 @@ pub(super) fn issue_launch(
             )
         };
     }
-    let config = launch_config(grid, block, shared_mem, stream, attrs);
+    let config = launch_config(grid, block, shared_mem, stream, attributes);
     // SAFETY: as above.
     unsafe {
         cu_call!(
