@@ -138,46 +138,24 @@ fn main() {
     aead_speeds();
     let identity = TlsIdentity::generate(&["localhost".into()]).unwrap();
     for tls in [false, true] {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let endpoint = Endpoint::parse(&listener.local_addr().unwrap().to_string()).unwrap();
-        let security = ServerSecurity {
-            tls: Some(identity.server_config().unwrap()),
-            plaintext: Plaintext::Local,
-        };
-        let server = std::thread::spawn(move || {
-            let (socket, _) = listener.accept().unwrap();
-            let mut stream = Stream::Tcp(socket);
-            let route = accept_preamble(&mut stream, &security, None).unwrap();
-            let (mut stream, _) =
-                server_handshake(stream, &route, &security, None, "s", 1, [0; 32], |_, _| {
-                    Ok(())
-                })
-                .unwrap();
+        let handshake_started = Instant::now();
+        let (mut client, mut server) = connected(&identity, tls);
+        let handshake = handshake_started.elapsed();
+        let reader = std::thread::spawn(move || {
             let mut buf = vec![0u8; WRITE];
             let mut got = 0;
             while got < TOTAL {
-                let n = stream.read(&mut buf).unwrap();
+                let n = server.read(&mut buf).unwrap();
                 assert!(n > 0);
                 got += n;
             }
         });
-        let connector = TlsConnector::new(&ClientSecurity {
-            mode: if tls { TlsMode::On } else { TlsMode::Off },
-            pins: vec![identity.fingerprint().unwrap()],
-            ca_file: None,
-        })
-        .unwrap();
-        let handshake_started = Instant::now();
-        let socket = Stream::connect(&endpoint, Duration::from_secs(5)).unwrap();
-        let (mut stream, _) =
-            client_handshake(socket, &connector, &endpoint, None, "c", None).unwrap();
-        let handshake = handshake_started.elapsed();
         let data = vec![7u8; WRITE];
         let started = Instant::now();
         for _ in 0..TOTAL / WRITE {
-            stream.write_all(&data).unwrap();
+            client.write_all(&data).unwrap();
         }
-        server.join().unwrap();
+        reader.join().unwrap();
         let seconds = started.elapsed().as_secs_f64();
         println!(
             "{}: connect and handshake {:.2} ms, then {:.2} GB/s",
