@@ -27,14 +27,6 @@ pub enum ReadHalf {
 }
 
 impl ReadHalf {
-    /// Reads `stream` directly, or ahead on a thread named `name` when it is a TLS stream.
-    pub fn of(stream: Stream, name: &str) -> io::Result<ReadHalf> {
-        Ok(match stream {
-            Stream::Tls(_) => ReadHalf::Ahead(ReadAhead::start(stream, name)?),
-            plain => ReadHalf::Direct(plain),
-        })
-    }
-
     /// Reads `stream` ahead on a thread named `name`, TLS or not.
     pub fn ahead(stream: Stream, name: &str) -> io::Result<ReadHalf> {
         Ok(ReadHalf::Ahead(ReadAhead::start(stream, name)?))
