@@ -325,7 +325,7 @@ pub fn format_value(kind: ValueKind, bytes: &[u8]) -> String {
                     .collect(),
             )
         }
-        ValueKind::Bytes => bytes.iter().map(|b| format!("{b:02x}")).collect(),
+        ValueKind::Bytes => hex::encode(bytes),
     }
 }
 

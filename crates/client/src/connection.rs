@@ -484,14 +484,12 @@ impl Connection {
     /// runs at its end with the request's final status.
     pub fn start_read(&self, req: &ClientMsg, sink: ReadSink) -> Result<(), ClientError> {
         let len = sink.len;
-        if len as u64 >= STRIPE_MIN && self.shared.check().is_ok() {
-            self.ask_for_striped_reads();
-        }
         self.start_read_with(sink, len, |seq| self.send_now(req, seq, &[]))
     }
 
     /// Registers `sink` for a read that `send` requests (given its seq; `len` bytes expected
-    /// over the connection, for the trace); a failure to send ends the sink at once.
+    /// over the connection, 0 when they come through shared memory); a failure to send ends
+    /// the sink at once.
     fn start_read_with(
         &self,
         sink: ReadSink,
@@ -503,6 +501,9 @@ impl Connection {
             return Err(e);
         }
         crate::trace::reading(len);
+        if len as u64 >= STRIPE_MIN {
+            self.ask_for_striped_reads();
+        }
         let seq = self.next_seq();
         self.shared
             .pending

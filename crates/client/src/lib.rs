@@ -155,33 +155,20 @@ pub fn exclusive_wait_from_env() -> Duration {
 /// 7.9-9.1 GB/s, in TLS from 3.26 to 4.8-5.0 (docs/benchmarks.md). A connection with shared
 /// memory reads through its ring instead.
 pub fn striped_reads_from_env() -> bool {
-    !matches!(
-        std::env::var("RGPU_STRIPED_READS")
-            .as_deref()
-            .map(str::trim),
-        Ok("off" | "0")
-    )
+    !env_is_off("RGPU_STRIPED_READS")
 }
 
 /// Whether a connection to a TCP server on this host moves to the server's same-host socket
 /// (`RGPU_SAME_HOST`: on by default; `off` keeps TCP, as the test suite does to exercise it).
 pub fn same_host_from_env() -> bool {
-    !matches!(
-        std::env::var("RGPU_SAME_HOST").as_deref().map(str::trim),
-        Ok("off" | "0")
-    )
+    !env_is_off("RGPU_SAME_HOST")
 }
 
 /// The size of each of the two shared-memory rings a connection to a server on this host
 /// (a `unix:` endpoint) attaches (`RGPU_SHARED_RING_MB`, MiB); `RGPU_SHARED_MEMORY=off`: none,
 /// all bytes cross the socket.
 pub fn shared_ring_from_env() -> Option<u64> {
-    if matches!(
-        std::env::var("RGPU_SHARED_MEMORY")
-            .as_deref()
-            .map(str::trim),
-        Ok("off" | "0")
-    ) {
+    if env_is_off("RGPU_SHARED_MEMORY") {
         return None;
     }
     let mb = std::env::var("RGPU_SHARED_RING_MB")
@@ -197,6 +184,14 @@ const DEFAULT_SHARED_RING_MB: u64 = 16;
 /// Four lanes reach about 1.7x one stream's rate from a 64 MiB buffer on a 16-core host
 /// (docs/benchmarks.md); more add little.
 const DEFAULT_LANES: usize = 8;
+
+/// Whether the switch `name` is set to `off` (or `0`); unset or anything else leaves it on.
+fn env_is_off(name: &str) -> bool {
+    matches!(
+        std::env::var(name).as_deref().map(str::trim),
+        Ok("off" | "0")
+    )
+}
 
 fn seconds_from_env(name: &str, default: f64) -> Duration {
     let secs = std::env::var(name)

@@ -137,7 +137,7 @@ pub fn get(id: &[u8; 16]) -> Option<*const c_void> {
             let mut seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());
             if !seen.contains(id) {
                 seen.push(*id);
-                let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
+                let hex = hex::encode(id);
                 log::debug!("rgpu: cuGetExportTable: no table {hex}");
             }
             return None;
@@ -691,7 +691,7 @@ mod tests {
     use super::*;
 
     fn hex(bytes: &[u8]) -> String {
-        bytes.iter().map(|b| format!("{b:02x}")).collect()
+        hex::encode(bytes)
     }
 
     fn slot(table: *const c_void, index: usize) -> usize {

@@ -220,7 +220,7 @@ pub fn forwarded(function: &str) -> Option<&'static [Param]> {
 
 /// NVML's spelling of a device UUID (the CUDA UUID's bytes): `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`.
 pub fn uuid_string(bytes: &[u8; 16]) -> String {
-    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    let hex = hex::encode(bytes);
     format!(
         "GPU-{}-{}-{}-{}-{}",
         &hex[0..8],

@@ -27,7 +27,7 @@ fn golden_path() -> PathBuf {
 }
 
 fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    hex::encode(bytes)
 }
 
 /// What the wire looks like now: name -> hex bytes, in a stable order.

@@ -203,7 +203,7 @@ fn same_host_listener(listen: &Endpoint) -> Option<(Listener, String)> {
         return None;
     }
     let random = rgpu_transport::random_lane_key();
-    let name: String = random[..12].iter().map(|b| format!("{b:02x}")).collect();
+    let name = hex::encode(&random[..12]);
     let name = format!("@rgpu-{name}");
     let bound = Listener::bind(&Endpoint::Unix(PathBuf::from(&name)))
         .and_then(|listener| listener.set_nonblocking(true).map(|()| listener));

@@ -62,7 +62,7 @@ pub fn run(args: TokenArgs) -> Result<ExitCode, String> {
 fn new_token() -> Result<String, String> {
     let mut bytes = [0u8; TOKEN_BYTES];
     getrandom::getrandom(&mut bytes).map_err(|e| format!("the OS random source: {e}"))?;
-    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+    Ok(hex::encode(bytes))
 }
 
 /// Writes `token` beside `path` with a restrictive mode from the start, then renames it into

@@ -39,20 +39,18 @@ impl serve::Launches for Served<'_> {
         let hand_over = cuda
             .launcher()
             .is_some_and(|launcher| more_behind || !launcher.is_idle());
-        let shape = |cuda: &mut CudaSession| {
+        let resolve = |cuda: &mut CudaSession| {
             cuda.resolve_launch(function, stream, grid, block, shared_mem, &attributes)
         };
         if hand_over {
-            return Ok(cuda
-                .contexts
-                .get(&ctx)
-                .map(|c| c.raw)
-                .ok_or(INVALID_CONTEXT)
-                .and_then(|context| Ok((context, shape(cuda)?)))
-                .map(|(context, shape)| cuda.hand_over_launch(context, shape)));
+            // The launch thread makes the context current itself.
+            let Some(context) = cuda.contexts.get(&ctx).map(|c| c.raw) else {
+                return Ok(Err(INVALID_CONTEXT));
+            };
+            return Ok(resolve(cuda).map(|shape| cuda.hand_over_launch(context, shape)));
         }
         Ok(cuda.enter(ctx).and_then(|()| {
-            let mut shape = shape(cuda)?;
+            let mut shape = resolve(cuda)?;
             check(issue_launch(
                 &cuda.backend.driver,
                 &mut shape,

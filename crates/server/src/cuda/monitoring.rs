@@ -148,7 +148,7 @@ fn host_identity() -> Option<String> {
     use sha2::Digest as _;
     let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
     let digest = sha2::Sha256::digest(format!("rgpu host {}", boot.trim()).as_bytes());
-    Some(digest[..16].iter().map(|b| format!("{b:02x}")).collect())
+    Some(hex::encode(&digest[..16]))
 }
 
 fn load_nvml() -> Option<Nvml> {

@@ -110,7 +110,7 @@ impl ShareSocket {
 
 /// The abstract socket name of a share socket.
 fn socket_name(name: &[u8; 16]) -> String {
-    let hex: String = name.iter().map(|b| format!("{b:02x}")).collect();
+    let hex = hex::encode(name);
     format!("{SOCKET_PREFIX}{hex}")
 }
 
