@@ -8,8 +8,11 @@ use rgpu_protocol::session::{SessionClient, SessionReply, SessionRequest};
 use rgpu_protocol::table::UnexpectedReply;
 use rgpu_protocol::{ClientMsg, ServerMsg};
 
-use crate::connection::{Connection, ReadSink};
+use std::sync::Arc;
+
+use crate::connection::{ReadSink, ServerSession};
 use crate::ClientError;
+use crate::Connection;
 
 impl From<UnexpectedReply> for ClientError {
     fn from(e: UnexpectedReply) -> ClientError {
@@ -18,38 +21,58 @@ impl From<UnexpectedReply> for ClientError {
 }
 
 /// The CUDA API on a connection.
-#[derive(Clone, Copy)]
-pub struct Cuda<'a>(&'a Connection);
+pub struct Cuda<'a>(Via<'a>);
 
 /// The CUDA API on a connection, for asynchronous copies from and into page-locked memory:
 /// where that memory is shared with the server (on its host) the server copies in place
 /// ([`Connection::post_in_place`], [`Connection::start_read_in_place`]).
-#[derive(Clone, Copy)]
-pub struct CudaInPlace<'a>(&'a Connection);
+pub struct CudaInPlace<'a>(Via<'a>);
 
 /// The OpenCL API on a connection.
-#[derive(Clone, Copy)]
-pub struct OpenCl<'a>(&'a Connection);
+pub struct OpenCl<'a>(Via<'a>);
 
 /// The session's own messages on a connection.
-#[derive(Clone, Copy)]
-pub struct Session<'a>(&'a Connection);
+pub struct Session<'a>(Via<'a>);
+
+/// The session a typed API's calls go to: a connection's current one (kept for the calls
+/// made through that value, even if the connection moves meanwhile), or one borrowed.
+enum Via<'a> {
+    Current(Arc<ServerSession>),
+    Borrowed(&'a ServerSession),
+}
+
+impl std::ops::Deref for Via<'_> {
+    type Target = ServerSession;
+    fn deref(&self) -> &ServerSession {
+        match self {
+            Via::Current(session) => session,
+            Via::Borrowed(session) => session,
+        }
+    }
+}
 
 impl Connection {
-    pub fn cuda(&self) -> Cuda<'_> {
-        Cuda(self)
+    pub fn cuda(&self) -> Cuda<'static> {
+        Cuda(Via::Current(self.current()))
     }
 
-    pub fn cuda_in_place(&self) -> CudaInPlace<'_> {
-        CudaInPlace(self)
+    pub fn cuda_in_place(&self) -> CudaInPlace<'static> {
+        CudaInPlace(Via::Current(self.current()))
     }
 
-    pub fn opencl(&self) -> OpenCl<'_> {
-        OpenCl(self)
+    pub fn opencl(&self) -> OpenCl<'static> {
+        OpenCl(Via::Current(self.current()))
     }
 
+    pub fn session(&self) -> Session<'static> {
+        Session(Via::Current(self.current()))
+    }
+}
+
+impl ServerSession {
+    /// The session's own messages, on this session.
     pub fn session(&self) -> Session<'_> {
-        Session(self)
+        Session(Via::Borrowed(self))
     }
 }
 

@@ -1,4 +1,5 @@
-//! One authenticated connection to one server, shared by every thread of the program.
+//! One authenticated session with one server, shared by every thread of the program (through
+//! the [`Connection`](crate::Connection) that holds it, and that may move to another session).
 //!
 //! Requests without a reply are only queued in the write buffer ([`Connection::post`]) and go
 //! out in one system call with the next request that waits ([`Connection::call`]) or at
@@ -167,7 +168,8 @@ impl Shared {
     }
 }
 
-pub struct Connection {
+/// A session with a server: its socket, reader thread, lanes and shared memory.
+pub struct ServerSession {
     /// The server as the program named it (what keys it everywhere).
     endpoint: Endpoint,
     /// Where the connection and its lanes go: `endpoint`, or its same-host socket.
@@ -207,7 +209,7 @@ struct FlushSignal {
     wake: Condvar,
 }
 
-impl Connection {
+impl ServerSession {
     /// Connects, checks the protocol version and authenticates.
     /// (`config.servers` is not used: `endpoint` is the server.) A TCP server on this host
     /// is asked for its same-host socket, and the session taken there instead, where shared
@@ -215,12 +217,12 @@ impl Connection {
     pub fn connect(
         endpoint: &Endpoint,
         config: &ClientConfig,
-    ) -> Result<Arc<Connection>, ClientError> {
-        let connection = Connection::open(endpoint, endpoint, config)?;
+    ) -> Result<Arc<ServerSession>, ClientError> {
+        let connection = ServerSession::open(endpoint, endpoint, config)?;
         let Some(route) = connection.same_host_route() else {
             return Ok(connection);
         };
-        match Connection::open(endpoint, &route, config) {
+        match ServerSession::open(endpoint, &route, config) {
             Ok(local) => {
                 log::debug!("{endpoint} is on this host: the session goes through {route}");
                 Ok(local)
@@ -261,7 +263,7 @@ impl Connection {
         endpoint: &Endpoint,
         route: &Endpoint,
         config: &ClientConfig,
-    ) -> Result<Arc<Connection>, ClientError> {
+    ) -> Result<Arc<ServerSession>, ClientError> {
         let reply_timeout = config.reply_timeout;
         let stream = Stream::connect(route, config.connect_timeout)
             .map_err(|e| ClientError::Connect(format!("{endpoint}: {e}")))?;
@@ -317,7 +319,7 @@ impl Connection {
             welcome.server_name,
             welcome.session_id
         );
-        let connection = Arc::new(Connection {
+        let connection = Arc::new(ServerSession {
             endpoint: endpoint.clone(),
             route: route.clone(),
             server_name: welcome.server_name,
@@ -377,6 +379,16 @@ impl Connection {
     /// A fresh id for an object this client creates on the server.
     pub fn new_id(&self) -> Id {
         self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// The id [`ServerSession::new_id`] gives next.
+    pub fn peek_next_id(&self) -> Id {
+        self.next_id.load(Ordering::Relaxed)
+    }
+
+    /// Gives ids from `next` on (or from where they are, if further).
+    pub fn continue_ids_from(&self, next: Id) {
+        self.next_id.fetch_max(next, Ordering::Relaxed);
     }
 
     /// Installs the function that receives `EventStatus` notifications (once per connection).
@@ -684,6 +696,11 @@ impl Connection {
         Some(base)
     }
 
+    /// Whether any host memory is shared with the server now.
+    pub fn shares_host_memory(&self) -> bool {
+        !self.segments.lock().unwrap().is_empty()
+    }
+
     /// Lets go of memory from [`Connection::share_host_memory`] (false: not from there).
     pub fn unshare_host_memory(&self, base: *mut u8) -> bool {
         let Some((segment, _region)) = self.segments.lock().unwrap().remove(&(base as usize))
@@ -910,7 +927,7 @@ impl Connection {
     }
 }
 
-impl Drop for Connection {
+impl Drop for ServerSession {
     fn drop(&mut self) {
         // A forked child's copy: what is buffered is the parent's to send (and the streams
         // refuse anyway); its locks may be held by parent threads that do not exist here.
@@ -926,7 +943,7 @@ impl Drop for Connection {
     }
 }
 
-fn flusher_loop(connection: Weak<Connection>, signal: Arc<FlushSignal>) {
+fn flusher_loop(connection: Weak<ServerSession>, signal: Arc<FlushSignal>) {
     loop {
         {
             let mut dirty = signal.dirty.lock().unwrap();
@@ -958,7 +975,7 @@ const MIN_LIVENESS: Duration = Duration::from_secs(3);
 
 /// The connection's liveness watchdog (see the module's documentation); ends with the
 /// connection.
-fn liveness_loop(connection: Weak<Connection>, liveness: Duration) {
+fn liveness_loop(connection: Weak<ServerSession>, liveness: Duration) {
     let tick = (liveness / 8).clamp(Duration::from_millis(50), Duration::from_millis(500));
     let limit = liveness.as_millis() as u64;
     let Some(shared) = connection.upgrade().map(|c| c.shared.clone()) else {

@@ -19,7 +19,8 @@ pub type Resume = dyn Fn(&Arc<Connection>) -> Result<(), String> + Send + Sync;
 /// reset or a new context (CUDA), asks for a new session: if the server answers again and
 /// still serves the same devices, the new context lives there.
 pub struct ServerLink {
-    endpoint: Endpoint,
+    /// The server; another one once the session moved there (live migration).
+    endpoint: Mutex<Endpoint>,
     config: ClientConfig,
     resume: Box<Resume>,
     /// The current connection, and when reconnecting last failed.
@@ -35,15 +36,23 @@ impl ServerLink {
         resume: impl Fn(&Arc<Connection>) -> Result<(), String> + Send + Sync + 'static,
     ) -> Arc<ServerLink> {
         Arc::new(ServerLink {
-            endpoint: endpoint.clone(),
+            endpoint: Mutex::new(endpoint.clone()),
             config: config.clone(),
             resume: Box::new(resume),
             current: Mutex::new((conn, None)),
         })
     }
 
-    pub fn endpoint(&self) -> &Endpoint {
-        &self.endpoint
+    pub fn endpoint(&self) -> Endpoint {
+        self.endpoint
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// The session moved to `endpoint` (live migration): a lost session is renewed there.
+    pub fn moved_to(&self, endpoint: &Endpoint) {
+        *self.endpoint.lock().unwrap_or_else(|e| e.into_inner()) = endpoint.clone();
     }
 
     /// The current connection, alive or not (no reconnection is tried).
@@ -63,13 +72,13 @@ impl ServerLink {
             Ok(fresh) => {
                 log::warn!(
                     "rgpu: server {} is back: new contexts use a new session",
-                    self.endpoint
+                    self.endpoint()
                 );
                 *conn = fresh;
                 *failed_at = None;
             }
             Err(e) => {
-                log::warn!("rgpu: server {} is still lost: {e}", self.endpoint);
+                log::warn!("rgpu: server {} is still lost: {e}", self.endpoint());
                 *failed_at = Some(Instant::now());
             }
         }
@@ -77,7 +86,8 @@ impl ServerLink {
     }
 
     fn reconnect(&self) -> Result<Arc<Connection>, String> {
-        let conn = Connection::connect(&self.endpoint, &self.config).map_err(|e| e.to_string())?;
+        let conn =
+            Connection::connect(&self.endpoint(), &self.config).map_err(|e| e.to_string())?;
         (self.resume)(&conn)?;
         Ok(conn)
     }

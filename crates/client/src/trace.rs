@@ -299,13 +299,13 @@ fn at_exit() {
 }
 
 /// The sessions whose servers' counters end the trace.
-fn traced_sessions() -> &'static Mutex<Vec<std::sync::Weak<crate::Connection>>> {
-    static SESSIONS: OnceLock<Mutex<Vec<std::sync::Weak<crate::Connection>>>> = OnceLock::new();
+fn traced_sessions() -> &'static Mutex<Vec<std::sync::Weak<crate::ServerSession>>> {
+    static SESSIONS: OnceLock<Mutex<Vec<std::sync::Weak<crate::ServerSession>>>> = OnceLock::new();
     SESSIONS.get_or_init(Default::default)
 }
 
 /// A session opened while tracing to a file: its server's counters end the trace.
-pub(crate) fn session_opened(connection: &std::sync::Arc<crate::Connection>) {
+pub(crate) fn session_opened(connection: &std::sync::Arc<crate::ServerSession>) {
     if let Ok(mut sessions) = traced_sessions().lock() {
         sessions.retain(|s| s.strong_count() > 0);
         sessions.push(std::sync::Arc::downgrade(connection));

@@ -80,7 +80,7 @@ pub unsafe extern "C" fn rgpu_cuda_pull(dst: u64, size: u64, from: *const Export
 fn pull_by_ipc(ctx: &Context, export: &PeerExport) -> bool {
     crate::api::fabric_ipc()
         && !std::env::var("RGPU_MPI_IPC").is_ok_and(|v| v == "0")
-        && Endpoint::parse(&export.endpoint).is_ok_and(|at| at.same_machine(ctx.conn.endpoint()))
+        && Endpoint::parse(&export.endpoint).is_ok_and(|at| at.same_machine(&ctx.conn.endpoint()))
 }
 
 /// Streams of the interposer's batched pulls per context (by its handle and server id), made

@@ -181,3 +181,20 @@ pub fn release<T: ClObject>(ptr: *const c_void) -> cl_int {
 pub fn app_refs<T>(handle: &Ref<T>) -> u32 {
     handle.app_refs.load(Ordering::Relaxed)
 }
+
+/// Every live handle of kind T (those the application holds a reference to).
+pub fn live<T: ClObject>() -> Vec<Ref<T>> {
+    let guard = registry().read().unwrap_or_else(|e| e.into_inner());
+    guard
+        .values()
+        .filter(|(kind, _)| *kind == T::KIND)
+        .map(|&(_, object)| {
+            // SAFETY: as in `get`: a live registry entry of kind T, kept alive by the
+            // application's strong count while the read lock is held.
+            unsafe {
+                Arc::increment_strong_count(object as *const Handle<T>);
+                Arc::from_raw(object as *const Handle<T>)
+            }
+        })
+        .collect()
+}

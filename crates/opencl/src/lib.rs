@@ -16,6 +16,7 @@ mod boundary;
 mod generated_dispatch;
 mod handle;
 mod includes;
+mod migration;
 mod objects;
 mod region;
 mod runtime;

@@ -272,6 +272,8 @@ pub struct Sampler {
     pub filter_mode: cl_filter_mode,
     /// As given to clCreateSamplerWithProperties (for CL_SAMPLER_PROPERTIES), else empty.
     pub properties: Vec<cl_sampler_properties>,
+    /// The whole property list the server was given (to make it again elsewhere).
+    pub wire_properties: Vec<u64>,
 }
 
 impl ClObject for Sampler {

@@ -208,6 +208,14 @@ wire_api! {
         /// A read of a memory object's bytes, as `Enqueue`: the data comes packed tightly.
         read EnqueueRead enqueue_read(queue: Id, wait: Vec<Id>, event: Id, transfer: Transfer);
     }
+
+    /// A session moving here from another server (docs/migration.md).
+    group Migration {
+        /// Before anything else in the session: the client keeps naming devices by the ids
+        /// the other server gave them; each `(alias, device)` says which served device an id
+        /// stands for. Ids not listed then name no device.
+        call AliasDevices alias_devices(aliases: Vec<(Id, Id)>) -> Answer<()>;
+    }
 }
 
 /// Where the bytes of a read or write lie in a memory object; they travel packed tightly

@@ -497,7 +497,7 @@ fn between_servers(
     size: u64,
     queue: Option<(Arc<Context>, Id)>,
 ) -> Result<(), CUresult> {
-    let ipc = super::fabric_ipc() && from.conn.endpoint().same_machine(to.conn.endpoint());
+    let ipc = super::fabric_ipc() && from.conn.endpoint().same_machine(&to.conn.endpoint());
     if let Some((ctx, stream)) = &queue {
         let pushable = ipc && size > 0 && super::fabric_push();
         // Into memory that has an IPC handle to share (a push into pool memory would be

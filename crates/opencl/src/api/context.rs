@@ -18,7 +18,7 @@ pub fn context_from(context: cl_context) -> Result<Ref<Context>, cl_int> {
 
 /// Validates the property list; the platform, if given, must be rgpu's. Returns the list to
 /// send to the server (platform removed, zero-terminated).
-fn server_properties(props: &[cl_context_properties]) -> Result<Vec<u64>, cl_int> {
+pub(crate) fn server_properties(props: &[cl_context_properties]) -> Result<Vec<u64>, cl_int> {
     let mut out = Vec::new();
     for pair in props.as_chunks::<2>().0 {
         let (key, value) = (pair[0], pair[1]);

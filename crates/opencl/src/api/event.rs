@@ -148,7 +148,7 @@ pub unsafe extern "C" fn clWaitForEvents(
 /// of a running command asks: answering from a status learned earlier would let a program see
 /// a command running while the command it waits for still looks unfinished, as the CTS's
 /// `test_events waitlists` caught.)
-fn current_status(event: &Ref<Event>) -> Result<cl_int, cl_int> {
+pub(crate) fn current_status(event: &Ref<Event>) -> Result<cl_int, cl_int> {
     let known = event.known_status();
     if known <= CL_COMPLETE || event.completion == Completion::Local {
         return Ok(known);

@@ -1,7 +1,8 @@
 //! Buffers moved between servers for rgpu's MPI interposer (docs/mpi.md), offered as extension
 //! functions of the rgpu platform (`clGetExtensionFunctionAddressForPlatform`): a rank exports
-//! a buffer range, another rank's server pulls it straight from the exporting server. Each
-//! returns an OpenCL status.
+//! a buffer range, another rank's server pulls it straight from the exporting server; and a
+//! program's sessions moved whole to another server (docs/migration.md). Each returns an
+//! OpenCL status.
 
 use opencl_sys::*;
 use rgpu_client::{ExportRecord, OpenClClient};
@@ -115,5 +116,46 @@ pub unsafe extern "C" fn rgpu_opencl_pull_host(
             log::warn!("rgpu: pulling an export into host memory: {e}");
             CL_OUT_OF_RESOURCES
         })
+    })
+}
+
+/// `rgpu_opencl_migrate`: moves the program's sessions with server `from` to server `to`
+/// (addresses as in `RGPU_SERVERS`), every handle staying valid; on failure nothing moved and
+/// `why` (when not null, `why_len` bytes) says why, NUL-terminated.
+///
+/// # Safety
+/// `from` and `to` are NUL-terminated; `why` is null or valid for writing `why_len` bytes.
+pub unsafe extern "C" fn rgpu_opencl_migrate(
+    from: *const std::ffi::c_char,
+    to: *const std::ffi::c_char,
+    why: *mut std::ffi::c_char,
+    why_len: usize,
+) -> cl_int {
+    entry(|| {
+        if from.is_null() || to.is_null() {
+            return Err(CL_INVALID_VALUE);
+        }
+        // SAFETY: NUL-terminated, as the caller promises.
+        let (from, to) = unsafe {
+            (
+                std::ffi::CStr::from_ptr(from).to_string_lossy(),
+                std::ffi::CStr::from_ptr(to).to_string_lossy(),
+            )
+        };
+        crate::migration::migrate(&from, &to)
+            .map(|_| ())
+            .map_err(|reason| {
+                log::warn!("rgpu: moving sessions from {from} to {to}: {reason}");
+                if !why.is_null() && why_len > 0 {
+                    let bytes = reason.as_bytes();
+                    let n = bytes.len().min(why_len - 1);
+                    // SAFETY: the caller's buffer of `why_len` bytes; n + 1 <= why_len.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(bytes.as_ptr(), why.cast::<u8>(), n);
+                        why.add(n).write(0);
+                    }
+                }
+                CL_INVALID_OPERATION
+            })
     })
 }

@@ -117,6 +117,8 @@ fn extension_function(name: &str) -> *mut c_void {
         "rgpu_opencl_pull" => crate::api::peers::rgpu_opencl_pull as *mut c_void,
         "rgpu_opencl_unexport" => crate::api::peers::rgpu_opencl_unexport as *mut c_void,
         "rgpu_opencl_pull_host" => crate::api::peers::rgpu_opencl_pull_host as *mut c_void,
+        // Live migration (docs/migration.md).
+        "rgpu_opencl_migrate" => crate::api::peers::rgpu_opencl_migrate as *mut c_void,
         _ => std::ptr::null_mut(),
     }
 }

@@ -22,6 +22,21 @@ const KNOWN_QUEUE_FLAGS: cl_command_queue_properties =
 const ON_DEVICE_FLAGS: cl_command_queue_properties =
     CL_QUEUE_ON_DEVICE | CL_QUEUE_ON_DEVICE_DEFAULT;
 
+/// A queue's properties as the server takes them: the flags, then the rest of the list.
+pub(crate) fn wire_properties(
+    properties: cl_command_queue_properties,
+    properties_array: &[cl_queue_properties],
+) -> Vec<u64> {
+    let mut wire = vec![CL_QUEUE_PROPERTIES as u64, properties];
+    for pair in properties_array.as_chunks::<2>().0 {
+        if pair[0] != CL_QUEUE_PROPERTIES as u64 {
+            wire.extend_from_slice(pair);
+        }
+    }
+    wire.push(0);
+    wire
+}
+
 fn create_queue(
     context: cl_context,
     device: cl_device_id,
@@ -43,15 +58,13 @@ fn create_queue(
     // On the device's server (a context over several has a part on each).
     let (conn, context_id) = crate::spanning::queue_context(&context, &device);
     let id = conn.new_id();
-    let mut wire_props = vec![CL_QUEUE_PROPERTIES as u64, properties];
-    for pair in properties_array.as_chunks::<2>().0 {
-        if pair[0] != CL_QUEUE_PROPERTIES as u64 {
-            wire_props.extend_from_slice(pair);
-        }
-    }
-    wire_props.push(0);
     conn.opencl()
-        .create_queue(id, context_id, device.id, wire_props)
+        .create_queue(
+            id,
+            context_id,
+            device.id,
+            wire_properties(properties, &properties_array),
+        )
         .outcome()?;
     let queue = handle::create(Queue {
         conn,

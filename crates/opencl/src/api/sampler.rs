@@ -63,7 +63,7 @@ fn create_sampler(
     let conn = Arc::clone(&context.conn);
     let id = conn.new_id();
     conn.opencl()
-        .create_sampler(id, context.id, wire)
+        .create_sampler(id, context.id, wire.clone())
         .outcome()?;
     let sampler = handle::create(Sampler {
         conn,
@@ -73,6 +73,7 @@ fn create_sampler(
         addressing_mode: state.addressing_mode,
         filter_mode: state.filter_mode,
         properties,
+        wire_properties: wire,
     });
     Ok(handle::raw(&sampler))
 }

@@ -14,19 +14,19 @@ impl serve::Contexts for Session {
         let Some(&first) = devices.first() else {
             return Err(sys::CL_INVALID_VALUE);
         };
-        let inventory = self.cl.inventory.clone();
-        let platform_id = inventory
+        let platform_id = self
+            .cl
             .device(first)
             .ok_or(sys::CL_INVALID_DEVICE)?
             .platform;
         // One context spans one platform.
-        if devices.iter().any(|&d| {
-            inventory
-                .device(d)
-                .is_none_or(|d| d.platform != platform_id)
-        }) {
+        if devices
+            .iter()
+            .any(|&d| self.cl.device(d).is_none_or(|d| d.platform != platform_id))
+        {
             return Err(sys::CL_INVALID_DEVICE);
         }
+        let inventory = self.cl.inventory.clone();
         let platform = inventory
             .platform(platform_id)
             .ok_or(sys::CL_INVALID_PLATFORM)?;
@@ -47,11 +47,7 @@ impl serve::Contexts for Session {
     ) -> Answer<()> {
         self.cl.handles.queues.check_free(id)?;
         rgpu_cl_api::validate::queue_properties(&properties)?;
-        let served = self
-            .cl
-            .inventory
-            .device(device)
-            .ok_or(sys::CL_INVALID_DEVICE)?;
+        let served = self.cl.device(device).ok_or(sys::CL_INVALID_DEVICE)?;
         let with_properties = self
             .cl
             .inventory

@@ -75,7 +75,6 @@ impl Session {
             0 => Ok(None),
             id => self
                 .cl
-                .inventory
                 .device(id)
                 .map(|d| Some(d.native))
                 .ok_or(sys::CL_INVALID_DEVICE),
@@ -94,11 +93,7 @@ impl Session {
                 self.cl.library()?.platform_info(platform.native, param)
             }
             InfoQuery::Device(id) => {
-                let device = self
-                    .cl
-                    .inventory
-                    .device(*id)
-                    .ok_or(sys::CL_INVALID_DEVICE)?;
+                let device = self.cl.device(*id).ok_or(sys::CL_INVALID_DEVICE)?;
                 self.cl.library()?.device_info(device.native, param)
             }
             InfoQuery::Context(id) => h.contexts.get(*id)?.info(param),
@@ -108,11 +103,7 @@ impl Session {
             InfoQuery::Sampler(id) => h.samplers.get(*id)?.info(param),
             InfoQuery::Program(id) => h.programs.get(*id)?.info(param),
             InfoQuery::ProgramBuild { program, device } => {
-                let device = self
-                    .cl
-                    .inventory
-                    .device(*device)
-                    .ok_or(sys::CL_INVALID_DEVICE)?;
+                let device = self.cl.device(*device).ok_or(sys::CL_INVALID_DEVICE)?;
                 h.programs.get(*program)?.build_info(device.native, param)
             }
             InfoQuery::Kernel(id) => h.kernels.get(*id)?.kernel.info(param),
@@ -178,7 +169,9 @@ impl Session {
         };
         match kind {
             HandleValue::Platform => self.cl.inventory.platform_id_of(addr),
-            HandleValue::Device => self.cl.inventory.device_id_of(addr),
+            HandleValue::Device => self
+                .cl
+                .client_device_id(self.cl.inventory.device_id_of(addr)),
             HandleValue::Context => {
                 find(Box::new(h.contexts.iter().map(|(id, c)| (*id, c.addr()))))
             }

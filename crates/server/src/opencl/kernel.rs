@@ -168,12 +168,17 @@ impl Session {
             .devices
             .iter()
             .filter_map(|device| {
+                // In a session moved here, only the devices the client knows (by its ids).
+                let id = self.cl.client_device_id(device.id);
+                if id == 0 {
+                    return None;
+                }
                 let info = |param| kernel.work_group_info(Some(device.native), param).ok();
                 let max_size = decode_unsigned(&info(sys::CL_KERNEL_WORK_GROUP_SIZE)?);
                 let required = info(sys::CL_KERNEL_COMPILE_WORK_GROUP_SIZE)?;
                 let mut sizes = required.chunks(WORD).map(decode_unsigned);
                 Some(WorkGroupLimits {
-                    device: device.id,
+                    device: id,
                     max_size,
                     required: [(); 3].map(|()| sizes.next().unwrap_or(0)),
                 })

@@ -15,6 +15,7 @@ pub(crate) mod inventory;
 mod kernel;
 
 mod memory;
+mod migration;
 pub(crate) mod native;
 mod peers;
 mod program;
@@ -33,7 +34,6 @@ impl Session {
         ids.iter()
             .map(|&id| {
                 self.cl
-                    .inventory
                     .device(id)
                     .map(|d| d.native)
                     .ok_or(sys::CL_INVALID_DEVICE)

@@ -10,7 +10,7 @@ use rgpu_protocol::opencl::Id;
 use crate::limits::Usage;
 use crate::opencl::completion::Completion;
 use crate::opencl::handles::Handles;
-use crate::opencl::inventory::Inventory;
+use crate::opencl::inventory::{Inventory, ServedDevice};
 use crate::opencl::native::{Cl, ClResult, Event, Waker};
 use crate::opencl::staging::{StagingPool, CHUNK_SIZE, POOL_BUFFERS};
 use crate::writer::Writer;
@@ -36,6 +36,10 @@ pub(crate) struct ClSession {
     pub(crate) pending_user_events: Arc<AtomicUsize>,
     /// Commands' events the client holds whose final status it has not been told.
     pub(crate) unreported: Unreported,
+    /// In a session moved here from another server: (the client's id, the served device's
+    /// id) for each device, the client keeping the ids the other server gave (`AliasDevices`).
+    /// Empty: the client uses this server's ids.
+    pub(crate) device_aliases: Vec<(Id, Id)>,
 }
 
 /// Events of commands whose final status the client has not been told. A `Finish` or
@@ -108,6 +112,7 @@ impl ClSession {
             deferred: None,
             user_events: Vec::new(),
             pending_user_events,
+            device_aliases: Vec::new(),
             unreported,
         }
     }
@@ -189,5 +194,33 @@ impl ClSession {
     pub(crate) fn release_all(&mut self) {
         self.handles.release_all();
         self.user_events.clear();
+    }
+}
+
+impl ClSession {
+    /// The served device the client's device id names (through the session's aliases, if
+    /// it has any).
+    pub(crate) fn device(&self, id: Id) -> Option<&ServedDevice> {
+        let served = match self.device_aliases.is_empty() {
+            true => id,
+            false => self
+                .device_aliases
+                .iter()
+                .find(|(alias, _)| *alias == id)
+                .map(|(_, served)| *served)?,
+        };
+        self.inventory.device(served)
+    }
+
+    /// The client's id for the served device `served` (0 for none).
+    pub(crate) fn client_device_id(&self, served: Id) -> Id {
+        match self.device_aliases.is_empty() {
+            true => served,
+            false => self
+                .device_aliases
+                .iter()
+                .find(|(_, s)| *s == served)
+                .map_or(0, |(alias, _)| *alias),
+        }
     }
 }
