@@ -37,7 +37,7 @@ pub struct Session<'a>(Via<'a>);
 /// The session a typed API's calls go to: a connection's current one (kept for the calls
 /// made through that value, even if the connection moves meanwhile), or one borrowed.
 enum Via<'a> {
-    Current(Arc<ServerSession>),
+    Current(arc_swap::Guard<Arc<ServerSession>>),
     Borrowed(&'a ServerSession),
 }
 
@@ -53,19 +53,19 @@ impl std::ops::Deref for Via<'_> {
 
 impl Connection {
     pub fn cuda(&self) -> Cuda<'static> {
-        Cuda(Via::Current(self.current()))
+        Cuda(Via::Current(self.now()))
     }
 
     pub fn cuda_in_place(&self) -> CudaInPlace<'static> {
-        CudaInPlace(Via::Current(self.current()))
+        CudaInPlace(Via::Current(self.now()))
     }
 
     pub fn opencl(&self) -> OpenCl<'static> {
-        OpenCl(Via::Current(self.current()))
+        OpenCl(Via::Current(self.now()))
     }
 
     pub fn session(&self) -> Session<'static> {
-        Session(Via::Current(self.current()))
+        Session(Via::Current(self.now()))
     }
 }
 

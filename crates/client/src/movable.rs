@@ -46,6 +46,12 @@ impl Connection {
         self.current.load_full()
     }
 
+    /// The session every call goes to now, borrowed for one call (cheaper than an `Arc`: no
+    /// shared count is touched, which is what every posted launch pays).
+    pub(crate) fn now(&self) -> arc_swap::Guard<Arc<ServerSession>> {
+        self.current.load()
+    }
+
     /// Makes `to`'s session this connection's, once every live object of this connection
     /// was made there under its id: from now on every call goes there. `to` is left without
     /// a session of its own (drop it). The old session ends when the last call still on it
@@ -70,20 +76,20 @@ impl Connection {
     }
 
     pub fn endpoint(&self) -> Endpoint {
-        self.current().endpoint().clone()
+        self.now().endpoint().clone()
     }
 
     pub fn server_name(&self) -> String {
-        self.current().server_name().to_string()
+        self.now().server_name().to_string()
     }
 
     pub fn session_id(&self) -> u64 {
-        self.current().session_id()
+        self.now().session_id()
     }
 
     /// A fresh id for an object this client creates on the server.
     pub fn new_id(&self) -> Id {
-        self.current().new_id()
+        self.now().new_id()
     }
 
     /// Installs the function that receives `EventStatus` notifications (once per connection).
@@ -102,56 +108,56 @@ impl Connection {
     }
 
     pub fn post(&self, msg: &ClientMsg, bulk: &[u8]) -> Result<(), ClientError> {
-        self.current().post(msg, bulk)
+        self.now().post(msg, bulk)
     }
 
     pub fn flush(&self) -> Result<(), ClientError> {
-        self.current().flush()
+        self.now().flush()
     }
 
     pub fn call(&self, msg: &ClientMsg, bulk: &[u8]) -> Result<ServerMsg, ClientError> {
-        self.current().call(msg, bulk)
+        self.now().call(msg, bulk)
     }
 
     pub fn start_read(&self, req: &ClientMsg, sink: ReadSink) -> Result<(), ClientError> {
-        self.current().start_read(req, sink)
+        self.now().start_read(req, sink)
     }
 
     pub fn open_lanes(&self, want: usize) -> usize {
-        self.current().open_lanes(want)
+        self.now().open_lanes(want)
     }
 
     pub fn ping(&self) -> Result<Duration, ClientError> {
-        self.current().ping()
+        self.now().ping()
     }
 
     pub fn share_host_memory(&self, len: usize) -> Option<*mut u8> {
-        self.current().share_host_memory(len)
+        self.now().share_host_memory(len)
     }
 
     pub fn unshare_host_memory(&self, base: *mut u8) -> bool {
-        self.current().unshare_host_memory(base)
+        self.now().unshare_host_memory(base)
     }
 
     /// Whether host memory is shared with the server (it stays on that server's host).
     pub fn shares_host_memory(&self) -> bool {
-        self.current().shares_host_memory()
+        self.now().shares_host_memory()
     }
 
     pub fn post_in_place(&self, msg: &ClientMsg, bulk: &[u8]) -> Result<(), ClientError> {
-        self.current().post_in_place(msg, bulk)
+        self.now().post_in_place(msg, bulk)
     }
 
     pub fn call_in_place(&self, msg: &ClientMsg, bulk: &[u8]) -> Result<ServerMsg, ClientError> {
-        self.current().call_in_place(msg, bulk)
+        self.now().call_in_place(msg, bulk)
     }
 
     pub fn start_read_in_place(&self, req: &ClientMsg, sink: ReadSink) -> Result<(), ClientError> {
-        self.current().start_read_in_place(req, sink)
+        self.now().start_read_in_place(req, sink)
     }
 
     /// Whether the connection still works.
     pub fn is_alive(&self) -> bool {
-        self.current().is_alive()
+        self.now().is_alive()
     }
 }
