@@ -8,6 +8,8 @@
  * "PASS migrate". */
 #include "common.h"
 
+#include <pthread.h>
+
 typedef cl_int (*MigrateFn)(const char *from, const char *to, char *why, size_t why_len);
 
 static const char *SRC =
@@ -33,6 +35,25 @@ static void host_scale(cl_int *a, int k) {
 
 static void host_add(const cl_int *a, cl_int *b) {
     for (int i = 0; i < N; i++) b[i] += a[i];
+}
+
+/* Another thread of the program calls on while the move happens: its calls wait at the gate
+ * and then go to the new server. */
+static volatile int g_stop;
+static cl_event g_watched;
+
+static void *keep_calling(void *arg) {
+    long *calls = arg;
+    while (!g_stop) {
+        cl_int status = -1;
+        CHECK(clGetEventInfo(g_watched, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof status,
+                             &status, NULL));
+        REQUIRE(status == CL_COMPLETE, "the other thread saw status %d", status);
+        char name[256];
+        CHECK(clGetDeviceInfo(g_device, CL_DEVICE_NAME, sizeof name, name, NULL));
+        (*calls)++;
+    }
+    return NULL;
 }
 
 int main(void) {
@@ -84,6 +105,21 @@ int main(void) {
     host_scale(ha, k);
     host_add(ha, hb);
 
+    /* A second context, an out-of-order queue, a buffer on the program's own memory. */
+    cl_context ctx2 = make_context();
+    cl_command_queue q2 = make_queue(ctx2, CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE);
+    cl_program prog2 = build_program(ctx2, SRC, "");
+    cl_kernel scale2 = CHKE(clCreateKernel(prog2, "scale", E));
+    cl_int *hu = malloc(N * sizeof(cl_int)), *want_u = malloc(N * sizeof(cl_int));
+    for (int i = 0; i < N; i++) hu[i] = want_u[i] = 3 * i - 11;
+    cl_mem u = CHKE(clCreateBuffer(ctx2, CL_MEM_READ_WRITE | CL_MEM_USE_HOST_PTR,
+                                   N * sizeof(cl_int), hu, E));
+    int k2 = 5;
+    CHECK(clSetKernelArg(scale2, 0, sizeof u, &u));
+    CHECK(clSetKernelArg(scale2, 1, sizeof k2, &k2));
+    CHECK(clEnqueueNDRangeKernel(q2, scale2, 1, NULL, &global, NULL, 0, NULL, NULL));
+    host_scale(want_u, k2);
+
     /* Refused while a user event is unset (commands may wait on it): nothing moves. */
     cl_event gate = CHKE(clCreateUserEvent(ctx, E));
     char why[512] = "";
@@ -92,11 +128,37 @@ int main(void) {
     REQUIRE(strstr(why, "user event") != NULL, "the refusal says why: %s", why);
     CHECK(clSetUserEventStatus(gate, CL_COMPLETE));
 
-    /* The move, between two commands of the program. */
+    /* Refused with an image (its contents do not travel yet): nothing moves. */
+    if (sampler) {
+        cl_image_format format = {CL_RGBA, CL_UNORM_INT8};
+        cl_image_desc desc = {0};
+        desc.image_type = CL_MEM_OBJECT_IMAGE2D;
+        desc.image_width = desc.image_height = 16;
+        cl_mem image = CHKE(clCreateImage(ctx2, CL_MEM_READ_ONLY, &format, &desc, NULL, E));
+        why[0] = 0;
+        REQUIRE(migrate(from, to, why, sizeof why) != CL_SUCCESS, "a move with an image");
+        REQUIRE(strstr(why, "images") != NULL, "the refusal says why: %s", why);
+        CHECK(clReleaseMemObject(image));
+    }
+
+    /* The move, between two commands of the program, another thread calling meanwhile. */
+    CHECK(clFinish(q)); /* the other thread checks `added` is complete */
+    g_watched = added;
+    long calls = 0;
+    pthread_t other;
+    REQUIRE(pthread_create(&other, NULL, keep_calling, &calls) == 0, "pthread_create");
+    while (calls < 10) usleep(1000);
     why[0] = 0;
+    double t0 = now_s();
     cl_int moved = migrate(from, to, why, sizeof why);
+    double pause = now_s() - t0;
     REQUIRE(moved == CL_SUCCESS, "the move failed (%s): %s", cl_err_name(moved), why);
-    printf("moved from %s to %s\n", from, to);
+    long at_move = calls;
+    while (calls < at_move + 10) usleep(1000);
+    g_stop = 1;
+    pthread_join(other, NULL);
+    printf("moved from %s to %s in %.3f s (the other thread made %ld calls)\n", from, to, pause,
+           calls);
 
     /* Events of before the move: final, with their times. */
     cl_int status = -1;
@@ -123,6 +185,16 @@ int main(void) {
     CHECK(clEnqueueReadBuffer(q, b_high, CL_TRUE, 0, N / 2 * sizeof(cl_int), got, 0, NULL, NULL));
     expect(got, hb + N / 2, N / 2, "b's sub-buffer after the move");
 
+    /* The second context's buffer, on the program's memory, as the kernel left it. */
+    CHECK(clEnqueueNDRangeKernel(q2, scale2, 1, NULL, &global, NULL, 0, NULL, NULL));
+    host_scale(want_u, k2);
+    CHECK(clFinish(q2));
+    cl_int *mapped = CHKE(clEnqueueMapBuffer(q2, u, CL_TRUE, CL_MAP_READ, 0, N * sizeof(cl_int),
+                                             0, NULL, NULL, E));
+    expect(mapped, want_u, N, "the second context's buffer after the move");
+    CHECK(clEnqueueUnmapMemObject(q2, u, mapped, 0, NULL, NULL));
+    CHECK(clFinish(q2));
+
     /* New objects after the move. */
     cl_mem c = CHKE(clCreateBuffer(ctx, CL_MEM_READ_WRITE, N * sizeof(cl_int), NULL, E));
     CHECK(clEnqueueCopyBuffer(q, b, c, 0, 0, N * sizeof(cl_int), 0, NULL, NULL));
@@ -147,6 +219,13 @@ int main(void) {
     CHECK(clReleaseKernel(scale));
     CHECK(clReleaseCommandQueue(q));
     CHECK(clReleaseContext(ctx));
+    CHECK(clReleaseMemObject(u));
+    CHECK(clReleaseKernel(scale2));
+    CHECK(clReleaseProgram(prog2));
+    CHECK(clReleaseCommandQueue(q2));
+    CHECK(clReleaseContext(ctx2));
+    free(hu);
+    free(want_u);
     free(ha);
     free(hb);
     free(got);

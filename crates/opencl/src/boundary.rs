@@ -143,3 +143,56 @@ pub fn close_gate(timeout: Duration) -> Option<Closed> {
     drop(lock);
     Some(closed)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc::channel;
+
+    /// One test, because the gate is the process's: a call inside keeps a move from closing
+    /// it; once closed, a new call waits until it opens; a call inside a call passes.
+    #[test]
+    fn the_gate_waits_for_calls_inside_and_holds_new_ones() {
+        let (inside, release) = (channel(), channel::<()>());
+        let (entered, leave) = (inside.0, release.1);
+        let caller = std::thread::spawn(move || {
+            guard(
+                "test",
+                || (),
+                || {
+                    entered.send(()).unwrap();
+                    leave.recv().unwrap();
+                },
+            )
+        });
+        inside.1.recv().unwrap();
+        assert!(close_gate(Duration::from_millis(50)).is_none());
+        release.0.send(()).unwrap();
+        caller.join().unwrap();
+
+        let closed = close_gate(Duration::from_secs(5)).expect("nothing inside");
+        let (done_tx, done_rx) = channel();
+        let waiter = std::thread::spawn(move || {
+            guard("test", || (), || done_tx.send(()).unwrap());
+        });
+        assert!(done_rx.recv_timeout(Duration::from_millis(100)).is_err());
+        drop(closed);
+        done_rx.recv_timeout(Duration::from_secs(5)).unwrap();
+        waiter.join().unwrap();
+
+        // From inside a call (the extension function asking for the move), and nested.
+        guard(
+            "outer",
+            || (),
+            || {
+                guard(
+                    "inner",
+                    || (),
+                    || {
+                        assert!(close_gate(Duration::from_secs(5)).is_some());
+                    },
+                )
+            },
+        );
+    }
+}
