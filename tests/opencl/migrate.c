@@ -3,7 +3,9 @@
  * sampler, events with profiling, a program the program already released;
  * half the work runs, the session moves from server RGPU_TEST_MIGRATE_FROM to
  * RGPU_TEST_MIGRATE_TO through rgpu's `rgpu_opencl_migrate`, and the rest runs with the same
- * handles. Every result is checked against the same arithmetic on the host. A first move,
+ * handles (RGPU_TEST_MIGRATE_BY=operator: the server's operator moves it with `rgpu migrate`
+ * while the program waits for a line on stdin). Every result is checked against the same
+ * arithmetic on the host. A first move,
  * tried while a user event is unset, must be refused with nothing moved. Prints
  * "PASS migrate". */
 #include "common.h"
@@ -150,15 +152,26 @@ int main(void) {
     while (calls < 10) usleep(1000);
     why[0] = 0;
     double t0 = now_s();
-    cl_int moved = migrate(from, to, why, sizeof why);
+    cl_int moved = CL_SUCCESS;
+    const char *by = getenv("RGPU_TEST_MIGRATE_BY");
+    if (by && strcmp(by, "operator") == 0) {
+        /* The server's operator moves the session (`rgpu migrate`) while this thread waits
+         * here and the other keeps calling; the test says when it has. */
+        printf("READY\n");
+        fflush(stdout);
+        char line[64];
+        REQUIRE(fgets(line, sizeof line, stdin) != NULL, "no word from the test");
+    } else {
+        moved = migrate(from, to, why, sizeof why);
+    }
     double pause = now_s() - t0;
     REQUIRE(moved == CL_SUCCESS, "the move failed (%s): %s", cl_err_name(moved), why);
     long at_move = calls;
     while (calls < at_move + 10) usleep(1000);
     g_stop = 1;
     pthread_join(other, NULL);
-    printf("moved from %s to %s in %.3f s (the other thread made %ld calls)\n", from, to, pause,
-           calls);
+    printf("moved from %s to %s %s %.3f s (the other thread made %ld calls)\n", from, to,
+           by ? "after waiting" : "in", pause, calls);
 
     /* Events of before the move: final, with their times. */
     cl_int status = -1;

@@ -42,6 +42,7 @@ enum Command {
     Trace(commands::trace::TraceArgs),
     Model(commands::model::ModelArgs),
     Top(commands::top::TopArgs),
+    Migrate(commands::migrate::MigrateArgs),
     /// One session's worker process (started by `rgpu server`, not by hand).
     #[command(name = "server-worker", hide = true)]
     ServerWorker,
@@ -93,6 +94,7 @@ fn main() -> ExitCode {
         Command::Trace(args) => commands::trace::run(args),
         Command::Model(args) => commands::model::run(args),
         Command::Top(args) => commands::top::run(args),
+        Command::Migrate(args) => commands::migrate::run(args),
         Command::ServerWorker => commands::server::run_worker(),
     };
     match result {

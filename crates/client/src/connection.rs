@@ -63,12 +63,16 @@ enum Pending {
 type Slot = Handoff<Result<ServerMsg, ClientError>>;
 
 type EventListener = Box<dyn Fn(Id, i32) + Send + Sync>;
+/// What the client library does when the server asks it to move (`MoveTo`); called on the
+/// reader thread, so it must only hand the move to a thread of its own.
+type MoveListener = Box<dyn Fn(String) + Send + Sync>;
 
 struct Shared {
     pending: Mutex<HashMap<u64, Pending>>,
     /// Why the connection can no longer be used, once it cannot.
     broken: Mutex<Option<String>>,
     event_listener: OnceLock<EventListener>,
+    move_listener: OnceLock<MoveListener>,
     /// The data lanes, once asked for (`None` inside: none could be opened).
     lanes: OnceLock<Option<Lanes>>,
     /// How long a striped read's lanes may take to deliver it.
@@ -290,6 +294,7 @@ impl ServerSession {
             pending: Mutex::new(HashMap::new()),
             broken: Mutex::new(None),
             event_listener: OnceLock::new(),
+            move_listener: OnceLock::new(),
             lanes: OnceLock::new(),
             reply_timeout,
             epoch: Instant::now(),
@@ -394,6 +399,11 @@ impl ServerSession {
     /// Installs the function that receives `EventStatus` notifications (once per connection).
     pub fn set_event_listener(&self, listener: impl Fn(Id, i32) + Send + Sync + 'static) {
         let _ = self.shared.event_listener.set(Box::new(listener));
+    }
+
+    /// Installs what runs when the server asks the client to move (once per session).
+    pub fn set_move_listener(&self, listener: impl Fn(String) + Send + Sync + 'static) {
+        let _ = self.shared.move_listener.set(Box::new(listener));
     }
 
     fn next_seq(&self) -> u64 {
@@ -1138,6 +1148,16 @@ fn read_one(reader: &mut FrameReader<ReadHalf>, shared: &Shared) -> Result<(), T
                 for (event, status) in events.into_iter().zip(statuses) {
                     listener(event, status);
                 }
+            }
+        }
+        ServerMsg::MoveTo { endpoint } => {
+            reader.skip_bulk(header.bulk_len)?;
+            match shared.move_listener.get() {
+                Some(listener) => listener(endpoint),
+                None => log::warn!(
+                    "rgpu: the server asks this program to move to {endpoint}; this library's \
+                     sessions cannot move yet (docs/migration.md)"
+                ),
             }
         }
         ServerMsg::Fatal { message } => {

@@ -19,11 +19,13 @@ use crate::connection::{ReadSink, ServerSession};
 use crate::{ClientConfig, ClientError};
 
 type EventListener = Arc<dyn Fn(Id, i32) + Send + Sync>;
+type MoveListener = Arc<dyn Fn(String) + Send + Sync>;
 
 pub struct Connection {
     current: ArcSwap<ServerSession>,
     /// What the program set up on the session, set up again on a session that replaces it.
     event_listener: std::sync::OnceLock<EventListener>,
+    move_listener: std::sync::OnceLock<MoveListener>,
     flushes_in_background: AtomicBool,
 }
 
@@ -37,6 +39,7 @@ impl Connection {
         Ok(Arc::new(Connection {
             current: ArcSwap::new(session),
             event_listener: std::sync::OnceLock::new(),
+            move_listener: std::sync::OnceLock::new(),
             flushes_in_background: AtomicBool::new(false),
         }))
     }
@@ -61,6 +64,10 @@ impl Connection {
         if let Some(listener) = self.event_listener.get() {
             let listener = listener.clone();
             session.set_event_listener(move |id, status| listener(id, status));
+        }
+        if let Some(listener) = self.move_listener.get() {
+            let listener = listener.clone();
+            session.set_move_listener(move |to| listener(to));
         }
         if self.flushes_in_background.load(Ordering::Acquire) {
             session.flush_in_background();
@@ -98,6 +105,15 @@ impl Connection {
         if self.event_listener.set(listener.clone()).is_ok() {
             self.current()
                 .set_event_listener(move |id, status| listener(id, status));
+        }
+    }
+
+    /// Installs what runs when the server asks the client to move (`MoveTo`; once per
+    /// connection). It is called on the reader thread: it must hand the move to another.
+    pub fn set_move_listener(&self, listener: impl Fn(String) + Send + Sync + 'static) {
+        let listener: MoveListener = Arc::new(listener);
+        if self.move_listener.set(listener.clone()).is_ok() {
+            self.now().set_move_listener(move |to| listener(to));
         }
     }
 

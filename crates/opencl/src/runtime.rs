@@ -65,6 +65,7 @@ fn init() -> Option<Runtime> {
         match result.and_then(|conn| inventory_devices(&conn).map(|d| (conn, d))) {
             Ok((conn, descs)) => {
                 install_event_listener(&conn);
+                install_move_listener(&conn);
                 let known: Vec<(Id, Vec<u8>)> = descs.iter().map(device_identity).collect();
                 let link = ServerLink::new(endpoint, &config, conn, move |fresh| {
                     let devices = inventory_devices(fresh).map_err(|e| e.to_string())?;
@@ -72,6 +73,7 @@ fn init() -> Option<Runtime> {
                         return Err("it serves other devices than before".into());
                     }
                     install_event_listener(fresh);
+                    install_move_listener(fresh);
                     Ok(())
                 });
                 for desc in descs {
@@ -250,6 +252,27 @@ fn device_identity(desc: &DeviceDesc) -> (Id, Vec<u8>) {
         .map(|(_, value)| value.clone())
         .unwrap_or_default();
     (desc.id, name)
+}
+
+/// A server's order to move (`rgpu migrate`): the move runs on a thread of its own, as the
+/// program's own `rgpu_opencl_migrate` would.
+fn install_move_listener(conn: &Arc<Connection>) {
+    let weak = Arc::downgrade(conn);
+    conn.set_move_listener(move |to| {
+        let Some(conn) = weak.upgrade() else { return };
+        let from = conn.endpoint().to_string();
+        let target = to.clone();
+        let spawned = std::thread::Builder::new()
+            .name("rgpu-move".into())
+            .spawn(move || {
+                if let Err(why) = crate::migration::migrate(&from, &target) {
+                    log::warn!("rgpu: the server asked to move to {target}; not moved: {why}");
+                }
+            });
+        if let Err(e) = spawned {
+            log::warn!("rgpu: cannot start moving to {to}: {e}");
+        }
+    });
 }
 
 fn install_event_listener(conn: &Arc<Connection>) {

@@ -25,7 +25,7 @@ use serde::{Deserialize, Serialize};
 pub use frame::{decode_body, encode_frame, encode_frame_striped, FrameHeader, HEADER_LEN};
 
 /// Bumped on every incompatible change of any message.
-pub const PROTOCOL_VERSION: u32 = 41;
+pub const PROTOCOL_VERSION: u32 = 42;
 /// First bytes on the wire, each way.
 pub const MAGIC: [u8; 4] = *b"RGPU";
 
@@ -389,6 +389,10 @@ pub enum ServerMsg {
         events: Vec<cuda::Id>,
         generations: Vec<u64>,
     },
+    /// The server's operator asks the client to move its session to the server at `endpoint`
+    /// (`rgpu migrate`, docs/migration.md); the client moves what it can, on a thread of its
+    /// own, and its old session ends when it has.
+    MoveTo { endpoint: String },
 }
 
 sample_struct!(PeerExport {
@@ -424,6 +428,7 @@ sample_enum!(ServerMsg {
     Timing { server_us },
     EventsFinal { events, statuses },
     CuEventsDone { events, generations },
+    MoveTo { endpoint },
 });
 
 #[cfg(test)]

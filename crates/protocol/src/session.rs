@@ -52,6 +52,13 @@ wire_api! {
         /// and may use shared memory there. Fails (1) where the server has none.
         call LocalRoute local_route() -> Result<String, Status>;
     }
+    /// Asked by the server's operator (`rgpu migrate`): a client on the server's host whose
+    /// user is root or the server's own.
+    group Operation {
+        /// Tells every other session's client to move to the server at `to` (`MoveTo`): the
+        /// number of sessions told. 1: not the server's operator.
+        call MoveSessions move_sessions(to: String) -> Result<u32, Status>;
+    }
 }
 
 /// A session's counters as its server keeps them (`GetCounters`): what it received, served and

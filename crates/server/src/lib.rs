@@ -94,6 +94,10 @@ pub struct SessionSettings {
     /// for clients on its host (shared memory needs a Unix socket); set by [`Server::bind`].
     #[serde(default)]
     pub local_socket: Option<String>,
+    /// The user the listener runs as: a client on this host running as that user (or root)
+    /// may operate the server (`rgpu migrate`); set by [`Server::bind`].
+    #[serde(default)]
+    pub operator_uid: Option<u32>,
 }
 
 /// A bound server, ready to [`run`](Server::run).
@@ -135,6 +139,7 @@ impl Server {
         let mut settings = config.sessions.clone();
         let local = same_host_listener(&config.listen);
         settings.local_socket = local.as_ref().map(|(_, name)| name.clone());
+        settings.operator_uid = Some(nix::unistd::getuid().as_raw());
         let mut shared = load_shared(settings.clone(), true);
         let listener = Listener::bind(&config.listen)
             .map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
@@ -275,6 +280,7 @@ pub(crate) fn load_shared(settings: SessionSettings, announce: bool) -> Shared {
     let mut shared = Shared::new(inventory, cuda, settings.token, settings.name);
     shared.security = security;
     shared.local_socket = settings.local_socket;
+    shared.operator_uid = settings.operator_uid;
     shared.limits = settings.limits;
     if let Some(timeout) = settings.client_timeout {
         shared.client_timeout = timeout;

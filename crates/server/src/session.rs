@@ -262,6 +262,7 @@ pub(crate) fn serve(admitted: Admitted, shared: &Arc<Shared>, id: u64, client_go
     let lanes = shared.lanes.open_or_get(id, lane_key);
     let watched = stream.try_clone();
     let mut session = Session::new(id, shared.clone(), stream, read_half, write_half);
+    shared.register_writer(id, &session.writer);
     session.lanes = Some(LaneHandles::new(lanes));
     session.watch = match watched {
         Ok(watched) => Some(SessionWatch::start(
@@ -846,6 +847,35 @@ impl session::serve::Tracing for Session {
         crate::flight::session_stats()
             .map(|stats| stats.counters())
             .ok_or(1)
+    }
+}
+
+impl session::serve::Operation for Session {
+    fn move_sessions(&mut self, to: String) -> Result<u32, session::Status> {
+        // The server's operator: a process on this host of the listener's user, or root.
+        let uid = self.stream.peer_uid();
+        let operator = uid.is_some_and(|uid| uid == 0 || Some(uid) == self.shared.operator_uid);
+        if !operator {
+            log::warn!(
+                "session {}: a move order from user {uid:?}, not the server's operator; refused",
+                self.id
+            );
+            return Err(1);
+        }
+        if rgpu_transport::Endpoint::parse(&to).is_err() {
+            return Err(2);
+        }
+        log::info!(
+            "session {}: the operator moves every session to {to}",
+            self.id
+        );
+        match self.shared.move_relay.get() {
+            Some(relay) => relay(&to).map_err(|e| {
+                log::warn!("session {}: move order not passed on: {e}", self.id);
+                3
+            }),
+            None => Ok(self.shared.tell_to_move(self.id, &to)),
+        }
     }
 }
 

@@ -44,7 +44,18 @@ pub(crate) struct Shared {
     pub handshakes: Arc<crate::handshakes::Handshakes>,
     /// The abstract Unix socket clients on this host may use instead of TCP (`@name`).
     pub local_socket: Option<String>,
+    /// Clients on this host of this user (or root) may operate the server.
+    pub operator_uid: Option<u32>,
+    /// Each live session's writer, for messages the server sends its client unasked
+    /// (`MoveTo`).
+    writers: Mutex<HashMap<u64, Arc<crate::writer::Writer>>>,
+    /// In a session worker: passes an operator's move order to the listener, which tells
+    /// every session's worker (see `workers::process`); the sessions told.
+    pub move_relay: std::sync::OnceLock<MoveRelay>,
 }
+
+/// How a session worker has the listener tell every session to move.
+pub(crate) type MoveRelay = Box<dyn Fn(&str) -> Result<u32, String> + Send + Sync>;
 
 /// A new session's id: random (63 bits, never 0), since a data lane names its session by id
 /// before it proves anything: a sequential id would let anyone aim lane handshakes at a live
@@ -78,6 +89,9 @@ impl Shared {
             admission: Arc::default(),
             handshakes: Arc::default(),
             local_socket: None,
+            operator_uid: None,
+            writers: Mutex::new(HashMap::new()),
+            move_relay: std::sync::OnceLock::new(),
         }
     }
 
@@ -142,6 +156,41 @@ impl Shared {
 
     pub fn unregister(&self, id: u64) {
         self.streams_lock().remove(&id);
+        self.writers_lock().remove(&id);
+    }
+
+    /// Keeps the session's writer for messages sent unasked (until `unregister`).
+    pub fn register_writer(&self, id: u64, writer: &Arc<crate::writer::Writer>) {
+        self.writers_lock().insert(id, writer.clone());
+    }
+
+    fn writers_lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Arc<crate::writer::Writer>>> {
+        self.writers.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Tells the client of each session of this process but `except` to move to `to`: the
+    /// sessions told.
+    pub fn tell_to_move(&self, except: u64, to: &str) -> u32 {
+        let writers: Vec<(u64, Arc<crate::writer::Writer>)> = self
+            .writers_lock()
+            .iter()
+            .filter(|(id, _)| **id != except)
+            .map(|(id, w)| (*id, w.clone()))
+            .collect();
+        let order = rgpu_protocol::ServerMsg::MoveTo {
+            endpoint: to.to_string(),
+        };
+        let mut told = 0;
+        for (id, writer) in writers {
+            match writer.send(&order, 0, &[]) {
+                Ok(()) => {
+                    log::info!("session {id}: told to move to {to}");
+                    told += 1;
+                }
+                Err(e) => log::warn!("session {id}: cannot tell it to move: {e}"),
+            }
+        }
+        told
     }
 
     pub(crate) fn streams_lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Stream>> {

@@ -2,6 +2,7 @@
 
 pub mod cluster_status;
 pub mod devices;
+pub mod migrate;
 pub mod model;
 pub mod run;
 pub mod server;

@@ -332,6 +332,7 @@ pub fn run(args: ServerArgs, matches: &ArgMatches) -> Result<ExitCode, String> {
             tls: Some(identity),
             plaintext: args.plaintext.into(),
             local_socket: None,
+            operator_uid: None,
             limits: Limits {
                 max_sessions: args.max_sessions,
                 max_sessions_per_client: args.max_sessions_per_client,

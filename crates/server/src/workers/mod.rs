@@ -158,6 +158,10 @@ enum ToWorker {
     /// A connection that says it is a data lane of the session: its handshake proves it (the
     /// key). Its socket comes with it.
     Lane { route: Route, kind: StreamKind },
+    /// The operator moves every session to the server at `to`: tell the client (`MoveTo`).
+    MoveTo { to: String },
+    /// The answer to `MoveSessions`: the sessions told.
+    Told { count: u32 },
 }
 
 /// Worker → listener.
@@ -178,6 +182,9 @@ enum FromWorker {
     Ending,
     /// The session's totals so far (once a second, and before `Ending`), for the metrics.
     Stats(crate::metrics::WorkerStats),
+    /// The session's client is the server's operator and moves every other session to `to`
+    /// (answered by `Told`).
+    MoveSessions { to: String },
 }
 
 /// One end of a control socket (SOCK_SEQPACKET: one message per send, fds attached).
@@ -555,6 +562,10 @@ impl WorkerPool {
                     }
                 }
                 Ok(Some((FromWorker::Unused, _))) => break true,
+                Ok(Some((FromWorker::MoveSessions { to }, _))) => {
+                    let count = self.tell_to_move(id, &to);
+                    let _ = control.send(&ToWorker::Told { count }, None);
+                }
                 Ok(Some((other, _))) => {
                     log::warn!("session {id}: unexpected message from worker {pid}: {other:?}")
                 }
@@ -620,6 +631,24 @@ impl WorkerPool {
     }
 
     /// Forgets session `id` (its lanes are refused from now on).
+    /// Tells every session's worker but `except`'s that its client is to move to `to`: the
+    /// sessions told.
+    fn tell_to_move(&self, except: u64, to: &str) -> u32 {
+        let others: Vec<(u64, Arc<Control>)> = lock(&self.sessions)
+            .iter()
+            .filter(|(id, _)| **id != except)
+            .map(|(id, control)| (*id, control.clone()))
+            .collect();
+        let mut told = 0;
+        for (id, control) in others {
+            match control.send(&ToWorker::MoveTo { to: to.into() }, None) {
+                Ok(()) => told += 1,
+                Err(e) => log::warn!("session {id}: cannot pass the move order on: {e}"),
+            }
+        }
+        told
+    }
+
     pub fn close(&self, id: u64) {
         lock(&self.sessions).remove(&id);
     }

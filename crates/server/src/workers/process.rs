@@ -97,6 +97,17 @@ pub fn run_worker(on_start: impl FnOnce(WorkerStop)) -> Result<(), String> {
     // stopping.
     let lanes_shared = shared.clone();
     let ending = control.clone();
+    // An operator's move order goes to the listener, which has every session's worker tell
+    // its client; its answer (the sessions told) comes back through the control thread.
+    let (told_tx, told_rx) = std::sync::mpsc::channel::<u32>();
+    let relay_control = control.clone();
+    let told_rx = Mutex::new(told_rx);
+    let _ = shared.move_relay.set(Box::new(move |to: &str| {
+        relay_control.send(&FromWorker::MoveSessions { to: to.into() }, None)?;
+        let told = told_rx.lock().unwrap_or_else(|e| e.into_inner());
+        told.recv_timeout(MOVE_ORDER_TIMEOUT)
+            .map_err(|_| "the listener did not answer".to_string())
+    }));
     std::thread::Builder::new()
         .name("rgpu-control".into())
         .spawn(move || {
@@ -109,6 +120,12 @@ pub fn run_worker(on_start: impl FnOnce(WorkerStop)) -> Result<(), String> {
                     Ok(Some((ToWorker::Lane { route, kind }, Some(fd)))) => {
                         let lane = Stream::from_fd(kind, fd);
                         join_lane(&lanes_shared, &joining, id, route, lane);
+                    }
+                    Ok(Some((ToWorker::MoveTo { to }, _))) => {
+                        lanes_shared.tell_to_move(0, &to);
+                    }
+                    Ok(Some((ToWorker::Told { count }, _))) => {
+                        let _ = told_tx.send(count);
                     }
                     Ok(Some((other, _))) => {
                         log::warn!("session worker: unexpected control message {other:?}")
@@ -184,11 +201,16 @@ fn ask_admission(
             Some((ToWorker::Lane { route, kind }, Some(fd))) => {
                 early_lanes.push((route, Stream::from_fd(kind, fd)))
             }
+            // Not serving yet: it stays (the order was for the sessions under way).
+            Some((ToWorker::MoveTo { .. }, _)) => {}
             Some((other, _)) => log::warn!("session worker: unexpected control message {other:?}"),
             None => return Err("the server is stopping".into()),
         }
     }
 }
+
+/// How long an operator's move order waits for the listener to have passed it on.
+const MOVE_ORDER_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Most data-lane handshakes a worker runs at once: a session has at most MAX_LANES lanes; more
 /// claims at once are not its client's.
