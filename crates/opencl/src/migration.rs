@@ -462,9 +462,32 @@ fn replay_program(p: &Program, new: &Connection) -> Result<(), Failed> {
 }
 
 /// Copies every buffer's contents from the old server to the new one, server to server, in
-/// a transfer queue of its context on each: the bytes moved.
+/// a transfer queue of its context on each: the bytes moved. The transfer queues go whatever
+/// happened (the old server's would otherwise stay until its session ends).
 fn move_contents(o: &Objects, old: &Connection, new: &Connection) -> Result<u64, Failed> {
     let mut queues: HashMap<Id, Id> = HashMap::new();
+    let copied = copy_buffers(o, old, new, &mut queues);
+    let finished = queues.values().try_for_each(|&queue| {
+        step(
+            || "the transfers".into(),
+            new.opencl().finish(queue).outcome(),
+        )
+    });
+    for &queue in queues.values() {
+        release_remote(new, ObjKind::Queue, queue);
+        release_remote(old, ObjKind::Queue, queue);
+    }
+    let bytes = copied?;
+    finished?;
+    Ok(bytes)
+}
+
+fn copy_buffers(
+    o: &Objects,
+    old: &Connection,
+    new: &Connection,
+    queues: &mut HashMap<Id, Id>,
+) -> Result<u64, Failed> {
     let mut bytes = 0u64;
     for m in &o.mems {
         if !matches!(m.kind, MemKind::Buffer { parent: None }) || m.size == 0 {
@@ -483,8 +506,8 @@ fn move_contents(o: &Objects, old: &Connection, new: &Connection) -> Result<u64,
                             .create_queue(queue, context.id, device, vec![0])
                             .outcome(),
                     )?;
+                    queues.insert(context.id, queue);
                 }
-                queues.insert(context.id, queue);
                 queue
             }
         };
@@ -498,21 +521,16 @@ fn move_contents(o: &Objects, old: &Connection, new: &Connection) -> Result<u64,
             .export_buffer(queue, m.id, 0, m.size as u64, ticket)
             .and_then(|()| old.flush());
         step(what, exported.map_err(|_| CL_OUT_OF_RESOURCES))?;
-        step(
-            what,
-            new.opencl()
-                .pull_buffer(queue, m.id, 0, m.size as u64, export)
-                .outcome(),
-        )?;
+        let pulled = new
+            .opencl()
+            .pull_buffer(queue, m.id, 0, m.size as u64, export)
+            .outcome();
+        if pulled.is_err() {
+            // Not left for the exporter to expire.
+            let _ = old.opencl().unexport_buffer(ticket);
+        }
+        step(what, pulled)?;
         bytes += m.size as u64;
-    }
-    for &queue in queues.values() {
-        step(
-            || "the transfers".into(),
-            new.opencl().finish(queue).outcome(),
-        )?;
-        release_remote(new, ObjKind::Queue, queue);
-        release_remote(old, ObjKind::Queue, queue);
     }
     Ok(bytes)
 }
