@@ -4,8 +4,11 @@ events and a sampler keep their handles; buffer contents go server to server; th
 are those of the host's arithmetic. A move that cannot be made is refused with nothing
 moved, and the program goes on where it was."""
 
+import os
 import subprocess
 import time
+
+import pytest
 
 import rgpu_harness as h
 
@@ -55,3 +58,15 @@ def test_the_servers_operator_moves_a_running_program(start_server, c_program):
     text = "".join(output)
     assert program.returncode == 0 and "PASS migrate" in text, text + origin.log_tail()
     target.wait_log(r"migrate\[\d+\] connected", timeout=10)
+
+
+def test_only_the_servers_operator_may_order_a_move(server):
+    """A client of another user on the server's host is refused, and nothing is told."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root, to run `rgpu migrate` as another user")
+    as_nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+    r = h.run(as_nobody + [str(h.RGPU), "migrate", "--from", server.endpoint,
+                           "--to", "127.0.0.1:9"], h.base_env(), timeout=60)
+    assert r.returncode != 0, r.describe()
+    assert "takes move orders only from its operator" in r.stderr, r.describe()
+    server.wait_log(r"not the server's operator; refused", timeout=10)
