@@ -3,7 +3,7 @@
  * sampler, events with profiling, a program the program already released;
  * half the work runs, the session moves from server RGPU_TEST_MIGRATE_FROM to
  * RGPU_TEST_MIGRATE_TO through rgpu's `rgpu_opencl_migrate`, and the rest runs with the same
- * handles (RGPU_TEST_MIGRATE_BY=operator: the server's operator moves it with `rgpu migrate`
+ * handles, a program made from a binary among them (RGPU_TEST_MIGRATE_BY=operator: the server's operator moves it with `rgpu migrate`
  * while the program waits for a line on stdin). Every result is checked against the same
  * arithmetic on the host. A first move,
  * tried while a user event is unset, must be refused with nothing moved. Prints
@@ -122,6 +122,27 @@ int main(void) {
     CHECK(clEnqueueNDRangeKernel(q2, scale2, 1, NULL, &global, NULL, 0, NULL, NULL));
     host_scale(want_u, k2);
 
+    /* A program made from another's binary (the move carries the binary, not a source). */
+    size_t binary_size = 0;
+    CHECK(clGetProgramInfo(prog2, CL_PROGRAM_BINARY_SIZES, sizeof binary_size, &binary_size,
+                           NULL));
+    unsigned char *binary = malloc(binary_size);
+    CHECK(clGetProgramInfo(prog2, CL_PROGRAM_BINARIES, sizeof binary, &binary, NULL));
+    const unsigned char *binaries[1] = {binary};
+    cl_program prog3 =
+        CHKE(clCreateProgramWithBinary(ctx2, 1, &g_device, &binary_size, binaries, NULL, E));
+    CHECK(clBuildProgram(prog3, 1, &g_device, "", NULL, NULL));
+    cl_kernel add3 = CHKE(clCreateKernel(prog3, "add", E));
+    cl_mem w = CHKE(clCreateBuffer(ctx2, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR,
+                                   N * sizeof(cl_int), want_u, E));
+    cl_int *want_w = malloc(N * sizeof(cl_int));
+    memcpy(want_w, want_u, N * sizeof(cl_int));
+    CHECK(clSetKernelArg(add3, 0, sizeof u, &u));
+    CHECK(clSetKernelArg(add3, 1, sizeof w, &w));
+    CHECK(clEnqueueNDRangeKernel(q2, add3, 1, NULL, &global, NULL, 0, NULL, NULL));
+    CHECK(clFinish(q2));
+    host_add(want_u, want_w);
+
     /* Refused while a user event is unset (commands may wait on it): nothing moves. */
     cl_event gate = CHKE(clCreateUserEvent(ctx, E));
     char why[512] = "";
@@ -206,6 +227,11 @@ int main(void) {
                                              0, NULL, NULL, E));
     expect(mapped, want_u, N, "the second context's buffer after the move");
     CHECK(clEnqueueUnmapMemObject(q2, u, mapped, 0, NULL, NULL));
+    CHECK(clEnqueueNDRangeKernel(q2, add3, 1, NULL, &global, NULL, 0, NULL, NULL));
+    host_add(want_u, want_w);
+    CHECK(clFinish(q2)); /* an out-of-order queue: the read must not pass the kernel */
+    CHECK(clEnqueueReadBuffer(q2, w, CL_TRUE, 0, N * sizeof(cl_int), got, 0, NULL, NULL));
+    expect(got, want_w, N, "a buffer of a program made from a binary, after the move");
     CHECK(clFinish(q2));
 
     /* New objects after the move. */
@@ -233,6 +259,11 @@ int main(void) {
     CHECK(clReleaseCommandQueue(q));
     CHECK(clReleaseContext(ctx));
     CHECK(clReleaseMemObject(u));
+    CHECK(clReleaseMemObject(w));
+    CHECK(clReleaseKernel(add3));
+    CHECK(clReleaseProgram(prog3));
+    free(binary);
+    free(want_w);
     CHECK(clReleaseKernel(scale2));
     CHECK(clReleaseProgram(prog2));
     CHECK(clReleaseCommandQueue(q2));

@@ -187,16 +187,6 @@ impl Objects {
         if self.mems.iter().any(|m| m.image().is_some()) {
             return Some("images (their contents do not travel server to server yet)".into());
         }
-        if let Some(p) = self
-            .programs
-            .iter()
-            .find(|p| p.source.is_none() && p.il.is_none())
-        {
-            return Some(format!(
-                "program {} was made from binaries, built-in kernels or a link: it can only be made again from source or IL",
-                p.id
-            ));
-        }
         if self
             .events
             .iter()
@@ -220,11 +210,12 @@ fn move_session(
     if let Some(why) = objects.refusal(old) {
         return Err(format!("cannot move this session: {why}"));
     }
+    let binaries = binaries_of(&objects)?;
     drain(old, &objects)?;
     let new = Connection::connect(to, config).map_err(|e| e.to_string())?;
     alias_devices(&new, devices)?;
     let failed = |what: &str, code: cl_int| format!("making {what} again on {to}: error {code}");
-    replay(&objects, &new).map_err(|(what, code)| failed(&what, code))?;
+    replay(&objects, &binaries, &new).map_err(|(what, code)| failed(&what, code))?;
     let bytes = move_contents(&objects, old, &new).map_err(|(what, code)| failed(&what, code))?;
     for &(kind, id) in &objects.released {
         release_remote(&new, kind, id);
@@ -345,8 +336,35 @@ fn step<T>(what: impl Fn() -> String, result: Result<T, cl_int>) -> Result<T, Fa
     result.map_err(|code| (what(), code))
 }
 
+/// The binaries of the programs made from neither source nor IL (from binaries, or linked), to
+/// make them again from those; by program id.
+fn binaries_of(o: &Objects) -> Result<HashMap<Id, Vec<Vec<u8>>>, String> {
+    let mut all = HashMap::new();
+    for p in o
+        .programs
+        .iter()
+        .filter(|p| p.source.is_none() && p.il.is_none())
+    {
+        let binaries = crate::api::program::binaries_of(p)
+            .map_err(|code| format!("program {}'s binaries: error {code}", p.id))?;
+        if binaries.iter().any(Vec::is_empty) {
+            return Err(format!(
+                "cannot move this session: program {} has no binary for one of its devices \
+                 (built-in kernels, or not built for it)",
+                p.id
+            ));
+        }
+        all.insert(p.id, binaries);
+    }
+    Ok(all)
+}
+
 /// Makes every object again in the new session, under its id.
-fn replay(o: &Objects, new: &Connection) -> Result<(), Failed> {
+fn replay(
+    o: &Objects,
+    binaries: &HashMap<Id, Vec<Vec<u8>>>,
+    new: &Connection,
+) -> Result<(), Failed> {
     let server = new.opencl();
     for c in &o.contexts {
         let properties = step(
@@ -396,7 +414,7 @@ fn replay(o: &Objects, new: &Connection) -> Result<(), Failed> {
         )?;
     }
     for p in &o.programs {
-        replay_program(p, new)?;
+        replay_program(p, binaries.get(&p.id), new)?;
     }
     for k in &o.kernels {
         step(
@@ -434,20 +452,40 @@ fn replay(o: &Objects, new: &Connection) -> Result<(), Failed> {
     Ok(())
 }
 
-/// A program made again from its source or IL, and built with its last build's options.
-fn replay_program(p: &Program, new: &Connection) -> Result<(), Failed> {
+/// A program made again from its source or IL, and built with its last build's options; or
+/// from its binaries, and built (an executable again, as the program was).
+fn replay_program(
+    p: &Program,
+    binaries: Option<&Vec<Vec<u8>>>,
+    new: &Connection,
+) -> Result<(), Failed> {
     let server = new.opencl();
-    let made = match (&p.source, &p.il) {
-        (Some(source), _) => server.create_program_with_source(
+    let what = || format!("program {}", p.id);
+    let made = match (&p.source, &p.il, binaries) {
+        (Some(source), _, _) => server.create_program_with_source(
             p.id,
             p.context.id,
             crate::includes::localize_absolute(source).0.into_owned(),
         ),
-        (None, Some(il)) => server.create_program_with_il(p.id, p.context.id, il.clone()),
-        (None, None) => return Err((format!("program {}", p.id), CL_INVALID_PROGRAM)),
+        (None, Some(il), _) => server.create_program_with_il(p.id, p.context.id, il.clone()),
+        (None, None, Some(binaries)) => {
+            let devices = p.devices.iter().map(|d| d.id).collect();
+            let made = server
+                .create_program_with_binary(p.id, p.context.id, devices, binaries.clone())
+                .map_err(crate::util::client_error);
+            match made {
+                Ok(status) if status.status == CL_SUCCESS => Ok(Ok(())),
+                Ok(status) => Ok(Err(status.status)),
+                Err(code) => return Err((what(), code)),
+            }
+        }
+        (None, None, None) => return Err((what(), CL_INVALID_PROGRAM)),
     };
-    step(|| format!("program {}", p.id), made.outcome())?;
-    let options = p.options.lock().unwrap().clone();
+    step(what, made.outcome())?;
+    let mut options = p.options.lock().unwrap().clone();
+    if binaries.is_some() {
+        options.get_or_insert_with(String::new);
+    }
     if let Some(options) = options {
         let devices = p.devices.iter().map(|d| d.id).collect();
         let includes = crate::includes::collect(&options);

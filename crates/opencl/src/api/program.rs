@@ -514,6 +514,32 @@ pub unsafe extern "C" fn clLinkProgram(
     })
 }
 
+/// The program's binary for each of its devices, from its server (empty: none for that device).
+pub(crate) fn binaries_of(program: &Program) -> Result<Vec<Vec<u8>>, cl_int> {
+    let query = || InfoQuery::Program(program.id);
+    let sizes = size_list(&server_info(
+        &program.conn,
+        query(),
+        CL_PROGRAM_BINARY_SIZES,
+    )?)?;
+    let all = server_info(&program.conn, query(), CL_PROGRAM_BINARIES)?;
+    if sizes.len() != program.devices.len() || sizes.iter().sum::<usize>() != all.len() {
+        log::error!(
+            "rgpu: program binaries from the server ({} bytes) do not match their sizes {sizes:?}",
+            all.len()
+        );
+        return Err(CL_OUT_OF_RESOURCES);
+    }
+    let mut offset = 0;
+    Ok(sizes
+        .iter()
+        .map(|&size| {
+            offset += size;
+            all[offset - size..offset].to_vec()
+        })
+        .collect())
+}
+
 /// CL_PROGRAM_BINARIES: the application passes an array of one pointer per device; each
 /// non-null one receives that device's binary (sized as CL_PROGRAM_BINARY_SIZES said).
 ///
@@ -534,27 +560,11 @@ unsafe fn program_binaries(
         // SAFETY: checked: at least `n` pointer slots.
         let targets = unsafe { slice(param_value as *const *mut c_uchar, n) };
         if targets.iter().any(|t| !t.is_null()) {
-            let query = || InfoQuery::Program(program.id);
-            let sizes = size_list(&server_info(
-                &program.conn,
-                query(),
-                CL_PROGRAM_BINARY_SIZES,
-            )?)?;
-            let all = server_info(&program.conn, query(), CL_PROGRAM_BINARIES)?;
-            if sizes.len() != n || sizes.iter().sum::<usize>() != all.len() {
-                log::error!(
-                    "rgpu: program binaries from the server ({} bytes) do not match their sizes {sizes:?}",
-                    all.len()
-                );
-                return Err(CL_OUT_OF_RESOURCES);
-            }
-            let mut offset = 0;
-            for (&target, &size) in targets.iter().zip(&sizes) {
+            for (&target, binary) in targets.iter().zip(binaries_of(program)?) {
                 if !target.is_null() {
                     // SAFETY: the application sized each buffer by CL_PROGRAM_BINARY_SIZES.
-                    unsafe { std::ptr::copy_nonoverlapping(all[offset..].as_ptr(), target, size) };
+                    unsafe { std::ptr::copy_nonoverlapping(binary.as_ptr(), target, binary.len()) };
                 }
-                offset += size;
             }
         }
     }
