@@ -37,7 +37,8 @@ for i in 1 2 3; do
     echo "$out" | grep -E "^moved" || true
     echo "$out" | grep -q "^PASS migrate" && echo "PASS move $i (by the program)" || { echo "FAIL move $i"; echo "$out" | tail -5; failed=1; }
 done
-out=$( (sleep 3; "$bin/rgpu" migrate --from "$from" --to "$to" >&2; sleep 4; echo go) |
+out=$( (sleep 3; "$bin/rgpu" migrate --from "$from" --to "$to" > "$logs/migrate.txt"; echo go) |
     RGPU_TEST_MIGRATE_BY=operator "$bin/rgpu" run --servers "$from" -- "$program" 2>&1)
+cat "$logs/migrate.txt"
 echo "$out" | grep -q "^PASS migrate" && echo "PASS move 4 (by the operator)" || { echo "FAIL move 4"; echo "$out" | tail -5; failed=1; }
 exit $failed

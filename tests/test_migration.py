@@ -47,7 +47,7 @@ def test_the_servers_operator_moves_a_running_program(start_server, c_program):
         ordered = h.run([str(h.RGPU), "migrate", "--from", origin.endpoint,
                          "--to", target.endpoint], h.base_env(), timeout=60)
         assert ordered.returncode == 0, ordered.describe()
-        assert "told 1 session(s)" in ordered.stdout, ordered.describe()
+        assert "1 of 1 session(s)" in ordered.stdout, ordered.describe()
         # The program's session on the first server ends once it has moved.
         origin.wait_log(r"migrate\[\d+\] disconnected", timeout=60)
         rest, _ = program.communicate("go on\n", timeout=120)

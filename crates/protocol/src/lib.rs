@@ -25,7 +25,7 @@ use serde::{Deserialize, Serialize};
 pub use frame::{decode_body, encode_frame, encode_frame_striped, FrameHeader, HEADER_LEN};
 
 /// Bumped on every incompatible change of any message.
-pub const PROTOCOL_VERSION: u32 = 42;
+pub const PROTOCOL_VERSION: u32 = 43;
 /// First bytes on the wire, each way.
 pub const MAGIC: [u8; 4] = *b"RGPU";
 

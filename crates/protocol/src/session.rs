@@ -55,9 +55,10 @@ wire_api! {
     /// Asked by the server's operator (`rgpu migrate`): a client on the server's host whose
     /// user is root or the server's own.
     group Operation {
-        /// Tells every other session's client to move to the server at `to` (`MoveTo`): the
-        /// number of sessions told. 1: not the server's operator.
-        call MoveSessions move_sessions(to: String) -> Result<u32, Status>;
+        /// Tells every other session's client to move to the server at `to` (`MoveTo`), then
+        /// waits up to `wait_ms` for those sessions to end here (their clients moved): the
+        /// sessions told, and those that ended. 1: not the server's operator.
+        call MoveSessions move_sessions(to: String, wait_ms: u32) -> Result<(u32, u32), Status>;
     }
 }
 

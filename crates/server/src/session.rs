@@ -851,7 +851,7 @@ impl session::serve::Tracing for Session {
 }
 
 impl session::serve::Operation for Session {
-    fn move_sessions(&mut self, to: String) -> Result<u32, session::Status> {
+    fn move_sessions(&mut self, to: String, wait_ms: u32) -> Result<(u32, u32), session::Status> {
         // The server's operator: a process on this host of the listener's user, or root.
         let uid = self.stream.peer_uid();
         let operator = uid.is_some_and(|uid| uid == 0 || Some(uid) == self.shared.operator_uid);
@@ -869,13 +869,19 @@ impl session::serve::Operation for Session {
             "session {}: the operator moves every session to {to}",
             self.id
         );
-        match self.shared.move_relay.get() {
-            Some(relay) => relay(&to).map_err(|e| {
+        let wait = std::time::Duration::from_millis(u64::from(wait_ms));
+        let (told, moved) = match self.shared.move_relay.get() {
+            Some(relay) => relay(&to, wait).map_err(|e| {
                 log::warn!("session {}: move order not passed on: {e}", self.id);
-                3
-            }),
-            None => Ok(self.shared.tell_to_move(self.id, &to)),
-        }
+                3u32
+            })?,
+            None => self.shared.move_sessions(self.id, &to, wait),
+        };
+        log::info!(
+            "session {}: {moved} of {told} sessions told to move to {to} have left",
+            self.id
+        );
+        Ok((told, moved))
     }
 }
 

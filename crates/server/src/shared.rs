@@ -55,7 +55,7 @@ pub(crate) struct Shared {
 }
 
 /// How a session worker has the listener tell every session to move.
-pub(crate) type MoveRelay = Box<dyn Fn(&str) -> Result<u32, String> + Send + Sync>;
+pub(crate) type MoveRelay = Box<dyn Fn(&str, Duration) -> Result<(u32, u32), String> + Send + Sync>;
 
 /// A new session's id: random (63 bits, never 0), since a data lane names its session by id
 /// before it proves anything: a sequential id would let anyone aim lane handshakes at a live
@@ -168,9 +168,17 @@ impl Shared {
         self.writers.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Tells the client of each session of this process but `except` to move to `to`, then
+    /// waits up to `wait` for those sessions to end: (told, ended).
+    pub fn move_sessions(&self, except: u64, to: &str, wait: Duration) -> (u32, u32) {
+        let told = self.tell_to_move(except, to);
+        let gone = wait_until_ended(&told, wait, |id| !self.writers_lock().contains_key(&id));
+        (told.len() as u32, gone)
+    }
+
     /// Tells the client of each session of this process but `except` to move to `to`: the
     /// sessions told.
-    pub fn tell_to_move(&self, except: u64, to: &str) -> u32 {
+    pub fn tell_to_move(&self, except: u64, to: &str) -> Vec<u64> {
         let writers: Vec<(u64, Arc<crate::writer::Writer>)> = self
             .writers_lock()
             .iter()
@@ -180,12 +188,12 @@ impl Shared {
         let order = rgpu_protocol::ServerMsg::MoveTo {
             endpoint: to.to_string(),
         };
-        let mut told = 0;
+        let mut told = Vec::new();
         for (id, writer) in writers {
             match writer.send(&order, 0, &[]) {
                 Ok(()) => {
                     log::info!("session {id}: told to move to {to}");
-                    told += 1;
+                    told.push(id);
                 }
                 Err(e) => log::warn!("session {id}: cannot tell it to move: {e}"),
             }
@@ -209,5 +217,17 @@ impl Shared {
             stream.shutdown();
         }
         self.lanes.shutdown();
+    }
+}
+
+/// Waits up to `wait` until every session of `ids` has ended (`ended(id)`): how many have.
+pub(crate) fn wait_until_ended(ids: &[u64], wait: Duration, ended: impl Fn(u64) -> bool) -> u32 {
+    let deadline = std::time::Instant::now() + wait;
+    loop {
+        let gone = ids.iter().filter(|&&id| ended(id)).count() as u32;
+        if gone as usize == ids.len() || std::time::Instant::now() >= deadline {
+            return gone;
+        }
+        std::thread::sleep(Duration::from_millis(20));
     }
 }

@@ -16,20 +16,36 @@ pub struct MigrateArgs {
     /// The server they move to, as the programs will reach it.
     #[arg(long, value_name = "SERVER")]
     to: String,
+    /// How long to wait for the sessions to have left the first server (each program drains
+    /// its queued work first, then moves).
+    #[arg(long, value_name = "SECONDS", default_value_t = 60)]
+    wait: u32,
 }
+
+/// Below the client's reply timeout (RGPU_TIMEOUT, 600 s by default).
+const MAX_WAIT_SECONDS: u32 = 500;
 
 pub fn run(args: MigrateArgs) -> Result<ExitCode, String> {
     let from = Endpoint::parse(&args.from).map_err(|e| format!("--from {}: {e}", args.from))?;
     Endpoint::parse(&args.to).map_err(|e| format!("--to {}: {e}", args.to))?;
     let config = ClientConfig::from_env()?;
     let conn = Connection::connect(&from, &config).map_err(|e| e.to_string())?;
-    match conn.session().move_sessions(args.to.clone()) {
-        Ok(Ok(told)) => {
+    let wait_ms = args.wait.min(MAX_WAIT_SECONDS) * 1000;
+    let start = std::time::Instant::now();
+    match conn.session().move_sessions(args.to.clone(), wait_ms) {
+        Ok(Ok((told, moved))) => {
             println!(
-                "told {told} session(s) on {from} to move to {}; each program moves what it can \
-                 and logs what it could not (its sessions on {from} end once moved)",
-                args.to
+                "{moved} of {told} session(s) on {from} moved to {} ({:.2} s)",
+                args.to,
+                start.elapsed().as_secs_f64()
             );
+            if moved < told {
+                println!(
+                    "the others stay on {from}: their programs log why (RGPU_LOG=warn), or \
+                     they are still draining their work"
+                );
+                return Ok(ExitCode::FAILURE);
+            }
             Ok(ExitCode::SUCCESS)
         }
         Ok(Err(1)) => Err(format!(

@@ -160,8 +160,8 @@ enum ToWorker {
     Lane { route: Route, kind: StreamKind },
     /// The operator moves every session to the server at `to`: tell the client (`MoveTo`).
     MoveTo { to: String },
-    /// The answer to `MoveSessions`: the sessions told.
-    Told { count: u32 },
+    /// The answer to `MoveSessions`: the sessions told, and those that ended within its wait.
+    Told { count: u32, moved: u32 },
 }
 
 /// Worker → listener.
@@ -182,9 +182,9 @@ enum FromWorker {
     Ending,
     /// The session's totals so far (once a second, and before `Ending`), for the metrics.
     Stats(crate::metrics::WorkerStats),
-    /// The session's client is the server's operator and moves every other session to `to`
-    /// (answered by `Told`).
-    MoveSessions { to: String },
+    /// The session's client is the server's operator and moves every other session to `to`,
+    /// waiting up to `wait` for them to end here (answered by `Told`).
+    MoveSessions { to: String, wait: Duration },
 }
 
 /// One end of a control socket (SOCK_SEQPACKET: one message per send, fds attached).
@@ -562,9 +562,13 @@ impl WorkerPool {
                     }
                 }
                 Ok(Some((FromWorker::Unused, _))) => break true,
-                Ok(Some((FromWorker::MoveSessions { to }, _))) => {
-                    let count = self.tell_to_move(id, &to);
-                    let _ = control.send(&ToWorker::Told { count }, None);
+                Ok(Some((FromWorker::MoveSessions { to, wait }, _))) => {
+                    let told = self.tell_to_move(id, &to);
+                    let moved = crate::shared::wait_until_ended(&told, wait, |session| {
+                        !lock(&self.live).contains_key(&session)
+                    });
+                    let count = told.len() as u32;
+                    let _ = control.send(&ToWorker::Told { count, moved }, None);
                 }
                 Ok(Some((other, _))) => {
                     log::warn!("session {id}: unexpected message from worker {pid}: {other:?}")
@@ -633,16 +637,16 @@ impl WorkerPool {
     /// Forgets session `id` (its lanes are refused from now on).
     /// Tells every session's worker but `except`'s that its client is to move to `to`: the
     /// sessions told.
-    fn tell_to_move(&self, except: u64, to: &str) -> u32 {
+    fn tell_to_move(&self, except: u64, to: &str) -> Vec<u64> {
         let others: Vec<(u64, Arc<Control>)> = lock(&self.sessions)
             .iter()
             .filter(|(id, _)| **id != except)
             .map(|(id, control)| (*id, control.clone()))
             .collect();
-        let mut told = 0;
+        let mut told = Vec::new();
         for (id, control) in others {
             match control.send(&ToWorker::MoveTo { to: to.into() }, None) {
-                Ok(()) => told += 1,
+                Ok(()) => told.push(id),
                 Err(e) => log::warn!("session {id}: cannot pass the move order on: {e}"),
             }
         }

@@ -99,15 +99,21 @@ pub fn run_worker(on_start: impl FnOnce(WorkerStop)) -> Result<(), String> {
     let ending = control.clone();
     // An operator's move order goes to the listener, which has every session's worker tell
     // its client; its answer (the sessions told) comes back through the control thread.
-    let (told_tx, told_rx) = std::sync::mpsc::channel::<u32>();
+    let (told_tx, told_rx) = std::sync::mpsc::channel::<(u32, u32)>();
     let relay_control = control.clone();
     let told_rx = Mutex::new(told_rx);
-    let _ = shared.move_relay.set(Box::new(move |to: &str| {
-        relay_control.send(&FromWorker::MoveSessions { to: to.into() }, None)?;
-        let told = told_rx.lock().unwrap_or_else(|e| e.into_inner());
-        told.recv_timeout(MOVE_ORDER_TIMEOUT)
-            .map_err(|_| "the listener did not answer".to_string())
-    }));
+    let _ = shared
+        .move_relay
+        .set(Box::new(move |to: &str, wait: Duration| {
+            let order = FromWorker::MoveSessions {
+                to: to.into(),
+                wait,
+            };
+            relay_control.send(&order, None)?;
+            let told = told_rx.lock().unwrap_or_else(|e| e.into_inner());
+            told.recv_timeout(wait + MOVE_ORDER_TIMEOUT)
+                .map_err(|_| "the listener did not answer".to_string())
+        }));
     std::thread::Builder::new()
         .name("rgpu-control".into())
         .spawn(move || {
@@ -124,8 +130,8 @@ pub fn run_worker(on_start: impl FnOnce(WorkerStop)) -> Result<(), String> {
                     Ok(Some((ToWorker::MoveTo { to }, _))) => {
                         lanes_shared.tell_to_move(0, &to);
                     }
-                    Ok(Some((ToWorker::Told { count }, _))) => {
-                        let _ = told_tx.send(count);
+                    Ok(Some((ToWorker::Told { count, moved }, _))) => {
+                        let _ = told_tx.send((count, moved));
                     }
                     Ok(Some((other, _))) => {
                         log::warn!("session worker: unexpected control message {other:?}")
