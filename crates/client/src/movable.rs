@@ -56,9 +56,9 @@ impl Connection {
     }
 
     /// Makes `to`'s session this connection's, once every live object of this connection
-    /// was made there under its id: from now on every call goes there. `to` is left without
-    /// a session of its own (drop it). The old session ends when the last call still on it
-    /// returns.
+    /// was made there under its id: from now on every call goes there. `to` is only the
+    /// session's carrier and should be dropped (its listeners are not carried over). The old
+    /// session ends when the last call still on it returns.
     pub fn take_session_of(&self, to: &Connection) {
         let session = to.current();
         if let Some(listener) = self.event_listener.get() {
