@@ -23,6 +23,7 @@ use crate::objects::{
     release_remote, Completion, Context, Device, Event, Kernel, Mem, MemKind, Program, Queue,
     Sampler,
 };
+use crate::runtime::device_identity;
 use crate::util::Outcome;
 
 /// How long a move waits for the program's calls in progress to return.
@@ -290,34 +291,23 @@ fn alias_devices(new: &Connection, devices: &[Ref<Device>]) -> Result<(), String
         .get_inventory()
         .map_err(|e| e.to_string())?
         .devices;
-    let name_of = |info: &[(u32, Vec<u8>)]| {
-        info.iter()
-            .find(|(p, _)| *p == CL_DEVICE_NAME)
-            .map(|(_, v)| {
-                String::from_utf8_lossy(v)
-                    .trim_end_matches('\0')
-                    .to_string()
-            })
-            .unwrap_or_default()
-    };
     let mut taken: Vec<Id> = Vec::new();
     let mut aliases = Vec::with_capacity(devices.len());
     for device in devices {
+        // As a server restart is checked: the same name (the id being this server's own).
         let name = device
             .info
             .get(&CL_DEVICE_NAME)
-            .map(|v| {
-                String::from_utf8_lossy(v)
-                    .trim_end_matches('\0')
-                    .to_string()
-            })
+            .cloned()
             .unwrap_or_default();
         let Some(target) = served
             .iter()
-            .find(|d| !taken.contains(&d.id) && name_of(&d.info) == name)
+            .find(|d| !taken.contains(&d.id) && device_identity(d).1 == name)
         else {
+            let name = String::from_utf8_lossy(&name);
             return Err(format!(
-                "the target serves no (further) device named {name:?}"
+                "the target serves no (further) device named {:?}",
+                name.trim_end_matches('\0')
             ));
         };
         taken.push(target.id);

@@ -244,7 +244,7 @@ fn make_device(link: &Arc<ServerLink>, server: String, desc: DeviceDesc) -> Ref<
 }
 
 /// What identifies a served device across a restart of its server: its id and its name.
-fn device_identity(desc: &DeviceDesc) -> (Id, Vec<u8>) {
+pub(crate) fn device_identity(desc: &DeviceDesc) -> (Id, Vec<u8>) {
     let name = desc
         .info
         .iter()
